@@ -1,0 +1,89 @@
+#include "core/buf.h"
+
+#include "core/xalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void buf_reserve(struct buf *b, size_t extra)
+{
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return;
+    b->data = xgrow(b->data, &b->cap, need, 1);
+}
+
+void buf_append(struct buf *b, const void *data, size_t len)
+{
+    buf_reserve(b, len);
+    if (len > 0)
+        memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+}
+
+void buf_append_str(struct buf *b, const char *s)
+{
+    buf_append(b, s, strlen(s));
+}
+
+void buf_append_char(struct buf *b, char c)
+{
+    buf_append(b, &c, 1);
+}
+
+void buf_vprintf(struct buf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    char small[256];
+    int n = vsnprintf(small, sizeof(small), fmt, ap2);
+    va_end(ap2);
+    if (n < 0)
+        petrel_fatal("invalid format string");
+    if ((size_t)n < sizeof(small)) {
+        buf_append(b, small, (size_t)n);
+        return;
+    }
+    buf_reserve(b, (size_t)n);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+void buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+void buf_reset(struct buf *b)
+{
+    b->len = 0;
+    if (b->data != NULL)
+        b->data[0] = '\0';
+}
+
+const char *buf_cstr(const struct buf *b)
+{
+    return b->data != NULL ? b->data : "";
+}
+
+char *buf_steal(struct buf *b)
+{
+    char *p = b->data != NULL ? b->data : xstrdup("");
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    return p;
+}
+
+void buf_free(struct buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}

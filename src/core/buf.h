@@ -1,0 +1,31 @@
+/* Growable byte buffer, always NUL-terminated after `len` bytes so its data
+ * can be passed to libc, while staying binary-safe. The owner frees with
+ * buf_free(); a zero-initialised struct buf is a valid empty buffer. */
+#ifndef PETREL_CORE_BUF_H
+#define PETREL_CORE_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+struct buf {
+    char *data;
+    size_t len;
+    size_t cap;
+};
+
+/* Makes room for `extra` more bytes (plus the terminator). */
+void buf_reserve(struct buf *b, size_t extra);
+void buf_append(struct buf *b, const void *data, size_t len);
+void buf_append_str(struct buf *b, const char *s);
+void buf_append_char(struct buf *b, char c);
+void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void buf_vprintf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* Empties the buffer, keeping its allocation. */
+void buf_reset(struct buf *b);
+/* Returns the data ("" for an empty buffer); valid until the next change. */
+const char *buf_cstr(const struct buf *b);
+/* Hands the allocation to the caller (never NULL) and empties the buffer. */
+char *buf_steal(struct buf *b);
+void buf_free(struct buf *b);
+
+#endif

@@ -1,0 +1,260 @@
+#include "core/cfg-read.h"
+
+#include "core/buf.h"
+#include "core/xalloc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+bool cfg_fail(const struct cfg_ctx *ctx, const struct ynode *node, const char *path,
+              const char *fmt, ...)
+{
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (node != NULL)
+        return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s:%d: %s: %s", ctx->file,
+                                node->line, path, msg);
+    return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s: %s: %s", ctx->file, path, msg);
+}
+
+static void join_path(char *dst, size_t size, const char *path, const char *key)
+{
+    if (path == NULL || *path == '\0')
+        snprintf(dst, size, "%s", key);
+    else
+        snprintf(dst, size, "%s.%s", path, key);
+}
+
+bool cfg_expect_map(const struct cfg_ctx *ctx, const struct ynode *node, const char *path)
+{
+    if (node == NULL || node->type == YNODE_MAP)
+        return true;
+    if (node->type == YNODE_SCALAR && node->scalar[0] == '\0' && !node->quoted)
+        return true; /* "section:" with nothing under it */
+    return cfg_fail(ctx, node, path, "expected a mapping, found %s", ynode_type_name(node->type));
+}
+
+bool cfg_check_keys(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                    const char *const allowed[])
+{
+    if (map == NULL || map->type != YNODE_MAP)
+        return true;
+    for (size_t i = 0; i < map->count; i++) {
+        bool known = false;
+        for (size_t k = 0; allowed[k] != NULL; k++) {
+            if (strcmp(map->keys[i], allowed[k]) == 0) {
+                known = true;
+                break;
+            }
+        }
+        if (!known) {
+            char full[256];
+            join_path(full, sizeof(full), path, map->keys[i]);
+            return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s:%d: %s: unknown key",
+                                    ctx->file, map->key_lines[i], full);
+        }
+    }
+    return true;
+}
+
+/* A plain `~`, `null` or empty value counts as absent. */
+static bool is_null(const struct ynode *n)
+{
+    return n->type == YNODE_SCALAR && !n->quoted &&
+           (n->scalar[0] == '\0' || strcmp(n->scalar, "~") == 0 ||
+            strcmp(n->scalar, "null") == 0);
+}
+
+static const struct ynode *scalar_of(const struct cfg_ctx *ctx, const struct ynode *map,
+                                     const char *path, const char *key, bool *ok)
+{
+    *ok = true;
+    const struct ynode *n = ynode_get(map, key);
+    if (n == NULL)
+        return NULL;
+    char full[256];
+    join_path(full, sizeof(full), path, key);
+    if (n->type != YNODE_SCALAR) {
+        *ok = cfg_fail(ctx, n, full, "expected a scalar, found %s", ynode_type_name(n->type));
+        return NULL;
+    }
+    return n;
+}
+
+bool cfg_string(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                const char *key, char **out)
+{
+    bool ok;
+    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
+    if (n == NULL)
+        return ok;
+    if (is_null(n) && n->scalar[0] != '\0')
+        return true;
+    free(*out);
+    *out = xstrdup(n->scalar);
+    return true;
+}
+
+bool cfg_bool(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+              const char *key, bool *out)
+{
+    bool ok;
+    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
+    if (n == NULL || is_null(n))
+        return ok;
+    char full[256];
+    join_path(full, sizeof(full), path, key);
+    if (n->quoted)
+        return cfg_fail(ctx, n, full, "expected true or false, found a quoted string");
+    if (strcasecmp(n->scalar, "true") == 0 || strcasecmp(n->scalar, "yes") == 0 ||
+        strcasecmp(n->scalar, "on") == 0) {
+        *out = true;
+        return true;
+    }
+    if (strcasecmp(n->scalar, "false") == 0 || strcasecmp(n->scalar, "no") == 0 ||
+        strcasecmp(n->scalar, "off") == 0) {
+        *out = false;
+        return true;
+    }
+    return cfg_fail(ctx, n, full, "expected true or false, found '%s'", n->scalar);
+}
+
+bool cfg_int(const struct cfg_ctx *ctx, const struct ynode *map, const char *path, const char *key,
+             int64_t min, int64_t max, int64_t *out)
+{
+    bool ok;
+    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
+    if (n == NULL || is_null(n))
+        return ok;
+    char full[256];
+    join_path(full, sizeof(full), path, key);
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(n->scalar, &end, 10);
+    if (n->quoted || end == n->scalar || *end != '\0' || errno != 0)
+        return cfg_fail(ctx, n, full, "expected an integer, found '%s'", n->scalar);
+    if (v < min || v > max)
+        return cfg_fail(ctx, n, full, "%lld is out of range [%lld, %lld]", v, (long long)min,
+                        (long long)max);
+    *out = v;
+    return true;
+}
+
+bool duration_parse_ms(const char *text, int64_t *out_ms)
+{
+    const char *p = text;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p == '\0')
+        return false;
+    /* Plain integer: seconds. */
+    char *end = NULL;
+    errno = 0;
+    long long plain = strtoll(p, &end, 10);
+    if (errno == 0 && end != p && *end == '\0') {
+        if (plain < 0 || plain > INT64_MAX / 1000)
+            return false;
+        *out_ms = plain * 1000;
+        return true;
+    }
+    int64_t total = 0;
+    while (*p != '\0') {
+        if (!isdigit((unsigned char)*p))
+            return false;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno != 0 || v < 0)
+            return false;
+        p = end;
+        int64_t unit;
+        if (strncmp(p, "ms", 2) == 0) {
+            unit = 1;
+            p += 2;
+        } else if (*p == 's') {
+            unit = 1000;
+            p++;
+        } else if (*p == 'm') {
+            unit = 60 * 1000;
+            p++;
+        } else if (*p == 'h') {
+            unit = 3600 * 1000;
+            p++;
+        } else if (*p == 'd') {
+            unit = 86400 * 1000;
+            p++;
+        } else {
+            return false;
+        }
+        if (v > (INT64_MAX - total) / unit)
+            return false;
+        total += v * unit;
+    }
+    *out_ms = total;
+    return true;
+}
+
+bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                     const char *key, int64_t min_ms, int64_t max_ms, int64_t *out_ms)
+{
+    bool ok;
+    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
+    if (n == NULL || is_null(n))
+        return ok;
+    char full[256];
+    join_path(full, sizeof(full), path, key);
+    int64_t v;
+    if (!duration_parse_ms(n->scalar, &v))
+        return cfg_fail(ctx, n, full, "expected a duration like 30s, 5m or 250ms, found '%s'",
+                        n->scalar);
+    if (v < min_ms || v > max_ms)
+        return cfg_fail(ctx, n, full, "duration out of range [%lldms, %lldms]",
+                        (long long)min_ms, (long long)max_ms);
+    *out_ms = v;
+    return true;
+}
+
+void cfg_strv_free(char **v)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; v[i] != NULL; i++)
+        free(v[i]);
+    free(v);
+}
+
+bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                     const char *key, size_t max_items, char ***out, size_t *count)
+{
+    const struct ynode *n = ynode_get(map, key);
+    if (n == NULL || is_null(n))
+        return true;
+    char full[256];
+    join_path(full, sizeof(full), path, key);
+    if (n->type != YNODE_SEQ)
+        return cfg_fail(ctx, n, full, "expected a list, found %s", ynode_type_name(n->type));
+    if (n->count > max_items)
+        return cfg_fail(ctx, n, full, "more than %zu items", max_items);
+    char **v = xcalloc(n->count + 1, sizeof(*v));
+    for (size_t i = 0; i < n->count; i++) {
+        const struct ynode *item = n->items[i];
+        if (item->type != YNODE_SCALAR) {
+            cfg_strv_free(v);
+            return cfg_fail(ctx, item, full, "list items must be strings, found %s",
+                            ynode_type_name(item->type));
+        }
+        v[i] = xstrdup(item->scalar);
+    }
+    cfg_strv_free(*out);
+    *out = v;
+    if (count != NULL)
+        *count = n->count;
+    return true;
+}

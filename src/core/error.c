@@ -1,0 +1,64 @@
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+bool petrel_error_set(struct petrel_error *err, enum petrel_error_code code, const char *fmt, ...)
+{
+    if (err == NULL)
+        return false;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+void petrel_error_prefix(struct petrel_error *err, const char *fmt, ...)
+{
+    if (err == NULL)
+        return;
+    char prefix[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof(prefix), fmt, ap);
+    va_end(ap);
+    char joined[sizeof(prefix) + sizeof(err->message) + 2];
+    snprintf(joined, sizeof(joined), "%s: %s", prefix, err->message);
+    snprintf(err->message, sizeof(err->message), "%.*s", (int)(sizeof(err->message) - 1), joined);
+}
+
+void petrel_error_clear(struct petrel_error *err)
+{
+    if (err == NULL)
+        return;
+    err->code = PETREL_OK;
+    err->message[0] = '\0';
+}
+
+const char *petrel_error_code_name(enum petrel_error_code code)
+{
+    switch (code) {
+    case PETREL_OK:
+        return "ok";
+    case PETREL_ERR_INVALID:
+        return "invalid";
+    case PETREL_ERR_NOT_FOUND:
+        return "not_found";
+    case PETREL_ERR_EXISTS:
+        return "exists";
+    case PETREL_ERR_CONFLICT:
+        return "conflict";
+    case PETREL_ERR_IO:
+        return "io";
+    case PETREL_ERR_UNSUPPORTED:
+        return "unsupported";
+    case PETREL_ERR_UNAVAILABLE:
+        return "unavailable";
+    case PETREL_ERR_PERMISSION:
+        return "permission";
+    }
+    return "unknown";
+}

@@ -1,0 +1,62 @@
+/* petrelctl backend <area> <command> ... */
+#include "ctl/ctl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int simple_get(const struct ctl_options *opts, const char *path)
+{
+    struct ctl_response resp;
+    enum ctl_exit rc = ctl_http(&opts->backend, "GET", path, NULL, &resp);
+    if (rc != CTL_OK)
+        return rc;
+    rc = ctl_print_reply(opts, &resp);
+    ctl_response_free(&resp);
+    return rc;
+}
+
+static int cmd_health(const struct ctl_options *opts, int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "usage: petrelctl backend health\n");
+        return CTL_USAGE;
+    }
+    return simple_get(opts, "/api/backend/health");
+}
+
+static int cmd_version(const struct ctl_options *opts, int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 1) {
+        fprintf(stderr, "usage: petrelctl backend version\n");
+        return CTL_USAGE;
+    }
+    return simple_get(opts, "/api/backend/version");
+}
+
+struct area {
+    const char *name;
+    int (*fn)(const struct ctl_options *opts, int argc, char **argv);
+    const char *usage;
+};
+
+static const struct area areas[] = {
+    {"health", cmd_health, "health                 liveness of the backend-plane API"},
+    {"version", cmd_version, "version                server and API version"},
+};
+
+int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv)
+{
+    if (argc >= 1) {
+        for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++) {
+            if (strcmp(argv[0], areas[i].name) == 0)
+                return areas[i].fn(opts, argc, argv);
+        }
+        fprintf(stderr, "petrelctl: unknown backend command '%s'\n", argv[0]);
+    }
+    fprintf(stderr, "usage: petrelctl [options] backend <command>\ncommands:\n");
+    for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++)
+        fprintf(stderr, "  %s\n", areas[i].usage);
+    return CTL_USAGE;
+}

@@ -1,0 +1,56 @@
+/* petrelctl internals: a thin HTTP client of the backend-plane API and the
+ * director admin API. Exit codes: 0 ok, 1 the server said no, 2 usage,
+ * 3 cannot connect. Errors go to stderr. */
+#ifndef PETREL_CTL_H
+#define PETREL_CTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum ctl_exit { CTL_OK = 0, CTL_REFUSED = 1, CTL_USAGE = 2, CTL_UNREACHABLE = 3 };
+
+struct ctl_target {
+    const char *url;   /* base URL, no trailing slash needed */
+    const char *token; /* NULL/"" = no Authorization header */
+    const char *cacert;
+    const char *cert;
+    const char *key;
+    long timeout_secs;
+};
+
+struct ctl_options {
+    struct ctl_target backend;
+    struct ctl_target admin;
+    bool json; /* raw JSON output instead of the readable form */
+};
+
+struct ctl_response {
+    long status;
+    char *body;
+    size_t len;
+};
+
+/* Performs one request; `body` (JSON text) may be NULL. On a transport
+ * failure prints "petrelctl: cannot connect to URL: reason" and returns
+ * CTL_UNREACHABLE; otherwise CTL_OK with the response filled. */
+enum ctl_exit ctl_http(const struct ctl_target *t, const char *method, const char *path,
+                       const char *body, struct ctl_response *resp);
+/* Streams the response body line by line to `on_line` (NDJSON). */
+typedef bool (*ctl_line_fn)(const char *line, size_t len, void *ctx);
+enum ctl_exit ctl_http_stream(const struct ctl_target *t, const char *method, const char *path,
+                              const char *body, ctl_line_fn on_line, void *ctx, long *status);
+void ctl_response_free(struct ctl_response *resp);
+
+/* Prints a JSON reply (raw with --json, readable otherwise) or, for an
+ * error status, "petrelctl: <status>: <error>" on stderr. Returns the exit code. */
+enum ctl_exit ctl_print_reply(const struct ctl_options *opts, const struct ctl_response *resp);
+/* Readable rendering of a JSON value: objects as "key: value" lines. */
+void ctl_print_readable(const json_t *value, int indent);
+/* URL-encodes one path segment or query value into a fresh string. */
+char *ctl_escape(const char *s);
+
+/* Area dispatchers: argv[0] is the area's first word after "backend". */
+int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);
+
+#endif

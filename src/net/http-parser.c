@@ -1,0 +1,445 @@
+#include "net/http-parser.h"
+
+#include <string.h>
+#include <strings.h>
+
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool slice_eq(struct http_slice s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.len == n && strncasecmp(s.ptr, lit, n) == 0;
+}
+
+static enum http_method method_from(struct http_slice s)
+{
+    static const struct {
+        const char *name;
+        enum http_method m;
+    } methods[] = {
+        {"GET", HTTP_GET},     {"HEAD", HTTP_HEAD},     {"POST", HTTP_POST},
+        {"PUT", HTTP_PUT},     {"PATCH", HTTP_PATCH},   {"DELETE", HTTP_DELETE},
+        {"OPTIONS", HTTP_OPTIONS},
+    };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        if (s.len == strlen(methods[i].name) && memcmp(s.ptr, methods[i].name, s.len) == 0)
+            return methods[i].m;
+    }
+    return HTTP_METHOD_OTHER;
+}
+
+const char *http_method_name(enum http_method method)
+{
+    switch (method) {
+    case HTTP_GET:
+        return "GET";
+    case HTTP_HEAD:
+        return "HEAD";
+    case HTTP_POST:
+        return "POST";
+    case HTTP_PUT:
+        return "PUT";
+    case HTTP_PATCH:
+        return "PATCH";
+    case HTTP_DELETE:
+        return "DELETE";
+    case HTTP_OPTIONS:
+        return "OPTIONS";
+    case HTTP_METHOD_OTHER:
+        break;
+    }
+    return "OTHER";
+}
+
+static enum http_parse_result fail(struct http_parse_error *err, int status, const char *reason)
+{
+    err->status = status;
+    err->reason = reason;
+    return HTTP_PARSE_ERROR;
+}
+
+/* Finds the end of the line starting at `p`: returns the index of '\n'
+ * or -1. Bare CR inside a line is an error reported by the caller. */
+static long line_end(const char *data, size_t start, size_t len)
+{
+    const char *nl = memchr(data + start, '\n', len - start);
+    return nl == NULL ? -1 : (long)(nl - data);
+}
+
+static bool parse_uint(struct http_slice s, uint64_t *out)
+{
+    if (s.len == 0 || s.len > 19)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < s.len; i++) {
+        if (s.ptr[i] < '0' || s.ptr[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s.ptr[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* Does the comma-separated header value contain `token`? */
+static bool has_token(struct http_slice v, const char *token)
+{
+    size_t tl = strlen(token);
+    size_t i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t' || v.ptr[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < v.len && v.ptr[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v.ptr[end - 1] == ' ' || v.ptr[end - 1] == '\t'))
+            end--;
+        if (end - start == tl && strncasecmp(v.ptr + start, token, tl) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The last element of a comma list (transfer codings apply in order). */
+static struct http_slice last_token(struct http_slice v)
+{
+    size_t end = v.len;
+    while (end > 0 && (v.ptr[end - 1] == ' ' || v.ptr[end - 1] == '\t'))
+        end--;
+    size_t start = end;
+    while (start > 0 && v.ptr[start - 1] != ',')
+        start--;
+    while (start < end && (v.ptr[start] == ' ' || v.ptr[start] == '\t'))
+        start++;
+    struct http_slice s = {v.ptr + start, end - start};
+    return s;
+}
+
+enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_head,
+                                       size_t max_target, struct http_head *out, size_t *head_len,
+                                       struct http_parse_error *err)
+{
+    size_t pos = 0;
+    /* RFC 9112 2.2: ignore at least one empty line before the request line. */
+    while (pos < len && (data[pos] == '\r' || data[pos] == '\n') && pos < 4)
+        pos++;
+    size_t scan_len = len < max_head ? len : max_head;
+    long eol = line_end(data, pos, scan_len);
+    if (eol < 0) {
+        if (len >= max_head)
+            return fail(err, 431, "request line too long");
+        return HTTP_PARSE_INCOMPLETE;
+    }
+    memset(out, 0, sizeof(*out));
+    size_t line_len = (size_t)eol - pos;
+    if (line_len > 0 && data[pos + line_len - 1] == '\r')
+        line_len--;
+    const char *line = data + pos;
+
+    /* METHOD SP target SP HTTP/1.x */
+    size_t i = 0;
+    while (i < line_len && is_tchar((unsigned char)line[i]))
+        i++;
+    if (i == 0 || i >= line_len || line[i] != ' ')
+        return fail(err, 400, "malformed request line");
+    out->method_text.ptr = line;
+    out->method_text.len = i;
+    out->method = method_from(out->method_text);
+    size_t tstart = ++i;
+    while (i < line_len && line[i] != ' ') {
+        unsigned char c = (unsigned char)line[i];
+        if (c < 0x21 || c == 0x7f)
+            return fail(err, 400, "invalid character in request target");
+        i++;
+    }
+    if (i == tstart || i >= line_len)
+        return fail(err, 400, "malformed request line");
+    out->target.ptr = line + tstart;
+    out->target.len = i - tstart;
+    if (out->target.len > max_target)
+        return fail(err, 414, "request target too long");
+    if (out->target.ptr[0] != '/' &&
+        !(out->target.len == 1 && out->target.ptr[0] == '*' && out->method == HTTP_OPTIONS))
+        return fail(err, 400, "request target must be an absolute path");
+    i++;
+    struct http_slice version = {line + i, line_len - i};
+    if (version.len != 8 || memcmp(version.ptr, "HTTP/1.", 7) != 0) {
+        if (version.len >= 5 && memcmp(version.ptr, "HTTP/", 5) == 0)
+            return fail(err, 505, "HTTP version not supported");
+        return fail(err, 400, "malformed request line");
+    }
+    if (version.ptr[7] != '0' && version.ptr[7] != '1')
+        return fail(err, 505, "HTTP version not supported");
+    out->version_minor = version.ptr[7] - '0';
+    out->keep_alive = out->version_minor == 1;
+
+    pos = (size_t)eol + 1;
+    bool saw_te = false;
+    for (;;) {
+        eol = line_end(data, pos, scan_len);
+        if (eol < 0) {
+            if (len >= max_head)
+                return fail(err, 431, "request header block too large");
+            return HTTP_PARSE_INCOMPLETE;
+        }
+        size_t hl = (size_t)eol - pos;
+        const char *h = data + pos;
+        if (hl > 0 && h[hl - 1] == '\r')
+            hl--;
+        pos = (size_t)eol + 1;
+        if (hl == 0)
+            break;
+        if (h[0] == ' ' || h[0] == '\t')
+            return fail(err, 400, "obsolete header line folding");
+        size_t c = 0;
+        while (c < hl && is_tchar((unsigned char)h[c]))
+            c++;
+        if (c == 0 || c >= hl || h[c] != ':')
+            return fail(err, 400, "malformed header field");
+        if (out->header_count == HTTP_MAX_HEADERS)
+            return fail(err, 431, "too many header fields");
+        size_t vs = c + 1;
+        while (vs < hl && (h[vs] == ' ' || h[vs] == '\t'))
+            vs++;
+        size_t ve = hl;
+        while (ve > vs && (h[ve - 1] == ' ' || h[ve - 1] == '\t'))
+            ve--;
+        for (size_t k = vs; k < ve; k++) {
+            unsigned char ch = (unsigned char)h[k];
+            if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                return fail(err, 400, "invalid character in header value");
+        }
+        struct http_header *hdr = &out->headers[out->header_count++];
+        hdr->name.ptr = h;
+        hdr->name.len = c;
+        hdr->value.ptr = h + vs;
+        hdr->value.len = ve - vs;
+
+        if (slice_eq(hdr->name, "Content-Length")) {
+            uint64_t v;
+            if (!parse_uint(hdr->value, &v))
+                return fail(err, 400, "invalid Content-Length");
+            if (out->has_content_length && v != out->content_length)
+                return fail(err, 400, "conflicting Content-Length headers");
+            out->has_content_length = true;
+            out->content_length = v;
+        } else if (slice_eq(hdr->name, "Transfer-Encoding")) {
+            saw_te = true;
+            if (!slice_eq(last_token(hdr->value), "chunked"))
+                return fail(err, 501, "unsupported transfer coding");
+            if (out->version_minor == 0)
+                return fail(err, 400, "chunked transfer coding in HTTP/1.0");
+            out->chunked = true;
+        } else if (slice_eq(hdr->name, "Connection")) {
+            if (has_token(hdr->value, "close"))
+                out->keep_alive = false;
+            else if (has_token(hdr->value, "keep-alive"))
+                out->keep_alive = true;
+        } else if (slice_eq(hdr->name, "Expect")) {
+            if (!slice_eq(hdr->value, "100-continue"))
+                return fail(err, 417, "unsupported expectation");
+            out->expect_continue = out->version_minor == 1;
+        }
+    }
+    if (saw_te && out->has_content_length)
+        return fail(err, 400, "both Content-Length and Transfer-Encoding present");
+    *head_len = pos;
+    return HTTP_PARSE_OK;
+}
+
+const struct http_header *http_head_find(const struct http_head *head, const char *name)
+{
+    for (size_t i = 0; i < head->header_count; i++) {
+        if (slice_eq(head->headers[i].name, name))
+            return &head->headers[i];
+    }
+    return NULL;
+}
+
+enum chunk_state {
+    CHUNK_SIZE,
+    CHUNK_EXT,
+    CHUNK_SIZE_LF,
+    CHUNK_DATA,
+    CHUNK_DATA_CR,
+    CHUNK_DATA_LF,
+    CHUNK_TRAILER,
+    CHUNK_DONE,
+};
+
+#define CHUNK_MAX_LINE 4096
+
+enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *in, size_t len,
+                                           size_t *consumed, struct buf *out, uint64_t max_total,
+                                           struct http_parse_error *err)
+{
+    size_t i = 0;
+    enum http_parse_result result = HTTP_PARSE_INCOMPLETE;
+    while (i < len && result == HTTP_PARSE_INCOMPLETE) {
+        char c = in[i];
+        switch (st->state) {
+        case CHUNK_SIZE: {
+            int digit = -1;
+            if (c >= '0' && c <= '9')
+                digit = c - '0';
+            else if (c >= 'a' && c <= 'f')
+                digit = c - 'a' + 10;
+            else if (c >= 'A' && c <= 'F')
+                digit = c - 'A' + 10;
+            if (digit >= 0) {
+                if (st->line_len >= 15) {
+                    *consumed = i;
+                    return fail(err, 400, "chunk size too large");
+                }
+                st->remaining = st->remaining * 16 + (uint64_t)digit;
+                st->line_len++;
+                i++;
+                break;
+            }
+            if (st->line_len == 0) {
+                *consumed = i;
+                return fail(err, 400, "malformed chunk size");
+            }
+            if (c == ';' || c == ' ' || c == '\t') {
+                st->state = CHUNK_EXT;
+            } else if (c == '\r') {
+                st->state = CHUNK_SIZE_LF;
+            } else if (c == '\n') {
+                st->state = CHUNK_SIZE_LF;
+                continue; /* handle LF in the next state */
+            } else {
+                *consumed = i;
+                return fail(err, 400, "malformed chunk size");
+            }
+            i++;
+            break;
+        }
+        case CHUNK_EXT:
+            if (c == '\n') {
+                st->state = CHUNK_SIZE_LF;
+                continue; /* handle LF in the next state */
+            }
+            if (++st->line_len > CHUNK_MAX_LINE) {
+                *consumed = i;
+                return fail(err, 400, "chunk extension too long");
+            }
+            if (c == '\r')
+                st->state = CHUNK_SIZE_LF;
+            i++;
+            break;
+        case CHUNK_SIZE_LF:
+            if (c != '\n') {
+                *consumed = i;
+                return fail(err, 400, "malformed chunk line ending");
+            }
+            i++;
+            st->line_len = 0;
+            if (st->remaining == 0) {
+                st->state = CHUNK_TRAILER;
+            } else {
+                if (st->total > max_total || st->remaining > max_total - st->total) {
+                    *consumed = i;
+                    return fail(err, 413, "request body too large");
+                }
+                st->state = CHUNK_DATA;
+            }
+            break;
+        case CHUNK_DATA: {
+            size_t avail = len - i;
+            size_t take = st->remaining < avail ? (size_t)st->remaining : avail;
+            buf_append(out, in + i, take);
+            i += take;
+            st->remaining -= take;
+            st->total += take;
+            if (st->remaining == 0)
+                st->state = CHUNK_DATA_CR;
+            break;
+        }
+        case CHUNK_DATA_CR:
+            if (c == '\r') {
+                st->state = CHUNK_DATA_LF;
+                i++;
+            } else if (c == '\n') {
+                st->state = CHUNK_DATA_LF;
+            } else {
+                *consumed = i;
+                return fail(err, 400, "missing CRLF after chunk data");
+            }
+            break;
+        case CHUNK_DATA_LF:
+            if (c != '\n') {
+                *consumed = i;
+                return fail(err, 400, "missing CRLF after chunk data");
+            }
+            i++;
+            st->state = CHUNK_SIZE;
+            st->line_len = 0;
+            st->remaining = 0;
+            break;
+        case CHUNK_TRAILER:
+            /* Trailer lines are skipped; an empty line ends the body. */
+            if (c == '\n') {
+                bool empty = st->line_len == 0;
+                st->line_len = 0;
+                i++;
+                if (empty) {
+                    st->state = CHUNK_DONE;
+                    result = HTTP_PARSE_OK;
+                }
+                break;
+            }
+            if (c != '\r' && ++st->line_len > CHUNK_MAX_LINE) {
+                *consumed = i;
+                return fail(err, 431, "chunk trailer too long");
+            }
+            i++;
+            break;
+        default:
+            result = HTTP_PARSE_OK;
+            break;
+        }
+    }
+    *consumed = i;
+    return result;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool http_percent_decode(const char *in, size_t len, char *out, bool plus_is_space)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (c == '%') {
+            if (i + 2 >= len)
+                return false;
+            int hi = hexval(in[i + 1]);
+            int lo = hexval(in[i + 2]);
+            if (hi < 0 || lo < 0)
+                return false;
+            c = (char)(hi * 16 + lo);
+            if (c == '\0')
+                return false;
+            i += 2;
+        } else if (c == '+' && plus_is_space) {
+            c = ' ';
+        }
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return true;
+}

@@ -1,0 +1,1269 @@
+#include "net/http-server.h"
+
+#include "core/buf.h"
+#include "core/json-util.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTP_MAX_HEAD (64 * 1024)
+#define HTTP_MAX_TARGET (8 * 1024)
+#define HTTP_MAX_SEGMENTS 32
+#define HTTP_MAX_PARAMS 8
+#define HTTP_MAX_QUERY_PARAMS 64
+#define HTTP_STREAM_HIGH_WATER (256 * 1024)
+#define HTTP_HEAD_READ_TIMEOUT_MS 30000
+#define HTTP_WRITE_TIMEOUT_S 60
+#define HTTP_LINGER_MS 2000
+
+struct route {
+    enum http_method method;
+    char *pattern;
+    char **segments;
+    size_t segment_count;
+    unsigned flags;
+    http_handler_fn fn;
+    void *ctx;
+};
+
+struct listener {
+    struct evconnlistener *evl;
+    char address[128];
+};
+
+enum conn_state { CONN_READ_HEAD, CONN_READ_BODY, CONN_HANDLING, CONN_CLOSING };
+
+struct http_conn {
+    struct http_server *srv;
+    struct bufferevent *bev;
+    struct sockaddr_storage peer;
+    char peer_ip[64];
+    enum conn_state state;
+    struct event *timer;
+    struct http_request *req;
+    bool close_when_flushed;
+    bool head_timer_armed; /* the current request's head has started arriving */
+    struct http_conn *prev;
+    struct http_conn *next;
+};
+
+struct query_param {
+    char *key;
+    char *value;
+};
+
+struct http_request {
+    struct http_server *srv;
+    struct http_conn *conn; /* NULL once detached (client gone / timed out) */
+    struct buf head_bytes;
+    struct http_head head;
+    enum http_method method;
+    char *path;
+    char *raw_query;
+    char *segments[HTTP_MAX_SEGMENTS];
+    size_t segment_count;
+    const char *param_names[HTTP_MAX_PARAMS];
+    const char *param_values[HTTP_MAX_PARAMS];
+    size_t param_count;
+    bool query_parsed;
+    struct query_param query[HTTP_MAX_QUERY_PARAMS];
+    size_t query_count;
+    struct buf body;
+    uint64_t body_remaining;
+    struct http_chunked chunked;
+    const struct route *route;
+    bool dispatched;
+    bool answered; /* response fully produced (or abandoned) */
+    bool in_cancel;       /* inside the cancel callback: freeing is deferred */
+    bool metrics_recorded;
+    bool streaming;
+    bool chunked_out;
+    bool head_only;
+    bool keep_alive;
+    int status;
+    http_cancel_fn cancel;
+    void *cancel_ctx;
+    http_drain_fn drain;
+    void *drain_ctx;
+    struct event *timeout;
+    struct timespec start;
+    char **header_copies;
+    size_t header_copy_count;
+    size_t header_copy_cap;
+};
+
+struct http_server {
+    struct event_base *base;
+    char *name;
+    size_t max_body;
+    int64_t timeout_ms;
+    int64_t stream_timeout_ms;
+    int64_t idle_timeout_ms;
+    size_t max_connections;
+    bool token_enabled;
+    unsigned char token_digest[32];
+    struct cidr_list allowed;
+    SSL_CTX *tls;
+    struct metric_family *request_seconds;
+    struct route *routes;
+    size_t route_count;
+    size_t route_cap;
+    struct listener *listeners;
+    size_t listener_count;
+    size_t listener_cap;
+    bool listeners_paused;
+    struct http_conn *conns;
+    size_t conn_count;
+    size_t in_flight;
+    bool stopping;
+    time_t date_second;
+    char date[64];
+};
+
+static void conn_free(struct http_conn *conn);
+static void conn_process(struct http_conn *conn);
+static void request_finish(struct http_request *req);
+
+/* ---------- small helpers ---------- */
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 417:
+        return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
+    }
+}
+
+static const char *http_date(struct http_server *srv)
+{
+    time_t now = time(NULL);
+    if (now != srv->date_second) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(srv->date, sizeof(srv->date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        srv->date_second = now;
+    }
+    return srv->date;
+}
+
+static void sha256(const void *data, size_t len, unsigned char out[32])
+{
+    unsigned int out_len = 32;
+    if (EVP_Digest(data, len, out, &out_len, EVP_sha256(), NULL) != 1)
+        petrel_fatal("EVP_Digest failed");
+}
+
+static double elapsed_seconds(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
+}
+
+static struct timeval ms_to_tv(int64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+static char *error_json(const char *message)
+{
+    json_t *obj = json_pack("{s:s}", "error", message);
+    if (obj == NULL) /* message was not valid UTF-8 */
+        obj = json_pack("{s:s}", "error", "invalid request");
+    char *s = json_dump_compact(obj);
+    json_decref(obj);
+    return s;
+}
+
+/* Writes a complete response directly to a connection (used before a
+ * request object exists, e.g. for parse errors). Marks it for closing. */
+static void conn_send_error_and_close(struct http_conn *conn, int status, const char *message)
+{
+    char *body = error_json(message);
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %zu\r\nDate: %s\r\nConnection: close\r\n\r\n%s",
+                        status, status_text(status), strlen(body), http_date(conn->srv), body);
+    free(body);
+    conn->state = CONN_CLOSING;
+    conn->close_when_flushed = true;
+    /* Keep reading (and discarding) so the client sees the response rather
+     * than a reset caused by unread data; the timer bounds the linger. */
+    struct timeval tv = ms_to_tv(HTTP_LINGER_MS);
+    evtimer_add(conn->timer, &tv);
+}
+
+/* ---------- server set-up ---------- */
+
+struct http_server *http_server_new(struct event_base *base,
+                                    const struct http_server_options *opts)
+{
+    struct http_server *srv = xcalloc(1, sizeof(*srv));
+    srv->base = base;
+    srv->name = xstrdup(opts->name != NULL ? opts->name : "http");
+    srv->max_body = opts->max_body != 0 ? opts->max_body : 1024 * 1024;
+    srv->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
+    srv->stream_timeout_ms = opts->stream_timeout_ms > 0 ? opts->stream_timeout_ms : 300000;
+    srv->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 60000;
+    srv->max_connections = opts->max_connections != 0 ? opts->max_connections : 4096;
+    if (opts->token != NULL && opts->token[0] != '\0') {
+        srv->token_enabled = true;
+        sha256(opts->token, strlen(opts->token), srv->token_digest);
+    }
+    if (opts->allowed_nets != NULL && opts->allowed_nets->count > 0) {
+        srv->allowed.count = opts->allowed_nets->count;
+        srv->allowed.items = xcalloc(srv->allowed.count, sizeof(struct cidr));
+        memcpy(srv->allowed.items, opts->allowed_nets->items,
+               srv->allowed.count * sizeof(struct cidr));
+    }
+    if (opts->tls != NULL) {
+        SSL_CTX_up_ref(opts->tls);
+        srv->tls = opts->tls;
+    }
+    if (opts->metrics != NULL) {
+        static const char *const labels[] = {"server", "route", "method", "code", NULL};
+        srv->request_seconds = metrics_histogram(
+            opts->metrics, "petrel_http_request_seconds",
+            "Time from a complete HTTP request to its reply, by server, route and status code.",
+            labels, metrics_latency_buckets, metrics_latency_bucket_count);
+    }
+    return srv;
+}
+
+static void split_segments(const char *pattern, char ***out, size_t *count)
+{
+    char **segs = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    const char *p = pattern;
+    while (*p == '/')
+        p++;
+    while (*p != '\0') {
+        const char *slash = strchr(p, '/');
+        size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
+        segs = xgrow(segs, &cap, n + 1, sizeof(*segs));
+        segs[n++] = xstrndup(p, len);
+        p += len;
+        while (*p == '/')
+            p++;
+    }
+    *out = segs;
+    *count = n;
+}
+
+void http_server_route(struct http_server *srv, enum http_method method, const char *pattern,
+                       unsigned flags, http_handler_fn fn, void *ctx)
+{
+    srv->routes = xgrow(srv->routes, &srv->route_cap, srv->route_count + 1, sizeof(*srv->routes));
+    struct route *r = &srv->routes[srv->route_count++];
+    memset(r, 0, sizeof(*r));
+    r->method = method;
+    r->pattern = xstrdup(pattern);
+    split_segments(pattern, &r->segments, &r->segment_count);
+    r->flags = flags;
+    r->fn = fn;
+    r->ctx = ctx;
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
+static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void conn_write_cb(struct bufferevent *bev, void *arg);
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+static void set_listeners_enabled(struct http_server *srv, bool enabled)
+{
+    for (size_t i = 0; i < srv->listener_count; i++) {
+        if (srv->listeners[i].evl == NULL)
+            continue;
+        if (enabled)
+            evconnlistener_enable(srv->listeners[i].evl);
+        else
+            evconnlistener_disable(srv->listeners[i].evl);
+    }
+    srv->listeners_paused = !enabled;
+}
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+    (void)evl;
+    struct http_server *srv = arg;
+    if (srv->stopping) {
+        close(fd);
+        return;
+    }
+    struct http_conn *conn = xcalloc(1, sizeof(*conn));
+    conn->srv = srv;
+    if (socklen > 0 && (size_t)socklen <= sizeof(conn->peer))
+        memcpy(&conn->peer, sa, (size_t)socklen);
+    net_addr_format_ip((struct sockaddr *)&conn->peer, conn->peer_ip, sizeof(conn->peer_ip));
+    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    if (srv->tls != NULL) {
+        SSL *ssl = SSL_new(srv->tls);
+        if (ssl == NULL) {
+            close(fd);
+            free(conn);
+            return;
+        }
+        conn->bev = bufferevent_openssl_socket_new(srv->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                   BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+        if (conn->bev != NULL)
+            bufferevent_openssl_set_allow_dirty_shutdown(conn->bev, 1);
+    } else {
+        conn->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (conn->bev == NULL) {
+        close(fd);
+        free(conn);
+        return;
+    }
+    conn->timer = evtimer_new(srv->base, conn_timer_cb, conn);
+    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    struct timeval wt = {.tv_sec = HTTP_WRITE_TIMEOUT_S, .tv_usec = 0};
+    bufferevent_set_timeouts(conn->bev, NULL, &wt);
+    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    struct timeval idle = ms_to_tv(HTTP_HEAD_READ_TIMEOUT_MS);
+    evtimer_add(conn->timer, &idle);
+    conn->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    srv->conn_count++;
+    if (srv->conn_count >= srv->max_connections)
+        set_listeners_enabled(srv, false);
+}
+
+bool http_server_listen(struct http_server *srv, const char *addr, struct petrel_error *err)
+{
+    int fd = net_listen(addr, false, err);
+    if (fd < 0)
+        return false;
+    struct evconnlistener *evl =
+        evconnlistener_new(srv->base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (evl == NULL) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s: evconnlistener failed",
+                                addr);
+    }
+    srv->listeners = xgrow(srv->listeners, &srv->listener_cap, srv->listener_count + 1,
+                           sizeof(*srv->listeners));
+    struct listener *l = &srv->listeners[srv->listener_count++];
+    l->evl = evl;
+    net_bound_address(fd, l->address, sizeof(l->address));
+    return true;
+}
+
+const char *http_server_address(const struct http_server *srv)
+{
+    return srv->listener_count > 0 ? srv->listeners[0].address : "";
+}
+
+void http_server_stop_accepting(struct http_server *srv)
+{
+    srv->stopping = true;
+    for (size_t i = 0; i < srv->listener_count; i++) {
+        if (srv->listeners[i].evl != NULL) {
+            evconnlistener_free(srv->listeners[i].evl);
+            srv->listeners[i].evl = NULL;
+        }
+    }
+    /* Idle keep-alive connections go now; busy ones close after their reply. */
+    struct http_conn *conn = srv->conns;
+    while (conn != NULL) {
+        struct http_conn *next = conn->next;
+        if (conn->req == NULL && evbuffer_get_length(bufferevent_get_input(conn->bev)) == 0 &&
+            evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+            conn_free(conn);
+        else
+            conn->close_when_flushed = true;
+        conn = next;
+    }
+}
+
+size_t http_server_in_flight(const struct http_server *srv)
+{
+    return srv->in_flight;
+}
+
+/* ---------- request lifecycle ---------- */
+
+static void request_free(struct http_request *req)
+{
+    if (req->timeout != NULL)
+        event_free(req->timeout);
+    buf_free(&req->head_bytes);
+    buf_free(&req->body);
+    free(req->path);
+    free(req->raw_query);
+    for (size_t i = 0; i < req->segment_count; i++)
+        free(req->segments[i]);
+    for (size_t i = 0; i < req->query_count; i++) {
+        free(req->query[i].key);
+        free(req->query[i].value);
+    }
+    for (size_t i = 0; i < req->header_copy_count; i++)
+        free(req->header_copies[i]);
+    free(req->header_copies);
+    free(req);
+}
+
+/* Detaches the request from its connection without freeing it: the
+ * connection may go on (or close) while the handler still holds the request. */
+static void request_detach(struct http_request *req)
+{
+    struct http_conn *conn = req->conn;
+    if (conn == NULL)
+        return;
+    conn->req = NULL;
+    req->conn = NULL;
+    conn->head_timer_armed = false;
+    if (!req->keep_alive || conn->srv->stopping)
+        conn->close_when_flushed = true;
+    if (conn->close_when_flushed) {
+        conn->state = CONN_CLOSING;
+        if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
+            conn_free(conn);
+            return;
+        }
+        struct timeval tv = ms_to_tv(HTTP_LINGER_MS);
+        evtimer_add(conn->timer, &tv);
+        return;
+    }
+    conn->state = CONN_READ_HEAD;
+    struct timeval idle = ms_to_tv(conn->srv->idle_timeout_ms);
+    evtimer_add(conn->timer, &idle);
+    /* Pipelined requests already buffered are handled from a deferred callback. */
+    if (evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
+        bufferevent_trigger(conn->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+static void record_metrics(struct http_request *req)
+{
+    struct http_server *srv = req->srv;
+    if (srv->request_seconds == NULL || req->metrics_recorded)
+        return;
+    req->metrics_recorded = true;
+    char code[8];
+    snprintf(code, sizeof(code), "%d", req->status);
+    const char *values[] = {srv->name, req->route != NULL ? req->route->pattern : "unmatched",
+                            http_method_name(req->method), code};
+    metric_observe(metric_series_get(srv->request_seconds, values), elapsed_seconds(&req->start));
+}
+
+/* The response has been fully produced: account for it and let the
+ * connection move on. The request is freed unless its handler still owns it
+ * (a detached, unanswered request is freed by its handler's reply). */
+static void request_finish(struct http_request *req)
+{
+    if (req->answered)
+        return;
+    req->answered = true;
+    if (req->timeout != NULL)
+        evtimer_del(req->timeout);
+    record_metrics(req);
+    if (req->dispatched)
+        req->srv->in_flight--;
+    request_detach(req);
+    if (!req->in_cancel)
+        request_free(req);
+}
+
+static void write_head(struct http_request *req, int status, const char *content_type,
+                       long long content_length, const char *extra)
+{
+    struct evbuffer *out = bufferevent_get_output(req->conn->bev);
+    req->status = status;
+    bool close = !req->keep_alive || req->srv->stopping || req->conn->close_when_flushed;
+    if (close)
+        req->keep_alive = false;
+    evbuffer_add_printf(out, "HTTP/1.%d %d %s\r\nDate: %s\r\n", req->head.version_minor == 0 ? 0 : 1,
+                        status, status_text(status), http_date(req->srv));
+    if (content_type != NULL)
+        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+    if (content_length >= 0)
+        evbuffer_add_printf(out, "Content-Length: %lld\r\n", content_length);
+    else if (req->chunked_out)
+        evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+    if (extra != NULL)
+        evbuffer_add(out, extra, strlen(extra));
+    if (close)
+        evbuffer_add(out, "Connection: close\r\n\r\n", 21);
+    else if (req->head.version_minor == 0)
+        evbuffer_add(out, "Connection: keep-alive\r\n\r\n", 26);
+    else
+        evbuffer_add(out, "\r\n", 2);
+}
+
+static void reply_full(struct http_request *req, int status, const char *content_type,
+                       const void *body, size_t len, const char *extra)
+{
+    if (req->answered || req->streaming)
+        return;
+    if (req->conn == NULL) {
+        /* Client gone or timed out earlier: the handler's late reply just frees. */
+        request_finish(req);
+        return;
+    }
+    write_head(req, status, content_type, (long long)len, extra);
+    if (!req->head_only && len > 0)
+        evbuffer_add(bufferevent_get_output(req->conn->bev), body, len);
+    request_finish(req);
+}
+
+void http_reply(struct http_request *req, int status, const char *content_type, const void *body,
+                size_t len)
+{
+    reply_full(req, status, content_type, body, len, NULL);
+}
+
+void http_reply_json(struct http_request *req, int status, json_t *body)
+{
+    char *s = json_dump_compact(body);
+    json_decref(body);
+    size_t len = strlen(s);
+    reply_full(req, status, "application/json", s, len, NULL);
+    free(s);
+}
+
+void http_reply_error(struct http_request *req, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char *body = error_json(msg);
+    reply_full(req, status, "application/json", body, strlen(body), NULL);
+    free(body);
+}
+
+int http_status_for_error(enum petrel_error_code code)
+{
+    switch (code) {
+    case PETREL_OK:
+        return 200;
+    case PETREL_ERR_INVALID:
+        return 400;
+    case PETREL_ERR_NOT_FOUND:
+        return 404;
+    case PETREL_ERR_EXISTS:
+    case PETREL_ERR_CONFLICT:
+        return 409;
+    case PETREL_ERR_UNSUPPORTED:
+        return 501;
+    case PETREL_ERR_UNAVAILABLE:
+        return 503;
+    case PETREL_ERR_PERMISSION:
+        return 403;
+    case PETREL_ERR_IO:
+        return 500;
+    }
+    return 500;
+}
+
+void http_reply_petrel_error(struct http_request *req, const struct petrel_error *err)
+{
+    http_reply_error(req, http_status_for_error(err->code), "%s", err->message);
+}
+
+void http_stream_begin(struct http_request *req, int status, const char *content_type)
+{
+    if (req->answered || req->streaming)
+        return;
+    req->streaming = true;
+    if (req->conn == NULL)
+        return;
+    req->chunked_out = req->head.version_minor == 1;
+    if (!req->chunked_out)
+        req->keep_alive = false; /* HTTP/1.0: the close marks the end */
+    write_head(req, status, content_type, req->head_only ? 0 : -1, NULL);
+}
+
+void http_stream_write(struct http_request *req, const void *data, size_t len)
+{
+    if (!req->streaming || req->answered || req->conn == NULL || len == 0 || req->head_only)
+        return;
+    struct evbuffer *out = bufferevent_get_output(req->conn->bev);
+    if (req->chunked_out) {
+        evbuffer_add_printf(out, "%zx\r\n", len);
+        evbuffer_add(out, data, len);
+        evbuffer_add(out, "\r\n", 2);
+    } else {
+        evbuffer_add(out, data, len);
+    }
+}
+
+bool http_stream_writable(const struct http_request *req)
+{
+    if (req->conn == NULL)
+        return false;
+    return evbuffer_get_length(bufferevent_get_output(req->conn->bev)) < HTTP_STREAM_HIGH_WATER;
+}
+
+void http_stream_on_drain(struct http_request *req, http_drain_fn fn, void *ctx)
+{
+    req->drain = fn;
+    req->drain_ctx = ctx;
+}
+
+bool http_stream_started(const struct http_request *req)
+{
+    return req->streaming;
+}
+
+void http_stream_end(struct http_request *req)
+{
+    if (req->answered)
+        return;
+    if (!req->streaming)
+        http_stream_begin(req, 200, "application/octet-stream");
+    if (req->conn == NULL) {
+        request_finish(req);
+        return;
+    }
+    if (req->chunked_out && !req->head_only)
+        evbuffer_add(bufferevent_get_output(req->conn->bev), "0\r\n\r\n", 5);
+    request_finish(req);
+}
+
+/* The request can no longer be answered normally (client gone, timeout,
+ * shutdown). With a cancel callback the handler is told and the request is
+ * finished once it returns; without one the request stays alive, detached,
+ * until the handler replies. */
+static void request_abandon(struct http_request *req, enum http_cancel_reason why)
+{
+    if (req->answered)
+        return;
+    if (req->conn != NULL && why != HTTP_CANCEL_CLIENT_GONE && !req->streaming) {
+        /* Tell the client what happened: the response has not started. */
+        int status = why == HTTP_CANCEL_TIMEOUT ? 504 : 503;
+        char *body = error_json(why == HTTP_CANCEL_TIMEOUT ? "request timed out"
+                                                           : "server is shutting down");
+        req->keep_alive = false;
+        write_head(req, status, "application/json", (long long)strlen(body), NULL);
+        evbuffer_add(bufferevent_get_output(req->conn->bev), body, strlen(body));
+        free(body);
+    }
+    if (req->status == 0)
+        req->status = why == HTTP_CANCEL_TIMEOUT ? 504 : 499;
+    if (req->cancel == NULL) {
+        req->keep_alive = false;
+        record_metrics(req);
+        request_detach(req);
+        return;
+    }
+    http_cancel_fn fn = req->cancel;
+    req->cancel = NULL;
+    req->in_cancel = true;
+    fn(req, why, req->cancel_ctx);
+    req->in_cancel = false;
+    if (!req->answered) {
+        if (req->streaming && req->conn != NULL && req->chunked_out && !req->head_only) {
+            req->keep_alive = false;
+            evbuffer_add(bufferevent_get_output(req->conn->bev), "0\r\n\r\n", 5);
+        }
+        request_finish(req); /* frees: in_cancel is clear again */
+        return;
+    }
+    request_free(req);
+}
+
+static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct http_request *req = arg;
+    log_warn(req->srv->name, "request timed out", "path=%s peer=%s", req->path,
+             req->conn != NULL ? req->conn->peer_ip : "-");
+    request_abandon(req, HTTP_CANCEL_TIMEOUT);
+}
+
+/* ---------- connection handling ---------- */
+
+static void conn_free(struct http_conn *conn)
+{
+    struct http_server *srv = conn->srv;
+    struct http_request *req = conn->req;
+    if (req != NULL) {
+        conn->req = NULL;
+        req->conn = NULL;
+        if (req->dispatched) {
+            request_abandon(req, HTTP_CANCEL_CLIENT_GONE);
+        } else {
+            request_free(req);
+        }
+    }
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else
+        srv->conns = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+    srv->conn_count--;
+    event_free(conn->timer);
+    bufferevent_free(conn->bev);
+    free(conn);
+    if (srv->listeners_paused && !srv->stopping && srv->conn_count < srv->max_connections)
+        set_listeners_enabled(srv, true);
+}
+
+static bool authorized(struct http_server *srv, struct http_request *req)
+{
+    const struct http_header *h = http_head_find(&req->head, "Authorization");
+    if (h == NULL || h->value.len < 7 || strncasecmp(h->value.ptr, "Bearer ", 7) != 0)
+        return false;
+    const char *tok = h->value.ptr + 7;
+    size_t len = h->value.len - 7;
+    while (len > 0 && *tok == ' ') {
+        tok++;
+        len--;
+    }
+    unsigned char digest[32];
+    sha256(tok, len, digest);
+    /* Digests have a fixed length, so the comparison time says nothing about the token. */
+    return CRYPTO_memcmp(digest, srv->token_digest, sizeof(digest)) == 0;
+}
+
+static bool route_matches_path(const struct route *r, struct http_request *req, bool bind)
+{
+    if (r->segment_count != req->segment_count)
+        return false;
+    size_t params = 0;
+    for (size_t i = 0; i < r->segment_count; i++) {
+        const char *pat = r->segments[i];
+        size_t plen = strlen(pat);
+        if (plen >= 2 && pat[0] == '{' && pat[plen - 1] == '}') {
+            if (req->segments[i][0] == '\0')
+                return false;
+            if (bind && params < HTTP_MAX_PARAMS) {
+                /* The name without braces lives in the route; point into it. */
+                req->param_names[params] = pat;
+                req->param_values[params] = req->segments[i];
+                params++;
+            }
+            continue;
+        }
+        if (strcmp(pat, req->segments[i]) != 0)
+            return false;
+    }
+    if (bind)
+        req->param_count = params;
+    return true;
+}
+
+static bool method_matches(enum http_method route_method, enum http_method m)
+{
+    return route_method == m || (route_method == HTTP_GET && m == HTTP_HEAD);
+}
+
+static void dispatch(struct http_conn *conn, struct http_request *req)
+{
+    struct http_server *srv = conn->srv;
+    conn->state = CONN_HANDLING;
+    evtimer_del(conn->timer);
+    clock_gettime(CLOCK_MONOTONIC, &req->start);
+
+    /* Find the route first only to learn whether it is public. */
+    const struct route *match = NULL;
+    bool path_known = false;
+    char allow[128] = "";
+    for (size_t i = 0; i < srv->route_count; i++) {
+        const struct route *r = &srv->routes[i];
+        if (!route_matches_path(r, req, false))
+            continue;
+        path_known = true;
+        if (strstr(allow, http_method_name(r->method)) == NULL) {
+            size_t used = strlen(allow);
+            snprintf(allow + used, sizeof(allow) - used, "%s%s", used > 0 ? ", " : "",
+                     http_method_name(r->method));
+            if (r->method == HTTP_GET && strstr(allow, "HEAD") == NULL) {
+                used = strlen(allow);
+                snprintf(allow + used, sizeof(allow) - used, ", HEAD");
+            }
+        }
+        if (match == NULL && method_matches(r->method, req->method))
+            match = r;
+    }
+    bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
+    if (!is_public) {
+        if (srv->allowed.count > 0 &&
+            !cidr_list_match(&srv->allowed, (const struct sockaddr *)&conn->peer)) {
+            log_warn(srv->name, "client not in allowed networks", "peer=%s path=%s",
+                     conn->peer_ip, req->path);
+            http_reply_error(req, 403, "client address %s is not allowed", conn->peer_ip);
+            return;
+        }
+        if (srv->token_enabled && !authorized(srv, req)) {
+            static const char unauthorized[] = "{\"error\":\"missing or invalid bearer token\"}";
+            reply_full(req, 401, "application/json", unauthorized, sizeof(unauthorized) - 1,
+                       "WWW-Authenticate: Bearer\r\n");
+            return;
+        }
+    }
+    if (match == NULL) {
+        if (path_known) {
+            char extra[160];
+            snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+            char *body = error_json("method not allowed");
+            req->status = 405;
+            reply_full(req, 405, "application/json", body, strlen(body), extra);
+            free(body);
+        } else {
+            http_reply_error(req, 404, "no such endpoint: %s", req->path);
+        }
+        return;
+    }
+    route_matches_path(match, req, true);
+    req->route = match;
+    req->dispatched = true;
+    srv->in_flight++;
+    req->timeout = evtimer_new(srv->base, request_timeout_cb, req);
+    struct timeval tv =
+        ms_to_tv((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
+    evtimer_add(req->timeout, &tv);
+    match->fn(req, match->ctx);
+}
+
+/* Splits the request target into decoded path segments and the raw query. */
+static bool parse_target(struct http_request *req)
+{
+    const char *t = req->head.target.ptr;
+    size_t len = req->head.target.len;
+    const char *q = memchr(t, '?', len);
+    size_t path_len = q != NULL ? (size_t)(q - t) : len;
+    if (q != NULL)
+        req->raw_query = xstrndup(q + 1, len - path_len - 1);
+    const char *hash = memchr(t, '#', path_len);
+    if (hash != NULL)
+        path_len = (size_t)(hash - t);
+    req->path = xmalloc(path_len + 1);
+    if (!http_percent_decode(t, path_len, req->path, false))
+        return false;
+    size_t i = 0;
+    while (i < path_len) {
+        while (i < path_len && t[i] == '/')
+            i++;
+        if (i >= path_len)
+            break;
+        size_t start = i;
+        while (i < path_len && t[i] != '/')
+            i++;
+        if (req->segment_count == HTTP_MAX_SEGMENTS)
+            return false;
+        char *seg = xmalloc(i - start + 1);
+        if (!http_percent_decode(t + start, i - start, seg, false) || strcmp(seg, "..") == 0 ||
+            strcmp(seg, ".") == 0) {
+            free(seg);
+            return false;
+        }
+        req->segments[req->segment_count++] = seg;
+    }
+    return true;
+}
+
+static void conn_read_head(struct http_conn *conn)
+{
+    struct http_server *srv = conn->srv;
+    struct evbuffer *in = bufferevent_get_input(conn->bev);
+    size_t avail = evbuffer_get_length(in);
+    if (avail == 0)
+        return;
+    if (!conn->head_timer_armed) {
+        /* First bytes of a request: head and body must arrive in time. */
+        conn->head_timer_armed = true;
+        struct timeval tv = ms_to_tv(HTTP_HEAD_READ_TIMEOUT_MS);
+        evtimer_add(conn->timer, &tv);
+    }
+    size_t look = avail < HTTP_MAX_HEAD ? avail : HTTP_MAX_HEAD;
+    const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+    struct http_head head;
+    size_t head_len = 0;
+    struct http_parse_error perr = {0, NULL};
+    enum http_parse_result r =
+        http_parse_head(data, look, HTTP_MAX_HEAD, HTTP_MAX_TARGET, &head, &head_len, &perr);
+    if (r == HTTP_PARSE_INCOMPLETE)
+        return;
+    if (r == HTTP_PARSE_ERROR) {
+        log_debug(srv->name, "bad request", "peer=%s status=%d reason=\"%s\"", conn->peer_ip,
+                  perr.status, perr.reason);
+        evbuffer_drain(in, avail);
+        conn_send_error_and_close(conn, perr.status, perr.reason);
+        return;
+    }
+    struct http_request *req = xcalloc(1, sizeof(*req));
+    req->srv = srv;
+    req->conn = conn;
+    conn->req = req;
+    buf_append(&req->head_bytes, data, head_len);
+    evbuffer_drain(in, head_len);
+    /* Re-parse over our own copy so header slices live as long as the request. */
+    http_parse_head(req->head_bytes.data, req->head_bytes.len, HTTP_MAX_HEAD, HTTP_MAX_TARGET,
+                    &req->head, &head_len, &perr);
+    req->method = req->head.method;
+    req->head_only = req->method == HTTP_HEAD;
+    req->keep_alive = req->head.keep_alive;
+    clock_gettime(CLOCK_MONOTONIC, &req->start);
+    if (!parse_target(req)) {
+        req->keep_alive = false;
+        http_reply_error(req, 400, "invalid request path");
+        return;
+    }
+    if (req->head.has_content_length && req->head.content_length > srv->max_body) {
+        req->keep_alive = false;
+        http_reply_error(req, 413, "request body larger than %zu bytes", srv->max_body);
+        return;
+    }
+    bool has_body = req->head.chunked || (req->head.has_content_length && req->head.content_length > 0);
+    if (!has_body) {
+        dispatch(conn, req);
+        return;
+    }
+    req->body_remaining = req->head.has_content_length ? req->head.content_length : 0;
+    conn->state = CONN_READ_BODY;
+    if (req->head.expect_continue)
+        evbuffer_add(bufferevent_get_output(conn->bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+}
+
+static void conn_read_body(struct http_conn *conn)
+{
+    struct http_server *srv = conn->srv;
+    struct http_request *req = conn->req;
+    struct evbuffer *in = bufferevent_get_input(conn->bev);
+    size_t avail = evbuffer_get_length(in);
+    if (!req->head.chunked) {
+        size_t take = avail < req->body_remaining ? avail : (size_t)req->body_remaining;
+        if (take > 0) {
+            buf_reserve(&req->body, take);
+            evbuffer_remove(in, req->body.data + req->body.len, take);
+            req->body.len += take;
+            req->body.data[req->body.len] = '\0';
+            req->body_remaining -= take;
+        }
+        if (req->body_remaining == 0)
+            dispatch(conn, req);
+        return;
+    }
+    while (avail > 0) {
+        size_t look = avail < 65536 ? avail : 65536;
+        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
+        size_t used = 0;
+        struct http_parse_error perr = {0, NULL};
+        enum http_parse_result r =
+            http_chunked_decode(&req->chunked, data, look, &used, &req->body, srv->max_body, &perr);
+        evbuffer_drain(in, used);
+        avail -= used;
+        if (r == HTTP_PARSE_OK) {
+            dispatch(conn, req);
+            return;
+        }
+        if (r == HTTP_PARSE_ERROR) {
+            req->keep_alive = false;
+            if (perr.status == 413)
+                http_reply_error(req, 413, "request body larger than %zu bytes", srv->max_body);
+            else
+                http_reply_error(req, perr.status, "%s", perr.reason);
+            return;
+        }
+        if (used == 0)
+            break;
+    }
+}
+
+static void conn_process(struct http_conn *conn)
+{
+    /* Handles as many buffered requests as possible; stops while a handler
+     * is busy (pipelined requests wait in the input buffer). */
+    for (;;) {
+        enum conn_state before = conn->state;
+        struct http_request *before_req = conn->req;
+        size_t before_len = evbuffer_get_length(bufferevent_get_input(conn->bev));
+        switch (conn->state) {
+        case CONN_READ_HEAD:
+            conn_read_head(conn);
+            break;
+        case CONN_READ_BODY:
+            conn_read_body(conn);
+            break;
+        case CONN_HANDLING:
+            return;
+        case CONN_CLOSING:
+            evbuffer_drain(bufferevent_get_input(conn->bev),
+                           evbuffer_get_length(bufferevent_get_input(conn->bev)));
+            return;
+        }
+        if (conn->state == before && conn->req == before_req &&
+            evbuffer_get_length(bufferevent_get_input(conn->bev)) == before_len)
+            return; /* no progress: wait for more bytes */
+        if (conn->state == CONN_CLOSING || conn->state == CONN_HANDLING)
+            return;
+    }
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    conn_process(arg);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct http_conn *conn = arg;
+    if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
+        return;
+    if (conn->close_when_flushed && conn->req == NULL) {
+        conn_free(conn);
+        return;
+    }
+    struct http_request *req = conn->req;
+    if (req != NULL && req->streaming && req->drain != NULL && !req->answered)
+        req->drain(req, req->drain_ctx);
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct http_conn *conn = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        conn_free(conn);
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct http_conn *conn = arg;
+    size_t pending = evbuffer_get_length(bufferevent_get_input(conn->bev));
+    if (conn->state == CONN_CLOSING || conn->req == NULL) {
+        if (conn->state == CONN_READ_HEAD && pending > 0) {
+            conn_send_error_and_close(conn, 408, "request not received in time");
+            return;
+        }
+        conn_free(conn);
+        return;
+    }
+    if (conn->state == CONN_READ_BODY) {
+        struct http_request *req = conn->req;
+        req->keep_alive = false;
+        http_reply_error(req, 408, "request body not received in time");
+    }
+}
+
+/* ---------- accessors ---------- */
+
+enum http_method http_request_method(const struct http_request *req)
+{
+    return req->method;
+}
+
+const char *http_request_path(const struct http_request *req)
+{
+    return req->path;
+}
+
+const char *http_request_param(const struct http_request *req, const char *name)
+{
+    size_t nlen = strlen(name);
+    for (size_t i = 0; i < req->param_count; i++) {
+        const char *pat = req->param_names[i]; /* "{name}" */
+        if (strlen(pat) == nlen + 2 && strncmp(pat + 1, name, nlen) == 0)
+            return req->param_values[i];
+    }
+    return NULL;
+}
+
+static void parse_query(struct http_request *req)
+{
+    req->query_parsed = true;
+    if (req->raw_query == NULL)
+        return;
+    const char *p = req->raw_query;
+    while (*p != '\0' && req->query_count < HTTP_MAX_QUERY_PARAMS) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp != NULL ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t klen = eq != NULL ? (size_t)(eq - p) : len;
+        if (klen > 0) {
+            char *key = xmalloc(klen + 1);
+            const char *vstart = eq != NULL ? eq + 1 : p + len;
+            size_t vlen = eq != NULL ? len - klen - 1 : 0;
+            char *value = xmalloc(vlen + 1);
+            if (http_percent_decode(p, klen, key, true) &&
+                http_percent_decode(vstart, vlen, value, true)) {
+                req->query[req->query_count].key = key;
+                req->query[req->query_count].value = value;
+                req->query_count++;
+            } else {
+                free(key);
+                free(value);
+            }
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+}
+
+const char *http_request_query(const struct http_request *req, const char *name)
+{
+    struct http_request *mut = (struct http_request *)req;
+    if (!mut->query_parsed)
+        parse_query(mut);
+    for (size_t i = 0; i < req->query_count; i++) {
+        if (strcmp(req->query[i].key, name) == 0)
+            return req->query[i].value;
+    }
+    return NULL;
+}
+
+const char *http_request_header(struct http_request *req, const char *name)
+{
+    const struct http_header *h = http_head_find(&req->head, name);
+    if (h == NULL)
+        return NULL;
+    char *copy = xstrndup(h->value.ptr, h->value.len);
+    req->header_copies = xgrow(req->header_copies, &req->header_copy_cap,
+                               req->header_copy_count + 1, sizeof(char *));
+    req->header_copies[req->header_copy_count++] = copy;
+    return copy;
+}
+
+const char *http_request_body(const struct http_request *req, size_t *len)
+{
+    if (len != NULL)
+        *len = req->body.len;
+    return buf_cstr(&req->body);
+}
+
+const char *http_request_peer_ip(const struct http_request *req)
+{
+    return req->conn != NULL ? req->conn->peer_ip : "";
+}
+
+const struct sockaddr *http_request_peer(const struct http_request *req)
+{
+    return req->conn != NULL ? (const struct sockaddr *)&req->conn->peer : NULL;
+}
+
+json_t *http_request_json(struct http_request *req)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    json_t *obj = json_parse_object(buf_cstr(&req->body), req->body.len, &err);
+    if (obj == NULL)
+        http_reply_error(req, 400, "%s", err.message);
+    return obj;
+}
+
+void http_request_set_cancel(struct http_request *req, http_cancel_fn fn, void *ctx)
+{
+    req->cancel = fn;
+    req->cancel_ctx = ctx;
+}
+
+struct event_base *http_request_base(const struct http_request *req)
+{
+    return req->srv->base;
+}
+
+void http_server_free(struct http_server *srv)
+{
+    if (srv == NULL)
+        return;
+    srv->stopping = true;
+    for (size_t i = 0; i < srv->listener_count; i++) {
+        if (srv->listeners[i].evl != NULL)
+            evconnlistener_free(srv->listeners[i].evl);
+    }
+    free(srv->listeners);
+    while (srv->conns != NULL) {
+        struct http_conn *conn = srv->conns;
+        if (conn->req != NULL && conn->req->dispatched) {
+            struct http_request *req = conn->req;
+            request_abandon(req, HTTP_CANCEL_SHUTDOWN);
+        }
+        if (srv->conns == conn)
+            conn_free(conn);
+    }
+    for (size_t i = 0; i < srv->route_count; i++) {
+        struct route *r = &srv->routes[i];
+        for (size_t k = 0; k < r->segment_count; k++)
+            free(r->segments[k]);
+        free(r->segments);
+        free(r->pattern);
+    }
+    free(srv->routes);
+    cidr_list_free(&srv->allowed);
+    if (srv->tls != NULL)
+        SSL_CTX_free(srv->tls);
+    free(srv->name);
+    free(srv);
+}

@@ -1,0 +1,371 @@
+#include "server/config.h"
+
+#include "core/cfg-read.h"
+#include "core/xalloc.h"
+#include "core/yaml-doc.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const config_component_names[] = {"backend-api", NULL};
+
+static void defaults(struct petrel_config *cfg)
+{
+    cfg->log.base = LOG_INFO;
+    cfg->shutdown_timeout_ms = 10000;
+    cfg->telemetry.listen = xstrdup(":8080");
+    cfg->telemetry.readiness_deadline_ms = 800;
+    cfg->backend_api.listen = xstrdup(":9105");
+    cfg->backend_api.token_env = xstrdup("BACKEND_API_TOKEN");
+    cfg->backend_api.auth_master_addr = xstrdup("");
+    cfg->backend_api.request_timeout_ms = 30000;
+    cfg->backend_api.stream_timeout_ms = 300000;
+    cfg->backend_api.max_body_bytes = 1024 * 1024;
+    cfg->backend_api.max_connections = 4096;
+    cfg->internal_tls.require_client_cert = true;
+}
+
+void config_free(struct petrel_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->file);
+    cfg_strv_free(cfg->components);
+    free(cfg->user);
+    free(cfg->group);
+    free(cfg->telemetry.listen);
+    cfg_strv_free(cfg->telemetry.allowed_nets);
+    for (size_t i = 0; i < cfg->telemetry.check_count; i++) {
+        free(cfg->telemetry.checks[i].name);
+        free(cfg->telemetry.checks[i].tcp);
+    }
+    free(cfg->telemetry.checks);
+    free(cfg->internal_tls.cert_file);
+    free(cfg->internal_tls.key_file);
+    free(cfg->internal_tls.ca_file);
+    free(cfg->backend_api.listen);
+    cfg_strv_free(cfg->backend_api.allowed_nets);
+    free(cfg->backend_api.token_env);
+    free(cfg->backend_api.auth_master_addr);
+    free(cfg);
+}
+
+static bool check_address(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                          const char *key, const char *value)
+{
+    struct petrel_error e;
+    struct net_addr addr;
+    if (net_addr_parse(value, &addr, &e))
+        return true;
+    return cfg_fail(ctx, ynode_get(map, key), path, "%s: %s", key, e.message);
+}
+
+static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                       const char *key, char **nets)
+{
+    struct petrel_error e;
+    struct cidr_list list;
+    if (!cidr_list_parse((const char *const *)nets, &list, &e))
+        return cfg_fail(ctx, ynode_get(map, key), path, "%s: %s", key, e.message);
+    cidr_list_free(&list);
+    return true;
+}
+
+static bool read_log(const struct cfg_ctx *ctx, const struct ynode *root, struct petrel_config *cfg)
+{
+    char *level = NULL;
+    if (!cfg_string(ctx, root, "", "log_level", &level))
+        return false;
+    if (level != NULL) {
+        bool ok = log_level_parse(level, &cfg->log.base);
+        free(level);
+        if (!ok)
+            return cfg_fail(ctx, ynode_get(root, "log_level"), "log_level",
+                            "expected debug, info, warn or error");
+    }
+    const struct ynode *ov = ynode_get(root, "log_level_overrides");
+    if (!cfg_expect_map(ctx, ov, "log_level_overrides"))
+        return false;
+    if (ov == NULL || ov->type != YNODE_MAP)
+        return true;
+    if (ov->count > LOG_MAX_OVERRIDES)
+        return cfg_fail(ctx, ov, "log_level_overrides", "more than %d entries",
+                        LOG_MAX_OVERRIDES);
+    for (size_t i = 0; i < ov->count; i++) {
+        const struct ynode *v = ov->items[i];
+        struct log_override *o = &cfg->log.overrides[cfg->log.override_count];
+        if (strlen(ov->keys[i]) >= sizeof(o->component))
+            return cfg_fail(ctx, v, "log_level_overrides", "component name too long");
+        if (v->type != YNODE_SCALAR || !log_level_parse(v->scalar, &o->level))
+            return cfg_fail(ctx, v, "log_level_overrides",
+                            "%s: expected debug, info, warn or error", ov->keys[i]);
+        snprintf(o->component, sizeof(o->component), "%s", ov->keys[i]);
+        cfg->log.override_count++;
+    }
+    return true;
+}
+
+static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
+                           struct telemetry_config *t)
+{
+    static const char *const keys[] = {"listen", "allowed_nets", "readiness_checks",
+                                       "readiness_deadline", NULL};
+    if (!cfg_expect_map(ctx, node, "telemetry") || !cfg_check_keys(ctx, node, "telemetry", keys))
+        return false;
+    if (!cfg_string(ctx, node, "telemetry", "listen", &t->listen) ||
+        !check_address(ctx, node, "telemetry", "listen", t->listen) ||
+        !cfg_string_list(ctx, node, "telemetry", "allowed_nets", CONFIG_MAX_LIST,
+                         &t->allowed_nets, NULL) ||
+        !check_nets(ctx, node, "telemetry", "allowed_nets", t->allowed_nets) ||
+        !cfg_duration_ms(ctx, node, "telemetry", "readiness_deadline", 10, 60000,
+                         &t->readiness_deadline_ms))
+        return false;
+    const struct ynode *checks = ynode_get(node, "readiness_checks");
+    if (checks == NULL)
+        return true;
+    if (checks->type != YNODE_SEQ)
+        return cfg_fail(ctx, checks, "telemetry.readiness_checks", "expected a list");
+    if (checks->count > 64)
+        return cfg_fail(ctx, checks, "telemetry.readiness_checks", "more than 64 checks");
+    t->checks = xcalloc(checks->count + 1, sizeof(*t->checks));
+    for (size_t i = 0; i < checks->count; i++) {
+        static const char *const ckeys[] = {"name", "tcp", "tls", NULL};
+        const struct ynode *c = checks->items[i];
+        const char *path = "telemetry.readiness_checks";
+        if (c->type != YNODE_MAP)
+            return cfg_fail(ctx, c, path, "each check is a mapping with name and tcp");
+        if (!cfg_check_keys(ctx, c, path, ckeys))
+            return false;
+        struct readiness_check_config *rc = &t->checks[t->check_count++];
+        if (!cfg_string(ctx, c, path, "name", &rc->name) ||
+            !cfg_string(ctx, c, path, "tcp", &rc->tcp) || !cfg_bool(ctx, c, path, "tls", &rc->tls))
+            return false;
+        if (rc->name == NULL || rc->name[0] == '\0')
+            return cfg_fail(ctx, c, path, "name is required");
+        if (rc->tcp == NULL)
+            return cfg_fail(ctx, c, path, "tcp (host:port) is required");
+        if (!check_address(ctx, c, path, "tcp", rc->tcp))
+            return false;
+    }
+    return true;
+}
+
+static bool read_tls(const struct cfg_ctx *ctx, const struct ynode *node, struct tls_config *t)
+{
+    static const char *const keys[] = {"enabled", "cert_file", "key_file", "ca_file",
+                                       "require_client_cert", NULL};
+    if (!cfg_expect_map(ctx, node, "internal_tls") ||
+        !cfg_check_keys(ctx, node, "internal_tls", keys))
+        return false;
+    if (!cfg_bool(ctx, node, "internal_tls", "enabled", &t->enabled) ||
+        !cfg_string(ctx, node, "internal_tls", "cert_file", &t->cert_file) ||
+        !cfg_string(ctx, node, "internal_tls", "key_file", &t->key_file) ||
+        !cfg_string(ctx, node, "internal_tls", "ca_file", &t->ca_file) ||
+        !cfg_bool(ctx, node, "internal_tls", "require_client_cert", &t->require_client_cert))
+        return false;
+    if (t->enabled && (t->cert_file == NULL || t->key_file == NULL))
+        return cfg_fail(ctx, node, "internal_tls", "enabled needs cert_file and key_file");
+    return true;
+}
+
+static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node,
+                             struct backend_api_config *b)
+{
+    static const char *const keys[] = {"listen",          "allowed_nets",   "token_env",
+                                       "auth_master_addr", "request_timeout", "stream_timeout",
+                                       "max_body_bytes",  "max_connections", NULL};
+    const char *p = "backend_api";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    return cfg_string(ctx, node, p, "listen", &b->listen) &&
+           check_address(ctx, node, p, "listen", b->listen) &&
+           cfg_string_list(ctx, node, p, "allowed_nets", CONFIG_MAX_LIST, &b->allowed_nets,
+                           NULL) &&
+           check_nets(ctx, node, p, "allowed_nets", b->allowed_nets) &&
+           cfg_string(ctx, node, p, "token_env", &b->token_env) &&
+           cfg_string(ctx, node, p, "auth_master_addr", &b->auth_master_addr) &&
+           cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000,
+                           &b->request_timeout_ms) &&
+           cfg_duration_ms(ctx, node, p, "stream_timeout", 100, 86400000,
+                           &b->stream_timeout_ms) &&
+           cfg_int(ctx, node, p, "max_body_bytes", 1024, 64 * 1024 * 1024, &b->max_body_bytes) &&
+           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &b->max_connections);
+}
+
+static bool valid_component(const char *name)
+{
+    for (size_t i = 0; config_component_names[i] != NULL; i++) {
+        if (strcmp(config_component_names[i], name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool check_components(const struct cfg_ctx *ctx, const struct ynode *node, char **list)
+{
+    for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
+        if (!valid_component(list[i]))
+            return cfg_fail(ctx, node, "components", "unknown component '%s'", list[i]);
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(list[k], list[i]) == 0)
+                return cfg_fail(ctx, node, "components", "'%s' listed twice", list[i]);
+        }
+    }
+    return true;
+}
+
+/* Environment overrides named in the specification. */
+static bool apply_env(const struct cfg_ctx *ctx, struct petrel_config *cfg)
+{
+    const char *level = getenv("LOG_LEVEL");
+    if (level != NULL && *level != '\0' && !log_level_parse(level, &cfg->log.base))
+        return petrel_error_set(ctx->err, PETREL_ERR_INVALID,
+                                "LOG_LEVEL: expected debug, info, warn or error, found '%s'",
+                                level);
+    const char *comp = getenv("PETREL_COMPONENT");
+    if (comp != NULL && *comp != '\0') {
+        char **list = xcalloc(CONFIG_MAX_LIST + 1, sizeof(char *));
+        size_t n = 0;
+        const char *p = comp;
+        while (*p != '\0' && n < CONFIG_MAX_LIST) {
+            size_t len = strcspn(p, ", ");
+            if (len > 0)
+                list[n++] = xstrndup(p, len);
+            p += len;
+            while (*p == ',' || *p == ' ')
+                p++;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!valid_component(list[i])) {
+                petrel_error_set(ctx->err, PETREL_ERR_INVALID,
+                                 "PETREL_COMPONENT: unknown component '%s'", list[i]);
+                cfg_strv_free(list);
+                return false;
+            }
+        }
+        cfg_strv_free(cfg->components);
+        cfg->components = list;
+    }
+    return true;
+}
+
+static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struct petrel_config *cfg)
+{
+    static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
+                                       "user",         "group",            "allow_root",
+                                       "shutdown_timeout", "telemetry",    "internal_tls",
+                                       "backend_api",  NULL};
+    if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
+        return false;
+    if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
+        !check_components(ctx, ynode_get(root, "components"), cfg->components) ||
+        !read_log(ctx, root, cfg) || !cfg_string(ctx, root, "", "user", &cfg->user) ||
+        !cfg_string(ctx, root, "", "group", &cfg->group) ||
+        !cfg_bool(ctx, root, "", "allow_root", &cfg->allow_root) ||
+        !cfg_duration_ms(ctx, root, "", "shutdown_timeout", 0, 3600000,
+                         &cfg->shutdown_timeout_ms) ||
+        !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
+        !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
+        !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api))
+        return false;
+    if (cfg->components == NULL) {
+        cfg->components = xcalloc(2, sizeof(char *));
+        cfg->components[0] = xstrdup("backend-api");
+    }
+    return true;
+}
+
+/* Builds the configuration from a parsed document; frees the document. */
+static struct petrel_config *config_from_doc(const char *name, struct ydoc *doc,
+                                             struct petrel_error *err)
+{
+    struct petrel_config *cfg = xcalloc(1, sizeof(*cfg));
+    cfg->file = xstrdup(name);
+    defaults(cfg);
+    struct cfg_ctx ctx = {.file = name, .err = err};
+    bool ok = read_root(&ctx, doc->root, cfg) && apply_env(&ctx, cfg);
+    ydoc_free(doc);
+    if (!ok) {
+        config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+struct petrel_config *config_parse(const char *name, const char *text, size_t len,
+                                   struct petrel_error *err)
+{
+    struct ydoc *doc = ydoc_parse(name, text, len, err);
+    return doc != NULL ? config_from_doc(name, doc, err) : NULL;
+}
+
+struct petrel_config *config_load(const char *path, struct petrel_error *err)
+{
+    struct ydoc *doc = ydoc_load_file(path, err);
+    return doc != NULL ? config_from_doc(path, doc, err) : NULL;
+}
+
+bool config_has_component(const struct petrel_config *cfg, const char *component)
+{
+    for (size_t i = 0; cfg->components != NULL && cfg->components[i] != NULL; i++) {
+        if (strcmp(cfg->components[i], component) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void print_list(FILE *out, const char *indent, const char *key, char **list)
+{
+    if (list == NULL || list[0] == NULL) {
+        fprintf(out, "%s%s: []\n", indent, key);
+        return;
+    }
+    fprintf(out, "%s%s:\n", indent, key);
+    for (size_t i = 0; list[i] != NULL; i++)
+        fprintf(out, "%s  - \"%s\"\n", indent, list[i]);
+}
+
+static const char *str_or_empty(const char *s)
+{
+    return s != NULL ? s : "";
+}
+
+void config_print(const struct petrel_config *cfg, FILE *out)
+{
+    fprintf(out, "# effective configuration of %s\n", cfg->file);
+    print_list(out, "", "components", cfg->components);
+    fprintf(out, "log_level: %s\n", log_level_name(cfg->log.base));
+    fprintf(out, "log_level_overrides:%s\n", cfg->log.override_count == 0 ? " {}" : "");
+    for (size_t i = 0; i < cfg->log.override_count; i++)
+        fprintf(out, "  %s: %s\n", cfg->log.overrides[i].component,
+                log_level_name(cfg->log.overrides[i].level));
+    fprintf(out, "user: \"%s\"\ngroup: \"%s\"\nallow_root: %s\n", str_or_empty(cfg->user),
+            str_or_empty(cfg->group), cfg->allow_root ? "true" : "false");
+    fprintf(out, "shutdown_timeout: %lldms\n", (long long)cfg->shutdown_timeout_ms);
+    fprintf(out, "telemetry:\n  listen: \"%s\"\n", cfg->telemetry.listen);
+    print_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);
+    fprintf(out, "  readiness_deadline: %lldms\n", (long long)cfg->telemetry.readiness_deadline_ms);
+    fprintf(out, "  readiness_checks:%s\n", cfg->telemetry.check_count == 0 ? " []" : "");
+    for (size_t i = 0; i < cfg->telemetry.check_count; i++)
+        fprintf(out, "    - {name: \"%s\", tcp: \"%s\", tls: %s}\n", cfg->telemetry.checks[i].name,
+                cfg->telemetry.checks[i].tcp, cfg->telemetry.checks[i].tls ? "true" : "false");
+    fprintf(out,
+            "internal_tls:\n  enabled: %s\n  cert_file: \"%s\"\n  key_file: \"%s\"\n"
+            "  ca_file: \"%s\"\n  require_client_cert: %s\n",
+            cfg->internal_tls.enabled ? "true" : "false", str_or_empty(cfg->internal_tls.cert_file),
+            str_or_empty(cfg->internal_tls.key_file), str_or_empty(cfg->internal_tls.ca_file),
+            cfg->internal_tls.require_client_cert ? "true" : "false");
+    const struct backend_api_config *b = &cfg->backend_api;
+    const char *token = getenv(b->token_env);
+    fprintf(out, "backend_api:\n  listen: \"%s\"\n", b->listen);
+    print_list(out, "  ", "allowed_nets", b->allowed_nets);
+    fprintf(out,
+            "  token_env: %s  # %s\n  auth_master_addr: \"%s\"\n  request_timeout: %lldms\n"
+            "  stream_timeout: %lldms\n  max_body_bytes: %lld\n  max_connections: %lld\n",
+            b->token_env, token != NULL && *token != '\0' ? "set" : "unset: auth disabled",
+            b->auth_master_addr, (long long)b->request_timeout_ms,
+            (long long)b->stream_timeout_ms, (long long)b->max_body_bytes,
+            (long long)b->max_connections);
+}

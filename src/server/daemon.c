@@ -1,0 +1,270 @@
+#include "server/daemon.h"
+
+#include "core/log.h"
+#include "core/metrics.h"
+#include "core/xalloc.h"
+#include "net/readiness.h"
+#include "net/tls.h"
+#include "server/config.h"
+#include "server/privileges.h"
+#include "services/backend-api/backend-api.h"
+#include "services/service.h"
+#include "services/telemetry/telemetry.h"
+#include "version.h"
+
+#include <event2/event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define COMPONENT "petreld"
+
+/* The process's top-level context: everything mutable the process owns. */
+struct petrel_context {
+    struct event_base *base;
+    struct petrel_config *config;
+    struct log_levels log_levels;
+    struct metrics_registry *metrics;
+    struct readiness *readiness;
+    SSL_CTX *internal_tls;
+    struct service_env env;
+    struct telemetry *telemetry;
+    struct backend_api *backend_api;
+    bool stopping;
+    struct timespec stop_started;
+    struct event *sig_term;
+    struct event *sig_int;
+    struct event *sig_hup;
+    struct event *drain_poll;
+};
+
+static size_t in_flight(const struct petrel_context *ctx)
+{
+    size_t n = 0;
+    if (ctx->backend_api != NULL)
+        n += backend_api_in_flight(ctx->backend_api);
+    return n;
+}
+
+static double since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
+}
+
+static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct petrel_context *ctx = arg;
+    size_t busy = in_flight(ctx);
+    double waited = since(&ctx->stop_started);
+    if (busy == 0 || waited * 1000 >= (double)ctx->config->shutdown_timeout_ms) {
+        if (busy > 0)
+            log_warn(COMPONENT, "shutdown timeout reached", "abandoned_requests=%zu", busy);
+        event_base_loopbreak(ctx->base);
+        return;
+    }
+    struct timeval tv = {0, 50000};
+    evtimer_add(ctx->drain_poll, &tv);
+}
+
+static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
+{
+    if (ctx->stopping) {
+        log_warn(COMPONENT, "second stop signal, exiting now", "signal=%s", signal_name);
+        event_base_loopbreak(ctx->base);
+        return;
+    }
+    ctx->stopping = true;
+    clock_gettime(CLOCK_MONOTONIC, &ctx->stop_started);
+    log_info(COMPONENT, "stopping", "signal=%s in_flight=%zu", signal_name, in_flight(ctx));
+    if (ctx->backend_api != NULL)
+        backend_api_stop_accepting(ctx->backend_api);
+    if (ctx->telemetry != NULL)
+        telemetry_stop_accepting(ctx->telemetry);
+    ctx->drain_poll = evtimer_new(ctx->base, drain_poll_cb, ctx);
+    drain_poll_cb(-1, 0, ctx);
+}
+
+static void reload_log_levels(struct petrel_context *ctx)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    struct petrel_config *fresh = config_load(ctx->config->file, &err);
+    if (fresh == NULL) {
+        log_error(COMPONENT, "reload failed, keeping current settings", "error=\"%s\"",
+                  err.message);
+        return;
+    }
+    ctx->log_levels = fresh->log;
+    config_free(fresh);
+    if (ctx->telemetry != NULL)
+        telemetry_level_reloaded(ctx->telemetry);
+    log_info(COMPONENT, "log levels reloaded", "level=%s overrides=%zu",
+             log_level_name(ctx->log_levels.base), ctx->log_levels.override_count);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct petrel_context *ctx = arg;
+    if (sig == SIGHUP)
+        reload_log_levels(ctx);
+    else
+        begin_shutdown(ctx, sig == SIGTERM ? "TERM" : "INT");
+}
+
+static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
+{
+    ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
+    if (ctx->telemetry == NULL)
+        return false;
+    if (config_has_component(ctx->config, "backend-api")) {
+        ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api, err);
+        if (ctx->backend_api == NULL)
+            return false;
+    }
+    return true;
+}
+
+static void context_free(struct petrel_context *ctx)
+{
+    backend_api_free(ctx->backend_api);
+    telemetry_free(ctx->telemetry);
+    readiness_free(ctx->readiness);
+    if (ctx->internal_tls != NULL)
+        SSL_CTX_free(ctx->internal_tls);
+    metrics_registry_free(ctx->metrics);
+    if (ctx->sig_term != NULL)
+        event_free(ctx->sig_term);
+    if (ctx->sig_int != NULL)
+        event_free(ctx->sig_int);
+    if (ctx->sig_hup != NULL)
+        event_free(ctx->sig_hup);
+    if (ctx->drain_poll != NULL)
+        event_free(ctx->drain_poll);
+    if (ctx->base != NULL)
+        event_base_free(ctx->base);
+    log_install(NULL);
+    config_free(ctx->config);
+}
+
+static bool override_components(struct petrel_config *cfg, const char *const *names,
+                                struct petrel_error *err)
+{
+    size_t n = 0;
+    while (names[n] != NULL)
+        n++;
+    char **list = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        bool known = false;
+        for (size_t k = 0; config_component_names[k] != NULL; k++)
+            known = known || strcmp(config_component_names[k], names[i]) == 0;
+        if (!known) {
+            for (size_t k = 0; k < i; k++)
+                free(list[k]);
+            free(list);
+            return petrel_error_set(err, PETREL_ERR_INVALID, "--component: unknown component '%s'",
+                                    names[i]);
+        }
+        list[i] = xstrdup(names[i]);
+    }
+    for (size_t i = 0; cfg->components[i] != NULL; i++)
+        free(cfg->components[i]);
+    free(cfg->components);
+    cfg->components = list;
+    return true;
+}
+
+int daemon_run(const struct daemon_options *opts)
+{
+    struct petrel_context ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    struct petrel_error err;
+    petrel_error_clear(&err);
+
+    ctx.config = config_load(opts->config_path, &err);
+    if (ctx.config == NULL) {
+        fprintf(stderr, "petreld: %s\n", err.message);
+        return 2;
+    }
+    if (opts->components != NULL && opts->components[0] != NULL &&
+        !override_components(ctx.config, opts->components, &err)) {
+        fprintf(stderr, "petreld: %s\n", err.message);
+        config_free(ctx.config);
+        return 2;
+    }
+    if (opts->check_config) {
+        config_print(ctx.config, stdout);
+        fprintf(stderr, "petreld: %s: configuration is valid\n", ctx.config->file);
+        config_free(ctx.config);
+        return 0;
+    }
+
+    ctx.log_levels = ctx.config->log;
+    log_install(&ctx.log_levels);
+    signal(SIGPIPE, SIG_IGN);
+    ctx.base = event_base_new();
+    if (ctx.base == NULL)
+        petrel_fatal("event_base_new failed");
+    ctx.metrics = metrics_registry_new();
+    static const char *const build_labels[] = {"version", NULL};
+    const char *build_values[] = {PETREL_VERSION};
+    metric_set(metric_series_get(metrics_gauge(ctx.metrics, "petrel_build_info",
+                                               "Always 1; the version label names the build.",
+                                               build_labels),
+                                 build_values),
+               1);
+    ctx.readiness = readiness_new(ctx.base, ctx.metrics);
+
+    int rc = 1;
+    const struct tls_config *tls = &ctx.config->internal_tls;
+    if (tls->enabled) {
+        struct tls_server_options topts = {
+            .cert_file = tls->cert_file,
+            .key_file = tls->key_file,
+            .ca_file = tls->ca_file,
+            .require_client_cert = tls->require_client_cert,
+        };
+        ctx.internal_tls = tls_server_ctx_new(&topts, &err);
+        if (ctx.internal_tls == NULL) {
+            log_error(COMPONENT, "cannot start", "error=\"internal_tls: %s\"", err.message);
+            goto out;
+        }
+    }
+    ctx.env.base = ctx.base;
+    ctx.env.metrics = ctx.metrics;
+    ctx.env.readiness = ctx.readiness;
+    ctx.env.internal_tls = ctx.internal_tls;
+    ctx.env.tls_client_cert = tls->enabled ? tls->cert_file : NULL;
+    ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
+
+    if (!start_components(&ctx, &err)) {
+        log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
+        goto out;
+    }
+    if (!privileges_drop(ctx.config->user, ctx.config->group, ctx.config->allow_root, &err)) {
+        log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
+        goto out;
+    }
+    ctx.sig_term = evsignal_new(ctx.base, SIGTERM, signal_cb, &ctx);
+    ctx.sig_int = evsignal_new(ctx.base, SIGINT, signal_cb, &ctx);
+    ctx.sig_hup = evsignal_new(ctx.base, SIGHUP, signal_cb, &ctx);
+    evsignal_add(ctx.sig_term, NULL);
+    evsignal_add(ctx.sig_int, NULL);
+    evsignal_add(ctx.sig_hup, NULL);
+
+    log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s backend_api=%s",
+             PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
+             ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off");
+    event_base_dispatch(ctx.base);
+    log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
+    rc = 0;
+out:
+    context_free(&ctx);
+    return rc;
+}

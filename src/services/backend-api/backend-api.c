@@ -1,0 +1,76 @@
+#include "services/backend-api/backend-api.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COMPONENT "backend-api"
+
+struct backend_api {
+    struct http_server *http;
+    struct cidr_list allowed;
+};
+
+struct backend_api *backend_api_start(const struct service_env *env,
+                                      const struct backend_api_config *cfg,
+                                      struct petrel_error *err)
+{
+    struct backend_api *api = xcalloc(1, sizeof(*api));
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &api->allowed, err)) {
+        free(api);
+        return NULL;
+    }
+    const char *token = getenv(cfg->token_env);
+    if (token == NULL || *token == '\0')
+        log_warn(COMPONENT, "API authentication disabled",
+                 "reason=\"%s is empty\" hint=\"set it in production\"", cfg->token_env);
+    struct http_server_options opts = {
+        .name = COMPONENT,
+        .max_body = (size_t)cfg->max_body_bytes,
+        .timeout_ms = cfg->request_timeout_ms,
+        .stream_timeout_ms = cfg->stream_timeout_ms,
+        .max_connections = (size_t)cfg->max_connections,
+        .token = token,
+        .allowed_nets = &api->allowed,
+        .tls = env->internal_tls,
+        .metrics = env->metrics,
+    };
+    api->http = http_server_new(env->base, &opts);
+    backend_api_register_health(api->http, cfg);
+    if (!http_server_listen(api->http, cfg->listen, err)) {
+        backend_api_free(api);
+        return NULL;
+    }
+    readiness_add_tcp(env->readiness, "backend-api-listener", http_server_address(api->http),
+                      env->internal_tls != NULL, env->tls_client_cert, env->tls_client_key);
+    log_info(COMPONENT, "listening", "addr=%s tls=%s auth=%s", http_server_address(api->http),
+             env->internal_tls != NULL ? "on" : "off",
+             token != NULL && *token != '\0' ? "token" : "off");
+    return api;
+}
+
+const char *backend_api_address(const struct backend_api *api)
+{
+    return http_server_address(api->http);
+}
+
+void backend_api_stop_accepting(struct backend_api *api)
+{
+    http_server_stop_accepting(api->http);
+}
+
+size_t backend_api_in_flight(const struct backend_api *api)
+{
+    return http_server_in_flight(api->http);
+}
+
+void backend_api_free(struct backend_api *api)
+{
+    if (api == NULL)
+        return;
+    http_server_free(api->http);
+    cidr_list_free(&api->allowed);
+    free(api);
+}

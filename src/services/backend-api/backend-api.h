@@ -1,0 +1,44 @@
+/* The backend-plane operator HTTP API (specification document 1), default
+ * :9105. This module owns the listener, authentication (allow-list before
+ * bearer token from the environment), internal TLS, and the route table;
+ * each API area registers its routes from its own file (api-health.c, ...). */
+#ifndef PETREL_SERVICES_BACKEND_API_H
+#define PETREL_SERVICES_BACKEND_API_H
+
+#include "core/error.h"
+#include "net/http-server.h"
+#include "services/service.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The `backend_api` configuration section. */
+struct backend_api_config {
+    char *listen;
+    char **allowed_nets; /* NULL-terminated; NULL = every client */
+    char *token_env;     /* environment variable holding the bearer token */
+    char *auth_master_addr;
+    int64_t request_timeout_ms;
+    int64_t stream_timeout_ms;
+    int64_t max_body_bytes;
+    int64_t max_connections;
+};
+
+struct backend_api;
+
+/* Binds the listener and registers every area's routes. The token is read
+ * from the environment now; an empty token disables authentication (a
+ * warning is logged). */
+struct backend_api *backend_api_start(const struct service_env *env,
+                                      const struct backend_api_config *cfg,
+                                      struct petrel_error *err);
+const char *backend_api_address(const struct backend_api *api);
+void backend_api_stop_accepting(struct backend_api *api);
+size_t backend_api_in_flight(const struct backend_api *api);
+void backend_api_free(struct backend_api *api);
+
+/* Area registration (one file each). */
+void backend_api_register_health(struct http_server *http, const struct backend_api_config *cfg);
+
+#endif

@@ -1,0 +1,238 @@
+#include "services/telemetry/telemetry.h"
+
+#include "core/buf.h"
+#include "core/cfg-read.h"
+#include "core/json-util.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/http-server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define COMPONENT "telemetry"
+
+struct telemetry {
+    const struct service_env *env;
+    struct http_server *http;
+    struct cidr_list allowed;
+    int64_t deadline_ms;
+    struct metric_family *log_level_gauge;
+    struct event *revert_timer;
+    enum log_level revert_to;
+    time_t revert_at;
+};
+
+static void collect_log_level(void *arg)
+{
+    struct telemetry *t = arg;
+    /* One series at a time: the current level. */
+    metric_family_reset(t->log_level_gauge);
+    enum log_level level = log_level_for(NULL);
+    const char *values[] = {log_level_name(level)};
+    metric_set(metric_series_get(t->log_level_gauge, values), (double)level);
+}
+
+static void handle_healthz(struct http_request *req, void *ctx)
+{
+    (void)ctx;
+    http_reply(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
+}
+
+struct readyz_call {
+    struct http_request *req;
+    bool cancelled;
+};
+
+static void readyz_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
+{
+    (void)req;
+    (void)why;
+    struct readyz_call *call = ctx;
+    call->cancelled = true;
+}
+
+static void readyz_done(const struct readiness_result *results, size_t count, bool ready,
+                        void *ctx)
+{
+    struct readyz_call *call = ctx;
+    if (!call->cancelled) {
+        json_t *checks = json_array();
+        for (size_t i = 0; i < count; i++) {
+            json_t *c = json_pack("{s:s, s:b}", "name", results[i].name, "ok", results[i].ok);
+            if (!results[i].ok && results[i].error != NULL)
+                json_object_set_new(c, "error", json_string(results[i].error));
+            json_array_append_new(checks, c);
+        }
+        json_t *body = json_pack("{s:b, s:o}", "ready", ready, "checks", checks);
+        http_request_set_cancel(call->req, NULL, NULL);
+        http_reply_json(call->req, ready ? 200 : 503, body);
+    }
+    free(call);
+}
+
+static void handle_readyz(struct http_request *req, void *ctx)
+{
+    struct telemetry *t = ctx;
+    struct readyz_call *call = xcalloc(1, sizeof(*call));
+    call->req = req;
+    http_request_set_cancel(req, readyz_cancel, call);
+    readiness_run(t->env->readiness, t->deadline_ms, readyz_done, call);
+}
+
+static void handle_metrics(struct http_request *req, void *ctx)
+{
+    struct telemetry *t = ctx;
+    struct buf out = {0};
+    metrics_render(t->env->metrics, &out);
+    http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", out.data, out.len);
+    buf_free(&out);
+}
+
+static json_t *level_reply(struct telemetry *t)
+{
+    json_t *body = json_pack("{s:s}", "level", log_level_name(log_level_for(NULL)));
+    if (t->revert_at != 0) {
+        json_object_set_new(body, "reverts_to", json_string(log_level_name(t->revert_to)));
+        json_object_set_new(body, "reverts_in_secs",
+                            json_integer((json_int_t)(t->revert_at - time(NULL))));
+    }
+    return body;
+}
+
+static void handle_get_level(struct http_request *req, void *ctx)
+{
+    http_reply_json(req, 200, level_reply(ctx));
+}
+
+static void revert_level(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct telemetry *t = arg;
+    struct log_levels *levels = log_installed();
+    if (levels != NULL) {
+        enum log_level from = levels->base;
+        levels->base = t->revert_to;
+        log_info(COMPONENT, "log level reverted", "from=%s to=%s", log_level_name(from),
+                 log_level_name(t->revert_to));
+    }
+    t->revert_at = 0;
+}
+
+static void handle_set_level(struct http_request *req, void *ctx)
+{
+    struct telemetry *t = ctx;
+    json_t *body = http_request_json(req);
+    if (body == NULL)
+        return;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    const char *name = NULL;
+    const char *ttl = NULL;
+    enum log_level level;
+    int64_t ttl_ms = 0;
+    if (!json_get_string(body, "level", true, &name, &err) ||
+        !json_get_string(body, "ttl", false, &ttl, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+    } else if (!log_level_parse(name, &level)) {
+        http_reply_error(req, 400, "unknown level '%s' (debug, info, warn, error)", name);
+    } else if (ttl != NULL && (!duration_parse_ms(ttl, &ttl_ms) || ttl_ms <= 0 ||
+                               ttl_ms > 7LL * 86400 * 1000)) {
+        http_reply_error(req, 400, "invalid ttl '%s' (a duration such as 30s, 5m, 1h)", ttl);
+    } else {
+        struct log_levels *levels = log_installed();
+        enum log_level previous = levels->base;
+        if (t->revert_at != 0) {
+            /* A new change replaces the pending revert; revert to the original level. */
+            previous = t->revert_to;
+            evtimer_del(t->revert_timer);
+            t->revert_at = 0;
+        }
+        levels->base = level;
+        if (ttl_ms > 0) {
+            t->revert_to = previous;
+            t->revert_at = time(NULL) + (time_t)((ttl_ms + 999) / 1000);
+            struct timeval tv = {.tv_sec = (time_t)(ttl_ms / 1000),
+                                 .tv_usec = (suseconds_t)((ttl_ms % 1000) * 1000)};
+            evtimer_add(t->revert_timer, &tv);
+        }
+        log_info(COMPONENT, "log level changed", "level=%s ttl_ms=%lld peer=%s",
+                 log_level_name(level), (long long)ttl_ms, http_request_peer_ip(req));
+        http_reply_json(req, 200, level_reply(t));
+    }
+    json_decref(body);
+}
+
+struct telemetry *telemetry_start(const struct service_env *env, const struct telemetry_config *cfg,
+                                  struct petrel_error *err)
+{
+    struct telemetry *t = xcalloc(1, sizeof(*t));
+    t->env = env;
+    t->deadline_ms = cfg->readiness_deadline_ms > 0 ? cfg->readiness_deadline_ms : 800;
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &t->allowed, err)) {
+        free(t);
+        return NULL;
+    }
+    static const char *const labels[] = {"level", NULL};
+    t->log_level_gauge = metrics_gauge(
+        env->metrics, "petrel_log_level",
+        "Current log level; the value is the numeric level (debug -4, info 0, warn 4, error 8).",
+        labels);
+    metrics_add_collector(env->metrics, collect_log_level, t);
+    t->revert_timer = evtimer_new(env->base, revert_level, t);
+
+    struct http_server_options opts = {
+        .name = COMPONENT,
+        .allowed_nets = &t->allowed,
+        .metrics = env->metrics,
+        .max_body = 64 * 1024,
+    };
+    t->http = http_server_new(env->base, &opts);
+    /* The allow-list applies to every path but /healthz (node probes). */
+    http_server_route(t->http, HTTP_GET, "/healthz", HTTP_ROUTE_PUBLIC, handle_healthz, t);
+    http_server_route(t->http, HTTP_GET, "/readyz", 0, handle_readyz, t);
+    http_server_route(t->http, HTTP_GET, "/metrics", 0, handle_metrics, t);
+    http_server_route(t->http, HTTP_GET, "/debug/loglevel", 0, handle_get_level, t);
+    http_server_route(t->http, HTTP_POST, "/debug/loglevel", 0, handle_set_level, t);
+    for (size_t i = 0; i < cfg->check_count; i++)
+        readiness_add_tcp(env->readiness, cfg->checks[i].name, cfg->checks[i].tcp,
+                          cfg->checks[i].tls, NULL, NULL);
+    if (!http_server_listen(t->http, cfg->listen, err)) {
+        telemetry_free(t);
+        return NULL;
+    }
+    log_info(COMPONENT, "listening", "addr=%s", http_server_address(t->http));
+    return t;
+}
+
+const char *telemetry_address(const struct telemetry *t)
+{
+    return http_server_address(t->http);
+}
+
+void telemetry_level_reloaded(struct telemetry *t)
+{
+    if (t->revert_at != 0) {
+        evtimer_del(t->revert_timer);
+        t->revert_at = 0;
+    }
+}
+
+void telemetry_stop_accepting(struct telemetry *t)
+{
+    http_server_stop_accepting(t->http);
+}
+
+void telemetry_free(struct telemetry *t)
+{
+    if (t == NULL)
+        return;
+    metrics_remove_collector(t->env->metrics, collect_log_level, t);
+    http_server_free(t->http);
+    event_free(t->revert_timer);
+    cidr_list_free(&t->allowed);
+    free(t);
+}
