@@ -4,6 +4,7 @@
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/http-router.h"
 #include "net/sockaddr.h"
 
 #include <arpa/inet.h>
@@ -33,16 +34,6 @@
 #define HTTP_HEAD_READ_TIMEOUT_MS 30000
 #define HTTP_WRITE_TIMEOUT_S 60
 #define HTTP_LINGER_MS 2000
-
-struct route {
-    enum http_method method;
-    char *pattern;
-    char **segments;
-    size_t segment_count;
-    unsigned flags;
-    http_handler_fn fn;
-    void *ctx;
-};
 
 struct listener {
     struct evconnlistener *evl;
@@ -80,16 +71,14 @@ struct http_request {
     char *raw_query;
     char *segments[HTTP_MAX_SEGMENTS];
     size_t segment_count;
-    const char *param_names[HTTP_MAX_PARAMS];
-    const char *param_values[HTTP_MAX_PARAMS];
-    size_t param_count;
+    struct http_route_match match;
     bool query_parsed;
     struct query_param query[HTTP_MAX_QUERY_PARAMS];
     size_t query_count;
     struct buf body;
     uint64_t body_remaining;
     struct http_chunked chunked;
-    const struct route *route;
+    const struct http_route *route;
     bool dispatched;
     bool answered; /* response fully produced (or abandoned) */
     bool in_cancel;       /* inside the cancel callback: freeing is deferred */
@@ -123,9 +112,7 @@ struct http_server {
     struct cidr_list allowed;
     SSL_CTX *tls;
     struct metric_family *request_seconds;
-    struct route *routes;
-    size_t route_count;
-    size_t route_cap;
+    struct http_router router;
     struct listener *listeners;
     size_t listener_count;
     size_t listener_cap;
@@ -296,39 +283,17 @@ struct http_server *http_server_new(struct event_base *base,
     return srv;
 }
 
-static void split_segments(const char *pattern, char ***out, size_t *count)
-{
-    char **segs = NULL;
-    size_t n = 0;
-    size_t cap = 0;
-    const char *p = pattern;
-    while (*p == '/')
-        p++;
-    while (*p != '\0') {
-        const char *slash = strchr(p, '/');
-        size_t len = slash != NULL ? (size_t)(slash - p) : strlen(p);
-        segs = xgrow(segs, &cap, n + 1, sizeof(*segs));
-        segs[n++] = xstrndup(p, len);
-        p += len;
-        while (*p == '/')
-            p++;
-    }
-    *out = segs;
-    *count = n;
-}
-
 void http_server_route(struct http_server *srv, enum http_method method, const char *pattern,
                        unsigned flags, http_handler_fn fn, void *ctx)
 {
-    srv->routes = xgrow(srv->routes, &srv->route_cap, srv->route_count + 1, sizeof(*srv->routes));
-    struct route *r = &srv->routes[srv->route_count++];
-    memset(r, 0, sizeof(*r));
-    r->method = method;
-    r->pattern = xstrdup(pattern);
-    split_segments(pattern, &r->segments, &r->segment_count);
-    r->flags = flags;
-    r->fn = fn;
-    r->ctx = ctx;
+    /* Function pointers travel through the router as data. */
+    union {
+        http_handler_fn fn;
+        void *ptr;
+    } handler;
+    memset(&handler, 0, sizeof(handler));
+    handler.fn = fn;
+    http_router_add(&srv->router, method, pattern, flags, handler.ptr, ctx);
 }
 
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
@@ -793,38 +758,6 @@ static bool authorized(struct http_server *srv, struct http_request *req)
     return CRYPTO_memcmp(digest, srv->token_digest, sizeof(digest)) == 0;
 }
 
-static bool route_matches_path(const struct route *r, struct http_request *req, bool bind)
-{
-    if (r->segment_count != req->segment_count)
-        return false;
-    size_t params = 0;
-    for (size_t i = 0; i < r->segment_count; i++) {
-        const char *pat = r->segments[i];
-        size_t plen = strlen(pat);
-        if (plen >= 2 && pat[0] == '{' && pat[plen - 1] == '}') {
-            if (req->segments[i][0] == '\0')
-                return false;
-            if (bind && params < HTTP_MAX_PARAMS) {
-                /* The name without braces lives in the route; point into it. */
-                req->param_names[params] = pat;
-                req->param_values[params] = req->segments[i];
-                params++;
-            }
-            continue;
-        }
-        if (strcmp(pat, req->segments[i]) != 0)
-            return false;
-    }
-    if (bind)
-        req->param_count = params;
-    return true;
-}
-
-static bool method_matches(enum http_method route_method, enum http_method m)
-{
-    return route_method == m || (route_method == HTTP_GET && m == HTTP_HEAD);
-}
-
 static void dispatch(struct http_conn *conn, struct http_request *req)
 {
     struct http_server *srv = conn->srv;
@@ -832,27 +765,12 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     evtimer_del(conn->timer);
     clock_gettime(CLOCK_MONOTONIC, &req->start);
 
-    /* Find the route first only to learn whether it is public. */
-    const struct route *match = NULL;
-    bool path_known = false;
-    char allow[128] = "";
-    for (size_t i = 0; i < srv->route_count; i++) {
-        const struct route *r = &srv->routes[i];
-        if (!route_matches_path(r, req, false))
-            continue;
-        path_known = true;
-        if (strstr(allow, http_method_name(r->method)) == NULL) {
-            size_t used = strlen(allow);
-            snprintf(allow + used, sizeof(allow) - used, "%s%s", used > 0 ? ", " : "",
-                     http_method_name(r->method));
-            if (r->method == HTTP_GET && strstr(allow, "HEAD") == NULL) {
-                used = strlen(allow);
-                snprintf(allow + used, sizeof(allow) - used, ", HEAD");
-            }
-        }
-        if (match == NULL && method_matches(r->method, req->method))
-            match = r;
-    }
+    char allow[128];
+    enum http_route_result found = http_router_match(&srv->router, req->method, req->segments,
+                                                     req->segment_count, &req->match, allow,
+                                                     sizeof(allow));
+    const struct http_route *match = found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
+    bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
     bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
     if (!is_public) {
         if (srv->allowed.count > 0 &&
@@ -882,7 +800,6 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
         }
         return;
     }
-    route_matches_path(match, req, true);
     req->route = match;
     req->dispatched = true;
     srv->in_flight++;
@@ -890,7 +807,12 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     struct timeval tv =
         ms_to_tv((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
     evtimer_add(req->timeout, &tv);
-    match->fn(req, match->ctx);
+    union {
+        void *ptr;
+        http_handler_fn fn;
+    } handler;
+    handler.ptr = match->handler;
+    handler.fn(req, match->ctx);
 }
 
 /* Splits the request target into decoded path segments and the raw query. */
@@ -1131,11 +1053,9 @@ const char *http_request_path(const struct http_request *req)
 
 const char *http_request_param(const struct http_request *req, const char *name)
 {
-    size_t nlen = strlen(name);
-    for (size_t i = 0; i < req->param_count; i++) {
-        const char *pat = req->param_names[i]; /* "{name}" */
-        if (strlen(pat) == nlen + 2 && strncmp(pat + 1, name, nlen) == 0)
-            return req->param_values[i];
+    for (size_t i = 0; i < req->match.param_count; i++) {
+        if (strcmp(req->match.names[i], name) == 0)
+            return req->match.values[i];
     }
     return NULL;
 }
@@ -1253,14 +1173,7 @@ void http_server_free(struct http_server *srv)
         if (srv->conns == conn)
             conn_free(conn);
     }
-    for (size_t i = 0; i < srv->route_count; i++) {
-        struct route *r = &srv->routes[i];
-        for (size_t k = 0; k < r->segment_count; k++)
-            free(r->segments[k]);
-        free(r->segments);
-        free(r->pattern);
-    }
-    free(srv->routes);
+    http_router_free(&srv->router);
     cidr_list_free(&srv->allowed);
     if (srv->tls != NULL)
         SSL_CTX_free(srv->tls);
