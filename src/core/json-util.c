@@ -1,6 +1,9 @@
 #include "core/json-util.h"
 
+#include "core/buf.h"
 #include "core/xalloc.h"
+
+#include <stdio.h>
 
 #include <string.h>
 
@@ -112,4 +115,71 @@ char *json_dump_compact(const json_t *value)
     if (s == NULL)
         petrel_fatal("json_dumps failed");
     return s;
+}
+
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 when invalid. */
+static size_t utf8_sequence(const unsigned char *p, size_t avail)
+{
+    unsigned char c = p[0];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if ((c & 0xe0) == 0xc0) {
+        n = 2;
+        cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3;
+        cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        n = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n > avail)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+void json_append_string(struct buf *out, const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    buf_reserve(out, len + 2);
+    buf_append_char(out, '"');
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            buf_append(out, esc, 2);
+            i++;
+        } else if (c < 0x20) {
+            char esc[8];
+            snprintf(esc, sizeof(esc), "\\u%04x", c);
+            buf_append(out, esc, 6);
+            i++;
+        } else if (c < 0x80) {
+            buf_append_char(out, (char)c);
+            i++;
+        } else {
+            size_t n = utf8_sequence(p + i, len - i);
+            if (n == 0) {
+                buf_append(out, "\xef\xbf\xbd", 3);
+                i++;
+            } else {
+                buf_append(out, s + i, n);
+                i += n;
+            }
+        }
+    }
+    buf_append_char(out, '"');
 }

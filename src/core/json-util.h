@@ -29,6 +29,11 @@ bool json_get_object(const json_t *obj, const char *key, bool required, json_t *
 bool json_get_array(const json_t *obj, const char *key, bool required, json_t **out,
                     struct petrel_error *err);
 
+/* Appends `s` as a JSON string literal (with quotes). Invalid UTF-8 bytes
+ * become U+FFFD so the output is always valid JSON. */
+struct buf;
+void json_append_string(struct buf *out, const char *s, size_t len);
+
 /* Serialises compactly into a fresh string (caller frees). */
 char *json_dump_compact(const json_t *value);
 

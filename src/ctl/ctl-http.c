@@ -106,8 +106,12 @@ enum ctl_exit ctl_http(const struct ctl_target *t, const char *method, const cha
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &data);
     memset(resp, 0, sizeof(*resp));
     enum ctl_exit rc = perform(curl, url, &resp->status);
-    resp->len = data.len;
-    resp->body = buf_steal(&data);
+    if (rc == CTL_OK) {
+        resp->len = data.len;
+        resp->body = buf_steal(&data);
+    } else {
+        buf_free(&data); /* callers only free a response they got with CTL_OK */
+    }
     curl_slist_free_all(headers);
     curl_easy_cleanup(curl);
     free(url);

@@ -37,7 +37,7 @@ bool cidr_parse(const char *text, struct cidr *out, struct petrel_error *err)
         char *end = NULL;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (*p == '\0' || *p == '-' || *p == '+' || *end != '\0' || errno != 0 || v < 0 ||
+        if (*p < '0' || *p > '9' || *end != '\0' || errno != 0 || v < 0 ||
             (unsigned long)v > max_prefix)
             return petrel_error_set(err, PETREL_ERR_INVALID, "invalid prefix length in '%s'",
                                     text);

@@ -105,21 +105,6 @@ static bool has_token(struct http_slice v, const char *token)
     return false;
 }
 
-/* The last element of a comma list (transfer codings apply in order). */
-static struct http_slice last_token(struct http_slice v)
-{
-    size_t end = v.len;
-    while (end > 0 && (v.ptr[end - 1] == ' ' || v.ptr[end - 1] == '\t'))
-        end--;
-    size_t start = end;
-    while (start > 0 && v.ptr[start - 1] != ',')
-        start--;
-    while (start < end && (v.ptr[start] == ' ' || v.ptr[start] == '\t'))
-        start++;
-    struct http_slice s = {v.ptr + start, end - start};
-    return s;
-}
-
 enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_head,
                                        size_t max_target, struct http_head *out, size_t *head_len,
                                        struct http_parse_error *err)
@@ -230,7 +215,9 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
             out->content_length = v;
         } else if (slice_eq(hdr->name, "Transfer-Encoding")) {
             saw_te = true;
-            if (!slice_eq(last_token(hdr->value), "chunked"))
+            /* Only "chunked", once: any other coding (even under chunked) would
+             * reach the handler undecoded. */
+            if (out->chunked || !slice_eq(hdr->value, "chunked"))
                 return fail(err, 501, "unsupported transfer coding");
             if (out->version_minor == 0)
                 return fail(err, 400, "chunked transfer coding in HTTP/1.0");

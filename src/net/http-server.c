@@ -113,6 +113,12 @@ struct http_server {
     SSL_CTX *tls;
     struct metric_family *request_seconds;
     struct http_router router;
+    struct cleanup {
+        void (*fn)(void *ctx);
+        void *ctx;
+    } *cleanups;
+    size_t cleanup_count;
+    size_t cleanup_cap;
     struct listener *listeners;
     size_t listener_count;
     size_t listener_cap;
@@ -412,6 +418,15 @@ void http_server_stop_accepting(struct http_server *srv)
             conn->close_when_flushed = true;
         conn = next;
     }
+}
+
+void http_server_on_free(struct http_server *srv, void (*fn)(void *ctx), void *ctx)
+{
+    srv->cleanups = xgrow(srv->cleanups, &srv->cleanup_cap, srv->cleanup_count + 1,
+                          sizeof(*srv->cleanups));
+    srv->cleanups[srv->cleanup_count].fn = fn;
+    srv->cleanups[srv->cleanup_count].ctx = ctx;
+    srv->cleanup_count++;
 }
 
 size_t http_server_in_flight(const struct http_server *srv)
@@ -1174,6 +1189,9 @@ void http_server_free(struct http_server *srv)
             conn_free(conn);
     }
     http_router_free(&srv->router);
+    for (size_t i = srv->cleanup_count; i > 0; i--)
+        srv->cleanups[i - 1].fn(srv->cleanups[i - 1].ctx);
+    free(srv->cleanups);
     cidr_list_free(&srv->allowed);
     if (srv->tls != NULL)
         SSL_CTX_free(srv->tls);

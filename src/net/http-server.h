@@ -69,6 +69,8 @@ const char *http_server_address(const struct http_server *srv);
  * also answer HEAD. */
 void http_server_route(struct http_server *srv, enum http_method method, const char *pattern,
                        unsigned flags, http_handler_fn fn, void *ctx);
+/* Registers `fn(ctx)` to run when the server is freed (route contexts). */
+void http_server_on_free(struct http_server *srv, void (*fn)(void *ctx), void *ctx);
 /* Stops accepting and closes idle connections; in-flight requests finish. */
 void http_server_stop_accepting(struct http_server *srv);
 /* Number of requests whose handler has not finished. */

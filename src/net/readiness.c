@@ -30,6 +30,7 @@ struct readiness {
     struct check *checks;
     size_t count;
     size_t cap;
+    struct run *active; /* runs not finished yet (finished early by readiness_free) */
 };
 
 struct run;
@@ -47,6 +48,7 @@ struct run {
     size_t pending;
     size_t refs; /* the run itself + probes still out */
     bool finished;
+    struct run *next_active;
     struct readiness_probe *probes;
     struct readiness_result *results;
     char **errors;
@@ -54,6 +56,8 @@ struct run {
     readiness_done_fn done;
     void *done_ctx;
 };
+
+static void run_finish(struct run *run);
 
 struct readiness *readiness_new(struct event_base *base, struct metrics_registry *metrics)
 {
@@ -72,6 +76,8 @@ void readiness_free(struct readiness *r)
 {
     if (r == NULL)
         return;
+    while (r->active != NULL)
+        run_finish(r->active); /* unlinks it; unanswered checks fail */
     for (size_t i = 0; i < r->count; i++) {
         free(r->checks[i].name);
         free(r->checks[i].addr);
@@ -163,6 +169,12 @@ static void run_finish(struct run *run)
     if (run->finished)
         return;
     run->finished = true;
+    for (struct run **p = &run->r->active; *p != NULL; p = &(*p)->next_active) {
+        if (*p == run) {
+            *p = run->next_active;
+            break;
+        }
+    }
     if (run->deadline != NULL)
         evtimer_del(run->deadline);
     bool ready = true;
@@ -288,6 +300,8 @@ void readiness_run(struct readiness *r, int64_t deadline_ms, readiness_done_fn d
         run_finish(run);
         return;
     }
+    run->next_active = r->active;
+    r->active = run;
     run->deadline = evtimer_new(r->base, deadline_cb, run);
     struct timeval tv = {.tv_sec = (time_t)(deadline_ms / 1000),
                          .tv_usec = (suseconds_t)((deadline_ms % 1000) * 1000)};

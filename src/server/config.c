@@ -49,6 +49,7 @@ void config_free(struct petrel_config *cfg)
     cfg_strv_free(cfg->backend_api.allowed_nets);
     free(cfg->backend_api.token_env);
     free(cfg->backend_api.auth_master_addr);
+    dict_registry_free(cfg->dicts);
     free(cfg);
 }
 
@@ -256,7 +257,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
                                        "user",         "group",            "allow_root",
                                        "shutdown_timeout", "telemetry",    "internal_tls",
-                                       "backend_api",  NULL};
+                                       "backend_api",  "dicts",            NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -269,6 +270,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
         !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
         !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api))
+        return false;
+    cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
+    if (cfg->dicts == NULL)
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
@@ -368,4 +372,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             b->auth_master_addr, (long long)b->request_timeout_ms,
             (long long)b->stream_timeout_ms, (long long)b->max_body_bytes,
             (long long)b->max_connections);
+    fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
+    for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
+        fprintf(out, "  %s: {driver: %s}\n", dict_registry_name(cfg->dicts, i),
+                dict_registry_driver(cfg->dicts, i));
 }

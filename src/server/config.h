@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dict/dict.h"
 #include "net/tls.h"
 #include "services/backend-api/backend-api.h"
 #include "services/telemetry/telemetry.h"
@@ -29,6 +30,7 @@ struct petrel_config {
     struct telemetry_config telemetry;
     struct tls_config internal_tls;
     struct backend_api_config backend_api;
+    struct dict_registry *dicts; /* `dicts:` section; opened by the daemon */
 };
 
 /* Names `components:` may list. */

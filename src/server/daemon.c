@@ -45,6 +45,8 @@ static size_t in_flight(const struct petrel_context *ctx)
     size_t n = 0;
     if (ctx->backend_api != NULL)
         n += backend_api_in_flight(ctx->backend_api);
+    if (ctx->telemetry != NULL)
+        n += telemetry_in_flight(ctx->telemetry);
     return n;
 }
 
@@ -84,6 +86,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
     log_info(COMPONENT, "stopping", "signal=%s in_flight=%zu", signal_name, in_flight(ctx));
     if (ctx->backend_api != NULL)
         backend_api_stop_accepting(ctx->backend_api);
+    /* Requests still arriving on open connections get 503 from the dicts. */
+    dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
         telemetry_stop_accepting(ctx->telemetry);
     ctx->drain_poll = evtimer_new(ctx->base, drain_poll_cb, ctx);
@@ -123,8 +127,11 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
     if (ctx->telemetry == NULL)
         return false;
+    if (!dict_registry_open(ctx->config->dicts, ctx->base, ctx->metrics, err))
+        return false;
     if (config_has_component(ctx->config, "backend-api")) {
-        ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api, err);
+        ctx->backend_api =
+            backend_api_start(&ctx->env, &ctx->config->backend_api, ctx->config->dicts, err);
         if (ctx->backend_api == NULL)
             return false;
     }
@@ -134,6 +141,11 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
 static void context_free(struct petrel_context *ctx)
 {
     backend_api_free(ctx->backend_api);
+    /* Dicts close before the event loop goes (network drivers hold events on it). */
+    if (ctx->config != NULL) {
+        dict_registry_free(ctx->config->dicts);
+        ctx->config->dicts = NULL;
+    }
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)

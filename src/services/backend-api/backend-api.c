@@ -15,7 +15,7 @@ struct backend_api {
 
 struct backend_api *backend_api_start(const struct service_env *env,
                                       const struct backend_api_config *cfg,
-                                      struct petrel_error *err)
+                                      struct dict_registry *dicts, struct petrel_error *err)
 {
     struct backend_api *api = xcalloc(1, sizeof(*api));
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &api->allowed, err)) {
@@ -39,6 +39,7 @@ struct backend_api *backend_api_start(const struct service_env *env,
     };
     api->http = http_server_new(env->base, &opts);
     backend_api_register_health(api->http, cfg);
+    backend_api_register_dict(api->http, dicts, env->metrics);
     if (!http_server_listen(api->http, cfg->listen, err)) {
         backend_api_free(api);
         return NULL;

@@ -6,6 +6,7 @@
 #define PETREL_SERVICES_BACKEND_API_H
 
 #include "core/error.h"
+#include "dict/dict.h"
 #include "net/http-server.h"
 #include "services/service.h"
 
@@ -32,13 +33,15 @@ struct backend_api;
  * warning is logged). */
 struct backend_api *backend_api_start(const struct service_env *env,
                                       const struct backend_api_config *cfg,
-                                      struct petrel_error *err);
+                                      struct dict_registry *dicts, struct petrel_error *err);
 const char *backend_api_address(const struct backend_api *api);
 void backend_api_stop_accepting(struct backend_api *api);
 size_t backend_api_in_flight(const struct backend_api *api);
 void backend_api_free(struct backend_api *api);
 
-/* Area registration (one file each). */
+/* Area registration (one file each). Contexts live as long as the server. */
 void backend_api_register_health(struct http_server *http, const struct backend_api_config *cfg);
+void backend_api_register_dict(struct http_server *http, struct dict_registry *dicts,
+                               struct metrics_registry *metrics);
 
 #endif

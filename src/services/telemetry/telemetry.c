@@ -226,6 +226,11 @@ void telemetry_stop_accepting(struct telemetry *t)
     http_server_stop_accepting(t->http);
 }
 
+size_t telemetry_in_flight(const struct telemetry *t)
+{
+    return http_server_in_flight(t->http);
+}
+
 void telemetry_free(struct telemetry *t)
 {
     if (t == NULL)

@@ -36,6 +36,8 @@ const char *telemetry_address(const struct telemetry *t);
 /* Cancels a pending TTL revert (the level was set anew, e.g. by SIGHUP). */
 void telemetry_level_reloaded(struct telemetry *t);
 void telemetry_stop_accepting(struct telemetry *t);
+/* Requests whose handler has not answered yet (shutdown waits for them). */
+size_t telemetry_in_flight(const struct telemetry *t);
 void telemetry_free(struct telemetry *t);
 
 #endif

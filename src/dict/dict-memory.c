@@ -1,0 +1,292 @@
+/* memory: an in-process ordered map, for tests and caches. Contents are lost
+ * at restart. Single-value. TTLs are honoured lazily on read and removed by
+ * expire-scan. SortByKey is the natural order; SortByValue buffers the
+ * matching rows. */
+#include "dict/dict-private.h"
+
+#include "core/sorted-map.h"
+#include "core/xalloc.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct memory_entry {
+    char *value;
+    size_t len;
+    int64_t expires_at; /* 0 = never */
+};
+
+struct memory_dict {
+    struct smap *map;
+};
+
+struct memory_iterate {
+    struct dict_iterate head;
+    char *last_key; /* NULL before the first row */
+    bool started;
+    bool buffered;
+    struct dict_row_buffer buffer;
+    struct dict_value current;
+};
+
+static void *memory_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
+                                const char *path, const char *dict_name)
+{
+    static const char *const keys[] = {"driver", NULL};
+    (void)dict_name;
+    if (!cfg_check_keys(ctx, map, path, keys))
+        return NULL;
+    return xstrdup("memory"); /* no options: a non-NULL marker */
+}
+
+static void memory_config_free(void *config)
+{
+    free(config);
+}
+
+static void entry_free(void *p)
+{
+    struct memory_entry *e = p;
+    free(e->value);
+    free(e);
+}
+
+static bool memory_open(struct dict *dict, struct petrel_error *err)
+{
+    (void)err;
+    struct memory_dict *md = xcalloc(1, sizeof(*md));
+    md->map = smap_new();
+    dict->driver_data = md;
+    return true;
+}
+
+static void memory_close(struct dict *dict)
+{
+    struct memory_dict *md = dict->driver_data;
+    smap_free(md->map, entry_free);
+    free(md);
+    dict->driver_data = NULL;
+}
+
+static bool expired(const struct memory_entry *e, int64_t now)
+{
+    return e->expires_at != 0 && e->expires_at <= now;
+}
+
+static void memory_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx)
+{
+    struct memory_dict *md = dict->driver_data;
+    struct memory_entry *e = smap_get(md->map, key);
+    struct dict_lookup_result r = {.ret = 0};
+    struct dict_value v;
+    if (e != NULL && !expired(e, dict_now())) {
+        v.data = e->value;
+        v.len = e->len;
+        r.ret = 1;
+        r.values = &v;
+        r.value_count = 1;
+    }
+    cb(&r, ctx);
+}
+
+static struct dict_iterate *memory_iterate_init(struct dict *dict, const char *prefix,
+                                                unsigned flags)
+{
+    struct memory_iterate *it = xcalloc(1, sizeof(*it));
+    dict_iterate_head_init(&it->head, dict, prefix, flags);
+    it->buffered = (flags & DICT_ITER_SORT_BY_VALUE) != 0;
+    return &it->head;
+}
+
+/* The next live entry after the iterator's position, by key order. */
+static bool step(struct memory_iterate *it, const char **key, struct memory_entry **entry)
+{
+    struct memory_dict *md = it->head.dict->driver_data;
+    int64_t now = dict_now();
+    const char *from = it->started ? it->last_key : it->head.prefix;
+    bool strict = it->started;
+    for (;;) {
+        const char *k = NULL;
+        struct memory_entry *e = smap_seek(md->map, from, strict, &k);
+        if (e == NULL || strncmp(k, it->head.prefix, strlen(it->head.prefix)) != 0)
+            return false;
+        free(it->last_key);
+        it->last_key = xstrdup(k);
+        it->started = true;
+        from = it->last_key;
+        strict = true;
+        if (expired(e, now) || !dict_iter_key_wanted(it->head.prefix, k, it->head.flags))
+            continue;
+        *key = k;
+        *entry = e;
+        return true;
+    }
+}
+
+static enum dict_iter_status memory_iterate_next(struct dict_iterate *head, struct dict_row *row)
+{
+    struct memory_iterate *it = (struct memory_iterate *)head;
+    const char *key;
+    struct memory_entry *e;
+    if (it->buffered) {
+        if (!it->started) {
+            while (step(it, &key, &e)) {
+                struct dict_value v = {e->value, e->len};
+                dict_row_buffer_add(&it->buffer, key, &v, 1);
+            }
+            it->started = true;
+            dict_row_buffer_sort(&it->buffer, head->flags);
+        }
+        return dict_row_buffer_next(&it->buffer, row) ? DICT_ITER_ROW : DICT_ITER_DONE;
+    }
+    if (!step(it, &key, &e))
+        return DICT_ITER_DONE;
+    it->current.data = e->value;
+    it->current.len = e->len;
+    row->key = key;
+    row->values = &it->current;
+    row->value_count = 1;
+    return DICT_ITER_ROW;
+}
+
+static void memory_iterate_deinit(struct dict_iterate *head)
+{
+    struct memory_iterate *it = (struct memory_iterate *)head;
+    free(it->last_key);
+    dict_row_buffer_free(&it->buffer);
+    free(it);
+}
+
+/* Counters are stored as decimal text, as Dovecot does. */
+static bool parse_counter(const char *value, size_t len, int64_t *out)
+{
+    if (len == 0 || len > 20)
+        return false;
+    char text[24];
+    memcpy(text, value, len);
+    text[len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return false;
+    *out = v;
+    return true;
+}
+
+static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_t count,
+                          int64_t expire_secs, dict_commit_cb *cb, void *ctx)
+{
+    struct memory_dict *md = dict->driver_data;
+    int64_t now = dict_now();
+    /* Validate everything first so that a failure applies nothing. The
+     * batch may touch a key twice, so counters are checked against the
+     * value the batch itself would have written. */
+    static const char unset_marker = 'u';
+    struct smap *pending = smap_new();
+    for (size_t i = 0; i < count; i++) {
+        const struct dict_tx_op *op = &ops[i];
+        if (op->kind == DICT_OP_SET) {
+            smap_put(pending, op->key, (void *)op);
+        } else if (op->kind == DICT_OP_UNSET) {
+            smap_put(pending, op->key, (void *)&unset_marker);
+        } else {
+            const struct dict_tx_op *prior = smap_get(pending, op->key);
+            const char *value = NULL;
+            size_t len = 0;
+            if (prior != NULL && (const void *)prior != (const void *)&unset_marker &&
+                prior->kind == DICT_OP_SET) {
+                value = prior->value;
+                len = prior->value_len;
+            } else if (prior == NULL) {
+                struct memory_entry *e = smap_get(md->map, op->key);
+                if (e != NULL && !expired(e, now)) {
+                    value = e->value;
+                    len = e->len;
+                }
+            }
+            int64_t v;
+            if (value != NULL && !parse_counter(value, len, &v)) {
+                smap_free(pending, NULL);
+                char msg[128];
+                snprintf(msg, sizeof(msg), "atomic-inc: value of %.80s is not an integer", op->key);
+                cb(DICT_COMMIT_FAILED, msg, ctx);
+                return;
+            }
+        }
+    }
+    smap_free(pending, NULL);
+
+    enum dict_commit_result result = DICT_COMMIT_OK;
+    for (size_t i = 0; i < count; i++) {
+        const struct dict_tx_op *op = &ops[i];
+        if (op->kind == DICT_OP_SET) {
+            struct memory_entry *e = xcalloc(1, sizeof(*e));
+            e->value = xmalloc(op->value_len + 1);
+            memcpy(e->value, op->value, op->value_len);
+            e->value[op->value_len] = '\0';
+            e->len = op->value_len;
+            e->expires_at = expire_secs > 0 ? now + expire_secs : 0;
+            struct memory_entry *old = smap_put(md->map, op->key, e);
+            if (old != NULL)
+                entry_free(old);
+        } else if (op->kind == DICT_OP_UNSET) {
+            struct memory_entry *old = smap_remove(md->map, op->key);
+            if (old != NULL)
+                entry_free(old);
+        } else {
+            struct memory_entry *e = smap_get(md->map, op->key);
+            int64_t v;
+            if (e == NULL || expired(e, now) || !parse_counter(e->value, e->len, &v)) {
+                result = DICT_COMMIT_NOT_FOUND;
+                continue;
+            }
+            char text[32];
+            int n = snprintf(text, sizeof(text), "%" PRId64, v + op->delta);
+            free(e->value);
+            e->value = xstrndup(text, (size_t)n);
+            e->len = (size_t)n;
+        }
+    }
+    cb(result, NULL, ctx);
+}
+
+static void memory_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
+{
+    struct memory_dict *md = dict->driver_data;
+    int64_t now = dict_now();
+    const char *key = NULL;
+    char *from = xstrdup("");
+    bool strict = false;
+    for (;;) {
+        struct memory_entry *e = smap_seek(md->map, from, strict, &key);
+        if (e == NULL)
+            break;
+        char *k = xstrdup(key);
+        free(from);
+        from = k;
+        strict = true;
+        if (expired(e, now))
+            entry_free(smap_remove(md->map, k));
+    }
+    free(from);
+    cb(true, NULL, ctx);
+}
+
+const struct dict_driver_ops dict_driver_memory = {
+    .name = "memory",
+    .multi_value = false,
+    .config_read = memory_config_read,
+    .config_free = memory_config_free,
+    .open = memory_open,
+    .close = memory_close,
+    .lookup = memory_lookup,
+    .iterate_init = memory_iterate_init,
+    .iterate_next = memory_iterate_next,
+    .iterate_deinit = memory_iterate_deinit,
+    .commit = memory_commit,
+    .expire_scan = memory_expire_scan,
+};
