@@ -82,9 +82,13 @@ static bool next_event(struct parse_state *st, yaml_event_t *ev)
     return true;
 }
 
-/* Builds the node that starts with `ev` (already consumed). */
-static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int depth)
+/* Builds the node that starts with `ev` (already consumed). `path` is the
+ * dotted key path of the node ("" for the root), so messages read
+ * `file:line: key.path: message` like the configuration readers' own. */
+static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int depth,
+                                const char *path)
 {
+    const char *sep = *path != '\0' ? ": " : "";
     int line = (int)ev->start_mark.line + 1;
     if (depth > YDOC_MAX_DEPTH) {
         petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: nesting deeper than %d levels",
@@ -100,26 +104,27 @@ static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int de
                     ev->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
                     ev->data.scalar.style == YAML_FOLDED_SCALAR_STYLE;
         if (ev->data.scalar.anchor != NULL) {
-            petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: anchors are not supported",
-                             st->file, line);
+            petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: %s%sanchors are not supported",
+                             st->file, line, path, sep);
             ynode_free(n);
             return NULL;
         }
         return n;
     }
     case YAML_ALIAS_EVENT:
-        petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: aliases are not supported",
-                         st->file, line);
+        petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: %s%saliases are not supported",
+                         st->file, line, path, sep);
         return NULL;
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT: {
         bool is_map = ev->type == YAML_MAPPING_START_EVENT;
         if ((is_map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor) != NULL) {
-            petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: anchors are not supported",
-                             st->file, line);
+            petrel_error_set(st->err, PETREL_ERR_INVALID, "%s:%d: %s%sanchors are not supported",
+                             st->file, line, path, sep);
             return NULL;
         }
         struct ynode *n = ynode_new(is_map ? YNODE_MAP : YNODE_SEQ, line);
+        char child_path[256];
         for (;;) {
             yaml_event_t child;
             if (!next_event(st, &child))
@@ -141,11 +146,13 @@ static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int de
                 }
                 key = xstrndup((const char *)child.data.scalar.value, child.data.scalar.length);
                 yaml_event_delete(&child);
+                snprintf(child_path, sizeof(child_path), "%s%s%s", path, *path != '\0' ? "." : "",
+                         key);
                 for (size_t i = 0; i < n->count; i++) {
                     if (strcmp(n->keys[i], key) == 0) {
                         petrel_error_set(st->err, PETREL_ERR_INVALID,
-                                         "%s:%d: duplicate key '%s' (first at line %d)", st->file,
-                                         key_line, key, n->key_lines[i]);
+                                         "%s:%d: %s: duplicate key (first at line %d)", st->file,
+                                         key_line, child_path, n->key_lines[i]);
                         free(key);
                         goto fail;
                     }
@@ -155,7 +162,7 @@ static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int de
                     goto fail;
                 }
             }
-            struct ynode *c = build_node(st, &child, depth + 1);
+            struct ynode *c = build_node(st, &child, depth + 1, is_map ? child_path : path);
             yaml_event_delete(&child);
             if (c == NULL) {
                 free(key);
@@ -210,7 +217,7 @@ struct ydoc *ydoc_parse(const char *file, const char *text, size_t len, struct p
             seen_doc = true;
         if (type == YAML_SCALAR_EVENT || type == YAML_SEQUENCE_START_EVENT ||
             type == YAML_MAPPING_START_EVENT || type == YAML_ALIAS_EVENT) {
-            doc->root = build_node(&st, &ev, 0);
+            doc->root = build_node(&st, &ev, 0, "");
             yaml_event_delete(&ev);
             if (doc->root == NULL)
                 break;

@@ -44,6 +44,7 @@ struct area {
 static const struct area areas[] = {
     {"health", cmd_health, "health                 liveness of the backend-plane API"},
     {"version", cmd_version, "version                server and API version"},
+    {"dict", ctl_backend_dict, "dict ...               key-value dicts (petrelctl backend dict)"},
 };
 
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv)

@@ -52,5 +52,7 @@ char *ctl_escape(const char *s);
 
 /* Area dispatchers: argv[0] is the area's first word after "backend". */
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] == "dict". */
+int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
 
 #endif

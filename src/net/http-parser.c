@@ -111,8 +111,8 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
 {
     size_t pos = 0;
     /* RFC 9112 2.2: ignore at least one empty line before the request line. */
-    while (pos < len && (data[pos] == '\r' || data[pos] == '\n') && pos < 4)
-        pos++;
+    while (pos < len && pos < max_head && (data[pos] == '\r' || data[pos] == '\n') && pos < 4)
+        pos++; /* pos <= scan_len below, so line_end() never gets start > len */
     size_t scan_len = len < max_head ? len : max_head;
     long eol = line_end(data, pos, scan_len);
     if (eol < 0) {
