@@ -4,6 +4,7 @@
 #include "services/backend-api/backend-api.h"
 
 #include "core/base64.h"
+#include "services/backend-api/dict-request.h"
 #include "core/buf.h"
 #include "core/json-util.h"
 #include "core/log.h"
@@ -13,7 +14,6 @@
 #include <string.h>
 
 #define COMPONENT "backend-api"
-#define BATCH_MAX_OPS 10000
 
 struct dict_api {
     struct dict_registry *dicts;
@@ -58,54 +58,22 @@ static struct dict *request_dict(struct dict_api *api, struct http_request *req)
     return dict;
 }
 
-/* Reads the optional `op` object; an empty object is the same as none. */
-static bool read_op(const json_t *body, struct dict_op_settings *set, struct petrel_error *err)
-{
-    memset(set, 0, sizeof(*set));
-    json_t *op = NULL;
-    if (!json_get_object(body, "op", false, &op, err))
-        return false;
-    if (op == NULL)
-        return true;
-    const char *key;
-    json_t *value;
-    json_object_foreach(op, key, value)
-    {
-        if (strcmp(key, "username") != 0 && strcmp(key, "home_dir") != 0 &&
-            strcmp(key, "expire_secs") != 0)
-            return petrel_error_set(err, PETREL_ERR_INVALID, "op: unknown field '%s'", key);
-    }
-    if (!json_get_string(op, "username", false, &set->username, err) ||
-        !json_get_string(op, "home_dir", false, &set->home_dir, err) ||
-        !json_get_int(op, "expire_secs", false, &set->expire_secs, err)) {
-        petrel_error_prefix(err, "op");
-        return false;
-    }
-    if (set->expire_secs < 0)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "op.expire_secs must not be negative");
-    if (set->username != NULL && set->username[0] == '\0')
-        set->username = NULL;
-    return true;
-}
-
-/* Common preamble: dict, JSON body, op. Replies on failure and returns NULL. */
-static json_t *begin(struct dict_api *api, struct http_request *req, struct dict **dict,
-                     struct dict_op_settings *set)
+/* Resolves the dict and decodes the body; replies itself on failure. */
+static bool decode(struct dict_api *api, struct http_request *req, enum dict_request_kind kind,
+                   struct dict **dict, struct dict_request *dr)
 {
     *dict = request_dict(api, req);
     if (*dict == NULL)
-        return NULL;
-    json_t *body = http_request_json(req);
-    if (body == NULL)
-        return NULL;
+        return false;
+    size_t len = 0;
+    const char *body = http_request_body(req, &len);
     struct petrel_error err;
     petrel_error_clear(&err);
-    if (!read_op(body, set, &err)) {
+    if (!dict_request_decode(kind, body, len, dr, &err)) {
         http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return NULL;
+        return false;
     }
-    return body;
+    return true;
 }
 
 /* ---------- drivers / exists ---------- */
@@ -197,21 +165,11 @@ static void handle_lookup(struct http_request *req, void *ctx)
 {
     struct dict_api *api = ctx;
     struct dict *dict;
-    struct dict_op_settings set;
-    json_t *body = begin(api, req, &dict, &set);
-    if (body == NULL)
+    struct dict_request dr;
+    if (!decode(api, req, DICT_REQ_LOOKUP, &dict, &dr))
         return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
-    const char *key = NULL;
-    if (!json_get_string(body, "key", true, &key, &err) ||
-        !dict_key_validate(key, &set, false, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return;
-    }
-    dict_lookup(dict, &set, key, lookup_done, call_new(api, dict, req, "lookup"));
-    json_decref(body);
+    dict_lookup(dict, &dr.op, dr.key, lookup_done, call_new(api, dict, req, "lookup"));
+    dict_request_free(&dr);
 }
 
 /* ---------- iterate ---------- */
@@ -344,27 +302,13 @@ static void handle_iterate(struct http_request *req, void *ctx)
 {
     struct dict_api *api = ctx;
     struct dict *dict;
-    struct dict_op_settings set;
-    json_t *body = begin(api, req, &dict, &set);
-    if (body == NULL)
+    struct dict_request dr;
+    if (!decode(api, req, DICT_REQ_ITERATE, &dict, &dr))
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    const char *path = NULL;
-    int64_t flags = 0;
-    if (!json_get_string(body, "path", true, &path, &err) ||
-        !json_get_int(body, "flags", false, &flags, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return;
-    }
-    if (flags < 0 || flags > DICT_ITER_ALL_FLAGS) {
-        http_reply_error(req, 400, "flags must be a bitmask of 1, 2, 4, 8, 16");
-        json_decref(body);
-        return;
-    }
-    struct dict_iterate *it = dict_iterate_init(dict, &set, path, (unsigned)flags, &err);
-    json_decref(body);
+    struct dict_iterate *it = dict_iterate_init(dict, &dr.op, dr.path, dr.flags, &err);
+    dict_request_free(&dr);
     if (it == NULL) {
         http_reply_petrel_error(req, &err);
         return;
@@ -405,128 +349,37 @@ static void commit_done(enum dict_commit_result result, const char *error, void 
                               "status", result_status(result)));
 }
 
-/* Decodes a base64 field into `out`. */
-static bool read_value(const json_t *obj, const char *field, struct buf *out,
-                       struct petrel_error *err)
-{
-    const char *b64 = NULL;
-    if (!json_get_string(obj, field, true, &b64, err))
-        return false;
-    if (!base64_decode_append(out, b64, strlen(b64)))
-        return petrel_error_set(err, PETREL_ERR_INVALID, "%s is not valid base64", field);
-    return true;
-}
-
-/* Queues one write described by `obj` (kind given or implied). */
-static bool queue_op(struct dict_transaction *tx, const json_t *obj, const char *kind,
-                     const struct dict_op_settings *set, struct petrel_error *err)
-{
-    const char *key = NULL;
-    if (!json_get_string(obj, "key", true, &key, err) ||
-        !dict_key_validate(key, set, false, err))
-        return false;
-    if (strcmp(kind, "set") == 0) {
-        struct buf value = {0};
-        if (!read_value(obj, "value", &value, err)) {
-            buf_free(&value);
-            return false;
-        }
-        dict_set(tx, key, value.data != NULL ? value.data : "", value.len);
-        buf_free(&value);
-        return true;
-    }
-    if (strcmp(kind, "unset") == 0) {
-        dict_unset(tx, key);
-        return true;
-    }
-    if (strcmp(kind, "atomic-inc") == 0) {
-        int64_t delta = 0;
-        if (!json_get_int(obj, "delta", true, &delta, err))
-            return false;
-        dict_atomic_inc(tx, key, delta);
-        return true;
-    }
-    return petrel_error_set(err, PETREL_ERR_INVALID,
-                            "unknown op kind '%s' (set, unset, atomic-inc)", kind);
-}
-
-static void handle_write(struct http_request *req, struct dict_api *api, const char *kind)
+static void handle_write(struct http_request *req, struct dict_api *api,
+                         enum dict_request_kind kind, const char *op_name)
 {
     struct dict *dict;
-    struct dict_op_settings set;
-    json_t *body = begin(api, req, &dict, &set);
-    if (body == NULL)
+    struct dict_request dr;
+    if (!decode(api, req, kind, &dict, &dr))
         return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
-    struct dict_transaction *tx = dict_transaction_begin(dict, &set);
-    if (!queue_op(tx, body, kind, &set, &err)) {
-        dict_transaction_rollback(tx);
-        http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return;
-    }
-    json_decref(body);
-    dict_transaction_commit(tx, commit_done, call_new(api, dict, req, kind));
+    struct dict_transaction *tx = dict_transaction_begin(dict, &dr.op);
+    dict_request_queue(&dr, tx);
+    dict_request_free(&dr);
+    dict_transaction_commit(tx, commit_done, call_new(api, dict, req, op_name));
 }
 
 static void handle_set(struct http_request *req, void *ctx)
 {
-    handle_write(req, ctx, "set");
+    handle_write(req, ctx, DICT_REQ_SET, "set");
 }
 
 static void handle_unset(struct http_request *req, void *ctx)
 {
-    handle_write(req, ctx, "unset");
+    handle_write(req, ctx, DICT_REQ_UNSET, "unset");
 }
 
 static void handle_atomic_inc(struct http_request *req, void *ctx)
 {
-    handle_write(req, ctx, "atomic-inc");
+    handle_write(req, ctx, DICT_REQ_ATOMIC_INC, "atomic-inc");
 }
 
 static void handle_commit_batch(struct http_request *req, void *ctx)
 {
-    struct dict_api *api = ctx;
-    struct dict *dict;
-    struct dict_op_settings set;
-    json_t *body = begin(api, req, &dict, &set);
-    if (body == NULL)
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
-    json_t *ops = NULL;
-    if (!json_get_array(body, "ops", true, &ops, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return;
-    }
-    if (json_array_size(ops) > BATCH_MAX_OPS) {
-        http_reply_error(req, 400, "more than %d ops in one batch", BATCH_MAX_OPS);
-        json_decref(body);
-        return;
-    }
-    struct dict_transaction *tx = dict_transaction_begin(dict, &set);
-    size_t i;
-    json_t *op;
-    json_array_foreach(ops, i, op)
-    {
-        const char *kind = NULL;
-        if (!json_is_object(op)) {
-            petrel_error_set(&err, PETREL_ERR_INVALID, "ops[%zu] must be an object", i);
-        } else if (json_get_string(op, "kind", true, &kind, &err) &&
-                   queue_op(tx, op, kind, &set, &err)) {
-            continue;
-        } else {
-            petrel_error_prefix(&err, "ops[%zu]", i);
-        }
-        dict_transaction_rollback(tx);
-        http_reply_error(req, 400, "%s", err.message);
-        json_decref(body);
-        return;
-    }
-    json_decref(body);
-    dict_transaction_commit(tx, commit_done, call_new(api, dict, req, "commit-batch"));
+    handle_write(req, ctx, DICT_REQ_COMMIT_BATCH, "commit-batch");
 }
 
 static void expire_done(bool ok, const char *error, void *ctx)
@@ -547,11 +400,10 @@ static void handle_expire_scan(struct http_request *req, void *ctx)
 {
     struct dict_api *api = ctx;
     struct dict *dict;
-    struct dict_op_settings set;
-    json_t *body = begin(api, req, &dict, &set);
-    if (body == NULL)
+    struct dict_request dr;
+    if (!decode(api, req, DICT_REQ_EXPIRE_SCAN, &dict, &dr))
         return;
-    json_decref(body);
+    dict_request_free(&dr);
     dict_expire_scan(dict, expire_done, call_new(api, dict, req, "expire-scan"));
 }
 
