@@ -19,10 +19,14 @@ bool cfg_fail(const struct cfg_ctx *ctx, const struct ynode *node, const char *p
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* An empty path (the document itself) adds no "key: " part. */
+    const char *sep = path != NULL && *path != '\0' ? ": " : "";
+    if (path == NULL)
+        path = "";
     if (node != NULL)
-        return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s:%d: %s: %s", ctx->file,
-                                node->line, path, msg);
-    return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s: %s: %s", ctx->file, path, msg);
+        return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s:%d: %s%s%s", ctx->file,
+                                node->line, path, sep, msg);
+    return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s: %s%s%s", ctx->file, path, sep, msg);
 }
 
 static void join_path(char *dst, size_t size, const char *path, const char *key)

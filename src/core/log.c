@@ -94,6 +94,10 @@ const char *log_quote(char *dst, size_t size, const char *s)
         snprintf(dst, size, "%s", s);
         return dst;
     }
+    if (size < 3) { /* no room for even "" */
+        dst[0] = '\0';
+        return dst;
+    }
     size_t o = 0;
     dst[o++] = '"';
     for (; *s != '\0' && o + 5 < size; s++) {

@@ -16,6 +16,7 @@
 /* Every registered driver, in name order (the drivers endpoint lists them so). */
 static const struct dict_driver_ops *const drivers[] = {
     &dict_driver_fail,
+    &dict_driver_file,
     &dict_driver_memory,
 };
 #define DRIVER_COUNT (sizeof(drivers) / sizeof(drivers[0]))

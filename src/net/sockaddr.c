@@ -42,11 +42,15 @@ bool net_addr_parse(const char *text, struct net_addr *out, struct petrel_error 
         memcpy(host, text, (size_t)(colon - text));
         host[colon - text] = '\0';
         port_text = colon + 1;
+        if (strchr(host, ':') != NULL)
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "invalid address '%s' (write IPv6 as [addr]:port)", text);
     }
     char *end = NULL;
     errno = 0;
     long port = strtol(port_text, &end, 10);
-    if (*port_text == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+    if (*port_text < '0' || *port_text > '9' || *end != '\0' || errno != 0 || port < 0 ||
+        port > 65535)
         return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s'", text);
 
     if (host[0] == '\0' || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0) {

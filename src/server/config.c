@@ -53,6 +53,14 @@ void config_free(struct petrel_config *cfg)
     free(cfg);
 }
 
+/* The node of item `i` of a list read by cfg_string_list() (for its line). */
+static const struct ynode *list_item(const struct ynode *list, size_t i)
+{
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list;
+}
+
 static bool check_address(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                           const char *key, const char *value)
 {
@@ -60,17 +68,23 @@ static bool check_address(const struct cfg_ctx *ctx, const struct ynode *map, co
     struct net_addr addr;
     if (net_addr_parse(value, &addr, &e))
         return true;
-    return cfg_fail(ctx, ynode_get(map, key), path, "%s: %s", key, e.message);
+    char full[256];
+    snprintf(full, sizeof(full), "%s.%s", path, key);
+    return cfg_fail(ctx, ynode_get(map, key), full, "%s", e.message);
 }
 
 static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                        const char *key, char **nets)
 {
-    struct petrel_error e;
-    struct cidr_list list;
-    if (!cidr_list_parse((const char *const *)nets, &list, &e))
-        return cfg_fail(ctx, ynode_get(map, key), path, "%s: %s", key, e.message);
-    cidr_list_free(&list);
+    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
+        struct petrel_error e;
+        struct cidr c;
+        if (!cidr_parse(nets[i], &c, &e)) {
+            char full[256];
+            snprintf(full, sizeof(full), "%s.%s", path, key);
+            return cfg_fail(ctx, list_item(ynode_get(map, key), i), full, "%s", e.message);
+        }
+    }
     return true;
 }
 
@@ -97,11 +111,12 @@ static bool read_log(const struct cfg_ctx *ctx, const struct ynode *root, struct
     for (size_t i = 0; i < ov->count; i++) {
         const struct ynode *v = ov->items[i];
         struct log_override *o = &cfg->log.overrides[cfg->log.override_count];
+        char full[256];
+        snprintf(full, sizeof(full), "log_level_overrides.%s", ov->keys[i]);
         if (strlen(ov->keys[i]) >= sizeof(o->component))
-            return cfg_fail(ctx, v, "log_level_overrides", "component name too long");
+            return cfg_fail(ctx, v, full, "component name too long");
         if (v->type != YNODE_SCALAR || !log_level_parse(v->scalar, &o->level))
-            return cfg_fail(ctx, v, "log_level_overrides",
-                            "%s: expected debug, info, warn or error", ov->keys[i]);
+            return cfg_fail(ctx, v, full, "expected debug, info, warn or error");
         snprintf(o->component, sizeof(o->component), "%s", ov->keys[i]);
         cfg->log.override_count++;
     }
@@ -208,10 +223,12 @@ static bool check_components(const struct cfg_ctx *ctx, const struct ynode *node
 {
     for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
         if (!valid_component(list[i]))
-            return cfg_fail(ctx, node, "components", "unknown component '%s'", list[i]);
+            return cfg_fail(ctx, list_item(node, i), "components", "unknown component '%s'",
+                            list[i]);
         for (size_t k = 0; k < i; k++) {
             if (strcmp(list[k], list[i]) == 0)
-                return cfg_fail(ctx, node, "components", "'%s' listed twice", list[i]);
+                return cfg_fail(ctx, list_item(node, i), "components", "'%s' listed twice",
+                                list[i]);
         }
     }
     return true;
@@ -237,6 +254,10 @@ static bool apply_env(const struct cfg_ctx *ctx, struct petrel_config *cfg)
             p += len;
             while (*p == ',' || *p == ' ')
                 p++;
+        }
+        if (n == 0) { /* only separators: as good as empty, so ignored */
+            free(list);
+            return true;
         }
         for (size_t i = 0; i < n; i++) {
             if (!valid_component(list[i])) {

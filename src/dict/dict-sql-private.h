@@ -1,0 +1,189 @@
+/* Internals of the `sql` dict driver, shared by dict-sql.c (configuration,
+ * table map, SQL text and the step logic of every operation) and the two
+ * executors: dict-sql-sqlite.c (synchronous, embedded) and dict-sql-pgsql.c
+ * (asynchronous libpq on the event loop).
+ *
+ * The split: dict-sql.c knows what to say (SQL text with numbered
+ * placeholders and the parameters to bind, how to read the rows back),
+ * the executors know how to say it. Values never enter SQL text: every
+ * statement is built from validated identifiers and placeholders only, and
+ * everything a client sent travels as a bound parameter. */
+#ifndef PETREL_DICT_SQL_PRIVATE_H
+#define PETREL_DICT_SQL_PRIVATE_H
+
+#include "dict/dict-private.h"
+
+#define SQL_MAX_FIELDS 16     /* pattern variables per map, and value_fields */
+#define SQL_MAX_MAPS 64
+#define SQL_MAX_PARAMS 48
+#define SQL_FETCH_ROWS 1000   /* rows per PostgreSQL cursor FETCH */
+#define SQL_DEFAULT_TABLE "dict"
+
+enum sql_backend {
+    SQL_BACKEND_SQLITE,
+    SQL_BACKEND_PGSQL,
+};
+
+/* One entry of `maps:`: keys matching `pattern` live in columns of `table`. */
+struct sql_map {
+    char *pattern;      /* "shared/quota/$user/$kind", "priv/quota/storage" */
+    bool priv;          /* pattern starts with "priv/" */
+    char *table;
+    size_t var_count;   /* variables in pattern order */
+    char *vars[SQL_MAX_FIELDS];
+    char *var_columns[SQL_MAX_FIELDS];
+    char *username_field; /* priv maps only */
+    size_t value_count;   /* 1 = read-write; more = lookup/iterate only */
+    char *value_fields[SQL_MAX_FIELDS];
+    char *expire_field;   /* optional TTL column (seconds since the epoch) */
+};
+
+struct sql_config {
+    char *dict_name;
+    enum sql_backend backend;
+    char *path;    /* sqlite */
+    char *connect; /* pgsql: libpq conninfo */
+    char *table;   /* the default table */
+    int64_t busy_timeout_ms;
+    int64_t pool_size;
+    int64_t connect_timeout_ms;
+    int64_t query_timeout_ms;
+    struct sql_map *maps;
+    size_t map_count;
+};
+
+/* ---------- statements ---------- */
+
+enum sql_param_kind {
+    SQL_PARAM_NULL,
+    SQL_PARAM_TEXT, /* NUL-terminated at data[len] */
+    SQL_PARAM_BLOB, /* bytes; BLOB in SQLite, BYTEA in PostgreSQL */
+    SQL_PARAM_INT,
+};
+
+struct sql_param {
+    enum sql_param_kind kind;
+    const char *data;
+    size_t len;
+    int64_t num;
+};
+
+/* SQL text with placeholders ("?N" for SQLite, "$N" for PostgreSQL) and
+ * the parameters bound to them. Parameters point into the caller's strings
+ * or into `owned` copies; they stay valid until sql_query_free/reset. */
+struct sql_query {
+    enum sql_backend backend;
+    struct buf sql;
+    struct sql_param params[SQL_MAX_PARAMS];
+    size_t count;
+    size_t columns;    /* result columns of a SELECT */
+    bool text_results; /* PostgreSQL: text-format results (map tables) */
+    char *owned[SQL_MAX_PARAMS];
+    size_t owned_count;
+};
+
+void sql_query_init(struct sql_query *q, enum sql_backend backend);
+void sql_query_reset(struct sql_query *q);
+void sql_query_free(struct sql_query *q);
+
+/* DDL creating the default table (and its TTL index) when missing. */
+void sql_build_schema(const struct sql_config *cfg, struct sql_query *q);
+
+/* ---------- lookup ---------- */
+
+/* The first live row of `key` (a storage key); q->columns value columns. */
+void sql_build_lookup(const struct sql_config *cfg, const char *key, int64_t now,
+                      struct sql_query *q);
+
+/* ---------- iterate ---------- */
+
+/* A table an iteration reads: a map (with the pattern variables that the
+ * prefix fixes) or the default table. */
+struct sql_iter_source {
+    const struct sql_map *map; /* NULL: the default table */
+    size_t bound;              /* leading variables with an exact value */
+    char *values[SQL_MAX_FIELDS];
+    char *partial;             /* value prefix of variable `bound`, or NULL */
+    char *username;            /* priv maps */
+};
+
+struct sql_iter_plan {
+    const struct sql_config *cfg;
+    char *prefix; /* storage prefix */
+    unsigned flags;
+    size_t count;
+    struct sql_iter_source sources[SQL_MAX_MAPS + 1];
+};
+
+/* Which tables an iteration of `prefix` reads: the matching maps in
+ * configuration order, then the default table. */
+void sql_iter_plan_init(struct sql_iter_plan *p, const struct sql_config *cfg, const char *prefix,
+                        unsigned flags);
+void sql_iter_plan_free(struct sql_iter_plan *p);
+/* The SELECT of source `i` (ORDER BY per the SORT_* flags). */
+void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_query *q);
+/* True when source `i` returns PostgreSQL results in text format. */
+bool sql_iter_text_results(const struct sql_iter_plan *p, size_t i);
+/* Turns one result row of source `i` into a storage key (in *key) and its
+ * values (pointing into `cols`). False for a row the iteration does not
+ * want (a deeper key of a non-recursive iteration). */
+bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_value *cols,
+                  size_t ncols, struct buf *key, struct dict_value *values, size_t *value_count);
+
+/* ---------- transactions ---------- */
+
+/* Refuses, before anything runs, a batch that cannot succeed (a write to a
+ * multi-value map, a TTL on a map without expire_field, a NUL byte in a
+ * value bound for a text column). *error is allocated. */
+bool sql_ops_check(const struct sql_config *cfg, const struct dict_tx_op *ops, size_t count,
+                   int64_t expire_secs, char **error);
+
+/* Progress through one operation: one or two statements. */
+struct sql_op_state {
+    int step;
+    char number[32]; /* SQLite atomic-inc: the new counter as text */
+};
+
+enum sql_op_next {
+    SQL_OP_AGAIN,     /* run sql_op_build again for the next step */
+    SQL_OP_DONE,
+    SQL_OP_NOT_FOUND, /* atomic-inc of a missing key: the rest still applies */
+    SQL_OP_FAILED,    /* *error set; roll the transaction back */
+};
+
+/* Builds the statement of the operation's current step. */
+void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
+                  const struct sql_op_state *st, int64_t expire_secs, int64_t now,
+                  struct sql_query *q);
+/* Feeds the step's outcome: rows changed, and the first column of the first
+ * row (NULL when there was none). */
+enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_tx_op *op,
+                               struct sql_op_state *st, int64_t changes,
+                               const struct dict_value *first, char **error);
+/* "set shared/x" for messages (the key shortened). Allocated. */
+char *sql_op_describe(const struct dict_tx_op *op);
+
+/* ---------- expiry ---------- */
+
+/* Tables with a TTL column: the default table, then maps with expire_field. */
+size_t sql_expire_count(const struct sql_config *cfg);
+void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struct sql_query *q);
+
+/* ---------- executors ---------- */
+
+struct sql_executor {
+    bool (*open)(struct dict *dict, struct petrel_error *err);
+    void (*close)(struct dict *dict);
+    void (*lookup)(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx);
+    struct dict_iterate *(*iterate_init)(struct dict *dict, const char *prefix, unsigned flags);
+    enum dict_iter_status (*iterate_next)(struct dict_iterate *it, struct dict_row *row);
+    void (*iterate_deinit)(struct dict_iterate *it);
+    void (*commit)(struct dict *dict, const struct dict_tx_op *ops, size_t count,
+                   int64_t expire_secs, dict_commit_cb *cb, void *ctx);
+    void (*expire_scan)(struct dict *dict, dict_expire_cb *cb, void *ctx);
+};
+
+extern const struct sql_executor sql_executor_sqlite;
+extern const struct sql_executor sql_executor_pgsql;
+
+#endif
