@@ -130,9 +130,9 @@ static void test_methods_are_recognised_case_sensitively(void **state)
         const char *text;
         enum http_method method;
     } cases[] = {
-        {"GET", HTTP_GET},         {"HEAD", HTTP_HEAD},       {"POST", HTTP_POST},
-        {"PUT", HTTP_PUT},         {"PATCH", HTTP_PATCH},     {"DELETE", HTTP_DELETE},
-        {"OPTIONS", HTTP_OPTIONS}, {"BREW", HTTP_METHOD_OTHER}, {"get", HTTP_METHOD_OTHER},
+        {"GET", HTTP_GET},           {"HEAD", HTTP_HEAD},         {"POST", HTTP_POST},
+        {"PUT", HTTP_PUT},           {"PATCH", HTTP_PATCH},       {"DELETE", HTTP_DELETE},
+        {"OPTIONS", HTTP_OPTIONS},   {"BREW", HTTP_METHOD_OTHER}, {"get", HTTP_METHOD_OTHER},
         {"GETS", HTTP_METHOD_OTHER},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -196,8 +196,7 @@ static void check_every_split_point(const char *req)
     struct http_head head;
     size_t head_len = 0;
     struct http_parse_error err;
-    assert_int_equal(parse_n(req, n, MAX_HEAD, MAX_TARGET, &head, &head_len, &err),
-                     HTTP_PARSE_OK);
+    assert_int_equal(parse_n(req, n, MAX_HEAD, MAX_TARGET, &head, &head_len, &err), HTTP_PARSE_OK);
     assert_int_equal(head_len, n);
 }
 
@@ -331,7 +330,8 @@ static void test_malformed_header_fields_are_400(void **state)
 
 static void test_obsolete_line_folding_is_400(void **state)
 {
-    const char *reason = expect_error("GET / HTTP/1.1\r\nX-Long: part one\r\n  part two\r\n\r\n", 400);
+    const char *reason =
+        expect_error("GET / HTTP/1.1\r\nX-Long: part one\r\n  part two\r\n\r\n", 400);
     assert_non_null(strstr(reason, "folding"));
     expect_error("GET / HTTP/1.1\r\nX-Long: part one\r\n\tpart two\r\n\r\n", 400);
     /* Whitespace before the first header. */
@@ -370,8 +370,7 @@ static void test_content_length_with_transfer_encoding_is_400(void **state)
     const char *reason = expect_error(
         "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400);
     assert_non_null(strstr(reason, "Transfer-Encoding"));
-    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-                 400);
+    expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400);
 }
 
 static void test_chunked_transfer_encoding_is_accepted(void **state)
@@ -398,8 +397,7 @@ static void test_transfer_coding_other_than_chunked_is_501(void **state)
     /* Chunked twice would leave one layer of chunking in the body. */
     expect_error("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 501);
     expect_error(
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-        501);
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501);
 }
 
 static void test_chunked_in_http_1_0_is_400(void **state)

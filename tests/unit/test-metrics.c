@@ -45,8 +45,7 @@ static void test_empty_registry_renders_nothing(void **state)
 static void test_counter_without_labels(void **state)
 {
     struct metrics_registry *reg = metrics_registry_new();
-    struct metric_family *fam =
-        metrics_counter(reg, "petrel_events_total", "Events seen.", NULL);
+    struct metric_family *fam = metrics_counter(reg, "petrel_events_total", "Events seen.", NULL);
     /* A family with no series yet shows only its HELP and TYPE lines. */
     assert_renders(reg, "# HELP petrel_events_total Events seen.\n"
                         "# TYPE petrel_events_total counter\n");
@@ -155,8 +154,8 @@ static void test_histogram_buckets_are_cumulative_with_inf_sum_and_count(void **
     struct metrics_registry *reg = metrics_registry_new();
     const double bounds[] = {0.005, 0.1, 1, 2.5};
     const char *const labels[] = {"route", NULL};
-    struct metric_family *fam = metrics_histogram(reg, "petrel_request_seconds",
-                                                  "Request latency.", labels, bounds, 4);
+    struct metric_family *fam =
+        metrics_histogram(reg, "petrel_request_seconds", "Request latency.", labels, bounds, 4);
     const char *const v[] = {"/api"};
     struct metric_series *s = metric_series_get(fam, v);
     metric_observe(s, 0.001); /* <= 0.005 */
@@ -190,8 +189,7 @@ static void test_histogram_without_labels_and_without_observations(void **state)
 {
     struct metrics_registry *reg = metrics_registry_new();
     const double bounds[] = {1, 10};
-    struct metric_family *fam =
-        metrics_histogram(reg, "petrel_sizes", "Sizes.", NULL, bounds, 2);
+    struct metric_family *fam = metrics_histogram(reg, "petrel_sizes", "Sizes.", NULL, bounds, 2);
     metric_series_get(fam, NULL);
     assert_renders(reg, "# HELP petrel_sizes Sizes.\n"
                         "# TYPE petrel_sizes histogram\n"
@@ -215,9 +213,9 @@ static void test_histogram_without_labels_and_without_observations(void **state)
 static void test_latency_buckets_render_every_bound(void **state)
 {
     struct metrics_registry *reg = metrics_registry_new();
-    struct metric_family *fam = metrics_histogram(reg, "petrel_latency_seconds", "Latency.", NULL,
-                                                  metrics_latency_buckets,
-                                                  metrics_latency_bucket_count);
+    struct metric_family *fam =
+        metrics_histogram(reg, "petrel_latency_seconds", "Latency.", NULL, metrics_latency_buckets,
+                          metrics_latency_bucket_count);
     metric_observe(metric_series_get(fam, NULL), 0.0004);
     char *text = render(reg);
     assert_int_equal(count_occurrences(text, "petrel_latency_seconds_bucket{"),
@@ -245,10 +243,10 @@ static void test_same_name_registration_returns_the_same_family(void **state)
     metric_add(metric_series_get(a, v), 1);
     metric_add(metric_series_get(b, v), 1);
     const double bounds[] = {1};
-    struct metric_family *h1 = metrics_histogram(reg, "petrel_shared_seconds", "H.", NULL,
-                                                 bounds, 1);
-    struct metric_family *h2 = metrics_histogram(reg, "petrel_shared_seconds", "H.", NULL,
-                                                 bounds, 1);
+    struct metric_family *h1 =
+        metrics_histogram(reg, "petrel_shared_seconds", "H.", NULL, bounds, 1);
+    struct metric_family *h2 =
+        metrics_histogram(reg, "petrel_shared_seconds", "H.", NULL, bounds, 1);
     assert_ptr_equal(h1, h2);
     /* Rendered once, with the first help text. */
     assert_renders(reg, "# HELP petrel_shared_total Shared.\n"

@@ -105,8 +105,7 @@ static void test_literal_segments_must_match_exactly(void **state)
     assert_int_equal(route(HTTP_GET, "/api/backend/healthz", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
     assert_int_equal(route(HTTP_GET, "/api/backend/Health", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
     assert_int_equal(route(HTTP_GET, "/api/backend", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
-    assert_int_equal(route(HTTP_GET, "/api/backend/health/x", &m, NULL, 0),
-                     HTTP_ROUTE_NOT_FOUND);
+    assert_int_equal(route(HTTP_GET, "/api/backend/health/x", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
     assert_int_equal(route(HTTP_GET, "/nothing", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
 }
 
@@ -166,8 +165,7 @@ static void test_empty_segment_never_matches_a_param(void **state)
                      HTTP_ROUTE_NOT_FOUND);
     assert_int_equal(route(HTTP_GET, "/api/users//folders/INBOX", &m, NULL, 0),
                      HTTP_ROUTE_NOT_FOUND);
-    assert_int_equal(route(HTTP_GET, "/api/users/bob/folders/", &m, NULL, 0),
-                     HTTP_ROUTE_NOT_FOUND);
+    assert_int_equal(route(HTTP_GET, "/api/users/bob/folders/", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
     /* Nor a literal. */
     assert_int_equal(route(HTTP_GET, "/api//users", &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
 }
@@ -294,8 +292,7 @@ static void test_braces_need_a_name_to_be_a_param(void **state)
     struct http_route_match m;
     assert_int_equal(http_router_match(&r, HTTP_GET, literal, 2, &m, NULL, 0), HTTP_ROUTE_FOUND);
     assert_int_equal(m.param_count, 0);
-    assert_int_equal(http_router_match(&r, HTTP_GET, other, 2, &m, NULL, 0),
-                     HTTP_ROUTE_NOT_FOUND);
+    assert_int_equal(http_router_match(&r, HTTP_GET, other, 2, &m, NULL, 0), HTTP_ROUTE_NOT_FOUND);
     http_router_free(&r);
 }
 
