@@ -16,6 +16,7 @@
 #define SQL_MAX_FIELDS 16     /* pattern variables per map, and value_fields */
 #define SQL_MAX_MAPS 64
 #define SQL_MAX_PARAMS 48
+#define SQL_MAX_COLUMNS (2 * SQL_MAX_FIELDS + 2) /* result columns of any statement */
 #define SQL_FETCH_ROWS 1000   /* rows per PostgreSQL cursor FETCH */
 #define SQL_DEFAULT_TABLE "dict"
 

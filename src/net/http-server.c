@@ -15,6 +15,7 @@
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -52,6 +53,7 @@ struct http_conn {
     struct http_request *req;
     bool close_when_flushed;
     bool head_timer_armed; /* the current request's head has started arriving */
+    bool lingering;        /* reply sent, write side shut, draining input */
     struct http_conn *prev;
     struct http_conn *next;
 };
@@ -786,6 +788,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
                                                      sizeof(allow));
     const struct http_route *match = found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
     bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
+    req->route = match; /* so even refused requests are counted under their route */
     bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
     if (!is_public) {
         if (srv->allowed.count > 0 &&
@@ -1017,6 +1020,15 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
     if (evbuffer_get_length(bufferevent_get_output(bev)) != 0)
         return;
     if (conn->close_when_flushed && conn->req == NULL) {
+        evutil_socket_t fd = bufferevent_getfd(bev);
+        if (conn->srv->tls == NULL && fd >= 0 && !conn->lingering) {
+            /* Half-close and keep discarding input until the client closes (or
+             * the linger timer fires): closing with unread bytes would reset
+             * the connection and could destroy the reply in flight (413). */
+            conn->lingering = true;
+            shutdown(fd, SHUT_WR);
+            return;
+        }
         conn_free(conn);
         return;
     }

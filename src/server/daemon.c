@@ -270,6 +270,7 @@ int daemon_run(const struct daemon_options *opts)
     evsignal_add(ctx.sig_int, NULL);
     evsignal_add(ctx.sig_hup, NULL);
 
+    telemetry_start_refresh(ctx.telemetry);
     log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s backend_api=%s",
              PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off");

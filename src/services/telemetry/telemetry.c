@@ -14,8 +14,11 @@
 
 #define COMPONENT "telemetry"
 
+#define READINESS_REFRESH_SECS 10
+
 struct telemetry {
     const struct service_env *env;
+    struct event *refresh_timer; /* keeps petrel_readiness_check current between probes */
     struct http_server *http;
     struct cidr_list allowed;
     int64_t deadline_ms;
@@ -33,6 +36,27 @@ static void collect_log_level(void *arg)
     enum log_level level = log_level_for(NULL);
     const char *values[] = {log_level_name(level)};
     metric_set(metric_series_get(t->log_level_gauge, values), (double)level);
+}
+
+static void refresh_done(const struct readiness_result *results, size_t count, bool ready,
+                         void *ctx)
+{
+    (void)results;
+    (void)count;
+    (void)ready;
+    (void)ctx;
+}
+
+/* Runs the checks in the background so the readiness gauges mean something
+ * even when nobody calls /readyz. */
+static void refresh_readiness(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct telemetry *t = arg;
+    readiness_run(t->env->readiness, t->deadline_ms, refresh_done, NULL);
+    struct timeval tv = {READINESS_REFRESH_SECS, 0};
+    evtimer_add(t->refresh_timer, &tv);
 }
 
 static void handle_healthz(struct http_request *req, void *ctx)
@@ -183,6 +207,7 @@ struct telemetry *telemetry_start(const struct service_env *env, const struct te
         labels);
     metrics_add_collector(env->metrics, collect_log_level, t);
     t->revert_timer = evtimer_new(env->base, revert_level, t);
+    t->refresh_timer = evtimer_new(env->base, refresh_readiness, t);
 
     struct http_server_options opts = {
         .name = COMPONENT,
@@ -221,8 +246,15 @@ void telemetry_level_reloaded(struct telemetry *t)
     }
 }
 
+void telemetry_start_refresh(struct telemetry *t)
+{
+    struct timeval now = {0, 0};
+    evtimer_add(t->refresh_timer, &now);
+}
+
 void telemetry_stop_accepting(struct telemetry *t)
 {
+    evtimer_del(t->refresh_timer);
     http_server_stop_accepting(t->http);
 }
 
@@ -238,6 +270,7 @@ void telemetry_free(struct telemetry *t)
     metrics_remove_collector(t->env->metrics, collect_log_level, t);
     http_server_free(t->http);
     event_free(t->revert_timer);
+    event_free(t->refresh_timer);
     cidr_list_free(&t->allowed);
     free(t);
 }

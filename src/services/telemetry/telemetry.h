@@ -35,6 +35,9 @@ struct telemetry *telemetry_start(const struct service_env *env, const struct te
 const char *telemetry_address(const struct telemetry *t);
 /* Cancels a pending TTL revert (the level was set anew, e.g. by SIGHUP). */
 void telemetry_level_reloaded(struct telemetry *t);
+/* Starts refreshing the readiness gauges now and every 10 s (call once
+ * every component has registered its checks). */
+void telemetry_start_refresh(struct telemetry *t);
 void telemetry_stop_accepting(struct telemetry *t);
 /* Requests whose handler has not answered yet (shutdown waits for them). */
 size_t telemetry_in_flight(const struct telemetry *t);
