@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The run command: every Petrel component in one process on loopback, with
+# its data under ./var/ (examples/standalone.yaml). Ctrl-C stops it.
+# Started as root, petreld runs as the unprivileged user `nobody`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONFIG=examples/standalone.yaml
+RUN_AS=nobody
+
+scripts/setup.sh
+if [ ! -f build/build.ninja ]; then
+  meson setup build --buildtype=release
+fi
+meson compile -C build
+mkdir -p var
+
+cmd=(build/petreld -c "$CONFIG")
+if [ "$(id -u)" -eq 0 ]; then
+  chown -R "$RUN_AS" var
+  as_user=(setpriv --reuid="$(id -u "$RUN_AS")" --regid="$(id -g "$RUN_AS")" --init-groups
+           --inh-caps=-all --)
+  if ! "${as_user[@]}" test -x build/petreld -a -r "$CONFIG" -a -w var; then
+    echo "run-standalone: user $RUN_AS cannot reach $PWD (build/petreld, $CONFIG, var/);" \
+         "clone the repository somewhere world-readable, e.g. under /srv or /opt" >&2
+    exit 1
+  fi
+  cmd=("${as_user[@]}" "${cmd[@]}")
+  echo "run-standalone: running petreld as $RUN_AS (uid $(id -u "$RUN_AS"))"
+fi
+
+# Where each component listens, from the effective configuration.
+"${cmd[@]}" --check-config 2>/dev/null | awk '
+  /^[a-z_]+:/ { section = $1; sub(":", "", section) }
+  /^  listen:/ { gsub("\"", "", $2); printf "run-standalone: %-12s http://%s\n", section, $2 }'
+echo "run-standalone: data under $PWD/var/; petrelctl: build/petrelctl backend health; Ctrl-C stops"
+
+exec "${cmd[@]}"
