@@ -61,10 +61,10 @@
 #define FILE_VERSION 1u
 #define HEADER_SIZE 32u
 #define RECORD_HEAD 8u
-#define RECORD_MAX (1u << 30)         /* payload bytes of one record */
-#define SNAPSHOT_CHUNK (1u << 20)     /* snapshot records are cut at about this size */
-#define READ_CHUNK ((size_t)1 << 20)  /* read-ahead while loading */
-#define OP_OVERHEAD 17u               /* tag, key length, expires_at, value length */
+#define RECORD_MAX (1u << 30)        /* payload bytes of one record */
+#define SNAPSHOT_CHUNK (1u << 20)    /* snapshot records are cut at about this size */
+#define READ_CHUNK ((size_t)1 << 20) /* read-ahead while loading */
+#define OP_OVERHEAD 17u              /* tag, key length, expires_at, value length */
 
 #define REC_TX 1
 #define REC_SNAPSHOT 2
@@ -97,8 +97,8 @@ static void file_config_free(void *p)
 static void *file_config_read(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                               const char *dict_name)
 {
-    static const char *const keys[] = {"driver",           "path",         "fsync", "compact_ratio",
-                                       "compact_min_bytes", "lock_timeout", NULL};
+    static const char *const keys[] = {
+        "driver", "path", "fsync", "compact_ratio", "compact_min_bytes", "lock_timeout", NULL};
     (void)dict_name;
     if (!cfg_check_keys(ctx, map, path, keys))
         return NULL;
@@ -111,8 +111,7 @@ static void *file_config_read(const struct cfg_ctx *ctx, const struct ynode *map
     if (!cfg_string(ctx, map, path, "path", &c->path) ||
         !cfg_string(ctx, map, path, "fsync", &fsync_mode) ||
         !cfg_int(ctx, map, path, "compact_ratio", 2, 1000, &c->compact_ratio) ||
-        !cfg_int(ctx, map, path, "compact_min_bytes", 0, INT64_C(1) << 40,
-                 &c->compact_min_bytes) ||
+        !cfg_int(ctx, map, path, "compact_min_bytes", 0, INT64_C(1) << 40, &c->compact_min_bytes) ||
         !cfg_duration_ms(ctx, map, path, "lock_timeout", 1, 3600 * 1000, &c->lock_timeout_ms))
         goto fail;
     if (c->path == NULL || c->path[0] == '\0') {
@@ -227,7 +226,7 @@ struct file_dict {
     int64_t offset;      /* end of the last record applied */
     uint64_t live_bytes; /* what a snapshot of `map` would take */
     struct smap *map;
-    bool need_reload;     /* the file and the map may disagree: reload fully */
+    bool need_reload;      /* the file and the map may disagree: reload fully */
     bool dir_sync_pending; /* a compaction's rename is not yet known durable */
     struct metric_family *events;
 };
@@ -527,7 +526,8 @@ static const unsigned char *reader_get(struct reader *r, int64_t pos, size_t n)
         r->cap = want;
     }
     while (r->len < want) {
-        ssize_t got = pread(r->fd, r->data + r->len, want - r->len, (off_t)(r->base + (int64_t)r->len));
+        ssize_t got =
+            pread(r->fd, r->data + r->len, want - r->len, (off_t)(r->base + (int64_t)r->len));
         if (got < 0) {
             if (errno == EINTR)
                 continue;
@@ -588,8 +588,9 @@ static bool valid_record_after(struct reader *r, int64_t from)
  * exclusive lock, so no append is in progress). *end is the end of the last
  * good record. False (err set) on an I/O error or corruption; records before
  * the bad one have been applied and *end says how far. */
-static bool scan_records(struct file_dict *d, int fd, struct smap *map, uint64_t *live, int64_t from,
-                         int64_t size, bool may_cut, int64_t *end, struct petrel_error *err)
+static bool scan_records(struct file_dict *d, int fd, struct smap *map, uint64_t *live,
+                         int64_t from, int64_t size, bool may_cut, int64_t *end,
+                         struct petrel_error *err)
 {
     struct reader r = {.fd = fd, .size = size, .base = from};
     int64_t now = dict_now();
@@ -665,8 +666,9 @@ bad:
 
 torn:
     if (pos < r.size && may_cut) {
-        log_warn(COMPONENT, "cutting torn tail", "dict=%s file=%s offset=%" PRId64 " bytes=%" PRId64,
-                 d->name, d->cfg->path, pos, r.size - pos);
+        log_warn(COMPONENT, "cutting torn tail",
+                 "dict=%s file=%s offset=%" PRId64 " bytes=%" PRId64, d->name, d->cfg->path, pos,
+                 r.size - pos);
         if (ftruncate(fd, (off_t)pos) != 0 || (d->cfg->fsync && fsync(fd) != 0)) {
             ok = petrel_error_set(err, PETREL_ERR_IO, "cannot cut the torn tail of %s: %s",
                                   d->cfg->path, strerror(errno));
@@ -701,8 +703,7 @@ static bool read_header(struct file_dict *d, int fd, int64_t size, uint64_t *gen
         return petrel_error_set(err, PETREL_ERR_IO, "%s: not a petrel dict file (bad magic)",
                                 d->cfg->path);
     if (crc32_update(0, h, 28) != get_u32(h + 28))
-        return petrel_error_set(err, PETREL_ERR_IO, "%s: header checksum mismatch",
-                                d->cfg->path);
+        return petrel_error_set(err, PETREL_ERR_IO, "%s: header checksum mismatch", d->cfg->path);
     if (get_u32(h + 8) != FILE_VERSION || get_u32(h + 12) != HEADER_SIZE)
         return petrel_error_set(err, PETREL_ERR_IO, "%s: unsupported file version %" PRIu32,
                                 d->cfg->path, get_u32(h + 8));
@@ -915,8 +916,9 @@ static bool compact(struct file_dict *d, struct petrel_error *err)
     d->generation++;
     d->offset = size;
     count_event(d, "compaction");
-    log_info(COMPONENT, "compacted", "dict=%s file=%s before=%" PRId64 " after=%" PRId64
-             " generation=%" PRIu64, d->name, d->cfg->path, before, size, d->generation);
+    log_info(COMPONENT, "compacted",
+             "dict=%s file=%s before=%" PRId64 " after=%" PRId64 " generation=%" PRIu64, d->name,
+             d->cfg->path, before, size, d->generation);
     return true;
 }
 
@@ -1002,8 +1004,7 @@ static bool file_open(struct dict *dict, struct petrel_error *err)
             ok = fd >= 0;
             if (ok) {
                 close(fd);
-                log_info(COMPONENT, "created data file", "dict=%s file=%s", d->name,
-                         d->cfg->path);
+                log_info(COMPONENT, "created data file", "dict=%s file=%s", d->name, d->cfg->path);
             }
         }
     }
@@ -1011,9 +1012,10 @@ static bool file_open(struct dict *dict, struct petrel_error *err)
     lock_release(d);
     if (!ok)
         goto fail;
-    log_info(COMPONENT, "file dict loaded", "dict=%s file=%s keys=%zu bytes=%" PRId64
-             " generation=%" PRIu64 " fsync=%s", d->name, d->cfg->path, smap_count(d->map),
-             d->offset, d->generation, d->cfg->fsync ? "always" : "never");
+    log_info(COMPONENT, "file dict loaded",
+             "dict=%s file=%s keys=%zu bytes=%" PRId64 " generation=%" PRIu64 " fsync=%s", d->name,
+             d->cfg->path, smap_count(d->map), d->offset, d->generation,
+             d->cfg->fsync ? "always" : "never");
     return true;
 fail:
     file_close(dict);
@@ -1158,14 +1160,12 @@ static enum append_result append_record(struct file_dict *d, const struct buf *r
         /* Take back a partial record so the next append does not follow it. */
         if (ftruncate(d->data_fd, (off_t)d->offset) != 0)
             d->need_reload = true; /* the next writer cuts it as a torn tail */
-        petrel_error_set(err, PETREL_ERR_IO, "cannot write %s: %s", d->cfg->path,
-                         strerror(saved));
+        petrel_error_set(err, PETREL_ERR_IO, "cannot write %s: %s", d->cfg->path, strerror(saved));
         return APPEND_FAILED;
     }
     enum append_result result = APPEND_OK;
     if (d->cfg->fsync && fdatasync(d->data_fd) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot fsync %s: %s", d->cfg->path,
-                         strerror(errno));
+        petrel_error_set(err, PETREL_ERR_IO, "cannot fsync %s: %s", d->cfg->path, strerror(errno));
         log_error(COMPONENT, "fsync failed, write uncertain", "dict=%s error=\"%s\"", d->name,
                   err->message);
         result = APPEND_UNCERTAIN;

@@ -127,8 +127,6 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
     if (ctx->telemetry == NULL)
         return false;
-    if (!dict_registry_open(ctx->config->dicts, ctx->base, ctx->metrics, err))
-        return false;
     if (config_has_component(ctx->config, "backend-api")) {
         ctx->backend_api =
             backend_api_start(&ctx->env, &ctx->config->backend_api, ctx->config->dicts, err);
@@ -260,6 +258,12 @@ int daemon_run(const struct daemon_options *opts)
         goto out;
     }
     if (!privileges_drop(ctx.config->user, ctx.config->group, ctx.config->allow_root, &err)) {
+        log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
+        goto out;
+    }
+    /* Data files are opened as the unprivileged user, so they are owned by it;
+     * no request is served before the loop runs. */
+    if (!dict_registry_open(ctx.config->dicts, ctx.base, ctx.metrics, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

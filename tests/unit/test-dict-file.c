@@ -326,8 +326,8 @@ static int count_records(const char *path, int type)
     int n = 0;
     while (pos < len) {
         assert_true(len - pos >= 9);
-        size_t rlen = (size_t)data[pos] | (size_t)data[pos + 1] << 8 |
-                      (size_t)data[pos + 2] << 16 | (size_t)data[pos + 3] << 24;
+        size_t rlen = (size_t)data[pos] | (size_t)data[pos + 1] << 8 | (size_t)data[pos + 2] << 16 |
+                      (size_t)data[pos + 3] << 24;
         assert_true(len - pos - 8 >= rlen);
         if (data[pos + 8] == type)
             n++;
@@ -983,7 +983,7 @@ static void test_torn_tail_left_by_a_crashed_peer(void **state)
     /* a peer died mid-append: a record head promising more than is there */
     append_bytes(fx->path, "\x40\x00\x00\x00\x12\x34\x56\x78\x01", 9);
     check_value(dict, "shared/a", "1"); /* readers skip it */
-    set(dict, "shared/b", "2");          /* the next writer cuts it first */
+    set(dict, "shared/b", "2");         /* the next writer cuts it first */
     dict_registry_free(reg);
     assert_true(file_size(fx->path) > good);
     reg = open_ok(fx->path, NULL);
