@@ -50,6 +50,7 @@ void config_free(struct petrel_config *cfg)
     free(cfg->backend_api.token_env);
     free(cfg->backend_api.auth_master_addr);
     dict_registry_free(cfg->dicts);
+    mail_config_free(&cfg->mail);
     free(cfg);
 }
 
@@ -278,7 +279,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
                                        "user",         "group",            "allow_root",
                                        "shutdown_timeout", "telemetry",    "internal_tls",
-                                       "backend_api",  "dicts",            NULL};
+                                       "backend_api",  "dicts",            "mail",
+                                       NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -294,6 +296,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         return false;
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
+        return false;
+    if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err))
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
@@ -393,6 +397,21 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             b->auth_master_addr, (long long)b->request_timeout_ms,
             (long long)b->stream_timeout_ms, (long long)b->max_body_bytes,
             (long long)b->max_connections);
+    static const char *const fsync_names[] = {"always", "optimized", "never"};
+    fprintf(out, "mail:\n  home: \"%s\"\n  fsync: %s\n  special_use:\n", cfg->mail.home,
+            fsync_names[cfg->mail.fsync]);
+    for (size_t i = 0; i < cfg->mail.special_use_count; i++)
+        fprintf(out, "    %s: \"\\%s\"\n", cfg->mail.special_use[i].folder,
+                cfg->mail.special_use[i].attr + 1);
+    fprintf(out, "  namespaces:\n");
+    for (size_t i = 0; i < cfg->mail.namespace_count; i++) {
+        const struct namespace_config *ns = &cfg->mail.namespaces[i];
+        fprintf(out,
+                "    - {name: \"%s\", type: %s, prefix: \"%s\", separator: \"%c\", "
+                "location: \"%s\", subscriptions: %s}  # slug %s\n",
+                ns->name, namespace_type_name(ns->type), ns->prefix, ns->separator, ns->location,
+                ns->subscriptions ? "true" : "false", ns->slug);
+    }
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
     for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
         fprintf(out, "  %s: {driver: %s}\n", dict_registry_name(cfg->dicts, i),

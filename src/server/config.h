@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dict/dict.h"
+#include "storage/namespace.h"
 #include "net/tls.h"
 #include "services/backend-api/backend-api.h"
 #include "services/telemetry/telemetry.h"
@@ -31,6 +32,7 @@ struct petrel_config {
     struct tls_config internal_tls;
     struct backend_api_config backend_api;
     struct dict_registry *dicts; /* `dicts:` section; opened by the daemon */
+    struct mail_config mail;     /* `mail:` section */
 };
 
 /* Names `components:` may list. */

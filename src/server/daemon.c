@@ -10,6 +10,7 @@
 #include "services/backend-api/backend-api.h"
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
+#include "storage/mail-storage.h"
 #include "version.h"
 
 #include <event2/event.h>
@@ -32,6 +33,7 @@ struct petrel_context {
     struct service_env env;
     struct telemetry *telemetry;
     struct backend_api *backend_api;
+    struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -128,8 +130,8 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
     if (ctx->telemetry == NULL)
         return false;
     if (config_has_component(ctx->config, "backend-api")) {
-        ctx->backend_api =
-            backend_api_start(&ctx->env, &ctx->config->backend_api, ctx->config->dicts, err);
+        ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
+                                             ctx->config->dicts, ctx->storage, err);
         if (ctx->backend_api == NULL)
             return false;
     }
@@ -139,6 +141,7 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
 static void context_free(struct petrel_context *ctx)
 {
     backend_api_free(ctx->backend_api);
+    mail_storage_free(ctx->storage);
     /* Dicts close before the event loop goes (network drivers hold events on it). */
     if (ctx->config != NULL) {
         dict_registry_free(ctx->config->dicts);
@@ -253,6 +256,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_cert = tls->enabled ? tls->cert_file : NULL;
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
+    ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
     if (!start_components(&ctx, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;

@@ -1,6 +1,7 @@
 #include "services/backend-api/backend-api.h"
 
 #include "core/log.h"
+#include "services/backend-api/api-storage.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
@@ -11,11 +12,13 @@
 struct backend_api {
     struct http_server *http;
     struct cidr_list allowed;
+    struct storage_api storage;
 };
 
 struct backend_api *backend_api_start(const struct service_env *env,
                                       const struct backend_api_config *cfg,
-                                      struct dict_registry *dicts, struct petrel_error *err)
+                                      struct dict_registry *dicts, struct mail_storage *storage,
+                                      struct petrel_error *err)
 {
     struct backend_api *api = xcalloc(1, sizeof(*api));
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &api->allowed, err)) {
@@ -40,6 +43,13 @@ struct backend_api *backend_api_start(const struct service_env *env,
     api->http = http_server_new(env->base, &opts);
     backend_api_register_health(api->http, cfg);
     backend_api_register_dict(api->http, dicts, env->metrics);
+    api->storage.storage = storage;
+    backend_api_register_folder(api->http, &api->storage);
+    backend_api_register_index(api->http, &api->storage);
+    backend_api_register_subscriptions(api->http, &api->storage);
+    backend_api_register_specialuse(api->http, &api->storage);
+    backend_api_register_user(api->http, &api->storage);
+    backend_api_register_mail(api->http, &api->storage);
     if (!http_server_listen(api->http, cfg->listen, err)) {
         backend_api_free(api);
         return NULL;

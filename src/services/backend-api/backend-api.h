@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "dict/dict.h"
+#include "storage/mail-storage.h"
 #include "net/http-server.h"
 #include "services/service.h"
 
@@ -33,7 +34,8 @@ struct backend_api;
  * warning is logged). */
 struct backend_api *backend_api_start(const struct service_env *env,
                                       const struct backend_api_config *cfg,
-                                      struct dict_registry *dicts, struct petrel_error *err);
+                                      struct dict_registry *dicts, struct mail_storage *storage,
+                                      struct petrel_error *err);
 const char *backend_api_address(const struct backend_api *api);
 void backend_api_stop_accepting(struct backend_api *api);
 size_t backend_api_in_flight(const struct backend_api *api);
@@ -43,5 +45,12 @@ void backend_api_free(struct backend_api *api);
 void backend_api_register_health(struct http_server *http, const struct backend_api_config *cfg);
 void backend_api_register_dict(struct http_server *http, struct dict_registry *dicts,
                                struct metrics_registry *metrics);
+struct storage_api;
+void backend_api_register_folder(struct http_server *http, struct storage_api *api);
+void backend_api_register_index(struct http_server *http, struct storage_api *api);
+void backend_api_register_subscriptions(struct http_server *http, struct storage_api *api);
+void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
+void backend_api_register_user(struct http_server *http, struct storage_api *api);
+void backend_api_register_mail(struct http_server *http, struct storage_api *api);
 
 #endif

@@ -1,0 +1,181 @@
+#include "core/fs-util.h"
+
+#include "core/xalloc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool fs_mkdir_p(const char *path, mode_t mode, struct petrel_error *err)
+{
+    char *copy = xstrdup(path);
+    size_t len = strlen(copy);
+    for (size_t i = 1; i <= len; i++) {
+        if (copy[i] != '/' && copy[i] != '\0')
+            continue;
+        char saved = copy[i];
+        copy[i] = '\0';
+        if (mkdir(copy, mode) != 0 && errno != EEXIST) {
+            petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", copy, strerror(errno));
+            free(copy);
+            return false;
+        }
+        copy[i] = saved;
+    }
+    struct stat st;
+    bool ok = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!ok)
+        petrel_error_set(err, PETREL_ERR_IO, "%s is not a directory", path);
+    free(copy);
+    return ok;
+}
+
+bool fs_fsync_dir(const char *path, struct petrel_error *err)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    bool ok = fsync(fd) == 0;
+    if (!ok)
+        petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", path, strerror(errno));
+    close(fd);
+    return ok;
+}
+
+char *fs_dirname(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return xstrdup(".");
+    if (slash == path)
+        return xstrdup("/");
+    return xstrndup(path, (size_t)(slash - path));
+}
+
+bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync_data,
+                     struct petrel_error *err)
+{
+    char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return false;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            petrel_error_set(err, PETREL_ERR_IO, "write %s: %s", tmp,
+                             w < 0 ? strerror(errno) : "short write");
+            goto fail;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync_data && fsync(fd) != 0) {
+        petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", path, strerror(errno));
+        goto fail;
+    }
+    free(tmp);
+    if (fsync_data) {
+        char *dir = fs_dirname(path);
+        bool ok = fs_fsync_dir(dir, err);
+        free(dir);
+        return ok;
+    }
+    return true;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(tmp);
+    return false;
+}
+
+bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
+                                "cannot open %s: %s", path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "%s: larger than %zu bytes or unreadable",
+                                path, max);
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = xmalloc(size + 1);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    return true;
+}
+
+static bool remove_at(int parent, const char *name, struct petrel_error *err)
+{
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOTDIR || errno == ELOOP) {
+            if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
+                return petrel_error_set(err, PETREL_ERR_IO, "unlink %s: %s", name,
+                                        strerror(errno));
+            return true;
+        }
+        if (errno == ENOENT)
+            return true;
+        return petrel_error_set(err, PETREL_ERR_IO, "open %s: %s", name, strerror(errno));
+    }
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "opendir %s: %s", name, strerror(errno));
+    }
+    bool ok = true;
+    struct dirent *de;
+    while (ok && (de = readdir(dir)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        ok = remove_at(dirfd(dir), de->d_name, err);
+    }
+    closedir(dir);
+    if (ok && unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+        ok = petrel_error_set(err, PETREL_ERR_IO, "rmdir %s: %s", name, strerror(errno));
+    return ok;
+}
+
+bool fs_remove_tree(const char *path, struct petrel_error *err)
+{
+    return remove_at(AT_FDCWD, path, err);
+}

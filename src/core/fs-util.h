@@ -1,0 +1,29 @@
+/* Small filesystem helpers with crash-safe semantics. Paths are built by
+ * callers from validated names only. */
+#ifndef PETREL_CORE_FS_UTIL_H
+#define PETREL_CORE_FS_UTIL_H
+
+#include "core/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* mkdir -p with `mode` for every created level. */
+bool fs_mkdir_p(const char *path, mode_t mode, struct petrel_error *err);
+/* fsyncs a directory (so a rename or create in it is durable). */
+bool fs_fsync_dir(const char *path, struct petrel_error *err);
+/* Writes `len` bytes to `path` through "<path>.tmp.<pid>": write, fsync (when
+ * `fsync`), rename, fsync the directory. */
+bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync,
+                     struct petrel_error *err);
+/* Reads a whole file (at most max bytes) into a fresh NUL-terminated
+ * allocation. A missing file is PETREL_ERR_NOT_FOUND. */
+bool fs_read_file(const char *path, size_t max, char **data, size_t *len,
+                  struct petrel_error *err);
+/* Removes a directory tree without following symbolic links. */
+bool fs_remove_tree(const char *path, struct petrel_error *err);
+/* The directory part of a path (fresh allocation; "." when none). */
+char *fs_dirname(const char *path);
+
+#endif

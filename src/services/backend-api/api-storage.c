@@ -1,0 +1,98 @@
+#include "services/backend-api/api-storage.h"
+
+#include "core/json-util.h"
+#include "storage/maildir/maildir-filename.h"
+
+#include <string.h>
+#include <time.h>
+
+bool storage_request_begin(struct storage_api *api, struct http_request *req,
+                           enum storage_folder_rule folder_rule, struct storage_request *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->body = http_request_json(req);
+    if (out->body == NULL)
+        return false;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    const char *user = NULL;
+    const char *slug = "personal";
+    const char *folder = NULL;
+    if (!json_get_string(out->body, "user", true, &user, &err) ||
+        !json_get_string(out->body, "namespace", false, &slug, &err) ||
+        (folder_rule != STORAGE_FOLDER_NONE &&
+         !json_get_string(out->body, "folder", false, &folder, &err))) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto fail;
+    }
+    if (slug[0] == '\0')
+        slug = "personal";
+    out->user = mail_user_get(api->storage, user, &err);
+    if (out->user == NULL) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto fail;
+    }
+    out->ns = mail_user_namespace(out->user, slug, &err);
+    if (out->ns == NULL) {
+        http_reply_error(req, 404, "%s", err.message);
+        goto fail;
+    }
+    if (folder_rule == STORAGE_FOLDER_REQUIRED && (folder == NULL || folder[0] == '\0')) {
+        http_reply_error(req, 400, "folder is required");
+        goto fail;
+    }
+    out->folder = folder;
+    return true;
+fail:
+    json_decref(out->body);
+    out->body = NULL;
+    return false;
+}
+
+void storage_request_end(struct storage_request *sr)
+{
+    json_decref(sr->body);
+    sr->body = NULL;
+}
+
+struct mailbox *storage_request_open(struct http_request *req, struct storage_request *sr)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    struct mailbox *box = mailbox_open(sr->user, sr->ns, sr->folder, &err);
+    if (box == NULL) {
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            http_reply_error(req, 404, "folder not found: %s", sr->folder);
+        else
+            http_reply_petrel_error(req, &err);
+    }
+    return box;
+}
+
+json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t keyword_count)
+{
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } names[] = {
+        {MAIL_FLAG_ANSWERED, "\\Answered"}, {MAIL_FLAG_FLAGGED, "\\Flagged"},
+        {MAIL_FLAG_DELETED, "\\Deleted"},   {MAIL_FLAG_SEEN, "\\Seen"},
+        {MAIL_FLAG_DRAFT, "\\Draft"},       {MAIL_FLAG_PASSED, "$Forwarded"},
+    };
+    json_t *arr = json_array();
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((flags & names[i].bit) != 0)
+            json_array_append_new(arr, json_string(names[i].name));
+    }
+    for (size_t i = 0; i < keyword_count; i++)
+        json_array_append_new(arr, json_string(keywords[i]));
+    return arr;
+}
+
+long long storage_elapsed_ms(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)(now.tv_sec - start->tv_sec) * 1000 +
+           (now.tv_nsec - start->tv_nsec) / 1000000;
+}

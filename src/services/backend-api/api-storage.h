@@ -1,0 +1,45 @@
+/* Shared request handling for the storage-backed areas of the backend-plane
+ * API (folder, index, subscriptions, specialuse, user, mail): decoding the
+ * addressing fields (user, folder, namespace, root) with document 1's rules
+ * and DECISIONS.md's status codes, and mapping flags to names. */
+#ifndef PETREL_SERVICES_API_STORAGE_H
+#define PETREL_SERVICES_API_STORAGE_H
+
+#include "net/http-server.h"
+#include "storage/mail-storage.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <time.h>
+
+struct storage_api {
+    struct mail_storage *storage;
+};
+
+struct storage_request {
+    json_t *body;
+    struct mail_user *user;
+    const struct namespace_config *ns;
+    const char *folder; /* NULL when not required and absent */
+};
+
+enum storage_folder_rule {
+    STORAGE_FOLDER_NONE,     /* no folder field */
+    STORAGE_FOLDER_REQUIRED, /* "folder is required" (400) when absent or "" */
+    STORAGE_FOLDER_OPTIONAL,
+};
+
+/* Decodes the body and the addressing fields. On failure it has replied
+ * (400 malformed / user / folder, 404 namespace) and returns false. The
+ * namespace defaults to `personal`. */
+bool storage_request_begin(struct storage_api *api, struct http_request *req,
+                           enum storage_folder_rule folder_rule, struct storage_request *out);
+void storage_request_end(struct storage_request *sr);
+/* Opens the addressed folder; replies 404/500 itself on failure. */
+struct mailbox *storage_request_open(struct http_request *req, struct storage_request *sr);
+/* Flags + keyword names as a JSON array of strings ("\\Seen", "$Junk", ...). */
+json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t keyword_count);
+/* Milliseconds since `start` (CLOCK_MONOTONIC). */
+long long storage_elapsed_ms(const struct timespec *start);
+
+#endif

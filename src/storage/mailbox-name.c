@@ -1,0 +1,248 @@
+#include "storage/mailbox-name.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+static const char mutf7_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+,";
+
+/* Decodes one UTF-8 code point; returns its length or 0 when invalid. */
+static size_t utf8_decode(const unsigned char *p, size_t avail, uint32_t *cp)
+{
+    unsigned char c = p[0];
+    size_t n;
+    uint32_t v;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if ((c & 0xe0) == 0xc0) {
+        n = 2;
+        v = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3;
+        v = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        n = 4;
+        v = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n > avail)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        v = v << 6 | (p[i] & 0x3f);
+    }
+    if ((n == 2 && v < 0x80) || (n == 3 && v < 0x800) || (n == 4 && v < 0x10000) ||
+        v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+static void utf8_encode(uint32_t cp, struct buf *out)
+{
+    char b[4];
+    if (cp < 0x80) {
+        b[0] = (char)cp;
+        buf_append(out, b, 1);
+    } else if (cp < 0x800) {
+        b[0] = (char)(0xc0 | (cp >> 6));
+        b[1] = (char)(0x80 | (cp & 0x3f));
+        buf_append(out, b, 2);
+    } else if (cp < 0x10000) {
+        b[0] = (char)(0xe0 | (cp >> 12));
+        b[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (char)(0x80 | (cp & 0x3f));
+        buf_append(out, b, 3);
+    } else {
+        b[0] = (char)(0xf0 | (cp >> 18));
+        b[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[3] = (char)(0x80 | (cp & 0x3f));
+        buf_append(out, b, 4);
+    }
+}
+
+bool mailbox_name_is_inbox(const char *name)
+{
+    return strcasecmp(name, "INBOX") == 0;
+}
+
+bool mailbox_name_validate(const char *name, char separator, struct petrel_error *err)
+{
+    size_t len = strlen(name);
+    if (len == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "folder name is empty");
+    if (len > MAILBOX_NAME_MAX)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "folder name longer than %d bytes",
+                                MAILBOX_NAME_MAX);
+    const unsigned char *p = (const unsigned char *)name;
+    size_t levels = 1;
+    size_t level_start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        bool end_of_level = i == len || (char)p[i] == separator;
+        if (end_of_level) {
+            size_t level_len = i - level_start;
+            const char *level = name + level_start;
+            if (level_len == 0)
+                return petrel_error_set(err, PETREL_ERR_INVALID,
+                                        "folder name has an empty level (leading, trailing or "
+                                        "doubled '%c')",
+                                        separator);
+            if ((level_len == 1 && level[0] == '.') ||
+                (level_len == 2 && level[0] == '.' && level[1] == '.'))
+                return petrel_error_set(err, PETREL_ERR_INVALID,
+                                        "folder name must not contain '.' or '..' levels");
+            if (i < len && ++levels > MAILBOX_NAME_MAX_LEVELS)
+                return petrel_error_set(err, PETREL_ERR_INVALID,
+                                        "folder name deeper than %d levels",
+                                        MAILBOX_NAME_MAX_LEVELS);
+            level_start = i + 1;
+            continue;
+        }
+        uint32_t cp;
+        size_t n = utf8_decode(p + i, len - i, &cp);
+        if (n == 0)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "folder name is not valid UTF-8");
+        if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0))
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "folder name contains a control character");
+        if (cp == '.' || cp == '/' || cp == '\\')
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "folder name must not contain '%c' inside a level",
+                                    (char)cp);
+        i += n - 1;
+    }
+    return true;
+}
+
+static void flush_shift(const uint16_t *units, size_t count, struct buf *out)
+{
+    buf_append_char(out, '&');
+    uint32_t bits = 0;
+    int nbits = 0;
+    for (size_t i = 0; i < count; i++) {
+        bits = bits << 16 | units[i];
+        nbits += 16;
+        while (nbits >= 6) {
+            nbits -= 6;
+            buf_append_char(out, mutf7_alphabet[(bits >> nbits) & 63]);
+        }
+    }
+    if (nbits > 0)
+        buf_append_char(out, mutf7_alphabet[(bits << (6 - nbits)) & 63]);
+    buf_append_char(out, '-');
+}
+
+bool mailbox_name_to_mutf7(const char *utf8, struct buf *out)
+{
+    const unsigned char *p = (const unsigned char *)utf8;
+    size_t len = strlen(utf8);
+    uint16_t units[MAILBOX_NAME_MAX * 2 + 2];
+    size_t nunits = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        size_t n = utf8_decode(p + i, len - i, &cp);
+        if (n == 0)
+            return false;
+        i += n;
+        if (cp >= 0x20 && cp <= 0x7e) {
+            if (nunits > 0) {
+                flush_shift(units, nunits, out);
+                nunits = 0;
+            }
+            if (cp == '&')
+                buf_append(out, "&-", 2);
+            else
+                buf_append_char(out, (char)cp);
+            continue;
+        }
+        if (nunits + 2 > sizeof(units) / sizeof(units[0])) {
+            flush_shift(units, nunits, out);
+            nunits = 0;
+        }
+        if (cp >= 0x10000) {
+            uint32_t v = cp - 0x10000;
+            units[nunits++] = (uint16_t)(0xd800 | (v >> 10));
+            units[nunits++] = (uint16_t)(0xdc00 | (v & 0x3ff));
+        } else {
+            units[nunits++] = (uint16_t)cp;
+        }
+    }
+    if (nunits > 0)
+        flush_shift(units, nunits, out);
+    return true;
+}
+
+static int mutf7_value(char c)
+{
+    const char *pos = c != '\0' ? strchr(mutf7_alphabet, c) : NULL;
+    return pos != NULL ? (int)(pos - mutf7_alphabet) : -1;
+}
+
+bool mailbox_name_from_mutf7(const char *mutf7, struct buf *out)
+{
+    size_t start = out->len;
+    const char *p = mutf7;
+    while (*p != '\0') {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c > 0x7e)
+            goto invalid;
+        if (c != '&') {
+            buf_append_char(out, (char)c);
+            p++;
+            continue;
+        }
+        p++;
+        if (*p == '-') {
+            buf_append_char(out, '&');
+            p++;
+            continue;
+        }
+        uint32_t bits = 0;
+        int nbits = 0;
+        uint32_t high = 0;
+        size_t decoded = 0;
+        while (*p != '-') {
+            int v = mutf7_value(*p);
+            if (v < 0)
+                goto invalid;
+            bits = bits << 6 | (uint32_t)v;
+            nbits += 6;
+            p++;
+            if (nbits < 16)
+                continue;
+            nbits -= 16;
+            uint16_t unit = (uint16_t)(bits >> nbits);
+            bits &= (1u << nbits) - 1;
+            decoded++;
+            if (high != 0) {
+                if (unit < 0xdc00 || unit > 0xdfff)
+                    goto invalid;
+                utf8_encode(0x10000 + ((high - 0xd800) << 10) + (unit - 0xdc00), out);
+                high = 0;
+            } else if (unit >= 0xd800 && unit <= 0xdbff) {
+                high = unit;
+            } else if (unit >= 0xdc00 && unit <= 0xdfff) {
+                goto invalid;
+            } else if (unit >= 0x20 && unit <= 0x7e) {
+                goto invalid; /* printable ASCII must not be shifted */
+            } else {
+                utf8_encode(unit, out);
+            }
+        }
+        p++; /* '-' */
+        if (decoded == 0 || high != 0 || nbits >= 6 || bits != 0)
+            goto invalid;
+    }
+    return true;
+invalid:
+    out->len = start;
+    if (out->data != NULL)
+        out->data[start] = '\0';
+    return false;
+}

@@ -1,0 +1,34 @@
+/* dovecot-keywords: the folder's keyword names, one per line "<index> <name>",
+ * index 0..25 mapping to maildir flag letters 'a'..'z'. Written with temp +
+ * rename under the folder lock. Keyword names are IMAP atoms (no spaces,
+ * parentheses, braces, '%', '*', '"', '\', ']' or control characters) up to
+ * 128 bytes. */
+#ifndef PETREL_STORAGE_MAILDIR_KEYWORDS_H
+#define PETREL_STORAGE_MAILDIR_KEYWORDS_H
+
+#include "core/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MAILDIR_KEYWORD_MAX_LEN 128
+
+struct maildir_keywords {
+    char *names[26]; /* NULL for unused slots */
+};
+
+/* A missing file is an empty list (not an error). Bad lines are skipped. */
+bool maildir_keywords_read(const char *path, struct maildir_keywords *out,
+                           struct petrel_error *err);
+bool maildir_keywords_parse(const char *text, size_t len, struct maildir_keywords *out);
+bool maildir_keywords_write(const char *path, const struct maildir_keywords *kw, bool fsync,
+                            struct petrel_error *err);
+/* Index of `name` (case-insensitive), or -1. */
+int maildir_keywords_find(const struct maildir_keywords *kw, const char *name);
+/* Index of `name`, adding it in the first free slot; -1 when all 26 are used
+ * or the name is not a valid keyword (err says which). */
+int maildir_keywords_add(struct maildir_keywords *kw, const char *name, struct petrel_error *err);
+bool maildir_keyword_valid(const char *name);
+void maildir_keywords_free(struct maildir_keywords *kw);
+
+#endif

@@ -1,0 +1,1040 @@
+/* mail-storage.h over Maildir++: one folder — open, sync with the files on
+ * disk, read, append, flag, expunge, and index maintenance.
+ *
+ * Every indexed message lives in cur/ as "<base>:2,<flags>"; the index keeps
+ * the base name. A sync (on open, when cur/ or new/ changed since the last
+ * one) picks up what other programs did: new files (moved from new/ to cur/
+ * and given UIDs), removed files (expunged), renamed flags (the file name
+ * wins). dovecot-uidlist is kept in step for Dovecot interoperability. */
+#include "storage/maildir/maildir-private.h"
+
+#include "core/fs-util.h"
+#include "core/log.h"
+#include "core/sorted-map.h"
+#include "core/xalloc.h"
+#include "storage/maildir/maildir-filename.h"
+#include "storage/maildir/maildir-uidlist.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <stdarg.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMPONENT "storage"
+#define MAX_MESSAGE_BYTES (1ull << 36) /* 64 GiB: far above any sane mail */
+
+struct disk_file {
+    char *name; /* file name in its directory */
+    char *base;
+    bool in_new;
+    uint32_t flags;
+    uint32_t keywords;
+    bool has_size;
+    uint64_t size;
+    bool has_vsize;
+    uint64_t vsize;
+    bool seen; /* matched to an index record */
+};
+
+static const char *box_path(struct mailbox *box, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static const char *box_path(struct mailbox *box, const char *fmt, ...)
+{
+    buf_reset(&box->path);
+    buf_append_str(&box->path, box->dir);
+    buf_append_char(&box->path, '/');
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(&box->path, fmt, ap);
+    va_end(ap);
+    return box->path.data;
+}
+
+static bool fsync_enabled(const struct mailbox *box)
+{
+    return box->user->storage->index_settings.fsync != FILEINDEX_FSYNC_NEVER;
+}
+
+/* ---------- scanning the directories ---------- */
+
+static void disk_file_free(void *p)
+{
+    struct disk_file *f = p;
+    free(f->name);
+    free(f->base);
+    free(f);
+}
+
+static bool scan_dir(struct mailbox *box, const char *sub, bool in_new, struct smap *files,
+                     struct petrel_error *err)
+{
+    char *path = xasprintf("%s/%s", box->dir, sub);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        bool missing = errno == ENOENT;
+        petrel_error_set(err, PETREL_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        free(path);
+        return missing; /* a missing new/ or cur/ is just empty */
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        struct maildir_filename fn;
+        if (!maildir_filename_parse(de->d_name, &fn))
+            continue;
+        char *base = xstrndup(fn.base, fn.base_len);
+        struct disk_file *prior = smap_get(files, base);
+        if (prior != NULL) {
+            /* The same message in new/ and cur/ (a crash between link and
+             * unlink): keep the cur/ copy. */
+            if (!prior->in_new || in_new) {
+                free(base);
+                continue;
+            }
+            disk_file_free(smap_remove(files, base));
+        }
+        struct disk_file *f = xcalloc(1, sizeof(*f));
+        f->name = xstrdup(de->d_name);
+        f->base = base;
+        f->in_new = in_new;
+        f->flags = fn.flags;
+        f->keywords = fn.keywords;
+        f->has_size = fn.has_size;
+        f->size = fn.size;
+        f->has_vsize = fn.has_vsize;
+        f->vsize = fn.vsize;
+        smap_put(files, base, f);
+    }
+    closedir(d);
+    free(path);
+    return true;
+}
+
+/* Size and virtual size (CRLF line endings) of a file without S=/W=. */
+static bool measure_file(const char *path, struct disk_file *f, struct petrel_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    uint64_t size = 0;
+    uint64_t bare_lf = 0;
+    char prev = '\0';
+    char chunk[65536];
+    for (;;) {
+        ssize_t r = read(fd, chunk, sizeof(chunk));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            close(fd);
+            return petrel_error_set(err, PETREL_ERR_IO, "read %s: %s", path, strerror(errno));
+        }
+        if (r == 0)
+            break;
+        for (ssize_t i = 0; i < r; i++) {
+            if (chunk[i] == '\n' && prev != '\r')
+                bare_lf++;
+            prev = chunk[i];
+        }
+        size += (uint64_t)r;
+    }
+    close(fd);
+    if (!f->has_size)
+        f->size = size;
+    if (!f->has_vsize)
+        f->vsize = size + bare_lf;
+    f->has_size = f->has_vsize = true;
+    return true;
+}
+
+static int64_t file_mtime(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
+}
+
+/* ---------- sync stamp ---------- */
+
+static void dir_stamp(struct mailbox *box, char *out, size_t size)
+{
+    struct stat cur;
+    struct stat nw;
+    char *cur_path = xasprintf("%s/cur", box->dir);
+    char *new_path = xasprintf("%s/new", box->dir);
+    bool ok = stat(cur_path, &cur) == 0 && stat(new_path, &nw) == 0;
+    free(cur_path);
+    free(new_path);
+    if (!ok) {
+        snprintf(out, size, "none");
+        return;
+    }
+    snprintf(out, size, "%lld.%09ld %lld.%09ld %llu\n", (long long)cur.st_mtim.tv_sec,
+             cur.st_mtim.tv_nsec, (long long)nw.st_mtim.tv_sec, nw.st_mtim.tv_nsec,
+             (unsigned long long)cur.st_ino);
+}
+
+static bool stamp_current(struct mailbox *box)
+{
+    char now[128];
+    dir_stamp(box, now, sizeof(now));
+    char *saved = NULL;
+    size_t len = 0;
+    bool same = fs_read_file(box_path(box, MAILDIR_SYNC_STAMP), 256, &saved, &len, NULL) &&
+                strcmp(saved, now) == 0;
+    free(saved);
+    return same;
+}
+
+static void stamp_write(struct mailbox *box)
+{
+    char now[128];
+    dir_stamp(box, now, sizeof(now));
+    /* A hint only: losing it costs one rescan, so no fsync. */
+    struct petrel_error err;
+    if (!fs_write_atomic(box_path(box, MAILDIR_SYNC_STAMP), now, strlen(now), false, &err))
+        log_warn(COMPONENT, "cannot write sync stamp", "error=\"%s\"", err.message);
+}
+
+/* ---------- uidlist ---------- */
+
+static bool uidlist_from_index(struct mailbox *box, struct petrel_error *err)
+{
+    const struct fileindex_header *h = fileindex_get_header(box->index);
+    struct uidlist list;
+    memset(&list, 0, sizeof(list));
+    list.uid_validity = h->uid_validity;
+    list.next_uid = h->next_uid;
+    memcpy(list.guid, h->guid, 16);
+    list.has_guid = true;
+    size_t n = fileindex_count(box->index);
+    for (size_t i = 0; i < n; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        char ext[32];
+        snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)r->vsize);
+        uidlist_add(&list, r->uid, r->filename, ext);
+    }
+    bool ok = uidlist_write(box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
+    uidlist_free(&list);
+    return ok;
+}
+
+/* Appends one line to dovecot-uidlist (under the folder lock), re-reading
+ * the file first when another process changed it. */
+static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *base,
+                                uint64_t vsize, struct petrel_error *err)
+{
+    const char *path = box_path(box, MAILDIR_UIDLIST);
+    struct stat st;
+    bool stale = !box->uidlist_loaded || stat(path, &st) != 0 ||
+                 (uint64_t)st.st_size != box->uidlist.file_size;
+    if (stale) {
+        if (box->uidlist_loaded)
+            uidlist_free(&box->uidlist);
+        box->uidlist_loaded = false;
+        memset(&box->uidlist, 0, sizeof(box->uidlist));
+        if (!uidlist_read(path, &box->uidlist, err)) {
+            /* Missing or damaged: write it whole from the index instead. */
+            return uidlist_from_index(box, err);
+        }
+        box->uidlist_loaded = true;
+    }
+    if (box->uidlist.count > 0 && box->uidlist.entries[box->uidlist.count - 1].uid >= uid)
+        return uidlist_from_index(box, err);
+    char ext[32];
+    snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)vsize);
+    size_t from = box->uidlist.count;
+    uidlist_add(&box->uidlist, uid, base, ext);
+    if (uid >= box->uidlist.next_uid)
+        box->uidlist.next_uid = uid + 1;
+    bool ok = uidlist_append(box_path(box, MAILDIR_UIDLIST), &box->uidlist, from,
+                             fsync_enabled(box), err);
+    if (!ok) {
+        uidlist_free(&box->uidlist);
+        box->uidlist_loaded = false;
+    }
+    return ok;
+}
+
+/* ---------- flags on disk ---------- */
+
+static void disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out)
+{
+    buf_reset(out);
+    maildir_filename_build(base, strlen(base), flags, keywords, "", out);
+}
+
+/* Renames cur/<from> to cur/<to>; false when the source is gone. */
+static bool rename_in_cur(struct mailbox *box, const char *from_sub, const char *from,
+                          const char *to, struct petrel_error *err)
+{
+    char *src = xasprintf("%s/%s/%s", box->dir, from_sub, from);
+    char *dst = xasprintf("%s/cur/%s", box->dir, to);
+    bool ok = strcmp(src, dst) == 0 || rename(src, dst) == 0;
+    if (!ok)
+        petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
+                         "rename %s: %s", src, strerror(errno));
+    free(src);
+    free(dst);
+    return ok;
+}
+
+/* ---------- sync ---------- */
+
+struct sync_state {
+    struct mailbox *box;
+    struct fileindex_txn *txn;
+    struct smap *files;
+    bool changed;
+};
+
+static int cmp_new_files(const void *a, const void *b)
+{
+    const struct disk_file *x = *(const struct disk_file *const *)a;
+    const struct disk_file *y = *(const struct disk_file *const *)b;
+    return strcmp(x->base, y->base);
+}
+
+static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
+{
+    struct smap *files = smap_new();
+    bool ok = scan_dir(box, "cur", false, files, err) && scan_dir(box, "new", true, files, err);
+    struct buf name = {0};
+    bool changed = false;
+    /* Known messages: gone, moved, or flags changed by another program. */
+    size_t n = fileindex_count(box->index);
+    uint32_t *gone = xcalloc(n + 1, sizeof(uint32_t));
+    size_t gone_count = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        struct disk_file *f = smap_get(files, r->filename);
+        if (f == NULL) {
+            gone[gone_count++] = r->uid;
+            continue;
+        }
+        f->seen = true;
+        uint32_t flags = f->in_new ? r->flags : f->flags;
+        uint32_t keywords = f->in_new ? r->keywords : f->keywords;
+        disk_name(r->filename, flags, keywords, &name);
+        if (f->in_new || strcmp(f->name, name.data) != 0) {
+            if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
+                continue; /* vanished meanwhile: the next sync sees it */
+        }
+        if (flags != r->flags || keywords != r->keywords) {
+            fileindex_txn_set_flags(txn, r->uid, flags, keywords);
+            changed = true;
+        }
+    }
+    for (size_t i = 0; i < gone_count; i++) {
+        fileindex_txn_expunge(txn, gone[i]);
+        changed = true;
+    }
+    free(gone);
+    /* New files: delivered by another program (or saved before a crash). */
+    struct disk_file **fresh = NULL;
+    size_t fresh_count = 0;
+    size_t fresh_cap = 0;
+    const char *key = NULL;
+    struct disk_file *f = ok ? smap_seek(files, "", false, &key) : NULL;
+    while (f != NULL) {
+        if (!f->seen) {
+            fresh = xgrow(fresh, &fresh_cap, fresh_count + 1, sizeof(*fresh));
+            fresh[fresh_count++] = f;
+        }
+        f = smap_seek(files, key, true, &key);
+    }
+    if (fresh_count > 1)
+        qsort(fresh, fresh_count, sizeof(*fresh), cmp_new_files);
+    for (size_t i = 0; ok && i < fresh_count; i++) {
+        f = fresh[i];
+        char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
+        struct petrel_error merr;
+        int64_t mtime = file_mtime(path);
+        bool measured = (f->has_size && f->has_vsize) || measure_file(path, f, &merr);
+        free(path);
+        if (!measured)
+            continue;
+        disk_name(f->base, f->flags, f->keywords, &name);
+        if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
+            continue;
+        struct fileindex_record rec = {
+            .flags = f->flags & MAIL_FLAG_ALL,
+            .keywords = f->keywords,
+            .size = f->size,
+            .vsize = f->vsize,
+            .internal_date = mtime,
+            .filename = f->base,
+        };
+        fileindex_txn_append(txn, &rec);
+        changed = true;
+    }
+    free(fresh);
+    buf_free(&name);
+    smap_free(files, disk_file_free);
+    if (ok && changed)
+        ok = uidlist_from_index(box, err);
+    return ok;
+}
+
+bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
+{
+    if (!force && stamp_current(box))
+        return true;
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    if (txn == NULL)
+        return false;
+    bool ok = sync_locked(box, txn, err);
+    if (ok)
+        ok = fileindex_txn_commit(txn, err);
+    else
+        fileindex_txn_rollback(txn);
+    if (ok)
+        stamp_write(box);
+    return ok;
+}
+
+/* ---------- index creation and rebuild ---------- */
+
+struct rebuild_entry {
+    uint32_t uid;
+    uint64_t modseq;
+    int64_t mtime;
+    struct disk_file *file;
+};
+
+static int cmp_entries_uid(const void *a, const void *b)
+{
+    const struct rebuild_entry *x = a;
+    const struct rebuild_entry *y = b;
+    if (x->uid != y->uid)
+        return (x->uid > y->uid) - (x->uid < y->uid);
+    return strcmp(x->file->base, y->file->base);
+}
+
+/* Builds the complete record set from the disk: UIDs come from the current
+ * index when it knows the base, then from dovecot-uidlist, else are new;
+ * flags come from the file names. */
+static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
+                           struct mailbox_rebuild_stats *stats, struct petrel_error *err)
+{
+    struct smap *files = smap_new();
+    if (!scan_dir(box, "cur", false, files, err) || !scan_dir(box, "new", true, files, err)) {
+        smap_free(files, disk_file_free);
+        return false;
+    }
+    struct uidlist ul;
+    memset(&ul, 0, sizeof(ul));
+    struct petrel_error uerr;
+    petrel_error_clear(&uerr);
+    bool have_ul = uidlist_read(box_path(box, MAILDIR_UIDLIST), &ul, &uerr);
+    if (!have_ul && uerr.code != PETREL_ERR_NOT_FOUND)
+        log_warn(COMPONENT, "dovecot-uidlist unreadable, ignoring it", "error=\"%s\"",
+                 uerr.message);
+
+    struct fileindex_header header = *fileindex_get_header(box->index);
+    uint32_t next_uid = header.next_uid;
+    if (have_ul && ul.next_uid > next_uid)
+        next_uid = ul.next_uid;
+
+    struct smap *known = smap_new();
+    size_t old_count = fileindex_count(box->index);
+    for (size_t i = 0; i < old_count; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        smap_put(known, r->filename, (void *)r);
+    }
+
+    size_t total = smap_count(files);
+    struct rebuild_entry *entries = xcalloc(total + 1, sizeof(*entries));
+    size_t n = 0;
+    size_t still_known = 0;
+    struct buf name = {0};
+    const char *key = NULL;
+    struct disk_file *f = smap_seek(files, "", false, &key);
+    while (f != NULL) {
+        stats->scanned++;
+        char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
+        int64_t mtime = file_mtime(path);
+        struct petrel_error merr;
+        bool usable = (f->has_size && f->has_vsize) || measure_file(path, f, &merr);
+        free(path);
+        disk_name(f->base, f->flags, f->keywords, &name);
+        struct petrel_error rerr;
+        if (usable && rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, &rerr)) {
+            const struct fileindex_record *prior = smap_get(known, f->base);
+            const struct uidlist_entry *ue = have_ul ? uidlist_find_base(&ul, f->base) : NULL;
+            struct rebuild_entry *e = &entries[n++];
+            e->file = f;
+            e->mtime = mtime;
+            e->uid = prior != NULL ? prior->uid : ue != NULL ? ue->uid : 0;
+            e->modseq = prior != NULL ? prior->modseq : 0;
+            if (prior != NULL)
+                still_known++;
+        }
+        f = smap_seek(files, key, true, &key);
+    }
+    /* Known UIDs first in UID order; a duplicate (damaged uidlist) keeps the
+     * first and is renumbered like a new file. */
+    qsort(entries, n, sizeof(*entries), cmp_entries_uid);
+    size_t first_known = 0;
+    while (first_known < n && entries[first_known].uid == 0)
+        first_known++;
+    for (size_t i = first_known + 1; i < n; i++) {
+        if (entries[i].uid == entries[i - 1].uid && entries[i].uid != 0)
+            entries[i].uid = 0;
+    }
+    for (size_t i = first_known; i < n; i++) {
+        if (entries[i].uid >= next_uid)
+            next_uid = entries[i].uid + 1;
+    }
+    struct fileindex_record *records = xcalloc(n + 1, sizeof(*records));
+    size_t count = 0;
+    for (size_t pass = 0; pass < 2; pass++) {
+        /* pass 0: preserved UIDs (ascending); pass 1: new ones, by base name */
+        for (size_t i = 0; i < n; i++) {
+            struct rebuild_entry *e = &entries[i];
+            bool preserved = e->uid != 0;
+            if ((pass == 0) != preserved)
+                continue;
+            struct fileindex_record *rec = &records[count++];
+            if (preserved) {
+                rec->uid = e->uid;
+                stats->uids_preserved++;
+            } else {
+                rec->uid = next_uid++;
+                stats->uids_assigned++;
+            }
+            rec->flags = e->file->flags & MAIL_FLAG_ALL;
+            rec->keywords = e->file->keywords;
+            rec->modseq = e->modseq;
+            rec->size = e->file->size;
+            rec->vsize = e->file->vsize;
+            rec->internal_date = e->mtime;
+            rec->filename = e->file->base;
+        }
+    }
+    stats->orphans_dropped = old_count - still_known;
+    header.next_uid = next_uid;
+    bool ok = fileindex_txn_replace_all(txn, &header, records, count, err);
+    free(records);
+    free(entries);
+    buf_free(&name);
+    smap_free(known, NULL);
+    smap_free(files, disk_file_free);
+    if (have_ul)
+        uidlist_free(&ul);
+    return ok;
+}
+
+bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
+{
+    /* Identity: from an existing dovecot-uidlist (a Dovecot maildir moving
+     * in) or new. */
+    uint8_t guid[16];
+    uint32_t uid_validity = (uint32_t)time(NULL);
+    struct uidlist ul;
+    memset(&ul, 0, sizeof(ul));
+    struct petrel_error uerr;
+    if (uidlist_read(box_path(box, MAILDIR_UIDLIST), &ul, &uerr) && ul.uid_validity != 0) {
+        uid_validity = ul.uid_validity;
+        if (ul.has_guid)
+            memcpy(guid, ul.guid, 16);
+        else
+            RAND_bytes(guid, sizeof(guid));
+        uidlist_free(&ul);
+    } else {
+        RAND_bytes(guid, sizeof(guid));
+    }
+    const struct fileindex_settings *set = &box->user->storage->index_settings;
+    if (!fileindex_create(box->dir, guid, uid_validity, set, err) &&
+        err->code != PETREL_ERR_EXISTS)
+        return false;
+    box->index = fileindex_open(box->dir, set, err);
+    if (box->index == NULL)
+        return false;
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    if (txn == NULL)
+        return false;
+    struct mailbox_rebuild_stats stats;
+    memset(&stats, 0, sizeof(stats));
+    bool ok = rebuild_locked(box, txn, &stats, err);
+    if (ok)
+        ok = fileindex_txn_commit(txn, err);
+    else
+        fileindex_txn_rollback(txn);
+    if (ok)
+        ok = uidlist_from_index(box, err);
+    if (ok)
+        stamp_write(box);
+    return ok;
+}
+
+/* ---------- open / close ---------- */
+
+struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, struct petrel_error *err)
+{
+    struct buf dir = {0};
+    if (!maildir_folder_dir(user, ns, name, &dir, err)) {
+        buf_free(&dir);
+        return NULL;
+    }
+    bool inbox = maildir_is_inbox(ns, name);
+    struct stat st;
+    if (stat(dir.data, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (!inbox) {
+            buf_free(&dir);
+            petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", name);
+            return NULL;
+        }
+    }
+    if (inbox && !maildir_make_dirs(dir.data, true, err)) {
+        buf_free(&dir);
+        return NULL;
+    }
+    struct mailbox *box = xcalloc(1, sizeof(*box));
+    box->user = user;
+    box->ns = ns;
+    box->name = xstrdup(inbox ? "INBOX" : name);
+    box->dir = buf_steal(&dir);
+    const struct fileindex_settings *set = &user->storage->index_settings;
+    struct petrel_error oerr;
+    petrel_error_clear(&oerr);
+    box->index = fileindex_open(box->dir, set, &oerr);
+    bool ok;
+    if (box->index != NULL) {
+        ok = maildir_sync(box, false, err);
+    } else if (oerr.code == PETREL_ERR_NOT_FOUND) {
+        ok = maildir_index_init(box, err);
+    } else if (oerr.code == PETREL_ERR_INVALID) {
+        /* Losing or damaging an index loses no mail: start over from the
+         * messages and dovecot-uidlist, which keep the UIDs. */
+        log_warn(COMPONENT, "index damaged, rebuilding", "folder=%s error=\"%s\"", box->dir,
+                 oerr.message);
+        static const char *const index_files[] = {"petrel.index", "petrel.index.log",
+                                                  "petrel.index.cache"};
+        for (size_t i = 0; i < 3; i++)
+            unlink(box_path(box, "%s", index_files[i]));
+        ok = maildir_index_init(box, err);
+    } else {
+        ok = petrel_error_set(err, oerr.code, "%s", oerr.message);
+    }
+    if (ok)
+        ok = maildir_keywords_read(box_path(box, MAILDIR_KEYWORDS), &box->keywords, err);
+    if (!ok) {
+        mailbox_close(box);
+        return NULL;
+    }
+    return box;
+}
+
+void mailbox_close(struct mailbox *box)
+{
+    if (box == NULL)
+        return;
+    if (box->index != NULL)
+        fileindex_close(box->index);
+    if (box->uidlist_loaded)
+        uidlist_free(&box->uidlist);
+    maildir_keywords_free(&box->keywords);
+    buf_free(&box->path);
+    free(box->name);
+    free(box->dir);
+    free(box);
+}
+
+const char *mailbox_name(const struct mailbox *box)
+{
+    return box->name;
+}
+
+/* ---------- reading ---------- */
+
+bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
+                      struct petrel_error *err)
+{
+    if (!fileindex_refresh(box->index, err))
+        return false;
+    memset(info, 0, sizeof(*info));
+    const struct fileindex_header *h = fileindex_get_header(box->index);
+    memcpy(info->guid, h->guid, 16);
+    info->uid_validity = h->uid_validity;
+    info->next_uid = h->next_uid;
+    info->highest_modseq = h->highest_modseq;
+    size_t n = fileindex_count(box->index);
+    info->messages = (uint32_t)n;
+    info->unseen = (uint32_t)fileindex_unseen(box->index);
+    if (!stats)
+        return true;
+    for (size_t i = 0; i < n; i++)
+        info->size_bytes += fileindex_record_at(box->index, i)->size;
+    static const char *const subs[] = {"cur", "new"};
+    for (size_t s = 0; s < 2; s++) {
+        DIR *d = opendir(box_path(box, "%s", subs[s]));
+        if (d == NULL)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (de->d_name[0] != '.')
+                info->on_disk_count++;
+        }
+        closedir(d);
+    }
+    return true;
+}
+
+bool mailbox_foreach(struct mailbox *box, size_t limit,
+                     void (*fn)(const struct mailbox_message *msg, void *ctx), void *ctx,
+                     bool *truncated, struct petrel_error *err)
+{
+    if (!fileindex_refresh(box->index, err))
+        return false;
+    size_t n = fileindex_count(box->index);
+    *truncated = limit > 0 && n > limit;
+    if (limit > 0 && n > limit)
+        n = limit;
+    struct buf name = {0};
+    const char *kw[MAILDIR_MAX_KEYWORDS + 1];
+    for (size_t i = 0; i < n; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        size_t kw_count = 0;
+        for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++) {
+            if ((r->keywords & (1u << k)) != 0 && box->keywords.names[k] != NULL)
+                kw[kw_count++] = box->keywords.names[k];
+        }
+        kw[kw_count] = NULL;
+        disk_name(r->filename, r->flags, r->keywords, &name);
+        struct mailbox_message msg = {
+            .uid = r->uid,
+            .flags = r->flags,
+            .modseq = r->modseq,
+            .size = r->size,
+            .vsize = r->vsize,
+            .internal_date = r->internal_date,
+            .filename = name.data,
+            .keywords = kw,
+            .keyword_count = kw_count,
+        };
+        fn(&msg, ctx);
+    }
+    buf_free(&name);
+    return true;
+}
+
+/* ---------- writing ---------- */
+
+static bool resolve_keywords(struct mailbox *box, const char *const *names, uint32_t *mask,
+                             struct petrel_error *err)
+{
+    *mask = 0;
+    if (names == NULL || names[0] == NULL)
+        return true;
+    /* Under the folder lock: re-read, add what is missing, write once. */
+    maildir_keywords_free(&box->keywords);
+    if (!maildir_keywords_read(box_path(box, MAILDIR_KEYWORDS), &box->keywords, err))
+        return false;
+    bool added = false;
+    for (size_t i = 0; names[i] != NULL; i++) {
+        int idx = maildir_keywords_find(&box->keywords, names[i]);
+        if (idx < 0) {
+            idx = maildir_keywords_add(&box->keywords, names[i], err);
+            if (idx < 0)
+                return false;
+            added = true;
+        }
+        *mask |= 1u << idx;
+    }
+    if (added)
+        return maildir_keywords_write(box_path(box, MAILDIR_KEYWORDS), &box->keywords,
+                                      fsync_enabled(box), err);
+    return true;
+}
+
+static uint64_t virtual_size(const char *data, size_t len)
+{
+    uint64_t bare = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
+            bare++;
+    }
+    return len + bare;
+}
+
+static bool write_tmp(const char *path, const void *data, size_t len, bool fsync_data,
+                      struct petrel_error *err)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", path,
+                                strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(path);
+            return petrel_error_set(err, PETREL_ERR_IO, "write %s: %s", path,
+                                    w < 0 ? strerror(e) : "short write");
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if ((fsync_data && fsync(fd) != 0) || close(fd) != 0) {
+        int e = errno;
+        unlink(path);
+        return petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", path, strerror(e));
+    }
+    return true;
+}
+
+static uint64_t next_counter(struct mailbox *box)
+{
+    return ++box->user->storage->save_counter;
+}
+
+bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
+                    const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
+                    struct petrel_error *err)
+{
+    if ((uint64_t)len > MAX_MESSAGE_BYTES)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "message too large");
+    if ((flags & ~MAIL_FLAG_ALL) != 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "unknown flag bits");
+    uint64_t vsize = virtual_size(data, len);
+    struct buf base = {0};
+    maildir_filename_new_base(len, vsize, next_counter(box), &base);
+    char *tmp = xasprintf("%s/tmp/%s", box->dir, base.data);
+    bool durable = fsync_enabled(box);
+    if (!write_tmp(tmp, data, len, durable, err)) {
+        free(tmp);
+        buf_free(&base);
+        return false;
+    }
+    if (internal_date > 0) {
+        struct timeval tv[2] = {{(time_t)internal_date, 0}, {(time_t)internal_date, 0}};
+        utimes(tmp, tv);
+    }
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    bool ok = txn != NULL;
+    uint32_t mask = 0;
+    struct buf name = {0};
+    char *dst = NULL;
+    if (ok)
+        ok = resolve_keywords(box, keywords, &mask, err);
+    if (ok) {
+        disk_name(base.data, flags, mask, &name);
+        dst = xasprintf("%s/cur/%s", box->dir, name.data);
+        if (rename(tmp, dst) != 0)
+            ok = petrel_error_set(err, PETREL_ERR_IO, "rename into cur/: %s", strerror(errno));
+    }
+    if (ok && durable) {
+        char *cur = xasprintf("%s/cur", box->dir);
+        ok = fs_fsync_dir(cur, err);
+        free(cur);
+    }
+    uint32_t uid = 0;
+    if (ok) {
+        /* From here the message is on disk: whatever happens next, a sync
+         * finds it again, so it is never lost. */
+        struct fileindex_record rec = {
+            .flags = flags,
+            .keywords = mask,
+            .size = len,
+            .vsize = vsize,
+            .internal_date = internal_date > 0 ? internal_date : (int64_t)time(NULL),
+            .filename = base.data,
+        };
+        uid = fileindex_txn_append(txn, &rec);
+        struct petrel_error uerr;
+        if (!uidlist_note_append(box, uid, base.data, vsize, &uerr))
+            log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
+                     box->dir, uerr.message);
+        ok = fileindex_txn_commit(txn, err);
+        txn = NULL;
+        if (ok)
+            stamp_write(box);
+    }
+    if (txn != NULL)
+        fileindex_txn_rollback(txn);
+    if (!ok)
+        unlink(tmp);
+    free(tmp);
+    free(dst);
+    buf_free(&name);
+    buf_free(&base);
+    if (ok && uid_out != NULL)
+        *uid_out = uid;
+    return ok;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a;
+    uint32_t y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                     uint32_t **expunged, size_t *expunged_count, struct petrel_error *err)
+{
+    *expunged = NULL;
+    *expunged_count = 0;
+    uint32_t *wanted = NULL;
+    if (uids != NULL) {
+        wanted = xcalloc(uid_count + 1, sizeof(*wanted));
+        memcpy(wanted, uids, uid_count * sizeof(*wanted));
+        qsort(wanted, uid_count, sizeof(*wanted), cmp_u32);
+    }
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    if (txn == NULL) {
+        free(wanted);
+        return false;
+    }
+    size_t n = fileindex_count(box->index);
+    uint32_t *done = xcalloc(n + 1, sizeof(*done));
+    size_t done_count = 0;
+    struct buf name = {0};
+    for (size_t i = 0; i < n; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        if ((r->flags & MAIL_FLAG_DELETED) == 0)
+            continue;
+        if (wanted != NULL &&
+            bsearch(&r->uid, wanted, uid_count, sizeof(*wanted), cmp_u32) == NULL)
+            continue;
+        disk_name(r->filename, r->flags, r->keywords, &name);
+        const char *path = box_path(box, "cur/%s", name.data);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            /* One stuck file does not stop the rest. */
+            log_warn(COMPONENT, "cannot expunge message", "folder=%s uid=%u error=\"%s\"",
+                     box->dir, r->uid, strerror(errno));
+            continue;
+        }
+        done[done_count++] = r->uid;
+    }
+    buf_free(&name);
+    free(wanted);
+    for (size_t i = 0; i < done_count; i++)
+        fileindex_txn_expunge(txn, done[i]);
+    bool ok = true;
+    if (done_count > 0) {
+        if (fsync_enabled(box)) {
+            char *cur = xasprintf("%s/cur", box->dir);
+            fs_fsync_dir(cur, NULL);
+            free(cur);
+        }
+        ok = fileindex_txn_commit(txn, err);
+        if (ok) {
+            struct petrel_error uerr;
+            /* The index no longer lists them; rewrite the uidlist to match. */
+            if (!uidlist_from_index(box, &uerr))
+                log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
+                         box->dir, uerr.message);
+            if (box->uidlist_loaded) {
+                uidlist_free(&box->uidlist);
+                box->uidlist_loaded = false;
+            }
+            stamp_write(box);
+        }
+    } else {
+        fileindex_txn_rollback(txn);
+    }
+    if (!ok) {
+        free(done);
+        return false;
+    }
+    *expunged = done;
+    *expunged_count = done_count;
+    return true;
+}
+
+bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
+                       const char *const *keywords, struct petrel_error *err)
+{
+    if ((flags & ~MAIL_FLAG_ALL) != 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "unknown flag bits");
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    if (txn == NULL)
+        return false;
+    uint32_t mask = 0;
+    const struct fileindex_record *r = fileindex_lookup_uid(box->index, uid);
+    bool ok = r != NULL || petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no message with UID %u",
+                                            uid);
+    if (ok)
+        ok = resolve_keywords(box, keywords, &mask, err);
+    struct buf from = {0};
+    struct buf to = {0};
+    if (ok) {
+        r = fileindex_lookup_uid(box->index, uid);
+        disk_name(r->filename, r->flags, r->keywords, &from);
+        disk_name(r->filename, flags, mask, &to);
+        ok = rename_in_cur(box, "cur", from.data, to.data, err) &&
+             fileindex_txn_set_flags(txn, uid, flags, mask);
+    }
+    if (ok) {
+        ok = fileindex_txn_commit(txn, err);
+        if (ok)
+            stamp_write(box);
+    } else {
+        fileindex_txn_rollback(txn);
+    }
+    buf_free(&from);
+    buf_free(&to);
+    return ok;
+}
+
+bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *stats,
+                           struct petrel_error *err)
+{
+    memset(stats, 0, sizeof(*stats));
+    /* The folder lock is held from scan to commit: nothing changes under us. */
+    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    if (txn == NULL)
+        return false;
+    bool ok = rebuild_locked(box, txn, stats, err);
+    if (ok)
+        ok = uidlist_from_index(box, err);
+    if (ok) {
+        ok = fileindex_txn_commit(txn, err);
+    } else {
+        fileindex_txn_rollback(txn);
+    }
+    if (box->uidlist_loaded) {
+        uidlist_free(&box->uidlist);
+        box->uidlist_loaded = false;
+    }
+    if (ok)
+        stamp_write(box);
+    log_info(COMPONENT, "index rebuilt", "folder=%s scanned=%llu preserved=%llu assigned=%llu "
+                                         "orphans=%llu ok=%d",
+             box->dir, (unsigned long long)stats->scanned,
+             (unsigned long long)stats->uids_preserved, (unsigned long long)stats->uids_assigned,
+             (unsigned long long)stats->orphans_dropped, ok);
+    return ok;
+}
+
+bool mailbox_index_optimize(struct mailbox *box, struct petrel_error *err)
+{
+    return fileindex_optimize(box->index, err);
+}
+
+bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
+                         struct petrel_error *err)
+{
+    struct fileindex_purge_stats st = {0, 0};
+    if (!fileindex_cache_purge(box->index, &st, err))
+        return false;
+    *carried = st.carried;
+    *reclaimed = st.reclaimed_bytes;
+    return true;
+}

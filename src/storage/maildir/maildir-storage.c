@@ -1,0 +1,449 @@
+/* mail-storage.h over Maildir++: storage, users and folder operations. */
+#include "storage/maildir/maildir-private.h"
+
+#include "core/fs-util.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "storage/mailbox-name.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define COMPONENT "storage"
+#define MAX_CACHED_USERS 4096
+
+struct mail_storage *mail_storage_new(const struct mail_config *cfg,
+                                      struct metrics_registry *metrics)
+{
+    struct mail_storage *s = xcalloc(1, sizeof(*s));
+    s->cfg = *cfg;
+    s->metrics = metrics;
+    s->index_settings.fsync = (enum fileindex_fsync)cfg->fsync;
+    s->index_settings.metrics = metrics;
+    return s;
+}
+
+static void user_free(struct mail_user *u)
+{
+    free(u->name);
+    free(u->home);
+    free(u);
+}
+
+void mail_storage_free(struct mail_storage *storage)
+{
+    if (storage == NULL)
+        return;
+    for (size_t i = 0; i < storage->user_count; i++)
+        user_free(storage->users[i]);
+    free(storage->users);
+    free(storage);
+}
+
+const struct mail_config *mail_storage_config(const struct mail_storage *storage)
+{
+    return &storage->cfg;
+}
+
+struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
+                                struct petrel_error *err)
+{
+    if (!mail_username_validate(username, err))
+        return NULL;
+    for (size_t i = 0; i < storage->user_count; i++) {
+        if (strcmp(storage->users[i]->name, username) == 0)
+            return storage->users[i];
+    }
+    struct buf home = {0};
+    if (!mail_template_expand(storage->cfg.home, username, NULL, &home, err)) {
+        buf_free(&home);
+        return NULL;
+    }
+    if (storage->user_count >= MAX_CACHED_USERS) {
+        /* Users are cheap to resolve again: drop the oldest half. */
+        size_t drop = storage->user_count / 2;
+        for (size_t i = 0; i < drop; i++)
+            user_free(storage->users[i]);
+        memmove(storage->users, storage->users + drop,
+                (storage->user_count - drop) * sizeof(*storage->users));
+        storage->user_count -= drop;
+    }
+    struct mail_user *u = xcalloc(1, sizeof(*u));
+    u->storage = storage;
+    u->name = xstrdup(username);
+    u->home = buf_steal(&home);
+    storage->users = xgrow(storage->users, &storage->user_cap, storage->user_count + 1,
+                           sizeof(*storage->users));
+    storage->users[storage->user_count++] = u;
+    return u;
+}
+
+const char *mail_user_name(const struct mail_user *user)
+{
+    return user->name;
+}
+
+struct mail_storage *mail_user_storage(const struct mail_user *user)
+{
+    return user->storage;
+}
+
+const char *mail_user_home(const struct mail_user *user)
+{
+    return user->home;
+}
+
+bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
+                              struct buf *out, struct petrel_error *err)
+{
+    /* location is "maildir:<template>" */
+    return mail_template_expand(ns->location + 8, user->name, user->home, out, err);
+}
+
+const struct namespace_config *mail_user_namespace(const struct mail_user *user,
+                                                   const char *slug, struct petrel_error *err)
+{
+    const struct namespace_config *ns = namespace_by_slug(&user->storage->cfg, slug);
+    if (ns == NULL)
+        petrel_error_set(err, PETREL_ERR_NOT_FOUND, "namespace not configured: %s", slug);
+    return ns;
+}
+
+bool maildir_is_inbox(const struct namespace_config *ns, const char *name)
+{
+    return ns->type == NAMESPACE_PERSONAL && mailbox_name_is_inbox(name);
+}
+
+bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns,
+                        const char *name, struct buf *out, struct petrel_error *err)
+{
+    if (!maildir_is_inbox(ns, name) && !mailbox_name_validate(name, ns->separator, err))
+        return false;
+    if (!mail_user_namespace_root(user, ns, out, err))
+        return false;
+    if (maildir_is_inbox(ns, name))
+        return true;
+    buf_append_str(out, "/.");
+    const char *p = name;
+    for (;;) {
+        const char *sep = strchr(p, ns->separator);
+        size_t len = sep != NULL ? (size_t)(sep - p) : strlen(p);
+        char *level = xstrndup(p, len);
+        bool ok = mailbox_name_to_mutf7(level, out);
+        free(level);
+        if (!ok)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "folder name is not valid UTF-8");
+        if (sep == NULL)
+            break;
+        buf_append_char(out, '.');
+        p = sep + 1;
+    }
+    return true;
+}
+
+bool maildir_make_dirs(const char *dir, bool is_root, struct petrel_error *err)
+{
+    static const char *const subdirs[] = {"cur", "new", "tmp"};
+    struct buf path = {0};
+    bool ok = fs_mkdir_p(dir, 0700, err);
+    for (size_t i = 0; ok && i < 3; i++) {
+        buf_reset(&path);
+        buf_printf(&path, "%s/%s", dir, subdirs[i]);
+        ok = fs_mkdir_p(path.data, 0700, err);
+    }
+    if (ok && !is_root) {
+        buf_reset(&path);
+        buf_printf(&path, "%s/maildirfolder", dir);
+        int fd = open(path.data, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            ok = petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", path.data,
+                                  strerror(errno));
+        else
+            close(fd);
+    }
+    buf_free(&path);
+    return ok;
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---------- listing ---------- */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* ".L1.L2" -> "L1<sep>L2" in UTF-8; false for names that are not folders. */
+static bool decode_dir_name(const char *dname, char separator, struct buf *out)
+{
+    if (dname[0] != '.' || dname[1] == '\0' || dname[1] == '.' || dname[1] == '#')
+        return false;
+    const char *p = dname + 1;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot != NULL ? (size_t)(dot - p) : strlen(p);
+        if (len == 0)
+            return false;
+        char *level = xstrndup(p, len);
+        bool ok = mailbox_name_from_mutf7(level, out);
+        free(level);
+        if (!ok)
+            return false;
+        if (dot == NULL)
+            return true;
+        buf_append_char(out, separator);
+        p = dot + 1;
+    }
+}
+
+bool mail_folder_list(struct mail_user *user, const struct namespace_config *ns, char ***names,
+                      size_t *count, struct petrel_error *err)
+{
+    struct buf root = {0};
+    if (!mail_user_namespace_root(user, ns, &root, err)) {
+        buf_free(&root);
+        return false;
+    }
+    char **list = NULL;
+    size_t n = 0;
+    size_t cap = 0;
+    DIR *dir = opendir(root.data);
+    if (dir == NULL && errno != ENOENT) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot list %s: %s", root.data, strerror(errno));
+        buf_free(&root);
+        return false;
+    }
+    struct buf name = {0};
+    struct buf path = {0};
+    while (dir != NULL) {
+        struct dirent *de = readdir(dir);
+        if (de == NULL)
+            break;
+        buf_reset(&name);
+        if (!decode_dir_name(de->d_name, ns->separator, &name))
+            continue;
+        buf_reset(&path);
+        buf_printf(&path, "%s/%s", root.data, de->d_name);
+        if (!is_dir(path.data))
+            continue;
+        struct petrel_error verr;
+        if (!mailbox_name_validate(name.data, ns->separator, &verr)) {
+            log_debug(COMPONENT, "skipping folder directory", "dir=%s reason=\"%s\"", de->d_name,
+                      verr.message);
+            continue;
+        }
+        list = xgrow(list, &cap, n + 1, sizeof(*list));
+        list[n++] = buf_steal(&name);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    buf_free(&name);
+    buf_free(&path);
+    buf_free(&root);
+    if (n > 1)
+        qsort(list, n, sizeof(*list), cmp_names);
+    if (ns->type == NAMESPACE_PERSONAL) {
+        list = xgrow(list, &cap, n + 1, sizeof(*list));
+        memmove(list + 1, list, n * sizeof(*list));
+        list[0] = xstrdup("INBOX");
+        n++;
+    }
+    *names = list;
+    *count = n;
+    return true;
+}
+
+void mail_folder_list_free(char **names, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+bool mail_folder_exists(struct mail_user *user, const struct namespace_config *ns,
+                        const char *name)
+{
+    if (maildir_is_inbox(ns, name))
+        return true;
+    struct buf dir = {0};
+    bool exists = maildir_folder_dir(user, ns, name, &dir, NULL) && is_dir(dir.data);
+    buf_free(&dir);
+    return exists;
+}
+
+/* ---------- create / delete / rename ---------- */
+
+bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns,
+                        const char *name, struct petrel_error *err)
+{
+    if (maildir_is_inbox(ns, name))
+        return petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: INBOX");
+    struct buf dir = {0};
+    struct buf root = {0};
+    bool ok = maildir_folder_dir(user, ns, name, &dir, err) &&
+              mail_user_namespace_root(user, ns, &root, err) && fs_mkdir_p(root.data, 0700, err);
+    if (ok) {
+        if (mkdir(dir.data, 0700) != 0) {
+            if (errno == EEXIST)
+                ok = petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: %s", name);
+            else
+                ok = petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", dir.data,
+                                      strerror(errno));
+        } else {
+            ok = maildir_make_dirs(dir.data, false, err);
+            struct mailbox box = {.user = user, .ns = ns, .name = (char *)name, .dir = dir.data};
+            if (ok)
+                ok = maildir_index_init(&box, err);
+            if (box.index != NULL)
+                fileindex_close(box.index);
+            maildir_keywords_free(&box.keywords);
+            buf_free(&box.path);
+            if (ok)
+                ok = fs_fsync_dir(root.data, err);
+        }
+    }
+    if (ok)
+        log_info(COMPONENT, "folder created", "user=%s namespace=%s folder=%s", user->name,
+                 ns->slug, dir.data + root.len + 1);
+    buf_free(&dir);
+    buf_free(&root);
+    return ok;
+}
+
+bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns,
+                        const char *name, struct petrel_error *err)
+{
+    if (maildir_is_inbox(ns, name))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "INBOX cannot be deleted");
+    struct buf dir = {0};
+    if (!maildir_folder_dir(user, ns, name, &dir, err)) {
+        buf_free(&dir);
+        return false;
+    }
+    if (!is_dir(dir.data)) {
+        buf_free(&dir);
+        return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", name);
+    }
+    /* Move it out of the listing first, so a crash mid-removal leaves no
+     * half-deleted folder visible; then remove the tree. */
+    char *root = fs_dirname(dir.data);
+    unsigned char rnd[8];
+    RAND_bytes(rnd, sizeof(rnd));
+    char *doomed = xasprintf("%s/.#deleted-%02x%02x%02x%02x%02x%02x%02x%02x", root, rnd[0],
+                             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    bool ok = true;
+    if (rename(dir.data, doomed) != 0) {
+        ok = petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
+                              "cannot delete %s: %s", name, strerror(errno));
+    } else {
+        fs_fsync_dir(root, NULL);
+        struct petrel_error rm_err;
+        if (!fs_remove_tree(doomed, &rm_err))
+            log_warn(COMPONENT, "folder removal incomplete", "path=%s error=\"%s\"", doomed,
+                     rm_err.message);
+        log_info(COMPONENT, "folder deleted", "user=%s namespace=%s folder_dir=%s", user->name,
+                 ns->slug, dir.data + strlen(root) + 1);
+    }
+    free(doomed);
+    free(root);
+    buf_free(&dir);
+    return ok;
+}
+
+bool mail_folder_rename(struct mail_user *user, const struct namespace_config *ns,
+                        const char *old_name, const char *new_name, struct petrel_error *err)
+{
+    if (maildir_is_inbox(ns, old_name))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "INBOX cannot be renamed");
+    if (maildir_is_inbox(ns, new_name))
+        return petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: INBOX");
+    struct buf old_dir = {0};
+    struct buf new_dir = {0};
+    struct buf root = {0};
+    bool ok = maildir_folder_dir(user, ns, old_name, &old_dir, err) &&
+              maildir_folder_dir(user, ns, new_name, &new_dir, err) &&
+              mail_user_namespace_root(user, ns, &root, err);
+    if (ok && !is_dir(old_dir.data))
+        ok = petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", old_name);
+    if (ok && is_dir(new_dir.data))
+        ok = petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: %s", new_name);
+    /* A folder cannot move below itself. */
+    size_t old_len = strlen(old_name);
+    if (ok && strncmp(new_name, old_name, old_len) == 0 && new_name[old_len] == ns->separator)
+        ok = petrel_error_set(err, PETREL_ERR_INVALID, "cannot move a folder into itself");
+    if (!ok)
+        goto out;
+    /* Children first collected (".Old.*"), then the folder, then children. */
+    const char *old_base = old_dir.data + root.len + 1; /* ".Old" */
+    const char *new_base = new_dir.data + root.len + 1;
+    size_t old_base_len = strlen(old_base);
+    char **children = NULL;
+    size_t nchildren = 0;
+    size_t cap = 0;
+    DIR *d = opendir(root.data);
+    while (d != NULL) {
+        struct dirent *de = readdir(d);
+        if (de == NULL)
+            break;
+        if (strncmp(de->d_name, old_base, old_base_len) == 0 && de->d_name[old_base_len] == '.') {
+            children = xgrow(children, &cap, nchildren + 1, sizeof(*children));
+            children[nchildren++] = xstrdup(de->d_name + old_base_len);
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    struct buf from = {0};
+    struct buf to = {0};
+    for (size_t i = 0; ok && i < nchildren; i++) {
+        buf_reset(&to);
+        buf_printf(&to, "%s/%s%s", root.data, new_base, children[i]);
+        if (is_dir(to.data))
+            ok = petrel_error_set(err, PETREL_ERR_EXISTS, "a child of %s already exists",
+                                  new_name);
+    }
+    if (ok && rename(old_dir.data, new_dir.data) != 0)
+        ok = petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", old_name, strerror(errno));
+    for (size_t i = 0; ok && i < nchildren; i++) {
+        buf_reset(&from);
+        buf_reset(&to);
+        buf_printf(&from, "%s/%s%s", root.data, old_base, children[i]);
+        buf_printf(&to, "%s/%s%s", root.data, new_base, children[i]);
+        if (rename(from.data, to.data) != 0)
+            log_error(COMPONENT, "child folder not renamed", "from=%s error=\"%s\"", from.data,
+                      strerror(errno));
+    }
+    if (ok)
+        fs_fsync_dir(root.data, NULL);
+    for (size_t i = 0; i < nchildren; i++)
+        free(children[i]);
+    free(children);
+    buf_free(&from);
+    buf_free(&to);
+out:
+    buf_free(&old_dir);
+    buf_free(&new_dir);
+    buf_free(&root);
+    return ok;
+}
+
+void mailbox_guid_hex(const uint8_t guid[16], char out[33])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < 16; i++) {
+        out[i * 2] = hex[guid[i] >> 4];
+        out[i * 2 + 1] = hex[guid[i] & 15];
+    }
+    out[32] = '\0';
+}

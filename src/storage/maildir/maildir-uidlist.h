@@ -1,0 +1,60 @@
+/* dovecot-uidlist, version 3 (Dovecot's format, so UIDs and UIDVALIDITY
+ * survive a migration between Dovecot and Petrel):
+ *     3 V<uidvalidity> N<nextuid> G<guid hex 32>[ other header fields]
+ *     <uid> [<extension fields>] :<base filename>
+ * Extension fields (e.g. "W1234", "S1200") before ':' are preserved. Lines are
+ * in ascending UID order. Appending lines is allowed; every other change
+ * rewrites the file (temporary file, fsync, rename). Version 1 files
+ * ("1 <uidvalidity> <nextuid>", lines "<uid> <filename>") are read too.
+ * Callers hold the folder lock while writing. */
+#ifndef PETREL_STORAGE_MAILDIR_UIDLIST_H
+#define PETREL_STORAGE_MAILDIR_UIDLIST_H
+
+#include "core/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct uidlist_entry {
+    uint32_t uid;
+    char *base;       /* base file name (before ":2,") */
+    char *extensions; /* the raw extension fields, "" when none */
+};
+
+struct uidlist {
+    uint32_t uid_validity;
+    uint32_t next_uid;
+    uint8_t guid[16];
+    bool has_guid;
+    char *extra_header; /* other header fields, preserved */
+    struct uidlist_entry *entries;
+    size_t count;
+    size_t cap;
+    /* Size of the file as read, so an append can be detected/continued. */
+    uint64_t file_size;
+};
+
+/* Reads `path`. A missing file is PETREL_ERR_NOT_FOUND. Malformed lines make
+ * the read fail with "path:line: message" (PETREL_ERR_INVALID) so callers
+ * can rebuild instead of trusting a damaged map. */
+bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *err);
+/* Parses text (tests, fuzzing). */
+bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlist *out,
+                   struct petrel_error *err);
+/* Writes the whole list (temp + fsync + rename; directory fsynced when `fsync`). */
+bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
+                   struct petrel_error *err);
+/* Appends entries [from, list->count) to the existing file after checking it
+ * still has the size that was read (else rewrites), and updates the
+ * header's next_uid by rewriting when needed. */
+bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fsync,
+                    struct petrel_error *err);
+/* Adds an entry in memory (uid must exceed every existing uid). */
+void uidlist_add(struct uidlist *list, uint32_t uid, const char *base, const char *extensions);
+/* Binary search by uid / linear by base name; NULL when absent. */
+const struct uidlist_entry *uidlist_find_uid(const struct uidlist *list, uint32_t uid);
+const struct uidlist_entry *uidlist_find_base(const struct uidlist *list, const char *base);
+void uidlist_free(struct uidlist *list);
+
+#endif

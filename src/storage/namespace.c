@@ -1,0 +1,321 @@
+#include "storage/namespace.h"
+
+#include "core/cfg-read.h"
+#include "core/xalloc.h"
+#include "storage/fileindex/fileindex.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_NAMESPACES 32
+#define MAX_SPECIAL_USE 32
+
+static const char *const rfc6154_attrs[] = {"\\All",     "\\Archive", "\\Drafts", "\\Flagged",
+                                            "\\Important", "\\Junk",  "\\Sent",   "\\Trash",
+                                            NULL};
+
+const char *namespace_type_name(enum namespace_type type)
+{
+    switch (type) {
+    case NAMESPACE_PERSONAL:
+        return "personal";
+    case NAMESPACE_SHARED:
+        return "shared";
+    case NAMESPACE_PUBLIC:
+        return "public";
+    }
+    return "personal";
+}
+
+void namespace_slug(const char *prefix, struct buf *out)
+{
+    size_t start = out->len;
+    for (const unsigned char *p = (const unsigned char *)prefix; *p != '\0'; p++) {
+        if (isalnum(*p))
+            buf_append_char(out, (char)tolower(*p));
+        else if ((*p == '-' || *p == '_') && out->len > start)
+            buf_append_char(out, (char)*p);
+    }
+    if (out->len == start)
+        buf_append_str(out, "personal");
+}
+
+void mail_config_free(struct mail_config *cfg)
+{
+    free(cfg->home);
+    for (size_t i = 0; i < cfg->namespace_count; i++) {
+        free(cfg->namespaces[i].name);
+        free(cfg->namespaces[i].prefix);
+        free(cfg->namespaces[i].location);
+        free(cfg->namespaces[i].slug);
+    }
+    free(cfg->namespaces);
+    for (size_t i = 0; i < cfg->special_use_count; i++) {
+        free(cfg->special_use[i].folder);
+        free(cfg->special_use[i].attr);
+    }
+    free(cfg->special_use);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static bool valid_attr(const char *attr)
+{
+    for (size_t i = 0; rfc6154_attrs[i] != NULL; i++) {
+        if (strcmp(rfc6154_attrs[i], attr) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void add_special_use(struct mail_config *cfg, const char *folder, const char *attr)
+{
+    size_t cap = cfg->special_use_count;
+    cfg->special_use =
+        xgrow(cfg->special_use, &cap, cfg->special_use_count + 1, sizeof(*cfg->special_use));
+    cfg->special_use[cfg->special_use_count].folder = xstrdup(folder);
+    cfg->special_use[cfg->special_use_count].attr = xstrdup(attr);
+    cfg->special_use_count++;
+}
+
+static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
+                           struct namespace_config *ns)
+{
+    static const char *const keys[] = {"name",     "type",          "prefix", "separator",
+                                       "location", "subscriptions", NULL};
+    const char *path = "mail.namespaces";
+    if (node->type != YNODE_MAP)
+        return cfg_fail(ctx, node, path, "each namespace is a mapping");
+    if (!cfg_check_keys(ctx, node, path, keys))
+        return false;
+    char *type = NULL;
+    char *sep = NULL;
+    ns->subscriptions = true;
+    bool ok = cfg_string(ctx, node, path, "name", &ns->name) &&
+              cfg_string(ctx, node, path, "type", &type) &&
+              cfg_string(ctx, node, path, "prefix", &ns->prefix) &&
+              cfg_string(ctx, node, path, "separator", &sep) &&
+              cfg_string(ctx, node, path, "location", &ns->location) &&
+              cfg_bool(ctx, node, path, "subscriptions", &ns->subscriptions);
+    if (ok) {
+        if (type == NULL || strcmp(type, "personal") == 0)
+            ns->type = NAMESPACE_PERSONAL;
+        else if (strcmp(type, "shared") == 0)
+            ns->type = NAMESPACE_SHARED;
+        else if (strcmp(type, "public") == 0)
+            ns->type = NAMESPACE_PUBLIC;
+        else
+            ok = cfg_fail(ctx, ynode_get(node, "type"), "mail.namespaces.type",
+                          "expected personal, shared or public, found '%s'", type);
+    }
+    if (ok) {
+        if (sep == NULL)
+            ns->separator = '/';
+        else if (strlen(sep) == 1 && (sep[0] == '/' || sep[0] == '.'))
+            ns->separator = sep[0];
+        else
+            ok = cfg_fail(ctx, ynode_get(node, "separator"), "mail.namespaces.separator",
+                          "the separator is '/' or '.'");
+    }
+    free(type);
+    free(sep);
+    if (!ok)
+        return false;
+    if (ns->prefix == NULL)
+        ns->prefix = xstrdup("");
+    if (ns->location == NULL)
+        return cfg_fail(ctx, node, path, "location is required (maildir:<path>)");
+    if (strncmp(ns->location, "maildir:", 8) != 0 || ns->location[8] == '\0')
+        return cfg_fail(ctx, ynode_get(node, "location"), "mail.namespaces.location",
+                        "only maildir:<path> locations are supported");
+    if (ns->prefix[0] != '\0' && ns->prefix[strlen(ns->prefix) - 1] != ns->separator)
+        return cfg_fail(ctx, ynode_get(node, "prefix"), "mail.namespaces.prefix",
+                        "a prefix ends with the separator ('%s%c')", ns->prefix, ns->separator);
+    if (ns->type == NAMESPACE_PERSONAL && ns->prefix[0] != '\0')
+        return cfg_fail(ctx, ynode_get(node, "prefix"), "mail.namespaces.prefix",
+                        "the personal namespace has the empty prefix");
+    struct buf slug = {0};
+    namespace_slug(ns->prefix, &slug);
+    ns->slug = buf_steal(&slug);
+    if (ns->name == NULL)
+        ns->name = xstrdup(ns->slug);
+    return true;
+}
+
+bool mail_config_read(const char *file, const struct ynode *section, struct mail_config *out,
+                      struct petrel_error *err)
+{
+    static const char *const keys[] = {"home", "fsync", "special_use", "namespaces", NULL};
+    struct cfg_ctx ctx = {.file = file, .err = err};
+    memset(out, 0, sizeof(*out));
+    out->home = xstrdup("./var/mail/%u");
+    out->fsync = FILEINDEX_FSYNC_ALWAYS;
+    if (!cfg_expect_map(&ctx, section, "mail") || !cfg_check_keys(&ctx, section, "mail", keys) ||
+        !cfg_string(&ctx, section, "mail", "home", &out->home))
+        goto fail;
+    char *fsync = NULL;
+    if (!cfg_string(&ctx, section, "mail", "fsync", &fsync))
+        goto fail;
+    if (fsync != NULL) {
+        if (strcmp(fsync, "always") == 0)
+            out->fsync = FILEINDEX_FSYNC_ALWAYS;
+        else if (strcmp(fsync, "optimized") == 0)
+            out->fsync = FILEINDEX_FSYNC_OPTIMIZED;
+        else if (strcmp(fsync, "never") == 0)
+            out->fsync = FILEINDEX_FSYNC_NEVER;
+        else {
+            cfg_fail(&ctx, ynode_get(section, "fsync"), "mail.fsync",
+                     "expected always, optimized or never");
+            free(fsync);
+            goto fail;
+        }
+        free(fsync);
+    }
+    const struct ynode *su = ynode_get(section, "special_use");
+    if (su != NULL) {
+        if (!cfg_expect_map(&ctx, su, "mail.special_use"))
+            goto fail;
+        if (su->type == YNODE_MAP && su->count > MAX_SPECIAL_USE) {
+            cfg_fail(&ctx, su, "mail.special_use", "more than %d entries", MAX_SPECIAL_USE);
+            goto fail;
+        }
+        for (size_t i = 0; su->type == YNODE_MAP && i < su->count; i++) {
+            const struct ynode *v = su->items[i];
+            if (v->type != YNODE_SCALAR || !valid_attr(v->scalar)) {
+                cfg_fail(&ctx, v, "mail.special_use",
+                         "%s: expected an RFC 6154 attribute such as \\Sent", su->keys[i]);
+                goto fail;
+            }
+            if (strchr(su->keys[i], '/') != NULL || su->keys[i][0] == '\0') {
+                cfg_fail(&ctx, v, "mail.special_use", "%s: a top-level folder name",
+                         su->keys[i]);
+                goto fail;
+            }
+            add_special_use(out, su->keys[i], v->scalar);
+        }
+    } else {
+        static const char *const defaults[][2] = {{"Drafts", "\\Drafts"},
+                                                  {"Sent", "\\Sent"},
+                                                  {"Trash", "\\Trash"},
+                                                  {"Junk", "\\Junk"},
+                                                  {"Archive", "\\Archive"}};
+        for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
+            add_special_use(out, defaults[i][0], defaults[i][1]);
+    }
+    const struct ynode *nss = ynode_get(section, "namespaces");
+    if (nss != NULL && nss->type != YNODE_SEQ) {
+        cfg_fail(&ctx, nss, "mail.namespaces", "expected a list");
+        goto fail;
+    }
+    if (nss != NULL && nss->count > MAX_NAMESPACES) {
+        cfg_fail(&ctx, nss, "mail.namespaces", "more than %d namespaces", MAX_NAMESPACES);
+        goto fail;
+    }
+    size_t count = nss != NULL ? nss->count : 0;
+    out->namespaces = xcalloc(count + 1, sizeof(*out->namespaces));
+    if (count == 0) {
+        struct namespace_config *ns = &out->namespaces[0];
+        ns->name = xstrdup("inbox");
+        ns->type = NAMESPACE_PERSONAL;
+        ns->prefix = xstrdup("");
+        ns->separator = '/';
+        ns->location = xstrdup("maildir:%h/Maildir");
+        ns->subscriptions = true;
+        ns->slug = xstrdup("personal");
+        out->namespace_count = 1;
+        return true;
+    }
+    bool personal = false;
+    for (size_t i = 0; i < count; i++) {
+        struct namespace_config *ns = &out->namespaces[i];
+        out->namespace_count++;
+        if (!read_namespace(&ctx, nss->items[i], ns))
+            goto fail;
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(out->namespaces[k].slug, ns->slug) == 0) {
+                cfg_fail(&ctx, nss->items[i], "mail.namespaces",
+                         "two namespaces have the slug '%s'", ns->slug);
+                goto fail;
+            }
+        }
+        if (ns->type == NAMESPACE_PERSONAL) {
+            if (personal) {
+                cfg_fail(&ctx, nss->items[i], "mail.namespaces", "more than one personal namespace");
+                goto fail;
+            }
+            personal = true;
+        }
+    }
+    return true;
+fail:
+    mail_config_free(out);
+    return false;
+}
+
+const struct namespace_config *namespace_by_slug(const struct mail_config *cfg, const char *slug)
+{
+    for (size_t i = 0; i < cfg->namespace_count; i++) {
+        if (strcmp(cfg->namespaces[i].slug, slug) == 0)
+            return &cfg->namespaces[i];
+    }
+    return NULL;
+}
+
+bool mail_username_validate(const char *user, struct petrel_error *err)
+{
+    size_t len = strlen(user);
+    if (len == 0 || len > 255)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "user must be 1 to 255 bytes");
+    if (user[0] == '.')
+        return petrel_error_set(err, PETREL_ERR_INVALID, "user must not start with '.'");
+    for (const unsigned char *p = (const unsigned char *)user; *p != '\0'; p++) {
+        if (*p < 0x20 || *p == 0x7f || *p == '/' || *p == '\\')
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "user must not contain '/', '\\' or control characters");
+    }
+    return true;
+}
+
+bool mail_template_expand(const char *template, const char *user, const char *home,
+                          struct buf *out, struct petrel_error *err)
+{
+    const char *at = strchr(user, '@');
+    for (const char *p = template; *p != '\0'; p++) {
+        if (*p != '%') {
+            buf_append_char(out, *p);
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case 'u':
+            buf_append_str(out, user);
+            break;
+        case 'n':
+            if (at != NULL)
+                buf_append(out, user, (size_t)(at - user));
+            else
+                buf_append_str(out, user);
+            break;
+        case 'd':
+            if (at != NULL)
+                buf_append_str(out, at + 1);
+            break;
+        case 'h':
+            if (home == NULL)
+                return petrel_error_set(err, PETREL_ERR_INVALID, "%%h used where no home is known");
+            buf_append_str(out, home);
+            break;
+        case '%':
+            buf_append_char(out, '%');
+            break;
+        default:
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "unknown variable %%%c in '%s' (use %%u %%n %%d %%h)",
+                                    *p != '\0' ? *p : '?', template);
+        }
+        if (*p == '\0')
+            break;
+    }
+    return true;
+}

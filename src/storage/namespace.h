@@ -1,0 +1,73 @@
+/* Mail namespaces and the `mail:` configuration section.
+ *
+ *   mail:
+ *     home: ./var/mail/%u              # user home template (%u user, %n local part, %d domain)
+ *     fsync: always|optimized|never    # mail_fsync
+ *     special_use: {Drafts: "\\Drafts", Sent: "\\Sent", Trash: "\\Trash", ...}
+ *     namespaces:
+ *       - name: inbox
+ *         type: personal|shared|public
+ *         prefix: ""                   # "" for the personal namespace, "Public/" ...
+ *         separator: "/"
+ *         location: maildir:%h/Maildir # %h the user's home, %u, %n, %d
+ *         subscriptions: true
+ *
+ * A namespace is addressed by its slug, derived from the prefix and never
+ * from the type: the namespace with an empty prefix is `personal`; "Public/"
+ * is `public` (lower-cased, separators and non-alphanumerics dropped). */
+#ifndef PETREL_STORAGE_NAMESPACE_H
+#define PETREL_STORAGE_NAMESPACE_H
+
+#include "core/buf.h"
+#include "core/error.h"
+#include "core/yaml-doc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum namespace_type { NAMESPACE_PERSONAL, NAMESPACE_SHARED, NAMESPACE_PUBLIC };
+
+struct namespace_config {
+    char *name;
+    enum namespace_type type;
+    char *prefix;
+    char separator;
+    char *location; /* "maildir:<path template>" */
+    bool subscriptions;
+    char *slug;
+};
+
+struct special_use_default {
+    char *folder;
+    char *attr; /* "\Drafts" ... */
+};
+
+struct mail_config {
+    char *home;
+    int fsync; /* enum fileindex_fsync */
+    struct namespace_config *namespaces;
+    size_t namespace_count;
+    struct special_use_default *special_use;
+    size_t special_use_count;
+};
+
+/* Reads the `mail:` section (NULL = defaults: home ./var/mail/%u, one
+ * personal namespace maildir:%h/Maildir, the five RFC 6154 defaults). */
+bool mail_config_read(const char *file, const struct ynode *section, struct mail_config *out,
+                      struct petrel_error *err);
+void mail_config_free(struct mail_config *cfg);
+
+/* The namespace with that slug, or NULL. */
+const struct namespace_config *namespace_by_slug(const struct mail_config *cfg, const char *slug);
+const char *namespace_type_name(enum namespace_type type);
+/* Derives the slug of a prefix ("" -> "personal"). */
+void namespace_slug(const char *prefix, struct buf *out);
+
+/* Validates a username for use in paths: 1..255 bytes, no '/', no NUL or
+ * control characters, not "." or "..", no leading '.'. */
+bool mail_username_validate(const char *user, struct petrel_error *err);
+/* Expands %u, %n, %d, %h and %% in `template` (%h needs `home`). */
+bool mail_template_expand(const char *template, const char *user, const char *home,
+                          struct buf *out, struct petrel_error *err);
+
+#endif
