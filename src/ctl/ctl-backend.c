@@ -45,6 +45,12 @@ static const struct area areas[] = {
     {"health", cmd_health, "health                 liveness of the backend-plane API"},
     {"version", cmd_version, "version                server and API version"},
     {"dict", ctl_backend_dict, "dict ...               key-value dicts (petrelctl backend dict)"},
+    {"folder", ctl_backend_storage, "folder ...             list, info, guid, stats, create, delete, rename, expunge"},
+    {"index", ctl_backend_storage, "index ...              dump, rebuild, optimize, cache-purge"},
+    {"subscriptions", ctl_backend_storage, "subscriptions ...      list, add, remove, migrate"},
+    {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
+    {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
+    {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
 };
 
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv)

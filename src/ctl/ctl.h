@@ -54,5 +54,7 @@ char *ctl_escape(const char *s);
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "dict". */
 int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] is folder, index, subscriptions, specialuse, user or mail. */
+int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv);
 
 #endif

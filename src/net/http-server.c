@@ -79,6 +79,7 @@ struct http_request {
     size_t query_count;
     struct buf body;
     uint64_t body_remaining;
+    size_t body_limit;
     struct http_chunked chunked;
     const struct http_route *route;
     bool dispatched;
@@ -105,6 +106,7 @@ struct http_server {
     struct event_base *base;
     char *name;
     size_t max_body;
+    size_t large_body;
     int64_t timeout_ms;
     int64_t stream_timeout_ms;
     int64_t idle_timeout_ms;
@@ -263,6 +265,7 @@ struct http_server *http_server_new(struct event_base *base,
     srv->base = base;
     srv->name = xstrdup(opts->name != NULL ? opts->name : "http");
     srv->max_body = opts->max_body != 0 ? opts->max_body : 1024 * 1024;
+    srv->large_body = opts->large_body != 0 ? opts->large_body : 96 * 1024 * 1024;
     srv->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
     srv->stream_timeout_ms = opts->stream_timeout_ms > 0 ? opts->stream_timeout_ms : 300000;
     srv->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 60000;
@@ -917,9 +920,16 @@ static void conn_read_head(struct http_conn *conn)
         http_reply_error(req, 400, "invalid request path");
         return;
     }
-    if (req->head.has_content_length && req->head.content_length > srv->max_body) {
+    /* Routes that take whole messages (bulk import) have their own limit. */
+    req->body_limit = srv->max_body;
+    struct http_route_match early;
+    if (http_router_match(&srv->router, req->method, req->segments, req->segment_count, &early,
+                          NULL, 0) == HTTP_ROUTE_FOUND &&
+        (early.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
+        req->body_limit = srv->large_body;
+    if (req->head.has_content_length && req->head.content_length > req->body_limit) {
         req->keep_alive = false;
-        http_reply_error(req, 413, "request body larger than %zu bytes", srv->max_body);
+        http_reply_error(req, 413, "request body larger than %zu bytes", req->body_limit);
         return;
     }
     bool has_body = req->head.chunked || (req->head.has_content_length && req->head.content_length > 0);
@@ -935,7 +945,6 @@ static void conn_read_head(struct http_conn *conn)
 
 static void conn_read_body(struct http_conn *conn)
 {
-    struct http_server *srv = conn->srv;
     struct http_request *req = conn->req;
     struct evbuffer *in = bufferevent_get_input(conn->bev);
     size_t avail = evbuffer_get_length(in);
@@ -958,7 +967,7 @@ static void conn_read_body(struct http_conn *conn)
         size_t used = 0;
         struct http_parse_error perr = {0, NULL};
         enum http_parse_result r =
-            http_chunked_decode(&req->chunked, data, look, &used, &req->body, srv->max_body, &perr);
+            http_chunked_decode(&req->chunked, data, look, &used, &req->body, req->body_limit, &perr);
         evbuffer_drain(in, used);
         avail -= used;
         if (r == HTTP_PARSE_OK) {
@@ -968,7 +977,7 @@ static void conn_read_body(struct http_conn *conn)
         if (r == HTTP_PARSE_ERROR) {
             req->keep_alive = false;
             if (perr.status == 413)
-                http_reply_error(req, 413, "request body larger than %zu bytes", srv->max_body);
+                http_reply_error(req, 413, "request body larger than %zu bytes", req->body_limit);
             else
                 http_reply_error(req, perr.status, "%s", perr.reason);
             return;

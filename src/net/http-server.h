@@ -37,6 +37,7 @@ struct http_request;
 struct http_server_options {
     const char *name;            /* metrics label and log component, e.g. "backend-api" */
     size_t max_body;             /* default 1 MiB */
+    size_t large_body;           /* HTTP_ROUTE_LARGE_BODY routes, default 96 MiB */
     int64_t timeout_ms;          /* default 30 s */
     int64_t stream_timeout_ms;   /* default 5 min */
     int64_t idle_timeout_ms;     /* keep-alive idle, default 60 s */
@@ -56,6 +57,7 @@ typedef void (*http_drain_fn)(struct http_request *req, void *ctx);
 /* Route flags. */
 #define HTTP_ROUTE_PUBLIC 0x1u /* no allow-list and no token check */
 #define HTTP_ROUTE_STREAM 0x2u /* streamed reply: the long timeout applies */
+#define HTTP_ROUTE_LARGE_BODY 0x4u /* takes whole messages: the large body limit applies */
 
 struct http_server *http_server_new(struct event_base *base,
                                     const struct http_server_options *opts);
