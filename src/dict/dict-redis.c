@@ -70,6 +70,10 @@
  * milliseconds overflow, and that must not fail a batch half-way. */
 #define KV_MAX_EXPIRE_SECS 1000000000000LL
 #define KV_ERR_SIZE 512
+/* While requests are pending the timer looks at least this often whether
+ * the dict is closing, to answer them during the daemon's drain instead of
+ * holding shutdown until `timeout`. */
+#define KV_CLOSING_POLL_MS 100
 
 /* ---------- configuration ---------- */
 
@@ -181,8 +185,8 @@ static bool parse_address(const char *text, struct kv_config *c, char *why, size
         return false;
     }
     unsigned char scratch[sizeof(struct in6_addr)];
-    c->host_is_ip = inet_pton(AF_INET, c->host, scratch) == 1 ||
-                    inet_pton(AF_INET6, c->host, scratch) == 1;
+    c->host_is_ip =
+        inet_pton(AF_INET, c->host, scratch) == 1 || inet_pton(AF_INET6, c->host, scratch) == 1;
     return true;
 }
 
@@ -293,7 +297,6 @@ struct kv_dict {
     int64_t backoff_ms;
     uint64_t drops; /* connections (or attempts) lost so far */
     char *last_error;
-    bool was_ready;     /* the connection that went down had been up */
     bool failure_shown; /* a failed attempt was logged since the last success */
     bool closing;
     struct evdns_base *dns;
@@ -379,12 +382,15 @@ static void timer_arm(struct kv_dict *kd)
     int64_t wait = oldest - mono_ms();
     if (wait < 0)
         wait = 0;
-    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000 + 1000)};
+    if (wait > KV_CLOSING_POLL_MS)
+        wait = KV_CLOSING_POLL_MS;     /* also notices dict_registry_close() */
+    int64_t usec = wait * 1000 + 1000; /* a millisecond late rather than early */
+    struct timeval tv = {(time_t)(usec / 1000000), (suseconds_t)(usec % 1000000)};
     evtimer_add(kd->timer, &tv);
 }
 
 /* Answers every request of `l` (never sent) with `error`. */
-static void fail_list(struct kv_dict *kd, struct kv_list *l, const char *error)
+static void fail_list(struct kv_list *l, const char *error)
 {
     struct kv_req *req;
     while ((req = l->head) != NULL) {
@@ -392,7 +398,6 @@ static void fail_list(struct kv_dict *kd, struct kv_list *l, const char *error)
         req->done(req, NULL, error);
         req_free(req);
     }
-    (void)kd;
 }
 
 static void format_error(const struct kv_dict *kd, char *dst, size_t size, const char *reason)
@@ -416,8 +421,8 @@ static void conn_down(struct kv_dict *kd, const char *reason)
     set_gauge(kd, 0);
     if (!kd->closing) {
         kd->retry_at = mono_ms() + kd->backoff_ms;
-        kd->backoff_ms = kd->backoff_ms * 2 > KV_BACKOFF_MAX_MS ? KV_BACKOFF_MAX_MS
-                                                                : kd->backoff_ms * 2;
+        kd->backoff_ms =
+            kd->backoff_ms * 2 > KV_BACKOFF_MAX_MS ? KV_BACKOFF_MAX_MS : kd->backoff_ms * 2;
         char q[KV_ERR_SIZE];
         if (was_ready) {
             log_warn(COMPONENT, "kvstore connection lost", "dict=%s address=%s error=%s",
@@ -437,7 +442,7 @@ static void conn_down(struct kv_dict *kd, const char *reason)
     }
     char msg[KV_ERR_SIZE];
     format_error(kd, msg, sizeof(msg), reason);
-    fail_list(kd, &kd->waiting, msg);
+    fail_list(&kd->waiting, msg);
 }
 
 static void resolve_cancel(struct kv_dict *kd)
@@ -471,7 +476,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
     if (reply == NULL) {
         const char *reason = ac->c.err != 0 ? ac->c.errstr : kd->last_error;
         char why[KV_ERR_SIZE];
-        snprintf(why, sizeof(why), "%s", reason != NULL && *reason != '\0' ? reason : "connection closed");
+        snprintf(why, sizeof(why), "%s",
+                 reason != NULL && *reason != '\0' ? reason : "connection closed");
         if (ac == kd->ac) /* hiredis is tearing the connection down */
             conn_down(kd, why);
         char msg[KV_ERR_SIZE];
@@ -570,8 +576,8 @@ static void handshake_send(struct kv_dict *kd, const char *what, int argc, const
 static bool conn_open(struct kv_dict *kd, const char *ip)
 {
     const struct kv_config *cfg = kd->cfg;
-    redisAsyncContext *ac =
-        cfg->unix_path != NULL ? redisAsyncConnectUnix(cfg->unix_path) : redisAsyncConnect(ip, cfg->port);
+    redisAsyncContext *ac = cfg->unix_path != NULL ? redisAsyncConnectUnix(cfg->unix_path)
+                                                   : redisAsyncConnect(ip, cfg->port);
     if (ac == NULL) {
         conn_down(kd, "out of memory");
         return false;
@@ -649,9 +655,10 @@ static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
     }
     char ip[INET6_ADDRSTRLEN] = "";
     if (pick != NULL) {
-        const void *addr = pick->ai_family == AF_INET
-                               ? (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr
-                               : (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
+        const void *addr =
+            pick->ai_family == AF_INET
+                ? (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr
+                : (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
         evutil_inet_ntop(pick->ai_family, addr, ip, sizeof(ip));
     }
     evutil_freeaddrinfo(res);
@@ -701,9 +708,8 @@ static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
         format_error(kd, err, err_size, why);
         return false;
     }
-    bool ok = kd->cfg->unix_path != NULL || kd->cfg->host_is_ip
-                  ? conn_open(kd, kd->cfg->host)
-                  : resolve_start(kd);
+    bool ok = kd->cfg->unix_path != NULL || kd->cfg->host_is_ip ? conn_open(kd, kd->cfg->host)
+                                                                : resolve_start(kd);
     if (!ok)
         format_error(kd, err, err_size, kd->last_error != NULL ? kd->last_error : "connect failed");
     return ok;
@@ -714,8 +720,8 @@ static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
  * `req`. Never calls req->done itself. */
 static bool kv_submit(struct kv_dict *kd, struct kv_req *req, char *err, size_t err_size)
 {
-    if (kd->closing) {
-        snprintf(err, err_size, "kvstore: dict is closing");
+    if (kd->closing || kd->dict->closing) {
+        snprintf(err, err_size, "kvstore: dict is closing (shutting down)");
         return false;
     }
     if (kd->state == KV_DOWN && !conn_start(kd, err, err_size))
@@ -741,7 +747,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     int64_t oldest = oldest_deadline(kd);
     if (oldest == 0)
         return;
-    if (oldest <= mono_ms() && kd->state != KV_DOWN) {
+    if (kd->dict->closing && !kd->closing) {
+        kd->closing = true; /* no reconnects, no logging: shutting down */
+        conn_fail(kd, "dict is closing (shutting down)");
+    } else if (oldest <= mono_ms() && kd->state != KV_DOWN) {
         char why[128];
         const char *stage = kd->state == KV_RESOLVING   ? "host name lookup"
                             : kd->state == KV_HANDSHAKE ? "connect"
@@ -769,8 +778,7 @@ static bool kv_open(struct dict *dict, struct petrel_error *err)
         const char *values[] = {dict->name};
         kd->connected = metric_series_get(
             metrics_gauge(dict->metrics, "petrel_dict_kvstore_connected",
-                          "1 while the kvstore dict's connection is up and authenticated.",
-                          labels),
+                          "1 while the kvstore dict's connection is up and authenticated.", labels),
             values);
         kd->connect_failures = metric_series_get(
             metrics_counter(dict->metrics, "petrel_dict_kvstore_connect_failures_total",

@@ -401,8 +401,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     fprintf(out, "mail:\n  home: \"%s\"\n  fsync: %s\n  special_use:\n", cfg->mail.home,
             fsync_names[cfg->mail.fsync]);
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)
-        fprintf(out, "    %s: \"\\%s\"\n", cfg->mail.special_use[i].folder,
-                cfg->mail.special_use[i].attr + 1);
+        fprintf(out, "    %s: '%s'\n", cfg->mail.special_use[i].folder,
+                cfg->mail.special_use[i].attr);
     fprintf(out, "  namespaces:\n");
     for (size_t i = 0; i < cfg->mail.namespace_count; i++) {
         const struct namespace_config *ns = &cfg->mail.namespaces[i];

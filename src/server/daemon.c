@@ -140,13 +140,15 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
 
 static void context_free(struct petrel_context *ctx)
 {
-    backend_api_free(ctx->backend_api);
-    mail_storage_free(ctx->storage);
-    /* Dicts close before the event loop goes (network drivers hold events on it). */
+    /* Dicts close first: drivers answer what is still pending with errors,
+     * and those answers reach API objects that must still exist. They also
+     * go before the event loop (network drivers hold events on it). */
     if (ctx->config != NULL) {
         dict_registry_free(ctx->config->dicts);
         ctx->config->dicts = NULL;
     }
+    backend_api_free(ctx->backend_api);
+    mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)
