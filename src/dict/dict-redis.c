@@ -207,8 +207,10 @@ static void *kv_config_read(const struct cfg_ctx *ctx, const struct ynode *map, 
         !cfg_int(ctx, map, path, "db", 0, INT32_MAX, &c->db) ||
         !cfg_string(ctx, map, path, "username", &c->username) ||
         !cfg_string(ctx, map, path, "password", &c->password) ||
-        !cfg_duration_ms(ctx, map, path, "timeout", 10, 3600 * 1000, &c->timeout_ms))
+        !cfg_duration_ms(ctx, map, path, "timeout", 10, 3600 * 1000, &c->timeout_ms)) {
+        free(address); /* not yet owned by c */
         goto fail;
+    }
     c->address = address != NULL ? address : xstrdup("127.0.0.1:6379");
     char why[160];
     if (!parse_address(c->address, c, why, sizeof(why))) {

@@ -13,11 +13,11 @@
 
 #include "dict/dict-private.h"
 
-#define SQL_MAX_FIELDS 16     /* pattern variables per map, and value_fields */
+#define SQL_MAX_FIELDS 16 /* pattern variables per map, and value_fields */
 #define SQL_MAX_MAPS 64
 #define SQL_MAX_PARAMS 48
 #define SQL_MAX_COLUMNS (2 * SQL_MAX_FIELDS + 2) /* result columns of any statement */
-#define SQL_FETCH_ROWS 1000   /* rows per PostgreSQL cursor FETCH */
+#define SQL_FETCH_ROWS 1000                      /* rows per PostgreSQL cursor FETCH */
 #define SQL_DEFAULT_TABLE "dict"
 
 enum sql_backend {
@@ -27,16 +27,16 @@ enum sql_backend {
 
 /* One entry of `maps:`: keys matching `pattern` live in columns of `table`. */
 struct sql_map {
-    char *pattern;      /* "shared/quota/$user/$kind", "priv/quota/storage" */
-    bool priv;          /* pattern starts with "priv/" */
+    char *pattern; /* "shared/quota/$user/$kind", "priv/quota/storage" */
+    bool priv;     /* pattern starts with "priv/" */
     char *table;
-    size_t var_count;   /* variables in pattern order */
+    size_t var_count; /* variables in pattern order */
     char *vars[SQL_MAX_FIELDS];
     char *var_columns[SQL_MAX_FIELDS];
     char *username_field; /* priv maps only */
     size_t value_count;   /* 1 = read-write; more = lookup/iterate only */
     char *value_fields[SQL_MAX_FIELDS];
-    char *expire_field;   /* optional TTL column (seconds since the epoch) */
+    char *expire_field; /* optional TTL column (seconds since the epoch) */
 };
 
 struct sql_config {
@@ -104,8 +104,8 @@ struct sql_iter_source {
     const struct sql_map *map; /* NULL: the default table */
     size_t bound;              /* leading variables with an exact value */
     char *values[SQL_MAX_FIELDS];
-    char *partial;             /* value prefix of variable `bound`, or NULL */
-    char *username;            /* priv maps */
+    char *partial;  /* value prefix of variable `bound`, or NULL */
+    char *username; /* priv maps */
 };
 
 struct sql_iter_plan {
@@ -146,7 +146,7 @@ struct sql_op_state {
 };
 
 enum sql_op_next {
-    SQL_OP_AGAIN,     /* run sql_op_build again for the next step */
+    SQL_OP_AGAIN, /* run sql_op_build again for the next step */
     SQL_OP_DONE,
     SQL_OP_NOT_FOUND, /* atomic-inc of a missing key: the rest still applies */
     SQL_OP_FAILED,    /* *error set; roll the transaction back */

@@ -10,7 +10,11 @@
  *   own (WAL lets it read while the main connection writes, and a rollback
  *   there cannot abort it), so memory stays constant whatever the result
  *   size. Idle read connections are kept for reuse (at most
- *   SQLITE_IDLE_READERS). */
+ *   SQLITE_IDLE_READERS). While an iteration is open its snapshot keeps the
+ *   WAL from being checkpointed past it, so a stalled client lets the -wal
+ *   file grow until the iteration ends (or the request times out).
+ * - busy_timeout bounds how long a call may wait for another process's
+ *   write lock; that wait happens on the event loop. */
 #include "dict/dict-sql-private.h"
 
 #include "core/log.h"
@@ -18,6 +22,7 @@
 #include "core/xalloc.h"
 
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,9 +59,8 @@ static const struct sql_config *config_of(const struct dict *dict)
 static bool open_connection(const struct sql_config *cfg, sqlite3 **out, char **error)
 {
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(cfg->path, &db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        cfg->path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         *error = xasprintf("sqlite: cannot open %s: %s", cfg->path,
                            db != NULL ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -95,23 +99,24 @@ static bool sqlite_open(struct dict *dict, struct petrel_error *err)
     }
     char mode[16] = "";
     char *msg = NULL;
-    if (sqlite3_exec(sd->db, "PRAGMA journal_mode=WAL", journal_mode_cb, mode, &msg) !=
-        SQLITE_OK) {
+    if (sqlite3_exec(sd->db, "PRAGMA journal_mode=WAL", journal_mode_cb, mode, &msg) != SQLITE_OK) {
         petrel_error_set(err, PETREL_ERR_IO, "sqlite: %s: cannot set WAL mode: %s", cfg->path,
                          msg != NULL ? msg : sqlite3_errmsg(sd->db));
         goto fail;
     }
-    if (strcmp(mode, "wal") != 0)
+    if (strcmp(mode, "wal") != 0) {
+        char q[512];
         log_warn(COMPONENT, "sqlite: WAL journal not available", "dict=%s path=%s mode=%s",
-                 dict->name, cfg->path, mode);
+                 dict->name, log_quote(q, sizeof(q), cfg->path), mode);
+    }
     struct sql_query q;
     sql_query_init(&q, SQL_BACKEND_SQLITE);
     sql_build_schema(cfg, &q);
     int rc = sqlite3_exec(sd->db, buf_cstr(&q.sql), NULL, NULL, &msg);
     sql_query_free(&q);
     if (rc != SQLITE_OK) {
-        petrel_error_set(err, PETREL_ERR_IO, "sqlite: %s: cannot create table %s: %s",
-                         cfg->path, cfg->table, msg != NULL ? msg : sqlite3_errmsg(sd->db));
+        petrel_error_set(err, PETREL_ERR_IO, "sqlite: %s: cannot create table %s: %s", cfg->path,
+                         cfg->table, msg != NULL ? msg : sqlite3_errmsg(sd->db));
         goto fail;
     }
     sd->stmts = smap_new();
@@ -171,8 +176,8 @@ static bool bind_params(sqlite3 *db, sqlite3_stmt *st, const struct sql_query *q
             rc = sqlite3_bind_text64(st, idx, p->data, p->len, SQLITE_STATIC, SQLITE_UTF8);
             break;
         case SQL_PARAM_BLOB:
-            rc = sqlite3_bind_blob64(st, idx, p->data != NULL ? p->data : "", p->len,
-                                     SQLITE_STATIC);
+            rc =
+                sqlite3_bind_blob64(st, idx, p->data != NULL ? p->data : "", p->len, SQLITE_STATIC);
             break;
         case SQL_PARAM_INT:
             rc = sqlite3_bind_int64(st, idx, p->num);
@@ -336,8 +341,8 @@ static enum dict_iter_status sqlite_iterate_next(struct dict_iterate *head, stru
             for (int i = 0; i < ncols; i++)
                 column_value(it->stmt, i, &it->cols[i]);
             size_t value_count = 0;
-            if (!sql_iter_row(&it->plan, it->source, it->cols, (size_t)ncols, &it->key,
-                              it->values, &value_count))
+            if (!sql_iter_row(&it->plan, it->source, it->cols, (size_t)ncols, &it->key, it->values,
+                              &value_count))
                 continue;
             row->key = buf_cstr(&it->key);
             row->values = it->values;
@@ -385,9 +390,38 @@ static void rollback(struct sqlite_dict *sd)
         return; /* SQLite already rolled back (e.g. after SQLITE_FULL) */
     char *error = NULL;
     if (!exec_simple(sd, "ROLLBACK", &error)) {
-        log_warn(COMPONENT, "sqlite rollback failed", "error=\"%s\"", error);
+        char q[512];
+        log_warn(COMPONENT, "sqlite rollback failed", "error=%s", log_quote(q, sizeof(q), error));
         free(error);
     }
+}
+
+/* Runs every step of one operation. */
+/* Runs one step's statement: *first is the first column of the first row
+ * (has_row), *changes the rows it changed. False with *msg on failure. */
+static bool run_step(struct sqlite_dict *sd, const struct sql_config *cfg,
+                     const struct dict_tx_op *op, struct sql_op_state *st,
+                     const struct sql_query *q, enum sql_op_next *next, char **error, char **msg)
+{
+    sqlite3_stmt *stmt = prepare_cached(sd, buf_cstr(&q->sql), msg);
+    if (stmt == NULL)
+        return false;
+    bool ok = bind_params(sd->db, stmt, q, msg);
+    if (ok) {
+        int rc = sqlite3_step(stmt);
+        if (rc == SQLITE_ROW) {
+            struct dict_value first;
+            column_value(stmt, 0, &first);
+            *next = sql_op_result(cfg, op, st, 0, &first, error);
+        } else if (rc == SQLITE_DONE) {
+            *next = sql_op_result(cfg, op, st, sqlite3_changes64(sd->db), NULL, error);
+        } else {
+            *msg = xasprintf("sqlite: %s", sqlite3_errmsg(sd->db));
+            ok = false;
+        }
+    }
+    release_stmt(stmt);
+    return ok;
 }
 
 /* Runs every step of one operation. */
@@ -398,41 +432,17 @@ static enum sql_op_next run_op(struct sqlite_dict *sd, const struct sql_config *
     struct sql_op_state st = {0};
     struct sql_query q;
     sql_query_init(&q, SQL_BACKEND_SQLITE);
-    enum sql_op_next next = SQL_OP_FAILED;
-    for (;;) {
+    enum sql_op_next next = SQL_OP_AGAIN;
+    while (next == SQL_OP_AGAIN) {
         sql_op_build(cfg, op, &st, expire_secs, now, &q);
         char *msg = NULL;
-        sqlite3_stmt *stmt = prepare_cached(sd, buf_cstr(&q.sql), &msg);
-        if (stmt == NULL || !bind_params(sd->db, stmt, &q, &msg)) {
-            if (stmt != NULL)
-                release_stmt(stmt);
-            goto failed;
+        if (!run_step(sd, cfg, op, &st, &q, &next, error, &msg)) {
+            char *what = sql_op_describe(op);
+            *error = xasprintf("%s: %s", what, msg);
+            free(what);
+            free(msg);
+            next = SQL_OP_FAILED;
         }
-        int rc = sqlite3_step(stmt);
-        struct dict_value first;
-        bool has_row = rc == SQLITE_ROW;
-        if (has_row)
-            column_value(stmt, 0, &first);
-        else if (rc != SQLITE_DONE)
-            msg = xasprintf("sqlite: %s", sqlite3_errmsg(sd->db));
-        if (msg == NULL) {
-            int64_t changes = has_row ? 0 : sqlite3_changes64(sd->db);
-            next = sql_op_result(cfg, op, &st, changes, has_row ? &first : NULL, error);
-        }
-        release_stmt(stmt);
-        if (msg != NULL)
-            goto failed;
-        if (next != SQL_OP_AGAIN)
-            break;
-        continue;
-    failed : {
-        char *what = sql_op_describe(op);
-        *error = xasprintf("%s: %s", what, msg);
-        free(what);
-        free(msg);
-        next = SQL_OP_FAILED;
-        break;
-    }
     }
     sql_query_free(&q);
     return next;

@@ -88,6 +88,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,17 @@
 bool sql_pgsql_conninfo_check(const char *conninfo, char **error);
 
 /* ---------- configuration ---------- */
+
+/* A configuration key path for messages ("dicts.x.maps[0].table"). */
+static void pathf(char *dst, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void pathf(char *dst, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, size, fmt, ap);
+    va_end(ap);
+}
 
 static bool valid_identifier(const char *s)
 {
@@ -129,7 +141,7 @@ static bool read_identifier(const struct cfg_ctx *ctx, const struct ynode *map, 
     if (!cfg_string(ctx, map, path, key, out))
         return false;
     char full[256];
-    snprintf(full, sizeof(full), "%s.%s", path, key);
+    pathf(full, sizeof(full), "%s.%s", path, key);
     if (*out == NULL) {
         if (required)
             return cfg_fail(ctx, map, full, "is required");
@@ -224,7 +236,7 @@ static bool read_fields(const struct cfg_ctx *ctx, const struct ynode *item, con
                         struct sql_map *m)
 {
     char full[256];
-    snprintf(full, sizeof(full), "%s.fields", path);
+    pathf(full, sizeof(full), "%s.fields", path);
     const struct ynode *fields = ynode_get(item, "fields");
     if (fields != NULL && !cfg_expect_map(ctx, fields, full))
         return false;
@@ -261,15 +273,15 @@ static bool read_fields(const struct cfg_ctx *ctx, const struct ynode *item, con
 static bool read_map(const struct cfg_ctx *ctx, const struct ynode *item, const char *path,
                      struct sql_map *m)
 {
-    static const char *const keys[] = {"pattern",     "table",        "fields",
+    static const char *const keys[] = {"pattern",        "table",       "fields",
                                        "username_field", "value_field", "value_fields",
-                                       "expire_field", NULL};
+                                       "expire_field",   NULL};
     if (item->type != YNODE_MAP)
         return cfg_fail(ctx, item, path, "expected a mapping with pattern, table, fields, ...");
     if (!cfg_check_keys(ctx, item, path, keys))
         return false;
     char full[256];
-    snprintf(full, sizeof(full), "%s.pattern", path);
+    pathf(full, sizeof(full), "%s.pattern", path);
     if (!cfg_string(ctx, item, path, "pattern", &m->pattern))
         return false;
     if (m->pattern == NULL)
@@ -281,7 +293,7 @@ static bool read_map(const struct cfg_ctx *ctx, const struct ynode *item, const 
         !read_identifier(ctx, item, path, "username_field", false, &m->username_field) ||
         !read_identifier(ctx, item, path, "expire_field", false, &m->expire_field))
         return false;
-    snprintf(full, sizeof(full), "%s.username_field", path);
+    pathf(full, sizeof(full), "%s.username_field", path);
     if (m->priv && m->username_field == NULL)
         return cfg_fail(ctx, item, full, "is required for a priv/ pattern");
     if (!m->priv && m->username_field != NULL)
@@ -297,7 +309,7 @@ static bool read_map(const struct cfg_ctx *ctx, const struct ynode *item, const 
         free(single);
         return false;
     }
-    snprintf(full, sizeof(full), "%s.value_fields", path);
+    pathf(full, sizeof(full), "%s.value_fields", path);
     bool ok = true;
     if (single != NULL && list != NULL) {
         ok = cfg_fail(ctx, ynode_get(item, "value_fields"), full,
@@ -326,7 +338,7 @@ static bool read_maps(const struct cfg_ctx *ctx, const struct ynode *node, const
                       struct sql_config *cfg)
 {
     char full[256];
-    snprintf(full, sizeof(full), "%s.maps", path);
+    pathf(full, sizeof(full), "%s.maps", path);
     if (node == NULL || (node->type == YNODE_SCALAR && !node->quoted &&
                          (node->scalar[0] == '\0' || strcmp(node->scalar, "~") == 0 ||
                           strcmp(node->scalar, "null") == 0)))
@@ -339,7 +351,7 @@ static bool read_maps(const struct cfg_ctx *ctx, const struct ynode *node, const
     cfg->maps = xcalloc(node->count + 1, sizeof(*cfg->maps));
     for (size_t i = 0; i < node->count; i++) {
         char item_path[256];
-        snprintf(item_path, sizeof(item_path), "%s[%zu]", full, i);
+        pathf(item_path, sizeof(item_path), "%s[%zu]", full, i);
         cfg->map_count = i + 1; /* so that config_free frees a half-read map */
         if (!read_map(ctx, node->items[i], item_path, &cfg->maps[i]))
             return false;
@@ -355,17 +367,16 @@ static bool not_for_backend(const struct cfg_ctx *ctx, const struct ynode *map, 
     if (n == NULL)
         return true;
     char full[256];
-    snprintf(full, sizeof(full), "%s.%s", path, key);
+    pathf(full, sizeof(full), "%s.%s", path, key);
     return cfg_fail(ctx, n, full, "only applies to backend %s", backend);
 }
 
 static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                              const char *dict_name)
 {
-    static const char *const keys[] = {"driver",       "backend",         "path",
-                                       "busy_timeout", "connect",         "pool_size",
-                                       "connect_timeout", "query_timeout", "table",
-                                       "maps",         NULL};
+    static const char *const keys[] = {
+        "driver",          "backend",       "path",  "busy_timeout", "connect", "pool_size",
+        "connect_timeout", "query_timeout", "table", "maps",         NULL};
     if (!cfg_check_keys(ctx, map, path, keys))
         return NULL;
     struct sql_config *cfg = xcalloc(1, sizeof(*cfg));
@@ -383,7 +394,7 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
     } else if (strcmp(backend, "pgsql") == 0 || strcmp(backend, "postgresql") == 0) {
         cfg->backend = SQL_BACKEND_PGSQL;
     } else {
-        snprintf(full, sizeof(full), "%s.backend", path);
+        pathf(full, sizeof(full), "%s.backend", path);
         cfg_fail(ctx, ynode_get(map, "backend"), full, "expected sqlite or pgsql, found '%s'",
                  backend);
         free(backend);
@@ -396,8 +407,7 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
         !cfg_int(ctx, map, path, "pool_size", 1, 16, &cfg->pool_size) ||
         !cfg_duration_ms(ctx, map, path, "connect_timeout", 100, 600000,
                          &cfg->connect_timeout_ms) ||
-        !cfg_duration_ms(ctx, map, path, "query_timeout", 100, 86400000,
-                         &cfg->query_timeout_ms) ||
+        !cfg_duration_ms(ctx, map, path, "query_timeout", 100, 86400000, &cfg->query_timeout_ms) ||
         !read_identifier(ctx, map, path, "table", false, &cfg->table))
         goto fail;
     if (cfg->table == NULL)
@@ -409,7 +419,7 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
             !not_for_backend(ctx, map, path, "query_timeout", "pgsql"))
             goto fail;
         if (cfg->path == NULL || cfg->path[0] == '\0') {
-            snprintf(full, sizeof(full), "%s.path", path);
+            pathf(full, sizeof(full), "%s.path", path);
             cfg_fail(ctx, map, full, "is required with backend sqlite (e.g. ./var/dict.sqlite)");
             goto fail;
         }
@@ -417,7 +427,7 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
         if (!not_for_backend(ctx, map, path, "path", "sqlite") ||
             !not_for_backend(ctx, map, path, "busy_timeout", "sqlite"))
             goto fail;
-        snprintf(full, sizeof(full), "%s.connect", path);
+        pathf(full, sizeof(full), "%s.connect", path);
         if (cfg->connect == NULL || cfg->connect[0] == '\0') {
             cfg_fail(ctx, map, full,
                      "is required with backend pgsql (a libpq conninfo such as \"host=127.0.0.1 "
@@ -869,8 +879,7 @@ static void build_iterate_map(const struct sql_iter_plan *p, const struct sql_it
             q_sql(q, ", ");
             q_ident(q, m->var_columns[i]);
         }
-    } else if ((p->flags & (DICT_ITER_SORT_BY_KEY | DICT_ITER_SORT_BY_VALUE)) &&
-               m->var_count > 0) {
+    } else if ((p->flags & (DICT_ITER_SORT_BY_KEY | DICT_ITER_SORT_BY_VALUE)) && m->var_count > 0) {
         q_sql(q, " ORDER BY ");
         for (size_t i = 0; i < m->var_count; i++) {
             q_sql(q, i > 0 ? ", " : "");
@@ -1077,9 +1086,8 @@ static void build_set(const struct sql_config *cfg, const struct dict_tx_op *op,
 }
 
 /* WHERE of the row(s) an op addresses, alive rows only when `live`. */
-static void q_target_where(const struct sql_config *cfg, struct sql_query *q,
-                           const struct sql_iter_source *t, const char *key, bool live,
-                           int64_t now)
+static void q_target_where(struct sql_query *q, const struct sql_iter_source *t, const char *key,
+                           bool live, int64_t now)
 {
     bool first = true;
     if (t->map != NULL) {
@@ -1087,7 +1095,6 @@ static void q_target_where(const struct sql_config *cfg, struct sql_query *q,
         if (live)
             q_live(q, &first, t->map->expire_field, now);
     } else {
-        (void)cfg;
         q_and(q, &first);
         q_sql(q, "\"key\" = ");
         q_text_copy(q, key);
@@ -1118,7 +1125,7 @@ static void build_inc(const struct sql_config *cfg, const struct dict_tx_op *op,
             q_sql(q, " AS TEXT) AS BIGINT) + ");
             q_int(q, op->delta);
         }
-        q_target_where(cfg, q, t, op->key, true, now);
+        q_target_where(q, t, op->key, true, now);
         return;
     }
     /* SQLite converts leniently ('12abc' + 1 = 13): read, check in C, write */
@@ -1127,7 +1134,7 @@ static void build_inc(const struct sql_config *cfg, const struct dict_tx_op *op,
         q_ident(q, column);
         q_sql(q, " FROM ");
         q_ident(q, table);
-        q_target_where(cfg, q, t, op->key, true, now);
+        q_target_where(q, t, op->key, true, now);
         q_sql(q, " LIMIT 1");
         q->columns = 1;
         return;
@@ -1137,9 +1144,8 @@ static void build_inc(const struct sql_config *cfg, const struct dict_tx_op *op,
     q_sql(q, " SET ");
     q_ident(q, column);
     q_sql(q, " = ");
-    q_param(q, t->map != NULL ? SQL_PARAM_TEXT : SQL_PARAM_BLOB, st->number, strlen(st->number),
-            0);
-    q_target_where(cfg, q, t, op->key, true, now);
+    q_param(q, t->map != NULL ? SQL_PARAM_TEXT : SQL_PARAM_BLOB, st->number, strlen(st->number), 0);
+    q_target_where(q, t, op->key, true, now);
 }
 
 void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
@@ -1156,7 +1162,7 @@ void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
     case DICT_OP_UNSET:
         q_sql(q, "DELETE FROM ");
         q_ident(q, t.map != NULL ? t.map->table : cfg->table);
-        q_target_where(cfg, q, &t, op->key, false, now);
+        q_target_where(q, &t, op->key, false, now);
         break;
     case DICT_OP_INC:
         build_inc(cfg, op, &t, st, now, q);
@@ -1290,8 +1296,7 @@ static void sql_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, v
     executor(dict)->lookup(dict, key, cb, ctx);
 }
 
-static struct dict_iterate *sql_iterate_init(struct dict *dict, const char *prefix,
-                                             unsigned flags)
+static struct dict_iterate *sql_iterate_init(struct dict *dict, const char *prefix, unsigned flags)
 {
     return executor(dict)->iterate_init(dict, prefix, flags);
 }

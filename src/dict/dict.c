@@ -19,6 +19,7 @@ static const struct dict_driver_ops *const drivers[] = {
     &dict_driver_file,
     &dict_driver_kvstore,
     &dict_driver_memory,
+    &dict_driver_sql,
 };
 #define DRIVER_COUNT (sizeof(drivers) / sizeof(drivers[0]))
 

@@ -68,8 +68,8 @@ class RedisServer:
         self.cli("FLUSHALL")
 
 
-def start_redis(workdir):
-    port = free_port()
+def start_redis(workdir, port=None):
+    port = port or free_port()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     subprocess.run([REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(port), "--dir",
@@ -122,12 +122,15 @@ class PgServer:
         self.sockdir = Path(sockdir)
         self.connect = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
 
-    def psql(self, sql, check=True):
-        """Runs SQL with psql (as nobody over TCP); returns stdout (unaligned, tuples only)."""
+    def connect_for(self, db):
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={db}"
+
+    def psql(self, sql, check=True, db="postgres"):
+        """Runs SQL with psql over TCP; returns stdout (unaligned, tuples only)."""
         proc = subprocess.run([str(PG_BIN / "psql") if (PG_BIN / "psql").exists() else "psql",
                                "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h",
                                "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d",
-                               "postgres", "-c", sql],
+                               db, "-c", sql],
                               capture_output=True, text=True, timeout=120)
         if check and proc.returncode != 0:
             raise RuntimeError(f"psql {sql!r}: {proc.stderr}")

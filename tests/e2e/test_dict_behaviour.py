@@ -24,7 +24,9 @@ import pytest
 
 from conftest import (BUILD, PETRELD, Daemon, default_config, http_request, merge,
                       read_response, wait_for)
+from conftest import free_port
 from servers import pgsql_server, redis_server  # noqa: F401  (fixtures)
+from servers import start_redis, stop_redis
 
 RECURSE, SORT_BY_KEY, SORT_BY_VALUE, NO_VALUE, EXACT_KEY = 1, 2, 4, 8, 16
 
@@ -727,6 +729,68 @@ def test_commit_batch_limit(dct):
     assert_error(dct.batch(ops), 400)
 
 
+def test_concurrent_atomic_incs_are_exact(dct):
+    """Parallel clients incrementing one counter (PostgreSQL runs them on
+    several pooled connections): no increment is lost."""
+    dct.set("shared/hits", "0")
+    dct.set("priv/hits", "100", op={"username": "alice"})
+    threads, per_thread = 8, 40
+    errors = []
+
+    def worker():
+        host, port = dct.daemon.backend.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            for i in range(per_thread):
+                if i % 2:
+                    body = {"key": "shared/hits", "delta": 1}
+                    path = dct.path("atomic-inc")
+                else:
+                    body = {"ops": [{"kind": "atomic-inc", "key": "shared/hits", "delta": 1},
+                                    {"kind": "atomic-inc", "key": "priv/hits", "delta": -1}],
+                            "op": {"username": "alice"}}
+                    path = dct.path("commit-batch")
+                conn.request("POST", path, body=json.dumps(body),
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+                if r.status != 200 or json.loads(data) != {"result": 1, "status": "ok"}:
+                    errors.append((r.status, data))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        finally:
+            conn.close()
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert errors == [], errors[:5]
+    assert dct.get("shared/hits") == str(threads * per_thread).encode()
+    assert dct.get("priv/hits", op={"username": "alice"}) == str(
+        100 - threads * per_thread // 2).encode()
+
+
+def test_key_length_limit(dct):
+    longest = "shared/" + "k" * (4096 - len("shared/"))
+    dct.set(longest, "v")
+    assert dct.get(longest) == b"v"
+    assert dct.keys(longest, EXACT_KEY) == [longest]
+    assert_error(dct.set(longest + "k", "v", expect=None), 400)
+    # priv/ keys count as the client writes them.
+    longest_priv = "priv/" + "p" * (4096 - len("priv/"))
+    dct.set(longest_priv, "v", op={"username": "alice"})
+    assert dct.get(longest_priv, op={"username": "alice"}) == b"v"
+
+
+def test_value_near_body_limit(dct):
+    value = os.urandom(700_000)  # about 933 kB of base64, under the 1 MiB body limit
+    dct.set("shared/huge", value)
+    assert dct.get("shared/huge") == value
+    assert dct.iterate("shared/huge", EXACT_KEY) == [("shared/huge", [value])]
+
+
 # ======================= TTL =======================
 
 def test_expire_secs_and_expire_scan(dct, variant):
@@ -875,6 +939,216 @@ def test_missing_and_mistyped_fields_are_400(dct):
         assert_error(dct.post(op, body), 400)
 
 
+# ======================= sql: table maps and multi-value lookups =======================
+
+def sql_exec(request, cfg, statements):
+    """Runs SQL against the database behind an sql dict config; returns the
+    rows of the last statement as lists of strings."""
+    if cfg["backend"] == "sqlite":
+        with sqlite3.connect(cfg["path"]) as db:
+            cur = None
+            for st in statements.split(";\n"):
+                if st.strip():
+                    cur = db.execute(st)
+            rows = cur.fetchall() if cur is not None and cur.description else []
+        db.close()
+        return [[None if c is None else str(c) for c in row] for row in rows]
+    pg = request.getfixturevalue("pgsql_server")
+    db = dict(x.split("=", 1) for x in cfg["connect"].split())["dbname"]
+    out = pg.psql(statements, db=db)
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+QUOTA_DDL = """CREATE TABLE quota (username TEXT NOT NULL PRIMARY KEY, bytes BIGINT, messages BIGINT);
+INSERT INTO quota VALUES ('alice', 1024, 7);
+INSERT INTO quota VALUES ('bob', 5, NULL);
+INSERT INTO quota VALUES ('a_ice', 99, 9);
+CREATE TABLE quota_shared (username TEXT NOT NULL, kind TEXT NOT NULL, amount BIGINT,
+                           PRIMARY KEY (username, kind))"""
+
+QUOTA_MAPS = [
+    {"pattern": "priv/quota/storage", "table": "quota", "username_field": "username",
+     "value_fields": ["bytes", "messages"]},
+    {"pattern": "shared/q/$user/$kind", "table": "quota_shared",
+     "fields": {"user": "username", "kind": "kind"}, "value_field": "amount"},
+]
+
+
+@pytest.fixture
+def sql_mapped(variant, request, petreld, tmp_path):
+    cfg = variant_config(variant, request, tmp_path)
+    sql_exec(request, cfg, QUOTA_DDL)
+    cfg["maps"] = QUOTA_MAPS
+    daemon = petreld({"dicts": {"d": cfg}})
+    return DictClient(daemon, "d", variant), lambda st: sql_exec(request, cfg, st)
+
+
+@pytest.mark.parametrize("variant", ["sql-sqlite", "sql-pgsql"], indirect=True)
+def test_sql_multi_value_lookup(sql_mapped):
+    dct, _ = sql_mapped
+    alice, bob = {"username": "alice"}, {"username": "bob"}
+    r = dct.lookup("priv/quota/storage", op=alice)
+    assert r.status == 200, r
+    assert r.json() == {"found": True, "values": [b64("1024"), b64("7")]}
+    # SQL NULL reads as an empty value.
+    assert dct.lookup("priv/quota/storage", op=bob).json() == {"found": True,
+                                                                "values": [b64("5"), ""]}
+    body = dct.lookup("priv/quota/storage", op={"username": "carol"}).json()
+    assert body["found"] is False and body.get("values", []) == [], body
+    # The username is a bound value, not a pattern.
+    body = dct.lookup("priv/quota/storage", op={"username": "a%"}).json()
+    assert body["found"] is False, body
+    # Iterate returns every value too.
+    for flags in (RECURSE, 0, RECURSE | SORT_BY_KEY, RECURSE | SORT_BY_VALUE):
+        assert dct.iterate("priv/quota/", flags, op=alice) == [
+            ("priv/quota/storage", [b"1024", b"7"])], flags
+    assert dct.iterate("priv/quota/storage", EXACT_KEY, op=alice) == [
+        ("priv/quota/storage", [b"1024", b"7"])]
+    assert dct.iterate("priv/", RECURSE | NO_VALUE, op=alice) == [("priv/quota/storage", [])]
+    assert dct.iterate("priv/quota/", RECURSE, op={"username": "carol"}) == []
+
+
+@pytest.mark.parametrize("variant", ["sql-sqlite", "sql-pgsql"], indirect=True)
+def test_sql_multi_value_map_is_read_only(sql_mapped):
+    dct, run = sql_mapped
+    alice = {"username": "alice"}
+    body = assert_error(dct.set("priv/quota/storage", "1", op=alice, expect=None), 500)
+    assert body["result"] == -1, body
+    # The whole batch fails, the other writes included.
+    r = dct.batch([{"kind": "set", "key": "shared/plain", "value": b64("x")},
+                   {"kind": "atomic-inc", "key": "priv/quota/storage", "delta": 1}], op=alice)
+    assert_error(r, 500)
+    assert dct.get("shared/plain") is None
+    assert run("SELECT bytes, messages FROM quota WHERE username = 'alice'") == [["1024", "7"]]
+
+
+@pytest.mark.parametrize("variant", ["sql-sqlite", "sql-pgsql"], indirect=True)
+def test_sql_read_write_map(sql_mapped):
+    dct, run = sql_mapped
+    dct.set("shared/q/alice/bytes", "10")
+    dct.set("shared/q/alice/messages", "2")
+    dct.set("shared/q/a_ice/bytes", "3")
+    dct.set("shared/other", "plain")
+    assert dct.get("shared/q/alice/bytes") == b"10"
+    assert dct.inc("shared/q/alice/bytes", 5).json() == {"result": 1, "status": "ok"}
+    assert dct.inc("shared/q/nobody/bytes", 5).json() == {"result": 0, "status": "not-found"}
+    assert dct.get("shared/q/alice/bytes") == b"15"
+    rows = sorted(run("SELECT username, kind, amount FROM quota_shared"))
+    assert rows == [["a_ice", "bytes", "3"], ["alice", "bytes", "15"],
+                    ["alice", "messages", "2"]], rows
+    # Mapped keys are not in the default table; plain keys are.
+    assert run("SELECT key FROM dict ORDER BY key") == [["shared/other"]]
+    assert sorted(dct.keys("shared/q/", RECURSE)) == ["shared/q/a_ice/bytes",
+                                                      "shared/q/alice/bytes",
+                                                      "shared/q/alice/messages"]
+    assert sorted(dct.keys("shared/q/alice/", 0)) == ["shared/q/alice/bytes",
+                                                      "shared/q/alice/messages"]
+    assert dct.keys("shared/q/a_ice/", RECURSE) == ["shared/q/a_ice/bytes"]
+    assert dct.iterate("shared/q/alice/bytes", EXACT_KEY) == [("shared/q/alice/bytes", [b"15"])]
+    assert sorted(dct.keys("shared/", RECURSE)) == ["shared/other", "shared/q/a_ice/bytes",
+                                                    "shared/q/alice/bytes",
+                                                    "shared/q/alice/messages"]
+    assert dct.unset("shared/q/alice/messages").json() == {"result": 1, "status": "ok"}
+    assert dct.get("shared/q/alice/messages") is None
+    assert sorted(run("SELECT username, kind FROM quota_shared")) == [["a_ice", "bytes"],
+                                                                      ["alice", "bytes"]]
+    # A key with more segments than the pattern goes to the default table.
+    dct.set("shared/q/alice/bytes/extra", "x")
+    assert run("SELECT key FROM dict ORDER BY key") == [["shared/other"],
+                                                       ["shared/q/alice/bytes/extra"]]
+
+
+# ======================= network drivers: server down, connection lost =======================
+
+@pytest.mark.parametrize("variant", ["kvstore", "sql-pgsql"], indirect=True)
+def test_server_down_fails_operations_then_recovers(variant, petreld, tmp_path):
+    """A dict whose server is down still opens; its operations fail (500,
+    writes with result -1) without hanging, and work once the server is up."""
+    port = free_port()
+    if variant == "kvstore":
+        cfg = {"driver": "kvstore", "address": f"127.0.0.1:{port}", "prefix": "down:",
+               "timeout": "2s"}
+    else:
+        cfg = {"driver": "sql", "backend": "pgsql", "connect_timeout": "2s",
+               "connect": f"host=127.0.0.1 port={port} user=postgres dbname=postgres"}
+    d = petreld({"dicts": {"d": cfg}})
+    dct = DictClient(d, "d")
+    assert d.get("backend", "/api/backend/health").status == 200
+    started = time.monotonic()
+    assert_error(dct.lookup("shared/a"), 500)
+    body = assert_error(dct.set("shared/a", "1", expect=None), 500)
+    assert body["result"] == -1, body
+    body = assert_error(dct.batch([{"kind": "unset", "key": "shared/a"}]), 500)
+    assert body["result"] in (-1, -2), body
+    r = dct.iterate_raw("shared/", RECURSE)
+    assert r.status == 500 or b'"error"' in r.body, r
+    assert time.monotonic() - started < 10
+
+    if variant == "kvstore":
+        server = start_redis(tmp_path / "late-redis", port=port)
+        try:
+            # Reconnects are tried lazily with a backoff of at most 5 s.
+            wait_for(lambda: dct.set("shared/a", "1", expect=None).status == 200, timeout=15,
+                     interval=0.2, what="kvstore to reconnect")
+            assert dct.get("shared/a") == b"1"
+            assert dct.keys("shared/") == ["shared/a"]
+        finally:
+            d.stop()
+            stop_redis(server)
+
+
+def test_kvstore_connection_lost_mid_iterate(petreld, tmp_path):
+    """Redis goes away while rows are streaming: an `error` line ends the
+    stream (clients must look at every line)."""
+    server = start_redis(tmp_path / "redis")
+    try:
+        _fill_redis(server, "mid:", 200_000)
+        d = petreld({"dicts": {"d": {"driver": "kvstore", "address": server.address,
+                                     "prefix": "mid:", "timeout": "2s"}}})
+        _expect_error_line_after(d, lambda: stop_redis(server))
+    finally:
+        stop_redis(server)
+
+
+def test_pgsql_connection_lost_mid_iterate(petreld, request, tmp_path):
+    pg = request.getfixturevalue("pgsql_server")
+    cfg = variant_config("sql-pgsql", request, tmp_path)
+    db = dict(x.split("=", 1) for x in cfg["connect"].split())["dbname"]
+    _fill_pgsql(pg, db, 200_000)
+    d = petreld({"dicts": {"d": cfg}})
+
+    def kill_backends():
+        pg.psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{db}' AND pid <> pg_backend_pid()")
+    _expect_error_line_after(d, kill_backends)
+
+
+def _expect_error_line_after(d, break_server):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = d.backend.rsplit(":", 1)
+    s.settimeout(30)
+    s.connect((host, int(port)))
+    try:
+        s.sendall(_post_bytes("/api/backend/dict/d/iterate",
+                              json.dumps({"path": "shared/rss/", "flags": RECURSE}).encode()))
+        time.sleep(0.5)  # the stream starts and stalls on the unread socket
+        break_server()
+        time.sleep(0.5)
+        resp = read_response(s.makefile("rb"))
+    finally:
+        s.close()
+    assert resp.status == 200, resp
+    data = resp.body
+    lines = data.decode().splitlines()
+    assert 0 < len(lines) < 200_000, len(lines)
+    for line in lines[:-1]:
+        assert "error" not in json.loads(line), line
+    last = json.loads(lines[-1])
+    assert set(last) == {"error"} and last["error"], last
+    assert d.get("backend", "/api/backend/health").status == 200
+
+
 # ======================= closing: 503 =======================
 
 def _raw(addr):
@@ -952,3 +1226,141 @@ def test_dict_request_while_closing_is_503(petreld):
     assert tail.endswith(b"0\r\n\r\n"), tail
     assert d.wait(timeout=30) == 0, d.stderr()
     d.assert_clean()
+
+
+# ======================= memory: 1,000,000 keys over HTTP =======================
+
+RSS_KEYS = 1_000_000
+RSS_LIMIT_KB = 64 * 1024
+
+
+def _is_asan(binary):
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+def _status_kb(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+def _fill_sqlite(path, n):
+    """The default table exactly as dict-sql.c creates it, filled directly."""
+    db = sqlite3.connect(path)
+    db.executescript(
+        'CREATE TABLE IF NOT EXISTS "dict" ("key" TEXT PRIMARY KEY NOT NULL, '
+        '"value" BLOB NOT NULL, "expires_at" BIGINT NULL) WITHOUT ROWID;\n'
+        'CREATE INDEX IF NOT EXISTS "dict_expires_at" ON "dict" ("expires_at") '
+        'WHERE "expires_at" IS NOT NULL;')
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=OFF")
+    db.executemany('INSERT INTO "dict" ("key", "value") VALUES (?, ?)',
+                   ((f"shared/rss/{i:07d}", b"value-%07d" % i) for i in range(n)))
+    db.commit()
+    db.close()
+
+
+def _fill_redis(rs, prefix, n):
+    def cmd(*parts):
+        out = [b"*%d\r\n" % len(parts)]
+        for p in parts:
+            out.append(b"$%d\r\n%s\r\n" % (len(p), p))
+        return b"".join(out)
+    pfx = prefix.encode()
+    rs.pipe(b"".join(cmd(b"SET", pfx + b"shared/rss/%07d" % i, b"value-%07d" % i)
+                     for i in range(n)))
+
+
+def _fill_pgsql(pg, db, n):
+    pg.psql('CREATE TABLE IF NOT EXISTS "dict" ("key" TEXT COLLATE "C" PRIMARY KEY, '
+            '"value" BYTEA NOT NULL, "expires_at" BIGINT NULL);'
+            f"INSERT INTO dict (key, value) SELECT 'shared/rss/' || lpad(i::text, 7, '0'), "
+            f"convert_to('value-' || lpad(i::text, 7, '0'), 'UTF8') "
+            f"FROM generate_series(0, {n - 1}) AS i; ANALYZE dict", db=db)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant, flags", [
+    ("sql-sqlite", RECURSE | SORT_BY_KEY),
+    ("sql-pgsql", RECURSE | SORT_BY_KEY),
+    ("kvstore", RECURSE),
+], indirect=["variant"])
+def test_iterate_million_keys_in_constant_memory(variant, flags, request, petreld, tmp_path):
+    """Streams 1,000,000 rows over HTTP while petreld's peak RSS (VmHWM) stays
+    under 64 MB: the dict is pulled only as fast as the client reads."""
+    cfg = variant_config(variant, request, tmp_path)
+    started = time.monotonic()
+    if variant == "sql-sqlite":
+        _fill_sqlite(cfg["path"], RSS_KEYS)
+    elif variant == "sql-pgsql":
+        db = dict(x.split("=", 1) for x in cfg["connect"].split())["dbname"]
+        _fill_pgsql(request.getfixturevalue("pgsql_server"), db, RSS_KEYS)
+    else:
+        _fill_redis(request.getfixturevalue("redis_server"), cfg["prefix"], RSS_KEYS)
+    filled = time.monotonic()
+    env = None
+    if _is_asan(PETRELD):
+        # ASan keeps up to 256 MB of freed memory in quarantine, which would
+        # be measured as petreld's: keep it small, the checks stay on.
+        env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:quarantine_size_mb=4:"
+                               "thread_local_quarantine_size_kb=256"}
+    d = petreld({"dicts": {"d": cfg}}, env=env)
+    pid = d.pid
+    base_kb = _status_kb(pid, "VmHWM")
+
+    samples = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            try:
+                samples.append(_status_kb(pid, "VmRSS"))
+            except (OSError, AssertionError):
+                return
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    host, port = d.backend.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    count = 0
+    distinct = set()
+    last_key = ""
+    try:
+        conn.request("POST", "/api/backend/dict/d/iterate",
+                     body=json.dumps({"path": "shared/rss/", "flags": flags}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()[:500]
+        assert resp.getheader("Content-Type", "").startswith("application/x-ndjson")
+        for line in resp:
+            obj = json.loads(line)
+            assert "error" not in obj, obj
+            key = obj["key"]
+            count += 1
+            if flags & SORT_BY_KEY:
+                assert key > last_key, (last_key, key)
+                last_key = key
+            else:
+                distinct.add(key)
+            if count % 100_000 == 0:
+                i = int(key.rsplit("/", 1)[1])
+                assert unb64(obj["values"][0]) == b"value-%07d" % i, obj
+    finally:
+        conn.close()
+        stop.set()
+        sampler.join()
+    streamed = time.monotonic()
+    peak_kb = _status_kb(pid, "VmHWM")
+    print(f"\n{variant} flags={flags}: {count} rows, fill {filled - started:.1f}s, "
+          f"stream {streamed - filled:.1f}s, VmHWM {base_kb} kB at start, {peak_kb} kB peak, "
+          f"max sampled VmRSS {max(samples, default=0)} kB")
+    if flags & SORT_BY_KEY:
+        assert count == RSS_KEYS, count
+    else:
+        # Redis SCAN may report a key twice while its table is resized.
+        assert len(distinct) == RSS_KEYS and count >= RSS_KEYS, (len(distinct), count)
+    assert peak_kb < RSS_LIMIT_KB, f"petreld peak RSS {peak_kb} kB >= {RSS_LIMIT_KB} kB"
