@@ -120,61 +120,71 @@ bool mailbox_name_validate(const char *name, char separator, struct petrel_error
     return true;
 }
 
-static void flush_shift(const uint16_t *units, size_t count, struct buf *out)
+/* An open modified-BASE64 run: UTF-16 units go in as they come, so a run of
+ * any length stays one "&...-" shift (two shifts in a row are not canonical
+ * and the decoder refuses them). */
+struct shift_state {
+    bool open;
+    uint32_t bits;
+    int nbits;
+};
+
+static void shift_unit(struct shift_state *st, uint16_t unit, struct buf *out)
 {
-    buf_append_char(out, '&');
-    uint32_t bits = 0;
-    int nbits = 0;
-    for (size_t i = 0; i < count; i++) {
-        bits = bits << 16 | units[i];
-        nbits += 16;
-        while (nbits >= 6) {
-            nbits -= 6;
-            buf_append_char(out, mutf7_alphabet[(bits >> nbits) & 63]);
-        }
+    if (!st->open) {
+        buf_append_char(out, '&');
+        st->open = true;
     }
-    if (nbits > 0)
-        buf_append_char(out, mutf7_alphabet[(bits << (6 - nbits)) & 63]);
+    st->bits = st->bits << 16 | unit;
+    st->nbits += 16;
+    while (st->nbits >= 6) {
+        st->nbits -= 6;
+        buf_append_char(out, mutf7_alphabet[(st->bits >> st->nbits) & 63]);
+    }
+    st->bits &= (1u << st->nbits) - 1;
+}
+
+static void shift_close(struct shift_state *st, struct buf *out)
+{
+    if (!st->open)
+        return;
+    if (st->nbits > 0)
+        buf_append_char(out, mutf7_alphabet[(st->bits << (6 - st->nbits)) & 63]);
     buf_append_char(out, '-');
+    memset(st, 0, sizeof(*st));
 }
 
 bool mailbox_name_to_mutf7(const char *utf8, struct buf *out)
 {
     const unsigned char *p = (const unsigned char *)utf8;
     size_t len = strlen(utf8);
-    uint16_t units[MAILBOX_NAME_MAX * 2 + 2];
-    size_t nunits = 0;
+    size_t start = out->len;
+    struct shift_state st = {false, 0, 0};
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         size_t n = utf8_decode(p + i, len - i, &cp);
-        if (n == 0)
+        if (n == 0) {
+            out->len = start; /* nothing appended on failure */
+            if (out->data != NULL)
+                out->data[start] = '\0';
             return false;
+        }
         i += n;
         if (cp >= 0x20 && cp <= 0x7e) {
-            if (nunits > 0) {
-                flush_shift(units, nunits, out);
-                nunits = 0;
-            }
+            shift_close(&st, out);
             if (cp == '&')
                 buf_append(out, "&-", 2);
             else
                 buf_append_char(out, (char)cp);
-            continue;
-        }
-        if (nunits + 2 > sizeof(units) / sizeof(units[0])) {
-            flush_shift(units, nunits, out);
-            nunits = 0;
-        }
-        if (cp >= 0x10000) {
+        } else if (cp >= 0x10000) {
             uint32_t v = cp - 0x10000;
-            units[nunits++] = (uint16_t)(0xd800 | (v >> 10));
-            units[nunits++] = (uint16_t)(0xdc00 | (v & 0x3ff));
+            shift_unit(&st, (uint16_t)(0xd800 | (v >> 10)), out);
+            shift_unit(&st, (uint16_t)(0xdc00 | (v & 0x3ff)), out);
         } else {
-            units[nunits++] = (uint16_t)cp;
+            shift_unit(&st, (uint16_t)cp, out);
         }
     }
-    if (nunits > 0)
-        flush_shift(units, nunits, out);
+    shift_close(&st, out);
     return true;
 }
 
@@ -229,8 +239,8 @@ bool mailbox_name_from_mutf7(const char *mutf7, struct buf *out)
                 high = unit;
             } else if (unit >= 0xdc00 && unit <= 0xdfff) {
                 goto invalid;
-            } else if (unit >= 0x20 && unit <= 0x7e) {
-                goto invalid; /* printable ASCII must not be shifted */
+            } else if (unit == 0 || (unit >= 0x20 && unit <= 0x7e)) {
+                goto invalid; /* NUL; printable ASCII must not be shifted */
             } else {
                 utf8_encode(unit, out);
             }
@@ -238,6 +248,8 @@ bool mailbox_name_from_mutf7(const char *mutf7, struct buf *out)
         p++; /* '-' */
         if (decoded == 0 || high != 0 || nbits >= 6 || bits != 0)
             goto invalid;
+        if (p[0] == '&' && p[1] != '-')
+            goto invalid; /* "&..-&..-" is one shift in canonical form */
     }
     return true;
 invalid:

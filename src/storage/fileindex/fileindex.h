@@ -136,8 +136,7 @@ bool fileindex_optimize(struct fileindex *fi, struct petrel_error *err);
  * cache file's generation differs from the header's cache_reset_id (cache
  * treated as absent), or when the cache is unreadable (then dropped and the
  * generation advanced). The data stays valid until the next cache call. */
-const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *field,
-                                size_t *len);
+const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *field, size_t *len);
 /* Adds a field (append to the cache file under the folder lock). A cache
  * that reached its offset ceiling (4 GiB) stops caching until purged. */
 bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,

@@ -17,9 +17,12 @@ struct maildir_keywords {
     char *names[26]; /* NULL for unused slots */
 };
 
-/* A missing file is an empty list (not an error). Bad lines are skipped. */
+/* A missing file is an empty list (not an error). Bad lines are skipped.
+ * Writing moves the file's mtime forward (Dovecot caches it by mtime). */
 bool maildir_keywords_read(const char *path, struct maildir_keywords *out,
                            struct petrel_error *err);
+/* Parses file contents into a fresh list; false when some lines were
+ * skipped (the list still holds the others). Names are kept as stored. */
 bool maildir_keywords_parse(const char *text, size_t len, struct maildir_keywords *out);
 bool maildir_keywords_write(const char *path, const struct maildir_keywords *kw, bool fsync,
                             struct petrel_error *err);

@@ -10,6 +10,7 @@
 #ifndef PETREL_STORAGE_MAILDIR_UIDLIST_H
 #define PETREL_STORAGE_MAILDIR_UIDLIST_H
 
+#include "core/buf.h"
 #include "core/error.h"
 
 #include <stdbool.h>
@@ -42,7 +43,13 @@ bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *er
 /* Parses text (tests, fuzzing). */
 bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlist *out,
                    struct petrel_error *err);
-/* Writes the whole list (temp + fsync + rename; directory fsynced when `fsync`). */
+/* Serialises the whole file into `out` (appended); what uidlist_write
+ * writes. PETREL_ERR_INVALID when the list has no GUID or holds something
+ * the format cannot carry (UIDs out of order, a base with '/', ':' or a
+ * newline, extension fields not starting with 'A'..'Z'). */
+bool uidlist_format(const struct uidlist *list, struct buf *out, struct petrel_error *err);
+/* Writes the whole list (temp + fsync + rename; directory fsynced when
+ * `fsync`). A list without a GUID gets a fresh random one in the file. */
 bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
                    struct petrel_error *err);
 /* Appends entries [from, list->count) to the existing file after checking it

@@ -1,0 +1,407 @@
+/* fileindex helpers: CRC-32C, clocks and random lineages, whole-buffer I/O,
+ * the fsync policy, atomic file replacement, and the in-memory view (packed
+ * record array, name arena, mappings). */
+#include "storage/fileindex/fileindex-private.h"
+
+#include "core/error.h"
+#include "core/xalloc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------- CRC-32C: SSE 4.2 when the CPU has it, else slicing-by-8 ---------- */
+
+static uint32_t crc_tables[8][256];
+static bool crc_ready;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+        crc_tables[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_tables[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_tables[0][c & 0xff] ^ (c >> 8);
+            crc_tables[t][i] = c;
+        }
+    }
+    crc_ready = true;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FI_CRC_HW 1
+/* SSE 4.2 has an instruction for exactly this polynomial. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                            size_t len)
+{
+    uint64_t c = ~crc;
+    while (len > 0 && ((uintptr_t)p & 7) != 0) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        len -= 8;
+    }
+    while (len > 0) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        len--;
+    }
+    return ~(uint32_t)c;
+}
+static int crc_hw = -1;
+#endif
+
+uint32_t fi_crc32c_sw(uint32_t crc, const void *data, size_t len)
+{
+    if (!crc_ready)
+        crc_init();
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (len > 0 && ((uintptr_t)p & 7) != 0) {
+        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        len--;
+    }
+    while (len >= 8) {
+        uint32_t lo = fi_get32(p) ^ crc;
+        uint32_t hi = fi_get32(p + 4);
+        crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^
+              crc_tables[5][(lo >> 16) & 0xff] ^ crc_tables[4][lo >> 24] ^
+              crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
+              crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len > 0) {
+        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        len--;
+    }
+    return ~crc;
+}
+
+uint32_t fi_crc32c(uint32_t crc, const void *data, size_t len)
+{
+#ifdef FI_CRC_HW
+    if (crc_hw < 0)
+        crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    if (crc_hw)
+        return crc32c_hw(crc, data, len);
+#endif
+    return fi_crc32c_sw(crc, data, len);
+}
+
+/* ---------- clocks, random ---------- */
+
+double fi_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t fi_random64(void)
+{
+    static uint64_t fallback_state;
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        fallback_state ^=
+            (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+        v = splitmix(&fallback_state);
+    }
+    return v != 0 ? v : 1;
+}
+
+/* ---------- I/O ---------- */
+
+bool fi_pwrite_all(int fd, const void *data, size_t len, uint64_t off)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return false;
+        }
+        if (n == 0) {
+            errno = EIO;
+            return false;
+        }
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return true;
+}
+
+ssize_t fi_pread_all(int fd, void *data, size_t len, uint64_t off)
+{
+    char *p = data;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, p + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+void fi_file_id_from_stat(struct fi_file_id *id, const struct stat *st)
+{
+    id->dev = st->st_dev;
+    id->ino = st->st_ino;
+    id->size = st->st_size;
+    id->mtime_sec = (int64_t)st->st_mtim.tv_sec;
+    id->mtime_nsec = st->st_mtim.tv_nsec;
+}
+
+bool fi_file_id_equal(const struct fi_file_id *a, const struct fi_file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_sec == b->mtime_sec && a->mtime_nsec == b->mtime_nsec;
+}
+
+bool fi_io_error(struct petrel_error *err, const char *what, const char *path)
+{
+    return petrel_error_set(err, PETREL_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+}
+
+bool fi_sync(const struct fileindex *fi, int fd, bool important)
+{
+    switch (fi->set.fsync) {
+    case FILEINDEX_FSYNC_NEVER:
+        return true;
+    case FILEINDEX_FSYNC_OPTIMIZED:
+        if (!important)
+            return true;
+        return fdatasync(fd) == 0;
+    case FILEINDEX_FSYNC_ALWAYS:
+    default:
+        return fsync(fd) == 0;
+    }
+}
+
+bool fi_sync_dir(const struct fileindex *fi)
+{
+    if (fi->set.fsync == FILEINDEX_FSYNC_NEVER)
+        return true;
+    int fd = open(fi->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL;
+    close(fd);
+    return ok;
+}
+
+int fi_tmp_create(const char *path, char **tmp_out, struct petrel_error *err)
+{
+    char *tmp = xasprintf("%s.tmp", path);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fi_io_error(err, "cannot create", tmp);
+        free(tmp);
+        return -1;
+    }
+    *tmp_out = tmp;
+    return fd;
+}
+
+bool fi_tmp_install(struct fileindex *fi, int fd, char *tmp, const char *path,
+                    struct petrel_error *err)
+{
+    bool ok = true;
+    if (!fi_sync(fi, fd, true))
+        ok = fi_io_error(err, "cannot fsync", tmp);
+    if (ok && rename(tmp, path) != 0)
+        ok = fi_io_error(err, "cannot rename to", path);
+    if (!ok) {
+        unlink(tmp);
+        close(fd);
+    } else if (!fi_sync_dir(fi)) {
+        /* The rename happened; a failed directory fsync only weakens
+         * durability across a power loss, so report but keep going. */
+        fi_io_error(err, "cannot fsync directory", fi->dir);
+    }
+    free(tmp);
+    return ok;
+}
+
+bool fi_replace_file(struct fileindex *fi, const char *path, const void *data, size_t len,
+                     int *fd_out, struct petrel_error *err)
+{
+    char *tmp = NULL;
+    int fd = fi_tmp_create(path, &tmp, err);
+    if (fd < 0)
+        return false;
+    if (!fi_pwrite_all(fd, data, len, 0)) {
+        fi_io_error(err, "cannot write", tmp);
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return false;
+    }
+    if (!fi_tmp_install(fi, fd, tmp, path, err))
+        return false;
+    if (fd_out != NULL)
+        *fd_out = fd;
+    else
+        close(fd);
+    return true;
+}
+
+/* ---------- arena ---------- */
+
+#define FI_CHUNK_SIZE 65536u
+
+struct fi_chunk {
+    struct fi_chunk *next;
+    size_t used;
+    size_t cap;
+    char data[];
+};
+
+const char *fi_arena_dup(struct fi_arena *a, const char *s, size_t len)
+{
+    struct fi_chunk *c = a->head;
+    if (c == NULL || c->cap - c->used < len + 1) {
+        size_t cap = len + 1 > FI_CHUNK_SIZE ? len + 1 : FI_CHUNK_SIZE;
+        c = xmalloc(sizeof(*c) + cap);
+        c->next = a->head;
+        c->used = 0;
+        c->cap = cap;
+        a->head = c;
+        a->bytes += sizeof(*c) + cap;
+    }
+    char *p = c->data + c->used;
+    memcpy(p, s, len);
+    p[len] = '\0';
+    c->used += len + 1;
+    return p;
+}
+
+void fi_arena_free(struct fi_arena *a)
+{
+    struct fi_chunk *c = a->head;
+    while (c != NULL) {
+        struct fi_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+    a->bytes = 0;
+}
+
+/* ---------- view ---------- */
+
+void fi_view_free(struct fi_view *v)
+{
+    free(v->recs);
+    fi_arena_free(&v->names);
+    struct fi_map *m = v->maps;
+    while (m != NULL) {
+        struct fi_map *next = m->next;
+        munmap(m->addr, m->len);
+        free(m);
+        m = next;
+    }
+    memset(v, 0, sizeof(*v));
+}
+
+void fi_view_reserve(struct fi_view *v, size_t extra)
+{
+    if (v->count + extra <= v->cap)
+        return;
+    size_t cap = v->cap + v->cap / 16 + 256;
+    if (cap < v->count + extra)
+        cap = v->count + extra;
+    v->recs = xrealloc(v->recs, cap * sizeof(*v->recs));
+    v->cap = cap;
+}
+
+size_t fi_view_search(const struct fi_view *v, uint32_t uid, bool *found)
+{
+    size_t lo = 0;
+    size_t hi = v->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->recs[mid].uid < uid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < v->count && v->recs[lo].uid == uid;
+    return lo;
+}
+
+void fi_view_compact(struct fi_view *v)
+{
+    if (v->expunged_marks == 0)
+        return;
+    size_t w = 0;
+    for (size_t i = 0; i < v->count; i++) {
+        if (v->recs[i].filename == NULL)
+            continue;
+        if (w != i)
+            v->recs[w] = v->recs[i];
+        w++;
+    }
+    v->count = w;
+    v->expunged_marks = 0;
+}
+
+void fi_view_add_map(struct fi_view *v, void *addr, size_t len)
+{
+    struct fi_map *m = xmalloc(sizeof(*m));
+    m->addr = addr;
+    m->len = len;
+    m->next = v->maps;
+    v->maps = m;
+}
+
+void fi_state_init(struct fi_state *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->base_fd = -1;
+    s->log_fd = -1;
+}
+
+void fi_state_free(struct fi_state *s)
+{
+    fi_view_free(&s->view);
+    if (s->base_fd >= 0)
+        close(s->base_fd);
+    if (s->log_fd >= 0)
+        close(s->log_fd);
+    fi_state_init(s);
+}
