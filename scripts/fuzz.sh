@@ -6,8 +6,8 @@
 #   scripts/fuzz.sh <target> <file>...         replay inputs (a crash-* artifact, a corpus file)
 #   scripts/fuzz.sh list                       list the targets
 #
-# Targets: fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request (the "fuzz-" prefix may
-# be left out: `scripts/fuzz.sh http-parser 60`).
+# Targets: `scripts/fuzz.sh list` (the TARGETS array below); the "fuzz-" prefix may be left
+# out: `scripts/fuzz.sh http-parser 60`.
 #
 # It configures build-fuzz/ with clang, ASan and UBSan (-Dfuzz=true
 # -Db_sanitize=address,undefined -Db_lundef=false) when needed, builds, and runs each target
@@ -20,7 +20,7 @@
 # corpus size and findings. Exit status 1 when any target found something.
 #
 # Environment:
-#   FUZZ_PARALLEL=N   with `all`, run N targets at once (default 1; the project's shared
+#   FUZZ_PARALLEL=N   with `all` or a list, run N targets at once (default 1; the project's shared
 #                     machines allow at most 2)
 #   FUZZ_BUILD_DIR    build directory (default build-fuzz)
 #   FUZZ_ARGS         extra libFuzzer flags, e.g. FUZZ_ARGS="-only_ascii=1"
@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -46,6 +46,10 @@ max_len_of() {
     fuzz-http-parser) echo 16384 ;;
     fuzz-cidr) echo 256 ;;
     fuzz-dict-request) echo 16384 ;;
+    fuzz-uidlist) echo 16384 ;;
+    fuzz-subscriptions) echo 8192 ;;
+    fuzz-maildir-filename) echo 512 ;;
+    fuzz-mailbox-name) echo 4096 ;;
     esac
 }
 
@@ -56,6 +60,10 @@ dict_of() {
     fuzz-http-parser) echo "$ROOT/fuzz/dict/http.dict" ;;
     fuzz-cidr) echo "$ROOT/fuzz/dict/cidr.dict" ;;
     fuzz-dict-request) echo "$ROOT/fuzz/dict/json.dict" ;;
+    fuzz-uidlist) echo "$ROOT/fuzz/dict/uidlist.dict" ;;
+    fuzz-subscriptions) echo "$ROOT/fuzz/dict/subscriptions.dict" ;;
+    fuzz-maildir-filename) echo "$ROOT/fuzz/dict/maildir-filename.dict" ;;
+    fuzz-mailbox-name) echo "$ROOT/fuzz/dict/mutf7.dict" ;;
     esac
 }
 

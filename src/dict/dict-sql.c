@@ -301,8 +301,10 @@ static bool read_map(const struct cfg_ctx *ctx, const struct ynode *item, const 
                         "only priv/ patterns have a username");
 
     char *single = NULL;
-    if (!read_identifier(ctx, item, path, "value_field", false, &single))
+    if (!read_identifier(ctx, item, path, "value_field", false, &single)) {
+        free(single); /* set even when it is not a valid identifier */
         return false;
+    }
     char **list = NULL;
     size_t n = 0;
     if (!cfg_string_list(ctx, item, path, "value_fields", SQL_MAX_FIELDS, &list, &n)) {
