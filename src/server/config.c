@@ -345,6 +345,49 @@ bool config_has_component(const struct petrel_config *cfg, const char *component
     return false;
 }
 
+/* Writes `s` as a YAML double-quoted scalar, escaped so it reads back as the
+ * same string. */
+static void put_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)(s != NULL ? s : ""); *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p == '\t')
+            fputs("\\t", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* A mapping key: bare when it is a plain word, quoted otherwise. */
+static void put_key(FILE *out, const char *key)
+{
+    bool bare = key[0] != '\0';
+    for (const char *p = key; *p != '\0' && bare; p++)
+        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+               (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.';
+    if (bare)
+        fputs(key, out);
+    else
+        put_str(out, key);
+}
+
+/* "<indent><key>: <quoted value>\n" */
+static void put_kv(FILE *out, const char *indent, const char *key, const char *value)
+{
+    fputs(indent, out);
+    put_key(out, key);
+    fputs(": ", out);
+    put_str(out, value);
+    fputc('\n', out);
+}
+
 static void print_list(FILE *out, const char *indent, const char *key, char **list)
 {
     if (list == NULL || list[0] == NULL) {
@@ -352,65 +395,78 @@ static void print_list(FILE *out, const char *indent, const char *key, char **li
         return;
     }
     fprintf(out, "%s%s:\n", indent, key);
-    for (size_t i = 0; list[i] != NULL; i++)
-        fprintf(out, "%s  - \"%s\"\n", indent, list[i]);
-}
-
-static const char *str_or_empty(const char *s)
-{
-    return s != NULL ? s : "";
+    for (size_t i = 0; list[i] != NULL; i++) {
+        fprintf(out, "%s  - ", indent);
+        put_str(out, list[i]);
+        fputc('\n', out);
+    }
 }
 
 void config_print(const struct petrel_config *cfg, FILE *out)
 {
-    fprintf(out, "# effective configuration of %s\n", cfg->file);
+    fputs("# effective configuration of ", out);
+    put_str(out, cfg->file);
+    fputc('\n', out);
     print_list(out, "", "components", cfg->components);
     fprintf(out, "log_level: %s\n", log_level_name(cfg->log.base));
     fprintf(out, "log_level_overrides:%s\n", cfg->log.override_count == 0 ? " {}" : "");
-    for (size_t i = 0; i < cfg->log.override_count; i++)
-        fprintf(out, "  %s: %s\n", cfg->log.overrides[i].component,
-                log_level_name(cfg->log.overrides[i].level));
-    fprintf(out, "user: \"%s\"\ngroup: \"%s\"\nallow_root: %s\n", str_or_empty(cfg->user),
-            str_or_empty(cfg->group), cfg->allow_root ? "true" : "false");
+    for (size_t i = 0; i < cfg->log.override_count; i++) {
+        fputs("  ", out);
+        put_key(out, cfg->log.overrides[i].component);
+        fprintf(out, ": %s\n", log_level_name(cfg->log.overrides[i].level));
+    }
+    put_kv(out, "", "user", cfg->user);
+    put_kv(out, "", "group", cfg->group);
+    fprintf(out, "allow_root: %s\n", cfg->allow_root ? "true" : "false");
     fprintf(out, "shutdown_timeout: %lldms\n", (long long)cfg->shutdown_timeout_ms);
-    fprintf(out, "telemetry:\n  listen: \"%s\"\n", cfg->telemetry.listen);
+    fputs("telemetry:\n", out);
+    put_kv(out, "  ", "listen", cfg->telemetry.listen);
     print_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);
     fprintf(out, "  readiness_deadline: %lldms\n", (long long)cfg->telemetry.readiness_deadline_ms);
     fprintf(out, "  readiness_checks:%s\n", cfg->telemetry.check_count == 0 ? " []" : "");
-    for (size_t i = 0; i < cfg->telemetry.check_count; i++)
-        fprintf(out, "    - {name: \"%s\", tcp: \"%s\", tls: %s}\n", cfg->telemetry.checks[i].name,
-                cfg->telemetry.checks[i].tcp, cfg->telemetry.checks[i].tls ? "true" : "false");
-    fprintf(out,
-            "internal_tls:\n  enabled: %s\n  cert_file: \"%s\"\n  key_file: \"%s\"\n"
-            "  ca_file: \"%s\"\n  require_client_cert: %s\n",
-            cfg->internal_tls.enabled ? "true" : "false", str_or_empty(cfg->internal_tls.cert_file),
-            str_or_empty(cfg->internal_tls.key_file), str_or_empty(cfg->internal_tls.ca_file),
+    for (size_t i = 0; i < cfg->telemetry.check_count; i++) {
+        put_kv(out, "    - ", "name", cfg->telemetry.checks[i].name);
+        put_kv(out, "      ", "tcp", cfg->telemetry.checks[i].tcp);
+        fprintf(out, "      tls: %s\n", cfg->telemetry.checks[i].tls ? "true" : "false");
+    }
+    fprintf(out, "internal_tls:\n  enabled: %s\n", cfg->internal_tls.enabled ? "true" : "false");
+    put_kv(out, "  ", "cert_file", cfg->internal_tls.cert_file);
+    put_kv(out, "  ", "key_file", cfg->internal_tls.key_file);
+    put_kv(out, "  ", "ca_file", cfg->internal_tls.ca_file);
+    fprintf(out, "  require_client_cert: %s\n",
             cfg->internal_tls.require_client_cert ? "true" : "false");
     const struct backend_api_config *b = &cfg->backend_api;
     const char *token = getenv(b->token_env);
-    fprintf(out, "backend_api:\n  listen: \"%s\"\n", b->listen);
+    fputs("backend_api:\n", out);
+    put_kv(out, "  ", "listen", b->listen);
     print_list(out, "  ", "allowed_nets", b->allowed_nets);
+    /* Never the token itself: only whether it is set. */
+    fprintf(out, "  # %s\n", token != NULL && *token != '\0' ? "token set" : "token unset: auth disabled");
+    put_kv(out, "  ", "token_env", b->token_env);
+    put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
     fprintf(out,
-            "  token_env: %s  # %s\n  auth_master_addr: \"%s\"\n  request_timeout: %lldms\n"
-            "  stream_timeout: %lldms\n  max_body_bytes: %lld\n  max_connections: %lld\n",
-            b->token_env, token != NULL && *token != '\0' ? "set" : "unset: auth disabled",
-            b->auth_master_addr, (long long)b->request_timeout_ms,
-            (long long)b->stream_timeout_ms, (long long)b->max_body_bytes,
-            (long long)b->max_connections);
+            "  request_timeout: %lldms\n  stream_timeout: %lldms\n  max_body_bytes: %lld\n"
+            "  max_connections: %lld\n",
+            (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
+            (long long)b->max_body_bytes, (long long)b->max_connections);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
-    fprintf(out, "mail:\n  home: \"%s\"\n  fsync: %s\n  special_use:\n", cfg->mail.home,
-            fsync_names[cfg->mail.fsync]);
+    fputs("mail:\n", out);
+    put_kv(out, "  ", "home", cfg->mail.home);
+    fprintf(out, "  fsync: %s\n  special_use:%s\n", fsync_names[cfg->mail.fsync],
+            cfg->mail.special_use_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)
-        fprintf(out, "    %s: '%s'\n", cfg->mail.special_use[i].folder,
-                cfg->mail.special_use[i].attr);
-    fprintf(out, "  namespaces:\n");
+        put_kv(out, "    ", cfg->mail.special_use[i].folder, cfg->mail.special_use[i].attr);
+    fputs("  namespaces:\n", out);
     for (size_t i = 0; i < cfg->mail.namespace_count; i++) {
         const struct namespace_config *ns = &cfg->mail.namespaces[i];
-        fprintf(out,
-                "    - {name: \"%s\", type: %s, prefix: \"%s\", separator: \"%c\", "
-                "location: \"%s\", subscriptions: %s}  # slug %s\n",
-                ns->name, namespace_type_name(ns->type), ns->prefix, ns->separator, ns->location,
-                ns->subscriptions ? "true" : "false", ns->slug);
+        char sep[2] = {ns->separator, '\0'};
+        fprintf(out, "    # slug %s\n", ns->slug);
+        put_kv(out, "    - ", "name", ns->name);
+        fprintf(out, "      type: %s\n", namespace_type_name(ns->type));
+        put_kv(out, "      ", "prefix", ns->prefix);
+        put_kv(out, "      ", "separator", sep);
+        put_kv(out, "      ", "location", ns->location);
+        fprintf(out, "      subscriptions: %s\n", ns->subscriptions ? "true" : "false");
     }
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
     for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)

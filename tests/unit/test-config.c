@@ -209,7 +209,7 @@ static void test_config_print_shows_settings_but_never_the_token(void **state)
     config_print(cfg, f);
     fclose(f);
     assert_null(strstr(text, "s3cret"));
-    assert_non_null(strstr(text, "token_env: PETREL_TEST_TOKEN"));
+    assert_non_null(strstr(text, "token_env: \"PETREL_TEST_TOKEN\""));
     assert_non_null(strstr(text, "listen: \"[::]:19105\""));
     assert_non_null(strstr(text, "log_level: warn\n"));
     assert_non_null(strstr(text, "  http: error\n"));
