@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -46,6 +46,7 @@ max_len_of() {
     fuzz-http-parser) echo 16384 ;;
     fuzz-cidr) echo 256 ;;
     fuzz-dict-request) echo 16384 ;;
+    fuzz-dict-file) echo 65536 ;;
     fuzz-uidlist) echo 16384 ;;
     fuzz-subscriptions) echo 8192 ;;
     fuzz-maildir-filename) echo 512 ;;

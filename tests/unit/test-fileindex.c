@@ -283,6 +283,41 @@ static double lock_count(struct metrics_registry *reg, const char *mode, const c
     return counter(reg, "petrel_fileindex_lock_acquired_total", labels, values);
 }
 
+/* ---------- checksum ---------- */
+
+static uint32_t crc32c_bitwise(const uint8_t *p, size_t len)
+{
+    uint32_t crc = 0xffffffffu;
+    for (size_t i = 0; i < len; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++)
+            crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+    }
+    return ~crc;
+}
+
+static void test_crc32c(void **state)
+{
+    (void)state;
+    assert_int_equal(fi_crc32c(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(fi_crc32c_sw(0, "123456789", 9), 0xe3069283u);
+    assert_int_equal(fi_crc32c(0, "", 0), 0);
+    uint8_t buf[1000];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    for (size_t start = 0; start < 9; start++) {
+        for (size_t len = 0; len + start <= sizeof(buf); len += 37) {
+            uint32_t want = crc32c_bitwise(buf + start, len);
+            assert_int_equal(fi_crc32c(0, buf + start, len), want);
+            assert_int_equal(fi_crc32c_sw(0, buf + start, len), want);
+            /* chained in two pieces */
+            size_t half = len / 3;
+            assert_int_equal(
+                fi_crc32c(fi_crc32c(0, buf + start, half), buf + start + half, len - half), want);
+        }
+    }
+}
+
 /* ---------- create / open ---------- */
 
 static void test_create_open(void **state)
@@ -610,6 +645,14 @@ static void test_corrupt_base(void **state)
     fi_put32((uint8_t *)copy + 124, fi_crc32c(0, copy, 124));
     write_file(base, copy, len);
     expect_open_error(fx->dir, PETREL_ERR_INVALID);
+    /* a name offset that does not follow the previous name, checksum fixed */
+    memcpy(copy, orig, len);
+    size_t recs_len = 20 * FI_BASE_REC_SIZE;
+    fi_put32((uint8_t *)copy + FI_BASE_HDR_SIZE + 3 * FI_BASE_REC_SIZE + 12, 1);
+    fi_put32((uint8_t *)copy + 92, fi_crc32c(0, copy + FI_BASE_HDR_SIZE, recs_len));
+    fi_put32((uint8_t *)copy + 124, fi_crc32c(0, copy, 124));
+    write_file(base, copy, len);
+    expect_open_error(fx->dir, PETREL_ERR_INVALID);
     free(copy);
 
     /* missing log, missing base */
@@ -660,6 +703,41 @@ static void test_fold_interrupted_before_new_log(void **state)
     fileindex_close(third);
     fileindex_close(other);
     fileindex_close(fi);
+}
+
+static void test_failed_sync_withdraws_transaction(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *a = create_open(fx, NULL);
+    struct fileindex *b = open_ok(fx->dir, NULL);
+    append_n(a, "s-", 3);
+    refresh_ok(b);
+    ino_t log_ino = file_ino(file_in(fx, FI_LOG_FILE));
+    off_t log_size = file_size(file_in(fx, FI_LOG_FILE));
+    struct fileindex_txn *t = begin_ok(a);
+    assert_int_equal(append_named(t, "lost", 0), 4);
+    fileindex_fault = FI_FAULT_LOG_SYNC;
+    struct petrel_error err;
+    assert_false(fileindex_txn_commit(t, &err));
+    fileindex_fault = FI_FAULT_NONE;
+    assert_int_equal(err.code, PETREL_ERR_IO);
+    /* nothing changed, and the log is a new file so readers reload */
+    assert_int_equal(fileindex_count(a), 3);
+    assert_int_equal(file_size(file_in(fx, FI_LOG_FILE)), log_size);
+    assert_true(file_ino(file_in(fx, FI_LOG_FILE)) != log_ino);
+    refresh_ok(b);
+    assert_same(a, b);
+    t = begin_ok(a);
+    assert_int_equal(append_named(t, "kept", 0), 4);
+    commit_ok(t);
+    refresh_ok(b);
+    assert_same(a, b);
+    struct fileindex *c = open_ok(fx->dir, NULL);
+    assert_same(a, c);
+    assert_string_equal(fileindex_lookup_uid(c, 4)->filename, "kept");
+    fileindex_close(c);
+    fileindex_close(b);
+    fileindex_close(a);
 }
 
 /* ---------- two handles ---------- */
@@ -799,6 +877,8 @@ static void test_optimize(void **state)
     assert_true(fileindex_optimize(fi, NULL));
     assert_true(file_ino(file_in(fx, FI_BASE_FILE)) != ino);
     assert_int_equal(file_size(file_in(fx, FI_LOG_FILE)), FI_LOG_HDR_SIZE);
+    /* the replaced log is kept (deleted by the next fold, not a reader) */
+    assert_true(file_size(file_in(fx, FI_LOG_FILE ".2")) > FI_LOG_HDR_SIZE);
     assert_true(fileindex_get_header(fi)->lineage != lineage);
     assert_same(fi, before); /* records, UIDs, modseqs unchanged */
     struct fileindex *after = open_ok(fx->dir, NULL);
@@ -981,7 +1061,9 @@ static int writer_child(const char *dir, int id, double seconds)
 static int reader_child(const char *dir, double seconds)
 {
     struct petrel_error err;
-    struct fileindex *fi = fileindex_open(dir, NULL, &err);
+    struct metrics_registry *reg = metrics_registry_new();
+    struct fileindex_settings set = {.metrics = reg};
+    struct fileindex *fi = fileindex_open(dir, &set, &err);
     if (fi == NULL)
         return 20;
     double end = fi_now() + seconds + 0.2;
@@ -1016,6 +1098,14 @@ static int reader_child(const char *dir, double seconds)
             rc = 24;
     }
     fileindex_close(fi);
+    double adopt = reload_count(reg, "adopt");
+    double full = reload_count(reg, "full");
+    printf("    reader: %ld refreshes: incremental %.0f, adopt %.0f, full %.0f, none %.0f\n",
+           refreshes, reload_count(reg, "incremental"), adopt, full, reload_count(reg, "none"));
+    fflush(stdout);
+    metrics_registry_free(reg);
+    if (rc == 0 && adopt + full == 0)
+        rc = 26; /* the writers fold every 8 KiB: the reader must have crossed folds */
     return refreshes > 10 ? rc : 25;
 }
 
@@ -1370,6 +1460,100 @@ static void test_cache_inside_transaction(void **state)
     metrics_registry_free(reg);
 }
 
+/* ---------- random damage: reported or survived, never a crash ---------- */
+
+static uint32_t rnd_state = 12345;
+
+static uint32_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 17;
+    rnd_state ^= rnd_state << 5;
+    return rnd_state;
+}
+
+static void test_random_damage(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create_open(fx, NULL);
+    append_n(fi, "base-", 30);
+    assert_true(fileindex_optimize(fi, NULL));
+    append_n(fi, "log-", 5);
+    struct fileindex_txn *t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, 3, MAIL_FLAG_SEEN, 2));
+    assert_true(fileindex_txn_expunge(t, 4));
+    commit_ok(t);
+    for (uint32_t uid = 1; uid <= 10; uid++)
+        assert_true(fileindex_cache_add(fi, uid, "envelope", "some cached value", 17, NULL));
+    fileindex_close(fi);
+    static const char *const files[] = {FI_BASE_FILE, FI_LOG_FILE, FI_CACHE_FILE};
+    char *paths[3];
+    char *orig[3];
+    size_t lens[3];
+    for (int f = 0; f < 3; f++) {
+        paths[f] = xstrdup(file_in(fx, files[f]));
+        orig[f] = read_file(paths[f], &lens[f]);
+    }
+    int opened = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        for (int f = 0; f < 3; f++)
+            write_file(paths[f], orig[f], lens[f]);
+        int f = (int)(rnd() % 3);
+        char *data = xmalloc(lens[f] + 64);
+        memcpy(data, orig[f], lens[f]);
+        size_t len = lens[f];
+        switch (rnd() % 4) {
+        case 0: /* flip a few bytes */
+            for (int k = 0; k < 1 + (int)(rnd() % 3); k++)
+                data[rnd() % len] ^= (char)(1 + rnd() % 255);
+            break;
+        case 1: /* truncate */
+            len = rnd() % len;
+            break;
+        case 2: /* append garbage */
+            for (int k = 0; k < 64; k++)
+                data[len + (size_t)k] = (char)rnd();
+            len += 1 + rnd() % 64;
+            break;
+        default: { /* overwrite a run with garbage */
+            size_t at = rnd() % len;
+            for (size_t k = at; k < len && k < at + 16; k++)
+                data[k] = (char)rnd();
+            break;
+        }
+        }
+        write_file(paths[f], data, len);
+        free(data);
+        struct petrel_error err;
+        fi = fileindex_open(fx->dir, NULL, &err);
+        if (fi == NULL) {
+            assert_true(err.code == PETREL_ERR_INVALID || err.code == PETREL_ERR_NOT_FOUND);
+            continue;
+        }
+        opened++;
+        check_invariants(fi);
+        assert_true(fileindex_refresh(fi, &err));
+        size_t vlen;
+        for (uint32_t uid = 1; uid <= 10; uid++)
+            (void)fileindex_cache_get(fi, uid, "envelope", &vlen);
+        t = fileindex_begin(fi, &err);
+        if (t != NULL) {
+            assert_true(append_named(t, "after-damage", 0) != 0);
+            assert_true(fileindex_txn_commit(t, &err));
+            struct fileindex *again = open_ok(fx->dir, NULL);
+            assert_same(fi, again);
+            fileindex_close(again);
+        }
+        (void)fileindex_cache_add(fi, 1, "envelope", "x", 1, &err);
+        fileindex_close(fi);
+    }
+    assert_true(opened > 50);
+    for (int f = 0; f < 3; f++) {
+        free(paths[f]);
+        free(orig[f]);
+    }
+}
+
 /* ---------- metrics ---------- */
 
 static void test_metrics_exposition(void **state)
@@ -1422,12 +1606,14 @@ static void test_metrics_exposition(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32c),
         cmocka_unit_test_setup_teardown(test_create_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_flags_expunge_modseq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_log_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_base, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fold_interrupted_before_new_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_sync_withdraws_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_handles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_optimize, setup, teardown),
@@ -1439,6 +1625,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_unreadable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_ceiling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_inside_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_damage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_exposition, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,6 +44,12 @@
  *   next one right after the previous NUL, the last NUL the table's last
  *   byte), so a name's length follows from the next record's offset.
  *
+ * Version 1 (written before lineages existed) has the same layout with
+ * flags, lineage, parent_lineage and parent_log_size all 0, and its log
+ * header's lineage is 0. Such an index cannot prove freshness without the
+ * lock: readers reload it under a shared lock until the next writer folds
+ * it into a version 2 base (fileindex.c).
+ *
  * The file size must be exactly 128 + 48 * record_count + strings_size.
  * Anything that does not check out is PETREL_ERR_INVALID (the storage driver
  * rebuilds the index from the messages).
@@ -162,8 +168,7 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
 
     memset(v, 0, sizeof(*v));
     v->hdr = info->hdr;
-    v->cap = count + 64;
-    v->recs = xmalloc(v->cap * sizeof(*v->recs));
+    fi_view_alloc(v, count + 64);
     uint32_t prev = 0;
     size_t unseen = 0;
     size_t next_off = 0;
@@ -201,8 +206,7 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
         prev = r->uid;
     }
     if (why != NULL) {
-        free(v->recs);
-        memset(v, 0, sizeof(*v));
+        fi_view_free(v);
         munmap(map, (size_t)file_size);
         return bad(err, why);
     }

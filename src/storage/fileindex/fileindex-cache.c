@@ -22,6 +22,9 @@
  *     20  u32 data_len         <= 1 MiB
  *     24  field name, then data
  *
+ * Appends are not fsynced (a lost or torn record only means "not cached");
+ * a purged file is fsynced before the index moves to it.
+ *
  * A later record for the same (uid, field) replaces an earlier one. The
  * file never grows past 4 GiB (offsets are 32-bit): at that ceiling caching
  * stops until a purge.

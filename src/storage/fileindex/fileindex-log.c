@@ -36,6 +36,14 @@
  * transaction whose checksum holds but that breaks a rule makes the log
  * PETREL_ERR_INVALID.
  *
+ * Durability (settings.fsync, `mail_fsync`): "always" fsyncs the log after
+ * every transaction; "optimized" fdatasyncs transactions that append,
+ * expunge, rename or change header fields and leaves flag-only transactions
+ * to the kernel (a crash may lose the latest flag changes, never a message
+ * or a UID); "never" syncs nothing. New files (base, log, cache) are written
+ * to a temporary file, fsynced, renamed, and the directory fsynced, except
+ * under "never".
+ *
  * Tail: a reader stops at the first transaction that is incomplete or fails
  * its checksum. Without the lock that only means "not yet" (a writer may be
  * in the middle of its write). Under the lock the rest of the file is
@@ -388,13 +396,15 @@ bool fi_log_replay(int fd, uint64_t from, uint64_t limit, bool classify, struct 
 /* ---------- writing ---------- */
 
 bool fi_log_write_txn(struct fileindex *fi, int fd, uint64_t off, uint8_t *txn, size_t total,
-                      bool important, struct petrel_error *err)
+                      bool important, bool *visible, struct petrel_error *err)
 {
     PETREL_ASSERT(total >= MIN_TXN && total <= FI_MAX_TXN);
+    *visible = false;
     fi_put32(txn, (uint32_t)total);
     fi_put64(txn + 8, off);
     fi_put32(txn + 4, fi_crc32c(0, txn + 8, total - 8));
-    if (!fi_pwrite_all(fd, txn, total, off) || !fi_sync(fi, fd, important)) {
+    if (!fi_pwrite_all(fd, txn, total, off)) {
+        /* Incomplete: no reader can take it for a transaction. */
         int saved = errno;
         if (ftruncate(fd, (off_t)off) != 0) {
             /* the next writer cuts the torn tail */
@@ -402,5 +412,28 @@ bool fi_log_write_txn(struct fileindex *fi, int fd, uint64_t off, uint8_t *txn, 
         errno = saved;
         return fi_io_error(err, "cannot append to", fi->log_path);
     }
+    if (fileindex_fault == FI_FAULT_LOG_SYNC || !fi_sync(fi, fd, important)) {
+        /* Complete, so readers may have applied it already: the caller
+         * must not just cut it (see fi_log_rewrite_prefix). */
+        *visible = true;
+        if (fileindex_fault == FI_FAULT_LOG_SYNC)
+            errno = EIO;
+        return fi_io_error(err, "cannot fsync", fi->log_path);
+    }
     return true;
+}
+
+bool fi_log_rewrite_prefix(struct fileindex *fi, int fd, uint64_t len, int *fd_out,
+                           struct petrel_error *err)
+{
+    if (len > FI_MAX_TXN + (uint64_t)fi->set.log_fold_bytes + FI_LOG_HDR_SIZE)
+        return petrel_error_set(err, PETREL_ERR_IO, "index log too large to rewrite");
+    uint8_t *data = xmalloc((size_t)len);
+    bool ok = fi_pread_all(fd, data, (size_t)len, 0) == (ssize_t)len;
+    if (!ok)
+        fi_io_error(err, "cannot read", fi->log_path);
+    else
+        ok = fi_replace_file(fi, fi->log_path, data, (size_t)len, fd_out, err);
+    free(data);
+    return ok;
 }

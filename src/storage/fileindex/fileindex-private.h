@@ -86,6 +86,7 @@ enum fi_fault {
     FI_FAULT_NONE = 0,
     FI_FAULT_PURGE_SKIP_INDEX, /* purge writes the new cache, then "crashes" */
     FI_FAULT_FOLD_SKIP_LOG,    /* fold renames the base, then "crashes" */
+    FI_FAULT_LOG_SYNC,         /* the log's fsync fails after a complete write */
 };
 extern int fileindex_fault;
 /* Seconds a lock request waits (30 by default; tests shorten it). */
@@ -154,12 +155,15 @@ struct fi_view {
     struct fileindex_record *recs;
     size_t count;
     size_t cap;
+    bool recs_mapped; /* recs is an anonymous mapping (large arrays) */
     size_t unseen;
     size_t expunged_marks; /* records marked (filename NULL) awaiting compaction */
     struct fi_map *maps;
     struct fi_arena names;
 };
 
+/* Allocates room for `cap` records (the view has none yet). */
+void fi_view_alloc(struct fi_view *v, size_t cap);
 void fi_view_free(struct fi_view *v);
 void fi_view_reserve(struct fi_view *v, size_t extra);
 /* Position of `uid` or of the first larger record. */
@@ -361,10 +365,15 @@ bool fi_log_replay(int fd, uint64_t from, uint64_t limit, bool classify, struct 
 /* Applies one transaction body (ops) to `v`. */
 bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct petrel_error *err);
 /* Writes the transaction `txn` (`total` bytes; the first FI_TXN_HDR_SIZE
- * are filled in here) at `off` and syncs it per policy. On failure the file
- * is cut back to `off`. */
+ * are filled in here) at `off` and syncs it per policy. When the write
+ * itself fails the file is cut back to `off`; when only the sync fails
+ * *visible is set: the transaction is complete in the file. */
 bool fi_log_write_txn(struct fileindex *fi, int fd, uint64_t off, uint8_t *txn, size_t total,
-                      bool important, struct petrel_error *err);
+                      bool important, bool *visible, struct petrel_error *err);
+/* Replaces the log by a new file holding its first `len` bytes (a new
+ * inode, so every reader reloads instead of trusting what it applied). */
+bool fi_log_rewrite_prefix(struct fileindex *fi, int fd, uint64_t len, int *fd_out,
+                           struct petrel_error *err);
 
 /* ---------- fileindex-cache.c ---------- */
 void fi_cache_init(struct fi_cache *c);

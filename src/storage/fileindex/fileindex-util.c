@@ -17,6 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0
+#endif
+
 /* ---------- CRC-32C: SSE 4.2 when the CPU has it, else slicing-by-8 ---------- */
 
 static uint32_t crc_tables[8][256];
@@ -324,9 +328,49 @@ void fi_arena_free(struct fi_arena *a)
 
 /* ---------- view ---------- */
 
+/* Record arrays of this size and more live in their own anonymous mapping,
+ * so growing them (appends arriving through the log) is an mremap, not a
+ * copy of the whole array. */
+#define FI_RECS_MAP_MIN (256u * 1024u)
+
+static size_t recs_bytes(size_t cap)
+{
+    if (cap > SIZE_MAX / sizeof(struct fileindex_record))
+        petrel_fatal("record array size overflow");
+    return cap * sizeof(struct fileindex_record);
+}
+
+static void recs_release(struct fi_view *v)
+{
+    if (v->recs_mapped)
+        munmap(v->recs, recs_bytes(v->cap));
+    else
+        free(v->recs);
+    v->recs = NULL;
+    v->recs_mapped = false;
+}
+
+void fi_view_alloc(struct fi_view *v, size_t cap)
+{
+    PETREL_ASSERT(v->recs == NULL);
+    size_t bytes = recs_bytes(cap);
+    v->cap = cap;
+    if (bytes >= FI_RECS_MAP_MIN) {
+        /* Prefaulted in one go: the caller fills it right away. */
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p == MAP_FAILED)
+            petrel_fatal("out of memory (%zu bytes)", bytes);
+        v->recs = p;
+        v->recs_mapped = true;
+    } else {
+        v->recs = xmalloc(bytes > 0 ? bytes : 1);
+    }
+}
+
 void fi_view_free(struct fi_view *v)
 {
-    free(v->recs);
+    recs_release(v);
     fi_arena_free(&v->names);
     struct fi_map *m = v->maps;
     while (m != NULL) {
@@ -345,7 +389,22 @@ void fi_view_reserve(struct fi_view *v, size_t extra)
     size_t cap = v->cap + v->cap / 16 + 256;
     if (cap < v->count + extra)
         cap = v->count + extra;
-    v->recs = xrealloc(v->recs, cap * sizeof(*v->recs));
+    size_t bytes = recs_bytes(cap);
+    if (v->recs_mapped) {
+        void *p = mremap(v->recs, recs_bytes(v->cap), bytes, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED)
+            petrel_fatal("out of memory (%zu bytes)", bytes);
+        v->recs = p;
+    } else if (bytes >= FI_RECS_MAP_MIN) {
+        struct fileindex_record *old = v->recs;
+        v->recs = NULL;
+        fi_view_alloc(v, cap);
+        if (v->count > 0)
+            memcpy(v->recs, old, v->count * sizeof(*old));
+        free(old);
+    } else {
+        v->recs = xrealloc(v->recs, bytes);
+    }
     v->cap = cap;
 }
 

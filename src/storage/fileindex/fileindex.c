@@ -22,6 +22,11 @@
  *     "fallback"), until the next writer folds it into a version 2 base
  *     (lineage_stamped_total).
  *
+ * Files besides the four of fileindex.h: "<name>.tmp" while a new version
+ * of a file is written, and petrel.index.log.2, the log replaced by the
+ * last fold (kept only so that its deletion happens in the next fold,
+ * never read).
+ *
  * Writers (fileindex_begin) take the lock exclusively, refresh, cut a torn
  * log tail, and collect operations in a buffer; commit appends them to the
  * log as one transaction (fsync per policy) and applies the same bytes to
@@ -49,7 +54,7 @@ struct fileindex_txn {
     struct fileindex *fi;
     struct buf ops; /* FI_TXN_HDR_SIZE bytes of room, then the operations */
     size_t op_count;
-    bool important; /* anything but flag changes */
+    bool important; /* anything but flag changes (fsync policy "optimized") */
     uint32_t next_uid;
     uint64_t modseq;
     uint64_t cache_reset_id;
@@ -378,6 +383,11 @@ static bool refresh_internal(struct fileindex *fi, struct fi_timing *t, enum fi_
         *result = FI_RELOAD_FULL;
         return reload_into_handle(fi, FI_SITE_READ, t, err);
     }
+    if ((uint64_t)st.st_size < fi->st.log_applied && !fi->st.log_stale) {
+        /* Cut below what we applied: not by our protocol; trust the file. */
+        *result = FI_RELOAD_FULL;
+        return reload_into_handle(fi, FI_SITE_READ, t, err);
+    }
     if (fi->st.log_stale || (uint64_t)st.st_size <= fi->st.log_applied)
         return true;
     return read_log_tail(fi, locked, t, result, err);
@@ -510,6 +520,22 @@ size_t fileindex_unseen(const struct fileindex *fi)
 
 /* ---------- folding ---------- */
 
+/* Keeps the log about to be replaced as petrel.index.log.2 (never read).
+ * Without this the old log is deleted when its last descriptor closes,
+ * which is usually a reader adopting the fold, and on ext4 that costs
+ * milliseconds; this way the writer, already folding, deletes the log
+ * before it. */
+static void keep_previous_log(struct fileindex *fi)
+{
+    char *prev = xasprintf("%s.2", fi->log_path);
+    if (unlink(prev) != 0 && errno != ENOENT)
+        log_debug(FI_COMPONENT, "cannot remove the previous index log", "path=%s", prev);
+    if (link(fi->log_path, prev) != 0) {
+        /* no hard links here: the last reader deletes the old log */
+    }
+    free(prev);
+}
+
 /* Writes `src` (the live view, or a staged one that then replaces it) as a
  * new base with a new lineage, then a new empty log. `pure`: the base is
  * exactly the current base plus the log as applied (others may adopt it). */
@@ -539,6 +565,8 @@ static bool fold(struct fileindex *fi, struct fi_view *src, bool pure, struct pe
     }
     int lfd = -1;
     struct petrel_error lerr;
+    if (fileindex_fault != FI_FAULT_FOLD_SKIP_LOG)
+        keep_previous_log(fi);
     if (fileindex_fault == FI_FAULT_FOLD_SKIP_LOG ||
         !fi_log_create(fi, FI_LOG_VERSION, info.hdr.lineage, &lfd, &lerr)) {
         /* The base is in place; the old log now reads as folded (stale)
@@ -829,13 +857,16 @@ bool fileindex_txn_expunge(struct fileindex_txn *t, uint32_t uid)
 
 void fileindex_txn_set_next_uid(struct fileindex_txn *t, uint32_t next_uid)
 {
-    if (next_uid > t->next_uid)
+    if (next_uid > t->next_uid) {
         t->next_uid = next_uid;
+        t->important = true;
+    }
 }
 
 void fileindex_txn_set_cache_reset_id(struct fileindex_txn *t, uint64_t id)
 {
     t->cache_reset_id = id;
+    t->important = true;
 }
 
 bool fileindex_txn_replace_all(struct fileindex_txn *t, const struct fileindex_header *header,
@@ -877,8 +908,7 @@ bool fileindex_txn_replace_all(struct fileindex_txn *t, const struct fileindex_h
         highest = header->highest_modseq;
     if (highest < t->modseq)
         highest = t->modseq;
-    v->cap = count + 64;
-    v->recs = xmalloc(v->cap * sizeof(*v->recs));
+    fi_view_alloc(v, count + 64);
     size_t j = 0;
     size_t kept = 0;
     for (size_t i = 0; i < count; i++) {
@@ -911,6 +941,28 @@ bool fileindex_txn_replace_all(struct fileindex_txn *t, const struct fileindex_h
     t->modseq = v->hdr.highest_modseq;
     t->cache_reset_id = v->hdr.cache_reset_id;
     return true;
+}
+
+/* A complete transaction whose sync failed: take it back without leaving
+ * readers that already applied it at an offset that no longer exists. */
+static void withdraw_txn(struct fileindex *fi)
+{
+    struct fi_state *s = &fi->st;
+    int lfd = -1;
+    struct petrel_error rerr;
+    struct stat st;
+    if (fi_log_rewrite_prefix(fi, s->log_fd, s->log_applied, &lfd, &rerr) && fstat(lfd, &st) == 0) {
+        close(s->log_fd);
+        s->log_fd = lfd;
+        fi_file_id_from_stat(&s->log_id, &st);
+        return;
+    }
+    if (lfd >= 0)
+        close(lfd);
+    /* Could not even do that: leave the transaction in place (it is
+     * complete and checksummed) and reload to match the file. */
+    log_error(FI_COMPONENT, "cannot withdraw an unsynced index transaction", "dir=%s", fi->dir);
+    fi->need_reload = true;
 }
 
 static void txn_end(struct fileindex_txn *t)
@@ -952,8 +1004,11 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
             log_info(FI_COMPONENT, "index lineage stamped", "dir=%s", fi->dir);
         }
     } else if (changed) {
+        bool visible;
         ok = fi_log_write_txn(fi, s->log_fd, s->log_applied, (uint8_t *)t->ops.data, t->ops.len,
-                              t->important, err);
+                              t->important, &visible, err);
+        if (!ok && visible)
+            withdraw_txn(fi);
         if (ok) {
             s->log_applied += t->ops.len;
             if (!fi_log_apply(&s->view, body, body_len, err)) {
