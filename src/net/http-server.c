@@ -138,6 +138,7 @@ struct http_server {
 static void conn_free(struct http_conn *conn);
 static void conn_process(struct http_conn *conn);
 static void request_finish(struct http_request *req);
+static void request_abandon(struct http_request *req, enum http_cancel_reason why);
 
 /* ---------- small helpers ---------- */
 
@@ -432,6 +433,18 @@ void http_server_on_free(struct http_server *srv, void (*fn)(void *ctx), void *c
     srv->cleanups[srv->cleanup_count].fn = fn;
     srv->cleanups[srv->cleanup_count].ctx = ctx;
     srv->cleanup_count++;
+}
+
+void http_server_abandon_all(struct http_server *srv)
+{
+    struct http_conn *conn = srv->conns;
+    while (conn != NULL) {
+        struct http_conn *next = conn->next;
+        conn->close_when_flushed = true;
+        if (conn->req != NULL && conn->req->dispatched)
+            request_abandon(conn->req, HTTP_CANCEL_SHUTDOWN);
+        conn = next;
+    }
 }
 
 size_t http_server_in_flight(const struct http_server *srv)
@@ -793,6 +806,18 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
     req->route = match; /* so even refused requests are counted under their route */
     bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
+    if (match == NULL && path_known) {
+        /* A wrong method on a public path is answered 405 like the right one
+         * would be answered: without asking for credentials. */
+        static const enum http_method probe[] = {HTTP_GET, HTTP_POST, HTTP_PUT, HTTP_PATCH,
+                                                 HTTP_DELETE};
+        struct http_route_match other;
+        for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]) && !is_public; i++) {
+            if (http_router_match(&srv->router, probe[i], req->segments, req->segment_count,
+                                  &other, NULL, 0) == HTTP_ROUTE_FOUND)
+                is_public = (other.route->flags & HTTP_ROUTE_PUBLIC) != 0;
+        }
+    }
     if (!is_public) {
         if (srv->allowed.count > 0 &&
             !cidr_list_match(&srv->allowed, (const struct sockaddr *)&conn->peer)) {

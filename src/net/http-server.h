@@ -75,6 +75,9 @@ void http_server_route(struct http_server *srv, enum http_method method, const c
 void http_server_on_free(struct http_server *srv, void (*fn)(void *ctx), void *ctx);
 /* Stops accepting and closes idle connections; in-flight requests finish. */
 void http_server_stop_accepting(struct http_server *srv);
+/* Answers every in-flight request 503 "server is shutting down" (their
+ * cancel callbacks run) and closes connections once flushed. */
+void http_server_abandon_all(struct http_server *srv);
 /* Number of requests whose handler has not finished. */
 size_t http_server_in_flight(const struct http_server *srv);
 /* Cancels every in-flight request (HTTP_CANCEL_SHUTDOWN), closes all

@@ -66,10 +66,19 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
     struct petrel_context *ctx = arg;
     size_t busy = in_flight(ctx);
     double waited = since(&ctx->stop_started);
-    if (busy == 0 || waited * 1000 >= (double)ctx->config->shutdown_timeout_ms) {
-        if (busy > 0)
-            log_warn(COMPONENT, "shutdown timeout reached", "abandoned_requests=%zu", busy);
+    if (busy == 0) {
         event_base_loopbreak(ctx->base);
+        return;
+    }
+    if (waited * 1000 >= (double)ctx->config->shutdown_timeout_ms) {
+        log_warn(COMPONENT, "shutdown timeout reached", "abandoned_requests=%zu", busy);
+        /* Tell the clients (503) and give the replies a moment to leave. */
+        if (ctx->backend_api != NULL)
+            backend_api_abandon_in_flight(ctx->backend_api);
+        if (ctx->telemetry != NULL)
+            telemetry_abandon_in_flight(ctx->telemetry);
+        struct timeval flush = {0, 500000};
+        event_base_loopexit(ctx->base, &flush);
         return;
     }
     struct timeval tv = {0, 50000};

@@ -18,6 +18,7 @@
 #include <strings.h>
 
 #define APPEND_MAX_FLAGS 64
+#define APPEND_MAX_DATE 253402300799LL /* 9999-12-31T23:59:59Z, the last IMAP date */
 
 static bool decode_flags(const json_t *arr, uint32_t *flags, const char **keywords,
                          struct petrel_error *err)
@@ -78,8 +79,10 @@ static void handle_append(struct http_request *req, void *ctx)
               json_get_int(sr.body, "internal_date", false, &internal_date, &err);
     if (ok && flags_json != NULL)
         ok = decode_flags(flags_json, &flags, keywords, &err);
-    if (ok && internal_date < 0)
-        ok = petrel_error_set(&err, PETREL_ERR_INVALID, "internal_date must not be negative");
+    if (ok && (internal_date < 0 || internal_date > APPEND_MAX_DATE))
+        ok = petrel_error_set(&err, PETREL_ERR_INVALID,
+                              "internal_date must be from 0 to %lld (9999-12-31)",
+                              (long long)APPEND_MAX_DATE);
     if (ok && !base64_decode_append(&message, b64, strlen(b64)))
         ok = petrel_error_set(&err, PETREL_ERR_INVALID, "message is not valid base64");
     if (ok && message.len == 0)

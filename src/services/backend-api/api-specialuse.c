@@ -3,15 +3,37 @@
 #include "services/backend-api/backend-api.h"
 
 #include "core/json-util.h"
+#include "storage/mailbox-name.h"
 #include "storage/special-use.h"
 
 #include <string.h>
+
+/* Attributes belong to the personal namespace, and a folder name follows
+ * its rules (400 otherwise, as on every other folder endpoint). */
+static bool check_request(struct http_request *req, const struct storage_request *sr)
+{
+    struct petrel_error err;
+    if (sr->ns->type != NAMESPACE_PERSONAL) {
+        http_reply_error(req, 400, "special-use attributes exist in the personal namespace only");
+        return false;
+    }
+    if (sr->folder != NULL && !mailbox_name_is_inbox(sr->folder) &&
+        !mailbox_name_validate(sr->folder, sr->ns->separator, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        return false;
+    }
+    return true;
+}
 
 static void handle_list(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
     if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
         return;
+    if (!check_request(req, &sr)) {
+        storage_request_end(&sr);
+        return;
+    }
     struct petrel_error err;
     struct special_use_list list;
     if (!special_use_read(sr.user, &list, &err)) {
@@ -38,6 +60,10 @@ static void handle_get(struct http_request *req, void *ctx)
     struct storage_request sr;
     if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
+    if (!check_request(req, &sr)) {
+        storage_request_end(&sr);
+        return;
+    }
     struct petrel_error err;
     struct special_use_list scratch;
     memset(&scratch, 0, sizeof(scratch));
@@ -58,6 +84,10 @@ static void handle_set(struct http_request *req, void *ctx)
     struct storage_request sr;
     if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
+    if (!check_request(req, &sr)) {
+        storage_request_end(&sr);
+        return;
+    }
     struct petrel_error err;
     petrel_error_clear(&err);
     const char *attr = NULL;
@@ -81,6 +111,10 @@ static void handle_delete(struct http_request *req, void *ctx)
     struct storage_request sr;
     if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
+    if (!check_request(req, &sr)) {
+        storage_request_end(&sr);
+        return;
+    }
     struct petrel_error err;
     if (!special_use_set(sr.user, sr.folder, NULL, &err))
         http_reply_petrel_error(req, &err);

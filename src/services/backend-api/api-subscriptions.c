@@ -191,6 +191,9 @@ static void handle_migrate(struct http_request *req, void *ctx)
     size_t row_cap = 0;
     size_t already = 0;
     bool read_any[2] = {false, false};
+    /* Rows of the source files are relative to the namespace and use '/';
+     * the prefix in front of them uses the namespace separator. */
+    char *file_prefix = to_file_name(prefix, "", sr.ns->separator);
     for (size_t s = 0; ok && s < 2; s++) {
         if (strcmp(sources[s], dest.data) == 0 || access(sources[s], F_OK) != 0)
             continue;
@@ -203,7 +206,7 @@ static void handle_migrate(struct http_request *req, void *ctx)
         read_any[s] = true;
         json_array_append_new(read, json_string(sources[s]));
         for (size_t i = 0; i < src.count; i++) {
-            char *row = to_file_name(prefix, src.names[i], '/');
+            char *row = xasprintf("%s%s", file_prefix, src.names[i]);
             bool dup = subscriptions_contains(&have, row);
             for (size_t k = 0; k < row_count && !dup; k++)
                 dup = strcmp(rows[k], row) == 0;
@@ -240,6 +243,7 @@ static void handle_migrate(struct http_request *req, void *ctx)
     for (size_t i = 0; i < row_count; i++)
         free(rows[i]);
     free(rows);
+    free(file_prefix);
     free(sources[0]);
     free(sources[1]);
     subscriptions_free(&have);

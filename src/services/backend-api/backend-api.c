@@ -72,6 +72,11 @@ void backend_api_stop_accepting(struct backend_api *api)
     http_server_stop_accepting(api->http);
 }
 
+void backend_api_abandon_in_flight(struct backend_api *api)
+{
+    http_server_abandon_all(api->http);
+}
+
 size_t backend_api_in_flight(const struct backend_api *api)
 {
     return http_server_in_flight(api->http);

@@ -39,6 +39,8 @@ struct backend_api *backend_api_start(const struct service_env *env,
 const char *backend_api_address(const struct backend_api *api);
 void backend_api_stop_accepting(struct backend_api *api);
 size_t backend_api_in_flight(const struct backend_api *api);
+/* Answers what is still in flight 503 (shutdown timeout reached). */
+void backend_api_abandon_in_flight(struct backend_api *api);
 void backend_api_free(struct backend_api *api);
 
 /* Area registration (one file each). Contexts live as long as the server. */

@@ -252,6 +252,11 @@ void telemetry_start_refresh(struct telemetry *t)
     evtimer_add(t->refresh_timer, &now);
 }
 
+void telemetry_abandon_in_flight(struct telemetry *t)
+{
+    http_server_abandon_all(t->http);
+}
+
 void telemetry_stop_accepting(struct telemetry *t)
 {
     evtimer_del(t->refresh_timer);

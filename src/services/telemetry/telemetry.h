@@ -39,6 +39,8 @@ void telemetry_level_reloaded(struct telemetry *t);
  * every component has registered its checks). */
 void telemetry_start_refresh(struct telemetry *t);
 void telemetry_stop_accepting(struct telemetry *t);
+/* Answers what is still in flight 503 (shutdown timeout reached). */
+void telemetry_abandon_in_flight(struct telemetry *t);
 /* Requests whose handler has not answered yet (shutdown waits for them). */
 size_t telemetry_in_flight(const struct telemetry *t);
 void telemetry_free(struct telemetry *t);

@@ -42,6 +42,7 @@ struct disk_file {
     bool has_vsize;
     uint64_t vsize;
     bool seen; /* matched to an index record */
+    uint32_t uid; /* sync: the UID dovecot-uidlist gave it (0 = none) */
 };
 
 static const char *box_path(struct mailbox *box, const char *fmt, ...)
@@ -206,21 +207,61 @@ static void stamp_write(struct mailbox *box)
 
 /* ---------- uidlist ---------- */
 
-static bool uidlist_from_index(struct mailbox *box, struct petrel_error *err)
+/* Writes dovecot-uidlist whole for what the index holds once the open
+ * transaction commits: the current view without `gone` (ascending UIDs),
+ * then `added` (ascending, above every UID of the view), and `next_uid`.
+ * Runs inside the transaction, so under the folder lock: written after the
+ * commit it would race with another process appending a line (and, from
+ * the view before the commit, would describe the old state). */
+static bool uidlist_write_state(struct mailbox *box, uint32_t next_uid, const uint32_t *gone,
+                                size_t gone_count, const struct fileindex_record *added,
+                                size_t added_count, struct petrel_error *err)
 {
     const struct fileindex_header *h = fileindex_get_header(box->index);
+    struct uidlist list;
+    memset(&list, 0, sizeof(list));
+    list.uid_validity = h->uid_validity;
+    list.next_uid = next_uid > h->next_uid ? next_uid : h->next_uid;
+    memcpy(list.guid, h->guid, 16);
+    list.has_guid = true;
+    size_t n = fileindex_count(box->index);
+    size_t g = 0;
+    char ext[32];
+    for (size_t i = 0; i < n; i++) {
+        const struct fileindex_record *r = fileindex_record_at(box->index, i);
+        while (g < gone_count && gone[g] < r->uid)
+            g++;
+        if (g < gone_count && gone[g] == r->uid)
+            continue;
+        snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)r->vsize);
+        uidlist_add(&list, r->uid, r->filename, ext);
+    }
+    for (size_t i = 0; i < added_count; i++) {
+        snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)added[i].vsize);
+        uidlist_add(&list, added[i].uid, added[i].filename, ext);
+        if (added[i].uid >= list.next_uid)
+            list.next_uid = added[i].uid + 1;
+    }
+    bool ok = uidlist_write(box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
+    uidlist_free(&list);
+    return ok;
+}
+
+/* Writes dovecot-uidlist whole from a complete record set (rebuild). */
+static bool uidlist_from_records(struct mailbox *box, const struct fileindex_header *h,
+                                 const struct fileindex_record *records, size_t count,
+                                 struct petrel_error *err)
+{
     struct uidlist list;
     memset(&list, 0, sizeof(list));
     list.uid_validity = h->uid_validity;
     list.next_uid = h->next_uid;
     memcpy(list.guid, h->guid, 16);
     list.has_guid = true;
-    size_t n = fileindex_count(box->index);
-    for (size_t i = 0; i < n; i++) {
-        const struct fileindex_record *r = fileindex_record_at(box->index, i);
-        char ext[32];
-        snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)r->vsize);
-        uidlist_add(&list, r->uid, r->filename, ext);
+    char ext[32];
+    for (size_t i = 0; i < count; i++) {
+        snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)records[i].vsize);
+        uidlist_add(&list, records[i].uid, records[i].filename, ext);
     }
     bool ok = uidlist_write(box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
     uidlist_free(&list);
@@ -232,6 +273,8 @@ static bool uidlist_from_index(struct mailbox *box, struct petrel_error *err)
 static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *base,
                                 uint64_t vsize, struct petrel_error *err)
 {
+    /* The index view does not hold the new message before the commit. */
+    const struct fileindex_record added = {.uid = uid, .vsize = vsize, .filename = base};
     const char *path = box_path(box, MAILDIR_UIDLIST);
     struct stat st;
     bool stale = !box->uidlist_loaded || stat(path, &st) != 0 ||
@@ -243,12 +286,13 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
         memset(&box->uidlist, 0, sizeof(box->uidlist));
         if (!uidlist_read(path, &box->uidlist, err)) {
             /* Missing or damaged: write it whole from the index instead. */
-            return uidlist_from_index(box, err);
+            return uidlist_write_state(box, uid + 1, NULL, 0, &added, 1, err);
         }
         box->uidlist_loaded = true;
     }
-    if (box->uidlist.count > 0 && box->uidlist.entries[box->uidlist.count - 1].uid >= uid)
-        return uidlist_from_index(box, err);
+    if ((box->uidlist.count > 0 && box->uidlist.entries[box->uidlist.count - 1].uid >= uid) ||
+        box->uidlist.uid_validity != fileindex_get_header(box->index)->uid_validity)
+        return uidlist_write_state(box, uid + 1, NULL, 0, &added, 1, err);
     char ext[32];
     snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)vsize);
     size_t from = box->uidlist.count;
@@ -296,11 +340,33 @@ struct sync_state {
     bool changed;
 };
 
+/* Files with a UID from dovecot-uidlist first (ascending), then the rest
+ * by base name. */
 static int cmp_new_files(const void *a, const void *b)
 {
     const struct disk_file *x = *(const struct disk_file *const *)a;
     const struct disk_file *y = *(const struct disk_file *const *)b;
+    if ((x->uid != 0) != (y->uid != 0))
+        return x->uid != 0 ? -1 : 1;
+    if (x->uid != y->uid)
+        return (x->uid > y->uid) - (x->uid < y->uid);
     return strcmp(x->base, y->base);
+}
+
+/* dovecot-uidlist as another program (Dovecot) left it, when it belongs to
+ * this folder's UIDVALIDITY: the UIDs it gave files the index does not
+ * know yet, and how far its UIDs went. */
+static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
+{
+    memset(ul, 0, sizeof(*ul));
+    struct petrel_error uerr;
+    if (!uidlist_read(box_path(box, MAILDIR_UIDLIST), ul, &uerr))
+        return false;
+    if (ul->uid_validity != fileindex_get_header(box->index)->uid_validity) {
+        uidlist_free(ul);
+        return false;
+    }
+    return true;
 }
 
 static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
@@ -337,7 +403,6 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         fileindex_txn_expunge(txn, gone[i]);
         changed = true;
     }
-    free(gone);
     /* New files: delivered by another program (or saved before a crash). */
     struct disk_file **fresh = NULL;
     size_t fresh_count = 0;
@@ -351,8 +416,26 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         }
         f = smap_seek(files, key, true, &key);
     }
+    /* Keep the UIDs another program gave new files (Dovecot writes them to
+     * dovecot-uidlist), and never hand out again a UID it used. */
+    uint32_t next_uid = fileindex_get_header(box->index)->next_uid;
+    struct uidlist ul;
+    bool have_ul = ok && uidlist_read_same_validity(box, &ul);
+    if (have_ul && fresh_count > 0) {
+        struct smap *by_base = smap_new();
+        for (size_t i = 0; i < ul.count; i++)
+            smap_put(by_base, ul.entries[i].base, &ul.entries[i]);
+        for (size_t i = 0; i < fresh_count; i++) {
+            const struct uidlist_entry *ue = smap_get(by_base, fresh[i]->base);
+            if (ue != NULL && ue->uid >= next_uid)
+                fresh[i]->uid = ue->uid;
+        }
+        smap_free(by_base, NULL);
+    }
     if (fresh_count > 1)
         qsort(fresh, fresh_count, sizeof(*fresh), cmp_new_files);
+    struct fileindex_record *added = xcalloc(fresh_count + 1, sizeof(*added));
+    size_t added_count = 0;
     for (size_t i = 0; ok && i < fresh_count; i++) {
         f = fresh[i];
         char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
@@ -366,6 +449,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
             continue;
         struct fileindex_record rec = {
+            .uid = f->uid >= next_uid ? f->uid : 0,
             .flags = f->flags & MAIL_FLAG_ALL,
             .keywords = f->keywords,
             .size = f->size,
@@ -373,14 +457,29 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
             .internal_date = mtime,
             .filename = f->base,
         };
-        fileindex_txn_append(txn, &rec);
+        uint32_t uid = fileindex_txn_append(txn, &rec);
+        if (uid != 0) {
+            rec.uid = uid;
+            added[added_count++] = rec;
+            next_uid = uid + 1;
+        }
         changed = true;
     }
+    if (have_ul) {
+        if (ok && ul.next_uid > next_uid) {
+            fileindex_txn_set_next_uid(txn, ul.next_uid);
+            next_uid = ul.next_uid;
+            changed = true;
+        }
+        uidlist_free(&ul);
+    }
+    if (ok && changed)
+        ok = uidlist_write_state(box, next_uid, gone, gone_count, added, added_count, err);
+    free(added);
+    free(gone);
     free(fresh);
     buf_free(&name);
     smap_free(files, disk_file_free);
-    if (ok && changed)
-        ok = uidlist_from_index(box, err);
     return ok;
 }
 
@@ -522,7 +621,8 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
     }
     stats->orphans_dropped = old_count - still_known;
     header.next_uid = next_uid;
-    bool ok = fileindex_txn_replace_all(txn, &header, records, count, err);
+    bool ok = uidlist_from_records(box, &header, records, count, err) &&
+              fileindex_txn_replace_all(txn, &header, records, count, err);
     free(records);
     free(entries);
     buf_free(&name);
@@ -570,8 +670,6 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
     else
         fileindex_txn_rollback(txn);
     if (ok)
-        ok = uidlist_from_index(box, err);
-    if (ok)
         stamp_write(box);
     return ok;
 }
@@ -610,19 +708,24 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
     box->index = fileindex_open(box->dir, set, &oerr);
     bool ok;
     if (box->index != NULL) {
-        ok = maildir_sync(box, false, err);
+        /* The sync with the files on disk runs before the first operation
+         * (ensure_synced), not here: index/rebuild must see the index as it
+         * was to report what it preserved, assigned and dropped. */
+        ok = true;
     } else if (oerr.code == PETREL_ERR_NOT_FOUND) {
         ok = maildir_index_init(box, err);
+        box->synced = ok;
     } else if (oerr.code == PETREL_ERR_INVALID) {
         /* Losing or damaging an index loses no mail: start over from the
          * messages and dovecot-uidlist, which keep the UIDs. */
         log_warn(COMPONENT, "index damaged, rebuilding", "folder=%s error=\"%s\"", box->dir,
                  oerr.message);
         static const char *const index_files[] = {"petrel.index", "petrel.index.log",
-                                                  "petrel.index.cache"};
-        for (size_t i = 0; i < 3; i++)
+                                                  "petrel.index.log.2", "petrel.index.cache"};
+        for (size_t i = 0; i < sizeof(index_files) / sizeof(index_files[0]); i++)
             unlink(box_path(box, "%s", index_files[i]));
         ok = maildir_index_init(box, err);
+        box->synced = ok;
     } else {
         ok = petrel_error_set(err, oerr.code, "%s", oerr.message);
     }
@@ -655,12 +758,23 @@ const char *mailbox_name(const struct mailbox *box)
     return box->name;
 }
 
+/* The sync mailbox_open leaves to the first operation. */
+static bool ensure_synced(struct mailbox *box, struct petrel_error *err)
+{
+    if (box->synced)
+        return true;
+    if (!maildir_sync(box, false, err))
+        return false;
+    box->synced = true;
+    return true;
+}
+
 /* ---------- reading ---------- */
 
 bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
                       struct petrel_error *err)
 {
-    if (!fileindex_refresh(box->index, err))
+    if (!ensure_synced(box, err) || !fileindex_refresh(box->index, err))
         return false;
     memset(info, 0, sizeof(*info));
     const struct fileindex_header *h = fileindex_get_header(box->index);
@@ -694,7 +808,7 @@ bool mailbox_foreach(struct mailbox *box, size_t limit,
                      void (*fn)(const struct mailbox_message *msg, void *ctx), void *ctx,
                      bool *truncated, struct petrel_error *err)
 {
-    if (!fileindex_refresh(box->index, err))
+    if (!ensure_synced(box, err) || !fileindex_refresh(box->index, err))
         return false;
     size_t n = fileindex_count(box->index);
     *truncated = limit > 0 && n > limit;
@@ -811,6 +925,8 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         return petrel_error_set(err, PETREL_ERR_INVALID, "message too large");
     if ((flags & ~MAIL_FLAG_ALL) != 0)
         return petrel_error_set(err, PETREL_ERR_INVALID, "unknown flag bits");
+    if (!ensure_synced(box, err))
+        return false;
     uint64_t vsize = virtual_size(data, len);
     struct buf base = {0};
     maildir_filename_new_base(len, vsize, next_counter(box), &base);
@@ -824,6 +940,11 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
     if (internal_date > 0) {
         struct timeval tv[2] = {{(time_t)internal_date, 0}, {(time_t)internal_date, 0}};
         utimes(tmp, tv);
+        /* The index says what the file says (a sync or rebuild reads the
+         * mtime again): a file system may clamp or refuse the date. */
+        struct stat st;
+        if (stat(tmp, &st) == 0)
+            internal_date = (int64_t)st.st_mtime;
     }
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
     bool ok = txn != NULL;
@@ -890,6 +1011,8 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
 {
     *expunged = NULL;
     *expunged_count = 0;
+    if (!ensure_synced(box, err))
+        return false;
     uint32_t *wanted = NULL;
     if (uids != NULL) {
         wanted = xcalloc(uid_count + 1, sizeof(*wanted));
@@ -933,13 +1056,14 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
             fs_fsync_dir(cur, NULL);
             free(cur);
         }
+        struct petrel_error uerr;
+        /* The index will no longer list them; rewrite the uidlist to match
+         * while the folder lock is still held. */
+        if (!uidlist_write_state(box, 0, done, done_count, NULL, 0, &uerr))
+            log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
+                     box->dir, uerr.message);
         ok = fileindex_txn_commit(txn, err);
         if (ok) {
-            struct petrel_error uerr;
-            /* The index no longer lists them; rewrite the uidlist to match. */
-            if (!uidlist_from_index(box, &uerr))
-                log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
-                         box->dir, uerr.message);
             if (box->uidlist_loaded) {
                 uidlist_free(&box->uidlist);
                 box->uidlist_loaded = false;
@@ -963,6 +1087,8 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
 {
     if ((flags & ~MAIL_FLAG_ALL) != 0)
         return petrel_error_set(err, PETREL_ERR_INVALID, "unknown flag bits");
+    if (!ensure_synced(box, err))
+        return false;
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
     if (txn == NULL)
         return false;
@@ -1002,8 +1128,6 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
     if (txn == NULL)
         return false;
     bool ok = rebuild_locked(box, txn, stats, err);
-    if (ok)
-        ok = uidlist_from_index(box, err);
     if (ok) {
         ok = fileindex_txn_commit(txn, err);
     } else {
@@ -1013,8 +1137,10 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
         uidlist_free(&box->uidlist);
         box->uidlist_loaded = false;
     }
-    if (ok)
+    if (ok) {
         stamp_write(box);
+        box->synced = true; /* the rebuild did what a sync would */
+    }
     log_info(COMPONENT, "index rebuilt", "folder=%s scanned=%llu preserved=%llu assigned=%llu "
                                          "orphans=%llu ok=%d",
              box->dir, (unsigned long long)stats->scanned,
@@ -1025,14 +1151,14 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
 
 bool mailbox_index_optimize(struct mailbox *box, struct petrel_error *err)
 {
-    return fileindex_optimize(box->index, err);
+    return ensure_synced(box, err) && fileindex_optimize(box->index, err);
 }
 
 bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
                          struct petrel_error *err)
 {
     struct fileindex_purge_stats st = {0, 0};
-    if (!fileindex_cache_purge(box->index, &st, err))
+    if (!ensure_synced(box, err) || !fileindex_cache_purge(box->index, &st, err))
         return false;
     *carried = st.carried;
     *reclaimed = st.reclaimed_bytes;
