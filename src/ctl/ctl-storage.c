@@ -273,6 +273,21 @@ static int import_maildir(const struct ctl_options *opts, const char *user, cons
     return rc;
 }
 
+/* The empty line an mbox puts after each message (RFC 4155) is not part of
+ * the message: the length without it. */
+static size_t mbox_message_len(const struct buf *msg)
+{
+    const char *d = msg->data;
+    size_t n = msg->len;
+    if ((n == 1 && d[0] == '\n') || (n == 2 && d[0] == '\r' && d[1] == '\n'))
+        return 0; /* nothing but that line */
+    if (n >= 2 && d[n - 1] == '\n' && d[n - 2] == '\n')
+        return n - 1;
+    if (n >= 3 && d[n - 1] == '\n' && d[n - 2] == '\r' && d[n - 3] == '\n')
+        return n - 2;
+    return n;
+}
+
 /* mbox (mboxo/mboxrd): messages start at "From " lines; ">From " quoting
  * of body lines is undone (one level). */
 static int import_mbox(const struct ctl_options *opts, const char *user, const char *folder,
@@ -286,8 +301,9 @@ static int import_mbox(const struct ctl_options *opts, const char *user, const c
     int rc = CTL_OK;
     while (rc == CTL_OK && (len = getline(&line, &cap, in)) != -1) {
         if (strncmp(line, "From ", 5) == 0) {
-            if (in_message && msg.len > 0) {
-                rc = append_one(opts, user, folder, o, msg.data, msg.len, o->flags, 0, false);
+            if (in_message && mbox_message_len(&msg) > 0) {
+                rc = append_one(opts, user, folder, o, msg.data, mbox_message_len(&msg),
+                                o->flags, 0, false);
                 if (rc == CTL_OK)
                     (*count)++;
             }
@@ -310,9 +326,9 @@ static int import_mbox(const struct ctl_options *opts, const char *user, const c
         }
         buf_append(&msg, p, n);
     }
-    if (rc == CTL_OK && in_message && msg.len > 0) {
-        /* The blank line mbox puts before the next "From " is not part of the message. */
-        rc = append_one(opts, user, folder, o, msg.data, msg.len, o->flags, 0, false);
+    if (rc == CTL_OK && in_message && mbox_message_len(&msg) > 0) {
+        rc = append_one(opts, user, folder, o, msg.data, mbox_message_len(&msg), o->flags, 0,
+                        false);
         if (rc == CTL_OK)
             (*count)++;
     }
@@ -363,7 +379,9 @@ static int cmd_mail(const struct ctl_options *opts, int argc, char **argv)
                 fclose(in);
             }
         }
-        if (rc == CTL_OK || count > 0)
+        if ((rc == CTL_OK || count > 0) && opts->json)
+            printf("{\"imported\":%zu}\n", count);
+        else if (rc == CTL_OK || count > 0)
             printf("imported: %zu\n", count);
     } else {
         usage_area("mail");

@@ -163,30 +163,70 @@ static int64_t file_mtime(const char *path)
     return stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
 }
 
-/* ---------- sync stamp ---------- */
+/* ---------- sync stamp ----------
+ *
+ * petrel-maildir-sync holds the mtimes of cur/ and new/ (and cur/'s inode)
+ * as of the last scan that left the index complete; while they are
+ * unchanged, opening the folder skips the scan. Rules that keep a change
+ * made by another program (a delivery into new/, a flag rename in cur/)
+ * from being covered by a stamp that never saw it:
+ *   - a scan captures the stamp *before* reading the directories;
+ *   - a new/ mtime within STAMP_FUZZ of that capture could be shared by a
+ *     delivery right after it (file times come from a coarse clock), so
+ *     such a stamp is not kept: the next operation scans again;
+ *   - Petrel's own changes to cur/ (append, flags, expunge; all under the
+ *     folder lock) renew the stamp only when it was current before the
+ *     change, with cur/ as captured right after it and new/ as it was
+ *     before: a delivery meanwhile leaves the stamp stale.
+ * (A rename in cur/ by another program within one clock tick after a
+ * capture can still go unseen until cur/ changes again; index/rebuild
+ * always scans.) */
 
-static void dir_stamp(struct mailbox *box, char *out, size_t size)
+#define STAMP_FUZZ_NS 50000000LL /* 50 ms: well above a clock tick */
+
+struct dir_stamp {
+    bool ok;
+    struct timespec cur;
+    struct timespec nw;
+    unsigned long long ino;
+    struct timespec taken; /* CLOCK_REALTIME when captured */
+};
+
+static void stamp_capture(struct mailbox *box, struct dir_stamp *s)
 {
     struct stat cur;
     struct stat nw;
     char *cur_path = xasprintf("%s/cur", box->dir);
     char *new_path = xasprintf("%s/new", box->dir);
-    bool ok = stat(cur_path, &cur) == 0 && stat(new_path, &nw) == 0;
+    memset(s, 0, sizeof(*s));
+    clock_gettime(CLOCK_REALTIME, &s->taken);
+    s->ok = stat(cur_path, &cur) == 0 && stat(new_path, &nw) == 0;
     free(cur_path);
     free(new_path);
-    if (!ok) {
+    if (s->ok) {
+        s->cur = cur.st_mtim;
+        s->nw = nw.st_mtim;
+        s->ino = (unsigned long long)cur.st_ino;
+    }
+}
+
+static void stamp_format(const struct dir_stamp *s, char *out, size_t size)
+{
+    if (!s->ok) {
         snprintf(out, size, "none");
         return;
     }
-    snprintf(out, size, "%lld.%09ld %lld.%09ld %llu\n", (long long)cur.st_mtim.tv_sec,
-             cur.st_mtim.tv_nsec, (long long)nw.st_mtim.tv_sec, nw.st_mtim.tv_nsec,
-             (unsigned long long)cur.st_ino);
+    snprintf(out, size, "%lld.%09ld %lld.%09ld %llu\n", (long long)s->cur.tv_sec,
+             s->cur.tv_nsec, (long long)s->nw.tv_sec, s->nw.tv_nsec, s->ino);
 }
 
-static bool stamp_current(struct mailbox *box)
+/* Whether the saved stamp describes the directories as `s` captured them. */
+static bool stamp_saved_matches(struct mailbox *box, const struct dir_stamp *s)
 {
+    if (!s->ok)
+        return false;
     char now[128];
-    dir_stamp(box, now, sizeof(now));
+    stamp_format(s, now, sizeof(now));
     char *saved = NULL;
     size_t len = 0;
     bool same = fs_read_file(box_path(box, MAILDIR_SYNC_STAMP), 256, &saved, &len, NULL) &&
@@ -195,14 +235,65 @@ static bool stamp_current(struct mailbox *box)
     return same;
 }
 
-static void stamp_write(struct mailbox *box)
+static bool stamp_current(struct mailbox *box)
 {
-    char now[128];
-    dir_stamp(box, now, sizeof(now));
+    struct dir_stamp s;
+    stamp_capture(box, &s);
+    return stamp_saved_matches(box, &s);
+}
+
+static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
+{
+    const char *path = box_path(box, MAILDIR_SYNC_STAMP);
+    if (!s->ok) {
+        unlink(path);
+        return;
+    }
+    char text[128];
+    stamp_format(s, text, sizeof(text));
     /* A hint only: losing it costs one rescan, so no fsync. */
     struct petrel_error err;
-    if (!fs_write_atomic(box_path(box, MAILDIR_SYNC_STAMP), now, strlen(now), false, &err))
+    if (!fs_write_atomic(path, text, strlen(text), false, &err))
         log_warn(COMPONENT, "cannot write sync stamp", "error=\"%s\"", err.message);
+}
+
+/* After a scan that started with capture `s` and committed: keep it unless
+ * new/ changed too shortly before the capture to rule out a later delivery
+ * with the same mtime. */
+static void stamp_store_scanned(struct mailbox *box, struct dir_stamp *s)
+{
+    long long age = (long long)(s->taken.tv_sec - s->nw.tv_sec) * 1000000000LL +
+                    (s->taken.tv_nsec - s->nw.tv_nsec);
+    if (age < STAMP_FUZZ_NS)
+        s->ok = false;
+    stamp_store(box, s);
+}
+
+/* Under the folder lock, before Petrel changes cur/ itself. */
+static void stamp_change_begin(struct mailbox *box, struct dir_stamp *s)
+{
+    stamp_capture(box, s);
+    if (!stamp_saved_matches(box, s))
+        s->ok = false; /* something unscanned is there: leave the stamp stale */
+}
+
+/* Under the folder lock, right after the change: cur/ as it is now, new/
+ * as it was before. Written once the change committed. */
+static void stamp_change_end(struct mailbox *box, struct dir_stamp *s)
+{
+    if (!s->ok)
+        return;
+    struct dir_stamp now;
+    stamp_capture(box, &now);
+    s->ok = now.ok;
+    s->cur = now.cur;
+    s->ino = now.ino;
+}
+
+static void stamp_change_commit(struct mailbox *box, const struct dir_stamp *s)
+{
+    if (s->ok)
+        stamp_store(box, s);
 }
 
 /* ---------- uidlist ---------- */
@@ -490,13 +581,15 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
     if (txn == NULL)
         return false;
+    struct dir_stamp stamp;
+    stamp_capture(box, &stamp);
     bool ok = sync_locked(box, txn, err);
     if (ok)
         ok = fileindex_txn_commit(txn, err);
     else
         fileindex_txn_rollback(txn);
     if (ok)
-        stamp_write(box);
+        stamp_store_scanned(box, &stamp);
     return ok;
 }
 
@@ -504,17 +597,21 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
 
 struct rebuild_entry {
     uint32_t uid;
+    bool known; /* the uid comes from the index (else from dovecot-uidlist) */
     uint64_t modseq;
     int64_t mtime;
     struct disk_file *file;
 };
 
+/* By UID; for one UID claimed twice, the index's claim first. */
 static int cmp_entries_uid(const void *a, const void *b)
 {
     const struct rebuild_entry *x = a;
     const struct rebuild_entry *y = b;
     if (x->uid != y->uid)
         return (x->uid > y->uid) - (x->uid < y->uid);
+    if (x->known != y->known)
+        return x->known ? -1 : 1;
     return strcmp(x->file->base, y->file->base);
 }
 
@@ -539,9 +636,19 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
                  uerr.message);
 
     struct fileindex_header header = *fileindex_get_header(box->index);
+    if (have_ul && ul.uid_validity != header.uid_validity) {
+        /* Another UIDVALIDITY epoch: its UIDs mean nothing here. */
+        uidlist_free(&ul);
+        have_ul = false;
+    }
     uint32_t next_uid = header.next_uid;
     if (have_ul && ul.next_uid > next_uid)
         next_uid = ul.next_uid;
+    /* Base name -> uidlist entry (a linear search per file would make a
+     * rebuild of a large folder quadratic). */
+    struct smap *ul_bases = smap_new();
+    for (size_t i = 0; have_ul && i < ul.count; i++)
+        smap_put(ul_bases, ul.entries[i].base, &ul.entries[i]);
 
     struct smap *known = smap_new();
     size_t old_count = fileindex_count(box->index);
@@ -559,20 +666,28 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
     struct disk_file *f = smap_seek(files, "", false, &key);
     while (f != NULL) {
         stats->scanned++;
-        char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
-        int64_t mtime = file_mtime(path);
-        struct petrel_error merr;
-        bool usable = (f->has_size && f->has_vsize) || measure_file(path, f, &merr);
-        free(path);
+        const struct fileindex_record *prior = smap_get(known, f->base);
+        /* A message the index knows keeps its internal date (and costs no
+         * stat); others get the file's mtime, as a sync gives them. */
+        int64_t mtime = prior != NULL ? prior->internal_date : 0;
+        bool usable = f->has_size && f->has_vsize;
+        if (prior == NULL || !usable) {
+            char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
+            if (prior == NULL)
+                mtime = file_mtime(path);
+            struct petrel_error merr;
+            usable = usable || measure_file(path, f, &merr);
+            free(path);
+        }
         disk_name(f->base, f->flags, f->keywords, &name);
         struct petrel_error rerr;
         if (usable && rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, &rerr)) {
-            const struct fileindex_record *prior = smap_get(known, f->base);
-            const struct uidlist_entry *ue = have_ul ? uidlist_find_base(&ul, f->base) : NULL;
+            const struct uidlist_entry *ue = smap_get(ul_bases, f->base);
             struct rebuild_entry *e = &entries[n++];
             e->file = f;
             e->mtime = mtime;
             e->uid = prior != NULL ? prior->uid : ue != NULL ? ue->uid : 0;
+            e->known = prior != NULL;
             e->modseq = prior != NULL ? prior->modseq : 0;
             if (prior != NULL)
                 still_known++;
@@ -627,6 +742,7 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
     free(entries);
     buf_free(&name);
     smap_free(known, NULL);
+    smap_free(ul_bases, NULL);
     smap_free(files, disk_file_free);
     if (have_ul)
         uidlist_free(&ul);
@@ -664,13 +780,15 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
         return false;
     struct mailbox_rebuild_stats stats;
     memset(&stats, 0, sizeof(stats));
+    struct dir_stamp stamp;
+    stamp_capture(box, &stamp);
     bool ok = rebuild_locked(box, txn, &stats, err);
     if (ok)
         ok = fileindex_txn_commit(txn, err);
     else
         fileindex_txn_rollback(txn);
     if (ok)
-        stamp_write(box);
+        stamp_store_scanned(box, &stamp);
     return ok;
 }
 
@@ -951,9 +1069,11 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
     uint32_t mask = 0;
     struct buf name = {0};
     char *dst = NULL;
+    struct dir_stamp stamp = {.ok = false};
     if (ok)
         ok = resolve_keywords(box, keywords, &mask, err);
     if (ok) {
+        stamp_change_begin(box, &stamp);
         disk_name(base.data, flags, mask, &name);
         dst = xasprintf("%s/cur/%s", box->dir, name.data);
         if (rename(tmp, dst) != 0)
@@ -977,6 +1097,14 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
             .filename = base.data,
         };
         uid = fileindex_txn_append(txn, &rec);
+        if (uid == 0) {
+            /* The index refused it (full): take the file back out. */
+            unlink(dst);
+            ok = petrel_error_set(err, PETREL_ERR_IO, "the folder index cannot take more messages");
+        }
+    }
+    if (ok) {
+        stamp_change_end(box, &stamp);
         struct petrel_error uerr;
         if (!uidlist_note_append(box, uid, base.data, vsize, &uerr))
             log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
@@ -984,7 +1112,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         ok = fileindex_txn_commit(txn, err);
         txn = NULL;
         if (ok)
-            stamp_write(box);
+            stamp_change_commit(box, &stamp);
     }
     if (txn != NULL)
         fileindex_txn_rollback(txn);
@@ -1028,6 +1156,9 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
     uint32_t *done = xcalloc(n + 1, sizeof(*done));
     size_t done_count = 0;
     struct buf name = {0};
+    struct dir_stamp stamp;
+    stamp_change_begin(box, &stamp);
+    bool vanished = false;
     for (size_t i = 0; i < n; i++) {
         const struct fileindex_record *r = fileindex_record_at(box->index, i);
         if ((r->flags & MAIL_FLAG_DELETED) == 0)
@@ -1037,7 +1168,13 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
             continue;
         disk_name(r->filename, r->flags, r->keywords, &name);
         const char *path = box_path(box, "cur/%s", name.data);
-        if (unlink(path) != 0 && errno != ENOENT) {
+        if (unlink(path) != 0) {
+            if (errno == ENOENT) {
+                /* Another program renamed (flags) or removed it since the
+                 * last scan: not expunged here; the next sync sees which. */
+                vanished = true;
+                continue;
+            }
             /* One stuck file does not stop the rest. */
             log_warn(COMPONENT, "cannot expunge message", "folder=%s uid=%u error=\"%s\"",
                      box->dir, r->uid, strerror(errno));
@@ -1045,6 +1182,11 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         }
         done[done_count++] = r->uid;
     }
+    if (vanished) {
+        stamp.ok = false;
+        unlink(box_path(box, MAILDIR_SYNC_STAMP));
+    }
+    stamp_change_end(box, &stamp);
     buf_free(&name);
     free(wanted);
     for (size_t i = 0; i < done_count; i++)
@@ -1068,7 +1210,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
                 uidlist_free(&box->uidlist);
                 box->uidlist_loaded = false;
             }
-            stamp_write(box);
+            stamp_change_commit(box, &stamp);
         }
     } else {
         fileindex_txn_rollback(txn);
@@ -1100,17 +1242,23 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
         ok = resolve_keywords(box, keywords, &mask, err);
     struct buf from = {0};
     struct buf to = {0};
+    struct dir_stamp stamp = {.ok = false};
     if (ok) {
         r = fileindex_lookup_uid(box->index, uid);
         disk_name(r->filename, r->flags, r->keywords, &from);
         disk_name(r->filename, flags, mask, &to);
-        ok = rename_in_cur(box, "cur", from.data, to.data, err) &&
-             fileindex_txn_set_flags(txn, uid, flags, mask);
+        stamp_change_begin(box, &stamp);
+        ok = rename_in_cur(box, "cur", from.data, to.data, err);
+        if (!ok && err->code == PETREL_ERR_NOT_FOUND)
+            unlink(box_path(box, MAILDIR_SYNC_STAMP)); /* renamed elsewhere: rescan */
+        if (ok)
+            ok = fileindex_txn_set_flags(txn, uid, flags, mask);
+        stamp_change_end(box, &stamp);
     }
     if (ok) {
         ok = fileindex_txn_commit(txn, err);
         if (ok)
-            stamp_write(box);
+            stamp_change_commit(box, &stamp);
     } else {
         fileindex_txn_rollback(txn);
     }
@@ -1127,6 +1275,8 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
     if (txn == NULL)
         return false;
+    struct dir_stamp stamp;
+    stamp_capture(box, &stamp);
     bool ok = rebuild_locked(box, txn, stats, err);
     if (ok) {
         ok = fileindex_txn_commit(txn, err);
@@ -1138,7 +1288,7 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
         box->uidlist_loaded = false;
     }
     if (ok) {
-        stamp_write(box);
+        stamp_store_scanned(box, &stamp);
         box->synced = true; /* the rebuild did what a sync would */
     }
     log_info(COMPONENT, "index rebuilt", "folder=%s scanned=%llu preserved=%llu assigned=%llu "

@@ -39,6 +39,7 @@ struct mailbox {
     struct maildir_keywords keywords;
     struct uidlist uidlist; /* loaded lazily for appends */
     bool uidlist_loaded;
+    bool synced;     /* the sync opening owes was done (see mailbox_open) */
     struct buf path; /* scratch for file paths */
 };
 

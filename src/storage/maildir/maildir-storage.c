@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,7 @@ bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *n
         return false;
     if (maildir_is_inbox(ns, name))
         return true;
+    size_t start = out->len + 1;
     buf_append_str(out, "/.");
     const char *p = name;
     for (;;) {
@@ -145,6 +147,11 @@ bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *n
         buf_append_char(out, '.');
         p = sep + 1;
     }
+    /* Every level lives in one directory name (".L1.L2"). */
+    if (out->len - start > NAME_MAX)
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "folder name too long: its directory name exceeds %d bytes",
+                                NAME_MAX);
     return true;
 }
 

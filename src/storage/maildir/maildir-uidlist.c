@@ -19,7 +19,13 @@
  *   is an interrupted append and is ignored, as Dovecot's reader does.
  * - Lines may end in CRLF (Dovecot's line reader drops the CR).
  * - Version 1 (Courier's courierimapuiddb layout): "1 <uidvalidity>
- *   <nextuid>" and "<uid> <filename>"; every UID must be below nextuid. */
+ *   <nextuid>" and "<uid> <filename>"; every UID must be below nextuid.
+ * Stricter than Dovecot, so that whatever we accept is written back the
+ * same: a line with a NUL byte, a header with control characters, a field
+ * not starting with 'A'..'Z', a base name ending in CR, a UID that does not
+ * fit in 32 bits make the whole file invalid (Dovecot would drop the field
+ * or misread the number). A zero-filled tail after a crash is an
+ * unterminated line and ignored. */
 #include "storage/maildir/maildir-uidlist.h"
 
 #include "core/buf.h"
@@ -64,6 +70,23 @@ static bool fail_at(struct petrel_error *err, const char *name, size_t line, con
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     return petrel_error_set(err, PETREL_ERR_INVALID, "%s:%zu: %s", name, line, msg);
+}
+
+/* A short printable excerpt of file bytes for error messages (they end up
+ * in logs and JSON replies, so only printable ASCII). */
+static const char *excerpt(const char *p, size_t len, char *out, size_t size)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 4 < size; i++) {
+        unsigned char c = (unsigned char)p[i];
+        out[n++] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    if (n < len && n + 3 < size) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+    return out;
 }
 
 /* Strict unsigned decimal (digits only, fits in 32 bits). */
@@ -117,6 +140,7 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
                          struct petrel_error *err)
 {
     memset(h, 0, sizeof(*h));
+    char ex[48];
     const char *p = line.p, *end = line.p + line.len;
     if (line.len < 2 || p[0] < '0' || p[0] > '9' || p[1] != ' ')
         return fail_at(err, name, 1, "corrupted header (invalid version number)");
@@ -144,13 +168,16 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
             size_t vlen = (size_t)(p - value);
             if (key == 'V') {
                 if (!parse_u32(value, vlen, &h->uid_validity))
-                    return fail_at(err, name, 1, "invalid UIDVALIDITY \"%.*s\"", (int)vlen, value);
+                    return fail_at(err, name, 1, "invalid UIDVALIDITY \"%s\"",
+                                   excerpt(value, vlen, ex, sizeof(ex)));
             } else if (key == 'N') {
                 if (!parse_u32(value, vlen, &h->next_uid))
-                    return fail_at(err, name, 1, "invalid next UID \"%.*s\"", (int)vlen, value);
+                    return fail_at(err, name, 1, "invalid next UID \"%s\"",
+                                   excerpt(value, vlen, ex, sizeof(ex)));
             } else if (key == 'G') {
                 if (!parse_guid(value, vlen, h->guid))
-                    return fail_at(err, name, 1, "invalid folder GUID \"%.*s\"", (int)vlen, value);
+                    return fail_at(err, name, 1, "invalid folder GUID \"%s\"",
+                                   excerpt(value, vlen, ex, sizeof(ex)));
                 h->has_guid = true;
             } else {
                 if (h->extra.len > 0)
@@ -229,6 +256,7 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
                          uint32_t prev_uid, uint32_t hdr_next_uid, uint32_t *uid_out,
                          struct slice *base_out, struct buf *ext, struct petrel_error *err)
 {
+    char ex[48];
     const char *p = line.p, *end = line.p + line.len;
     uint64_t uid = 0;
     const char *digits = p;
@@ -239,8 +267,8 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
         p++;
     }
     if (p == digits || uid == 0 || p == end || *p != ' ')
-        return fail_at(err, name, lineno, "invalid data: \"%.*s\"",
-                       (int)(line.len > 80 ? 80 : line.len), line.p);
+        return fail_at(err, name, lineno, "invalid data \"%s\"",
+                       excerpt(line.p, line.len, ex, sizeof(ex)));
     if (uid >= UINT32_MAX)
         return fail_at(err, name, lineno, "UID too high (%llu)", (unsigned long long)uid);
     if (uid <= prev_uid)
@@ -266,8 +294,8 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
         const char *bad = NULL;
         size_t bad_len = 0;
         if (!parse_extensions(p, colon, ext, &bad, &bad_len))
-            return fail_at(err, name, lineno, "invalid extension field \"%.*s\"",
-                           (int)(bad_len > 80 ? 80 : bad_len), bad);
+            return fail_at(err, name, lineno, "invalid extension field \"%s\"",
+                           excerpt(bad, bad_len, ex, sizeof(ex)));
         p = colon + 1;
     }
     if (p == end)
@@ -307,14 +335,6 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
                    struct petrel_error *err)
 {
     memset(out, 0, sizeof(*out));
-    if (memchr(text, '\0', len) != NULL) {
-        /* Locate the line for the message. */
-        size_t lineno = 1;
-        const char *nul = memchr(text, '\0', len);
-        for (const char *q = text; q < nul; q++)
-            lineno += *q == '\n';
-        return fail_at(err, name, lineno, "NUL byte in file");
-    }
     size_t pos = 0;
     struct slice line;
     if (!next_line(text, len, &pos, &line))
@@ -345,6 +365,10 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
         struct slice base = {NULL, 0};
         if (line.len > 0 && line.p[line.len - 1] == '\r') {
             ok = fail_at(err, name, lineno, "stray carriage return at the end of the line");
+            break;
+        }
+        if (memchr(line.p, '\0', line.len) != NULL) {
+            ok = fail_at(err, name, lineno, "NUL byte in the line");
             break;
         }
         if (!parse_record(name, lineno, line, h.version, prev_uid, h.next_uid, &uid, &base, &ext,
