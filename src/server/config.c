@@ -470,6 +470,6 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     }
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
     for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
-        fprintf(out, "  %s: {driver: %s}\n", dict_registry_name(cfg->dicts, i),
-                dict_registry_driver(cfg->dicts, i));
+        fprintf(out, "  %s: {driver: %s}  # driver options not shown\n",
+                dict_registry_name(cfg->dicts, i), dict_registry_driver(cfg->dicts, i));
 }
