@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SANITIZER_MARKERS = ("AddressSanitizer", "runtime error:", "LeakSanitizer")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test (still part of the default run)")
+
+
 def build_dir():
     env = os.environ.get("PETREL_BUILD")
     if env:

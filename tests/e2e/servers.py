@@ -143,8 +143,22 @@ def _as_nobody(args, **kw):
 
 def start_pgsql():
     """initdb + pg_ctl start as nobody in a fresh /tmp directory (the pytest
-    tmp tree is root-only, so nobody could not enter it)."""
+    tmp tree is root-only, so nobody could not enter it). Returns (server,
+    base directory); stop_pgsql removes the directory."""
     base = Path(tempfile.mkdtemp(prefix="petrel-pg-"))
+    try:
+        return _start_pgsql_in(base)
+    except BaseException:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+        if (base / "data" / "postmaster.pid").exists():
+            _as_nobody([str(PG_BIN / "pg_ctl"), "-D", str(base / "data"), "-w", "-m",
+                        "immediate", "stop"], capture_output=True, timeout=60, env=env,
+                       cwd=str(base))
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+
+
+def _start_pgsql_in(base):
     os.chmod(base, 0o755)
     datadir = base / "data"
     sockdir = base / "sock"

@@ -16,15 +16,13 @@ import os
 import signal
 import socket
 import sqlite3
-import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import (BUILD, PETRELD, Daemon, default_config, http_request, merge,
-                      read_response, wait_for)
-from conftest import free_port
+from conftest import (PETRELD, Daemon, default_config, free_port, http_request, read_response,
+                      wait_for)
 from servers import pgsql_server, redis_server  # noqa: F401  (fixtures)
 from servers import start_redis, stop_redis
 
