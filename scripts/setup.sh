@@ -8,7 +8,7 @@ PACKAGES=(
   libsqlite3-dev libpq-dev libhiredis-dev libcrypt-dev libargon2-dev
   libcurl4-openssl-dev
   python3 python3-pytest openssl curl wrk
-  redis-server redis-tools postgresql prometheus
+  redis-server redis-tools postgresql prometheus dovecot-imapd
 )
 
 missing=()

@@ -431,6 +431,116 @@ def test_batch_follows_its_own_order(petreld, redis):
     assert kv.get("shared/z") is None
 
 
+def command_calls(redis):
+    """Calls per command from INFO commandstats, e.g. {"set": 3, "evalsha": 1}."""
+    calls = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, fields = line.partition(":")
+            calls[name[len("cmdstat_"):]] = int(dict(
+                f.split("=", 1) for f in fields.split(","))["calls"])
+    return calls
+
+
+def cached_scripts(redis):
+    for line in redis.cli("INFO", "memory").splitlines():
+        if line.startswith("number_of_cached_scripts:"):
+            return int(line.split(":", 1)[1])
+    raise AssertionError("no number_of_cached_scripts in INFO memory")
+
+
+def test_script_by_sha_survives_script_flush(petreld, redis):
+    """Batches call the script by its SHA1 (EVALSHA); after SCRIPT FLUSH the
+    next one gets NOSCRIPT, which ran nothing, and goes out again as EVAL."""
+    kv, d = start(petreld, redis)
+    assert kv.set("shared/cnt", "1").status == 200
+    r = kv.batch([{"kind": "set", "key": "shared/a", "value": b64("A")},
+                  {"kind": "atomic-inc", "key": "shared/cnt", "delta": 1}])
+    assert r.status == 200 and r.json() == {"result": 1, "status": "ok"}, r
+    assert cached_scripts(redis) == 1
+    # cached now: one EVALSHA, the script text is not sent again
+    redis.cli("CONFIG", "RESETSTAT")
+    r = kv.batch([{"kind": "atomic-inc", "key": "shared/cnt", "delta": 1},
+                  {"kind": "set", "key": "shared/b", "value": b64("B")}])
+    assert r.status == 200 and r.json()["status"] == "ok", r
+    calls = command_calls(redis)
+    assert calls.get("evalsha") == 1 and "eval" not in calls, calls
+
+    redis.cli("SCRIPT", "FLUSH")
+    assert cached_scripts(redis) == 0
+    redis.cli("CONFIG", "RESETSTAT")
+    r = kv.batch([{"kind": "set", "key": "shared/c", "value": b64("C")},
+                  {"kind": "unset", "key": "shared/a"},
+                  {"kind": "atomic-inc", "key": "shared/cnt", "delta": 5},
+                  {"kind": "atomic-inc", "key": "shared/missing", "delta": 1}],
+                 op={"expire_secs": 100})
+    assert r.status == 200 and r.json() == {"result": 0, "status": "not-found"}, r
+    calls = command_calls(redis)
+    assert calls.get("evalsha") == 1 and calls.get("eval") == 1, calls  # NOSCRIPT, then EVAL
+    assert cached_scripts(redis) == 1
+    assert kv.get("shared/c") == b"C"
+    assert 90 <= int(redis.db("TTL", PREFIX + "shared/c")) <= 100
+    assert kv.get("shared/a") is None
+    assert kv.get("shared/b") == b"B"
+    assert kv.get("shared/cnt") == b"8"
+    assert redis.db("EXISTS", PREFIX + "shared/missing") == "0"
+
+    # after another flush a failing atomic-inc still applies nothing
+    redis.cli("SCRIPT", "FLUSH")
+    r = kv.batch([{"kind": "set", "key": "shared/d", "value": b64("D")},
+                  {"kind": "atomic-inc", "key": "shared/c", "delta": 1}])
+    assert_500(r, "not an integer")
+    assert r.json()["status"] == "failed"
+    assert kv.get("shared/d") is None
+    assert kv.get("shared/c") == b"C"
+
+    # a flush with commits in flight: every one is applied exactly once
+    redis.cli("SCRIPT", "FLUSH")
+    results = []
+
+    def worker():
+        for _ in range(10):
+            results.append(kv.batch([{"kind": "atomic-inc", "key": "shared/cnt", "delta": 1},
+                                     {"kind": "atomic-inc", "key": "shared/cnt", "delta": 1}]))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 80
+    assert all(r.status == 200 and r.json()["status"] == "ok" for r in results), results
+    assert kv.get("shared/cnt") == str(8 + 160).encode()
+    assert healthy(d)
+
+
+def test_single_set_and_unset_are_plain_commands(petreld, redis):
+    """One set or one unset (no atomic-inc) needs no script: SET [EX] / DEL."""
+    kv, _ = start(petreld, redis)
+    redis.cli("CONFIG", "RESETSTAT")
+    assert kv.set("shared/p", "v").json() == {"result": 1, "status": "ok"}
+    assert kv.set("shared/t", "v", op={"expire_secs": 50}).json()["status"] == "ok"
+    assert kv.unset("shared/p").json() == {"result": 1, "status": "ok"}
+    assert kv.unset("shared/p").json() == {"result": 1, "status": "ok"}  # missing: still ok
+    assert kv.batch([{"kind": "set", "key": "shared/q", "value": b64("")}]).status == 200
+    calls = command_calls(redis)
+    assert calls.get("set") == 3 and calls.get("del") == 2, calls
+    assert "eval" not in calls and "evalsha" not in calls, calls
+    assert redis.db("TTL", PREFIX + "shared/p") == "-2"
+    assert 40 <= int(redis.db("TTL", PREFIX + "shared/t")) <= 50
+    assert redis.db("TTL", PREFIX + "shared/q") == "-1"
+    assert redis.db("EXISTS", PREFIX + "shared/q") == "1" and kv.get("shared/q") == b""
+    # an error reply fails the commit, as the script's would
+    redis.db("CONFIG", "SET", "maxmemory", "1")
+    try:
+        err = assert_500(kv.set("shared/oom", "x" * 1000), "OOM")
+        assert kv.unset("shared/t").status == 200  # DEL is allowed under OOM
+    finally:
+        redis.db("CONFIG", "SET", "maxmemory", "0")
+    assert "kvstore" in err
+    assert redis.db("EXISTS", PREFIX + "shared/oom") == "0"
+
+
 # ---------- iterate ----------
 
 def seed(kv, items, op=None):
