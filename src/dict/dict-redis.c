@@ -25,11 +25,17 @@
  * are decimal text. expire_secs becomes SET ... EX (native TTL), so
  * expire-scan has nothing to do.
  *
- * Commit: one EVAL per transaction. Redis does not roll back MULTI/EXEC when
- * a command inside fails, so the script first checks every atomic-inc (the
- * key holds a Redis integer, the sum fits 64 bits, both computed exactly and
- * following earlier operations of the same batch) without writing, and only
- * then applies SET / DEL / INCRBY. A failed check applies nothing.
+ * Commit: one script call per transaction. Redis does not roll back
+ * MULTI/EXEC when a command inside fails, so the script first checks every
+ * atomic-inc (the key holds a Redis integer, the sum fits 64 bits, both
+ * computed exactly and following earlier operations of the same batch)
+ * without writing, and only then applies SET / DEL / INCRBY. A failed check
+ * applies nothing. The script is called by its SHA1 (EVALSHA, computed once
+ * per dict); a NOSCRIPT reply (a server that never ran it, or SCRIPT FLUSH
+ * or a restart since) means nothing ran, and the commit is sent again as
+ * EVAL, which also caches the script. A commit of one set or one unset
+ * (no atomic-inc) is a single command, atomic on its own: plain SET (with
+ * EX) or DEL, with the result the script would give.
  *
  * Iterate: SCAN MATCH <escaped prefix>* COUNT 1000, values by MGET, one batch
  * at a time and only when the consumer asks for more rows, so any number of
@@ -47,6 +53,7 @@
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <openssl/evp.h>
 
 #include <arpa/inet.h>
 #include <event2/dns.h>
@@ -267,7 +274,9 @@ struct kv_req {
     int64_t deadline; /* monotonic ms */
     char *cmd;        /* formatted command until handed to hiredis */
     size_t cmd_len;
-    bool sent; /* handed to hiredis: the server may have executed it */
+    bool sent;     /* handed to hiredis: the server may have executed it */
+    bool keep_cmd; /* keep `cmd` after sending (an EVALSHA commit: resent as
+                    * EVAL on NOSCRIPT) */
     /* owner data */
     void *owner; /* iterator; NULL once the iterator went away */
     const char *what;
@@ -305,6 +314,7 @@ struct kv_dict {
     struct kv_resolve *resolving;
     struct metric_series *connected;
     struct metric_series *connect_failures;
+    char script_sha[41]; /* hex SHA1 of commit_script; "" to always EVAL */
 };
 
 static int64_t mono_ms(void)
@@ -519,8 +529,10 @@ static bool send_now(struct kv_dict *kd, struct kv_req *req)
     if (kd->ac == NULL ||
         redisAsyncFormattedCommand(kd->ac, on_reply, req, req->cmd, req->cmd_len) != REDIS_OK)
         return false;
-    redisFreeCommand(req->cmd);
-    req->cmd = NULL;
+    if (!req->keep_cmd) {
+        redisFreeCommand(req->cmd);
+        req->cmd = NULL;
+    }
     req->sent = true;
     list_push(&kd->inflight, req);
     return true;
@@ -764,12 +776,15 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     timer_arm(kd);
 }
 
+static void script_sha1(char out[41]);
+
 static bool kv_open(struct dict *dict, struct petrel_error *err)
 {
     struct kv_dict *kd = xcalloc(1, sizeof(*kd));
     kd->dict = dict;
     kd->cfg = dict->config;
     kd->backoff_ms = KV_BACKOFF_MIN_MS;
+    script_sha1(kd->script_sha);
     kd->timer = evtimer_new(dict->base, on_timer, kd);
     if (kd->timer == NULL) {
         free(kd);
@@ -946,12 +961,103 @@ static const char commit_script[] =
     "end\n"
     "return {result}\n";
 
+/* Hex SHA1 of commit_script, EVALSHA's name for it, into `out`; "" when the
+ * digest is unavailable (commits then send the script itself, EVAL). */
+static void script_sha1(char out[41])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    out[0] = '\0';
+    if (EVP_Digest(commit_script, sizeof(commit_script) - 1, md, &md_len, EVP_sha1(), NULL) != 1 ||
+        md_len != 20)
+        return;
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned int i = 0; i < md_len; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 0x0f];
+    }
+    out[2 * md_len] = '\0';
+}
+
+/* A commit answered without a reply: it may have run if it was sent. */
+static void commit_lost(struct kv_req *req, const char *error)
+{
+    req->commit_cb(req->sent ? DICT_COMMIT_WRITE_UNCERTAIN : DICT_COMMIT_FAILED, error,
+                   req->cb_ctx);
+}
+
+static void commit_done(struct kv_req *req, const redisReply *reply, const char *error);
+
+/* The EVAL form of the formatted EVALSHA commit of `req` (the same
+ * arguments, the script in place of its SHA1); NULL if the command does not
+ * parse, which redisFormatCommandArgv's output always does. */
+static struct kv_req *eval_req_from(struct kv_req *req)
+{
+    const char *p = req->cmd;
+    const char *end = p != NULL ? p + req->cmd_len : NULL;
+    char *e;
+    if (p == NULL || *p != '*')
+        return NULL;
+    long argc = strtol(p + 1, &e, 10);
+    if (argc < 3 || argc > INT32_MAX || end - e < 2 || e[0] != '\r' || e[1] != '\n')
+        return NULL;
+    p = e + 2;
+    const char **argv = xcalloc((size_t)argc, sizeof(*argv));
+    size_t *lens = xcalloc((size_t)argc, sizeof(*lens));
+    struct kv_req *eval = NULL;
+    for (long i = 0; i < argc; i++) {
+        if (p >= end || *p != '$')
+            goto out;
+        unsigned long long n = strtoull(p + 1, &e, 10);
+        if (end - e < 4 || e[0] != '\r' || e[1] != '\n' || n > (size_t)(end - e - 4))
+            goto out;
+        argv[i] = e + 2;
+        lens[i] = (size_t)n;
+        p = e + 2 + n + 2;
+    }
+    argv[0] = "EVAL";
+    lens[0] = 4;
+    argv[1] = commit_script;
+    lens[1] = sizeof(commit_script) - 1;
+    eval = req_new(req->kd, commit_done, (int)argc, argv, lens);
+    eval->commit_cb = req->commit_cb;
+    eval->cb_ctx = req->cb_ctx;
+out:
+    free(argv);
+    free(lens);
+    return eval;
+}
+
+/* EVALSHA found no script under that SHA1: nothing ran. The same commit
+ * goes out again as EVAL, behind whatever is in flight already. */
+static void commit_retry_eval(struct kv_req *req)
+{
+    struct kv_dict *kd = req->kd;
+    log_debug(COMPONENT, "kvstore script not cached, sending it", "dict=%s address=%s",
+              kd->dict->name, kd->cfg->address);
+    struct kv_req *eval = eval_req_from(req);
+    char err[KV_ERR_SIZE];
+    if (eval == NULL) {
+        format_error(kd, err, sizeof(err), "NOSCRIPT, and the commit cannot be resent");
+        req->commit_cb(DICT_COMMIT_FAILED, err, req->cb_ctx);
+        return;
+    }
+    if (!kv_submit(kd, eval, err, sizeof(err))) {
+        req_free(eval);
+        req->commit_cb(DICT_COMMIT_FAILED, err, req->cb_ctx); /* nothing ran */
+    }
+}
+
 static void commit_done(struct kv_req *req, const redisReply *reply, const char *error)
 {
     const struct kv_config *cfg = req->kd->cfg;
     if (error != NULL) {
-        req->commit_cb(req->sent ? DICT_COMMIT_WRITE_UNCERTAIN : DICT_COMMIT_FAILED, error,
-                       req->cb_ctx);
+        commit_lost(req, error);
+        return;
+    }
+    if (req->keep_cmd && reply->type == REDIS_REPLY_ERROR && reply->len >= 8 &&
+        memcmp(reply->str, "NOSCRIPT", 8) == 0) {
+        commit_retry_eval(req);
         return;
     }
     char msg[KV_ERR_SIZE];
@@ -989,27 +1095,73 @@ static void commit_done(struct kv_req *req, const redisReply *reply, const char 
     req->commit_cb(DICT_COMMIT_FAILED, msg, req->cb_ctx);
 }
 
-static void kv_commit(struct dict *dict, const struct dict_tx_op *ops, size_t count,
-                      int64_t expire_secs, dict_commit_cb *cb, void *ctx)
+/* SET answers +OK, DEL the number of keys removed (0 for a missing key is
+ * still OK, as in the script); anything else is an error reply. */
+static void commit_single_done(struct kv_req *req, const redisReply *reply, const char *error)
 {
-    struct kv_dict *kd = dict->driver_data;
+    if (error != NULL) {
+        commit_lost(req, error);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_INTEGER ||
+        (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0)) {
+        req->commit_cb(DICT_COMMIT_OK, NULL, req->cb_ctx);
+        return;
+    }
+    char msg[KV_ERR_SIZE];
+    reply_error_text(req->kd, reply, msg, sizeof(msg));
+    req->commit_cb(DICT_COMMIT_FAILED, msg, req->cb_ctx);
+}
+
+/* One set or one unset: a single command, atomic without the script. */
+static struct kv_req *single_req(struct kv_dict *kd, const struct dict_tx_op *op,
+                                 int64_t expire_secs)
+{
+    struct buf k = {0};
+    full_key(kd->cfg, &k, op->key);
+    struct kv_req *req;
+    if (op->kind == DICT_OP_UNSET) {
+        const char *argv[] = {"DEL", k.data};
+        size_t lens[] = {3, k.len};
+        req = req_new(kd, commit_single_done, 2, argv, lens);
+    } else {
+        char ttl[24];
+        snprintf(ttl, sizeof(ttl), "%" PRId64, expire_secs);
+        const char *argv[] = {"SET", k.data, op->value != NULL ? op->value : "", "EX", ttl};
+        size_t lens[] = {3, k.len, op->value != NULL ? op->value_len : 0, 2, strlen(ttl)};
+        req = req_new(kd, commit_single_done, expire_secs > 0 ? 5 : 3, argv, lens);
+    }
+    buf_free(&k);
+    return req;
+}
+
+/* EVALSHA sha numkeys key... ttl (kind arg)... (EVAL script ... without a
+ * SHA1). */
+static struct kv_req *script_req(struct kv_dict *kd, const struct dict_tx_op *ops, size_t count,
+                                 int64_t expire_secs)
+{
     const struct kv_config *cfg = kd->cfg;
-    /* EVAL script numkeys key... ttl (kind arg)... */
+    bool by_sha = kd->script_sha[0] != '\0';
     size_t argc = 3 + count + 1 + 2 * count;
     const char **argv = xcalloc(argc, sizeof(*argv));
     size_t *lens = xcalloc(argc, sizeof(*lens));
     char **owned = xcalloc(2 * count, sizeof(*owned));
     char numkeys[24];
     char ttl[24];
-    if (expire_secs > KV_MAX_EXPIRE_SECS)
-        expire_secs = KV_MAX_EXPIRE_SECS;
     snprintf(numkeys, sizeof(numkeys), "%zu", count);
     snprintf(ttl, sizeof(ttl), "%" PRId64, expire_secs > 0 ? expire_secs : 0);
     size_t a = 0;
-    argv[a] = "EVAL";
-    lens[a++] = 4;
-    argv[a] = commit_script;
-    lens[a++] = sizeof(commit_script) - 1;
+    if (by_sha) {
+        argv[a] = "EVALSHA";
+        lens[a++] = 7;
+        argv[a] = kd->script_sha;
+        lens[a++] = strlen(kd->script_sha);
+    } else {
+        argv[a] = "EVAL";
+        lens[a++] = 4;
+        argv[a] = commit_script;
+        lens[a++] = sizeof(commit_script) - 1;
+    }
     argv[a] = numkeys;
     lens[a++] = strlen(numkeys);
     for (size_t i = 0; i < count; i++) {
@@ -1048,11 +1200,24 @@ static void kv_commit(struct dict *dict, const struct dict_tx_op *ops, size_t co
         }
     }
     struct kv_req *req = req_new(kd, commit_done, (int)argc, argv, lens);
+    req->keep_cmd = by_sha;
     for (size_t i = 0; i < 2 * count; i++)
         free(owned[i]);
     free(owned);
     free(argv);
     free(lens);
+    return req;
+}
+
+static void kv_commit(struct dict *dict, const struct dict_tx_op *ops, size_t count,
+                      int64_t expire_secs, dict_commit_cb *cb, void *ctx)
+{
+    struct kv_dict *kd = dict->driver_data;
+    if (expire_secs > KV_MAX_EXPIRE_SECS)
+        expire_secs = KV_MAX_EXPIRE_SECS;
+    struct kv_req *req = count == 1 && ops[0].kind != DICT_OP_INC
+                             ? single_req(kd, &ops[0], expire_secs)
+                             : script_req(kd, ops, count, expire_secs);
     req->commit_cb = cb;
     req->cb_ctx = ctx;
     char err[KV_ERR_SIZE];

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define COMPONENT "subscriptions"
@@ -370,6 +371,57 @@ static bool check_name(const char *name, struct petrel_error *err)
     return true;
 }
 
+/* The lock is a flock on "<file>.lock" that exists only while held: Dovecot
+ * uses the same name for its dotlock (its new file is written there and
+ * renamed over the old one) and waits about 30 seconds for any such file
+ * before overriding it, so a lock file left in place would stall Dovecot's
+ * next SUBSCRIBE. Whoever creates the file removes it when done; a waiter
+ * that wakes up on a removed (or replaced) file starts over. A lock file we
+ * did not create is not removed (it may be Dovecot's). Returns the
+ * descriptor or -1. */
+static int lock_take(const char *lock_path, bool *created, struct petrel_error *err)
+{
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        *created = true;
+        int fd = open(lock_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            *created = false;
+            fd = open(lock_path, O_RDWR | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT)
+                continue; /* released meanwhile */
+        }
+        if (fd < 0) {
+            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
+            return -1;
+        }
+        int rc;
+        while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+            ;
+        if (rc != 0) {
+            petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", lock_path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        struct stat held, now;
+        if (fstat(fd, &held) == 0 && stat(lock_path, &now) == 0 && held.st_ino == now.st_ino &&
+            held.st_dev == now.st_dev)
+            return fd;
+        close(fd); /* removed or replaced while we waited */
+    }
+    petrel_error_set(err, PETREL_ERR_UNAVAILABLE, "cannot lock %s: it keeps being replaced",
+                     lock_path);
+    return -1;
+}
+
+static void lock_release(const char *lock_path, int fd, bool created)
+{
+    struct stat held, now;
+    if (created && fstat(fd, &held) == 0 && stat(lock_path, &now) == 0 &&
+        held.st_ino == now.st_ino && held.st_dev == now.st_dev)
+        unlink(lock_path);
+    close(fd); /* releases the flock */
+}
+
 /* Takes the lock, re-reads, applies, writes when something changed. */
 static bool modify(const char *path, enum subs_op op, char *const *names, size_t count,
                    size_t *changed_count, struct petrel_error *err)
@@ -387,18 +439,9 @@ static bool modify(const char *path, enum subs_op op, char *const *names, size_t
     if (!ok)
         return false;
     char *lock_path = xasprintf("%s.lock", path);
-    int lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    bool created = false;
+    int lock_fd = lock_take(lock_path, &created, err);
     if (lock_fd < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
-        free(lock_path);
-        return false;
-    }
-    int rc;
-    while ((rc = flock(lock_fd, LOCK_EX)) != 0 && errno == EINTR)
-        ;
-    if (rc != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", lock_path, strerror(errno));
-        close(lock_fd);
         free(lock_path);
         return false;
     }
@@ -418,7 +461,7 @@ static bool modify(const char *path, enum subs_op op, char *const *names, size_t
         }
         subscriptions_free(&subs);
     }
-    close(lock_fd); /* releases the lock */
+    lock_release(lock_path, lock_fd, created);
     free(lock_path);
     if (!ok)
         *changed_count = 0;

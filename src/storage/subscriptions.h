@@ -8,8 +8,9 @@
  *   version 0: no header, one mailbox per line, levels separated by the
  *              storage separator ('.' or '/'; both are accepted).
  * Both are read; version 2 is written. Every change takes the file's lock
- * (flock on "<file>.lock"), re-reads, modifies and replaces the file
- * (temp + fsync + rename). Names here are UTF-8 with '/' as the level
+ * (flock on "<file>.lock", a file that exists only while the lock is held:
+ * Dovecot uses that name for its dotlock), re-reads, modifies and replaces
+ * the file (temp + fsync + rename). Names here are UTF-8 with '/' as the level
  * separator (this module converts to and from modified UTF-7); the caller
  * converts from the namespace separator. "INBOX" in any case is stored as
  * "INBOX". */

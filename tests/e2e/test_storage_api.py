@@ -394,11 +394,12 @@ def test_index_dump_records(store):
     assert 0 < r1["modseq"] < r2["modseq"] <= d["highest_modseq"]
     # The file names are those in cur/ (Dovecot flag letters, sorted; keywords a..z).
     assert cur_files(store.root() / ".Work") == sorted([r1["filename"], r2["filename"]])
-    assert r1["filename"].endswith(":2,DFPRSTab")
+    # $Forwarded is a keyword (as in Dovecot), not the maildir 'P' letter.
+    assert r1["filename"].endswith(":2,DFRSTabc")
     assert r2["filename"].endswith(":2,")
     assert f",S={len(m1)}" in r1["filename"]
     kw = (store.root() / ".Work" / "dovecot-keywords").read_text().split("\n")
-    assert "0 Important" in kw and "1 todo" in kw
+    assert "0 $Forwarded" in kw and "1 Important" in kw and "2 todo" in kw
 
 
 def test_index_dump_limit_truncated(store):

@@ -487,9 +487,6 @@ def test_dovecot_serves_petrel_maildir(petreld, dovecot, workroot):
     assert not dv.errors(), "\n".join(dv.errors())
 
 
-@pytest.mark.xfail(strict=True, reason="Petrel stores $Forwarded as the maildir 'P' letter, "
-                   "which Dovecot ignores: Dovecot keeps $Forwarded as a keyword "
-                   "(dovecot-keywords), so the flag is lost in either direction")
 def test_forwarded_flag_survives_dovecot(petreld, dovecot, workroot):
     home_root = workroot / "home"
     d = petreld(mail_config(home_root))

@@ -217,7 +217,7 @@ static void test_rejected(void **state)
         const char *lines;
         const char *message;
     } cases[] = {
-        {"1 :a\n2 :b\nx :c\n", "dovecot-uidlist:4: invalid data"},
+        {"1 :a\n2 :b\nx :c\n", "dovecot-uidlist:4: invalid data \"x :c\""},
         {"0 :a\n", ":2: invalid data"},
         {"1:a\n", ":2: invalid data"},
         {"1\n", ":2: invalid data"},
@@ -244,7 +244,18 @@ static void test_rejected(void **state)
     struct uidlist ul;
     struct petrel_error err = {0};
     assert_false(uidlist_parse("p", nul, sizeof(nul) - 1, &ul, &err));
-    assert_string_equal(err.message, "p:3: NUL byte in file");
+    assert_string_equal(err.message, "p:3: NUL byte in the line");
+    static const char nulhdr[] = "3 V1\0 N2\n";
+    assert_false(uidlist_parse("p", nulhdr, sizeof(nulhdr) - 1, &ul, &err));
+    assert_string_equal(err.message, "p:1: control character in the header");
+    /* Only printable ASCII in messages. */
+    assert_rejected("3 V1 N2\n\xff\x01"
+                    "bad\n",
+                    ":2: invalid data \"??bad\"");
+    assert_rejected("3 V1 N2\n1 \xc3\xa9 :a\n", ":2: invalid extension field \"??\"");
+    char longline[300];
+    snprintf(longline, sizeof(longline), "3 V1 N2\n%0200d\n", 0);
+    assert_rejected(longline, "invalid data \"000");
 }
 
 /* A line listed again under a higher UID replaces the older one. */
@@ -275,7 +286,8 @@ static void test_duplicate_base(void **state)
 }
 
 /* An append cut short by a crash: the unterminated line is ignored and
- * file_size stops before it, so the next append rewrites. */
+ * file_size stops before it, so the next append rewrites. Also a tail of
+ * zero bytes, as a file system can leave after a crash. */
 static void test_torn_tail(void **state)
 {
     (void)state;
@@ -285,6 +297,12 @@ static void test_torn_tail(void **state)
     assert_int_equal(ul.count, 1);
     assert_int_equal(ul.file_size, strlen("3 V1 N2\n1 :a\n"));
     assert_int_equal(ul.next_uid, 2);
+    uidlist_free(&ul);
+    static const char zeros[] = "3 V1 N2\n1 :a\n\0\0\0\0";
+    struct petrel_error err = {0};
+    assert_true(uidlist_parse("z", zeros, sizeof(zeros) - 1, &ul, &err));
+    assert_int_equal(ul.count, 1);
+    assert_int_equal(ul.file_size, sizeof(zeros) - 1 - 4);
     uidlist_free(&ul);
 }
 

@@ -42,9 +42,11 @@ static void handle_dump(struct http_request *req, void *ctx)
         struct mailbox_info info;
         json_t *records = json_array();
         bool truncated = false;
-        if (!mailbox_get_info(box, false, &info, &err) ||
-            !mailbox_foreach(box, limit > 0 ? (size_t)limit : DUMP_MAX_LIMIT, dump_record,
-                             records, &truncated, &err)) {
+        /* Records first: a refresh only moves forward, so the header read
+         * after them has a next_uid above every record listed. */
+        if (!mailbox_foreach(box, limit > 0 ? (size_t)limit : DUMP_MAX_LIMIT, dump_record,
+                             records, &truncated, &err) ||
+            !mailbox_get_info(box, false, &info, &err)) {
             json_decref(records);
             http_reply_petrel_error(req, &err);
         } else {

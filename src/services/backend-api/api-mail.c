@@ -29,7 +29,7 @@ static bool decode_flags(const json_t *arr, uint32_t *flags, const char **keywor
     } names[] = {
         {"\\Seen", MAIL_FLAG_SEEN},       {"\\Answered", MAIL_FLAG_ANSWERED},
         {"\\Flagged", MAIL_FLAG_FLAGGED}, {"\\Deleted", MAIL_FLAG_DELETED},
-        {"\\Draft", MAIL_FLAG_DRAFT},     {"$Forwarded", MAIL_FLAG_PASSED},
+        {"\\Draft", MAIL_FLAG_DRAFT},
     };
     size_t nkw = 0;
     *flags = 0;

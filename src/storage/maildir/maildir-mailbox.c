@@ -460,8 +460,35 @@ static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
     return true;
 }
 
+/* Files left in tmp/ by a save that never finished (a crash between write
+ * and rename) are removed once they are clearly abandoned, as Dovecot does. */
+#define TMP_MAX_AGE_SECS (36 * 3600)
+
+static void clean_tmp(struct mailbox *box)
+{
+    char *path = xasprintf("%s/tmp", box->dir);
+    DIR *d = opendir(path);
+    if (d != NULL) {
+        time_t limit = time(NULL) - TMP_MAX_AGE_SECS;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            struct stat st;
+            if (de->d_name[0] == '.' ||
+                fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+                !S_ISREG(st.st_mode) || st.st_mtime > limit)
+                continue;
+            if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+                log_info(COMPONENT, "removed abandoned tmp file", "folder=%s file=%s",
+                         box->dir, de->d_name);
+        }
+        closedir(d);
+    }
+    free(path);
+}
+
 static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
 {
+    clean_tmp(box);
     struct smap *files = smap_new();
     bool ok = scan_dir(box, "cur", false, files, err) && scan_dir(box, "new", true, files, err);
     struct buf name = {0};
