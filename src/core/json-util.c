@@ -1,6 +1,7 @@
 #include "core/json-util.h"
 
 #include "core/buf.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 
 #include <stdio.h>
@@ -117,39 +118,6 @@ char *json_dump_compact(const json_t *value)
     return s;
 }
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 when invalid. */
-static size_t utf8_sequence(const unsigned char *p, size_t avail)
-{
-    unsigned char c = p[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if ((c & 0xe0) == 0xc0) {
-        n = 2;
-        cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-        n = 3;
-        cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n > avail)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
-}
-
 void json_append_string(struct buf *out, const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -171,7 +139,8 @@ void json_append_string(struct buf *out, const char *s, size_t len)
             buf_append_char(out, (char)c);
             i++;
         } else {
-            size_t n = utf8_sequence(p + i, len - i);
+            uint32_t cp;
+            size_t n = utf8_decode(p + i, len - i, &cp);
             if (n == 0) {
                 buf_append(out, "\xef\xbf\xbd", 3);
                 i++;

@@ -1176,23 +1176,6 @@ static enum append_result append_record(struct file_dict *d, const struct buf *r
     return result;
 }
 
-/* Counters are stored as decimal text, as Dovecot does. */
-static bool parse_counter(const char *value, size_t len, int64_t *out)
-{
-    if (len == 0 || len > 20)
-        return false;
-    char text[24];
-    memcpy(text, value, len);
-    text[len] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return false;
-    *out = v;
-    return true;
-}
-
 /* What the transaction leaves behind for one key. */
 struct pending {
     bool deleted;
@@ -1270,7 +1253,7 @@ static enum dict_commit_result resolve(struct file_dict *d, const struct dict_tx
             continue;
         }
         int64_t v;
-        if (!parse_counter(value, len, &v)) {
+        if (!dict_parse_counter(value, len, &v)) {
             snprintf(msg, msg_size, "atomic-inc: value of %.80s is not an integer", op->key);
             return DICT_COMMIT_FAILED;
         }

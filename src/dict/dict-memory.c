@@ -160,23 +160,6 @@ static void memory_iterate_deinit(struct dict_iterate *head)
     free(it);
 }
 
-/* Counters are stored as decimal text, as Dovecot does. */
-static bool parse_counter(const char *value, size_t len, int64_t *out)
-{
-    if (len == 0 || len > 20)
-        return false;
-    char text[24];
-    memcpy(text, value, len);
-    text[len] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return false;
-    *out = v;
-    return true;
-}
-
 static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_t count,
                           int64_t expire_secs, dict_commit_cb *cb, void *ctx)
 {
@@ -209,7 +192,7 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
                 }
             }
             int64_t v;
-            if (value != NULL && !parse_counter(value, len, &v)) {
+            if (value != NULL && !dict_parse_counter(value, len, &v)) {
                 smap_free(pending, NULL);
                 char msg[128];
                 snprintf(msg, sizeof(msg), "atomic-inc: value of %.80s is not an integer", op->key);
@@ -240,7 +223,7 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
         } else {
             struct memory_entry *e = smap_get(md->map, op->key);
             int64_t v;
-            if (e == NULL || expired(e, now) || !parse_counter(e->value, e->len, &v)) {
+            if (e == NULL || expired(e, now) || !dict_parse_counter(e->value, e->len, &v)) {
                 result = DICT_COMMIT_NOT_FOUND;
                 continue;
             }

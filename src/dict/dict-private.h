@@ -105,6 +105,10 @@ void dict_row_buffer_sort(struct dict_row_buffer *b, unsigned flags);
 bool dict_row_buffer_next(struct dict_row_buffer *b, struct dict_row *row);
 void dict_row_buffer_free(struct dict_row_buffer *b);
 
+/* Counters (atomic-inc) are stored as decimal text, as Dovecot does:
+ * parses one strictly (no spaces, no trailing bytes, 64-bit range). */
+bool dict_parse_counter(const char *value, size_t len, int64_t *out);
+
 /* Seconds since the epoch, for TTL bookkeeping. */
 int64_t dict_now(void);
 

@@ -1173,23 +1173,6 @@ void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
     source_clear(&t);
 }
 
-/* Counters are decimal text (as Dovecot stores them). */
-static bool parse_counter(const char *value, size_t len, int64_t *out)
-{
-    if (value == NULL || len == 0 || len > 20)
-        return false;
-    char text[24];
-    memcpy(text, value, len);
-    text[len] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0' || end == text)
-        return false;
-    *out = v;
-    return true;
-}
-
 enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_tx_op *op,
                                struct sql_op_state *st, int64_t changes,
                                const struct dict_value *first, char **error)
@@ -1222,7 +1205,7 @@ enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_t
     int64_t v;
     int64_t sum;
     char *what = sql_op_describe(op);
-    if (!parse_counter(first->data, first->len, &v)) {
+    if (!dict_parse_counter(first->data, first->len, &v)) {
         *error = xasprintf("%s: the value is not an integer", what);
         free(what);
         return SQL_OP_FAILED;

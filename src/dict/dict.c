@@ -3,6 +3,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,22 @@ struct dict_registry {
     size_t count;
     size_t cap;
 };
+
+bool dict_parse_counter(const char *value, size_t len, int64_t *out)
+{
+    if (value == NULL || len == 0 || len > 20)
+        return false;
+    char text[24];
+    memcpy(text, value, len);
+    text[len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || *end != '\0' || end == text)
+        return false;
+    *out = v;
+    return true;
+}
 
 int64_t dict_now(void)
 {

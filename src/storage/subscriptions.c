@@ -20,6 +20,8 @@
  * skipped; the next write drops them, as Dovecot does. */
 #include "storage/subscriptions.h"
 
+#include "core/utf8.h"
+
 #include "core/buf.h"
 #include "core/fs-util.h"
 #include "core/log.h"
@@ -117,50 +119,13 @@ static const char *canonical(const char *name)
 
 /* ---------- parsing ---------- */
 
-static bool valid_utf8(const unsigned char *p, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = p[i];
-        size_t n;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            n = 2;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            n = 3;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            n = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + n > len)
-            return false;
-        for (size_t k = 1; k < n; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (p[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += n;
-    }
-    return true;
-}
-
 /* Appends one stored level, decoded to UTF-8; false when it is neither
  * modified UTF-7 nor UTF-8. */
 static bool append_level(const char *level, size_t len, struct buf *out)
 {
     char *copy = xstrndup(level, len);
     bool ok = mailbox_name_from_mutf7(copy, out);
-    if (!ok && valid_utf8((const unsigned char *)copy, len)) {
+    if (!ok && utf8_valid(copy, len)) {
         buf_append(out, copy, len);
         ok = true;
     }
@@ -363,7 +328,7 @@ static bool check_name(const char *name, struct petrel_error *err)
         return petrel_error_set(err, PETREL_ERR_INVALID,
                                 "subscription name is empty or longer than %u bytes",
                                 SUBS_MAX_NAME);
-    if (!valid_utf8((const unsigned char *)name, len))
+    if (!utf8_valid(name, len))
         return petrel_error_set(err, PETREL_ERR_INVALID, "subscription name is not UTF-8");
     if (name[len - 1] == '/')
         return petrel_error_set(err, PETREL_ERR_INVALID,
