@@ -96,6 +96,23 @@ static void check_head(const char *p, size_t len, const struct http_head *h, siz
         }
         free(out);
     }
+
+    /* Routing split (path, segments, query) exactly as the server does it. */
+    struct http_target target;
+    if (http_target_parse(h->target.ptr, h->target.len, &target)) {
+        assert(target.segment_count <= HTTP_MAX_SEGMENTS);
+        for (size_t i = 0; i < target.segment_count; i++) {
+            assert(target.segments[i][0] != '\0');
+            assert(strcmp(target.segments[i], "..") != 0 && strcmp(target.segments[i], ".") != 0);
+        }
+        struct http_query_param params[HTTP_MAX_QUERY_PARAMS];
+        size_t n = http_query_parse(target.raw_query, params, HTTP_MAX_QUERY_PARAMS);
+        assert(n <= HTTP_MAX_QUERY_PARAMS);
+        for (size_t i = 0; i < n; i++)
+            assert(params[i].key[0] != '\0');
+        http_query_free(params, n);
+    }
+    http_target_free(&target);
 }
 
 static void check_chunked(const char *body, size_t body_len, uint32_t seed, uint64_t max_total)

@@ -1,5 +1,8 @@
 #include "net/http-parser.h"
 
+#include "core/xalloc.h"
+
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -22,8 +25,8 @@ static enum http_method method_from(struct http_slice s)
         const char *name;
         enum http_method m;
     } methods[] = {
-        {"GET", HTTP_GET},     {"HEAD", HTTP_HEAD},     {"POST", HTTP_POST},
-        {"PUT", HTTP_PUT},     {"PATCH", HTTP_PATCH},   {"DELETE", HTTP_DELETE},
+        {"GET", HTTP_GET},         {"HEAD", HTTP_HEAD},   {"POST", HTTP_POST},
+        {"PUT", HTTP_PUT},         {"PATCH", HTTP_PATCH}, {"DELETE", HTTP_DELETE},
         {"OPTIONS", HTTP_OPTIONS},
     };
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
@@ -429,4 +432,87 @@ bool http_percent_decode(const char *in, size_t len, char *out, bool plus_is_spa
     }
     out[o] = '\0';
     return true;
+}
+
+bool http_target_parse(const char *t, size_t len, struct http_target *out)
+{
+    memset(out, 0, sizeof(*out));
+    const char *q = memchr(t, '?', len);
+    size_t path_len = q != NULL ? (size_t)(q - t) : len;
+    if (q != NULL)
+        out->raw_query = xstrndup(q + 1, len - path_len - 1);
+    const char *hash = memchr(t, '#', path_len);
+    if (hash != NULL)
+        path_len = (size_t)(hash - t);
+    out->path = xmalloc(path_len + 1);
+    if (!http_percent_decode(t, path_len, out->path, false))
+        return false;
+    size_t i = 0;
+    while (i < path_len) {
+        while (i < path_len && t[i] == '/')
+            i++;
+        if (i >= path_len)
+            break;
+        size_t start = i;
+        while (i < path_len && t[i] != '/')
+            i++;
+        if (out->segment_count == HTTP_MAX_SEGMENTS)
+            return false;
+        char *seg = xmalloc(i - start + 1);
+        if (!http_percent_decode(t + start, i - start, seg, false) || strcmp(seg, "..") == 0 ||
+            strcmp(seg, ".") == 0) {
+            free(seg);
+            return false;
+        }
+        out->segments[out->segment_count++] = seg;
+    }
+    return true;
+}
+
+void http_target_free(struct http_target *t)
+{
+    free(t->path);
+    free(t->raw_query);
+    for (size_t i = 0; i < t->segment_count; i++)
+        free(t->segments[i]);
+    memset(t, 0, sizeof(*t));
+}
+
+size_t http_query_parse(const char *raw, struct http_query_param *out, size_t max)
+{
+    size_t count = 0;
+    const char *p = raw;
+    while (p != NULL && *p != '\0' && count < max) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp != NULL ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t klen = eq != NULL ? (size_t)(eq - p) : len;
+        if (klen > 0) {
+            char *key = xmalloc(klen + 1);
+            const char *vstart = eq != NULL ? eq + 1 : p + len;
+            size_t vlen = eq != NULL ? len - klen - 1 : 0;
+            char *value = xmalloc(vlen + 1);
+            if (http_percent_decode(p, klen, key, true) &&
+                http_percent_decode(vstart, vlen, value, true)) {
+                out[count].key = key;
+                out[count].value = value;
+                count++;
+            } else {
+                free(key);
+                free(value);
+            }
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return count;
+}
+
+void http_query_free(struct http_query_param *params, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        free(params[i].key);
+        free(params[i].value);
+    }
 }

@@ -82,6 +82,35 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
                                            size_t *consumed, struct buf *out, uint64_t max_total,
                                            struct http_parse_error *err);
 
+#define HTTP_MAX_SEGMENTS 32
+#define HTTP_MAX_QUERY_PARAMS 64
+
+/* A request target split for routing: the decoded path, its decoded
+ * segments (empty segments skipped) and the raw query. */
+struct http_target {
+    char *path;
+    char *raw_query; /* NULL when there is none */
+    char *segments[HTTP_MAX_SEGMENTS];
+    size_t segment_count;
+};
+
+/* Splits and decodes an origin-form target. False for a bad escape, a NUL
+ * byte, a "." or ".." segment, or more than HTTP_MAX_SEGMENTS segments; the
+ * target must be freed with http_target_free() either way. */
+bool http_target_parse(const char *target, size_t len, struct http_target *out);
+void http_target_free(struct http_target *t);
+
+struct http_query_param {
+    char *key;
+    char *value;
+};
+
+/* Splits "a=1&b=x%20y" into decoded pairs (at most `max`; pairs with an
+ * empty key or a bad escape are skipped). Returns the count; free with
+ * http_query_free(). */
+size_t http_query_parse(const char *raw, struct http_query_param *out, size_t max);
+void http_query_free(struct http_query_param *params, size_t count);
+
 /* Percent-decodes `len` bytes into `out` (NUL-terminated, size >= len+1);
  * `plus_is_space` for query strings. False on a bad escape or a NUL byte. */
 bool http_percent_decode(const char *in, size_t len, char *out, bool plus_is_space);

@@ -28,9 +28,7 @@
 
 #define HTTP_MAX_HEAD (64 * 1024)
 #define HTTP_MAX_TARGET (8 * 1024)
-#define HTTP_MAX_SEGMENTS 32
 #define HTTP_MAX_PARAMS 8
-#define HTTP_MAX_QUERY_PARAMS 64
 #define HTTP_STREAM_HIGH_WATER (256 * 1024)
 #define HTTP_HEAD_READ_TIMEOUT_MS 30000
 #define HTTP_WRITE_TIMEOUT_S 60
@@ -58,24 +56,16 @@ struct http_conn {
     struct http_conn *next;
 };
 
-struct query_param {
-    char *key;
-    char *value;
-};
-
 struct http_request {
     struct http_server *srv;
     struct http_conn *conn; /* NULL once detached (client gone / timed out) */
     struct buf head_bytes;
     struct http_head head;
     enum http_method method;
-    char *path;
-    char *raw_query;
-    char *segments[HTTP_MAX_SEGMENTS];
-    size_t segment_count;
+    struct http_target target;
     struct http_route_match match;
     bool query_parsed;
-    struct query_param query[HTTP_MAX_QUERY_PARAMS];
+    struct http_query_param query[HTTP_MAX_QUERY_PARAMS];
     size_t query_count;
     struct buf body;
     uint64_t body_remaining;
@@ -460,14 +450,8 @@ static void request_free(struct http_request *req)
         event_free(req->timeout);
     buf_free(&req->head_bytes);
     buf_free(&req->body);
-    free(req->path);
-    free(req->raw_query);
-    for (size_t i = 0; i < req->segment_count; i++)
-        free(req->segments[i]);
-    for (size_t i = 0; i < req->query_count; i++) {
-        free(req->query[i].key);
-        free(req->query[i].value);
-    }
+    http_target_free(&req->target);
+    http_query_free(req->query, req->query_count);
     for (size_t i = 0; i < req->header_copy_count; i++)
         free(req->header_copies[i]);
     free(req->header_copies);
@@ -740,7 +724,7 @@ static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct http_request *req = arg;
-    log_warn(req->srv->name, "request timed out", "path=%s peer=%s", req->path,
+    log_warn(req->srv->name, "request timed out", "path=%s peer=%s", req->target.path,
              req->conn != NULL ? req->conn->peer_ip : "-");
     request_abandon(req, HTTP_CANCEL_TIMEOUT);
 }
@@ -799,8 +783,8 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     clock_gettime(CLOCK_MONOTONIC, &req->start);
 
     char allow[128];
-    enum http_route_result found = http_router_match(&srv->router, req->method, req->segments,
-                                                     req->segment_count, &req->match, allow,
+    enum http_route_result found = http_router_match(&srv->router, req->method, req->target.segments,
+                                                     req->target.segment_count, &req->match, allow,
                                                      sizeof(allow));
     const struct http_route *match = found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
     bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
@@ -813,7 +797,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
                                                  HTTP_DELETE};
         struct http_route_match other;
         for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]) && !is_public; i++) {
-            if (http_router_match(&srv->router, probe[i], req->segments, req->segment_count,
+            if (http_router_match(&srv->router, probe[i], req->target.segments, req->target.segment_count,
                                   &other, NULL, 0) == HTTP_ROUTE_FOUND)
                 is_public = (other.route->flags & HTTP_ROUTE_PUBLIC) != 0;
         }
@@ -822,7 +806,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
         if (srv->allowed.count > 0 &&
             !cidr_list_match(&srv->allowed, (const struct sockaddr *)&conn->peer)) {
             log_warn(srv->name, "client not in allowed networks", "peer=%s path=%s",
-                     conn->peer_ip, req->path);
+                     conn->peer_ip, req->target.path);
             http_reply_error(req, 403, "client address %s is not allowed", conn->peer_ip);
             return;
         }
@@ -842,7 +826,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
             reply_full(req, 405, "application/json", body, strlen(body), extra);
             free(body);
         } else {
-            http_reply_error(req, 404, "no such endpoint: %s", req->path);
+            http_reply_error(req, 404, "no such endpoint: %s", req->target.path);
         }
         return;
     }
@@ -859,43 +843,6 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     } handler;
     handler.ptr = match->handler;
     handler.fn(req, match->ctx);
-}
-
-/* Splits the request target into decoded path segments and the raw query. */
-static bool parse_target(struct http_request *req)
-{
-    const char *t = req->head.target.ptr;
-    size_t len = req->head.target.len;
-    const char *q = memchr(t, '?', len);
-    size_t path_len = q != NULL ? (size_t)(q - t) : len;
-    if (q != NULL)
-        req->raw_query = xstrndup(q + 1, len - path_len - 1);
-    const char *hash = memchr(t, '#', path_len);
-    if (hash != NULL)
-        path_len = (size_t)(hash - t);
-    req->path = xmalloc(path_len + 1);
-    if (!http_percent_decode(t, path_len, req->path, false))
-        return false;
-    size_t i = 0;
-    while (i < path_len) {
-        while (i < path_len && t[i] == '/')
-            i++;
-        if (i >= path_len)
-            break;
-        size_t start = i;
-        while (i < path_len && t[i] != '/')
-            i++;
-        if (req->segment_count == HTTP_MAX_SEGMENTS)
-            return false;
-        char *seg = xmalloc(i - start + 1);
-        if (!http_percent_decode(t + start, i - start, seg, false) || strcmp(seg, "..") == 0 ||
-            strcmp(seg, ".") == 0) {
-            free(seg);
-            return false;
-        }
-        req->segments[req->segment_count++] = seg;
-    }
-    return true;
 }
 
 static void conn_read_head(struct http_conn *conn)
@@ -940,7 +887,7 @@ static void conn_read_head(struct http_conn *conn)
     req->head_only = req->method == HTTP_HEAD;
     req->keep_alive = req->head.keep_alive;
     clock_gettime(CLOCK_MONOTONIC, &req->start);
-    if (!parse_target(req)) {
+    if (!http_target_parse(req->head.target.ptr, req->head.target.len, &req->target)) {
         req->keep_alive = false;
         http_reply_error(req, 400, "invalid request path");
         return;
@@ -948,7 +895,7 @@ static void conn_read_head(struct http_conn *conn)
     /* Routes that take whole messages (bulk import) have their own limit. */
     req->body_limit = srv->max_body;
     struct http_route_match early;
-    if (http_router_match(&srv->router, req->method, req->segments, req->segment_count, &early,
+    if (http_router_match(&srv->router, req->method, req->target.segments, req->target.segment_count, &early,
                           NULL, 0) == HTTP_ROUTE_FOUND &&
         (early.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
         req->body_limit = srv->large_body;
@@ -1109,7 +1056,7 @@ enum http_method http_request_method(const struct http_request *req)
 
 const char *http_request_path(const struct http_request *req)
 {
-    return req->path;
+    return req->target.path;
 }
 
 const char *http_request_param(const struct http_request *req, const char *name)
@@ -1121,43 +1068,14 @@ const char *http_request_param(const struct http_request *req, const char *name)
     return NULL;
 }
 
-static void parse_query(struct http_request *req)
-{
-    req->query_parsed = true;
-    if (req->raw_query == NULL)
-        return;
-    const char *p = req->raw_query;
-    while (*p != '\0' && req->query_count < HTTP_MAX_QUERY_PARAMS) {
-        const char *amp = strchr(p, '&');
-        size_t len = amp != NULL ? (size_t)(amp - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        size_t klen = eq != NULL ? (size_t)(eq - p) : len;
-        if (klen > 0) {
-            char *key = xmalloc(klen + 1);
-            const char *vstart = eq != NULL ? eq + 1 : p + len;
-            size_t vlen = eq != NULL ? len - klen - 1 : 0;
-            char *value = xmalloc(vlen + 1);
-            if (http_percent_decode(p, klen, key, true) &&
-                http_percent_decode(vstart, vlen, value, true)) {
-                req->query[req->query_count].key = key;
-                req->query[req->query_count].value = value;
-                req->query_count++;
-            } else {
-                free(key);
-                free(value);
-            }
-        }
-        p += len;
-        if (*p == '&')
-            p++;
-    }
-}
-
 const char *http_request_query(const struct http_request *req, const char *name)
 {
     struct http_request *mut = (struct http_request *)req;
-    if (!mut->query_parsed)
-        parse_query(mut);
+    if (!mut->query_parsed) {
+        mut->query_parsed = true;
+        mut->query_count =
+            http_query_parse(mut->target.raw_query, mut->query, HTTP_MAX_QUERY_PARAMS);
+    }
     for (size_t i = 0; i < req->query_count; i++) {
         if (strcmp(req->query[i].key, name) == 0)
             return req->query[i].value;
