@@ -13,7 +13,7 @@ if [ ! -f build/build.ninja ]; then
   meson setup build --buildtype=release
 fi
 meson compile -C build
-mkdir -p var
+mkdir -p var/dict var/mail
 
 cmd=(build/petreld -c "$CONFIG")
 if [ "$(id -u)" -eq 0 ]; then
