@@ -242,6 +242,22 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
     return HTTP_PARSE_OK;
 }
 
+static void rebase(struct http_slice *s, const char *old_base, const char *new_base)
+{
+    if (s->ptr != NULL)
+        s->ptr = new_base + (s->ptr - old_base);
+}
+
+void http_head_rebase(struct http_head *head, const char *old_base, const char *new_base)
+{
+    rebase(&head->method_text, old_base, new_base);
+    rebase(&head->target, old_base, new_base);
+    for (size_t i = 0; i < head->header_count; i++) {
+        rebase(&head->headers[i].name, old_base, new_base);
+        rebase(&head->headers[i].value, old_base, new_base);
+    }
+}
+
 const struct http_header *http_head_find(const struct http_head *head, const char *name)
 {
     for (size_t i = 0; i < head->header_count; i++) {

@@ -64,6 +64,10 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
                                        size_t max_target, struct http_head *out, size_t *head_len,
                                        struct http_parse_error *err);
 
+/* Moves every slice of `head` from bytes at `old_base` to the same offsets
+ * in a copy at `new_base` (the caller copied the head there). */
+void http_head_rebase(struct http_head *head, const char *old_base, const char *new_base);
+
 /* Case-insensitive header lookup; the first match or NULL. */
 const struct http_header *http_head_find(const struct http_head *head, const char *name);
 const char *http_method_name(enum http_method method);

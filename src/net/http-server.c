@@ -103,6 +103,7 @@ struct http_server {
     size_t max_connections;
     bool token_enabled;
     unsigned char token_digest[32];
+    EVP_MD *sha256; /* fetched once: EVP_sha256() would make every digest fetch it */
     struct cidr_list allowed;
     SSL_CTX *tls;
     struct metric_family *request_seconds;
@@ -198,10 +199,10 @@ static const char *http_date(struct http_server *srv)
     return srv->date;
 }
 
-static void sha256(const void *data, size_t len, unsigned char out[32])
+static void sha256(const EVP_MD *md, const void *data, size_t len, unsigned char out[32])
 {
     unsigned int out_len = 32;
-    if (EVP_Digest(data, len, out, &out_len, EVP_sha256(), NULL) != 1)
+    if (EVP_Digest(data, len, out, &out_len, md, NULL) != 1)
         petrel_fatal("EVP_Digest failed");
 }
 
@@ -261,9 +262,12 @@ struct http_server *http_server_new(struct event_base *base,
     srv->stream_timeout_ms = opts->stream_timeout_ms > 0 ? opts->stream_timeout_ms : 300000;
     srv->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 60000;
     srv->max_connections = opts->max_connections != 0 ? opts->max_connections : 4096;
+    srv->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (srv->sha256 == NULL)
+        petrel_fatal("SHA256 is not available");
     if (opts->token != NULL && opts->token[0] != '\0') {
         srv->token_enabled = true;
-        sha256(opts->token, strlen(opts->token), srv->token_digest);
+        sha256(srv->sha256, opts->token, strlen(opts->token), srv->token_digest);
     }
     if (opts->allowed_nets != NULL && opts->allowed_nets->count > 0) {
         srv->allowed.count = opts->allowed_nets->count;
@@ -527,22 +531,29 @@ static void write_head(struct http_request *req, int status, const char *content
     bool close = !req->keep_alive || req->srv->stopping || req->conn->close_when_flushed;
     if (close)
         req->keep_alive = false;
-    evbuffer_add_printf(out, "HTTP/1.%d %d %s\r\nDate: %s\r\n", req->head.version_minor == 0 ? 0 : 1,
-                        status, status_text(status), http_date(req->srv));
-    if (content_type != NULL)
-        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+    /* One formatted block, one buffer append: this runs for every reply. */
+    char head[1024];
+    int n = snprintf(head, sizeof(head), "HTTP/1.%d %d %s\r\nDate: %s\r\n%s%s%s",
+                     req->head.version_minor == 0 ? 0 : 1, status, status_text(status),
+                     http_date(req->srv), content_type != NULL ? "Content-Type: " : "",
+                     content_type != NULL ? content_type : "", content_type != NULL ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(head))
+        petrel_fatal("response head too long");
+    size_t len = (size_t)n;
     if (content_length >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", content_length);
-    else if (req->chunked_out)
-        evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
-    if (extra != NULL)
-        evbuffer_add(out, extra, strlen(extra));
-    if (close)
-        evbuffer_add(out, "Connection: close\r\n\r\n", 21);
-    else if (req->head.version_minor == 0)
-        evbuffer_add(out, "Connection: keep-alive\r\n\r\n", 26);
+        n = snprintf(head + len, sizeof(head) - len, "Content-Length: %lld\r\n", content_length);
     else
-        evbuffer_add(out, "\r\n", 2);
+        n = snprintf(head + len, sizeof(head) - len, "%s",
+                     req->chunked_out ? "Transfer-Encoding: chunked\r\n" : "");
+    len += (size_t)n;
+    const char *ending = close                             ? "Connection: close\r\n\r\n"
+                         : req->head.version_minor == 0 ? "Connection: keep-alive\r\n\r\n"
+                                                         : "\r\n";
+    n = snprintf(head + len, sizeof(head) - len, "%s%s", extra != NULL ? extra : "", ending);
+    if (n < 0 || (size_t)n >= sizeof(head) - len)
+        petrel_fatal("response head too long");
+    len += (size_t)n;
+    evbuffer_add(out, head, len);
 }
 
 static void reply_full(struct http_request *req, int status, const char *content_type,
@@ -770,7 +781,7 @@ static bool authorized(struct http_server *srv, struct http_request *req)
         len--;
     }
     unsigned char digest[32];
-    sha256(tok, len, digest);
+    sha256(srv->sha256, tok, len, digest);
     /* Digests have a fixed length, so the comparison time says nothing about the token. */
     return CRYPTO_memcmp(digest, srv->token_digest, sizeof(digest)) == 0;
 }
@@ -879,10 +890,11 @@ static void conn_read_head(struct http_conn *conn)
     req->conn = conn;
     conn->req = req;
     buf_append(&req->head_bytes, data, head_len);
+    /* Keep the parse, pointing its slices at our own copy of the bytes so
+     * they live as long as the request. */
+    req->head = head;
+    http_head_rebase(&req->head, data, req->head_bytes.data);
     evbuffer_drain(in, head_len);
-    /* Re-parse over our own copy so header slices live as long as the request. */
-    http_parse_head(req->head_bytes.data, req->head_bytes.len, HTTP_MAX_HEAD, HTTP_MAX_TARGET,
-                    &req->head, &head_len, &perr);
     req->method = req->head.method;
     req->head_only = req->method == HTTP_HEAD;
     req->keep_alive = req->head.keep_alive;
@@ -1157,6 +1169,7 @@ void http_server_free(struct http_server *srv)
         srv->cleanups[i - 1].fn(srv->cleanups[i - 1].ctx);
     free(srv->cleanups);
     cidr_list_free(&srv->allowed);
+    EVP_MD_free(srv->sha256);
     if (srv->tls != NULL)
         SSL_CTX_free(srv->tls);
     free(srv->name);
