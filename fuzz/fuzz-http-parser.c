@@ -97,6 +97,20 @@ static void check_head(const char *p, size_t len, const struct http_head *h, siz
         free(out);
     }
 
+    /* Rebasing onto a copy (what the server does) keeps every slice's bytes. */
+    if (head_len > 0) {
+        char *copy = malloc(head_len);
+        memcpy(copy, p, head_len);
+        struct http_head moved = *h;
+        http_head_rebase(&moved, p, copy);
+        assert(moved.target.len == h->target.len &&
+               memcmp(moved.target.ptr, h->target.ptr, h->target.len) == 0);
+        for (size_t i = 0; i < moved.header_count; i++)
+            assert(memcmp(moved.headers[i].value.ptr, h->headers[i].value.ptr,
+                          h->headers[i].value.len) == 0);
+        free(copy);
+    }
+
     /* Routing split (path, segments, query) exactly as the server does it. */
     struct http_target target;
     if (http_target_parse(h->target.ptr, h->target.len, &target)) {
