@@ -61,6 +61,7 @@ dict_of() {
     fuzz-http-parser) echo "$ROOT/fuzz/dict/http.dict" ;;
     fuzz-cidr) echo "$ROOT/fuzz/dict/cidr.dict" ;;
     fuzz-dict-request) echo "$ROOT/fuzz/dict/json.dict" ;;
+    fuzz-dict-file) echo "$ROOT/fuzz/dict/dict-file.dict" ;;
     fuzz-uidlist) echo "$ROOT/fuzz/dict/uidlist.dict" ;;
     fuzz-subscriptions) echo "$ROOT/fuzz/dict/subscriptions.dict" ;;
     fuzz-maildir-filename) echo "$ROOT/fuzz/dict/maildir-filename.dict" ;;
