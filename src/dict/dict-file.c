@@ -206,12 +206,6 @@ static void set_u32(char *p, uint32_t v)
 
 /* ---------- in-memory state ---------- */
 
-struct file_entry {
-    char *value;
-    size_t len;
-    int64_t expires_at; /* 0 = never */
-};
-
 struct file_dict {
     const struct file_config *cfg;
     const char *name;
@@ -233,12 +227,12 @@ struct file_dict {
 
 static void entry_free(void *p)
 {
-    struct file_entry *e = p;
+    struct dict_mem_entry *e = p;
     free(e->value);
     free(e);
 }
 
-static bool expired(const struct file_entry *e, int64_t now)
+static bool expired(const struct dict_mem_entry *e, int64_t now)
 {
     return e->expires_at != 0 && e->expires_at <= now;
 }
@@ -289,7 +283,7 @@ static bool payload_valid(const unsigned char *p, size_t len)
 
 static void map_remove(struct smap *map, uint64_t *live, const char *key)
 {
-    struct file_entry *old = smap_remove(map, key);
+    struct dict_mem_entry *old = smap_remove(map, key);
     if (old != NULL) {
         *live -= entry_cost(strlen(key), old->len);
         entry_free(old);
@@ -324,14 +318,14 @@ static void payload_apply(struct smap *map, uint64_t *live, const unsigned char 
             pos += vlen;
             continue;
         }
-        struct file_entry *e = xcalloc(1, sizeof(*e));
+        struct dict_mem_entry *e = xcalloc(1, sizeof(*e));
         e->value = xmalloc((size_t)vlen + 1);
         memcpy(e->value, p + pos, vlen);
         e->value[vlen] = '\0';
         e->len = vlen;
         e->expires_at = expires_at;
         pos += vlen;
-        struct file_entry *old = smap_put(map, key.data, e);
+        struct dict_mem_entry *old = smap_put(map, key.data, e);
         if (old != NULL) {
             *live -= entry_cost(klen, old->len);
             entry_free(old);
@@ -841,7 +835,7 @@ static int write_snapshot(struct file_dict *d, const struct smap *map, uint64_t 
     char *last = NULL;
     bool ok = true;
     for (;;) {
-        struct file_entry *e = map != NULL ? smap_seek(map, from, strict, &key) : NULL;
+        struct dict_mem_entry *e = map != NULL ? smap_seek(map, from, strict, &key) : NULL;
         if (e != NULL && !expired(e, now)) {
             payload_put(&rec, &count, key, e->value, e->len, e->expires_at);
         }
@@ -1036,7 +1030,7 @@ static void file_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, 
         cb(&r, ctx);
         return;
     }
-    struct file_entry *e = smap_get(d->map, key);
+    struct dict_mem_entry *e = smap_get(d->map, key);
     struct dict_value v;
     if (e != NULL && !expired(e, dict_now())) {
         v.data = e->value;
@@ -1052,19 +1046,15 @@ static void file_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, 
 
 struct file_iterate {
     struct dict_iterate head;
-    char *last_key; /* NULL before the first row */
-    bool started;
-    bool buffered;
     bool failed;
-    struct dict_row_buffer buffer;
-    struct dict_value current;
+    struct dict_map_cursor cursor;
 };
 
 static struct dict_iterate *file_iterate_init(struct dict *dict, const char *prefix, unsigned flags)
 {
     struct file_iterate *it = xcalloc(1, sizeof(*it));
     dict_iterate_head_init(&it->head, dict, prefix, flags);
-    it->buffered = (flags & DICT_ITER_SORT_BY_VALUE) != 0;
+    dict_map_cursor_init(&it->cursor, flags);
     struct petrel_error err;
     petrel_error_clear(&err);
     if (!sync_for_read(dict->driver_data, &err)) {
@@ -1074,65 +1064,19 @@ static struct dict_iterate *file_iterate_init(struct dict *dict, const char *pre
     return &it->head;
 }
 
-/* The next live entry after the iterator's position, by key order. */
-static bool step(struct file_iterate *it, const char **key, struct file_entry **entry)
-{
-    struct file_dict *d = it->head.dict->driver_data;
-    int64_t now = dict_now();
-    size_t plen = strlen(it->head.prefix);
-    const char *from = it->started ? it->last_key : it->head.prefix;
-    bool strict = it->started;
-    for (;;) {
-        const char *k = NULL;
-        struct file_entry *e = smap_seek(d->map, from, strict, &k);
-        if (e == NULL || strncmp(k, it->head.prefix, plen) != 0)
-            return false;
-        free(it->last_key);
-        it->last_key = xstrdup(k);
-        it->started = true;
-        from = it->last_key;
-        strict = true;
-        if (expired(e, now) || !dict_iter_key_wanted(it->head.prefix, k, it->head.flags))
-            continue;
-        *key = k;
-        *entry = e;
-        return true;
-    }
-}
-
 static enum dict_iter_status file_iterate_next(struct dict_iterate *head, struct dict_row *row)
 {
     struct file_iterate *it = (struct file_iterate *)head;
-    const char *key;
-    struct file_entry *e;
     if (it->failed)
         return DICT_ITER_ERROR;
-    if (it->buffered) {
-        if (!it->started) {
-            while (step(it, &key, &e)) {
-                struct dict_value v = {e->value, e->len};
-                dict_row_buffer_add(&it->buffer, key, &v, 1);
-            }
-            it->started = true;
-            dict_row_buffer_sort(&it->buffer, head->flags);
-        }
-        return dict_row_buffer_next(&it->buffer, row) ? DICT_ITER_ROW : DICT_ITER_DONE;
-    }
-    if (!step(it, &key, &e))
-        return DICT_ITER_DONE;
-    it->current.data = e->value;
-    it->current.len = e->len;
-    row->key = key;
-    row->values = &it->current;
-    row->value_count = 1;
-    return DICT_ITER_ROW;
+    struct file_dict *d = head->dict->driver_data;
+    return dict_map_cursor_next(&it->cursor, d->map, head->prefix, head->flags, row);
 }
 
 static void file_iterate_deinit(struct dict_iterate *head)
 {
     struct file_iterate *it = (struct file_iterate *)head;
-    free(it->last_key);
-    dict_row_buffer_free(&it->buffer);
+    dict_map_cursor_free(&it->cursor);
     free(it);
 }
 
@@ -1241,7 +1185,7 @@ static enum dict_commit_result resolve(struct file_dict *d, const struct dict_tx
                 keep_expiry = prior->expires_at;
             }
         } else {
-            struct file_entry *e = smap_get(d->map, op->key);
+            struct dict_mem_entry *e = smap_get(d->map, op->key);
             if (e != NULL && !expired(e, now)) {
                 value = e->value;
                 len = e->len;
@@ -1370,7 +1314,7 @@ static void file_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
     char *from = xstrdup("");
     bool strict = false;
     for (;;) {
-        struct file_entry *e = smap_seek(d->map, from, strict, &key);
+        struct dict_mem_entry *e = smap_seek(d->map, from, strict, &key);
         char *k = e != NULL ? xstrdup(key) : NULL;
         if (e != NULL && expired(e, now))
             payload_del(&rec, &n, k);

@@ -13,23 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct memory_entry {
-    char *value;
-    size_t len;
-    int64_t expires_at; /* 0 = never */
-};
-
 struct memory_dict {
     struct smap *map;
 };
 
 struct memory_iterate {
     struct dict_iterate head;
-    char *last_key; /* NULL before the first row */
-    bool started;
-    bool buffered;
-    struct dict_row_buffer buffer;
-    struct dict_value current;
+    struct dict_map_cursor cursor;
 };
 
 static void *memory_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
@@ -49,7 +39,7 @@ static void memory_config_free(void *config)
 
 static void entry_free(void *p)
 {
-    struct memory_entry *e = p;
+    struct dict_mem_entry *e = p;
     free(e->value);
     free(e);
 }
@@ -71,7 +61,7 @@ static void memory_close(struct dict *dict)
     dict->driver_data = NULL;
 }
 
-static bool expired(const struct memory_entry *e, int64_t now)
+static bool expired(const struct dict_mem_entry *e, int64_t now)
 {
     return e->expires_at != 0 && e->expires_at <= now;
 }
@@ -79,7 +69,7 @@ static bool expired(const struct memory_entry *e, int64_t now)
 static void memory_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx)
 {
     struct memory_dict *md = dict->driver_data;
-    struct memory_entry *e = smap_get(md->map, key);
+    struct dict_mem_entry *e = smap_get(md->map, key);
     struct dict_lookup_result r = {.ret = 0};
     struct dict_value v;
     if (e != NULL && !expired(e, dict_now())) {
@@ -97,66 +87,21 @@ static struct dict_iterate *memory_iterate_init(struct dict *dict, const char *p
 {
     struct memory_iterate *it = xcalloc(1, sizeof(*it));
     dict_iterate_head_init(&it->head, dict, prefix, flags);
-    it->buffered = (flags & DICT_ITER_SORT_BY_VALUE) != 0;
+    dict_map_cursor_init(&it->cursor, flags);
     return &it->head;
-}
-
-/* The next live entry after the iterator's position, by key order. */
-static bool step(struct memory_iterate *it, const char **key, struct memory_entry **entry)
-{
-    struct memory_dict *md = it->head.dict->driver_data;
-    int64_t now = dict_now();
-    const char *from = it->started ? it->last_key : it->head.prefix;
-    bool strict = it->started;
-    for (;;) {
-        const char *k = NULL;
-        struct memory_entry *e = smap_seek(md->map, from, strict, &k);
-        if (e == NULL || strncmp(k, it->head.prefix, strlen(it->head.prefix)) != 0)
-            return false;
-        free(it->last_key);
-        it->last_key = xstrdup(k);
-        it->started = true;
-        from = it->last_key;
-        strict = true;
-        if (expired(e, now) || !dict_iter_key_wanted(it->head.prefix, k, it->head.flags))
-            continue;
-        *key = k;
-        *entry = e;
-        return true;
-    }
 }
 
 static enum dict_iter_status memory_iterate_next(struct dict_iterate *head, struct dict_row *row)
 {
     struct memory_iterate *it = (struct memory_iterate *)head;
-    const char *key;
-    struct memory_entry *e;
-    if (it->buffered) {
-        if (!it->started) {
-            while (step(it, &key, &e)) {
-                struct dict_value v = {e->value, e->len};
-                dict_row_buffer_add(&it->buffer, key, &v, 1);
-            }
-            it->started = true;
-            dict_row_buffer_sort(&it->buffer, head->flags);
-        }
-        return dict_row_buffer_next(&it->buffer, row) ? DICT_ITER_ROW : DICT_ITER_DONE;
-    }
-    if (!step(it, &key, &e))
-        return DICT_ITER_DONE;
-    it->current.data = e->value;
-    it->current.len = e->len;
-    row->key = key;
-    row->values = &it->current;
-    row->value_count = 1;
-    return DICT_ITER_ROW;
+    struct memory_dict *md = head->dict->driver_data;
+    return dict_map_cursor_next(&it->cursor, md->map, head->prefix, head->flags, row);
 }
 
 static void memory_iterate_deinit(struct dict_iterate *head)
 {
     struct memory_iterate *it = (struct memory_iterate *)head;
-    free(it->last_key);
-    dict_row_buffer_free(&it->buffer);
+    dict_map_cursor_free(&it->cursor);
     free(it);
 }
 
@@ -185,7 +130,7 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
                 value = prior->value;
                 len = prior->value_len;
             } else if (prior == NULL) {
-                struct memory_entry *e = smap_get(md->map, op->key);
+                struct dict_mem_entry *e = smap_get(md->map, op->key);
                 if (e != NULL && !expired(e, now)) {
                     value = e->value;
                     len = e->len;
@@ -207,21 +152,21 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
     for (size_t i = 0; i < count; i++) {
         const struct dict_tx_op *op = &ops[i];
         if (op->kind == DICT_OP_SET) {
-            struct memory_entry *e = xcalloc(1, sizeof(*e));
+            struct dict_mem_entry *e = xcalloc(1, sizeof(*e));
             e->value = xmalloc(op->value_len + 1);
             memcpy(e->value, op->value, op->value_len);
             e->value[op->value_len] = '\0';
             e->len = op->value_len;
             e->expires_at = expire_secs > 0 ? now + expire_secs : 0;
-            struct memory_entry *old = smap_put(md->map, op->key, e);
+            struct dict_mem_entry *old = smap_put(md->map, op->key, e);
             if (old != NULL)
                 entry_free(old);
         } else if (op->kind == DICT_OP_UNSET) {
-            struct memory_entry *old = smap_remove(md->map, op->key);
+            struct dict_mem_entry *old = smap_remove(md->map, op->key);
             if (old != NULL)
                 entry_free(old);
         } else {
-            struct memory_entry *e = smap_get(md->map, op->key);
+            struct dict_mem_entry *e = smap_get(md->map, op->key);
             int64_t v;
             if (e == NULL || expired(e, now) || !dict_parse_counter(e->value, e->len, &v)) {
                 result = DICT_COMMIT_NOT_FOUND;
@@ -245,7 +190,7 @@ static void memory_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
     char *from = xstrdup("");
     bool strict = false;
     for (;;) {
-        struct memory_entry *e = smap_seek(md->map, from, strict, &key);
+        struct dict_mem_entry *e = smap_seek(md->map, from, strict, &key);
         if (e == NULL)
             break;
         char *k = xstrdup(key);

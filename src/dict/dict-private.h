@@ -67,7 +67,7 @@ struct dict {
 struct dict_iterate {
     struct dict *dict;
     unsigned flags;
-    char *prefix;  /* storage prefix */
+    char *prefix;   /* storage prefix */
     char *username; /* set for priv/ paths: stripped from returned keys */
     char *error;    /* set by the driver on DICT_ITER_ERROR */
     void (*async_cb)(void *ctx);
@@ -97,8 +97,8 @@ struct dict_row_buffer {
     size_t cap;
     size_t next;
 };
-void dict_row_buffer_add(struct dict_row_buffer *b, const char *key, const struct dict_value *values,
-                         size_t value_count);
+void dict_row_buffer_add(struct dict_row_buffer *b, const char *key,
+                         const struct dict_value *values, size_t value_count);
 /* Sorts by key or by first value, per the flags (no-op without SORT_*). */
 void dict_row_buffer_sort(struct dict_row_buffer *b, unsigned flags);
 /* Fills *row with the next buffered row; false at the end. */
@@ -108,6 +108,33 @@ void dict_row_buffer_free(struct dict_row_buffer *b);
 /* Counters (atomic-inc) are stored as decimal text, as Dovecot does:
  * parses one strictly (no spaces, no trailing bytes, 64-bit range). */
 bool dict_parse_counter(const char *value, size_t len, int64_t *out);
+
+/* An entry of the drivers that keep the whole dict in a sorted map
+ * (memory, file): the value and its expiry (0 = never). */
+struct dict_mem_entry {
+    char *value;
+    size_t len;
+    int64_t expires_at;
+};
+
+/* Walks a sorted map of struct dict_mem_entry for one iteration: by key
+ * order from the prefix, remembering the last key so writes between steps
+ * are harmless; expired entries and keys the flags exclude are skipped;
+ * SortByValue buffers the matching rows. */
+struct dict_map_cursor {
+    char *last_key;
+    bool started;
+    bool buffered;
+    struct dict_row_buffer buffer;
+    struct dict_value current;
+};
+struct smap;
+void dict_map_cursor_init(struct dict_map_cursor *c, unsigned flags);
+/* ROW or DONE; the row is valid until the next call. */
+enum dict_iter_status dict_map_cursor_next(struct dict_map_cursor *c, const struct smap *map,
+                                           const char *prefix, unsigned flags,
+                                           struct dict_row *row);
+void dict_map_cursor_free(struct dict_map_cursor *c);
 
 /* Seconds since the epoch, for TTL bookkeeping. */
 int64_t dict_now(void);

@@ -1,6 +1,7 @@
 #include "dict/dict-private.h"
 
 #include "core/log.h"
+#include "core/sorted-map.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -16,11 +17,8 @@
 
 /* Every registered driver, in name order (the drivers endpoint lists them so). */
 static const struct dict_driver_ops *const drivers[] = {
-    &dict_driver_fail,
-    &dict_driver_file,
-    &dict_driver_kvstore,
-    &dict_driver_memory,
-    &dict_driver_sql,
+    &dict_driver_fail,   &dict_driver_file, &dict_driver_kvstore,
+    &dict_driver_memory, &dict_driver_sql,
 };
 #define DRIVER_COUNT (sizeof(drivers) / sizeof(drivers[0]))
 
@@ -271,8 +269,7 @@ bool dict_key_validate(const char *key, const struct dict_op_settings *set, bool
     if (strncmp(key, "priv/", 5) == 0) {
         if (set == NULL || set->username == NULL || set->username[0] == '\0')
             return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "priv/ %ss need op.username (the key belongs to a user)",
-                                    what);
+                                    "priv/ %ss need op.username (the key belongs to a user)", what);
         return valid_username(set->username, err);
     }
     return petrel_error_set(err, PETREL_ERR_INVALID, "%s must start with priv/ or shared/", what);
@@ -431,8 +428,8 @@ struct dict_buffered_row {
     size_t value_count;
 };
 
-void dict_row_buffer_add(struct dict_row_buffer *b, const char *key, const struct dict_value *values,
-                         size_t value_count)
+void dict_row_buffer_add(struct dict_row_buffer *b, const char *key,
+                         const struct dict_value *values, size_t value_count)
 {
     b->rows = xgrow(b->rows, &b->cap, b->count + 1, sizeof(*b->rows));
     struct dict_buffered_row *r = &b->rows[b->count++];
@@ -627,4 +624,71 @@ void dict_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
         return;
     }
     dict->ops->expire_scan(dict, cb, ctx);
+}
+
+/* ---------- sorted-map cursor (memory and file drivers) ---------- */
+
+void dict_map_cursor_init(struct dict_map_cursor *c, unsigned flags)
+{
+    memset(c, 0, sizeof(*c));
+    c->buffered = (flags & DICT_ITER_SORT_BY_VALUE) != 0;
+}
+
+/* The next live, wanted entry after the cursor's position. */
+static bool cursor_step(struct dict_map_cursor *c, const struct smap *map, const char *prefix,
+                        unsigned flags, const char **key, const struct dict_mem_entry **entry)
+{
+    int64_t now = dict_now();
+    size_t plen = strlen(prefix);
+    const char *from = c->started ? c->last_key : prefix;
+    bool strict = c->started;
+    for (;;) {
+        const char *k = NULL;
+        const struct dict_mem_entry *e = smap_seek(map, from, strict, &k);
+        if (e == NULL || strncmp(k, prefix, plen) != 0)
+            return false;
+        free(c->last_key);
+        c->last_key = xstrdup(k);
+        c->started = true;
+        from = c->last_key;
+        strict = true;
+        if ((e->expires_at != 0 && e->expires_at <= now) || !dict_iter_key_wanted(prefix, k, flags))
+            continue;
+        *key = k;
+        *entry = e;
+        return true;
+    }
+}
+
+enum dict_iter_status dict_map_cursor_next(struct dict_map_cursor *c, const struct smap *map,
+                                           const char *prefix, unsigned flags, struct dict_row *row)
+{
+    const char *key;
+    const struct dict_mem_entry *e;
+    if (c->buffered) {
+        if (!c->started) {
+            while (cursor_step(c, map, prefix, flags, &key, &e)) {
+                struct dict_value v = {e->value, e->len};
+                dict_row_buffer_add(&c->buffer, key, &v, 1);
+            }
+            c->started = true;
+            dict_row_buffer_sort(&c->buffer, flags);
+        }
+        return dict_row_buffer_next(&c->buffer, row) ? DICT_ITER_ROW : DICT_ITER_DONE;
+    }
+    if (!cursor_step(c, map, prefix, flags, &key, &e))
+        return DICT_ITER_DONE;
+    c->current.data = e->value;
+    c->current.len = e->len;
+    row->key = key;
+    row->values = &c->current;
+    row->value_count = 1;
+    return DICT_ITER_ROW;
+}
+
+void dict_map_cursor_free(struct dict_map_cursor *c)
+{
+    free(c->last_key);
+    dict_row_buffer_free(&c->buffer);
+    memset(c, 0, sizeof(*c));
 }
