@@ -112,6 +112,27 @@ fail:
     return false;
 }
 
+bool fs_pwrite_all(int fd, const void *data, size_t len, uint64_t offset)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return false;
+        }
+        if (n == 0) {
+            errno = EIO;
+            return false;
+        }
+        p += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return true;
+}
+
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -122,8 +143,8 @@ bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max) {
         close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "%s: larger than %zu bytes or unreadable",
-                                path, max);
+        return petrel_error_set(err, PETREL_ERR_IO, "%s: larger than %zu bytes or unreadable", path,
+                                max);
     }
     size_t size = (size_t)st.st_size;
     char *buf = xmalloc(size + 1);
@@ -149,8 +170,7 @@ static bool remove_at(int parent, const char *name, struct petrel_error *err)
     if (fd < 0) {
         if (errno == ENOTDIR || errno == ELOOP) {
             if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
-                return petrel_error_set(err, PETREL_ERR_IO, "unlink %s: %s", name,
-                                        strerror(errno));
+                return petrel_error_set(err, PETREL_ERR_IO, "unlink %s: %s", name, strerror(errno));
             return true;
         }
         if (errno == ENOENT)

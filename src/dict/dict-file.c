@@ -42,6 +42,7 @@
 
 #include "core/log.h"
 #include "core/sorted-map.h"
+#include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -381,27 +382,6 @@ static bool record_finish(struct buf *b, uint32_t count)
 }
 
 /* ---------- low-level I/O ---------- */
-
-static bool write_all(int fd, const void *data, size_t len, int64_t offset)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)offset);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return false;
-        }
-        if (n == 0) {
-            errno = EIO;
-            return false;
-        }
-        p += n;
-        len -= (size_t)n;
-        offset += n;
-    }
-    return true;
-}
 
 static bool sync_dir(const char *dir)
 {
@@ -850,7 +830,7 @@ static int write_snapshot(struct file_dict *d, const struct smap *map, uint64_t 
             count = 0;
         }
         if (out.len >= SNAPSHOT_CHUNK || (e == NULL && out.len > 0)) {
-            if (!write_all(fd, out.data, out.len, written)) {
+            if (!fs_pwrite_all(fd, out.data, out.len, (uint64_t)written)) {
                 ok = false;
                 break;
             }
@@ -1099,7 +1079,7 @@ static enum append_result append_record(struct file_dict *d, const struct buf *r
         }
         d->dir_sync_pending = false;
     }
-    if (!write_all(d->data_fd, rec->data, rec->len, d->offset)) {
+    if (!fs_pwrite_all(d->data_fd, rec->data, rec->len, (uint64_t)d->offset)) {
         int saved = errno;
         /* Take back a partial record so the next append does not follow it. */
         if (ftruncate(d->data_fd, (off_t)d->offset) != 0)

@@ -239,7 +239,7 @@ static void out_flush(struct out *o)
     if (o->len == 0 || o->failed)
         return;
     o->crc = fi_crc32c(o->crc, o->buf, o->len);
-    if (!fi_pwrite_all(o->fd, o->buf, o->len, o->off))
+    if (!fs_pwrite_all(o->fd, o->buf, o->len, o->off))
         o->failed = true;
     o->off += o->len;
     o->len = 0;
@@ -318,7 +318,7 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
     fi_put32(h + 104, strings_crc);
     fi_put64(h + 112, (uint64_t)time(NULL));
     fi_put32(h + 124, fi_crc32c(0, h, 124));
-    if (o.failed || !fi_pwrite_all(fd, h, sizeof(h), 0)) {
+    if (o.failed || !fs_pwrite_all(fd, h, sizeof(h), 0)) {
         fi_io_error(err, "cannot write", tmp);
         close(fd);
         unlink(tmp);

@@ -475,7 +475,7 @@ bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, 
         if (len > 0)
             memcpy(rec + CACHE_REC_HDR + flen, data, len);
         fi_put32(rec + 4, fi_crc32c(0, rec + 8, total - 8));
-        if (!fi_pwrite_all(c->fd, rec, total, c->scanned)) {
+        if (!fs_pwrite_all(c->fd, rec, total, c->scanned)) {
             ok = fi_io_error(err, "cannot append to", fi->cache_path);
             if (ftruncate(c->fd, (off_t)c->scanned) != 0) {
                 /* the next writer cuts it */
@@ -566,7 +566,7 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
         buf_append(&out, rec, total);
         stats->carried++;
         if (out.len >= SCAN_CHUNK) {
-            if (!fi_pwrite_all(fd, out.data, out.len, written))
+            if (!fs_pwrite_all(fd, out.data, out.len, written))
                 ok = fi_io_error(err, "cannot write", tmp);
             written += out.len;
             buf_reset(&out);
@@ -575,7 +575,7 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
     free(rec);
     free(offs);
     if (ok && out.len > 0) {
-        if (!fi_pwrite_all(fd, out.data, out.len, written))
+        if (!fs_pwrite_all(fd, out.data, out.len, written))
             ok = fi_io_error(err, "cannot write", tmp);
         written += out.len;
     }

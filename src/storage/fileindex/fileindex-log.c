@@ -403,7 +403,7 @@ bool fi_log_write_txn(struct fileindex *fi, int fd, uint64_t off, uint8_t *txn, 
     fi_put32(txn, (uint32_t)total);
     fi_put64(txn + 8, off);
     fi_put32(txn + 4, fi_crc32c(0, txn + 8, total - 8));
-    if (!fi_pwrite_all(fd, txn, total, off)) {
+    if (!fs_pwrite_all(fd, txn, total, off)) {
         /* Incomplete: no reader can take it for a transaction. */
         int saved = errno;
         if (ftruncate(fd, (off_t)off) != 0) {

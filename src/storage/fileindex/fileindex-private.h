@@ -18,6 +18,7 @@
 #define PETREL_STORAGE_FILEINDEX_PRIVATE_H
 
 #include "core/buf.h"
+#include "core/fs-util.h"
 #include "storage/fileindex/fileindex.h"
 
 #include <stdbool.h>
@@ -289,7 +290,6 @@ struct fileindex {
 /* ---------- fileindex-util.c ---------- */
 double fi_now(void);
 uint64_t fi_random64(void);
-bool fi_pwrite_all(int fd, const void *data, size_t len, uint64_t off);
 /* Reads up to len bytes at off; returns the count (short at EOF), -1 on error. */
 ssize_t fi_pread_all(int fd, void *data, size_t len, uint64_t off);
 void fi_file_id_from_stat(struct fi_file_id *id, const struct stat *st);

@@ -142,27 +142,6 @@ uint64_t fi_random64(void)
 
 /* ---------- I/O ---------- */
 
-bool fi_pwrite_all(int fd, const void *data, size_t len, uint64_t off)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return false;
-        }
-        if (n == 0) {
-            errno = EIO;
-            return false;
-        }
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return true;
-}
-
 ssize_t fi_pread_all(int fd, void *data, size_t len, uint64_t off)
 {
     char *p = data;
@@ -268,7 +247,7 @@ bool fi_replace_file(struct fileindex *fi, const char *path, const void *data, s
     int fd = fi_tmp_create(path, &tmp, err);
     if (fd < 0)
         return false;
-    if (!fi_pwrite_all(fd, data, len, 0)) {
+    if (!fs_pwrite_all(fd, data, len, 0)) {
         fi_io_error(err, "cannot write", tmp);
         close(fd);
         unlink(tmp);
