@@ -31,8 +31,15 @@ fi
 
 # Where each component listens, from the effective configuration.
 "${cmd[@]}" --check-config 2>/dev/null | awk '
-  /^[a-z_]+:/ { section = $1; sub(":", "", section) }
-  /^  listen:/ { gsub("\"", "", $2); printf "run-standalone: %-12s http://%s\n", section, $2 }'
-echo "run-standalone: data under $PWD/var/; petrelctl: build/petrelctl backend health; Ctrl-C stops"
+  function show(addr) {
+    gsub("\"", "", addr)
+    printf "run-standalone: %-12s %s%s\n", section, section == "auth" ? "" : "http://", addr
+  }
+  /^[a-z_]+:/ { section = $1; sub(":", "", section); in_list = 0 }
+  /^  listen: *$/ { in_list = 1; next }
+  /^  listen: / { show($2) }
+  in_list && /^    - / { show($2); in_list = 0 }'
+echo "run-standalone: data under $PWD/var/; try: build/petrelctl backend health," \
+     "build/petrelctl auth test demo (password demo); Ctrl-C stops"
 
 exec "${cmd[@]}"

@@ -7,7 +7,7 @@ PACKAGES=(
   libevent-dev libssl-dev libjansson-dev libyaml-dev libcmocka-dev
   libsqlite3-dev libpq-dev libhiredis-dev libcrypt-dev libargon2-dev
   libcurl4-openssl-dev
-  python3 python3-pytest openssl curl wrk
+  python3 python3-pytest openssl curl wrk whois apache2-utils argon2 swaks
   redis-server redis-tools postgresql prometheus dovecot-imapd
 )
 

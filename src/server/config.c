@@ -2,6 +2,7 @@
 
 #include "core/cfg-read.h"
 #include "core/xalloc.h"
+#include "core/yaml-print.h"
 #include "core/yaml-doc.h"
 #include "net/cidr.h"
 #include "net/sockaddr.h"
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const config_component_names[] = {"backend-api", NULL};
+const char *const config_component_names[] = {"backend-api", "auth", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -24,6 +25,7 @@ static void defaults(struct petrel_config *cfg)
     cfg->backend_api.stream_timeout_ms = 300000;
     cfg->backend_api.max_body_bytes = 1024 * 1024;
     cfg->backend_api.max_connections = 4096;
+    auth_config_defaults(&cfg->auth);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -49,6 +51,7 @@ void config_free(struct petrel_config *cfg)
     cfg_strv_free(cfg->backend_api.allowed_nets);
     free(cfg->backend_api.token_env);
     free(cfg->backend_api.auth_master_addr);
+    auth_config_free(&cfg->auth);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
@@ -235,6 +238,15 @@ static bool check_components(const struct cfg_ctx *ctx, const struct ynode *node
     return true;
 }
 
+static bool listed(char **list, const char *name)
+{
+    for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
+        if (strcmp(list[i], name) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* Environment overrides named in the specification. */
 static bool apply_env(const struct cfg_ctx *ctx, struct petrel_config *cfg)
 {
@@ -279,8 +291,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
                                        "user",         "group",            "allow_root",
                                        "shutdown_timeout", "telemetry",    "internal_tls",
-                                       "backend_api",  "dicts",            "mail",
-                                       NULL};
+                                       "backend_api",  "auth",             "dicts",
+                                       "mail",         NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -292,7 +304,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                          &cfg->shutdown_timeout_ms) ||
         !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
         !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
-        !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api))
+        !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api) ||
+        !auth_config_read(ctx, ynode_get(root, "auth"), listed(cfg->components, "auth"),
+                          &cfg->auth))
         return false;
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
@@ -345,127 +359,71 @@ bool config_has_component(const struct petrel_config *cfg, const char *component
     return false;
 }
 
-/* Writes `s` as a YAML double-quoted scalar, escaped so it reads back as the
- * same string. */
-static void put_str(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)(s != NULL ? s : ""); *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", out);
-        else if (*p == '\t')
-            fputs("\\t", out);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(out, "\\x%02x", *p);
-        else
-            fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
-/* A mapping key: bare when it is a plain word, quoted otherwise. */
-static void put_key(FILE *out, const char *key)
-{
-    bool bare = key[0] != '\0';
-    for (const char *p = key; *p != '\0' && bare; p++)
-        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-               (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.';
-    if (bare)
-        fputs(key, out);
-    else
-        put_str(out, key);
-}
-
-/* "<indent><key>: <quoted value>\n" */
-static void put_kv(FILE *out, const char *indent, const char *key, const char *value)
-{
-    fputs(indent, out);
-    put_key(out, key);
-    fputs(": ", out);
-    put_str(out, value);
-    fputc('\n', out);
-}
-
-static void print_list(FILE *out, const char *indent, const char *key, char **list)
-{
-    if (list == NULL || list[0] == NULL) {
-        fprintf(out, "%s%s: []\n", indent, key);
-        return;
-    }
-    fprintf(out, "%s%s:\n", indent, key);
-    for (size_t i = 0; list[i] != NULL; i++) {
-        fprintf(out, "%s  - ", indent);
-        put_str(out, list[i]);
-        fputc('\n', out);
-    }
-}
-
 void config_print(const struct petrel_config *cfg, FILE *out)
 {
     fputs("# effective configuration of ", out);
-    put_str(out, cfg->file);
+    yaml_put_str(out, cfg->file);
     fputc('\n', out);
-    print_list(out, "", "components", cfg->components);
+    yaml_put_list(out, "", "components", cfg->components);
     fprintf(out, "log_level: %s\n", log_level_name(cfg->log.base));
     fprintf(out, "log_level_overrides:%s\n", cfg->log.override_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->log.override_count; i++) {
         fputs("  ", out);
-        put_key(out, cfg->log.overrides[i].component);
+        yaml_put_key(out, cfg->log.overrides[i].component);
         fprintf(out, ": %s\n", log_level_name(cfg->log.overrides[i].level));
     }
-    put_kv(out, "", "user", cfg->user);
-    put_kv(out, "", "group", cfg->group);
+    yaml_put_kv(out, "", "user", cfg->user);
+    yaml_put_kv(out, "", "group", cfg->group);
     fprintf(out, "allow_root: %s\n", cfg->allow_root ? "true" : "false");
     fprintf(out, "shutdown_timeout: %lldms\n", (long long)cfg->shutdown_timeout_ms);
     fputs("telemetry:\n", out);
-    put_kv(out, "  ", "listen", cfg->telemetry.listen);
-    print_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);
+    yaml_put_kv(out, "  ", "listen", cfg->telemetry.listen);
+    yaml_put_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);
     fprintf(out, "  readiness_deadline: %lldms\n", (long long)cfg->telemetry.readiness_deadline_ms);
     fprintf(out, "  readiness_checks:%s\n", cfg->telemetry.check_count == 0 ? " []" : "");
     for (size_t i = 0; i < cfg->telemetry.check_count; i++) {
-        put_kv(out, "    - ", "name", cfg->telemetry.checks[i].name);
-        put_kv(out, "      ", "tcp", cfg->telemetry.checks[i].tcp);
+        yaml_put_kv(out, "    - ", "name", cfg->telemetry.checks[i].name);
+        yaml_put_kv(out, "      ", "tcp", cfg->telemetry.checks[i].tcp);
         fprintf(out, "      tls: %s\n", cfg->telemetry.checks[i].tls ? "true" : "false");
     }
     fprintf(out, "internal_tls:\n  enabled: %s\n", cfg->internal_tls.enabled ? "true" : "false");
-    put_kv(out, "  ", "cert_file", cfg->internal_tls.cert_file);
-    put_kv(out, "  ", "key_file", cfg->internal_tls.key_file);
-    put_kv(out, "  ", "ca_file", cfg->internal_tls.ca_file);
+    yaml_put_kv(out, "  ", "cert_file", cfg->internal_tls.cert_file);
+    yaml_put_kv(out, "  ", "key_file", cfg->internal_tls.key_file);
+    yaml_put_kv(out, "  ", "ca_file", cfg->internal_tls.ca_file);
     fprintf(out, "  require_client_cert: %s\n",
             cfg->internal_tls.require_client_cert ? "true" : "false");
     const struct backend_api_config *b = &cfg->backend_api;
     const char *token = getenv(b->token_env);
     fputs("backend_api:\n", out);
-    put_kv(out, "  ", "listen", b->listen);
-    print_list(out, "  ", "allowed_nets", b->allowed_nets);
+    yaml_put_kv(out, "  ", "listen", b->listen);
+    yaml_put_list(out, "  ", "allowed_nets", b->allowed_nets);
     /* Never the token itself: only whether it is set. */
     fprintf(out, "  # %s\n", token != NULL && *token != '\0' ? "token set" : "token unset: auth disabled");
-    put_kv(out, "  ", "token_env", b->token_env);
-    put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
+    yaml_put_kv(out, "  ", "token_env", b->token_env);
+    yaml_put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
     fprintf(out,
             "  request_timeout: %lldms\n  stream_timeout: %lldms\n  max_body_bytes: %lld\n"
             "  max_connections: %lld\n",
             (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
             (long long)b->max_body_bytes, (long long)b->max_connections);
+    auth_config_print(&cfg->auth, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
-    put_kv(out, "  ", "home", cfg->mail.home);
+    yaml_put_kv(out, "  ", "home", cfg->mail.home);
     fprintf(out, "  fsync: %s\n  special_use:%s\n", fsync_names[cfg->mail.fsync],
             cfg->mail.special_use_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)
-        put_kv(out, "    ", cfg->mail.special_use[i].folder, cfg->mail.special_use[i].attr);
+        yaml_put_kv(out, "    ", cfg->mail.special_use[i].folder, cfg->mail.special_use[i].attr);
     fputs("  namespaces:\n", out);
     for (size_t i = 0; i < cfg->mail.namespace_count; i++) {
         const struct namespace_config *ns = &cfg->mail.namespaces[i];
         char sep[2] = {ns->separator, '\0'};
         fprintf(out, "    # slug %s\n", ns->slug);
-        put_kv(out, "    - ", "name", ns->name);
+        yaml_put_kv(out, "    - ", "name", ns->name);
         fprintf(out, "      type: %s\n", namespace_type_name(ns->type));
-        put_kv(out, "      ", "prefix", ns->prefix);
-        put_kv(out, "      ", "separator", sep);
-        put_kv(out, "      ", "location", ns->location);
+        yaml_put_kv(out, "      ", "prefix", ns->prefix);
+        yaml_put_kv(out, "      ", "separator", sep);
+        yaml_put_kv(out, "      ", "location", ns->location);
         fprintf(out, "      subscriptions: %s\n", ns->subscriptions ? "true" : "false");
     }
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");

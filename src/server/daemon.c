@@ -7,6 +7,7 @@
 #include "net/tls.h"
 #include "server/config.h"
 #include "server/privileges.h"
+#include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
@@ -33,6 +34,7 @@ struct petrel_context {
     struct service_env env;
     struct telemetry *telemetry;
     struct backend_api *backend_api;
+    struct auth_service *auth;
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -49,6 +51,8 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += backend_api_in_flight(ctx->backend_api);
     if (ctx->telemetry != NULL)
         n += telemetry_in_flight(ctx->telemetry);
+    if (ctx->auth != NULL)
+        n += auth_service_in_flight(ctx->auth);
     return n;
 }
 
@@ -97,6 +101,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
     log_info(COMPONENT, "stopping", "signal=%s in_flight=%zu", signal_name, in_flight(ctx));
     if (ctx->backend_api != NULL)
         backend_api_stop_accepting(ctx->backend_api);
+    if (ctx->auth != NULL)
+        auth_service_stop_accepting(ctx->auth);
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -138,6 +144,11 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
     if (ctx->telemetry == NULL)
         return false;
+    if (config_has_component(ctx->config, "auth")) {
+        ctx->auth = auth_service_start(&ctx->env, &ctx->config->auth, err);
+        if (ctx->auth == NULL)
+            return false;
+    }
     if (config_has_component(ctx->config, "backend-api")) {
         ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
                                              ctx->config->dicts, ctx->storage, err);
@@ -157,6 +168,7 @@ static void context_free(struct petrel_context *ctx)
         ctx->config->dicts = NULL;
     }
     backend_api_free(ctx->backend_api);
+    auth_service_free(ctx->auth);
     mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
@@ -290,9 +302,10 @@ int daemon_run(const struct daemon_options *opts)
     evsignal_add(ctx.sig_hup, NULL);
 
     telemetry_start_refresh(ctx.telemetry);
-    log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s backend_api=%s",
+    log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s backend_api=%s auth=%s",
              PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
-             ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off");
+             ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
+             ctx.auth != NULL ? auth_service_address(ctx.auth) : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

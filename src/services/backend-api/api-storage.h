@@ -12,8 +12,11 @@
 #include <stdbool.h>
 #include <time.h>
 
+struct auth_client;
+
 struct storage_api {
     struct mail_storage *storage;
+    struct auth_client *auth; /* NULL without backend_api.auth_master_addr */
 };
 
 struct storage_request {

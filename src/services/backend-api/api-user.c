@@ -3,10 +3,56 @@
 #include "services/backend-api/backend-api.h"
 
 #include "core/json-util.h"
+#include "core/xalloc.h"
+#include "services/auth/auth-client.h"
 #include "storage/maildir/maildir-filename.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* A user/info or user/iterate request waiting for the auth service. */
+struct auth_call {
+    struct http_request *req; /* NULL once the HTTP side went away */
+    struct auth_client_request *areq;
+    json_t *reply; /* user/info: the reply without the userdb keys */
+};
+
+static void auth_call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
+{
+    (void)req;
+    (void)why;
+    struct auth_call *call = ctx;
+    auth_client_cancel(call->areq);
+    json_decref(call->reply);
+    free(call);
+}
+
+/* The HTTP request, detached from the cancel hook; frees the call. */
+static struct http_request *auth_call_finish(struct auth_call *call, json_t **reply)
+{
+    struct http_request *req = call->req;
+    http_request_set_cancel(req, NULL, NULL);
+    if (reply != NULL)
+        *reply = call->reply;
+    free(call);
+    return req;
+}
+
+static void info_userdb_done(const struct auth_client_reply *r, void *ctx)
+{
+    json_t *reply = NULL;
+    struct http_request *req = auth_call_finish(ctx, &reply);
+    if (r->status == AUTH_CLIENT_OK && r->userdb != NULL) {
+        json_object_set_new(reply, "userdb_status", json_string("ok"));
+        json_object_set_new(reply, "userdb", userdb_entry_to_json(r->userdb));
+    } else {
+        bool missing = r->status == AUTH_CLIENT_NOT_FOUND;
+        json_object_set_new(reply, "userdb_status", json_string(missing ? "not_found" : "error"));
+        json_object_set_new(reply, "userdb", json_null());
+    }
+    http_reply_json(req, 200, reply);
+}
 
 static void handle_info(struct http_request *req, void *ctx)
 {
@@ -29,18 +75,52 @@ static void handle_info(struct http_request *req, void *ctx)
                                         "location", ns->location, "exists", exists));
         buf_free(&root);
     }
-    http_reply_json(req, 200,
-                    json_pack("{s:s, s:s, s:o}", "username", mail_user_name(sr.user), "home",
-                              mail_user_home(sr.user), "namespaces", namespaces));
+    json_t *reply = json_pack("{s:s, s:s, s:o}", "username", mail_user_name(sr.user), "home",
+                              mail_user_home(sr.user), "namespaces", namespaces);
+    struct storage_api *api = ctx;
+    if (api->auth == NULL) {
+        http_reply_json(req, 200, reply);
+        storage_request_end(&sr);
+        return;
+    }
+    struct auth_call *call = xcalloc(1, sizeof(*call));
+    call->req = req;
+    call->reply = reply;
+    http_request_set_cancel(req, auth_call_cancel, call);
+    const char *username = mail_user_name(sr.user);
+    /* The callback may run before auth_client_user returns (a client that
+     * cannot connect answers at once), so `call` is set up first. */
+    call->areq = auth_client_user(api->auth, username, info_userdb_done, call);
     storage_request_end(&sr);
+}
+
+static void iterate_done(const struct auth_client_reply *r, void *ctx)
+{
+    struct http_request *req = auth_call_finish(ctx, NULL);
+    if (r->status != AUTH_CLIENT_OK) {
+        http_reply_error(req, 502, "auth service: %s",
+                         r->reason != NULL ? r->reason : "user iteration failed");
+        return;
+    }
+    json_t *users = json_array();
+    for (size_t i = 0; i < r->user_count; i++)
+        json_array_append_new(users, json_string(r->users[i]));
+    http_reply_json(req, 200, json_pack("{s:o}", "users", users));
 }
 
 static void handle_iterate(struct http_request *req, void *ctx)
 {
-    (void)ctx;
-    /* Listing users needs the auth side; the spec's answer without one. */
-    http_reply_error(req, 503,
-                     "user iteration needs the auth service (backend_api.auth_master_addr)");
+    struct storage_api *api = ctx;
+    if (api->auth == NULL) {
+        /* Listing users needs the auth side; the spec's answer without one. */
+        http_reply_error(req, 503,
+                         "user iteration needs the auth service (backend_api.auth_master_addr)");
+        return;
+    }
+    struct auth_call *call = xcalloc(1, sizeof(*call));
+    call->req = req;
+    http_request_set_cancel(req, auth_call_cancel, call);
+    call->areq = auth_client_iterate(api->auth, iterate_done, call);
 }
 
 struct usage_totals {

@@ -3,11 +3,14 @@
 #include "core/log.h"
 #include "services/backend-api/api-storage.h"
 #include "core/xalloc.h"
+#include "services/auth/auth-client.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define COMPONENT "backend-api"
+/* Bounds one user/info or user/iterate call to the auth service. */
+#define BACKEND_API_AUTH_TIMEOUT_MS 10000
 
 struct backend_api {
     struct http_server *http;
@@ -44,6 +47,14 @@ struct backend_api *backend_api_start(const struct service_env *env,
     backend_api_register_health(api->http, cfg);
     backend_api_register_dict(api->http, dicts, env->metrics);
     api->storage.storage = storage;
+    if (cfg->auth_master_addr != NULL && *cfg->auth_master_addr != '\0') {
+        api->storage.auth = auth_client_new(env->base, cfg->auth_master_addr,
+                                            BACKEND_API_AUTH_TIMEOUT_MS, err);
+        if (api->storage.auth == NULL) {
+            backend_api_free(api);
+            return NULL;
+        }
+    }
     backend_api_register_folder(api->http, &api->storage);
     backend_api_register_index(api->http, &api->storage);
     backend_api_register_subscriptions(api->http, &api->storage);
@@ -86,6 +97,9 @@ void backend_api_free(struct backend_api *api)
 {
     if (api == NULL)
         return;
+    /* Pending auth calls answer their HTTP requests (with an error) while
+     * the server still exists. */
+    auth_client_free(api->storage.auth);
     http_server_free(api->http);
     cidr_list_free(&api->allowed);
     free(api);

@@ -1,0 +1,220 @@
+/* The `auth:` configuration section. */
+#include "services/auth/auth-service.h"
+
+#include "core/xalloc.h"
+#include "core/yaml-print.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+#include "services/auth/auth-sasl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define AUTH_MAX_LISTEN 16
+
+static char **strv(const char *const *items)
+{
+    size_t n = 0;
+    while (items[n] != NULL)
+        n++;
+    char **v = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        v[i] = xstrdup(items[i]);
+    return v;
+}
+
+void auth_config_defaults(struct auth_config *cfg)
+{
+    static const char *const listen[] = {"127.0.0.1:10200", NULL};
+    static const char *const nets[] = {"127.0.0.0/8", "::1/128", NULL};
+    static const char *const mechs[] = {"PLAIN", "LOGIN", NULL};
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->listen = strv(listen);
+    cfg->allowed_nets = strv(nets);
+    cfg->socket_mode = 0666;
+    cfg->worker_threads = 0; /* one per CPU */
+    cfg->max_queue = 1024;
+    cfg->max_connections = 1024;
+    cfg->max_pending_per_connection = 256;
+    cfg->idle_timeout_ms = 0;
+    cfg->mechanisms = strv(mechs);
+    cfg->cache.max_bytes = 10 * 1024 * 1024;
+    cfg->cache.ttl_ms = 3600 * 1000;
+    cfg->cache.negative_ttl_ms = 60 * 1000;
+    cfg->penalty.failure_delay_ms = 2000;
+    cfg->penalty.max_delay_ms = 15000;
+    cfg->penalty.decay_ms = 300 * 1000;
+    cfg->penalty.max_tracked_ips = 100000;
+}
+
+void auth_config_free(struct auth_config *cfg)
+{
+    cfg_strv_free(cfg->listen);
+    cfg_strv_free(cfg->allowed_nets);
+    cfg_strv_free(cfg->mechanisms);
+    auth_db_config_free(&cfg->passdb);
+    auth_db_config_free(&cfg->userdb);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
+{
+    const struct ynode *list = ynode_get(map, key);
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list;
+}
+
+static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *node, char **listen)
+{
+    size_t n = 0;
+    for (; listen != NULL && listen[n] != NULL; n++) {
+        struct petrel_error e;
+        struct net_addr addr;
+        if (!net_addr_parse(listen[n], &addr, &e))
+            return cfg_fail(ctx, item_node(node, "listen", n), "auth.listen", "%s", e.message);
+    }
+    if (n == 0)
+        return cfg_fail(ctx, ynode_get(node, "listen"), "auth.listen", "needs an address");
+    return true;
+}
+
+static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *node, char **nets)
+{
+    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
+        struct petrel_error e;
+        struct cidr c;
+        if (!cidr_parse(nets[i], &c, &e))
+            return cfg_fail(ctx, item_node(node, "allowed_nets", i), "auth.allowed_nets", "%s",
+                            e.message);
+    }
+    return true;
+}
+
+static bool check_mechanisms(const struct cfg_ctx *ctx, const struct ynode *node, char **mechs)
+{
+    for (size_t i = 0; mechs != NULL && mechs[i] != NULL; i++) {
+        if (sasl_mech_parse(mechs[i]) == SASL_MECH_UNKNOWN)
+            return cfg_fail(ctx, item_node(node, "mechanisms", i), "auth.mechanisms",
+                            "unknown SASL mechanism '%s' (PLAIN, LOGIN)", mechs[i]);
+    }
+    return true;
+}
+
+static bool read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
+                             struct auth_config *cfg)
+{
+    char *text = NULL;
+    if (!cfg_string(ctx, node, "auth", "socket_mode", &text))
+        return false;
+    if (text == NULL)
+        return true;
+    char *end = NULL;
+    long mode = strtol(text, &end, 8);
+    bool ok = *text != '\0' && *end == '\0' && mode >= 0 && mode <= 0777;
+    free(text);
+    if (!ok)
+        return cfg_fail(ctx, ynode_get(node, "socket_mode"), "auth.socket_mode",
+                        "expected an octal mode such as \"0660\"");
+    cfg->socket_mode = mode;
+    return true;
+}
+
+static bool read_db(const struct cfg_ctx *ctx, const struct ynode *node, const char *key,
+                    bool is_passdb, struct auth_db_config *db)
+{
+    char path[32];
+    snprintf(path, sizeof(path), "auth.%s", key);
+    return auth_db_config_read(ctx, ynode_get(node, key), path, is_passdb, db);
+}
+
+bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
+                      struct auth_config *cfg)
+{
+    static const char *const keys[] = {
+        "listen",          "allowed_nets",   "socket_mode",
+        "worker_threads",  "max_queue",      "max_connections",
+        "max_pending_per_connection",        "idle_timeout",
+        "mechanisms",      "cache_size",     "cache_ttl",
+        "cache_negative_ttl", "failure_delay", "failure_delay_max",
+        "failure_decay",   "penalty_max_ips", "passdb",
+        "userdb",          NULL};
+    const char *p = "auth";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    int64_t cache_size = (int64_t)cfg->cache.max_bytes;
+    if (!cfg_string_list(ctx, node, p, "listen", AUTH_MAX_LISTEN, &cfg->listen, NULL) ||
+        !check_listen(ctx, node, cfg->listen) ||
+        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->allowed_nets, NULL) ||
+        !check_nets(ctx, node, cfg->allowed_nets) || !read_socket_mode(ctx, node, cfg) ||
+        !cfg_int(ctx, node, p, "worker_threads", 0, 64, &cfg->worker_threads) ||
+        !cfg_int(ctx, node, p, "max_queue", 1, 1000000, &cfg->max_queue) ||
+        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
+        !cfg_int(ctx, node, p, "max_pending_per_connection", 1, 100000,
+                 &cfg->max_pending_per_connection) ||
+        !cfg_duration_ms(ctx, node, p, "idle_timeout", 0, 86400000, &cfg->idle_timeout_ms) ||
+        !cfg_string_list(ctx, node, p, "mechanisms", 8, &cfg->mechanisms, NULL) ||
+        !check_mechanisms(ctx, node, cfg->mechanisms) ||
+        !cfg_int(ctx, node, p, "cache_size", 0, (int64_t)16 << 30, &cache_size) ||
+        !cfg_duration_ms(ctx, node, p, "cache_ttl", 0, 7 * 86400000LL, &cfg->cache.ttl_ms) ||
+        !cfg_duration_ms(ctx, node, p, "cache_negative_ttl", 0, 7 * 86400000LL,
+                         &cfg->cache.negative_ttl_ms) ||
+        !cfg_duration_ms(ctx, node, p, "failure_delay", 0, 60000,
+                         &cfg->penalty.failure_delay_ms) ||
+        !cfg_duration_ms(ctx, node, p, "failure_delay_max", 0, 600000,
+                         &cfg->penalty.max_delay_ms) ||
+        !cfg_duration_ms(ctx, node, p, "failure_decay", 1000, 86400000,
+                         &cfg->penalty.decay_ms) ||
+        !cfg_int(ctx, node, p, "penalty_max_ips", 1, 100000000, &cfg->penalty.max_tracked_ips))
+        return false;
+    cfg->cache.max_bytes = (size_t)cache_size;
+    if (cfg->penalty.max_delay_ms < cfg->penalty.failure_delay_ms)
+        return cfg_fail(ctx, ynode_get(node, "failure_delay_max"), "auth.failure_delay_max",
+                        "must not be below failure_delay");
+    const struct ynode *passdb = ynode_get(node, "passdb");
+    if (passdb == NULL) {
+        if (required)
+            return cfg_fail(ctx, node, p, "the auth component needs a passdb");
+    } else {
+        if (!read_db(ctx, node, "passdb", true, &cfg->passdb))
+            return false;
+        cfg->has_passdb = true;
+    }
+    if (ynode_get(node, "userdb") != NULL) {
+        if (!read_db(ctx, node, "userdb", false, &cfg->userdb))
+            return false;
+        cfg->has_userdb = true;
+    }
+    return true;
+}
+
+void auth_config_print(const struct auth_config *cfg, FILE *out)
+{
+    fputs("auth:\n", out);
+    yaml_put_list(out, "  ", "listen", cfg->listen);
+    yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
+    fprintf(out, "  socket_mode: \"%04llo\"\n", (unsigned long long)cfg->socket_mode);
+    fprintf(out,
+            "  worker_threads: %lld\n  max_queue: %lld\n  max_connections: %lld\n"
+            "  max_pending_per_connection: %lld\n  idle_timeout: %lldms\n",
+            (long long)cfg->worker_threads, (long long)cfg->max_queue,
+            (long long)cfg->max_connections, (long long)cfg->max_pending_per_connection,
+            (long long)cfg->idle_timeout_ms);
+    yaml_put_list(out, "  ", "mechanisms", cfg->mechanisms);
+    fprintf(out,
+            "  cache_size: %zu\n  cache_ttl: %lldms\n  cache_negative_ttl: %lldms\n"
+            "  failure_delay: %lldms\n  failure_delay_max: %lldms\n  failure_decay: %lldms\n"
+            "  penalty_max_ips: %lld\n",
+            cfg->cache.max_bytes, (long long)cfg->cache.ttl_ms,
+            (long long)cfg->cache.negative_ttl_ms, (long long)cfg->penalty.failure_delay_ms,
+            (long long)cfg->penalty.max_delay_ms, (long long)cfg->penalty.decay_ms,
+            (long long)cfg->penalty.max_tracked_ips);
+    if (cfg->has_passdb) {
+        fputs("  passdb:\n", out);
+        auth_db_config_print(&cfg->passdb, "    ", out);
+    }
+    if (cfg->has_userdb) {
+        fputs("  userdb:\n", out);
+        auth_db_config_print(&cfg->userdb, "    ", out);
+    }
+}

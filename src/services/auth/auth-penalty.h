@@ -1,0 +1,41 @@
+/* Failed-login protection: failures are counted per client IP and every
+ * later attempt from that IP waits before it is processed, the wait
+ * doubling per failure up to a cap; counts decay after a quiet period.
+ * Where the counts live is pluggable: this module keeps them in the
+ * process (auth_penalty_local_store); the warden (a separate component)
+ * provides a store shared by every auth instance through the same hooks. */
+#ifndef PETREL_SERVICES_AUTH_PENALTY_H
+#define PETREL_SERVICES_AUTH_PENALTY_H
+
+#include <stdint.h>
+
+struct auth_penalty_config {
+    int64_t failure_delay_ms; /* reply delay of a failed attempt, and the first step */
+    int64_t max_delay_ms;     /* cap of the wait before an attempt */
+    int64_t decay_ms;         /* a quiet IP's count resets after this */
+    int64_t max_tracked_ips;  /* local store size; the oldest entry goes first */
+};
+
+typedef void auth_penalty_get_cb(unsigned failures, void *ctx);
+
+/* A failure-count store. `get` may answer later (a remote store) or at
+ * once; it must call `cb` exactly once. */
+struct auth_penalty_store_ops {
+    void (*get)(void *store, const char *ip, int64_t now_ms, auth_penalty_get_cb *cb, void *ctx);
+    void (*inc)(void *store, const char *ip, int64_t now_ms);
+    void (*free)(void *store);
+};
+
+struct auth_penalty_store {
+    const struct auth_penalty_store_ops *ops;
+    void *store;
+};
+
+/* The in-process store. */
+struct auth_penalty_store auth_penalty_local_store(const struct auth_penalty_config *cfg);
+
+/* How long an attempt from an IP with `failures` earlier failures waits:
+ * 0 for none, then failure_delay * 2^(failures-1), capped at max_delay. */
+int64_t auth_penalty_delay_ms(const struct auth_penalty_config *cfg, unsigned failures);
+
+#endif

@@ -1,0 +1,327 @@
+/* The auth line protocol's framing (docs/auth-protocol.md): splitting and
+ * unescaping a received line in place, escaping fields on the way out,
+ * parameter lookup, request ids, and userdb fields as parameters.
+ *
+ * Escaping is the smallest set that lets a field hold any byte but NUL:
+ * backslash, TAB (the separator), LF (the terminator) and CR (so a line
+ * never ends in CR on the wire, which line-oriented tools strip). Any other
+ * byte, control characters and non-UTF-8 included, travels as itself.
+ *
+ * Reading userdb parameters is stricter than writing them: the reader is
+ * the client side, and a bad value there must not turn into a half-filled
+ * userdb entry. The writer writes what the entry holds; the one thing it
+ * cannot express, an extra field whose key is empty or contains '=', is
+ * left out (the reader splits `extra=<key>=<value>` at the first '='). */
+#include "services/auth/auth-protocol.h"
+
+#include "core/xalloc.h"
+#include "net/cidr.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- parsing ---------- */
+
+bool auth_line_parse(char *line, size_t len, struct auth_line *out, struct petrel_error *err)
+{
+    out->count = 0;
+    if (len == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
+    if (len > AUTH_LINE_MAX)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %d bytes",
+                                AUTH_LINE_MAX);
+    /* Unescaping only ever shortens a field, so the write position never
+     * overtakes the read position and the split can happen in place. The
+     * last field's terminator goes to line[len], where the LF was. */
+    size_t w = 0;
+    out->fields[out->count++] = line;
+    for (size_t r = 0; r < len; r++) {
+        char c = line[r];
+        if (c == '\0')
+            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
+        if (c == '\t') {
+            if (out->count == AUTH_MAX_FIELDS)
+                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
+                                        AUTH_MAX_FIELDS);
+            line[w++] = '\0';
+            out->fields[out->count++] = line + w;
+            continue;
+        }
+        if (c != '\\') {
+            line[w++] = c;
+            continue;
+        }
+        if (r + 1 == len)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
+        char e = line[++r];
+        switch (e) {
+        case '\\':
+            line[w++] = '\\';
+            break;
+        case 't':
+            line[w++] = '\t';
+            break;
+        case 'n':
+            line[w++] = '\n';
+            break;
+        case 'r':
+            line[w++] = '\r';
+            break;
+        case '0':
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "escaped NUL at offset %zu (fields cannot hold NUL)", r - 1);
+        case '\0':
+            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
+        default:
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
+                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
+        }
+    }
+    line[w] = '\0';
+    return true;
+}
+
+/* ---------- writing ---------- */
+
+static void append_escaped(struct buf *out, const char *s)
+{
+    const char *run = s;
+    for (const char *p = s; *p != '\0'; p++) {
+        const char *esc;
+        switch (*p) {
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        default:
+            continue;
+        }
+        buf_append(out, run, (size_t)(p - run));
+        buf_append(out, esc, 2);
+        run = p + 1;
+    }
+    buf_append_str(out, run);
+}
+
+/* An empty first field leaves `out` empty, so the next field gets no
+ * separator before it: lines start with a verb, which is never empty. */
+static void start_field(struct buf *out)
+{
+    if (out->len > 0 && out->data[out->len - 1] != '\n')
+        buf_append_char(out, '\t');
+}
+
+void auth_line_add(struct buf *out, const char *field)
+{
+    start_field(out);
+    append_escaped(out, field);
+}
+
+void auth_line_add_param(struct buf *out, const char *key, const char *value)
+{
+    start_field(out);
+    append_escaped(out, key);
+    buf_append_char(out, '=');
+    append_escaped(out, value);
+}
+
+void auth_line_end(struct buf *out)
+{
+    buf_append_char(out, '\n');
+}
+
+/* ---------- parameters and ids ---------- */
+
+const char *auth_line_param(const struct auth_line *line, size_t first, const char *key)
+{
+    size_t key_len = strlen(key);
+    for (size_t i = first; i < line->count; i++) {
+        const char *f = line->fields[i];
+        if (strncmp(f, key, key_len) != 0)
+            continue;
+        if (f[key_len] == '=')
+            return f + key_len + 1;
+        if (f[key_len] == '\0')
+            return f + key_len; /* a flag: "" */
+    }
+    return NULL;
+}
+
+bool auth_id_valid(const char *id)
+{
+    size_t n = 0;
+    for (const char *p = id; *p != '\0'; p++, n++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        if (!ok || n == AUTH_ID_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+/* ---------- userdb fields ---------- */
+
+void auth_line_add_userdb(struct buf *out, const struct userdb_entry *e)
+{
+    if (e->uid >= 0) {
+        char num[24];
+        snprintf(num, sizeof(num), "%lld", (long long)e->uid);
+        auth_line_add_param(out, "uid", num);
+    }
+    if (e->gid >= 0) {
+        char num[24];
+        snprintf(num, sizeof(num), "%lld", (long long)e->gid);
+        auth_line_add_param(out, "gid", num);
+    }
+    if (e->home[0] != '\0')
+        auth_line_add_param(out, "home", e->home);
+    if (e->mail_location[0] != '\0')
+        auth_line_add_param(out, "mail_location", e->mail_location);
+    for (size_t i = 0; e->groups[i] != NULL; i++)
+        auth_line_add_param(out, "group", e->groups[i]);
+    for (size_t i = 0; e->quota_rule[i] != NULL; i++)
+        auth_line_add_param(out, "quota_rule", e->quota_rule[i]);
+    for (size_t i = 0; e->allow_nets[i] != NULL; i++)
+        auth_line_add_param(out, "allow_net", e->allow_nets[i]);
+    for (size_t i = 0; i < e->extra_count; i++) {
+        const struct userdb_extra *x = &e->extra[i];
+        if (x->key[0] == '\0' || strchr(x->key, '=') != NULL)
+            continue; /* would read back as a different key (see the top of the file) */
+        struct buf kv = {0};
+        buf_append_str(&kv, x->key);
+        buf_append_char(&kv, '=');
+        buf_append_str(&kv, x->value);
+        auth_line_add_param(out, "extra", buf_cstr(&kv));
+        buf_free(&kv);
+    }
+}
+
+static bool bad_value(char **error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static bool bad_value(char **error, const char *fmt, ...)
+{
+    if (error != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        *error = xvasprintf(fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+static size_t list_count(char *const *list)
+{
+    size_t n = 0;
+    while (list[n] != NULL)
+        n++;
+    return n;
+}
+
+static bool list_contains(char *const *list, const char *s)
+{
+    for (size_t i = 0; list[i] != NULL; i++) {
+        if (strcmp(list[i], s) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Appends a copy of `value` to the NULL-terminated *list; false when the
+ * list is full. Groups and networks are sets (a repeat is dropped, as
+ * userdb_entry_set does for groups); quota rules keep every entry. */
+static bool list_add(char ***list, const char *value, bool set, const char *what, char **error)
+{
+    if (set && list_contains(*list, value))
+        return true;
+    size_t n = list_count(*list);
+    if (n >= USERDB_MAX_LIST)
+        return bad_value(error, "more than %d %s", USERDB_MAX_LIST, what);
+    char **grown = xrealloc(*list, (n + 2) * sizeof(char *));
+    grown[n] = xstrdup(value);
+    grown[n + 1] = NULL;
+    *list = grown;
+    return true;
+}
+
+static bool add_extra(struct userdb_entry *e, const char *kv, char **error)
+{
+    const char *eq = strchr(kv, '=');
+    if (eq == NULL || eq == kv)
+        return bad_value(error, "extra field '%.64s' is not <key>=<value>", kv);
+    size_t key_len = (size_t)(eq - kv);
+    for (size_t i = 0; i < e->extra_count; i++) {
+        struct userdb_extra *x = &e->extra[i];
+        if (strlen(x->key) == key_len && memcmp(x->key, kv, key_len) == 0) {
+            free(x->value);
+            x->value = xstrdup(eq + 1);
+            return true;
+        }
+    }
+    if (e->extra_count >= USERDB_MAX_EXTRA)
+        return bad_value(error, "more than %d extra fields", USERDB_MAX_EXTRA);
+    e->extra = xrealloc(e->extra, (e->extra_count + 1) * sizeof(*e->extra));
+    e->extra[e->extra_count].key = xstrndup(kv, key_len);
+    e->extra[e->extra_count].value = xstrdup(eq + 1);
+    e->extra_count++;
+    return true;
+}
+
+static bool read_userdb_param(struct userdb_entry *e, const char *key, const char *value,
+                              char **error)
+{
+    if (strlen(value) > USERDB_MAX_FIELD)
+        return bad_value(error, "%s longer than %d bytes", key, USERDB_MAX_FIELD);
+    if (strcmp(key, "uid") == 0 || strcmp(key, "gid") == 0 || strcmp(key, "home") == 0 ||
+        strcmp(key, "mail_location") == 0)
+        return userdb_entry_set(e, key, value, error); /* the same checks as every passdb */
+    if (strcmp(key, "group") == 0) {
+        if (value[0] == '\0')
+            return bad_value(error, "empty group name");
+        return list_add(&e->groups, value, true, "groups", error);
+    }
+    if (strcmp(key, "quota_rule") == 0)
+        return list_add(&e->quota_rule, value, false, "quota rules", error);
+    if (strcmp(key, "allow_net") == 0) {
+        struct cidr net;
+        struct petrel_error err;
+        if (!cidr_parse(value, &net, &err))
+            return bad_value(error, "allow_net: %s", err.message);
+        return list_add(&e->allow_nets, value, true, "networks", error);
+    }
+    if (strcmp(key, "extra") == 0)
+        return add_extra(e, value, error);
+    return true; /* a newer server's field: ignored */
+}
+
+bool auth_line_read_userdb(const struct auth_line *line, size_t first, struct userdb_entry *e,
+                           char **error)
+{
+    if (error != NULL)
+        *error = NULL;
+    for (size_t i = first; i < line->count; i++) {
+        const char *f = line->fields[i];
+        const char *eq = strchr(f, '=');
+        if (eq == NULL)
+            continue; /* a flag; none is defined for userdb fields */
+        size_t key_len = (size_t)(eq - f);
+        char key[16];
+        if (key_len >= sizeof(key))
+            continue; /* longer than any key we know */
+        memcpy(key, f, key_len);
+        key[key_len] = '\0';
+        if (!read_userdb_param(e, key, eq + 1, error))
+            return false;
+    }
+    return true;
+}

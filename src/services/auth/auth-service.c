@@ -1,0 +1,1067 @@
+/* The auth service: listeners, connections, request dispatch, the cache
+ * fast path, failed-login delays and metrics. Lookups and hashing run in
+ * auth_job_run() on the worker pool; everything else runs on the loop. */
+#include "services/auth/auth-service.h"
+
+#include "core/log.h"
+#include "core/worker-pool.h"
+#include "core/xalloc.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+#include "services/auth/auth-protocol.h"
+#include "services/auth/auth-sasl.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMPONENT "auth"
+#define AUTH_MAX_LISTENERS 16
+#define REASON_FAILED "authentication failed"
+#define REASON_TEMP "temporary authentication failure"
+
+enum auth_verb { VERB_VERIFY, VERB_AUTH, VERB_USER, VERB_ITERATE, VERB_COUNT };
+static const char *const verb_names[VERB_COUNT] = {"VERIFY", "AUTH", "USER", "ITERATE"};
+
+enum req_result { RESULT_OK, RESULT_FAIL, RESULT_NOT_FOUND, RESULT_ERROR, RESULT_COUNT };
+static const char *const result_names[RESULT_COUNT] = {"ok", "fail", "not_found", "error"};
+
+/* Where a request stands; decides what closing its connection does. */
+enum req_state {
+    REQ_ACTIVE,    /* being handled on the loop right now */
+    REQ_SASL_WAIT, /* waiting for the client's next SASL response */
+    REQ_PENALTY,   /* asking the penalty store */
+    REQ_DELAYED,   /* timer: penalty wait before processing, or failure delay */
+    REQ_WORKER,    /* queued or running on the worker pool */
+};
+
+struct auth_conn;
+
+struct auth_req {
+    struct auth_service *svc;
+    struct auth_conn *conn; /* NULL once the connection has gone */
+    struct auth_req *next;
+    struct auth_req *prev;
+    enum auth_verb verb;
+    enum req_state state;
+    char id[AUTH_ID_MAX + 1];
+    char *username;
+    char *password; /* wiped before free */
+    char *service;
+    char *ip;
+    struct sasl_exchange sasl;
+    struct timespec started;
+    struct event *timer;
+    bool replied_in_timer; /* the timer sends the prepared failure reply */
+    /* Filled on the worker; read on the loop after `done`. */
+    enum auth_db_status status;
+    struct userdb_entry *entry;
+    char *error;
+    enum password_verdict verdict;
+    enum password_scheme scheme;
+    bool verified; /* a password check ran */
+    double passdb_seconds;
+    double verify_seconds;
+    enum auth_db_status passdb_status;
+    char **users;
+    size_t user_count;
+};
+
+struct auth_conn {
+    struct auth_service *svc;
+    struct bufferevent *bev;
+    struct auth_conn *next;
+    struct auth_conn *prev;
+    char peer[64];
+    struct auth_req *reqs;
+    size_t pending;
+    bool closing; /* free once the output has drained */
+};
+
+struct auth_listener {
+    struct evconnlistener *evl;
+    char address[128];
+    bool unix_socket;
+};
+
+struct auth_metrics {
+    struct metric_family *request_seconds;
+    struct metric_series *request[VERB_COUNT][RESULT_COUNT];
+    struct metric_family *passdb_seconds;
+    struct metric_family *scheme_seconds;
+    struct metric_series *cache_hit;
+    struct metric_series *cache_miss;
+    struct metric_series *cache_expired;
+    struct metric_series *cache_mismatch;
+    struct metric_series *cache_entries;
+    struct metric_series *cache_bytes;
+    struct metric_series *cache_max_bytes;
+    struct metric_series *connections;
+    struct metric_series *connections_total;
+};
+
+struct auth_service {
+    const struct auth_config *cfg;
+    struct event_base *base;
+    struct metrics_registry *registry;
+    struct auth_listener listeners[AUTH_MAX_LISTENERS];
+    size_t listener_count;
+    struct cidr_list allowed;
+    struct auth_db *passdb;
+    struct auth_db *userdb; /* NULL: the passdb answers USER and ITERATE */
+    struct worker_pool *pool;
+    struct auth_cache *cache;
+    struct auth_penalty_store penalty;
+    bool mech_allowed[3];
+    struct auth_conn *conns;
+    size_t conn_count;
+    struct auth_metrics m;
+};
+
+/* ---------- time ---------- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double seconds_since(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
+}
+
+/* ---------- metrics ---------- */
+
+static void metrics_init(struct auth_service *svc, struct metrics_registry *reg)
+{
+    static const char *const req_labels[] = {"verb", "result", NULL};
+    static const char *const db_labels[] = {"driver", "result", NULL};
+    static const char *const scheme_labels[] = {"scheme", NULL};
+    static const char *const cache_labels[] = {"result", NULL};
+    struct auth_metrics *m = &svc->m;
+    m->request_seconds = metrics_histogram(
+        reg, "petrel_auth_request_seconds", "Auth requests by verb and result, in seconds.",
+        req_labels, metrics_latency_buckets, metrics_latency_bucket_count);
+    for (int v = 0; v < VERB_COUNT; v++) {
+        for (int r = 0; r < RESULT_COUNT; r++) {
+            const char *values[] = {verb_names[v], result_names[r]};
+            m->request[v][r] = metric_series_get(m->request_seconds, values);
+        }
+    }
+    m->passdb_seconds = metrics_histogram(
+        reg, "petrel_auth_passdb_seconds", "passdb/userdb lookups by driver and result, in seconds.",
+        db_labels, metrics_latency_buckets, metrics_latency_bucket_count);
+    m->scheme_seconds = metrics_histogram(reg, "petrel_auth_scheme_verify_seconds",
+                                          "Password verification time by scheme, in seconds.",
+                                          scheme_labels, metrics_latency_buckets,
+                                          metrics_latency_bucket_count);
+    struct metric_family *lookups = metrics_counter(
+        reg, "petrel_auth_cache_lookups_total", "Auth cache lookups by result.", cache_labels);
+    const char *hit[] = {"hit"}, *miss[] = {"miss"}, *expired[] = {"expired"},
+               *mismatch[] = {"pwd_mismatch"};
+    m->cache_hit = metric_series_get(lookups, hit);
+    m->cache_miss = metric_series_get(lookups, miss);
+    m->cache_expired = metric_series_get(lookups, expired);
+    m->cache_mismatch = metric_series_get(lookups, mismatch);
+    m->cache_entries = metric_series_get(
+        metrics_gauge(reg, "petrel_auth_cache_entries", "Entries in the auth cache.", NULL), NULL);
+    m->cache_bytes = metric_series_get(
+        metrics_gauge(reg, "petrel_auth_cache_bytes", "Bytes held by the auth cache.", NULL), NULL);
+    m->cache_max_bytes = metric_series_get(
+        metrics_gauge(reg, "petrel_auth_cache_max_bytes", "The auth cache's byte limit.", NULL),
+        NULL);
+    m->connections = metric_series_get(
+        metrics_gauge(reg, "petrel_auth_connections", "Open connections to the auth service.",
+                      NULL),
+        NULL);
+    m->connections_total = metric_series_get(
+        metrics_counter(reg, "petrel_auth_connections_total",
+                        "Connections accepted by the auth service.", NULL),
+        NULL);
+}
+
+static void collect_cache_gauges(void *ctx)
+{
+    struct auth_service *svc = ctx;
+    metric_set(svc->m.cache_entries, (double)auth_cache_entries(svc->cache));
+    metric_set(svc->m.cache_bytes, (double)auth_cache_bytes(svc->cache));
+    metric_set(svc->m.cache_max_bytes, (double)auth_cache_max_bytes(svc->cache));
+}
+
+static void observe_db(struct auth_service *svc, const char *driver, enum auth_db_status st,
+                       double seconds)
+{
+    static const char *const names[] = {"ok", "not_found", "error"};
+    const char *values[] = {driver, names[st]};
+    metric_observe(metric_series_get(svc->m.passdb_seconds, values), seconds);
+}
+
+/* ---------- requests ---------- */
+
+static void wipe_free(char *s)
+{
+    if (s != NULL) {
+        OPENSSL_cleanse(s, strlen(s));
+        free(s);
+    }
+}
+
+static struct auth_req *req_new(struct auth_conn *conn, enum auth_verb verb, const char *id)
+{
+    struct auth_req *r = xcalloc(1, sizeof(*r));
+    r->svc = conn->svc;
+    r->conn = conn;
+    r->verb = verb;
+    r->state = REQ_ACTIVE;
+    snprintf(r->id, sizeof(r->id), "%s", id);
+    clock_gettime(CLOCK_MONOTONIC, &r->started);
+    r->next = conn->reqs;
+    if (conn->reqs != NULL)
+        conn->reqs->prev = r;
+    conn->reqs = r;
+    conn->pending++;
+    return r;
+}
+
+static void req_unlink(struct auth_req *r)
+{
+    struct auth_conn *conn = r->conn;
+    if (conn == NULL)
+        return;
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        conn->reqs = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    r->next = r->prev = NULL;
+    conn->pending--;
+    r->conn = NULL;
+}
+
+static void req_free(struct auth_req *r)
+{
+    req_unlink(r);
+    if (r->timer != NULL)
+        event_free(r->timer);
+    free(r->username);
+    wipe_free(r->password);
+    free(r->service);
+    free(r->ip);
+    sasl_exchange_free(&r->sasl);
+    userdb_entry_free(r->entry);
+    free(r->error);
+    auth_db_users_free(r->users, r->user_count);
+    free(r);
+}
+
+static struct auth_req *find_req(struct auth_conn *conn, const char *id)
+{
+    for (struct auth_req *r = conn->reqs; r != NULL; r = r->next) {
+        if (strcmp(r->id, id) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* ---------- connections ---------- */
+
+static void conn_free(struct auth_conn *conn);
+
+static void send_line(struct auth_conn *conn, struct buf *line)
+{
+    if (conn != NULL && !conn->closing)
+        bufferevent_write(conn->bev, line->data, line->len);
+    buf_free(line);
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *ctx)
+{
+    (void)bev;
+    struct auth_conn *conn = ctx;
+    if (conn->closing)
+        conn_free(conn);
+}
+
+/* Sends `FAIL <id> reason=...` and closes once it has left. */
+static void conn_fail_and_close(struct auth_conn *conn, const char *id, const char *reason)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, id);
+    auth_line_add_param(&line, "reason", reason);
+    auth_line_end(&line);
+    send_line(conn, &line);
+    log_info(COMPONENT, "closing connection after a protocol error", "peer=%s reason=\"%s\"",
+             conn->peer, reason);
+    conn->closing = true;
+    bufferevent_disable(conn->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+        conn_free(conn);
+}
+
+/* Requests held by an asynchronous step stay alive without their
+ * connection and are freed when the step returns; the others go now. */
+static void conn_free(struct auth_conn *conn)
+{
+    struct auth_service *svc = conn->svc;
+    while (conn->reqs != NULL) {
+        struct auth_req *r = conn->reqs;
+        if (r->state == REQ_WORKER || r->state == REQ_PENALTY)
+            req_unlink(r);
+        else
+            req_free(r);
+    }
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else
+        svc->conns = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+    svc->conn_count--;
+    metric_set(svc->m.connections, (double)svc->conn_count);
+    bufferevent_free(conn->bev);
+    free(conn);
+}
+
+/* ---------- replies ---------- */
+
+static void finish(struct auth_req *r, enum req_result result)
+{
+    metric_observe(r->svc->m.request[r->verb][result], seconds_since(&r->started));
+    req_free(r);
+}
+
+static void reply_ok(struct auth_req *r, const struct userdb_entry *e)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "OK");
+    auth_line_add(&line, r->id);
+    auth_line_add(&line, e->username);
+    auth_line_add_userdb(&line, e);
+    auth_line_end(&line);
+    send_line(r->conn, &line);
+    finish(r, RESULT_OK);
+}
+
+static void reply_not_found(struct auth_req *r)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "NOTFOUND");
+    auth_line_add(&line, r->id);
+    auth_line_end(&line);
+    send_line(r->conn, &line);
+    finish(r, RESULT_NOT_FOUND);
+}
+
+static void reply_temp_fail(struct auth_req *r, const char *reason)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, r->id);
+    if (r->username != NULL)
+        auth_line_add_param(&line, "user", r->username);
+    auth_line_add_param(&line, "reason", reason);
+    auth_line_add(&line, "temp");
+    auth_line_end(&line);
+    send_line(r->conn, &line);
+    finish(r, RESULT_ERROR);
+}
+
+static void send_login_failure(struct auth_req *r)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, r->id);
+    if (r->username != NULL)
+        auth_line_add_param(&line, "user", r->username);
+    auth_line_add_param(&line, "reason", REASON_FAILED);
+    auth_line_end(&line);
+    send_line(r->conn, &line);
+    finish(r, RESULT_FAIL);
+}
+
+static void failure_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    send_login_failure(arg);
+}
+
+/* A failed login: counted against the client's IP, logged with the real
+ * reason, answered with a generic one after the failure delay (so a client
+ * learns neither which part was wrong nor anything from the timing). */
+static void login_failed(struct auth_req *r, const char *why)
+{
+    struct auth_service *svc = r->svc;
+    char user_q[300];
+    log_info(COMPONENT, "authentication failed",
+             "verb=%s user=%s service=%s ip=%s reason=\"%s\"", verb_names[r->verb],
+             log_quote(user_q, sizeof(user_q), r->username != NULL ? r->username : ""),
+             r->service != NULL ? r->service : "-", r->ip != NULL ? r->ip : "-", why);
+    if (r->ip != NULL)
+        svc->penalty.ops->inc(svc->penalty.store, r->ip, now_ms());
+    int64_t delay = svc->cfg->penalty.failure_delay_ms;
+    if (delay <= 0 || r->conn == NULL) {
+        send_login_failure(r);
+        return;
+    }
+    r->state = REQ_DELAYED;
+    r->timer = evtimer_new(svc->base, failure_timer_cb, r);
+    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)((delay % 1000) * 1000)};
+    evtimer_add(r->timer, &tv);
+}
+
+/* A login whose password matched: the user's networks decide. */
+static void login_succeeded(struct auth_req *r, const struct userdb_entry *e)
+{
+    if (r->ip != NULL && !userdb_entry_allows_ip(e, r->ip)) {
+        login_failed(r, "client address not in the user's allow_nets");
+        return;
+    }
+    if (log_enabled(LOG_DEBUG, COMPONENT)) {
+        char user_q[300];
+        log_debug(COMPONENT, "authenticated", "verb=%s user=%s service=%s ip=%s",
+                  verb_names[r->verb], log_quote(user_q, sizeof(user_q), e->username),
+                  r->service != NULL ? r->service : "-", r->ip != NULL ? r->ip : "-");
+    }
+    reply_ok(r, e);
+}
+
+/* ---------- worker jobs ---------- */
+
+static double elapsed(const struct timespec *t0)
+{
+    return seconds_since(t0);
+}
+
+static void job_lookup_and_verify(struct auth_req *r, unsigned worker)
+{
+    struct auth_service *svc = r->svc;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct userdb_entry *passdb_entry = NULL;
+    r->status = auth_db_lookup(svc->passdb, worker, r->username, true, &passdb_entry, &r->error);
+    r->passdb_seconds = elapsed(&t0);
+    r->passdb_status = r->status;
+    if (r->status != AUTH_DB_OK)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    r->verified = true;
+    r->verdict = password_verify(passdb_entry->password != NULL ? passdb_entry->password : "",
+                                 r->password, svc->cfg->passdb.default_scheme, &r->scheme);
+    r->verify_seconds = elapsed(&t0);
+    if (r->verdict != PASSWORD_MATCH || svc->userdb == NULL) {
+        r->entry = passdb_entry;
+        return;
+    }
+    userdb_entry_free(passdb_entry);
+    r->status = auth_db_lookup(svc->userdb, worker, r->username, false, &r->entry, &r->error);
+}
+
+static void auth_job_run(void *job, unsigned worker)
+{
+    struct auth_req *r = job;
+    struct auth_service *svc = r->svc;
+    struct auth_db *userdb = svc->userdb != NULL ? svc->userdb : svc->passdb;
+    struct timespec t0;
+    switch (r->verb) {
+    case VERB_VERIFY:
+    case VERB_AUTH:
+        job_lookup_and_verify(r, worker);
+        break;
+    case VERB_USER:
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        r->status = auth_db_lookup(userdb, worker, r->username, false, &r->entry, &r->error);
+        r->passdb_seconds = elapsed(&t0);
+        r->passdb_status = r->status;
+        break;
+    case VERB_ITERATE:
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        r->status = auth_db_iterate(userdb, worker, &r->users, &r->user_count, &r->error)
+                        ? AUTH_DB_OK
+                        : AUTH_DB_ERROR;
+        r->passdb_seconds = elapsed(&t0);
+        r->passdb_status = r->status;
+        break;
+    case VERB_COUNT:
+        break;
+    }
+}
+
+static void login_job_done(struct auth_req *r)
+{
+    struct auth_service *svc = r->svc;
+    observe_db(svc, auth_db_name(svc->passdb), r->passdb_status, r->passdb_seconds);
+    if (r->verified) {
+        const char *values[] = {password_scheme_name(r->scheme)};
+        metric_observe(metric_series_get(svc->m.scheme_seconds, values), r->verify_seconds);
+    }
+    if (r->passdb_status == AUTH_DB_NOT_FOUND) {
+        auth_cache_put_negative(svc->cache, r->username, now_ms());
+        login_failed(r, "unknown user");
+        return;
+    }
+    if (r->passdb_status == AUTH_DB_ERROR) {
+        log_error(COMPONENT, "passdb lookup failed", "driver=%s error=\"%s\"",
+                  auth_db_name(svc->passdb), r->error != NULL ? r->error : "");
+        reply_temp_fail(r, REASON_TEMP);
+        return;
+    }
+    if (r->verdict == PASSWORD_INVALID) {
+        char user_q[300];
+        log_error(COMPONENT, "stored password has an unknown scheme or is malformed", "user=%s",
+                  log_quote(user_q, sizeof(user_q), r->username));
+        login_failed(r, "stored password unusable");
+        return;
+    }
+    if (r->verdict == PASSWORD_MISMATCH) {
+        login_failed(r, "password mismatch");
+        return;
+    }
+    /* The password matched; now the userdb record (when separate). */
+    if (r->status == AUTH_DB_NOT_FOUND) {
+        login_failed(r, "no userdb record");
+        return;
+    }
+    if (r->status == AUTH_DB_ERROR) {
+        log_error(COMPONENT, "userdb lookup failed", "error=\"%s\"",
+                  r->error != NULL ? r->error : "");
+        reply_temp_fail(r, REASON_TEMP);
+        return;
+    }
+    auth_cache_put(svc->cache, r->entry, r->password, now_ms());
+    login_succeeded(r, r->entry);
+}
+
+static void reply_users(struct auth_req *r)
+{
+    struct buf out = {0};
+    for (size_t i = 0; i < r->user_count; i++) {
+        auth_line_add(&out, "ITEM");
+        auth_line_add(&out, r->id);
+        auth_line_add(&out, r->users[i]);
+        auth_line_end(&out);
+        if (out.len >= 65536 && r->conn != NULL) {
+            bufferevent_write(r->conn->bev, out.data, out.len);
+            buf_reset(&out);
+        }
+    }
+    auth_line_add(&out, "DONE");
+    auth_line_add(&out, r->id);
+    auth_line_end(&out);
+    send_line(r->conn, &out);
+    finish(r, RESULT_OK);
+}
+
+static void auth_job_done(void *job, bool cancelled)
+{
+    struct auth_req *r = job;
+    struct auth_service *svc = r->svc;
+    if (cancelled || r->conn == NULL) {
+        req_free(r);
+        return;
+    }
+    const char *userdb_name = auth_db_name(svc->userdb != NULL ? svc->userdb : svc->passdb);
+    switch (r->verb) {
+    case VERB_VERIFY:
+    case VERB_AUTH:
+        login_job_done(r);
+        return;
+    case VERB_USER:
+        observe_db(svc, userdb_name, r->passdb_status, r->passdb_seconds);
+        if (r->status == AUTH_DB_OK) {
+            auth_cache_put(svc->cache, r->entry, NULL, now_ms());
+            reply_ok(r, r->entry);
+        } else if (r->status == AUTH_DB_NOT_FOUND) {
+            auth_cache_put_negative(svc->cache, r->username, now_ms());
+            reply_not_found(r);
+        } else {
+            log_error(COMPONENT, "userdb lookup failed", "error=\"%s\"",
+                      r->error != NULL ? r->error : "");
+            reply_temp_fail(r, REASON_TEMP);
+        }
+        return;
+    case VERB_ITERATE:
+        observe_db(svc, userdb_name, r->passdb_status, r->passdb_seconds);
+        if (r->status == AUTH_DB_OK) {
+            reply_users(r);
+        } else {
+            log_error(COMPONENT, "user iteration failed", "error=\"%s\"",
+                      r->error != NULL ? r->error : "");
+            reply_temp_fail(r, r->error != NULL ? r->error : REASON_TEMP);
+        }
+        return;
+    case VERB_COUNT:
+        break;
+    }
+    req_free(r);
+}
+
+static void submit(struct auth_req *r)
+{
+    r->state = REQ_WORKER;
+    if (!worker_pool_submit(r->svc->pool, r, auth_job_run, auth_job_done)) {
+        r->state = REQ_DELAYED;
+        log_warn(COMPONENT, "worker queue full, refusing a request", "verb=%s pending=%zu",
+                 verb_names[r->verb], worker_pool_pending(r->svc->pool));
+        reply_temp_fail(r, "auth service busy");
+    }
+}
+
+/* ---------- login processing ---------- */
+
+/* The cache answers most logins on the loop; the rest go to a worker. */
+static void login_process(struct auth_req *r)
+{
+    struct auth_service *svc = r->svc;
+    const struct userdb_entry *cached = NULL;
+    enum auth_cache_result cr =
+        auth_cache_lookup(svc->cache, r->username, r->password, now_ms(), &cached);
+    switch (cr) {
+    case AUTH_CACHE_HIT:
+        metric_add(svc->m.cache_hit, 1);
+        login_succeeded(r, cached);
+        return;
+    case AUTH_CACHE_HIT_NEGATIVE:
+        metric_add(svc->m.cache_hit, 1);
+        login_failed(r, "unknown user (cached)");
+        return;
+    case AUTH_CACHE_PWD_MISMATCH:
+        metric_add(svc->m.cache_mismatch, 1);
+        break;
+    case AUTH_CACHE_EXPIRED:
+        metric_add(svc->m.cache_expired, 1);
+        break;
+    case AUTH_CACHE_MISS:
+        metric_add(svc->m.cache_miss, 1);
+        break;
+    }
+    submit(r);
+}
+
+static void penalty_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct auth_req *r = arg;
+    event_free(r->timer);
+    r->timer = NULL;
+    login_process(r);
+}
+
+static void penalty_answer(unsigned failures, void *ctx)
+{
+    struct auth_req *r = ctx;
+    if (r->conn == NULL) { /* the client left while we asked */
+        req_free(r);
+        return;
+    }
+    int64_t wait = auth_penalty_delay_ms(&r->svc->cfg->penalty, failures);
+    if (wait <= 0) {
+        login_process(r);
+        return;
+    }
+    r->state = REQ_DELAYED;
+    r->timer = evtimer_new(r->svc->base, penalty_timer_cb, r);
+    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
+    evtimer_add(r->timer, &tv);
+}
+
+/* Username and password known: apply the IP's penalty, then process. */
+static void login_start(struct auth_req *r)
+{
+    if (!auth_username_valid(r->username)) {
+        login_failed(r, "invalid username");
+        return;
+    }
+    if (r->ip == NULL) {
+        login_process(r);
+        return;
+    }
+    r->state = REQ_PENALTY;
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->ip, now_ms(), penalty_answer, r);
+}
+
+/* ---------- verbs ---------- */
+
+static char *param_dup(const struct auth_line *line, size_t first, const char *key)
+{
+    const char *v = auth_line_param(line, first, key);
+    return v != NULL && *v != '\0' ? xstrdup(v) : NULL;
+}
+
+static void reply_fail_id(struct auth_conn *conn, const char *id, const char *reason)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, id);
+    auth_line_add_param(&line, "reason", reason);
+    auth_line_end(&line);
+    send_line(conn, &line);
+}
+
+static void handle_verify(struct auth_conn *conn, const struct auth_line *line)
+{
+    if (line->count < 4) {
+        reply_fail_id(conn, line->fields[1], "VERIFY needs a username and a password");
+        return;
+    }
+    struct auth_req *r = req_new(conn, VERB_VERIFY, line->fields[1]);
+    r->username = xstrdup(line->fields[2]);
+    r->password = xstrdup(line->fields[3]);
+    r->service = param_dup(line, 4, "service");
+    r->ip = param_dup(line, 4, "ip");
+    login_start(r);
+}
+
+static void sasl_advance(struct auth_req *r, const char *response)
+{
+    struct buf challenge = {0};
+    enum sasl_step_result st = sasl_exchange_step(&r->sasl, response, &challenge);
+    if (st == SASL_STEP_CHALLENGE) {
+        r->state = REQ_SASL_WAIT;
+        struct buf line = {0};
+        auth_line_add(&line, "CONT");
+        auth_line_add(&line, r->id);
+        buf_append_char(&challenge, '\0');
+        auth_line_add(&line, challenge.data);
+        auth_line_end(&line);
+        send_line(r->conn, &line);
+        buf_free(&challenge);
+        return;
+    }
+    buf_free(&challenge);
+    if (st == SASL_STEP_FAILED) {
+        login_failed(r, r->sasl.error != NULL ? r->sasl.error : "SASL exchange failed");
+        return;
+    }
+    r->username = r->sasl.username;
+    r->password = r->sasl.password;
+    r->sasl.username = NULL;
+    r->sasl.password = NULL;
+    login_start(r);
+}
+
+static void handle_auth(struct auth_conn *conn, const struct auth_line *line)
+{
+    const char *id = line->fields[1];
+    if (line->count < 3) {
+        reply_fail_id(conn, id, "AUTH needs a mechanism");
+        return;
+    }
+    if (find_req(conn, id) != NULL) {
+        reply_fail_id(conn, id, "request id already in use");
+        return;
+    }
+    enum sasl_mech mech = sasl_mech_parse(line->fields[2]);
+    if (mech == SASL_MECH_UNKNOWN || !conn->svc->mech_allowed[mech]) {
+        reply_fail_id(conn, id, "unsupported mechanism");
+        return;
+    }
+    struct auth_req *r = req_new(conn, VERB_AUTH, id);
+    r->service = param_dup(line, 3, "service");
+    r->ip = param_dup(line, 3, "ip");
+    sasl_exchange_init(&r->sasl, mech);
+    sasl_advance(r, auth_line_param(line, 3, "resp"));
+}
+
+static void handle_cont(struct auth_conn *conn, const struct auth_line *line)
+{
+    struct auth_req *r = find_req(conn, line->fields[1]);
+    if (r == NULL || r->state != REQ_SASL_WAIT || r->verb != VERB_AUTH) {
+        reply_fail_id(conn, line->fields[1], "no SASL exchange with this id");
+        return;
+    }
+    sasl_advance(r, line->count >= 3 ? line->fields[2] : "");
+}
+
+static void handle_user(struct auth_conn *conn, const struct auth_line *line)
+{
+    if (line->count < 3) {
+        reply_fail_id(conn, line->fields[1], "USER needs a username");
+        return;
+    }
+    struct auth_req *r = req_new(conn, VERB_USER, line->fields[1]);
+    r->username = xstrdup(line->fields[2]);
+    if (!auth_username_valid(r->username)) {
+        reply_not_found(r);
+        return;
+    }
+    struct auth_service *svc = conn->svc;
+    const struct userdb_entry *cached = NULL;
+    switch (auth_cache_lookup(svc->cache, r->username, NULL, now_ms(), &cached)) {
+    case AUTH_CACHE_HIT:
+        metric_add(svc->m.cache_hit, 1);
+        reply_ok(r, cached);
+        return;
+    case AUTH_CACHE_HIT_NEGATIVE:
+        metric_add(svc->m.cache_hit, 1);
+        reply_not_found(r);
+        return;
+    case AUTH_CACHE_EXPIRED:
+        metric_add(svc->m.cache_expired, 1);
+        break;
+    case AUTH_CACHE_MISS:
+    case AUTH_CACHE_PWD_MISMATCH:
+        metric_add(svc->m.cache_miss, 1);
+        break;
+    }
+    submit(r);
+}
+
+static void handle_iterate(struct auth_conn *conn, const struct auth_line *line)
+{
+    submit(req_new(conn, VERB_ITERATE, line->fields[1]));
+}
+
+static void handle_line(struct auth_conn *conn, char *text, size_t len)
+{
+    struct auth_line line;
+    struct petrel_error err;
+    if (!auth_line_parse(text, len, &line, &err)) {
+        conn_fail_and_close(conn, "-", err.message);
+        return;
+    }
+    if (line.count < 2 || !auth_id_valid(line.fields[1])) {
+        conn_fail_and_close(conn, "-", "missing or invalid request id");
+        return;
+    }
+    const char *verb = line.fields[0];
+    const char *id = line.fields[1];
+    if (strcmp(verb, "CONT") == 0) {
+        handle_cont(conn, &line);
+        return;
+    }
+    if (conn->pending >= (size_t)conn->svc->cfg->max_pending_per_connection) {
+        reply_fail_id(conn, id, "too many requests in flight on this connection");
+        return;
+    }
+    if (strcmp(verb, "VERIFY") == 0)
+        handle_verify(conn, &line);
+    else if (strcmp(verb, "AUTH") == 0)
+        handle_auth(conn, &line);
+    else if (strcmp(verb, "USER") == 0)
+        handle_user(conn, &line);
+    else if (strcmp(verb, "ITERATE") == 0)
+        handle_iterate(conn, &line);
+    else
+        reply_fail_id(conn, id, "unknown verb");
+}
+
+static void conn_read_cb(struct bufferevent *bev, void *ctx)
+{
+    struct auth_conn *conn = ctx;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (!conn->closing) {
+        size_t eol_len = 0;
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > AUTH_LINE_MAX)
+                conn_fail_and_close(conn, "-", "line too long");
+            return;
+        }
+        size_t len = (size_t)eol.pos;
+        if (len > AUTH_LINE_MAX) {
+            conn_fail_and_close(conn, "-", "line too long");
+            return;
+        }
+        char *line = xmalloc(len + 1);
+        evbuffer_remove(in, line, len);
+        evbuffer_drain(in, eol_len);
+        line[len] = '\0';
+        handle_line(conn, line, len);
+        OPENSSL_cleanse(line, len);
+        free(line);
+    }
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
+{
+    (void)bev;
+    struct auth_conn *conn = ctx;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+        if (what & BEV_EVENT_TIMEOUT)
+            log_debug(COMPONENT, "idle connection closed", "peer=%s", conn->peer);
+        conn_free(conn);
+    }
+}
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *ctx)
+{
+    (void)evl;
+    (void)socklen;
+    struct auth_service *svc = ctx;
+    char peer[64];
+    net_addr_format(sa, peer, sizeof(peer));
+    if (sa->sa_family != AF_UNIX && !cidr_list_match(&svc->allowed, sa)) {
+        log_warn(COMPONENT, "connection refused: address not in auth.allowed_nets", "peer=%s",
+                 peer);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (svc->conn_count >= (size_t)svc->cfg->max_connections) {
+        log_warn(COMPONENT, "connection refused: max_connections reached", "peer=%s limit=%lld",
+                 peer, (long long)svc->cfg->max_connections);
+        evutil_closesocket(fd);
+        return;
+    }
+    struct auth_conn *conn = xcalloc(1, sizeof(*conn));
+    conn->svc = svc;
+    snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
+    conn->bev = bufferevent_socket_new(svc->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    if (svc->cfg->idle_timeout_ms > 0) {
+        struct timeval tv = {(time_t)(svc->cfg->idle_timeout_ms / 1000),
+                             (suseconds_t)((svc->cfg->idle_timeout_ms % 1000) * 1000)};
+        bufferevent_set_timeouts(conn->bev, &tv, NULL);
+    }
+    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    conn->next = svc->conns;
+    if (svc->conns != NULL)
+        svc->conns->prev = conn;
+    svc->conns = conn;
+    svc->conn_count++;
+    metric_set(svc->m.connections, (double)svc->conn_count);
+    metric_add(svc->m.connections_total, 1);
+}
+
+/* ---------- life cycle ---------- */
+
+static bool listen_on(struct auth_service *svc, const char *addr, struct petrel_error *err)
+{
+    if (svc->listener_count >= AUTH_MAX_LISTENERS)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "auth.listen: too many addresses");
+    int fd = net_listen(addr, false, err);
+    if (fd < 0)
+        return false;
+    struct auth_listener *l = &svc->listeners[svc->listener_count];
+    l->unix_socket = strncmp(addr, "unix:", 5) == 0;
+    if (l->unix_socket && chmod(addr + 5, (mode_t)svc->cfg->socket_mode) != 0) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
+                                strerror(errno));
+    }
+    l->evl = evconnlistener_new(svc->base, accept_cb, svc, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (l->evl == NULL) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
+    }
+    net_bound_address(fd, l->address, sizeof(l->address));
+    svc->listener_count++;
+    return true;
+}
+
+static unsigned worker_count(const struct auth_config *cfg)
+{
+    if (cfg->worker_threads > 0)
+        return (unsigned)cfg->worker_threads;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 1 ? 1 : cpus > 16 ? 16 : (unsigned)cpus;
+}
+
+struct auth_service *auth_service_start(const struct service_env *env,
+                                        const struct auth_config *cfg, struct petrel_error *err)
+{
+    if (!cfg->has_passdb) {
+        petrel_error_set(err, PETREL_ERR_INVALID, "auth: no passdb configured");
+        return NULL;
+    }
+    struct auth_service *svc = xcalloc(1, sizeof(*svc));
+    svc->cfg = cfg;
+    svc->base = env->base;
+    svc->registry = env->metrics;
+    metrics_init(svc, env->metrics);
+    for (size_t i = 0; cfg->mechanisms != NULL && cfg->mechanisms[i] != NULL; i++)
+        svc->mech_allowed[sasl_mech_parse(cfg->mechanisms[i])] = true;
+    svc->mech_allowed[SASL_MECH_UNKNOWN] = false;
+    svc->cache = auth_cache_new(&cfg->cache);
+    svc->penalty = auth_penalty_local_store(&cfg->penalty);
+    metrics_add_collector(env->metrics, collect_cache_gauges, svc);
+    unsigned threads = worker_count(cfg);
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &svc->allowed, err))
+        goto fail;
+    svc->passdb = auth_db_open(&cfg->passdb, threads, err);
+    if (svc->passdb == NULL)
+        goto fail;
+    if (cfg->has_userdb) {
+        svc->userdb = auth_db_open(&cfg->userdb, threads, err);
+        if (svc->userdb == NULL)
+            goto fail;
+    }
+    svc->pool = worker_pool_new(env->base, threads, (size_t)cfg->max_queue);
+    if (svc->pool == NULL) {
+        petrel_error_set(err, PETREL_ERR_IO, "auth: cannot start %u worker threads", threads);
+        goto fail;
+    }
+    for (size_t i = 0; cfg->listen[i] != NULL; i++) {
+        if (!listen_on(svc, cfg->listen[i], err))
+            goto fail;
+        char name[160];
+        snprintf(name, sizeof(name), "auth-listener-%zu", i);
+        readiness_add_tcp(env->readiness, name, svc->listeners[i].address, false, NULL, NULL);
+    }
+    log_info(COMPONENT, "listening", "address=%s listeners=%zu passdb=%s userdb=%s workers=%u",
+             svc->listeners[0].address, svc->listener_count, auth_db_name(svc->passdb),
+             auth_db_name(svc->userdb != NULL ? svc->userdb : svc->passdb), threads);
+    return svc;
+fail:
+    auth_service_free(svc);
+    return NULL;
+}
+
+const char *auth_service_address(const struct auth_service *svc)
+{
+    return svc->listener_count > 0 ? svc->listeners[0].address : "";
+}
+
+void auth_service_stop_accepting(struct auth_service *svc)
+{
+    for (size_t i = 0; i < svc->listener_count; i++) {
+        if (svc->listeners[i].evl != NULL) {
+            evconnlistener_free(svc->listeners[i].evl);
+            svc->listeners[i].evl = NULL;
+        }
+    }
+}
+
+size_t auth_service_in_flight(const struct auth_service *svc)
+{
+    size_t n = 0;
+    for (const struct auth_conn *c = svc->conns; c != NULL; c = c->next) {
+        for (const struct auth_req *r = c->reqs; r != NULL; r = r->next)
+            n += r->state != REQ_SASL_WAIT ? 1 : 0;
+    }
+    return n;
+}
+
+void auth_service_free(struct auth_service *svc)
+{
+    if (svc == NULL)
+        return;
+    auth_service_stop_accepting(svc);
+    while (svc->conns != NULL)
+        conn_free(svc->conns);
+    /* Requests still on workers come back cancelled or done, and free themselves. */
+    worker_pool_free(svc->pool);
+    auth_db_close(svc->userdb);
+    auth_db_close(svc->passdb);
+    metrics_remove_collector(svc->registry, collect_cache_gauges, svc);
+    auth_cache_free(svc->cache);
+    if (svc->penalty.ops != NULL)
+        svc->penalty.ops->free(svc->penalty.store);
+    cidr_list_free(&svc->allowed);
+    free(svc);
+}
