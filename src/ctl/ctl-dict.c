@@ -49,7 +49,9 @@ static int parse_args(int argc, char **argv, struct dict_args *a)
         {"exact", no_argument, NULL, 'x'},        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
-    optind = 1;
+    /* 0 re-initialises glibc's getopt, which forgets petrelctl's '+' mode,
+     * so options may follow the positional arguments. */
+    optind = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {

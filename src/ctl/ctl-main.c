@@ -20,6 +20,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: petrelctl [options] backend <command> [args]\n"
+            "       petrelctl [options] auth test|user <user> [args]   (auth service)\n"
             "options:\n"
             "  --backend-url URL     backend-plane API (env PETREL_BACKEND_URL, "
             "default http://127.0.0.1:9105)\n"
@@ -117,6 +118,8 @@ int ctl_main(int argc, char **argv)
     int rc;
     if (strcmp(group, "backend") == 0) {
         rc = ctl_backend_main(&opts, rest_argc, rest_argv);
+    } else if (strcmp(group, "auth") == 0) {
+        rc = ctl_auth_main(&opts, rest_argc, rest_argv);
     } else {
         fprintf(stderr, "petrelctl: unknown command group '%s'\n", group);
         usage(stderr);

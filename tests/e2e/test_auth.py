@@ -314,7 +314,8 @@ def test_metrics_pass_promtool(passwd_daemon):
 
 
 def test_passwd_file_reloaded_when_changed(petreld, tmp_path, hashes):
-    d = petreld(auth_overrides(tmp_path, "plain:{PLAIN}one\n", {"cache_ttl": "0"}))
+    d = petreld(auth_overrides(tmp_path, "plain:{PLAIN}one\n",
+                               {"cache_ttl": "0", "cache_negative_ttl": "0"}))
     path = tmp_path / "passwd"
     with AuthConn(auth_addr(d)) as c:
         assert c.verify("plain", "one")[0] == "OK"
@@ -633,7 +634,7 @@ def test_petrelctl_auth_test_and_user(passwd_daemon):
     user = run_petrelctl(["auth", "user", "alice", "--json"], env=env)
     assert user.returncode == 0, user.stderr
     import json
-    assert json.loads(user.stdout)["uid"] == 1001
+    assert json.loads(user.stdout)["userdb"]["uid"] == 1001
     missing = run_petrelctl(["auth", "user", "nobody-here"], env=env)
     assert missing.returncode == 1
     down = run_petrelctl(["auth", "user", "alice"], env={"PETREL_AUTH_ADDR":

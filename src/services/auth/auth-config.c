@@ -35,7 +35,7 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->worker_threads = 0; /* one per CPU */
     cfg->max_queue = 1024;
     cfg->max_connections = 1024;
-    cfg->max_pending_per_connection = 256;
+    cfg->max_pending_per_connection = 4096;
     cfg->idle_timeout_ms = 0;
     cfg->mechanisms = strv(mechs);
     cfg->cache.max_bytes = 10 * 1024 * 1024;

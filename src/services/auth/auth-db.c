@@ -63,18 +63,19 @@ static void join_key(char *dst, size_t size, const char *path, const char *key)
     snprintf(dst, size, "%s.%s", path, key);
 }
 
-/* Reads `key` as one of `names` (NULL-terminated; values[i] for names[i]). */
+/* Reads `key` as one of `names` (NULL-terminated; values[i] for names[i]).
+ * *present (may be NULL) tells whether the key was there. */
 static bool read_choice(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                         const char *key, const char *const names[], const int values[],
                         const char *expected, bool *present, int *out)
 {
     char *text = NULL;
-    *present = false;
     if (!cfg_string(ctx, map, path, key, &text))
         return false;
+    if (present != NULL)
+        *present = text != NULL;
     if (text == NULL)
         return true;
-    *present = true;
     for (size_t i = 0; names[i] != NULL; i++) {
         if (strcmp(text, names[i]) == 0) {
             *out = values[i];
@@ -146,9 +147,9 @@ static bool check_query(const struct cfg_ctx *ctx, const struct ynode *map, cons
 static bool check_passwd_file(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                               const struct auth_db_config *cfg)
 {
-    static const char *const sql_keys[] = {"engine",        "connect",         "password_query",
-                                           "user_query",    "iterate_query",   "connect_timeout",
-                                           "query_timeout", NULL};
+    static const char *const sql_keys[] = {
+        "engine",        "connect",         "password_query", "user_query",
+        "iterate_query", "connect_timeout", "query_timeout",  NULL};
     for (size_t i = 0; sql_keys[i] != NULL; i++) {
         if (!refuse_key(ctx, map, path, sql_keys[i], "sql"))
             return false;
@@ -190,10 +191,10 @@ static bool check_sql(const struct cfg_ctx *ctx, const struct ynode *map, const 
 bool auth_db_config_read(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                          bool is_passdb, struct auth_db_config *cfg)
 {
-    static const char *const keys[] = {"driver",         "default_scheme", "path",
-                                       "engine",         "connect",        "password_query",
-                                       "user_query",     "iterate_query",  "connect_timeout",
-                                       "query_timeout",  NULL};
+    static const char *const keys[] = {
+        "driver",          "default_scheme", "path",       "engine",
+        "connect",         "password_query", "user_query", "iterate_query",
+        "connect_timeout", "query_timeout",  NULL};
     static const char *const drivers[] = {"passwd-file", "sql", NULL};
     static const int driver_values[] = {AUTH_DB_PASSWD_FILE, AUTH_DB_SQL};
     static const char *const engines[] = {"sqlite", "pgsql", "postgresql", NULL};
@@ -204,14 +205,13 @@ bool auth_db_config_read(const struct cfg_ctx *ctx, const struct ynode *map, con
     if (!cfg_expect_map(ctx, map, path) || !cfg_check_keys(ctx, map, path, keys))
         return false;
     bool has_driver = false;
-    bool has_engine = false;
     int driver = (int)cfg->driver;
     int engine = (int)cfg->engine;
     if (!read_choice(ctx, map, path, "driver", drivers, driver_values, "passwd-file, sql",
                      &has_driver, &driver) ||
         !read_scheme(ctx, map, path, cfg) || !cfg_string(ctx, map, path, "path", &cfg->path) ||
-        !read_choice(ctx, map, path, "engine", engines, engine_values, "sqlite, pgsql",
-                     &has_engine, &engine) ||
+        !read_choice(ctx, map, path, "engine", engines, engine_values, "sqlite, pgsql", NULL,
+                     &engine) ||
         !cfg_string(ctx, map, path, "connect", &cfg->connect) ||
         !cfg_string(ctx, map, path, "password_query", &cfg->password_query) ||
         !cfg_string(ctx, map, path, "user_query", &cfg->user_query) ||

@@ -343,6 +343,8 @@ static void finish(struct auth_req *r, enum req_result result)
     req_free(r);
 }
 
+static void reply_temp_fail(struct auth_req *r, const char *reason);
+
 static void reply_ok(struct auth_req *r, const struct userdb_entry *e)
 {
     struct buf line = {0};
@@ -350,6 +352,15 @@ static void reply_ok(struct auth_req *r, const struct userdb_entry *e)
     auth_line_add(&line, r->id);
     auth_line_add(&line, e->username);
     auth_line_add_userdb(&line, e);
+    if (line.len > AUTH_LINE_MAX) {
+        /* Clients refuse longer lines; a record this large is a data problem. */
+        buf_free(&line);
+        char user_q[300];
+        log_error(COMPONENT, "user record too large for one reply", "user=%s",
+                  log_quote(user_q, sizeof(user_q), e->username));
+        reply_temp_fail(r, "user record too large");
+        return;
+    }
     auth_line_end(&line);
     send_line(r->conn, &line);
     finish(r, RESULT_OK);
@@ -712,6 +723,17 @@ static void reply_fail_id(struct auth_conn *conn, const char *id, const char *re
     send_line(conn, &line);
 }
 
+static void reply_fail_temp_id(struct auth_conn *conn, const char *id, const char *reason)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, id);
+    auth_line_add_param(&line, "reason", reason);
+    auth_line_add(&line, "temp");
+    auth_line_end(&line);
+    send_line(conn, &line);
+}
+
 static void handle_verify(struct auth_conn *conn, const struct auth_line *line)
 {
     if (line->count < 4) {
@@ -784,6 +806,12 @@ static void handle_cont(struct auth_conn *conn, const struct auth_line *line)
         reply_fail_id(conn, line->fields[1], "no SASL exchange with this id");
         return;
     }
+    if (line->count >= 3 && strcmp(line->fields[2], "*") == 0) {
+        /* The client gave up (RFC 4422 abort): no failure is counted. */
+        reply_fail_id(conn, r->id, "aborted");
+        req_free(r);
+        return;
+    }
     sasl_advance(r, line->count >= 3 ? line->fields[2] : "");
 }
 
@@ -845,7 +873,7 @@ static void handle_line(struct auth_conn *conn, char *text, size_t len)
         return;
     }
     if (conn->pending >= (size_t)conn->svc->cfg->max_pending_per_connection) {
-        reply_fail_id(conn, id, "too many requests in flight on this connection");
+        reply_fail_temp_id(conn, id, "too many requests in flight on this connection");
         return;
     }
     if (strcmp(verb, "VERIFY") == 0)

@@ -129,7 +129,7 @@ static bool set_id(struct parser *p, struct userdb_entry *e, const char *name, c
 {
     char *error = NULL;
     if (!userdb_entry_set(e, name, value, &error)) {
-        report(p, "invalid %s: %s", name, error);
+        report(p, "%s", error);
         free(error);
         return false;
     }
@@ -158,7 +158,7 @@ static bool set_extra_fields(struct parser *p, struct userdb_entry *e, char *tex
         }
         char *error = NULL;
         if (!userdb_entry_set(e, tok, value, &error)) {
-            report(p, "extra field %s: %s", tok, error);
+            report(p, "%s", error);
             free(error);
             return false;
         }
@@ -179,7 +179,7 @@ static bool fill_entry(struct parser *p, struct userdb_entry *e, char **f, size_
     /* f[4] gecos and f[6] shell are unused, as in Dovecot */
     char *error = NULL;
     if (n > 5 && f[5][0] != '\0' && !userdb_entry_set(e, "home", f[5], &error)) {
-        report(p, "invalid home: %s", error);
+        report(p, "%s", error);
         free(error);
         return false;
     }
@@ -188,7 +188,7 @@ static bool fill_entry(struct parser *p, struct userdb_entry *e, char **f, size_
     if (rest[0] == ':') {
         /* old layout: empty eighth field, the mail location after it */
         if (rest[1] != '\0' && !userdb_entry_set(e, "mail", rest + 1, &error)) {
-            report(p, "invalid mail location: %s", error);
+            report(p, "%s", error);
             free(error);
             return false;
         }
@@ -250,8 +250,7 @@ static void parse_line(struct parser *p, const char *text, size_t len)
     }
     size_t *slot = name_slot(p, f[0]);
     if (*slot != 0) {
-        report(p, "duplicate user %s (first on line %zu): ignored", f[0],
-               p->first_line[*slot - 1]);
+        report(p, "duplicate user %s (first on line %zu): ignored", f[0], p->first_line[*slot - 1]);
         return;
     }
     if (p->pf->count >= PASSWD_FILE_MAX_USERS) {
@@ -273,8 +272,8 @@ static int compare_entries(const void *a, const void *b)
     return strcmp((*x)->username, (*y)->username);
 }
 
-struct passwd_file *passwd_file_parse(const char *text, size_t len,
-                                      passwd_file_problem_fn *problem, void *ctx)
+struct passwd_file *passwd_file_parse(const char *text, size_t len, passwd_file_problem_fn *problem,
+                                      void *ctx)
 {
     struct passwd_file *pf = xcalloc(1, sizeof(*pf));
     struct parser p = {.pf = pf, .problem = problem, .ctx = ctx};
