@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -51,6 +51,8 @@ max_len_of() {
     fuzz-subscriptions) echo 8192 ;;
     fuzz-maildir-filename) echo 512 ;;
     fuzz-mailbox-name) echo 4096 ;;
+    fuzz-passwd-file) echo 16384 ;;
+    fuzz-auth-line) echo 16384 ;;
     esac
 }
 
@@ -66,6 +68,8 @@ dict_of() {
     fuzz-subscriptions) echo "$ROOT/fuzz/dict/subscriptions.dict" ;;
     fuzz-maildir-filename) echo "$ROOT/fuzz/dict/maildir-filename.dict" ;;
     fuzz-mailbox-name) echo "$ROOT/fuzz/dict/mutf7.dict" ;;
+    fuzz-passwd-file) echo "$ROOT/fuzz/dict/passwd-file.dict" ;;
+    fuzz-auth-line) echo "$ROOT/fuzz/dict/auth-line.dict" ;;
     esac
 }
 

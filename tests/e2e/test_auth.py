@@ -653,3 +653,17 @@ def test_shutdown_with_connected_clients(passwd_daemon):
         s.connect(tuple(auth_addr(passwd_daemon).rsplit(":", 1)[:1]) +
                   (int(auth_addr(passwd_daemon).rsplit(":", 1)[1]),))
     s.close()
+
+
+def test_account_without_password_refuses_logins(petreld, tmp_path):
+    """An empty password field means "no password login", even when the
+    default scheme is PLAIN and the client sends an empty password."""
+    d = petreld(auth_overrides(tmp_path, "nopw::1006:1006::/home/nopw\n",
+                               {"passdb": {"driver": "passwd-file",
+                                           "path": str(tmp_path / "passwd"),
+                                           "default_scheme": "PLAIN"}}))
+    with AuthConn(auth_addr(d)) as c:
+        assert c.verify("nopw", "")[0] == "FAIL"
+        assert c.request("AUTH", "PLAIN", "resp=" + b64(b"\0nopw\0"))[0] == "FAIL"
+        assert c.user("nopw")[0] == "OK"  # still a user for lookups
+    assert "account has no password" in d.stderr()

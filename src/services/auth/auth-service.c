@@ -66,7 +66,8 @@ struct auth_req {
     char *error;
     enum password_verdict verdict;
     enum password_scheme scheme;
-    bool verified; /* a password check ran */
+    bool verified;    /* a password check ran */
+    bool no_password; /* the record has no password: logins refused */
     double passdb_seconds;
     double verify_seconds;
     enum auth_db_status passdb_status;
@@ -468,10 +469,17 @@ static void job_lookup_and_verify(struct auth_req *r, unsigned worker)
     r->passdb_status = r->status;
     if (r->status != AUTH_DB_OK)
         return;
+    if (passdb_entry->password == NULL) {
+        /* No stored password means no password login, not an empty password. */
+        r->no_password = true;
+        r->verdict = PASSWORD_MISMATCH;
+        r->entry = passdb_entry;
+        return;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     r->verified = true;
-    r->verdict = password_verify(passdb_entry->password != NULL ? passdb_entry->password : "",
-                                 r->password, svc->cfg->passdb.default_scheme, &r->scheme);
+    r->verdict = password_verify(passdb_entry->password, r->password,
+                                 svc->cfg->passdb.default_scheme, &r->scheme);
     r->verify_seconds = elapsed(&t0);
     if (r->verdict != PASSWORD_MATCH || svc->userdb == NULL) {
         r->entry = passdb_entry;
@@ -538,7 +546,7 @@ static void login_job_done(struct auth_req *r)
         return;
     }
     if (r->verdict == PASSWORD_MISMATCH) {
-        login_failed(r, "password mismatch");
+        login_failed(r, r->no_password ? "account has no password" : "password mismatch");
         return;
     }
     /* The password matched; now the userdb record (when separate). */
