@@ -140,6 +140,8 @@ int main(int argc, char **argv)
             memmove(out.data, out.data + w, out.len - (size_t)w);
             out.len -= (size_t)w;
         }
+        if (in_flight == 0)
+            break; /* time is up and every reply is in */
         ssize_t r = read(fd, in + in_len, (1 << 20) - in_len);
         if (r <= 0) {
             fprintf(stderr, "auth-bench: connection closed\n");

@@ -40,7 +40,7 @@ SCENARIOS=("$@")
 cd "$ROOT"
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
   [ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR" --buildtype=release >/dev/null
-  meson compile -C "$BUILD_DIR" petreld bench/auth-bench >/dev/null
+  ninja -C "$BUILD_DIR" petreld bench/auth-bench >/dev/null
 fi
 PETRELD="$ROOT/$BUILD_DIR/petreld"
 CLIENT="$ROOT/$BUILD_DIR/bench/auth-bench"
