@@ -667,3 +667,55 @@ def test_account_without_password_refuses_logins(petreld, tmp_path):
         assert c.request("AUTH", "PLAIN", "resp=" + b64(b"\0nopw\0"))[0] == "FAIL"
         assert c.user("nopw")[0] == "OK"  # still a user for lookups
     assert "account has no password" in d.stderr()
+
+
+# ---------- review fixes ----------
+
+def test_client_not_reading_is_throttled_then_served(petreld, tmp_path):
+    """A client that pipelines without reading makes the service stop reading
+    it (bounded output), and everything is answered once it reads again."""
+    import threading
+    extras = " ".join(f"x{i}={'v' * 100}" for i in range(30))
+    d = petreld(auth_overrides(tmp_path, f"big:{{PLAIN}}pw:7:7::/h::{extras}\n"))
+    n = 3000  # about 10 MB of replies, more than the socket buffers hold
+    with AuthConn(auth_addr(d), timeout=30) as c:
+        assert c.user("big")[0] == "OK"  # cached from now on: answered on the loop
+        batch = b"".join(encode("USER", f"u{i}", "big") for i in range(n))
+        sender = threading.Thread(target=c.send_raw, args=(batch,))
+        sender.start()
+        time.sleep(0.5)  # the service's output piles up meanwhile
+        for i in range(n):
+            r = c.read()
+            assert r is not None and r[0] == "OK" and r[1] == f"u{i}", r
+        sender.join(timeout=30)
+        assert c.verify("big", "pw")[0] == "OK"
+
+
+def test_unknown_passdb_user_is_not_cached_for_a_separate_userdb(petreld, tmp_path):
+    """Not being in the passdb says nothing about the userdb: a failed login
+    must not make USER answer NOTFOUND for a user the userdb has."""
+    userdb = tmp_path / "userdb"
+    userdb.write_text("plain::1005:1005::/h\nmailonly::1010:1010::/m\n")
+    cfg = auth_overrides(tmp_path, "plain:{PLAIN}pw:1005:1005::/h\n",
+                         {"userdb": {"driver": "passwd-file", "path": str(userdb)}})
+    d = petreld(cfg)
+    with AuthConn(auth_addr(d)) as c:
+        assert c.verify("mailonly", "x")[0] == "FAIL"
+        r = c.user("mailonly")
+        assert r[0] == "OK" and params(r)["uid"] == ["1010"], r
+
+
+def test_iterate_failure_reason_is_generic(petreld, tmp_path, hashes):
+    """A driver's error text (paths, SQL) goes to the log, not to clients."""
+    dbfile = tmp_path / "users.db"
+    make_sqlite(dbfile, hashes)
+    d = petreld(sqlite_overrides(tmp_path, dbfile))
+    db = sqlite3.connect(dbfile)
+    db.execute("DROP TABLE users")
+    db.commit()
+    db.close()
+    with AuthConn(auth_addr(d)) as c:
+        c.send("ITERATE", "it")
+        r = c.read()
+        assert r[0] == "FAIL" and "temp" in r, r
+        assert params(r, 2)["reason"] == ["temporary authentication failure"], r

@@ -718,6 +718,19 @@ static void submit(struct auth_client *c, struct auth_client_request *req, struc
     buf_free(out);
 }
 
+/* Reserves room for a request line whose fields total `bytes` before
+ * escaping (which at most doubles them), so that a buffer holding a
+ * password never grows: the old block would be freed without a wipe. */
+static void reserve_line(struct buf *out, size_t bytes)
+{
+    buf_reserve(out, 2 * bytes + 128);
+}
+
+static size_t len_or_0(const char *s)
+{
+    return s != NULL ? strlen(s) : 0;
+}
+
 static void add_id(struct buf *out, uint64_t id)
 {
     char text[24];
@@ -831,6 +844,7 @@ struct auth_client_request *auth_client_verify(struct auth_client *c, const char
 {
     struct auth_client_request *req = request_new(c, REQ_VERIFY, cb, ctx);
     struct buf out = {0};
+    reserve_line(&out, len_or_0(username) + len_or_0(password) + len_or_0(service) + len_or_0(ip));
     auth_line_add(&out, "VERIFY");
     add_id(&out, req->id);
     auth_line_add(&out, username != NULL ? username : "");
@@ -851,6 +865,8 @@ struct auth_client_request *auth_client_sasl_begin(struct auth_client *c, const 
 {
     struct auth_client_request *req = request_new(c, REQ_SASL, cb, ctx);
     struct buf out = {0};
+    reserve_line(&out,
+                 len_or_0(mech) + len_or_0(service) + len_or_0(ip) + len_or_0(initial_response));
     auth_line_add(&out, "AUTH");
     add_id(&out, req->id);
     auth_line_add(&out, mech != NULL ? mech : "");
@@ -865,6 +881,8 @@ struct auth_client_request *auth_client_sasl_begin(struct auth_client *c, const 
     return req;
 }
 
+static void abort_exchange(struct auth_client *c, const struct auth_client_request *req);
+
 void auth_client_sasl_continue(struct auth_client_request *req, const char *response_b64)
 {
     /* Anything but a request holding a challenge is already answered or
@@ -874,11 +892,13 @@ void auth_client_sasl_continue(struct auth_client_request *req, const char *resp
         return;
     struct auth_client *c = req->client;
     struct buf out = {0};
+    reserve_line(&out, len_or_0(response_b64));
     auth_line_add(&out, "CONT");
     add_id(&out, req->id);
     auth_line_add(&out, response_b64 != NULL ? response_b64 : "");
     auth_line_end(&out);
     if (out.len - 1 > AUTH_LINE_MAX) {
+        abort_exchange(c, req); /* or the service keeps the exchange and its slot */
         detach_live(c, req);
         fail_later(c, req, AUTH_CLIENT_FAIL, "SASL response longer than the line limit");
     } else {

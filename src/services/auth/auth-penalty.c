@@ -21,8 +21,11 @@ int64_t auth_penalty_delay_ms(const struct auth_penalty_config *cfg, unsigned fa
     if (failures == 0 || cfg->failure_delay_ms <= 0)
         return 0;
     int64_t delay = cfg->failure_delay_ms;
-    for (unsigned i = 1; i < failures && delay < cfg->max_delay_ms; i++)
+    for (unsigned i = 1; i < failures && delay < cfg->max_delay_ms; i++) {
+        if (delay > INT64_MAX / 2)
+            return cfg->max_delay_ms; /* doubling would overflow: the cap is below */
         delay *= 2;
+    }
     return delay < cfg->max_delay_ms ? delay : cfg->max_delay_ms;
 }
 

@@ -62,6 +62,9 @@ static bool decode(const char *b64, struct buf *out, struct sasl_exchange *x)
         x->error = "response too long";
         return false;
     }
+    /* Room for the decoded bytes and the NUL up front: growing the buffer
+     * later would free a copy of the password without wiping it. */
+    buf_reserve(out, n / 4 * 3 + 1);
     if (!base64_decode_append(out, b64, n)) {
         x->error = "response is not valid base64";
         return false;
@@ -88,7 +91,8 @@ static enum sasl_step_result plain_response(struct sasl_exchange *x, const char 
     size_t len = raw.len - 1;
     const char *authzid = raw.data;
     const char *nul1 = memchr(authzid, '\0', len);
-    const char *nul2 = nul1 == NULL ? NULL : memchr(nul1 + 1, '\0', len - (size_t)(nul1 + 1 - authzid));
+    const char *nul2 =
+        nul1 == NULL ? NULL : memchr(nul1 + 1, '\0', len - (size_t)(nul1 + 1 - authzid));
     enum sasl_step_result r;
     if (nul1 == NULL || nul2 == NULL) {
         r = fail(x, "malformed PLAIN response");

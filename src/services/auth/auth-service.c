@@ -26,6 +26,9 @@
 #define AUTH_MAX_LISTENERS 16
 #define REASON_FAILED "authentication failed"
 #define REASON_TEMP "temporary authentication failure"
+/* Output waiting for a client that does not read: above this, the
+ * connection's requests are not read until it has drained. */
+#define AUTH_OUTPUT_MAX (1024 * 1024)
 
 enum auth_verb { VERB_VERIFY, VERB_AUTH, VERB_USER, VERB_ITERATE, VERB_COUNT };
 static const char *const verb_names[VERB_COUNT] = {"VERIFY", "AUTH", "USER", "ITERATE"};
@@ -58,6 +61,7 @@ struct auth_req {
     char *ip;
     struct sasl_exchange sasl;
     struct timespec started;
+    int64_t check_started_ms; /* login_process(): the failure delay counts from here */
     struct event *timer;
     bool replied_in_timer; /* the timer sends the prepared failure reply */
     /* Filled on the worker; read on the loop after `done`. */
@@ -83,7 +87,8 @@ struct auth_conn {
     char peer[64];
     struct auth_req *reqs;
     size_t pending;
-    bool closing; /* free once the output has drained */
+    bool closing;   /* free once the output has drained */
+    bool throttled; /* reading paused until the output has drained */
 };
 
 struct auth_listener {
@@ -160,15 +165,16 @@ static void metrics_init(struct auth_service *svc, struct metrics_registry *reg)
             m->request[v][r] = metric_series_get(m->request_seconds, values);
         }
     }
-    m->passdb_seconds = metrics_histogram(
-        reg, "petrel_auth_passdb_seconds", "passdb/userdb lookups by driver and result, in seconds.",
-        db_labels, metrics_latency_buckets, metrics_latency_bucket_count);
-    m->scheme_seconds = metrics_histogram(reg, "petrel_auth_scheme_verify_seconds",
-                                          "Password verification time by scheme, in seconds.",
-                                          scheme_labels, metrics_latency_buckets,
-                                          metrics_latency_bucket_count);
-    struct metric_family *lookups = metrics_counter(
-        reg, "petrel_auth_cache_lookups_total", "Auth cache lookups by result.", cache_labels);
+    m->passdb_seconds =
+        metrics_histogram(reg, "petrel_auth_passdb_seconds",
+                          "passdb/userdb lookups by driver and result, in seconds.", db_labels,
+                          metrics_latency_buckets, metrics_latency_bucket_count);
+    m->scheme_seconds =
+        metrics_histogram(reg, "petrel_auth_scheme_verify_seconds",
+                          "Password verification time by scheme, in seconds.", scheme_labels,
+                          metrics_latency_buckets, metrics_latency_bucket_count);
+    struct metric_family *lookups = metrics_counter(reg, "petrel_auth_cache_lookups_total",
+                                                    "Auth cache lookups by result.", cache_labels);
     const char *hit[] = {"hit"}, *miss[] = {"miss"}, *expired[] = {"expired"},
                *mismatch[] = {"pwd_mismatch"};
     m->cache_hit = metric_series_get(lookups, hit);
@@ -182,14 +188,13 @@ static void metrics_init(struct auth_service *svc, struct metrics_registry *reg)
     m->cache_max_bytes = metric_series_get(
         metrics_gauge(reg, "petrel_auth_cache_max_bytes", "The auth cache's byte limit.", NULL),
         NULL);
-    m->connections = metric_series_get(
-        metrics_gauge(reg, "petrel_auth_connections", "Open connections to the auth service.",
-                      NULL),
-        NULL);
-    m->connections_total = metric_series_get(
-        metrics_counter(reg, "petrel_auth_connections_total",
-                        "Connections accepted by the auth service.", NULL),
-        NULL);
+    m->connections = metric_series_get(metrics_gauge(reg, "petrel_auth_connections",
+                                                     "Open connections to the auth service.", NULL),
+                                       NULL);
+    m->connections_total =
+        metric_series_get(metrics_counter(reg, "petrel_auth_connections_total",
+                                          "Connections accepted by the auth service.", NULL),
+                          NULL);
 }
 
 static void collect_cache_gauges(void *ctx)
@@ -287,12 +292,20 @@ static void send_line(struct auth_conn *conn, struct buf *line)
     buf_free(line);
 }
 
+static void conn_read_cb(struct bufferevent *bev, void *ctx);
+
 static void conn_write_cb(struct bufferevent *bev, void *ctx)
 {
-    (void)bev;
     struct auth_conn *conn = ctx;
-    if (conn->closing)
+    if (conn->closing) {
         conn_free(conn);
+    } else if (conn->throttled) {
+        /* The client caught up: read on, starting with the lines already
+         * buffered (no new data may come to trigger the read callback). */
+        conn->throttled = false;
+        bufferevent_enable(bev, EV_READ);
+        conn_read_cb(bev, conn);
+    }
 }
 
 /* Sends `FAIL <id> reason=...` and closes once it has left. */
@@ -417,20 +430,30 @@ static void failure_timer_cb(evutil_socket_t fd, short what, void *arg)
 static void login_failed(struct auth_req *r, const char *why)
 {
     struct auth_service *svc = r->svc;
-    char user_q[300];
-    log_info(COMPONENT, "authentication failed",
-             "verb=%s user=%s service=%s ip=%s reason=\"%s\"", verb_names[r->verb],
+    char user_q[300], service_q[128], ip_q[128];
+    log_info(COMPONENT, "authentication failed", "verb=%s user=%s service=%s ip=%s reason=\"%s\"",
+             verb_names[r->verb],
              log_quote(user_q, sizeof(user_q), r->username != NULL ? r->username : ""),
-             r->service != NULL ? r->service : "-", r->ip != NULL ? r->ip : "-", why);
+             log_quote(service_q, sizeof(service_q), r->service != NULL ? r->service : "-"),
+             log_quote(ip_q, sizeof(ip_q), r->ip != NULL ? r->ip : "-"), why);
+    /* Not needed any more: do not keep it through the delay. */
+    wipe_free(r->password);
+    r->password = NULL;
     if (r->ip != NULL)
         svc->penalty.ops->inc(svc->penalty.store, r->ip, now_ms());
+    /* Counted from the start of the check, so whether a password was hashed
+     * (a known user) or not (an unknown one) does not show in the timing. */
     int64_t delay = svc->cfg->penalty.failure_delay_ms;
+    if (delay > 0 && r->check_started_ms != 0)
+        delay -= now_ms() - r->check_started_ms;
     if (delay <= 0 || r->conn == NULL) {
         send_login_failure(r);
         return;
     }
     r->state = REQ_DELAYED;
     r->timer = evtimer_new(svc->base, failure_timer_cb, r);
+    if (r->timer == NULL)
+        petrel_fatal("out of memory creating an auth timer");
     struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)((delay % 1000) * 1000)};
     evtimer_add(r->timer, &tv);
 }
@@ -443,10 +466,11 @@ static void login_succeeded(struct auth_req *r, const struct userdb_entry *e)
         return;
     }
     if (log_enabled(LOG_DEBUG, COMPONENT)) {
-        char user_q[300];
+        char user_q[300], service_q[128], ip_q[128];
         log_debug(COMPONENT, "authenticated", "verb=%s user=%s service=%s ip=%s",
                   verb_names[r->verb], log_quote(user_q, sizeof(user_q), e->username),
-                  r->service != NULL ? r->service : "-", r->ip != NULL ? r->ip : "-");
+                  log_quote(service_q, sizeof(service_q), r->service != NULL ? r->service : "-"),
+                  log_quote(ip_q, sizeof(ip_q), r->ip != NULL ? r->ip : "-"));
     }
     reply_ok(r, e);
 }
@@ -528,7 +552,10 @@ static void login_job_done(struct auth_req *r)
         metric_observe(metric_series_get(svc->m.scheme_seconds, values), r->verify_seconds);
     }
     if (r->passdb_status == AUTH_DB_NOT_FOUND) {
-        auth_cache_put_negative(svc->cache, r->username, now_ms());
+        /* The cache answers USER too: "not in the passdb" says nothing about
+         * a separate userdb. */
+        if (svc->userdb == NULL)
+            auth_cache_put_negative(svc->cache, r->username, now_ms());
         login_failed(r, "unknown user");
         return;
     }
@@ -572,7 +599,7 @@ static void reply_users(struct auth_req *r)
         auth_line_add(&out, r->id);
         auth_line_add(&out, r->users[i]);
         auth_line_end(&out);
-        if (out.len >= 65536 && r->conn != NULL) {
+        if (out.len >= 65536 && r->conn != NULL && !r->conn->closing) {
             bufferevent_write(r->conn->bev, out.data, out.len);
             buf_reset(&out);
         }
@@ -619,7 +646,7 @@ static void auth_job_done(void *job, bool cancelled)
         } else {
             log_error(COMPONENT, "user iteration failed", "error=\"%s\"",
                       r->error != NULL ? r->error : "");
-            reply_temp_fail(r, r->error != NULL ? r->error : REASON_TEMP);
+            reply_temp_fail(r, REASON_TEMP); /* the driver's message is for the log only */
         }
         return;
     case VERB_COUNT:
@@ -645,6 +672,7 @@ static void submit(struct auth_req *r)
 static void login_process(struct auth_req *r)
 {
     struct auth_service *svc = r->svc;
+    r->check_started_ms = now_ms();
     const struct userdb_entry *cached = NULL;
     enum auth_cache_result cr =
         auth_cache_lookup(svc->cache, r->username, r->password, now_ms(), &cached);
@@ -694,6 +722,8 @@ static void penalty_answer(unsigned failures, void *ctx)
     }
     r->state = REQ_DELAYED;
     r->timer = evtimer_new(r->svc->base, penalty_timer_cb, r);
+    if (r->timer == NULL)
+        petrel_fatal("out of memory creating an auth timer");
     struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
     evtimer_add(r->timer, &tv);
 }
@@ -901,6 +931,13 @@ static void conn_read_cb(struct bufferevent *bev, void *ctx)
     struct auth_conn *conn = ctx;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (!conn->closing) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) > AUTH_OUTPUT_MAX) {
+            /* A client that sends without reading must not make us queue
+             * replies without bound: wait for conn_write_cb. */
+            conn->throttled = true;
+            bufferevent_disable(bev, EV_READ);
+            return;
+        }
         size_t eol_len = 0;
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         if (eol.pos < 0) {
@@ -954,10 +991,16 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         evutil_closesocket(fd);
         return;
     }
+    struct bufferevent *bev = bufferevent_socket_new(svc->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        log_warn(COMPONENT, "connection refused: cannot set it up", "peer=%s", peer);
+        evutil_closesocket(fd);
+        return;
+    }
     struct auth_conn *conn = xcalloc(1, sizeof(*conn));
     conn->svc = svc;
     snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
-    conn->bev = bufferevent_socket_new(svc->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    conn->bev = bev;
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     if (svc->cfg->idle_timeout_ms > 0) {
         struct timeval tv = {(time_t)(svc->cfg->idle_timeout_ms / 1000),

@@ -88,8 +88,8 @@ static void handle_info(struct http_request *req, void *ctx)
     call->reply = reply;
     http_request_set_cancel(req, auth_call_cancel, call);
     const char *username = mail_user_name(sr.user);
-    /* The callback may run before auth_client_user returns (a client that
-     * cannot connect answers at once), so `call` is set up first. */
+    /* The callback never runs inside auth_client_user (auth-client.h), so
+     * the handle can be stored afterwards. */
     call->areq = auth_client_user(api->auth, username, info_userdb_done, call);
     storage_request_end(&sr);
 }
