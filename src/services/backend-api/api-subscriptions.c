@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "storage/mailbox-name.h"
+#include "storage/subscription-store.h"
 #include "storage/subscriptions.h"
 
 #include <errno.h>
@@ -24,89 +25,23 @@
 
 #define COMPONENT "backend-api"
 
-/* The file holding `ns`'s rows, and the prefix its rows carry there. */
-static bool store_of(struct storage_request *sr, const struct namespace_config *ns,
-                     struct buf *path, const char **prefix, struct petrel_error *err)
-{
-    const struct namespace_config *owner = ns;
-    *prefix = "";
-    if (!ns->subscriptions) {
-        owner = mail_user_namespace(sr->user, "personal", err);
-        if (owner == NULL)
-            return false;
-        *prefix = ns->prefix;
-    }
-    if (!mail_user_namespace_root(sr->user, owner, path, err))
-        return false;
-    buf_append_str(path, "/subscriptions");
-    return true;
-}
-
-/* API names use the namespace separator; the file uses '/'. */
-static char *to_file_name(const char *prefix, const char *name, char separator)
-{
-    char *s = xasprintf("%s%s", prefix, name);
-    if (separator != '/') {
-        for (char *p = s; *p != '\0'; p++) {
-            if (*p == separator)
-                *p = '/';
-        }
-    }
-    return s;
-}
-
 static void handle_list(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
     if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
         return;
     struct petrel_error err;
-    struct buf path = {0};
-    const char *prefix = "";
-    struct subscriptions subs;
-    memset(&subs, 0, sizeof(subs));
-    if (!store_of(&sr, sr.ns, &path, &prefix, &err) ||
-        !subscriptions_read(path.data, &subs, &err)) {
+    char **names = NULL;
+    size_t count = 0;
+    if (!mail_subscriptions_list(sr.user, sr.ns, &names, &count, &err)) {
         http_reply_petrel_error(req, &err);
     } else {
         json_t *arr = json_array();
-        char *file_prefix = to_file_name(prefix, "", sr.ns->separator);
-        size_t plen = strlen(file_prefix);
-        for (size_t i = 0; i < subs.count; i++) {
-            const char *name = subs.names[i];
-            if (strncmp(name, file_prefix, plen) != 0)
-                continue;
-            if (sr.ns->subscriptions == false && plen == 0)
-                continue;
-            /* Rows of other namespaces stored in the personal file are not ours. */
-            bool foreign = false;
-            if (sr.ns->type == NAMESPACE_PERSONAL) {
-                const struct mail_config *cfg = mail_storage_config(mail_user_storage(sr.user));
-                for (size_t n = 0; n < cfg->namespace_count && !foreign; n++) {
-                    const struct namespace_config *o = &cfg->namespaces[n];
-                    char *op = to_file_name(o->prefix, "", o->separator);
-                    foreign = o != sr.ns && !o->subscriptions && op[0] != '\0' &&
-                              strncmp(name, op, strlen(op)) == 0;
-                    free(op);
-                }
-            }
-            if (foreign)
-                continue;
-            char *api_name = xstrdup(name + plen);
-            if (sr.ns->separator != '/') {
-                for (char *p = api_name; *p != '\0'; p++) {
-                    if (*p == '/')
-                        *p = sr.ns->separator;
-                }
-            }
-            json_array_append_new(arr, json_string(api_name));
-            free(api_name);
-        }
-        free(file_prefix);
+        for (size_t i = 0; i < count; i++)
+            json_array_append_new(arr, json_string(names[i]));
         http_reply_json(req, 200, json_pack("{s:o}", "subscriptions", arr));
     }
-    subscriptions_free(&subs);
-    buf_free(&path);
+    mail_folder_list_free(names, count);
     storage_request_end(&sr);
 }
 
@@ -117,24 +52,11 @@ static void change(struct http_request *req, void *ctx, bool add)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct buf path = {0};
-    const char *prefix = "";
     bool changed = false;
-    if (!(mailbox_name_is_inbox(sr.folder) ||
-          mailbox_name_validate(sr.folder, sr.ns->separator, &err)) ||
-        !store_of(&sr, sr.ns, &path, &prefix, &err)) {
+    if (!mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err))
         http_reply_petrel_error(req, &err);
-    } else {
-        char *name = to_file_name(prefix, sr.folder, sr.ns->separator);
-        bool ok = add ? subscriptions_add(path.data, name, &changed, &err)
-                      : subscriptions_remove(path.data, name, &changed, &err);
-        free(name);
-        if (!ok)
-            http_reply_petrel_error(req, &err);
-        else
-            http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-    }
-    buf_free(&path);
+    else
+        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
     storage_request_end(&sr);
 }
 
@@ -173,7 +95,7 @@ static void handle_migrate(struct http_request *req, void *ctx)
     struct buf ns_root = {0};
     struct buf personal_root = {0};
     const char *prefix = "";
-    bool ok = personal != NULL && store_of(&sr, sr.ns, &dest, &prefix, &err) &&
+    bool ok = personal != NULL && mail_subscriptions_file(sr.user, sr.ns, &dest, &prefix, &err) &&
               mail_user_namespace_root(sr.user, sr.ns, &ns_root, &err) &&
               mail_user_namespace_root(sr.user, personal, &personal_root, &err);
     char *sources[2] = {NULL, NULL};
@@ -193,7 +115,7 @@ static void handle_migrate(struct http_request *req, void *ctx)
     bool read_any[2] = {false, false};
     /* Rows of the source files are relative to the namespace and use '/';
      * the prefix in front of them uses the namespace separator. */
-    char *file_prefix = to_file_name(prefix, "", sr.ns->separator);
+    char *file_prefix = mail_subscriptions_row(prefix, "", sr.ns->separator);
     for (size_t s = 0; ok && s < 2; s++) {
         if (strcmp(sources[s], dest.data) == 0 || access(sources[s], F_OK) != 0)
             continue;
