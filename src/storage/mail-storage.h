@@ -142,4 +142,202 @@ bool mailbox_index_optimize(struct mailbox *box, struct petrel_error *err);
 bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
                          struct petrel_error *err);
 
+/* ---------- reading one message (IMAP FETCH, POP3 RETR) ---------- */
+
+/* How the stored bytes end their lines. IMAP sends CRLF: a CRLF message
+ * goes out as stored, an LF one needs conversion (vsize is its size then). */
+enum mailbox_eol {
+    MAILBOX_EOL_NONE,  /* no line break at all */
+    MAILBOX_EOL_CRLF,  /* every line ends in CRLF */
+    MAILBOX_EOL_LF,    /* every line ends in a bare LF */
+    MAILBOX_EOL_MIXED, /* both */
+};
+
+struct mailbox_message_data {
+    uint32_t uid;
+    const char *data; /* the message as stored, `size` bytes (not NUL-terminated) */
+    size_t size;      /* physical size */
+    uint64_t vsize;   /* size with CRLF line endings (RFC822.SIZE) */
+    int64_t internal_date;
+    enum mailbox_eol eol;
+};
+/* The bytes of message `uid`: mapped read-only (large files) or read into
+ * memory (small ones). A flag change by another process renames the file
+ * under us: the current name is looked up again (index refresh, then the
+ * files in cur/ by base name), a few times. NOT_FOUND when the message was
+ * expunged (also by another process since the caller's last view sync).
+ * The data stays valid until mailbox_message_release(), even when the
+ * message is expunged or the mailbox closed meanwhile. */
+struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t uid,
+                                                  struct petrel_error *err);
+void mailbox_message_release(struct mailbox_message_data *msg);
+/* Physical size and vsize from the index without opening the file;
+ * NOT_FOUND when the index no longer holds `uid`. */
+bool mailbox_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,
+                           struct petrel_error *err);
+
+/* ---------- flag changes with modseq (IMAP STORE, RFC 7162 CONDSTORE) ---------- */
+
+enum mailbox_flags_mode {
+    MAILBOX_FLAGS_REPLACE, /* FLAGS */
+    MAILBOX_FLAGS_ADD,     /* +FLAGS */
+    MAILBOX_FLAGS_REMOVE,  /* -FLAGS */
+};
+
+struct mailbox_flags_update {
+    enum mailbox_flags_mode mode;
+    uint32_t flags;              /* MAIL_FLAG_* bits */
+    const char *const *keywords; /* names, NULL-terminated, or NULL */
+    uint64_t unchanged_since;    /* UNCHANGEDSINCE; 0 = no test */
+};
+
+/* The state of one message after an update (also when nothing changed). */
+struct mailbox_flags_result {
+    uint32_t uid;
+    uint32_t flags;
+    uint32_t keywords; /* bit i = mailbox_keyword_name(box, i) */
+    uint64_t modseq;
+};
+
+/* Applies `upd` to `uids` (any order, duplicates ignored) in one index
+ * transaction. Keywords are created in the folder as needed for REPLACE and
+ * ADD (CONFLICT when all MAILBOX_MAX_KEYWORDS are taken, INVALID for a bad
+ * name); REMOVE never creates one. UIDs unknown to the index (expunged) are
+ * skipped silently. A message whose modseq is above unchanged_since is left
+ * alone and listed in *failed (RFC 7162 MODIFIED). *results (ascending UIDs)
+ * holds every message that was looked at and not failed, with its new
+ * modseq. Both arrays are the caller's (free()); either pointer may be NULL
+ * when not wanted. */
+#define MAILBOX_MAX_KEYWORDS 26 /* maildir flag letters a..z */
+bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                          const struct mailbox_flags_update *upd,
+                          struct mailbox_flags_result **results, size_t *result_count,
+                          uint32_t **failed, size_t *failed_count, struct petrel_error *err);
+/* Name of keyword `idx` as the mailbox last read dovecot-keywords, or NULL.
+ * Valid until the next call that reads or writes keywords on `box`. */
+const char *mailbox_keyword_name(const struct mailbox *box, unsigned idx);
+
+/* ---------- copy and move (IMAP COPY/MOVE with COPYUID) ---------- */
+
+/* Copies `uids` (in the order given) from `src` into `dst` (which may be the
+ * same folder). A file is hard-linked into dst when both sit on one file
+ * system, else copied and made durable per mail.fsync. Internal dates are
+ * kept; with `keep_flags` flags and keywords are too (keywords mapped by name,
+ * created in dst as needed), else the copies have none. New UIDs are
+ * assigned in order in one dst transaction: (*new_uids)[i] is the copy of
+ * uids[i], 0 when uids[i] no longer exists in src (skipped). *new_uids is
+ * the caller's (free()). On failure nothing was added to dst. */
+bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  bool keep_flags, uint32_t **new_uids, struct petrel_error *err);
+/* Copy, then expunge the copied messages from `src` (\Deleted is set on
+ * them first). A crash in between leaves the messages in both folders,
+ * never in neither. */
+bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  uint32_t **new_uids, struct petrel_error *err);
+
+/* ---------- a session's view of the folder (IMAP SELECT) ---------- */
+
+/* A snapshot of the folder as one session sees it: messages in sequence
+ * order (ascending UIDs) with their flags and modseqs. It changes only in
+ * mailbox_view_sync() (and mailbox_view_note_flags() for the session's own
+ * STORE), so sequence numbers stay stable across FETCH/STORE/SEARCH even
+ * when other processes expunge meanwhile; reading such a message then fails
+ * with NOT_FOUND for that message alone. \Recent is not kept (IMAP4rev2). */
+struct mailbox_view;
+
+struct mailbox_view_entry {
+    uint32_t uid;
+    uint32_t flags;
+    uint32_t keywords; /* bit i = mailbox_view_keyword_name(view, i) */
+    uint64_t modseq;
+    uint64_t size;
+    uint64_t vsize;
+    int64_t internal_date;
+};
+
+struct mailbox_view_status {
+    uint32_t uid_validity;
+    uint32_t uid_next;
+    uint64_t highest_modseq;
+    uint32_t messages;
+    uint32_t unseen;
+    uint32_t first_unseen_seq; /* 0 when every message is \Seen */
+    bool keywords_creatable;   /* PERMANENTFLAGS may list \* */
+};
+
+/* Takes the first snapshot. `box` must outlive the view. */
+struct mailbox_view *mailbox_view_new(struct mailbox *box, struct petrel_error *err);
+void mailbox_view_free(struct mailbox_view *view);
+size_t mailbox_view_count(const struct mailbox_view *view);
+/* Entry at sequence number `seq` (1-based), NULL when out of range. */
+const struct mailbox_view_entry *mailbox_view_at(const struct mailbox_view *view, uint32_t seq);
+/* Sequence number of `uid`, 0 when not in the view. */
+uint32_t mailbox_view_seq(const struct mailbox_view *view, uint32_t uid);
+/* Keyword names as of the last sync, NULL for unused slots. */
+const char *mailbox_view_keyword_name(const struct mailbox_view *view, unsigned idx);
+void mailbox_view_get_status(const struct mailbox_view *view, struct mailbox_view_status *out);
+
+struct mailbox_view_changes {
+    /* Expunged messages as sequence numbers of the old view, in descending
+     * order: sent in this order as untagged EXPUNGEs, no response renumbers
+     * a later one (each removal only shifts higher numbers). */
+    uint32_t *expunged_seqs;
+    uint32_t *expunged_uids; /* the same messages, ascending (VANISHED) */
+    size_t expunged_count;
+    uint32_t exists;  /* message count after the sync (EXISTS) */
+    size_t new_count; /* messages added since the last sync */
+    /* Sequence numbers (new view, ascending) of older messages whose flags
+     * or modseq changed: one untagged FETCH (FLAGS MODSEQ) each. */
+    uint32_t *changed_seqs;
+    size_t changed_count;
+    bool keywords_changed;    /* the FLAGS list is to be sent again */
+    bool uidvalidity_changed; /* the view is void: the server must close it */
+};
+/* Refreshes from the disk and the index and reports the difference since
+ * the last sync (or the creation). The server chooses when: never in the
+ * middle of a FETCH, STORE or SEARCH. */
+bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
+                       struct petrel_error *err);
+void mailbox_view_changes_free(struct mailbox_view_changes *changes);
+/* Takes the session's own STORE results into the view at once (the server
+ * answers them itself), so the next sync does not report them again. True
+ * when the STORE created keywords: send FLAGS before the FETCH responses. */
+bool mailbox_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,
+                             size_t count);
+
+/* ---------- change notification (IMAP IDLE) ---------- */
+
+struct event_base;
+struct mailbox_watch;
+
+/* Calls `fn` on the libevent loop soon after the folder changes on disk
+ * (new/ or cur/ entries, the index log, dovecot-uidlist or -keywords),
+ * whoever changed it: inotify where available (a burst of events becomes
+ * one call after MAILBOX_WATCH_COALESCE_MS), else a poll of the directory
+ * and log times every MAILBOX_WATCH_POLL_MS. The callback only says
+ * "something changed": the server then syncs its view. The watch keeps
+ * its own copy of the folder path; `box` may be closed before the watch. */
+#define MAILBOX_WATCH_COALESCE_MS 50
+#define MAILBOX_WATCH_POLL_MS 1000
+struct mailbox_watch *mailbox_watch_new(struct event_base *base, struct mailbox *box,
+                                        void (*fn)(void *ctx), void *ctx, struct petrel_error *err);
+/* Whether the watch uses inotify (false: polling). */
+bool mailbox_watch_is_native(const struct mailbox_watch *watch);
+void mailbox_watch_free(struct mailbox_watch *watch);
+
+/* ---------- cached message data (IMAP BODYSTRUCTURE, ENVELOPE, headers) ---------- */
+
+/* Per-message blobs stored by field name ([A-Za-z0-9._-], 1..64 bytes; up
+ * to 1 MiB less 8 bytes each) in the index cache, so a second FETCH need not read the
+ * message file. A value answers only for the message it was stored for:
+ * the cache goes with the index identity (cache_reset_id), UIDs are never
+ * reused, and each value carries a tag of the message's file name that is
+ * checked on lookup. NULL when absent or when `uid` is not in the index;
+ * the data stays valid until the next cache call on `box`. */
+const void *mailbox_cache_lookup(struct mailbox *box, uint32_t uid, const char *field, size_t *len);
+/* Stores a value (replacing an earlier one). NOT_FOUND when `uid` is not
+ * in the index. A full cache drops the value silently (an optimisation). */
+bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err);
+
 #endif

@@ -461,7 +461,9 @@ static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
 }
 
 /* Files left in tmp/ by a save that never finished (a crash between write
- * and rename) are removed once they are clearly abandoned, as Dovecot does. */
+ * and rename) are removed once they are clearly abandoned, as Dovecot does.
+ * The change time counts too: a copy hard-links a file into tmp/, which
+ * keeps the source's old mtime but sets a new ctime. */
 #define TMP_MAX_AGE_SECS (36 * 3600)
 
 static void clean_tmp(struct mailbox *box)
@@ -475,7 +477,7 @@ static void clean_tmp(struct mailbox *box)
             struct stat st;
             if (de->d_name[0] == '.' ||
                 fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-                !S_ISREG(st.st_mode) || st.st_mtime > limit)
+                !S_ISREG(st.st_mode) || st.st_mtime > limit || st.st_ctime > limit)
                 continue;
             if (unlinkat(dirfd(d), de->d_name, 0) == 0)
                 log_info(COMPONENT, "removed abandoned tmp file", "folder=%s file=%s",
@@ -1340,4 +1342,81 @@ bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *recla
     *carried = st.carried;
     *reclaimed = st.reclaimed_bytes;
     return true;
+}
+
+/* ---------- shared with the other maildir files (maildir-private.h) ---------- */
+
+bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err)
+{
+    return ensure_synced(box, err);
+}
+
+bool maildir_fsync_enabled(const struct mailbox *box)
+{
+    return fsync_enabled(box);
+}
+
+void maildir_disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out)
+{
+    disk_name(base, flags, keywords, out);
+}
+
+bool maildir_resolve_keywords(struct mailbox *box, const char *const *names, uint32_t *mask,
+                              struct petrel_error *err)
+{
+    return resolve_keywords(box, names, mask, err);
+}
+
+bool maildir_rename_in_cur(struct mailbox *box, const char *from_sub, const char *from,
+                           const char *to, struct petrel_error *err)
+{
+    return rename_in_cur(box, from_sub, from, to, err);
+}
+
+uint64_t maildir_next_counter(struct mailbox *box)
+{
+    return next_counter(box);
+}
+
+struct maildir_cur_change {
+    struct dir_stamp stamp;
+};
+
+struct maildir_cur_change *maildir_cur_change_begin(struct mailbox *box)
+{
+    struct maildir_cur_change *change = xcalloc(1, sizeof(*change));
+    stamp_change_begin(box, &change->stamp);
+    return change;
+}
+
+void maildir_cur_change_end(struct mailbox *box, struct maildir_cur_change *change, bool lost)
+{
+    if (lost) {
+        change->stamp.ok = false;
+        unlink(box_path(box, MAILDIR_SYNC_STAMP));
+    }
+    stamp_change_end(box, &change->stamp);
+}
+
+void maildir_cur_change_commit(struct mailbox *box, struct maildir_cur_change *change)
+{
+    stamp_change_commit(box, &change->stamp);
+    free(change);
+}
+
+void maildir_cur_change_drop(struct maildir_cur_change *change)
+{
+    free(change);
+}
+
+bool maildir_uidlist_write_added(struct mailbox *box, const struct fileindex_record *added,
+                                 size_t added_count, struct petrel_error *err)
+{
+    uint32_t next_uid = added_count > 0 ? added[added_count - 1].uid + 1 : 0;
+    bool ok = uidlist_write_state(box, next_uid, NULL, 0, added, added_count, err);
+    if (box->uidlist_loaded) {
+        uidlist_free(&box->uidlist);
+        box->uidlist_loaded = false;
+    }
+    return ok;
 }

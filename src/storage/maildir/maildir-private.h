@@ -58,4 +58,50 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err);
  * directories changed since the last sync (always when `force`). */
 bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err);
 
+/* ---------- shared with the IMAP-facing files (maildir-mailbox.c) ---------- */
+
+/* The sync mailbox_open leaves to the first operation. */
+bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err);
+bool maildir_fsync_enabled(const struct mailbox *box);
+/* "<base>:2,<flags>" into out (reset first). */
+void maildir_disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out);
+/* Under the folder lock: the keyword mask of `names`, re-reading
+ * dovecot-keywords and adding missing names to it. */
+bool maildir_resolve_keywords(struct mailbox *box, const char *const *names, uint32_t *mask,
+                              struct petrel_error *err);
+/* Renames <from_sub>/<from> to cur/<to>; NOT_FOUND when the source is gone. */
+bool maildir_rename_in_cur(struct mailbox *box, const char *from_sub, const char *from,
+                           const char *to, struct petrel_error *err);
+/* A unique counter for new file names in this process. */
+uint64_t maildir_next_counter(struct mailbox *box);
+
+/* Petrel's own change to cur/ under the folder lock keeps the sync stamp
+ * current (see "sync stamp" in maildir-mailbox.c): begin before the first
+ * rename, end right after the last one, commit once the index committed,
+ * or drop on failure. `lost` = a file vanished meanwhile (rescan later). */
+struct maildir_cur_change;
+struct maildir_cur_change *maildir_cur_change_begin(struct mailbox *box);
+void maildir_cur_change_end(struct mailbox *box, struct maildir_cur_change *change, bool lost);
+void maildir_cur_change_commit(struct mailbox *box, struct maildir_cur_change *change);
+void maildir_cur_change_drop(struct maildir_cur_change *change);
+
+/* Inside an open transaction: rewrites dovecot-uidlist for the index plus
+ * `added` (ascending UIDs above the view's), and forgets the loaded copy. */
+bool maildir_uidlist_write_added(struct mailbox *box, const struct fileindex_record *added,
+                                 size_t added_count, struct petrel_error *err);
+
+/* The current file of message `uid` in cur/, opened read-only: the name the
+ * index gives, else (renamed by a concurrent flag change) after a refresh,
+ * retried, and finally any file in cur/ with the record's base name. *rec
+ * is a copy of the record (its filename pointer is not kept); `path` gets
+ * the file's path. -1 with NOT_FOUND when the message is gone. */
+int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_record *rec,
+                       struct buf *path, struct petrel_error *err);
+/* The name of the file in cur/ whose base name is `base` (whatever its
+ * flags), into `name`; false when there is none. */
+bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name);
+
+/* Tests only: makes mailbox_watch_new() poll as it does without inotify. */
+extern bool maildir_watch_force_poll;
+
 #endif

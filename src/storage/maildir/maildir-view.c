@@ -1,0 +1,276 @@
+/* mail-storage.h over Maildir++: a session's view of a folder
+ * (mailbox_view_*, the IMAP selected state).
+ *
+ * The view is a private copy of the index records (UID, flags, keywords,
+ * modseq, sizes, date) and of the keyword names, so nothing another process
+ * does reaches it before mailbox_view_sync(). A sync brings the index up to
+ * date (a directory scan first when cur/ or new/ changed behind Petrel's
+ * back) and walks old and new records side by side, both in ascending UID
+ * order: records only in the old view were expunged, records in both with a
+ * different modseq or flags changed, records above the old highest UID are
+ * new. */
+#include "storage/maildir/maildir-private.h"
+
+#include "core/xalloc.h"
+#include "storage/maildir/maildir-filename.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct mailbox_view {
+    struct mailbox *box;
+    struct mailbox_view_entry *entries;
+    size_t count;
+    size_t cap;
+    char *keyword_names[MAILDIR_MAX_KEYWORDS];
+    uint32_t uid_validity;
+    uint32_t uid_next;
+    uint64_t highest_modseq;
+};
+
+static struct mailbox_view_entry entry_of(const struct fileindex_record *r)
+{
+    return (struct mailbox_view_entry){
+        .uid = r->uid,
+        .flags = r->flags,
+        .keywords = r->keywords,
+        .modseq = r->modseq,
+        .size = r->size,
+        .vsize = r->vsize,
+        .internal_date = r->internal_date,
+    };
+}
+
+/* Re-reads dovecot-keywords into the mailbox (another process may have
+ * added names), keeping the old list when the file cannot be read. */
+static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
+{
+    struct maildir_keywords fresh;
+    char *path = xasprintf("%s/%s", box->dir, MAILDIR_KEYWORDS);
+    bool ok = maildir_keywords_read(path, &fresh, err);
+    free(path);
+    if (!ok)
+        return false;
+    maildir_keywords_free(&box->keywords);
+    box->keywords = fresh;
+    return true;
+}
+
+/* Takes the mailbox's keyword names into the view; true when any differs. */
+static bool adopt_keyword_names(struct mailbox_view *view)
+{
+    bool changed = false;
+    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++) {
+        const char *now = view->box->keywords.names[k];
+        char *had = view->keyword_names[k];
+        if ((now == NULL) == (had == NULL) && (now == NULL || strcmp(now, had) == 0))
+            continue;
+        free(had);
+        view->keyword_names[k] = now != NULL ? xstrdup(now) : NULL;
+        changed = true;
+    }
+    return changed;
+}
+
+static void adopt_header(struct mailbox_view *view)
+{
+    const struct fileindex_header *h = fileindex_get_header(view->box->index);
+    view->uid_validity = h->uid_validity;
+    view->uid_next = h->next_uid;
+    view->highest_modseq = h->highest_modseq;
+}
+
+/* The index as it is now, with the view's identity and keywords. */
+static bool refresh_box(struct mailbox *box, struct petrel_error *err)
+{
+    return maildir_ensure_synced(box, err) && maildir_sync(box, false, err) &&
+           fileindex_refresh(box->index, err) && reload_keywords(box, err);
+}
+
+static void push_entry(struct mailbox_view_entry **arr, size_t *count, size_t *cap,
+                       struct mailbox_view_entry e)
+{
+    *arr = xgrow(*arr, cap, *count + 1, sizeof(**arr));
+    (*arr)[(*count)++] = e;
+}
+
+static void snapshot_all(struct mailbox_view *view)
+{
+    struct fileindex *fi = view->box->index;
+    size_t n = fileindex_count(fi);
+    view->count = 0;
+    for (size_t i = 0; i < n; i++)
+        push_entry(&view->entries, &view->count, &view->cap, entry_of(fileindex_record_at(fi, i)));
+    adopt_header(view);
+    adopt_keyword_names(view);
+}
+
+struct mailbox_view *mailbox_view_new(struct mailbox *box, struct petrel_error *err)
+{
+    if (!refresh_box(box, err))
+        return NULL;
+    struct mailbox_view *view = xcalloc(1, sizeof(*view));
+    view->box = box;
+    snapshot_all(view);
+    return view;
+}
+
+void mailbox_view_free(struct mailbox_view *view)
+{
+    if (view == NULL)
+        return;
+    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++)
+        free(view->keyword_names[k]);
+    free(view->entries);
+    free(view);
+}
+
+size_t mailbox_view_count(const struct mailbox_view *view)
+{
+    return view->count;
+}
+
+const struct mailbox_view_entry *mailbox_view_at(const struct mailbox_view *view, uint32_t seq)
+{
+    return seq >= 1 && seq <= view->count ? &view->entries[seq - 1] : NULL;
+}
+
+uint32_t mailbox_view_seq(const struct mailbox_view *view, uint32_t uid)
+{
+    size_t lo = 0;
+    size_t hi = view->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (view->entries[mid].uid < uid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < view->count && view->entries[lo].uid == uid ? (uint32_t)(lo + 1) : 0;
+}
+
+const char *mailbox_view_keyword_name(const struct mailbox_view *view, unsigned idx)
+{
+    return idx < MAILDIR_MAX_KEYWORDS ? view->keyword_names[idx] : NULL;
+}
+
+void mailbox_view_get_status(const struct mailbox_view *view, struct mailbox_view_status *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->uid_validity = view->uid_validity;
+    out->uid_next = view->uid_next;
+    out->highest_modseq = view->highest_modseq;
+    out->messages = (uint32_t)view->count;
+    for (size_t i = 0; i < view->count; i++) {
+        if ((view->entries[i].flags & MAIL_FLAG_SEEN) != 0)
+            continue;
+        out->unseen++;
+        if (out->first_unseen_seq == 0)
+            out->first_unseen_seq = (uint32_t)(i + 1);
+    }
+    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++) {
+        if (view->keyword_names[k] == NULL)
+            out->keywords_creatable = true;
+    }
+}
+
+static void append_u32(uint32_t **arr, size_t *count, size_t *cap, uint32_t v)
+{
+    *arr = xgrow(*arr, cap, *count + 1, sizeof(**arr));
+    (*arr)[(*count)++] = v;
+}
+
+bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
+                       struct petrel_error *err)
+{
+    memset(changes, 0, sizeof(*changes));
+    struct mailbox *box = view->box;
+    if (!refresh_box(box, err))
+        return false;
+    struct fileindex *fi = box->index;
+    if (fileindex_get_header(fi)->uid_validity != view->uid_validity) {
+        /* Other UIDs: nothing of the old view can be related to them. */
+        snapshot_all(view);
+        changes->uidvalidity_changed = true;
+        changes->exists = (uint32_t)view->count;
+        return true;
+    }
+    uint32_t old_max = view->count > 0 ? view->entries[view->count - 1].uid : 0;
+    size_t n = fileindex_count(fi);
+    struct mailbox_view_entry *next = NULL;
+    size_t next_count = 0;
+    size_t next_cap = 0;
+    size_t expunged_cap = 0;
+    size_t changed_cap = 0;
+    size_t uids_cap = 0;
+    size_t seqs_count = 0;
+    size_t o = 0; /* old view */
+    size_t i = 0; /* index */
+    while (o < view->count || i < n) {
+        const struct fileindex_record *r = i < n ? fileindex_record_at(fi, i) : NULL;
+        const struct mailbox_view_entry *old = o < view->count ? &view->entries[o] : NULL;
+        if (old != NULL && (r == NULL || old->uid < r->uid)) {
+            append_u32(&changes->expunged_uids, &changes->expunged_count, &uids_cap, old->uid);
+            append_u32(&changes->expunged_seqs, &seqs_count, &expunged_cap, (uint32_t)(o + 1));
+            o++;
+            continue;
+        }
+        if (old != NULL && old->uid == r->uid) {
+            struct mailbox_view_entry e = entry_of(r);
+            if (e.modseq != old->modseq || e.flags != old->flags || e.keywords != old->keywords)
+                append_u32(&changes->changed_seqs, &changes->changed_count, &changed_cap,
+                           (uint32_t)(next_count + 1));
+            push_entry(&next, &next_count, &next_cap, e);
+            o++;
+            i++;
+            continue;
+        }
+        /* Only in the index. Above the old highest UID: new. Below it (an
+         * index rebuild took a UID from a foreign dovecot-uidlist) it
+         * cannot be inserted without renumbering: the next SELECT shows it. */
+        if (r->uid > old_max) {
+            push_entry(&next, &next_count, &next_cap, entry_of(r));
+            changes->new_count++;
+        }
+        i++;
+    }
+    /* Descending: each EXPUNGE only renumbers the messages above it. */
+    for (size_t a = 0, b = seqs_count; a + 1 < b; a++, b--) {
+        uint32_t t = changes->expunged_seqs[a];
+        changes->expunged_seqs[a] = changes->expunged_seqs[b - 1];
+        changes->expunged_seqs[b - 1] = t;
+    }
+    free(view->entries);
+    view->entries = next;
+    view->count = next_count;
+    view->cap = next_cap;
+    adopt_header(view);
+    changes->keywords_changed = adopt_keyword_names(view);
+    changes->exists = (uint32_t)view->count;
+    return true;
+}
+
+void mailbox_view_changes_free(struct mailbox_view_changes *changes)
+{
+    free(changes->expunged_seqs);
+    free(changes->expunged_uids);
+    free(changes->changed_seqs);
+    memset(changes, 0, sizeof(*changes));
+}
+
+bool mailbox_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,
+                             size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint32_t seq = mailbox_view_seq(view, results[i].uid);
+        if (seq == 0)
+            continue;
+        struct mailbox_view_entry *e = &view->entries[seq - 1];
+        e->flags = results[i].flags;
+        e->keywords = results[i].keywords;
+        e->modseq = results[i].modseq;
+        if (results[i].modseq > view->highest_modseq)
+            view->highest_modseq = results[i].modseq;
+    }
+    return adopt_keyword_names(view);
+}
