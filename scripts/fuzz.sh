@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -53,6 +53,8 @@ max_len_of() {
     fuzz-mailbox-name) echo 4096 ;;
     fuzz-passwd-file) echo 16384 ;;
     fuzz-auth-line) echo 16384 ;;
+    fuzz-mime) echo 65536 ;;
+    fuzz-imap-parser) echo 65536 ;;
     esac
 }
 
@@ -70,6 +72,8 @@ dict_of() {
     fuzz-mailbox-name) echo "$ROOT/fuzz/dict/mutf7.dict" ;;
     fuzz-passwd-file) echo "$ROOT/fuzz/dict/passwd-file.dict" ;;
     fuzz-auth-line) echo "$ROOT/fuzz/dict/auth-line.dict" ;;
+    fuzz-mime) echo "$ROOT/fuzz/dict/mime.dict" ;;
+    fuzz-imap-parser) echo "$ROOT/fuzz/dict/imap.dict" ;;
     esac
 }
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const config_component_names[] = {"backend-api", "auth", NULL};
+const char *const config_component_names[] = {"backend-api", "auth", "imap", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -26,6 +26,7 @@ static void defaults(struct petrel_config *cfg)
     cfg->backend_api.max_body_bytes = 1024 * 1024;
     cfg->backend_api.max_connections = 4096;
     auth_config_defaults(&cfg->auth);
+    imap_config_defaults(&cfg->imap);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -52,6 +53,7 @@ void config_free(struct petrel_config *cfg)
     free(cfg->backend_api.token_env);
     free(cfg->backend_api.auth_master_addr);
     auth_config_free(&cfg->auth);
+    imap_config_free(&cfg->imap);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
@@ -291,8 +293,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
                                        "user",         "group",            "allow_root",
                                        "shutdown_timeout", "telemetry",    "internal_tls",
-                                       "backend_api",  "auth",             "dicts",
-                                       "mail",         NULL};
+                                       "backend_api",  "auth",             "imap",
+                                       "dicts",        "mail",             NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -306,7 +308,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
         !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api) ||
         !auth_config_read(ctx, ynode_get(root, "auth"), listed(cfg->components, "auth"),
-                          &cfg->auth))
+                          &cfg->auth) ||
+        !imap_config_read(ctx, ynode_get(root, "imap"), listed(cfg->components, "imap"),
+                          &cfg->imap))
         return false;
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
@@ -407,6 +411,7 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
             (long long)b->max_body_bytes, (long long)b->max_connections);
     auth_config_print(&cfg->auth, out);
+    imap_config_print(&cfg->imap, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);

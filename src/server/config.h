@@ -10,6 +10,7 @@
 #include "dict/dict.h"
 #include "storage/namespace.h"
 #include "net/tls.h"
+#include "protocols/imap/imap-config.h"
 #include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
 #include "services/telemetry/telemetry.h"
@@ -33,6 +34,7 @@ struct petrel_config {
     struct tls_config internal_tls;
     struct backend_api_config backend_api;
     struct auth_config auth;
+    struct imap_config imap;
     struct dict_registry *dicts; /* `dicts:` section; opened by the daemon */
     struct mail_config mail;     /* `mail:` section */
 };

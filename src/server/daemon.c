@@ -7,6 +7,7 @@
 #include "net/tls.h"
 #include "server/config.h"
 #include "server/privileges.h"
+#include "protocols/imap/imap-server.h"
 #include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
 #include "services/service.h"
@@ -35,6 +36,7 @@ struct petrel_context {
     struct telemetry *telemetry;
     struct backend_api *backend_api;
     struct auth_service *auth;
+    struct imap_server *imap;
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -53,6 +55,8 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += telemetry_in_flight(ctx->telemetry);
     if (ctx->auth != NULL)
         n += auth_service_in_flight(ctx->auth);
+    if (ctx->imap != NULL)
+        n += imap_server_sessions(ctx->imap);
     return n;
 }
 
@@ -103,6 +107,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         backend_api_stop_accepting(ctx->backend_api);
     if (ctx->auth != NULL)
         auth_service_stop_accepting(ctx->auth);
+    if (ctx->imap != NULL)
+        imap_server_stop_accepting(ctx->imap); /* BYE to every session */
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -149,6 +155,11 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
         if (ctx->auth == NULL)
             return false;
     }
+    if (config_has_component(ctx->config, "imap")) {
+        ctx->imap = imap_server_start(&ctx->env, &ctx->config->imap, ctx->storage, err);
+        if (ctx->imap == NULL)
+            return false;
+    }
     if (config_has_component(ctx->config, "backend-api")) {
         ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
                                              ctx->config->dicts, ctx->storage, err);
@@ -168,6 +179,7 @@ static void context_free(struct petrel_context *ctx)
         ctx->config->dicts = NULL;
     }
     backend_api_free(ctx->backend_api);
+    imap_server_free(ctx->imap);
     auth_service_free(ctx->auth);
     mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
@@ -302,10 +314,12 @@ int daemon_run(const struct daemon_options *opts)
     evsignal_add(ctx.sig_hup, NULL);
 
     telemetry_start_refresh(ctx.telemetry);
-    log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s backend_api=%s auth=%s",
-             PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
+    log_info(COMPONENT, "started",
+             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s", PETREL_VERSION,
+             ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
-             ctx.auth != NULL ? auth_service_address(ctx.auth) : "off");
+             ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
+             ctx.imap != NULL ? imap_server_address(ctx.imap) : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

@@ -1,0 +1,106 @@
+/* Commands valid in every state: CAPABILITY, NOOP, LOGOUT, ID, ENABLE. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/log.h"
+#include "version.h"
+
+#include <string.h>
+
+void imap_capabilities(const struct imap_session *s, struct buf *out)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    /* Only what is implemented: clients take every word literally. */
+    buf_append_str(out, "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
+                        "UIDPLUS MOVE CONDSTORE ESEARCH BINARY");
+    if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
+        if (!s->tls && ctx->tls != NULL)
+            buf_append_str(out, " STARTTLS");
+        if (s->secured)
+            buf_append_str(out, " AUTH=PLAIN AUTH=LOGIN");
+        else
+            buf_append_str(out, " LOGINDISABLED");
+    }
+}
+
+static void cmd_capability(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    struct buf caps = {0};
+    imap_capabilities(s, &caps);
+    imap_send(s, "* CAPABILITY %s", caps.data);
+    buf_free(&caps);
+    imap_reply_ok(s, "Capability completed.");
+}
+
+static void cmd_noop(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    imap_reply_ok(s, "NOOP completed.");
+}
+
+static void cmd_logout(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    imap_send(s, "* BYE Logging out.");
+    imap_reply_ok(s, "Logout completed.");
+    s->state = IMAP_STATE_LOGOUT;
+    imap_session_close_after_output(s);
+}
+
+/* RFC 2971: the client's parameters are logged (bounded), ours are sent. */
+static void cmd_id(struct imap_session *s, const struct imap_command *cmd)
+{
+    if (cmd->arg_count != 1 ||
+        (cmd->args[0].type != IMAP_ARG_LIST && cmd->args[0].type != IMAP_ARG_NIL)) {
+        imap_reply_bad(s, "ID needs a parameter list or NIL.");
+        return;
+    }
+    const struct imap_arg *list = &cmd->args[0];
+    if (list->type == IMAP_ARG_LIST && (list->count % 2 != 0 || list->count > 60)) {
+        imap_reply_bad(s, "ID takes at most 30 field/value pairs.");
+        return;
+    }
+    if (list->type == IMAP_ARG_LIST && log_enabled(LOG_DEBUG, IMAP_COMPONENT)) {
+        for (size_t i = 0; i + 1 < list->count; i += 2) {
+            const char *k = imap_arg_astring(&list->list[i]);
+            const char *v = imap_arg_nstring(&list->list[i + 1]);
+            char kq[128], vq[256];
+            log_debug(IMAP_COMPONENT, "client id", "session=%s field=%s value=%s", s->id,
+                      log_quote(kq, sizeof(kq), k != NULL ? k : ""),
+                      log_quote(vq, sizeof(vq), v != NULL ? v : "NIL"));
+        }
+    }
+    imap_send(s, "* ID (\"name\" \"Petrel\" \"version\" \"%s\")", PETREL_VERSION);
+    imap_reply_ok(s, "ID completed.");
+}
+
+/* RFC 5161. CONDSTORE is the one extension offered that changes what the
+ * server sends (MODSEQ in unsolicited FETCH responses). */
+static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
+{
+    if (cmd->arg_count == 0) {
+        imap_reply_bad(s, "ENABLE needs capability names.");
+        return;
+    }
+    bool condstore = false;
+    for (size_t i = 0; i < cmd->arg_count; i++) {
+        if (cmd->args[i].type != IMAP_ARG_ATOM) {
+            imap_reply_bad(s, "ENABLE takes atoms.");
+            return;
+        }
+        condstore = condstore || imap_arg_atom_equals(&cmd->args[i], "CONDSTORE");
+    }
+    bool newly = condstore && !s->condstore;
+    s->condstore = s->condstore || condstore;
+    imap_send(s, "* ENABLED%s", newly ? " CONDSTORE" : "");
+    imap_reply_ok(s, "Enabled.");
+}
+
+const struct imap_command_def imap_commands_any[] = {
+    {"CAPABILITY", IMAP_ANY_STATE, cmd_capability},
+    {"NOOP", IMAP_ANY_STATE, cmd_noop},
+    {"LOGOUT", IMAP_ANY_STATE, cmd_logout},
+    {"ID", IMAP_ANY_STATE, cmd_id},
+    {"ENABLE", IMAP_AUTHED, cmd_enable},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,772 @@
+/* Commands on messages of the selected folder: FETCH, STORE, COPY, MOVE,
+ * EXPUNGE by UID, the UID prefix; and APPEND (authenticated state). Parsed
+ * MIME results (ENVELOPE, BODYSTRUCTURE) are kept in the folder's cache so
+ * a second FETCH reads no message file. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "protocols/imap/imap-bodystructure.h"
+#include "protocols/imap/imap-date.h"
+#include "protocols/imap/imap-envelope.h"
+#include "protocols/imap/imap-fetch-items.h"
+#include "protocols/imap/imap-quote.h"
+#include "protocols/imap/imap-section.h"
+#include "protocols/imap/imap-seqset.h"
+#include "storage/maildir/maildir-filename.h"
+#include "storage/message/message-parser.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define IMAP_MAX_APPEND_KEYWORDS 32
+
+/* ---------- message sets ---------- */
+
+/* The UIDs a set names, in ascending order: sequence numbers (or UIDs when
+ * `uid_mode`) resolved against the view. Unknown UIDs are left out (RFC
+ * 3501: UID sets may name messages that do not exist). False with a BAD
+ * sent for a syntax error or a sequence number past the end. */
+static bool resolve_set(struct imap_session *s, const struct imap_arg *arg, bool uid_mode,
+                        uint32_t **uids, size_t *count)
+{
+    *uids = NULL;
+    *count = 0;
+    if (arg->type != IMAP_ARG_ATOM) {
+        imap_reply_bad(s, "Expected a message set.");
+        return false;
+    }
+    size_t n = mailbox_view_count(s->view);
+    const struct mailbox_view_entry *last = n > 0 ? mailbox_view_at(s->view, (uint32_t)n) : NULL;
+    uint32_t max = uid_mode ? (last != NULL ? last->uid : 0) : (uint32_t)n;
+    struct imap_seqset set = {0};
+    struct petrel_error err;
+    if (!imap_seqset_parse(arg->str, arg->len, max, 0, &set, &err)) {
+        imap_seqset_free(&set);
+        imap_reply_bad(s, "Invalid message set: %s", err.message);
+        return false;
+    }
+    if (!uid_mode && set.count > 0 && set.ranges[set.count - 1].hi > n) {
+        imap_seqset_free(&set);
+        imap_reply_bad(s, "Message sequence number out of range.");
+        return false;
+    }
+    size_t cap = 0;
+    uint32_t *out = NULL;
+    if (uid_mode) {
+        /* Walk the view rather than the set: a set like 1:4294967295 is cheap. */
+        for (uint32_t seq = 1; seq <= n; seq++) {
+            uint32_t uid = mailbox_view_at(s->view, seq)->uid;
+            if (imap_seqset_contains(&set, uid)) {
+                out = xgrow(out, &cap, *count + 1, sizeof(uint32_t));
+                out[(*count)++] = uid;
+            }
+        }
+    } else {
+        struct imap_seqset_iter it = {0};
+        uint32_t seq;
+        while (imap_seqset_iter_next(&set, &it, &seq)) {
+            out = xgrow(out, &cap, *count + 1, sizeof(uint32_t));
+            out[(*count)++] = mailbox_view_at(s->view, seq)->uid;
+        }
+    }
+    imap_seqset_free(&set);
+    *uids = out;
+    return true;
+}
+
+/* ---------- flags ---------- */
+
+static const struct {
+    const char *name;
+    uint32_t bit;
+} flag_names[] = {
+    {"\\Seen", MAIL_FLAG_SEEN},       {"\\Answered", MAIL_FLAG_ANSWERED},
+    {"\\Flagged", MAIL_FLAG_FLAGGED}, {"\\Deleted", MAIL_FLAG_DELETED},
+    {"\\Draft", MAIL_FLAG_DRAFT},
+};
+
+static bool keyword_name_ok(const char *s, size_t len)
+{
+    if (len == 0 || len > 64)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c >= 0x7f || strchr("(){%*\"\\]", c) != NULL)
+            return false;
+    }
+    return true;
+}
+
+/* A flag list (or one flag) into system bits and keyword names (borrowed
+ * from the command). False with a BAD sent. */
+static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint32_t *flags,
+                        const char **keywords, size_t *kw_count)
+{
+    const struct imap_arg *items = arg->type == IMAP_ARG_LIST ? arg->list : arg;
+    size_t n = arg->type == IMAP_ARG_LIST ? arg->count : 1;
+    *flags = 0;
+    *kw_count = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct imap_arg *f = &items[i];
+        if (f->type != IMAP_ARG_ATOM) {
+            imap_reply_bad(s, "Flags must be atoms.");
+            return false;
+        }
+        bool system = false;
+        for (size_t k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++) {
+            if (strcasecmp(f->str, flag_names[k].name) == 0) {
+                *flags |= flag_names[k].bit;
+                system = true;
+            }
+        }
+        if (system)
+            continue;
+        if (f->str[0] == '\\') {
+            if (strcasecmp(f->str, "\\Recent") == 0) {
+                imap_reply_bad(s, "\\Recent cannot be set.");
+                return false;
+            }
+            imap_reply_bad(s, "Unknown system flag %s.", f->str);
+            return false;
+        }
+        if (!keyword_name_ok(f->str, f->len)) {
+            imap_reply_bad(s, "Invalid keyword.");
+            return false;
+        }
+        if (*kw_count >= IMAP_MAX_APPEND_KEYWORDS) {
+            imap_reply_no(s, "[LIMIT] Too many keywords.");
+            return false;
+        }
+        keywords[(*kw_count)++] = f->str;
+    }
+    keywords[*kw_count] = NULL;
+    return true;
+}
+
+/* ---------- FETCH ---------- */
+
+struct fetch_message {
+    struct mailbox_message_data *data; /* opened on demand */
+    struct message parsed;
+    bool have_parsed;
+    bool gone; /* expunged by someone else since our last sync */
+};
+
+static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
+{
+    if (fm->have_parsed)
+        return true;
+    if (fm->gone)
+        return false;
+    struct petrel_error err;
+    fm->data = mailbox_message_open(s->box, uid, &err);
+    if (fm->data == NULL) {
+        fm->gone = true;
+        if (err.code != PETREL_ERR_NOT_FOUND)
+            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
+                     s->id, uid, err.message);
+        return false;
+    }
+    message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
+    fm->have_parsed = true;
+    return true;
+}
+
+static void fetch_release(struct fetch_message *fm)
+{
+    if (fm->have_parsed)
+        message_free(&fm->parsed);
+    if (fm->data != NULL)
+        mailbox_message_release(fm->data);
+}
+
+/* A structure item from the cache, or rendered from the message and cached. */
+static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                            const char *field, struct buf *out)
+{
+    size_t len = 0;
+    const void *cached = mailbox_cache_lookup(s->box, uid, field, &len);
+    if (cached != NULL) {
+        buf_append(out, cached, len);
+        return true;
+    }
+    if (!fetch_load(s, uid, fm))
+        return false;
+    struct buf value = {0};
+    if (strcmp(field, "imap.envelope") == 0)
+        imap_envelope_append(&value, fm->parsed.data, &fm->parsed.parts[0].header);
+    else
+        imap_bodystructure_append(&value, &fm->parsed, 0, strcmp(field, "imap.bodystructure") == 0);
+    struct petrel_error err;
+    if (value.len > 0 && !mailbox_cache_store(s->box, uid, field, value.data, value.len, &err))
+        log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
+    buf_append(out, value.data, value.len);
+    buf_free(&value);
+    return true;
+}
+
+static void section_from_body(const struct imap_fetch_body *b, struct imap_section *sec)
+{
+    memset(sec, 0, sizeof(*sec));
+    sec->number_count = b->part_count;
+    for (size_t i = 0; i < b->part_count && i < IMAP_SECTION_MAX_NUMBERS; i++)
+        sec->numbers[i] = b->parts[i];
+    sec->text = b->text;
+    sec->field_count = b->field_count < IMAP_SECTION_MAX_FIELDS ? b->field_count
+                                                                 : IMAP_SECTION_MAX_FIELDS;
+    for (size_t i = 0; i < sec->field_count; i++) {
+        sec->fields[i].name = b->fields[i];
+        sec->fields[i].len = strlen(b->fields[i]);
+    }
+}
+
+/* One body item: name, then the bytes as a literal (NIL for no such part). */
+static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                            const struct imap_fetch_body *b, struct buf *out, bool *unknown_cte)
+{
+    if (!fetch_load(s, uid, fm))
+        return false;
+    imap_fetch_body_name(b, out);
+    struct buf bytes = {0};
+    struct petrel_error err;
+    bool ok;
+    if (b->kind == IMAP_FETCH_BINARY_SIZE) {
+        uint64_t size = 0;
+        ok = imap_section_binary_size(&fm->parsed, b->parts, b->part_count, &size, &err);
+        if (ok)
+            buf_printf(out, " %llu", (unsigned long long)size);
+    } else {
+        if (b->kind == IMAP_FETCH_BINARY_SECTION)
+            ok = imap_section_binary(&fm->parsed, b->parts, b->part_count, b->partial,
+                                     b->partial_start, b->partial_count, &bytes, &err);
+        else {
+            struct imap_section sec;
+            section_from_body(b, &sec);
+            ok = imap_section_fetch(&fm->parsed, &sec, b->partial, b->partial_start,
+                                    b->partial_count, &bytes, &err);
+        }
+        if (ok) {
+            bool binary = b->kind == IMAP_FETCH_BINARY_SECTION;
+            buf_printf(out, " %s{%zu}\r\n", binary ? "~" : "", bytes.len);
+            buf_append(out, bytes.data, bytes.len);
+        }
+    }
+    if (!ok) {
+        if (err.code == PETREL_ERR_UNSUPPORTED)
+            *unknown_cte = true;
+        buf_append_str(out, b->kind == IMAP_FETCH_BINARY_SIZE ? " 0" : " NIL");
+    }
+    buf_free(&bytes);
+    return true;
+}
+
+static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fetch_items *items,
+                      bool uid_mode, bool flags_too, struct buf *out, bool *some_gone,
+                      bool *unknown_cte)
+{
+    const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+    struct fetch_message fm;
+    memset(&fm, 0, sizeof(fm));
+    size_t start = out->len;
+    buf_printf(out, "* %u FETCH (", seq);
+    const char *sep = "";
+    unsigned a = items->attrs;
+    if (uid_mode || (a & IMAP_FETCH_UID)) {
+        buf_printf(out, "UID %u", e->uid);
+        sep = " ";
+    }
+    if ((a & IMAP_FETCH_FLAGS) || flags_too) {
+        buf_printf(out, "%sFLAGS ", sep);
+        imap_append_flags(out, s, e->flags, e->keywords);
+        sep = " ";
+    }
+    if (a & IMAP_FETCH_INTERNALDATE) {
+        buf_printf(out, "%sINTERNALDATE ", sep);
+        imap_quote_datetime(out, e->internal_date, 0);
+        sep = " ";
+    }
+    if (a & IMAP_FETCH_RFC822_SIZE) {
+        buf_printf(out, "%sRFC822.SIZE %llu", sep, (unsigned long long)e->vsize);
+        sep = " ";
+    }
+    if ((a & IMAP_FETCH_MODSEQ) || items->changedsince) {
+        buf_printf(out, "%sMODSEQ (%llu)", sep, (unsigned long long)e->modseq);
+        sep = " ";
+    }
+    bool ok = true;
+    if (ok && (a & IMAP_FETCH_ENVELOPE)) {
+        buf_printf(out, "%sENVELOPE ", sep);
+        ok = fetch_structure(s, e->uid, &fm, "imap.envelope", out);
+        sep = " ";
+    }
+    if (ok && (a & IMAP_FETCH_BODYSTRUCTURE)) {
+        buf_printf(out, "%sBODYSTRUCTURE ", sep);
+        ok = fetch_structure(s, e->uid, &fm, "imap.bodystructure", out);
+        sep = " ";
+    }
+    if (ok && (a & IMAP_FETCH_BODY)) {
+        buf_printf(out, "%sBODY ", sep);
+        ok = fetch_structure(s, e->uid, &fm, "imap.body", out);
+        sep = " ";
+    }
+    static const struct {
+        unsigned attr;
+        const char *name;
+        enum imap_section_text text;
+    } rfc822[] = {{IMAP_FETCH_RFC822, "RFC822", IMAP_SECTION_BODY},
+                  {IMAP_FETCH_RFC822_HEADER, "RFC822.HEADER", IMAP_SECTION_HEADER},
+                  {IMAP_FETCH_RFC822_TEXT, "RFC822.TEXT", IMAP_SECTION_TEXT}};
+    for (size_t i = 0; ok && i < sizeof(rfc822) / sizeof(rfc822[0]); i++) {
+        if ((a & rfc822[i].attr) == 0)
+            continue;
+        ok = fetch_load(s, e->uid, &fm);
+        if (!ok)
+            break;
+        struct imap_section sec;
+        memset(&sec, 0, sizeof(sec));
+        sec.text = rfc822[i].text;
+        struct buf bytes = {0};
+        struct petrel_error err;
+        if (imap_section_fetch(&fm.parsed, &sec, false, 0, 0, &bytes, &err))
+            buf_printf(out, "%s%s {%zu}\r\n", sep, rfc822[i].name, bytes.len);
+        else
+            buf_printf(out, "%s%s {0}\r\n", sep, rfc822[i].name);
+        buf_append(out, bytes.data, bytes.len);
+        buf_free(&bytes);
+        sep = " ";
+    }
+    for (size_t i = 0; ok && i < items->body_count; i++) {
+        buf_append_str(out, sep);
+        ok = fetch_body_item(s, e->uid, &fm, &items->bodies[i], out, unknown_cte);
+        sep = " ";
+    }
+    fetch_release(&fm);
+    if (!ok) {
+        /* Expunged by another session since our view: leave it out. */
+        out->len = start;
+        *some_gone = true;
+        return;
+    }
+    buf_append_str(out, ")\r\n");
+}
+
+static void do_fetch(struct imap_session *s, const struct imap_command *cmd, const struct imap_arg *args,
+                     size_t argc, bool uid_mode)
+{
+    if (argc < 2 || argc > 3 || (argc == 3 && args[2].type != IMAP_ARG_LIST)) {
+        imap_reply_bad(s, "FETCH needs a message set and data items.");
+        return;
+    }
+    (void)cmd;
+    uint32_t *uids = NULL;
+    size_t count = 0;
+    if (!resolve_set(s, &args[0], uid_mode, &uids, &count))
+        return;
+    struct imap_fetch_items items;
+    struct petrel_error err;
+    if (!imap_fetch_items_parse(&args[1], argc == 3 ? &args[2] : NULL, &items, &err)) {
+        free(uids);
+        imap_reply_bad(s, "%s", err.message);
+        return;
+    }
+    if (items.changedsince || (items.attrs & IMAP_FETCH_MODSEQ))
+        s->condstore = true;
+    /* Non-PEEK body items set \Seen first, so the FLAGS sent are current. */
+    bool seen_changed = false;
+    if (imap_fetch_items_set_seen(&items) && !s->readonly && count > 0) {
+        struct mailbox_flags_update upd = {MAILBOX_FLAGS_ADD, MAIL_FLAG_SEEN, NULL, 0};
+        struct mailbox_flags_result *res = NULL;
+        size_t res_count = 0;
+        if (mailbox_update_flags(s->box, uids, count, &upd, &res, &res_count, NULL, NULL, &err)) {
+            mailbox_view_note_flags(s->view, res, res_count);
+            seen_changed = true;
+        }
+        free(res);
+    }
+    struct buf out = {0};
+    bool some_gone = false, unknown_cte = false;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t seq = mailbox_view_seq(s->view, uids[i]);
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+        if (e == NULL)
+            continue;
+        if (items.changedsince && e->modseq <= items.changedsince_modseq)
+            continue;
+        fetch_one(s, seq, &items, uid_mode, seen_changed, &out, &some_gone, &unknown_cte);
+        if (out.len >= 256 * 1024) {
+            imap_send_raw(s, out.data, out.len);
+            buf_reset(&out);
+        }
+    }
+    if (out.len > 0)
+        imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    imap_fetch_items_free(&items);
+    free(uids);
+    if (unknown_cte)
+        imap_reply_no(s, "[UNKNOWN-CTE] A part has an unknown Content-Transfer-Encoding.");
+    else if (some_gone)
+        imap_reply_no(s, "[EXPUNGEISSUED] Some messages were expunged meanwhile.");
+    else
+        imap_reply_ok(s, "FETCH completed.");
+}
+
+/* ---------- STORE ---------- */
+
+static void do_store(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                     bool uid_mode)
+{
+    size_t i = 1;
+    uint64_t unchanged_since = 0;
+    if (argc >= 2 && args[1].type == IMAP_ARG_LIST) {
+        const struct imap_arg *m = &args[1];
+        if (m->count != 2 || !imap_arg_atom_equals(&m->list[0], "UNCHANGEDSINCE") ||
+            m->list[1].type != IMAP_ARG_ATOM) {
+            imap_reply_bad(s, "Unknown STORE modifier.");
+            return;
+        }
+        char *end = NULL;
+        unchanged_since = strtoull(m->list[1].str, &end, 10);
+        if (*end != '\0') {
+            imap_reply_bad(s, "Bad UNCHANGEDSINCE value.");
+            return;
+        }
+        s->condstore = true;
+        i = 2;
+    }
+    if (argc != i + 2 || args[i].type != IMAP_ARG_ATOM) {
+        imap_reply_bad(s, "STORE needs a message set, an item and flags.");
+        return;
+    }
+    if (s->readonly) {
+        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+        return;
+    }
+    const char *item = args[i].str;
+    enum mailbox_flags_mode mode;
+    if (item[0] == '+')
+        mode = MAILBOX_FLAGS_ADD;
+    else if (item[0] == '-')
+        mode = MAILBOX_FLAGS_REMOVE;
+    else
+        mode = MAILBOX_FLAGS_REPLACE;
+    const char *base = item[0] == '+' || item[0] == '-' ? item + 1 : item;
+    bool silent;
+    if (strcasecmp(base, "FLAGS") == 0)
+        silent = false;
+    else if (strcasecmp(base, "FLAGS.SILENT") == 0)
+        silent = true;
+    else {
+        imap_reply_bad(s, "Unknown STORE item.");
+        return;
+    }
+    uint32_t flags;
+    const char *keywords[IMAP_MAX_APPEND_KEYWORDS + 1];
+    size_t kw_count;
+    if (!parse_flags(s, &args[i + 1], &flags, keywords, &kw_count))
+        return;
+    uint32_t *uids = NULL;
+    size_t count = 0;
+    if (!resolve_set(s, &args[0], uid_mode, &uids, &count))
+        return;
+    struct mailbox_flags_update upd = {mode, flags, kw_count > 0 ? keywords : NULL,
+                                       unchanged_since};
+    struct mailbox_flags_result *res = NULL;
+    size_t res_count = 0;
+    uint32_t *failed = NULL;
+    size_t failed_count = 0;
+    struct petrel_error err;
+    if (count > 0 && !mailbox_update_flags(s->box, uids, count, &upd, &res, &res_count, &failed,
+                                           &failed_count, &err)) {
+        free(uids);
+        imap_reply_storage_error(s, &err);
+        return;
+    }
+    if (mailbox_view_note_flags(s->view, res, res_count))
+        imap_selected_sync(s); /* new keywords: FLAGS first */
+    struct buf out = {0};
+    for (size_t k = 0; k < res_count; k++) {
+        uint32_t seq = mailbox_view_seq(s->view, res[k].uid);
+        if (seq == 0 || (silent && unchanged_since == 0))
+            continue;
+        buf_printf(&out, "* %u FETCH (", seq);
+        if (uid_mode)
+            buf_printf(&out, "UID %u ", res[k].uid);
+        buf_append_str(&out, "FLAGS ");
+        imap_append_flags(&out, s, res[k].flags, res[k].keywords);
+        if (s->condstore)
+            buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)res[k].modseq);
+        buf_append_str(&out, ")\r\n");
+    }
+    if (out.len > 0)
+        imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    if (failed_count > 0) {
+        struct imap_seqset set = {0};
+        for (size_t k = 0; k < failed_count; k++)
+            imap_seqset_add(&set, uid_mode ? failed[k] : mailbox_view_seq(s->view, failed[k]),
+                            uid_mode ? failed[k] : mailbox_view_seq(s->view, failed[k]));
+        struct buf list = {0};
+        imap_seqset_format(&set, &list);
+        buf_append_char(&list, '\0');
+        imap_reply_ok(s, "[MODIFIED %s] Conditional STORE failed for some messages.", list.data);
+        buf_free(&list);
+        imap_seqset_free(&set);
+    } else {
+        imap_reply_ok(s, "STORE completed.");
+    }
+    free(res);
+    free(failed);
+    free(uids);
+}
+
+/* ---------- COPY / MOVE ---------- */
+
+static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                    bool uid_mode, bool move)
+{
+    if (argc != 2 || args[1].type == IMAP_ARG_LIST) {
+        imap_reply_bad(s, "%s needs a message set and a mailbox.", move ? "MOVE" : "COPY");
+        return;
+    }
+    if (move && s->readonly) {
+        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+        return;
+    }
+    uint32_t *uids = NULL;
+    size_t count = 0;
+    if (!resolve_set(s, &args[0], uid_mode, &uids, &count))
+        return;
+    const struct namespace_config *ns;
+    char *name;
+    if (!imap_resolve_folder(s, &args[1], &ns, &name)) {
+        free(uids);
+        return;
+    }
+    struct petrel_error err;
+    struct mailbox *dst = mailbox_open(s->user, ns, name, &err);
+    free(name);
+    if (dst == NULL) {
+        free(uids);
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            imap_reply_no(s, "[TRYCREATE] Destination mailbox does not exist.");
+        else
+            imap_reply_storage_error(s, &err);
+        return;
+    }
+    uint32_t *new_uids = NULL;
+    bool ok = count == 0 ||
+              (move ? mailbox_move(s->box, uids, count, dst, &new_uids, &err)
+                    : mailbox_copy(s->box, uids, count, dst, true, &new_uids, &err));
+    struct mailbox_info info;
+    bool have_info = ok && mailbox_get_info(dst, false, &info, &err);
+    mailbox_close(dst);
+    if (!ok || !have_info) {
+        free(uids);
+        free(new_uids);
+        imap_reply_storage_error(s, &err);
+        return;
+    }
+    struct buf src_set = {0}, dst_set = {0};
+    for (size_t i = 0; i < count; i++) {
+        if (new_uids == NULL || new_uids[i] == 0)
+            continue;
+        buf_printf(&src_set, "%s%u", src_set.len > 0 ? "," : "", uids[i]);
+        buf_printf(&dst_set, "%s%u", dst_set.len > 0 ? "," : "", new_uids[i]);
+    }
+    buf_append_char(&src_set, '\0');
+    buf_append_char(&dst_set, '\0');
+    bool any = src_set.len > 1;
+    if (move) {
+        /* RFC 6851: COPYUID goes untagged, before the EXPUNGEs. */
+        if (any)
+            imap_send(s, "* OK [COPYUID %u %s %s] Moved.", info.uid_validity, src_set.data,
+                      dst_set.data);
+        imap_reply_ok(s, "MOVE completed.");
+    } else if (any) {
+        imap_reply_ok(s, "[COPYUID %u %s %s] COPY completed.", info.uid_validity, src_set.data,
+                      dst_set.data);
+    } else {
+        imap_reply_ok(s, "COPY completed.");
+    }
+    buf_free(&src_set);
+    buf_free(&dst_set);
+    free(uids);
+    free(new_uids);
+}
+
+static void do_uid_expunge(struct imap_session *s, const struct imap_arg *args, size_t argc)
+{
+    if (argc != 1) {
+        imap_reply_bad(s, "UID EXPUNGE needs a UID set.");
+        return;
+    }
+    if (s->readonly) {
+        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+        return;
+    }
+    uint32_t *uids = NULL;
+    size_t count = 0;
+    if (!resolve_set(s, &args[0], true, &uids, &count))
+        return;
+    struct petrel_error err;
+    uint32_t *gone = NULL;
+    size_t gone_count = 0;
+    bool ok = count == 0 || mailbox_expunge(s->box, uids, count, &gone, &gone_count, &err);
+    free(gone);
+    free(uids);
+    if (!ok)
+        imap_reply_storage_error(s, &err);
+    else
+        imap_reply_ok(s, "UID EXPUNGE completed.");
+}
+
+/* ---------- commands ---------- */
+
+static void cmd_fetch(struct imap_session *s, const struct imap_command *cmd)
+{
+    do_fetch(s, cmd, cmd->args, cmd->arg_count, false);
+}
+
+static void cmd_store(struct imap_session *s, const struct imap_command *cmd)
+{
+    do_store(s, cmd->args, cmd->arg_count, false);
+}
+
+static void cmd_copy(struct imap_session *s, const struct imap_command *cmd)
+{
+    do_copy(s, cmd->args, cmd->arg_count, false, false);
+}
+
+static void cmd_move(struct imap_session *s, const struct imap_command *cmd)
+{
+    do_copy(s, cmd->args, cmd->arg_count, false, true);
+}
+
+static void cmd_uid(struct imap_session *s, const struct imap_command *cmd)
+{
+    if (cmd->arg_count < 1 || cmd->args[0].type != IMAP_ARG_ATOM) {
+        imap_reply_bad(s, "UID needs a command.");
+        return;
+    }
+    const struct imap_arg *rest = cmd->args + 1;
+    size_t n = cmd->arg_count - 1;
+    const char *sub = cmd->args[0].str;
+    char name[32];
+    snprintf(name, sizeof(name), "UID %s", sub);
+    for (char *p = name; *p != '\0'; p++)
+        *p = (char)toupper((unsigned char)*p);
+    snprintf(s->command, sizeof(s->command), "%s", name);
+    if (strcasecmp(sub, "FETCH") == 0)
+        do_fetch(s, cmd, rest, n, true);
+    else if (strcasecmp(sub, "STORE") == 0)
+        do_store(s, rest, n, true);
+    else if (strcasecmp(sub, "COPY") == 0)
+        do_copy(s, rest, n, true, false);
+    else if (strcasecmp(sub, "MOVE") == 0)
+        do_copy(s, rest, n, true, true);
+    else if (strcasecmp(sub, "EXPUNGE") == 0)
+        do_uid_expunge(s, rest, n);
+    else if (strcasecmp(sub, "SEARCH") == 0)
+        imap_uid_search(s, rest, n);
+    else {
+        snprintf(s->command, sizeof(s->command), "UID");
+        imap_reply_bad(s, "Unknown UID command.");
+    }
+}
+
+/* ---------- APPEND (RFC 3502 MULTIAPPEND, RFC 4315 APPENDUID) ---------- */
+
+static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
+{
+    if (cmd->arg_count < 2 || cmd->args[0].type == IMAP_ARG_LIST) {
+        imap_reply_bad(s, "APPEND needs a mailbox and a message.");
+        return;
+    }
+    const struct namespace_config *ns;
+    char *name;
+    if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
+        return;
+    struct petrel_error err;
+    struct mailbox *box = mailbox_open(s->user, ns, name, &err);
+    free(name);
+    if (box == NULL) {
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            imap_reply_no(s, "[TRYCREATE] Mailbox does not exist.");
+        else
+            imap_reply_storage_error(s, &err);
+        return;
+    }
+    struct buf uids = {0};
+    size_t i = 1;
+    size_t appended = 0;
+    bool ok = true;
+    while (ok && i < cmd->arg_count) {
+        uint32_t flags = 0;
+        const char *keywords[IMAP_MAX_APPEND_KEYWORDS + 1] = {NULL};
+        size_t kw_count = 0;
+        int64_t date = 0;
+        if (cmd->args[i].type == IMAP_ARG_LIST) {
+            if (!parse_flags(s, &cmd->args[i], &flags, keywords, &kw_count)) {
+                mailbox_close(box);
+                buf_free(&uids);
+                return;
+            }
+            i++;
+        }
+        if (i < cmd->arg_count && cmd->args[i].type == IMAP_ARG_QUOTED) {
+            int tz = 0;
+            if (!imap_datetime_parse(cmd->args[i].str, cmd->args[i].len, &date, &tz)) {
+                mailbox_close(box);
+                buf_free(&uids);
+                imap_reply_bad(s, "Invalid date-time.");
+                return;
+            }
+            i++;
+        }
+        if (i >= cmd->arg_count || cmd->args[i].type != IMAP_ARG_LITERAL) {
+            mailbox_close(box);
+            buf_free(&uids);
+            imap_reply_bad(s, "APPEND needs the message as a literal.");
+            return;
+        }
+        const struct imap_arg *msg = &cmd->args[i++];
+        if (msg->len == 0) {
+            mailbox_close(box);
+            buf_free(&uids);
+            imap_reply_no(s, "Empty messages cannot be appended.");
+            return;
+        }
+        uint32_t uid = 0;
+        ok = mailbox_append(box, msg->str, msg->len, flags, kw_count > 0 ? keywords : NULL, date,
+                            &uid, &err);
+        if (ok) {
+            buf_printf(&uids, "%s%u", appended > 0 ? "," : "", uid);
+            appended++;
+        }
+    }
+    struct mailbox_info info;
+    bool have_info = ok && mailbox_get_info(box, false, &info, &err);
+    mailbox_close(box);
+    if (!ok || !have_info) {
+        buf_free(&uids);
+        imap_reply_storage_error(s, &err);
+        return;
+    }
+    buf_append_char(&uids, '\0');
+    imap_reply_ok(s, "[APPENDUID %u %s] APPEND completed.", info.uid_validity, uids.data);
+    buf_free(&uids);
+}
+
+const struct imap_command_def imap_commands_message[] = {
+    {"FETCH", IMAP_IN(IMAP_STATE_SELECTED), cmd_fetch},
+    {"STORE", IMAP_IN(IMAP_STATE_SELECTED), cmd_store},
+    {"COPY", IMAP_IN(IMAP_STATE_SELECTED), cmd_copy},
+    {"MOVE", IMAP_IN(IMAP_STATE_SELECTED), cmd_move},
+    {"UID", IMAP_IN(IMAP_STATE_SELECTED), cmd_uid},
+    {"APPEND", IMAP_AUTHED, cmd_append},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,334 @@
+/* SEARCH and UID SEARCH (RFC 3501 6.4.4) with ESEARCH results (RFC 4731)
+ * and CONDSTORE's MODSEQ key. Messages are read only when the program
+ * needs headers or bodies. Text keys match case-insensitively (ASCII) on
+ * unfolded header values and the raw body; encoded words and transfer
+ * encodings are not decoded. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "protocols/imap/imap-search.h"
+#include "storage/maildir/maildir-filename.h"
+#include "storage/message/message-date.h"
+#include "storage/message/message-parser.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct search_ctx {
+    struct imap_session *s;
+    uint32_t seq;
+    const struct mailbox_view_entry *e;
+    unsigned needs;
+    struct mailbox_message_data *data;
+    struct message parsed;
+    bool loaded;
+    bool gone;
+};
+
+/* ASCII case-insensitive substring search over bytes that may hold NULs. */
+static bool contains_ci(const char *hay, size_t hay_len, const char *needle, size_t needle_len)
+{
+    if (needle_len == 0)
+        return true;
+    for (size_t i = 0; i + needle_len <= hay_len; i++) {
+        size_t k = 0;
+        while (k < needle_len &&
+               tolower((unsigned char)hay[i + k]) == tolower((unsigned char)needle[k]))
+            k++;
+        if (k == needle_len)
+            return true;
+    }
+    return false;
+}
+
+static bool load(struct search_ctx *c)
+{
+    if (c->loaded)
+        return true;
+    if (c->gone)
+        return false;
+    struct petrel_error err;
+    c->data = mailbox_message_open(c->s->box, c->e->uid, &err);
+    if (c->data == NULL) {
+        c->gone = true;
+        return false;
+    }
+    message_parse(c->data->data, c->data->size, NULL, &c->parsed);
+    c->loaded = true;
+    return true;
+}
+
+static void unload(struct search_ctx *c)
+{
+    if (c->loaded)
+        message_free(&c->parsed);
+    if (c->data != NULL)
+        mailbox_message_release(c->data);
+    c->loaded = false;
+    c->data = NULL;
+    c->gone = false;
+}
+
+/* Any field `name` of the top-level header whose unfolded value holds
+ * `needle`; an empty needle matches when the field exists. */
+static bool header_has(struct search_ctx *c, const char *name, const char *needle,
+                       size_t needle_len)
+{
+    if (!load(c))
+        return false;
+    const struct message_range *hdr = &c->parsed.parts[0].header;
+    size_t pos = hdr->start;
+    struct message_header_field f;
+    bool found = false;
+    while (!found && message_header_next(c->data->data, hdr, &pos, &f)) {
+        if (!f.has_colon || !message_header_is(c->data->data, &f, name))
+            continue;
+        struct buf v = {0};
+        message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
+        found = contains_ci(v.data != NULL ? v.data : "", v.len, needle, needle_len);
+        buf_free(&v);
+    }
+    return found;
+}
+
+static bool body_has(struct search_ctx *c, const char *needle, size_t len)
+{
+    if (!load(c))
+        return false;
+    const struct message_range *body = &c->parsed.parts[0].body;
+    return contains_ci(c->data->data + body->start, body->len, needle, len);
+}
+
+/* The Date: header as a day number; false when absent or unparsable. */
+static bool sent_day(struct search_ctx *c, int32_t *day)
+{
+    if (!load(c))
+        return false;
+    const struct message_range *hdr = &c->parsed.parts[0].header;
+    size_t pos = hdr->start;
+    struct message_header_field f;
+    while (message_header_next(c->data->data, hdr, &pos, &f)) {
+        if (!f.has_colon || !message_header_is(c->data->data, &f, "Date"))
+            continue;
+        struct buf v = {0};
+        message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
+        int64_t epoch = 0;
+        int zone = 0;
+        bool ok = message_date_parse(v.data != NULL ? v.data : "", v.len, &epoch, &zone);
+        buf_free(&v);
+        if (!ok)
+            return false;
+        /* RFC 3501: the date in the message's own zone, time ignored. */
+        int64_t local = epoch + (int64_t)zone * 60;
+        *day = (int32_t)(local >= 0 ? local / 86400 : (local - 86399) / 86400);
+        return true;
+    }
+    return false;
+}
+
+static int32_t internal_day(const struct mailbox_view_entry *e)
+{
+    int64_t t = e->internal_date;
+    return (int32_t)(t >= 0 ? t / 86400 : (t - 86399) / 86400);
+}
+
+static bool has_keyword(struct search_ctx *c, const char *name)
+{
+    for (unsigned k = 0; k < 32; k++) {
+        const char *kw = mailbox_view_keyword_name(c->s->view, k);
+        if (kw != NULL && strcasecmp(kw, name) == 0)
+            return (c->e->keywords & (1u << k)) != 0;
+    }
+    return false;
+}
+
+static bool eval(struct search_ctx *c, const struct imap_search_node *n)
+{
+    uint32_t fl = c->e->flags;
+    int32_t day = 0;
+    switch (n->key) {
+    case IMAP_SEARCH_ALL:
+        return true;
+    case IMAP_SEARCH_ANSWERED:
+        return fl & MAIL_FLAG_ANSWERED;
+    case IMAP_SEARCH_DELETED:
+        return fl & MAIL_FLAG_DELETED;
+    case IMAP_SEARCH_DRAFT:
+        return fl & MAIL_FLAG_DRAFT;
+    case IMAP_SEARCH_FLAGGED:
+        return fl & MAIL_FLAG_FLAGGED;
+    case IMAP_SEARCH_SEEN:
+        return fl & MAIL_FLAG_SEEN;
+    case IMAP_SEARCH_UNANSWERED:
+        return !(fl & MAIL_FLAG_ANSWERED);
+    case IMAP_SEARCH_UNDELETED:
+        return !(fl & MAIL_FLAG_DELETED);
+    case IMAP_SEARCH_UNDRAFT:
+        return !(fl & MAIL_FLAG_DRAFT);
+    case IMAP_SEARCH_UNFLAGGED:
+        return !(fl & MAIL_FLAG_FLAGGED);
+    case IMAP_SEARCH_UNSEEN:
+        return !(fl & MAIL_FLAG_SEEN);
+    /* \Recent is not kept (IMAP4rev2): nothing is recent, everything old. */
+    case IMAP_SEARCH_NEW:
+    case IMAP_SEARCH_RECENT:
+        return false;
+    case IMAP_SEARCH_OLD:
+        return true;
+    case IMAP_SEARCH_KEYWORD:
+        return has_keyword(c, n->str);
+    case IMAP_SEARCH_UNKEYWORD:
+        return !has_keyword(c, n->str);
+    case IMAP_SEARCH_BCC:
+        return header_has(c, "Bcc", n->str, n->str_len);
+    case IMAP_SEARCH_CC:
+        return header_has(c, "Cc", n->str, n->str_len);
+    case IMAP_SEARCH_FROM:
+        return header_has(c, "From", n->str, n->str_len);
+    case IMAP_SEARCH_TO:
+        return header_has(c, "To", n->str, n->str_len);
+    case IMAP_SEARCH_SUBJECT:
+        return header_has(c, "Subject", n->str, n->str_len);
+    case IMAP_SEARCH_HEADER:
+        return header_has(c, n->header_name, n->str, n->str_len);
+    case IMAP_SEARCH_BODY:
+        return body_has(c, n->str, n->str_len);
+    case IMAP_SEARCH_TEXT:
+        if (!load(c))
+            return false;
+        return contains_ci(c->data->data, c->data->size, n->str, n->str_len);
+    case IMAP_SEARCH_BEFORE:
+        return internal_day(c->e) < n->day;
+    case IMAP_SEARCH_ON:
+        return internal_day(c->e) == n->day;
+    case IMAP_SEARCH_SINCE:
+        return internal_day(c->e) >= n->day;
+    case IMAP_SEARCH_SENTBEFORE:
+        return sent_day(c, &day) && day < n->day;
+    case IMAP_SEARCH_SENTON:
+        return sent_day(c, &day) && day == n->day;
+    case IMAP_SEARCH_SENTSINCE:
+        return sent_day(c, &day) && day >= n->day;
+    case IMAP_SEARCH_LARGER:
+        return c->e->vsize > n->number;
+    case IMAP_SEARCH_SMALLER:
+        return c->e->vsize < n->number;
+    case IMAP_SEARCH_SEQSET:
+        return imap_seqset_contains(&n->set, c->seq);
+    case IMAP_SEARCH_UID:
+        return imap_seqset_contains(&n->set, c->e->uid);
+    case IMAP_SEARCH_MODSEQ:
+        return c->e->modseq >= n->number;
+    case IMAP_SEARCH_NOT:
+        return n->child_count == 1 && !eval(c, &n->children[0]);
+    case IMAP_SEARCH_OR:
+        return n->child_count == 2 && (eval(c, &n->children[0]) || eval(c, &n->children[1]));
+    case IMAP_SEARCH_AND:
+        for (size_t i = 0; i < n->child_count; i++) {
+            if (!eval(c, &n->children[i]))
+                return false;
+        }
+        return true;
+    }
+    return false;
+}
+
+static bool uses_searchres(const struct imap_search_node *n)
+{
+    if ((n->key == IMAP_SEARCH_SEQSET || n->key == IMAP_SEARCH_UID) && n->set.searchres)
+        return true;
+    for (size_t i = 0; i < n->child_count; i++) {
+        if (uses_searchres(&n->children[i]))
+            return true;
+    }
+    return false;
+}
+
+static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                      bool uid_mode)
+{
+    size_t n = mailbox_view_count(s->view);
+    const struct mailbox_view_entry *last = n > 0 ? mailbox_view_at(s->view, (uint32_t)n) : NULL;
+    struct imap_search_program prog;
+    struct petrel_error err;
+    if (!imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, &prog, &err)) {
+        if (err.code == PETREL_ERR_UNSUPPORTED)
+            imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
+        else
+            imap_reply_bad(s, "%s", err.message);
+        return;
+    }
+    if (uses_searchres(&prog.root) || (prog.return_options & IMAP_SEARCH_RETURN_SAVE)) {
+        imap_search_program_free(&prog);
+        imap_reply_no(s, "[CANNOT] SEARCHRES ($) is not supported.");
+        return;
+    }
+    struct search_ctx c = {.s = s, .needs = imap_search_needs(&prog)};
+    uint32_t *hits = NULL;
+    size_t hit_count = 0, cap = 0;
+    uint64_t max_modseq = 0;
+    bool modseq_used = c.needs & IMAP_SEARCH_NEEDS_MODSEQ;
+    for (uint32_t seq = 1; seq <= n; seq++) {
+        c.seq = seq;
+        c.e = mailbox_view_at(s->view, seq);
+        bool match = eval(&c, &prog.root);
+        unload(&c);
+        if (!match)
+            continue;
+        hits = xgrow(hits, &cap, hit_count + 1, sizeof(uint32_t));
+        hits[hit_count++] = uid_mode ? c.e->uid : seq;
+        if (c.e->modseq > max_modseq)
+            max_modseq = c.e->modseq;
+    }
+    struct buf out = {0};
+    if (prog.has_return) {
+        unsigned r = prog.return_options != 0 ? prog.return_options : IMAP_SEARCH_RETURN_ALL;
+        buf_printf(&out, "* ESEARCH (TAG \"%s\")%s", s->tag, uid_mode ? " UID" : "");
+        if ((r & IMAP_SEARCH_RETURN_MIN) && hit_count > 0)
+            buf_printf(&out, " MIN %u", hits[0]);
+        if ((r & IMAP_SEARCH_RETURN_MAX) && hit_count > 0)
+            buf_printf(&out, " MAX %u", hits[hit_count - 1]);
+        if ((r & IMAP_SEARCH_RETURN_ALL) && hit_count > 0) {
+            struct imap_seqset set = {0};
+            for (size_t i = 0; i < hit_count; i++)
+                imap_seqset_add(&set, hits[i], hits[i]);
+            buf_append_str(&out, " ALL ");
+            imap_seqset_format(&set, &out);
+            imap_seqset_free(&set);
+        }
+        if (r & IMAP_SEARCH_RETURN_COUNT)
+            buf_printf(&out, " COUNT %zu", hit_count);
+        if (modseq_used && hit_count > 0)
+            buf_printf(&out, " MODSEQ %llu", (unsigned long long)max_modseq);
+    } else {
+        buf_append_str(&out, "* SEARCH");
+        for (size_t i = 0; i < hit_count; i++)
+            buf_printf(&out, " %u", hits[i]);
+        if (modseq_used && hit_count > 0)
+            buf_printf(&out, " (MODSEQ %llu)", (unsigned long long)max_modseq);
+    }
+    buf_append_str(&out, "\r\n");
+    imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    free(hits);
+    imap_search_program_free(&prog);
+    imap_reply_ok(s, "SEARCH completed.");
+}
+
+static void cmd_search(struct imap_session *s, const struct imap_command *cmd)
+{
+    do_search(s, cmd->args, cmd->arg_count, false);
+}
+
+void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc)
+{
+    do_search(s, args, argc, true);
+}
+
+const struct imap_command_def imap_commands_search[] = {
+    {"SEARCH", IMAP_IN(IMAP_STATE_SELECTED), cmd_search},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,299 @@
+/* The selected state: SELECT, EXAMINE, CLOSE, UNSELECT, CHECK, EXPUNGE,
+ * IDLE, and the untagged updates that keep a session's view of the folder
+ * in step with other sessions and processes. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "storage/maildir/maildir-filename.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct {
+    uint32_t bit;
+    const char *name;
+} system_flags[] = {
+    {MAIL_FLAG_ANSWERED, "\\Answered"}, {MAIL_FLAG_FLAGGED, "\\Flagged"},
+    {MAIL_FLAG_DELETED, "\\Deleted"},   {MAIL_FLAG_SEEN, "\\Seen"},
+    {MAIL_FLAG_DRAFT, "\\Draft"},
+};
+
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
+                       uint32_t keywords)
+{
+    bool first = true;
+    buf_append_char(out, '(');
+    for (size_t i = 0; i < sizeof(system_flags) / sizeof(system_flags[0]); i++) {
+        if (flags & system_flags[i].bit) {
+            buf_printf(out, "%s%s", first ? "" : " ", system_flags[i].name);
+            first = false;
+        }
+    }
+    for (unsigned k = 0; k < 32; k++) {
+        if ((keywords & (1u << k)) == 0)
+            continue;
+        const char *name = s->view != NULL ? mailbox_view_keyword_name(s->view, k) : NULL;
+        if (name != NULL) {
+            buf_printf(out, "%s%s", first ? "" : " ", name);
+            first = false;
+        }
+    }
+    buf_append_char(out, ')');
+}
+
+static void send_flags_lists(struct imap_session *s)
+{
+    struct buf line = {0};
+    buf_append_str(&line, "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft");
+    for (unsigned k = 0; k < 32; k++) {
+        const char *name = mailbox_view_keyword_name(s->view, k);
+        if (name != NULL)
+            buf_printf(&line, " %s", name);
+    }
+    buf_append_str(&line, ")\r\n");
+    struct mailbox_view_status st;
+    mailbox_view_get_status(s->view, &st);
+    if (s->readonly) {
+        buf_append_str(&line, "* OK [PERMANENTFLAGS ()] Read-only mailbox.\r\n");
+    } else {
+        buf_append_str(&line,
+                       "* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft");
+        for (unsigned k = 0; k < 32; k++) {
+            const char *name = mailbox_view_keyword_name(s->view, k);
+            if (name != NULL)
+                buf_printf(&line, " %s", name);
+        }
+        buf_append_str(&line, st.keywords_creatable ? " \\*)] Flags permitted.\r\n"
+                                                    : ")] Flags permitted.\r\n");
+    }
+    imap_send_raw(s, line.data, line.len);
+    buf_free(&line);
+}
+
+void imap_selected_close(struct imap_session *s)
+{
+    if (s->watch != NULL)
+        mailbox_watch_free(s->watch);
+    if (s->view != NULL)
+        mailbox_view_free(s->view);
+    if (s->box != NULL)
+        mailbox_close(s->box);
+    s->watch = NULL;
+    s->view = NULL;
+    s->box = NULL;
+    s->idling = false;
+    if (s->state == IMAP_STATE_SELECTED)
+        s->state = IMAP_STATE_AUTHENTICATED;
+}
+
+void imap_selected_sync(struct imap_session *s)
+{
+    if (s->view == NULL)
+        return;
+    struct mailbox_view_changes ch;
+    struct petrel_error err;
+    if (!mailbox_view_sync(s->view, &ch, &err)) {
+        log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->id,
+                 err.message);
+        return;
+    }
+    struct buf out = {0};
+    if (ch.uidvalidity_changed) {
+        mailbox_view_changes_free(&ch);
+        imap_send(s, "* OK [CLOSED] The mailbox was recreated; select it again.");
+        imap_selected_close(s);
+        return;
+    }
+    for (size_t i = 0; i < ch.expunged_count; i++)
+        buf_printf(&out, "* %u EXPUNGE\r\n", ch.expunged_seqs[i]);
+    if (ch.new_count > 0 || ch.expunged_count > 0)
+        buf_printf(&out, "* %u EXISTS\r\n", ch.exists);
+    if (out.len > 0)
+        imap_send_raw(s, out.data, out.len);
+    buf_reset(&out);
+    if (ch.keywords_changed)
+        send_flags_lists(s);
+    for (size_t i = 0; i < ch.changed_count; i++) {
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, ch.changed_seqs[i]);
+        if (e == NULL)
+            continue;
+        buf_printf(&out, "* %u FETCH (UID %u FLAGS ", ch.changed_seqs[i], e->uid);
+        imap_append_flags(&out, s, e->flags, e->keywords);
+        if (s->condstore)
+            buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
+        buf_append_str(&out, ")\r\n");
+    }
+    if (out.len > 0)
+        imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    mailbox_view_changes_free(&ch);
+}
+
+static void select_common(struct imap_session *s, const struct imap_command *cmd, bool readonly)
+{
+    if (cmd->arg_count < 1 || cmd->args[0].type == IMAP_ARG_LIST) {
+        imap_reply_bad(s, "%s needs a mailbox name.", readonly ? "EXAMINE" : "SELECT");
+        return;
+    }
+    for (size_t i = 1; i < cmd->arg_count; i++) {
+        const struct imap_arg *p = &cmd->args[i];
+        bool condstore = p->type == IMAP_ARG_LIST && p->count == 1 &&
+                         imap_arg_atom_equals(&p->list[0], "CONDSTORE");
+        if (!condstore) {
+            imap_reply_bad(s, "Unknown SELECT parameter.");
+            return;
+        }
+        s->condstore = true;
+    }
+    /* RFC 3501: a failed SELECT leaves no mailbox selected either. */
+    if (s->box != NULL) {
+        imap_selected_close(s);
+        imap_send(s, "* OK [CLOSED] Previous mailbox closed.");
+    }
+    const struct namespace_config *ns;
+    char *name;
+    if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
+        return;
+    struct petrel_error err;
+    struct mailbox *box = mailbox_open(s->user, ns, name, &err);
+    struct mailbox_view *view = box != NULL ? mailbox_view_new(box, &err) : NULL;
+    free(name);
+    if (view == NULL) {
+        if (box != NULL)
+            mailbox_close(box);
+        imap_reply_storage_error(s, &err);
+        return;
+    }
+    s->box = box;
+    s->view = view;
+    s->readonly = readonly;
+    s->state = IMAP_STATE_SELECTED;
+    s->watch = NULL;
+    struct mailbox_view_status st;
+    mailbox_view_get_status(view, &st);
+    send_flags_lists(s);
+    struct buf out = {0};
+    buf_printf(&out, "* %u EXISTS\r\n* 0 RECENT\r\n", st.messages);
+    if (st.first_unseen_seq > 0)
+        buf_printf(&out, "* OK [UNSEEN %u] First unseen.\r\n", st.first_unseen_seq);
+    buf_printf(&out, "* OK [UIDVALIDITY %u] UIDs valid.\r\n* OK [UIDNEXT %u] Predicted next UID.\r\n",
+               st.uid_validity, st.uid_next);
+    buf_printf(&out, "* OK [HIGHESTMODSEQ %llu] Highest.\r\n",
+               (unsigned long long)st.highest_modseq);
+    imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    imap_reply_ok(s, "[%s] %s completed.", readonly ? "READ-ONLY" : "READ-WRITE",
+                  readonly ? "EXAMINE" : "SELECT");
+}
+
+static void cmd_select(struct imap_session *s, const struct imap_command *cmd)
+{
+    select_common(s, cmd, false);
+}
+
+static void cmd_examine(struct imap_session *s, const struct imap_command *cmd)
+{
+    select_common(s, cmd, true);
+}
+
+/* Expunges \Deleted messages (all, or those in `uids`) without sending
+ * anything: the next sync reports them. */
+static bool expunge_deleted(struct imap_session *s, const uint32_t *uids, size_t uid_count,
+                            struct petrel_error *err)
+{
+    uint32_t *gone = NULL;
+    size_t gone_count = 0;
+    bool ok = mailbox_expunge(s->box, uids, uid_count, &gone, &gone_count, err);
+    free(gone);
+    return ok;
+}
+
+static void cmd_close(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    struct petrel_error err;
+    /* CLOSE expunges silently; a failure still closes (RFC 3501 6.4.2). */
+    if (!s->readonly && !expunge_deleted(s, NULL, 0, &err))
+        log_warn(IMAP_COMPONENT, "CLOSE expunge failed", "session=%s error=\"%s\"", s->id,
+                 err.message);
+    imap_selected_close(s);
+    imap_reply_ok(s, "CLOSE completed.");
+}
+
+static void cmd_unselect(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    imap_selected_close(s);
+    imap_reply_ok(s, "UNSELECT completed.");
+}
+
+static void cmd_check(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    imap_reply_ok(s, "CHECK completed.");
+}
+
+static void cmd_expunge(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    if (s->readonly) {
+        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+        return;
+    }
+    struct petrel_error err;
+    if (!expunge_deleted(s, NULL, 0, &err))
+        imap_reply_storage_error(s, &err);
+    else
+        imap_reply_ok(s, "EXPUNGE completed.");
+}
+
+/* ---------- IDLE (RFC 2177) ---------- */
+
+static void idle_changed(void *ctx)
+{
+    struct imap_session *s = ctx;
+    if (s->idling)
+        imap_selected_sync(s);
+}
+
+static void cmd_idle(struct imap_session *s, const struct imap_command *cmd)
+{
+    (void)cmd;
+    if (s->box != NULL && s->watch == NULL) {
+        struct petrel_error err;
+        s->watch = mailbox_watch_new(imap_server_context(s->server)->base, s->box, idle_changed,
+                                     s, &err);
+        if (s->watch == NULL)
+            log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"",
+                     s->id, err.message);
+    }
+    s->idling = true;
+    s->busy = true; /* the tagged reply comes with DONE */
+    imap_send(s, "+ idling");
+    if (s->view != NULL)
+        imap_selected_sync(s);
+    /* Lines now go to imap_idle_line(). */
+    s->busy = false;
+}
+
+void imap_idle_line(struct imap_session *s, const char *line, size_t len)
+{
+    s->idling = false;
+    if (len == 4 && strncasecmp(line, "DONE", 4) == 0)
+        imap_reply_ok(s, "IDLE terminated.");
+    else
+        imap_reply_bad(s, "Expected DONE.");
+}
+
+const struct imap_command_def imap_commands_select[] = {
+    {"SELECT", IMAP_AUTHED, cmd_select},
+    {"EXAMINE", IMAP_AUTHED, cmd_examine},
+    {"CLOSE", IMAP_IN(IMAP_STATE_SELECTED), cmd_close},
+    {"UNSELECT", IMAP_IN(IMAP_STATE_SELECTED), cmd_unselect},
+    {"CHECK", IMAP_IN(IMAP_STATE_SELECTED), cmd_check},
+    {"EXPUNGE", IMAP_IN(IMAP_STATE_SELECTED), cmd_expunge},
+    {"IDLE", IMAP_AUTHED, cmd_idle},
+    {NULL, 0, NULL},
+};

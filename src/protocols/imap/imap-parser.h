@@ -1,0 +1,122 @@
+/* Streaming IMAP command parser (RFC 3501 / RFC 9051 grammar, no I/O).
+ * The server feeds whatever bytes arrived and gets back one event at a time:
+ * more bytes needed, a synchronizing literal to acknowledge with "+ OK", a
+ * complete command (tag, upper-cased name, argument tree) or an error.
+ * Literals: {n} synchronizing, {n+} non-synchronizing (RFC 7888 LITERAL+, or
+ * LITERAL- when `non_sync_max` is 4096), ~{n} literal8 (RFC 3516 BINARY).
+ * An erroneous command is consumed up to the end of its line (and through any
+ * non-synchronizing literal it announced) before the error is reported, so
+ * the client's following bytes are never taken for a command; errors the
+ * parser cannot resynchronise from (a non-synchronizing literal over the
+ * limit) are fatal: the server must close the connection.
+ * The parser owns the current command's storage (strings, literals, the
+ * argument tree); it stays valid until the next feed after a COMMAND/ERROR
+ * result, or imap_parser_reset(). */
+#ifndef PETREL_PROTOCOLS_IMAP_IMAP_PARSER_H
+#define PETREL_PROTOCOLS_IMAP_IMAP_PARSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct imap_parser_limits {
+    size_t max_line;       /* bytes of command text, literals excluded (64 KiB) */
+    uint64_t max_literal;  /* bytes of one literal (64 MiB) */
+    uint64_t non_sync_max; /* largest {n+}; 4096 for LITERAL-, 0 refuses them */
+    size_t max_args;       /* argument nodes in one command (4096) */
+    size_t max_depth;      /* parenthesis nesting (32) */
+};
+
+/* RFC 7888: a LITERAL- server accepts non-synchronizing literals up to this. */
+#define IMAP_LITERAL_MINUS_MAX 4096
+
+/* Fills in the defaults above (non_sync_max = max_literal: LITERAL+). */
+void imap_parser_limits_default(struct imap_parser_limits *limits);
+
+enum imap_arg_type {
+    IMAP_ARG_NIL,     /* the atom NIL (str holds its spelling) */
+    IMAP_ARG_ATOM,    /* also flags (\Seen), sequence sets and BODY[...]<..> */
+    IMAP_ARG_QUOTED,  /* escapes removed */
+    IMAP_ARG_LITERAL, /* binary-safe: may contain NUL bytes */
+    IMAP_ARG_LIST,
+};
+
+struct imap_arg {
+    enum imap_arg_type type;
+    bool literal8;   /* announced as ~{n} */
+    const char *str; /* NUL-terminated after `len` bytes; NULL for a list */
+    size_t len;
+    const struct imap_arg *list; /* children of a list */
+    size_t count;
+};
+
+struct imap_command {
+    const char *tag;
+    const char *name; /* upper-cased: "FETCH", "UID" (then args[0] is "FETCH") */
+    const struct imap_arg *args;
+    size_t arg_count;
+};
+
+enum imap_parse_result {
+    IMAP_PARSE_NEED_MORE,
+    IMAP_PARSE_LITERAL_CONTINUATION, /* send "+ OK", then keep feeding */
+    IMAP_PARSE_COMMAND,
+    IMAP_PARSE_ERROR,
+};
+
+enum imap_parse_error_code {
+    IMAP_PARSE_ERR_SYNTAX,
+    IMAP_PARSE_ERR_LINE_TOO_LONG,
+    IMAP_PARSE_ERR_TOO_BIG, /* a literal over the limits: [TOOBIG] */
+    IMAP_PARSE_ERR_LIMIT,   /* too many arguments or too deep nesting */
+};
+
+struct imap_parse_error {
+    enum imap_parse_error_code code;
+    const char *message;
+    const char *tag; /* the failed command's tag, NULL when unknown ("* BAD") */
+    bool fatal;      /* close the connection after the BAD */
+};
+
+struct imap_parser;
+
+/* A parser with `limits` (NULL: the defaults). Never NULL. */
+struct imap_parser *imap_parser_new(const struct imap_parser_limits *limits);
+void imap_parser_free(struct imap_parser *p);
+
+/* Consumes bytes from `data` until an event: *consumed (<= len) says how many
+ * were used; the caller feeds the rest again after acting on the result.
+ * After COMMAND or a non-fatal ERROR the next feed starts a new command (and
+ * frees the previous one). After a fatal ERROR every feed returns ERROR and
+ * consumes nothing. */
+enum imap_parse_result imap_parser_feed(struct imap_parser *p, const void *data, size_t len,
+                                        size_t *consumed);
+
+/* The command after a COMMAND result, else NULL. */
+const struct imap_command *imap_parser_command(const struct imap_parser *p);
+/* The error after an ERROR result, else NULL. */
+const struct imap_parse_error *imap_parser_error(const struct imap_parser *p);
+/* Bytes of the literal being received that are still to come (0 outside
+ * literals); for progress reporting and timeouts. */
+uint64_t imap_parser_literal_remaining(const struct imap_parser *p);
+/* True when part of a command has been received but not yet returned. */
+bool imap_parser_in_command(const struct imap_parser *p);
+/* Forgets the current command (and a fatal state) and frees its storage. */
+void imap_parser_reset(struct imap_parser *p);
+
+/* Non-streaming: parses one command from a complete buffer, acknowledging
+ * synchronizing literals internally. Returns COMMAND, ERROR or NEED_MORE
+ * (the buffer ends inside the command); *consumed as for feed. */
+enum imap_parse_result imap_parser_parse_all(struct imap_parser *p, const void *data, size_t len,
+                                             size_t *consumed);
+
+/* Argument helpers. True when `arg` is an atom (or NIL) spelled `name`,
+ * case-insensitively. */
+bool imap_arg_atom_equals(const struct imap_arg *arg, const char *name);
+/* The text of an atom, NIL (as the atom "NIL"), quoted string or literal;
+ * NULL for a list. */
+const char *imap_arg_astring(const struct imap_arg *arg);
+/* As imap_arg_astring() but NULL for NIL (nstring). */
+const char *imap_arg_nstring(const struct imap_arg *arg);
+
+#endif

@@ -1,0 +1,184 @@
+/* Internals shared by the IMAP server's files: the session, the command
+ * table and the response writers. One session per client connection; a
+ * session runs one command at a time (a command that waits for the auth
+ * service parks the session, and pipelined input waits in the buffer). */
+#ifndef PETREL_PROTOCOLS_IMAP_PRIVATE_H
+#define PETREL_PROTOCOLS_IMAP_PRIVATE_H
+
+#include "core/buf.h"
+#include "core/metrics.h"
+#include "protocols/imap/imap-config.h"
+#include "protocols/imap/imap-parser.h"
+#include "services/auth/auth-client.h"
+#include "services/auth/auth-sasl.h"
+#include "storage/mail-storage.h"
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <openssl/ssl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#define IMAP_COMPONENT "imap"
+
+enum imap_state {
+    IMAP_STATE_NOT_AUTHENTICATED,
+    IMAP_STATE_AUTHENTICATED,
+    IMAP_STATE_SELECTED,
+    IMAP_STATE_LOGOUT,
+};
+
+struct imap_server;
+
+struct imap_session {
+    struct imap_server *server;
+    struct imap_session *next;
+    struct imap_session *prev;
+    struct bufferevent *bev;
+    struct imap_parser *parser;
+    enum imap_state state;
+    bool tls;       /* the connection is encrypted (implicit or after STARTTLS) */
+    bool secured;   /* TLS or loopback: plaintext authentication allowed */
+    bool busy;      /* a command is waiting for something (auth service) */
+    bool closing;   /* free once the output has drained */
+    struct event *close_ev; /* deferred free: never inside the session's own call chain */
+    unsigned close_polls;
+    char peer_ip[64];
+    char peer[80];
+    char id[24]; /* session id for logs */
+    struct timespec started;
+    /* the command being run */
+    char tag[64];
+    char command[32];
+    struct timespec command_started;
+    /* authentication in progress */
+    struct auth_client_request *auth_req;
+    bool auth_sasl; /* AUTHENTICATE (continuation lines come from the client) */
+    bool sasl_waiting_client;
+    size_t auth_failures;
+    /* authenticated */
+    char *username;
+    struct mail_user *user;
+    bool utf8_accept; /* ENABLE UTF8=ACCEPT */
+    bool condstore;   /* ENABLE CONDSTORE (or a CONDSTORE-using command) */
+    /* selected */
+    struct mailbox *box;
+    struct mailbox_view *view;
+    struct mailbox_watch *watch;
+    bool readonly; /* EXAMINE */
+    bool idling;   /* IDLE: waiting for DONE */
+};
+
+struct imap_server_metrics {
+    struct metric_series *sessions_unauth;
+    struct metric_series *sessions_auth;
+    struct metric_series *connections_total;
+    struct metric_family *command_seconds;
+    struct metric_series *bytes_in;
+    struct metric_series *bytes_out;
+    struct metric_family *logins;
+};
+
+/* What the server gives its sessions. */
+struct imap_server_ctx {
+    const struct imap_config *cfg;
+    struct event_base *base;
+    struct mail_storage *storage;
+    struct auth_client *auth;
+    SSL_CTX *tls;
+    struct imap_parser_limits limits;
+    struct imap_server_metrics m;
+};
+
+const struct imap_server_ctx *imap_server_context(const struct imap_server *srv);
+/* Per-user session counting for max_connections_per_user. */
+bool imap_server_user_add(struct imap_server *srv, const char *username);
+void imap_server_user_remove(struct imap_server *srv, const char *username);
+unsigned long long imap_server_next_session_id(struct imap_server *srv);
+void imap_server_session_added(struct imap_server *srv, struct imap_session *s);
+void imap_server_session_gone(struct imap_server *srv, struct imap_session *s);
+
+/* ---------- session (imap-session.c) ---------- */
+
+/* Starts a session on an accepted connection (TLS already layered when
+ * `tls`): greeting, then commands. */
+void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool tls,
+                        const struct sockaddr *peer);
+/* Ends the session now (the server is going away): "* BYE" then close. */
+void imap_session_shutdown(struct imap_session *s, const char *reason);
+void imap_session_free(struct imap_session *s);
+/* STARTTLS: layers TLS over the connection after "OK Begin TLS" is queued;
+ * input pipelined after STARTTLS is discarded. */
+bool imap_session_starttls(struct imap_session *s);
+
+/* Responses. `text` lines must not contain CR or LF. */
+void imap_send(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void imap_send_raw(struct imap_session *s, const void *data, size_t len);
+/* Tagged completion of the current command; the session goes on with the
+ * next command (also after an asynchronous wait). */
+void imap_reply_ok(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void imap_reply_no(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void imap_reply_bad(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Closes after the output has drained ("* BYE" already sent by the caller). */
+void imap_session_close_after_output(struct imap_session *s);
+/* The CAPABILITY list for the session's state (without the "CAPABILITY" word). */
+void imap_capabilities(const struct imap_session *s, struct buf *out);
+/* Marks the session authenticated as `username` (canonical form). False
+ * with a NO sent when the user cannot be served (storage refuses the name,
+ * too many sessions). */
+bool imap_session_login(struct imap_session *s, const char *username);
+/* Writes `text` as an IMAP string (quoted when safe, else a literal). */
+void imap_append_string(struct buf *out, const char *text, size_t len);
+
+/* ---------- commands ---------- */
+
+typedef void imap_command_fn(struct imap_session *s, const struct imap_command *cmd);
+
+struct imap_command_def {
+    const char *name;
+    unsigned states; /* bit per enum imap_state allowed */
+    imap_command_fn *run;
+};
+
+#define IMAP_IN(state) (1u << (state))
+#define IMAP_ANY_STATE                                                                             \
+    (IMAP_IN(IMAP_STATE_NOT_AUTHENTICATED) | IMAP_IN(IMAP_STATE_AUTHENTICATED) |                   \
+     IMAP_IN(IMAP_STATE_SELECTED))
+#define IMAP_AUTHED (IMAP_IN(IMAP_STATE_AUTHENTICATED) | IMAP_IN(IMAP_STATE_SELECTED))
+
+/* Command tables, one per file; NULL-name terminated. */
+extern const struct imap_command_def imap_commands_any[];     /* imap-cmd-any.c */
+extern const struct imap_command_def imap_commands_login[];   /* imap-cmd-login.c */
+extern const struct imap_command_def imap_commands_mailbox[]; /* imap-cmd-mailbox.c */
+extern const struct imap_command_def imap_commands_select[];  /* imap-cmd-select.c */
+extern const struct imap_command_def imap_commands_message[]; /* imap-cmd-message.c */
+extern const struct imap_command_def imap_commands_search[];  /* imap-cmd-search.c */
+/* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
+void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
+
+/* ---------- the selected folder (imap-cmd-select.c) ---------- */
+
+/* Brings the view up to date and sends what changed: EXPUNGE (only when
+ * `allow_expunge`; otherwise nothing is synced), EXISTS, FLAGS, FETCH
+ * (FLAGS). Closes the folder when UIDVALIDITY changed. */
+void imap_selected_sync(struct imap_session *s);
+/* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
+void imap_selected_close(struct imap_session *s);
+/* "(\Seen \Flagged $Junk)" for a view entry. */
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
+                       uint32_t keywords);
+/* The IDLE line "DONE" (or anything else) while idling. */
+void imap_idle_line(struct imap_session *s, const char *line, size_t len);
+/* Maps a storage error to a tagged NO with the right response code. */
+void imap_reply_storage_error(struct imap_session *s, const struct petrel_error *err);
+/* Resolves a mailbox argument to namespace + folder name (imap-cmd-mailbox.c);
+ * replies itself and returns false when the name is unusable. *name is
+ * allocated. */
+bool imap_resolve_folder(struct imap_session *s, const struct imap_arg *arg,
+                         const struct namespace_config **ns, char **name);
+
+/* SASL continuation from the client during AUTHENTICATE (imap-cmd-login.c). */
+void imap_authenticate_continue(struct imap_session *s, const char *line, size_t len);
+
+#endif

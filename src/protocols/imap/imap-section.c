@@ -1,0 +1,399 @@
+/* IMAP section extraction (see imap-section.h). */
+#include "protocols/imap/imap-section.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* Writes bytes through an optional <start.count> window. */
+struct emitter {
+    struct buf *out;
+    uint64_t skip;
+    uint64_t left;
+    bool limited;
+};
+
+static void emit(struct emitter *e, const char *data, size_t len)
+{
+    if (e->skip >= len) {
+        e->skip -= len;
+        return;
+    }
+    data += e->skip;
+    len -= (size_t)e->skip;
+    e->skip = 0;
+    if (e->limited) {
+        if (e->left < len)
+            len = (size_t)e->left;
+        e->left -= len;
+    }
+    if (len > 0)
+        buf_append(e->out, data, len);
+}
+
+/* Emits stored bytes [start, start+len) with every bare LF as CRLF. */
+static void emit_crlf(struct emitter *e, const char *data, size_t start, size_t len)
+{
+    size_t pos = start, end = start + len;
+    while (pos < end) {
+        const char *lf = memchr(data + pos, '\n', end - pos);
+        if (lf == NULL) {
+            emit(e, data + pos, end - pos);
+            return;
+        }
+        size_t at = (size_t)(lf - data);
+        if (at > start && data[at - 1] == '\r') {
+            emit(e, data + pos, at + 1 - pos);
+        } else {
+            emit(e, data + pos, at - pos);
+            emit(e, "\r\n", 2);
+        }
+        pos = at + 1;
+    }
+}
+
+static void emit_range(struct emitter *e, const struct message *msg, const struct message_range *r)
+{
+    emit_crlf(e, msg->data, r->start, r->len);
+}
+
+/* ---- section-spec parsing ---- */
+
+static bool word_is(const char *s, size_t len, size_t at, const char *word)
+{
+    size_t n = strlen(word);
+    return len - at >= n && strncasecmp(s + at, word, n) == 0;
+}
+
+static bool parse_fields(const char *s, size_t len, size_t i, struct imap_section *out,
+                         struct petrel_error *err)
+{
+    if (i >= len || s[i] != ' ')
+        return petrel_error_set(err, PETREL_ERR_INVALID, "HEADER.FIELDS needs a list");
+    i++;
+    if (i >= len || s[i] != '(')
+        return petrel_error_set(err, PETREL_ERR_INVALID, "HEADER.FIELDS needs a list");
+    i++;
+    while (i < len && s[i] != ')') {
+        if (s[i] == ' ') {
+            i++;
+            continue;
+        }
+        size_t start = i;
+        bool quoted = s[i] == '"';
+        if (quoted) {
+            start = ++i;
+            while (i < len && s[i] != '"')
+                i++;
+        } else {
+            while (i < len && s[i] != ' ' && s[i] != ')')
+                i++;
+        }
+        if (i == start || (quoted && i >= len))
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad header field name");
+        if (out->field_count == IMAP_SECTION_MAX_FIELDS)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "too many header fields");
+        out->fields[out->field_count].name = s + start;
+        out->fields[out->field_count].len = i - start;
+        out->field_count++;
+        if (quoted)
+            i++;
+    }
+    if (i >= len || i + 1 != len || out->field_count == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "bad header field list");
+    return true;
+}
+
+bool imap_section_parse(const char *spec, size_t len, struct imap_section *out,
+                        struct petrel_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    size_t i = 0;
+    while (i < len && spec[i] >= '0' && spec[i] <= '9') {
+        unsigned long n = 0;
+        while (i < len && spec[i] >= '0' && spec[i] <= '9') {
+            n = n * 10 + (unsigned long)(spec[i++] - '0');
+            if (n > 0xffffffUL)
+                return petrel_error_set(err, PETREL_ERR_INVALID, "part number too large");
+        }
+        if (n == 0 || out->number_count == IMAP_SECTION_MAX_NUMBERS)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad part number");
+        out->numbers[out->number_count++] = (unsigned)n;
+        if (i == len)
+            return true;
+        if (spec[i] != '.')
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad section");
+        i++;
+        if (i == len)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad section");
+    }
+    if (i == len)
+        return true;
+    if (word_is(spec, len, i, "HEADER.FIELDS.NOT")) {
+        out->text = IMAP_SECTION_HEADER_FIELDS_NOT;
+        return parse_fields(spec, len, i + 17, out, err);
+    }
+    if (word_is(spec, len, i, "HEADER.FIELDS")) {
+        out->text = IMAP_SECTION_HEADER_FIELDS;
+        return parse_fields(spec, len, i + 13, out, err);
+    }
+    if (len - i == 6 && word_is(spec, len, i, "HEADER")) {
+        out->text = IMAP_SECTION_HEADER;
+        return true;
+    }
+    if (len - i == 4 && word_is(spec, len, i, "TEXT")) {
+        out->text = IMAP_SECTION_TEXT;
+        return true;
+    }
+    if (len - i == 4 && word_is(spec, len, i, "MIME") && out->number_count > 0) {
+        out->text = IMAP_SECTION_MIME;
+        return true;
+    }
+    return petrel_error_set(err, PETREL_ERR_INVALID, "bad section");
+}
+
+/* ---- BODY[section] ---- */
+
+static bool field_listed(const struct message *msg, const struct message_header_field *f,
+                         const struct imap_section *section)
+{
+    for (size_t i = 0; i < section->field_count; i++) {
+        const struct imap_section_field *want = &section->fields[i];
+        if (want->len == f->name_len &&
+            strncasecmp(msg->data + f->name_start, want->name, want->len) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void emit_header_fields(struct emitter *e, const struct message *msg,
+                               const struct message_range *header,
+                               const struct imap_section *section)
+{
+    bool wanted = section->text == IMAP_SECTION_HEADER_FIELDS;
+    struct message_header_field f;
+    size_t pos = header->start;
+    while (message_header_next(msg->data, header, &pos, &f)) {
+        if (!f.has_colon || field_listed(msg, &f, section) != wanted)
+            continue;
+        emit_crlf(e, msg->data, f.start, f.len);
+        /* A field cut short by the end of the block still ends its line. */
+        if (f.len == 0 || msg->data[f.start + f.len - 1] != '\n')
+            emit(e, "\r\n", 2);
+    }
+    emit(e, "\r\n", 2);
+}
+
+static size_t section_part(const struct message *msg, const struct imap_section *section)
+{
+    if (section->number_count == 0)
+        return 0;
+    return message_part_by_number(msg, section->numbers, section->number_count);
+}
+
+bool imap_section_fetch(const struct message *msg, const struct imap_section *section, bool partial,
+                        uint64_t start, uint64_t count, struct buf *out, struct petrel_error *err)
+{
+    struct emitter e = {out, partial ? start : 0, count, partial};
+    size_t part = section_part(msg, section);
+    if (part == MESSAGE_PART_NONE)
+        return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no such part");
+    const struct message_part *p = &msg->parts[part];
+    if (section->text == IMAP_SECTION_BODY) {
+        if (section->number_count == 0)
+            emit_crlf(&e, msg->data, 0, msg->len);
+        else
+            emit_range(&e, msg, &p->body);
+        return true;
+    }
+    if (section->text == IMAP_SECTION_MIME) {
+        emit_range(&e, msg, &p->header);
+        return true;
+    }
+    size_t node = section->number_count == 0 ? 0 : message_part_message(msg, part);
+    if (node == MESSAGE_PART_NONE)
+        return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "part is not a message");
+    const struct message_part *m = &msg->parts[node];
+    if (section->text == IMAP_SECTION_HEADER)
+        emit_range(&e, msg, &m->header);
+    else if (section->text == IMAP_SECTION_TEXT)
+        emit_range(&e, msg, &m->body);
+    else
+        emit_header_fields(&e, msg, &m->header, section);
+    return true;
+}
+
+uint64_t imap_section_rfc822_size(const struct message *msg)
+{
+    if (msg->part_count == 0)
+        return msg->len;
+    const struct message_part *root = &msg->parts[0];
+    /* The root's header and body cover the message; a bare LF in the gap a
+     * cut header leaves cannot exist (the root is never cut by a boundary). */
+    return (uint64_t)msg->len + root->header.bare_lf + root->body.bare_lf;
+}
+
+/* ---- BINARY[section] ---- */
+
+static int base64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Lenient base64 (RFC 2045 6.8): characters outside the alphabet are
+ * ignored, '=' ends the data. */
+static void decode_base64(struct buf *out, const char *s, size_t len)
+{
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '=')
+            break;
+        int v = base64_value(s[i]);
+        if (v < 0)
+            continue;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf_append_char(out, (char)((acc >> bits) & 0xff));
+        }
+    }
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Quoted-printable (RFC 2045 6.7): trailing blanks dropped, "=" at a line
+ * end joins lines, hard line breaks become CRLF, a broken escape is kept
+ * as it stands. */
+static void decode_qp(struct buf *out, const char *s, size_t len)
+{
+    size_t pos = 0;
+    while (pos < len) {
+        const char *lf = memchr(s + pos, '\n', len - pos);
+        size_t end = lf != NULL ? (size_t)(lf - s) : len;
+        size_t next = lf != NULL ? end + 1 : len;
+        if (end > pos && s[end - 1] == '\r')
+            end--;
+        while (end > pos && (s[end - 1] == ' ' || s[end - 1] == '\t'))
+            end--;
+        bool soft = end > pos && s[end - 1] == '=';
+        if (soft)
+            end--;
+        for (size_t i = pos; i < end; i++) {
+            int hi, lo;
+            if (s[i] == '=' && i + 2 < end && (hi = hex_value(s[i + 1])) >= 0 &&
+                (lo = hex_value(s[i + 2])) >= 0) {
+                buf_append_char(out, (char)(hi * 16 + lo));
+                i += 2;
+            } else {
+                buf_append_char(out, s[i]);
+            }
+        }
+        if (lf != NULL && !soft)
+            buf_append(out, "\r\n", 2);
+        pos = next;
+    }
+}
+
+enum cte { CTE_IDENTITY, CTE_BASE64, CTE_QP, CTE_UNKNOWN };
+
+static enum cte part_encoding(const struct message_part *p)
+{
+    const char *enc = p->encoding;
+    if (p->kind != MESSAGE_PART_LEAF || enc == NULL || strcasecmp(enc, "7bit") == 0 ||
+        strcasecmp(enc, "8bit") == 0 || strcasecmp(enc, "binary") == 0)
+        return CTE_IDENTITY;
+    if (strcasecmp(enc, "base64") == 0)
+        return CTE_BASE64;
+    if (strcasecmp(enc, "quoted-printable") == 0)
+        return CTE_QP;
+    return CTE_UNKNOWN;
+}
+
+static const struct message_part *binary_part(const struct message *msg, const unsigned *numbers,
+                                              size_t count, enum cte *cte, struct petrel_error *err)
+{
+    size_t part = count == 0 ? 0 : message_part_by_number(msg, numbers, count);
+    if (part == MESSAGE_PART_NONE) {
+        petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no such part");
+        return NULL;
+    }
+    const struct message_part *p = &msg->parts[part];
+    *cte = count == 0 ? CTE_IDENTITY : part_encoding(p);
+    if (*cte == CTE_UNKNOWN) {
+        petrel_error_set(err, PETREL_ERR_UNSUPPORTED, "unknown Content-Transfer-Encoding: %s",
+                         p->encoding);
+        return NULL;
+    }
+    return p;
+}
+
+static void decode_part(const struct message *msg, const struct message_part *p, enum cte cte,
+                        struct buf *out)
+{
+    const char *body = msg->data + p->body.start;
+    if (cte == CTE_BASE64)
+        decode_base64(out, body, p->body.len);
+    else
+        decode_qp(out, body, p->body.len);
+}
+
+bool imap_section_binary(const struct message *msg, const unsigned *numbers, size_t count,
+                         bool partial, uint64_t start, uint64_t len, struct buf *out,
+                         struct petrel_error *err)
+{
+    enum cte cte;
+    const struct message_part *p = binary_part(msg, numbers, count, &cte, err);
+    if (p == NULL)
+        return false;
+    struct emitter e = {out, partial ? start : 0, len, partial};
+    if (cte == CTE_IDENTITY) {
+        if (count == 0)
+            emit_crlf(&e, msg->data, 0, msg->len);
+        else
+            emit_range(&e, msg, &p->body);
+        return true;
+    }
+    struct buf decoded = {0};
+    decode_part(msg, p, cte, &decoded);
+    emit(&e, decoded.data != NULL ? decoded.data : "", decoded.len);
+    buf_free(&decoded);
+    return true;
+}
+
+bool imap_section_binary_size(const struct message *msg, const unsigned *numbers, size_t count,
+                              uint64_t *size, struct petrel_error *err)
+{
+    enum cte cte;
+    const struct message_part *p = binary_part(msg, numbers, count, &cte, err);
+    if (p == NULL)
+        return false;
+    if (cte == CTE_IDENTITY) {
+        *size = count == 0 ? imap_section_rfc822_size(msg) : message_range_crlf_size(&p->body);
+        return true;
+    }
+    struct buf decoded = {0};
+    decode_part(msg, p, cte, &decoded);
+    *size = decoded.len;
+    buf_free(&decoded);
+    return true;
+}

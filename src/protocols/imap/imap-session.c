@@ -1,0 +1,459 @@
+/* One IMAP client connection: greeting, reading and dispatching commands
+ * one at a time, tagged replies, timeouts, STARTTLS, logout. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void session_read_cb(struct bufferevent *bev, void *arg);
+static void session_write_cb(struct bufferevent *bev, void *arg);
+static void session_event_cb(struct bufferevent *bev, short what, void *arg);
+
+static const struct imap_command_def *const command_tables[] = {
+    imap_commands_any,
+    imap_commands_login,
+    imap_commands_mailbox,
+    imap_commands_select,
+    imap_commands_message,
+    imap_commands_search,
+};
+
+/* ---------- output ---------- */
+
+void imap_send_raw(struct imap_session *s, const void *data, size_t len)
+{
+    if (s->closing && s->state == IMAP_STATE_LOGOUT && len == 0)
+        return;
+    bufferevent_write(s->bev, data, len);
+    metric_add(imap_server_context(s->server)->m.bytes_out, (double)len);
+}
+
+static void send_line_v(struct imap_session *s, const char *prefix, const char *fmt, va_list ap)
+{
+    struct buf line = {0};
+    buf_append_str(&line, prefix);
+    buf_vprintf(&line, fmt, ap);
+    buf_append_str(&line, "\r\n");
+    imap_send_raw(s, line.data, line.len);
+    buf_free(&line);
+}
+
+void imap_send(struct imap_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    send_line_v(s, "", fmt, ap);
+    va_end(ap);
+}
+
+static void set_timeout(struct imap_session *s)
+{
+    const struct imap_config *cfg = imap_server_context(s->server)->cfg;
+    int64_t ms = s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms
+                                                          : cfg->idle_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    bufferevent_set_timeouts(s->bev, &tv, NULL);
+}
+
+static void process_input(struct imap_session *s);
+
+static void command_done(struct imap_session *s, const char *result)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
+                  (double)(now.tv_nsec - s->command_started.tv_nsec) / 1e9;
+    const char *values[] = {s->command, result};
+    metric_observe(metric_series_get(ctx->m.command_seconds, values), secs);
+    s->tag[0] = '\0';
+    s->command[0] = '\0';
+    if (s->busy) {
+        /* An asynchronous command finished: read what waited meanwhile. */
+        s->busy = false;
+        process_input(s);
+    }
+}
+
+/* RFC 3501 7.4.1: no EXPUNGE while a FETCH, STORE or SEARCH (or their UID
+ * forms) is completing, since the client may still be matching sequence
+ * numbers; those commands leave every update for the next command. */
+static bool updates_allowed(const struct imap_session *s)
+{
+    static const char *const quiet[] = {"FETCH",     "STORE",     "SEARCH",
+                                        "UID FETCH", "UID STORE", "UID SEARCH"};
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
+        if (strcmp(s->command, quiet[i]) == 0)
+            return false;
+    }
+    return true;
+}
+
+static void reply_tagged(struct imap_session *s, const char *status, const char *result,
+                         const char *fmt, va_list ap)
+{
+    if (s->view != NULL && s->tag[0] != '\0' && updates_allowed(s))
+        imap_selected_sync(s);
+    char prefix[96];
+    snprintf(prefix, sizeof(prefix), "%s %s ", s->tag[0] != '\0' ? s->tag : "*", status);
+    send_line_v(s, prefix, fmt, ap);
+    command_done(s, result);
+}
+
+void imap_reply_ok(struct imap_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_tagged(s, "OK", "ok", fmt, ap);
+    va_end(ap);
+}
+
+void imap_reply_no(struct imap_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_tagged(s, "NO", "no", fmt, ap);
+    va_end(ap);
+}
+
+void imap_reply_bad(struct imap_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_tagged(s, "BAD", "bad", fmt, ap);
+    va_end(ap);
+}
+
+void imap_append_string(struct buf *out, const char *text, size_t len)
+{
+    bool quotable = len < 1024;
+    for (size_t i = 0; quotable && i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        quotable = c >= 0x20 && c < 0x7f;
+    }
+    if (!quotable) {
+        buf_printf(out, "{%zu}\r\n", len);
+        buf_append(out, text, len);
+        return;
+    }
+    buf_append_char(out, '"');
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '"' || text[i] == '\\')
+            buf_append_char(out, '\\');
+        buf_append_char(out, text[i]);
+    }
+    buf_append_char(out, '"');
+}
+
+/* ---------- life cycle ---------- */
+
+/* Bytes still queued anywhere below the session: a TLS filter hands its
+ * output to the socket bufferevent underneath, which must drain too. */
+static size_t output_pending(struct imap_session *s)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
+    struct bufferevent *under = bufferevent_get_underlying(s->bev);
+    if (under != NULL)
+        n += evbuffer_get_length(bufferevent_get_output(under));
+    return n;
+}
+
+#define IMAP_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
+
+static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct imap_session *s = arg;
+    if (output_pending(s) > 0 && ++s->close_polls < IMAP_CLOSE_GRACE_POLLS) {
+        struct timeval tick = {0, 10000};
+        evtimer_add(s->close_ev, &tick);
+        return;
+    }
+    imap_session_free(s);
+}
+
+void imap_session_close_after_output(struct imap_session *s)
+{
+    s->closing = true;
+    bufferevent_disable(s->bev, EV_READ);
+    /* The write callback frees the session once the output has left; with
+     * nothing queued, a zero timer does it, so callers up the stack (the
+     * input loop) never touch a freed session. */
+    if (s->close_ev == NULL && (s->tls || output_pending(s) == 0)) {
+        s->close_ev = evtimer_new(imap_server_context(s->server)->base, deferred_free_cb, s);
+        struct timeval now = {0, 0};
+        evtimer_add(s->close_ev, &now);
+    }
+}
+
+void imap_session_shutdown(struct imap_session *s, const char *reason)
+{
+    if (s->closing)
+        return;
+    imap_send(s, "* BYE %s", reason);
+    s->state = IMAP_STATE_LOGOUT;
+    imap_session_close_after_output(s);
+}
+
+void imap_session_free(struct imap_session *s)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    if (s->auth_req != NULL)
+        auth_client_cancel(s->auth_req);
+    imap_selected_close(s);
+    if (s->username != NULL) {
+        imap_server_user_remove(s->server, s->username);
+        metric_gauge_add(ctx->m.sessions_auth, -1);
+        free(s->username);
+    } else {
+        metric_gauge_add(ctx->m.sessions_unauth, -1);
+    }
+    log_debug(IMAP_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
+    imap_server_session_gone(s->server, s);
+    imap_parser_free(s->parser);
+    if (s->close_ev != NULL)
+        event_free(s->close_ev);
+    bufferevent_free(s->bev);
+    free(s);
+}
+
+static bool peer_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return sa->sa_family == AF_UNIX;
+}
+
+void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool tls,
+                        const struct sockaddr *peer)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(srv);
+    struct imap_session *s = xcalloc(1, sizeof(*s));
+    s->server = srv;
+    s->bev = bev;
+    s->tls = tls;
+    s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->disable_plaintext_auth;
+    s->parser = imap_parser_new(&ctx->limits);
+    s->state = IMAP_STATE_NOT_AUTHENTICATED;
+    net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
+    net_addr_format(peer, s->peer, sizeof(s->peer));
+    snprintf(s->id, sizeof(s->id), "%llx", imap_server_next_session_id(srv));
+    clock_gettime(CLOCK_MONOTONIC, &s->started);
+    imap_server_session_added(srv, s);
+    metric_gauge_add(ctx->m.sessions_unauth, 1);
+    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
+    set_timeout(s);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    struct buf caps = {0};
+    imap_capabilities(s, &caps);
+    imap_send(s, "* OK [CAPABILITY %s] Petrel ready.", caps.data);
+    buf_free(&caps);
+}
+
+/* ---------- STARTTLS ---------- */
+
+/* Whatever the client pipelined after STARTTLS is thrown away: it arrived
+ * in clear text and must not run as if protected (CVE-2011-0411 class). */
+bool imap_session_starttls(struct imap_session *s)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    struct evbuffer *in = bufferevent_get_input(s->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    imap_parser_reset(s->parser);
+    SSL *ssl = SSL_new(ctx->tls);
+    struct bufferevent *tls_bev = bufferevent_openssl_filter_new(
+        ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (tls_bev == NULL) {
+        SSL_free(ssl);
+        return false;
+    }
+    s->bev = tls_bev;
+    s->tls = true;
+    s->secured = true;
+    bufferevent_setcb(tls_bev, session_read_cb, session_write_cb, session_event_cb, s);
+    set_timeout(s);
+    bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
+    return true;
+}
+
+/* ---------- input ---------- */
+
+static const struct imap_command_def *find_command(const char *name)
+{
+    for (size_t t = 0; t < sizeof(command_tables) / sizeof(command_tables[0]); t++) {
+        for (const struct imap_command_def *d = command_tables[t]; d->name != NULL; d++) {
+            if (strcmp(d->name, name) == 0)
+                return d;
+        }
+    }
+    return NULL;
+}
+
+static void run_command(struct imap_session *s, const struct imap_command *cmd)
+{
+    snprintf(s->tag, sizeof(s->tag), "%s", cmd->tag);
+    clock_gettime(CLOCK_MONOTONIC, &s->command_started);
+    const struct imap_command_def *def = find_command(cmd->name);
+    if (def == NULL) {
+        snprintf(s->command, sizeof(s->command), "unknown");
+        imap_reply_bad(s, "Unknown command.");
+        return;
+    }
+    snprintf(s->command, sizeof(s->command), "%s", def->name);
+    if ((def->states & IMAP_IN(s->state)) == 0) {
+        if (s->state == IMAP_STATE_NOT_AUTHENTICATED)
+            imap_reply_bad(s, "Log in first.");
+        else if (s->state == IMAP_STATE_AUTHENTICATED)
+            imap_reply_bad(s, "No mailbox selected.");
+        else
+            imap_reply_bad(s, "Not allowed now.");
+        return;
+    }
+    def->run(s, cmd);
+}
+
+static void parse_error(struct imap_session *s, const struct imap_parse_error *e)
+{
+    const char *code = e->code == IMAP_PARSE_ERR_TOO_BIG ? "[TOOBIG] " : "";
+    snprintf(s->tag, sizeof(s->tag), "%s", e->tag != NULL ? e->tag : "*");
+    snprintf(s->command, sizeof(s->command), "invalid");
+    clock_gettime(CLOCK_MONOTONIC, &s->command_started);
+    if (e->fatal) {
+        imap_send(s, "* BYE %s%s", code, e->message);
+        s->state = IMAP_STATE_LOGOUT;
+        imap_session_close_after_output(s);
+        return;
+    }
+    imap_reply_bad(s, "%s%s", code, e->message);
+}
+
+/* Feeds buffered input to the parser and runs complete commands until the
+ * buffer is empty or a command waits. The session may be freed inside. */
+static void process_input(struct imap_session *s)
+{
+    while (!s->busy && !s->closing) {
+        /* Looked up each round: STARTTLS replaces the bufferevent. */
+        struct evbuffer *in = bufferevent_get_input(s->bev);
+        if (s->idling) {
+            size_t n = 0;
+            char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
+            if (line == NULL)
+                return;
+            metric_add(imap_server_context(s->server)->m.bytes_in, (double)n + 2);
+            imap_idle_line(s, line, n);
+            free(line);
+            continue;
+        }
+        if (s->sasl_waiting_client) {
+            size_t n = 0;
+            char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
+            if (line == NULL) {
+                if (evbuffer_get_length(in) > (size_t)imap_server_context(s->server)
+                                                      ->cfg->max_line_length) {
+                    imap_session_shutdown(s, "Line too long.");
+                }
+                return;
+            }
+            metric_add(imap_server_context(s->server)->m.bytes_in, (double)n + 2);
+            imap_authenticate_continue(s, line, n);
+            free(line);
+            continue;
+        }
+        size_t avail = evbuffer_get_length(in);
+        if (avail == 0)
+            return;
+        /* Contiguous view of what is buffered; the parser copies what it keeps. */
+        size_t chunk = avail < 65536 ? avail : 65536;
+        const unsigned char *data = evbuffer_pullup(in, (ev_ssize_t)chunk);
+        size_t consumed = 0;
+        enum imap_parse_result r = imap_parser_feed(s->parser, data, chunk, &consumed);
+        evbuffer_drain(in, consumed);
+        metric_add(imap_server_context(s->server)->m.bytes_in, (double)consumed);
+        switch (r) {
+        case IMAP_PARSE_NEED_MORE:
+            if (consumed == 0)
+                return;
+            break;
+        case IMAP_PARSE_LITERAL_CONTINUATION:
+            imap_send(s, "+ OK");
+            break;
+        case IMAP_PARSE_COMMAND:
+            run_command(s, imap_parser_command(s->parser));
+            break;
+        case IMAP_PARSE_ERROR:
+            parse_error(s, imap_parser_error(s->parser));
+            break;
+        }
+    }
+}
+
+static void session_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    process_input(arg);
+}
+
+static void session_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct imap_session *s = arg;
+    if (s->closing && output_pending(s) == 0)
+        imap_session_free(s);
+}
+
+static void session_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct imap_session *s = arg;
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (!s->closing) {
+            imap_send(s, "* BYE Disconnected for inactivity.");
+            s->state = IMAP_STATE_LOGOUT;
+            imap_session_close_after_output(s);
+        }
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        imap_session_free(s);
+}
+
+bool imap_session_login(struct imap_session *s, const char *username)
+{
+    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    struct petrel_error err;
+    struct mail_user *user = mail_user_get(ctx->storage, username, &err);
+    if (user == NULL) {
+        log_warn(IMAP_COMPONENT, "login refused by storage", "session=%s error=\"%s\"", s->id,
+                 err.message);
+        return false;
+    }
+    if (!imap_server_user_add(s->server, username)) {
+        log_info(IMAP_COMPONENT, "login refused: too many sessions for the user", "session=%s",
+                 s->id);
+        return false;
+    }
+    s->username = xstrdup(username);
+    s->user = user;
+    s->state = IMAP_STATE_AUTHENTICATED;
+    metric_gauge_add(ctx->m.sessions_unauth, -1);
+    metric_gauge_add(ctx->m.sessions_auth, 1);
+    set_timeout(s);
+    return true;
+}

@@ -1,0 +1,315 @@
+"""IMAP on messages: APPEND (with flags, dates, MULTIAPPEND-style
+sequences), SELECT/EXAMINE, FETCH of flags, sizes, dates, ENVELOPE,
+BODYSTRUCTURE and body sections, STORE (incl. UNCHANGEDSINCE), COPY/MOVE
+with COPYUID, EXPUNGE and UID EXPUNGE, and two sessions seeing each other's
+changes, IDLE waking on another session's APPEND. Client: imaplib."""
+
+import imaplib
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from test_imap_session import imap_overrides, login, addr, raw
+
+MSG = (b"From: Alice Example <alice@example.org>\r\n"
+       b"To: bob@example.org, \"Carol C.\" <carol@example.net>\r\n"
+       b"Subject: Hello there\r\n"
+       b"Date: Sat, 21 Nov 2026 10:00:00 +0000\r\n"
+       b"Message-ID: <m1@example.org>\r\n"
+       b"MIME-Version: 1.0\r\n"
+       b"Content-Type: multipart/mixed; boundary=\"b1\"\r\n"
+       b"\r\n"
+       b"preamble\r\n"
+       b"--b1\r\n"
+       b"Content-Type: text/plain; charset=utf-8\r\n"
+       b"\r\n"
+       b"Body text line one.\r\n"
+       b"Line two.\r\n"
+       b"--b1\r\n"
+       b"Content-Type: application/octet-stream\r\n"
+       b"Content-Transfer-Encoding: base64\r\n"
+       b"\r\n"
+       b"aGVsbG8gd29ybGQ=\r\n"
+       b"--b1--\r\n")
+
+LF_MSG = b"From: x@example.org\nSubject: lf only\n\nline1\nline2\n"
+
+
+@pytest.fixture
+def imapd(petreld, tmp_path):
+    return petreld(imap_overrides(tmp_path))
+
+
+def selected(d, box="INBOX", user="alice", password="wonderland"):
+    m = login(d, user, password)
+    typ, data = m.select(box)
+    assert typ == "OK", data
+    return m
+
+
+def append(m, msg=MSG, box="INBOX", flags=None, date=None):
+    typ, data = m.append(box, flags, date, msg)
+    assert typ == "OK", data
+    match = re.search(rb"APPENDUID (\d+) (\d+)", data[0])
+    assert match, data
+    return int(match.group(2))
+
+
+def test_append_select_fetch_basics(imapd):
+    m = login(imapd)
+    uid1 = append(m, flags=r"(\Flagged $Work)", date='"21-Nov-2026 11:22:33 +0000"')
+    uid2 = append(m, LF_MSG)
+    assert uid2 == uid1 + 1
+    typ, data = m.select("INBOX")
+    assert typ == "OK" and data == [b"2"]
+    typ, data = m.fetch("1:*", "(UID FLAGS RFC822.SIZE INTERNALDATE)")
+    first = data[0].decode()
+    assert f"UID {uid1}" in first and "\\Flagged" in first and "$Work" in first
+    assert f"RFC822.SIZE {len(MSG)}" in first
+    assert 'INTERNALDATE "21-Nov-2026 11:22:33 +0000"' in first
+    # The LF-only message is presented with CRLF: size counts the CRs.
+    crlf_size = len(LF_MSG.replace(b"\n", b"\r\n"))
+    assert f"RFC822.SIZE {crlf_size}" in data[1].decode()
+    m.logout()
+
+
+def test_fetch_body_sections_and_structure(imapd):
+    m = login(imapd)
+    append(m)
+    append(m, LF_MSG)
+    m.select("INBOX")
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    assert data[0][1] == MSG
+    typ, data = m.fetch("2", "(BODY.PEEK[])")
+    assert data[0][1] == LF_MSG.replace(b"\n", b"\r\n")
+    typ, data = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS (Subject)])")
+    assert data[0][1] == b"Subject: Hello there\r\n\r\n"
+    typ, data = m.fetch("1", "(BODY.PEEK[1])")
+    assert data[0][1] == b"Body text line one.\r\nLine two."
+    typ, data = m.fetch("1", "(BODY.PEEK[TEXT]<0.8>)")
+    assert data[0][1] == b"preamble"
+    typ, data = m.fetch("1", "(BINARY.PEEK[2])")
+    assert data[0][1] == b"hello world"
+    typ, data = m.fetch("1", "(ENVELOPE)")
+    env = data[0].decode()
+    assert '"Hello there"' in env and '"alice" "example.org"' in env
+    assert '"<m1@example.org>"' in env
+    typ, data = m.fetch("1", "(BODYSTRUCTURE)")
+    bs = data[0].decode()
+    assert '"mixed"' in bs.lower() and '"plain"' in bs.lower()
+    # Flags untouched by PEEK; a plain BODY[] sets \Seen and reports it.
+    assert "\\Seen" not in m.fetch("1", "(FLAGS)")[1][0].decode()
+    typ, data = m.fetch("1", "(BODY[1])")
+    assert "\\Seen" in data[0][0].decode() or "\\Seen" in str(data)
+    assert "\\Seen" in m.fetch("1", "(FLAGS)")[1][0].decode()
+    m.logout()
+
+
+def test_bodystructure_comes_from_cache_second_time(imapd, tmp_path):
+    m = login(imapd)
+    append(m)
+    m.select("INBOX")
+    first = m.fetch("1", "(BODYSTRUCTURE ENVELOPE)")[1][0]
+    # Make the message file unreadable for a moment: the cached answer still comes.
+    cur = list((tmp_path / "mail" / "alice" / "Maildir" / "cur").iterdir())
+    assert len(cur) == 1
+    data = cur[0].read_bytes()
+    cur[0].write_bytes(b"X" * len(data))
+    try:
+        second = m.fetch("1", "(BODYSTRUCTURE ENVELOPE)")[1][0]
+    finally:
+        cur[0].write_bytes(data)
+    assert first == second
+    m.logout()
+
+
+def test_store_flags_and_unchangedsince(imapd):
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    m.select("INBOX")
+    typ, data = m.store("1:2", "+FLAGS", r"(\Seen $Label1)")
+    assert typ == "OK" and len(data) == 2 and "$Label1" in data[0].decode()
+    typ, data = m.store("2", "-FLAGS", r"(\Seen)")
+    assert "\\Seen" not in data[0].decode()
+    typ, data = m.store("3", "FLAGS.SILENT", r"(\Answered)")
+    assert typ == "OK" and data == [None]
+    typ, data = m.fetch("1:3", "(FLAGS MODSEQ)")
+    modseqs = [int(re.search(r"MODSEQ \((\d+)\)", d.decode()).group(1)) for d in data]
+    typ, data = m._simple_command("STORE", "1,3", f"(UNCHANGEDSINCE {modseqs[0]})",
+                                  "+FLAGS", r"(\Flagged)")
+    assert typ == "OK"
+    text = m.response("MODIFIED")
+    assert text[1] and b"3" in text[1][0], text
+    m.logout()
+
+
+def test_copy_move_expunge(imapd):
+    m = login(imapd)
+    m.create("Archive")
+    for _ in range(4):
+        append(m)
+    m.select("INBOX")
+    typ, data = m.copy("1:2", "Archive")
+    assert typ == "OK" and b"COPYUID" in data[0], data
+    typ, data = m._simple_command("MOVE", "3", "Archive")
+    assert typ == "OK"
+    # RFC 6851: the moved message's EXPUNGE comes with the MOVE.
+    assert m.untagged_responses.pop("EXPUNGE", None) == [b"3"]
+    typ, data = m.status("Archive", "(MESSAGES)")
+    assert b"MESSAGES 3" in data[0]
+    typ, data = m.copy("1", "Nowhere")
+    assert typ == "NO" and b"TRYCREATE" in data[0]
+    m.store("1", "+FLAGS", r"(\Deleted)")
+    typ, data = m.expunge()
+    assert typ == "OK" and data == [b"1"], data
+    typ, data = m.fetch("1:*", "(UID)")
+    assert len(data) == 2  # 4 - moved - expunged
+    m.store("1:2", "+FLAGS", r"(\Deleted)")
+    uids = [int(re.search(r"UID (\d+)", d.decode()).group(1)) for d in m.fetch("1:2", "(UID)")[1]]
+    typ, data = m.uid("EXPUNGE", str(uids[1]))
+    assert typ == "OK"
+    assert m.response("EXPUNGE")[1] == [b"2"]  # only the named UID went
+    m.logout()
+
+
+def test_two_sessions_see_each_others_changes(imapd):
+    a = selected(imapd)
+    b = selected(imapd)
+    append(a)
+    typ, data = b.noop()
+    assert b.untagged_responses.get("EXISTS") == [b"1"] or b"1" in (b.response("EXISTS")[1] or [])
+    b.store("1", "+FLAGS", r"(\Flagged)")
+    typ, _ = a.noop()
+    fetches = a.untagged_responses.get("FETCH", [])
+    assert any(b"\\Flagged" in f for f in fetches), a.untagged_responses
+    a.store("1", "+FLAGS", r"(\Deleted)")
+    a.expunge()
+    b.noop()
+    assert b.untagged_responses.get("EXPUNGE") == [b"1"], b.untagged_responses
+    a.logout()
+    b.logout()
+
+
+def test_no_expunge_during_fetch(imapd):
+    a = selected(imapd)
+    b = selected(imapd)
+    append(a)
+    append(a)
+    a.noop()
+    b.noop()
+    b.store("1", "+FLAGS", r"(\Deleted)")
+    b.expunge()
+    a.untagged_responses.clear()
+    a.fetch("1:*", "(UID)")
+    assert "EXPUNGE" not in a.untagged_responses
+    a.noop()
+    assert a.untagged_responses.get("EXPUNGE") == [b"1"]
+    a.logout()
+    b.logout()
+
+
+def test_idle_wakes_on_other_session_append(imapd):
+    s, f = raw(imapd)
+    s.sendall(b"a LOGIN alice wonderland\r\n")
+    assert f.readline().startswith(b"a OK")
+    s.sendall(b"b SELECT INBOX\r\n")
+    while not f.readline().startswith(b"b OK"):
+        pass
+    s.sendall(b"c IDLE\r\n")
+    assert f.readline().startswith(b"+ ")
+    other = login(imapd)
+    t0 = time.monotonic()
+    append(other)
+    line = f.readline()
+    assert line == b"* 1 EXISTS\r\n", line
+    assert time.monotonic() - t0 < 1.0
+    s.sendall(b"DONE\r\n")
+    assert f.readline().startswith(b"c OK")
+    other.logout()
+    s.close()
+
+
+def test_examine_is_read_only(imapd):
+    m = login(imapd)
+    append(m)
+    typ, data = m.select("INBOX", readonly=True)
+    assert typ == "OK"
+    typ, data = m.store("1", "+FLAGS", r"(\Seen)")
+    assert typ == "NO"
+    m.fetch("1", "(BODY[])")  # no \Seen in read-only mode
+    assert "\\Seen" not in m.fetch("1", "(FLAGS)")[1][0].decode()
+    m.logout()
+
+
+def test_big_append_50mb(imapd):
+    m = login(imapd)
+    body = (b"x" * 998 + b"\r\n") * (50 * 1024 * 1024 // 1000)
+    msg = b"Subject: big\r\n\r\n" + body
+    uid = append(m, msg)
+    m.select("INBOX")
+    typ, data = m.fetch("1", "(RFC822.SIZE)")
+    assert f"RFC822.SIZE {len(msg)}".encode() in data[0]
+    typ, data = m.uid("FETCH", str(uid), "(BODY.PEEK[])")
+    assert data[0][1] == msg
+    m.logout()
+
+
+def test_fetch_and_store_errors(imapd):
+    m = login(imapd)
+    append(m)
+    m.select("INBOX")
+    with pytest.raises(imaplib.IMAP4.error):
+        m.fetch("5", "(FLAGS)")
+    with pytest.raises(imaplib.IMAP4.error):
+        m.fetch("1", "(NOSUCHITEM)")
+    with pytest.raises(imaplib.IMAP4.error):
+        m.store("1", "+FLAGS", r"(\Recent)")
+    typ, data = m.uid("FETCH", "999", "(FLAGS)")
+    assert typ == "OK" and data == [None]
+    m.logout()
+
+
+def test_search_keys(imapd):
+    m = login(imapd)
+    append(m, flags=r"(\Seen)", date='"01-Jan-2026 10:00:00 +0000"')
+    append(m, LF_MSG, flags=r"(\Flagged $Work)", date='"15-Jun-2026 10:00:00 +0000"')
+    append(m, b"From: Zed <zed@example.com>\r\nSubject: Other topic\r\n"
+              b"Date: Mon, 2 Feb 2026 08:00:00 -0500\r\n\r\nNothing here.\r\n")
+    m.select("INBOX")
+
+    def search(*crit):
+        typ, data = m.search(None, *crit)
+        assert typ == "OK", data
+        return data[0].split()
+    assert search("ALL") == [b"1", b"2", b"3"]
+    assert search("SEEN") == [b"1"]
+    assert search("UNSEEN") == [b"2", b"3"]
+    assert search("FLAGGED", "KEYWORD", "$Work") == [b"2"]
+    assert search("SUBJECT", "hello") == [b"1"]
+    assert search("FROM", "ZED@example") == [b"3"]
+    assert search("BODY", '"line two"') == [b"1"]
+    assert search("TEXT", '"lf only"') == [b"2"]
+    assert search("HEADER", "Message-ID", "m1@") == [b"1"]
+    assert search("OR", "SEEN", "FLAGGED") == [b"1", b"2"]
+    assert search("NOT", "SEEN") == [b"2", b"3"]
+    assert search("BEFORE", "1-Feb-2026") == [b"1"]
+    assert search("SINCE", "1-Mar-2026") == [b"2", b"3"]  # 3 was appended now
+    assert search("SENTON", "2-Feb-2026") == [b"3"]
+    assert search("LARGER", "200") == [b"1"]
+    assert search("2:3", "UNSEEN") == [b"2", b"3"]
+    typ, data = m.uid("SEARCH", "SUBJECT", "topic")
+    assert data[0].split() == [b"3"]
+    typ, data = m._simple_command("SEARCH", "RETURN", "(MIN MAX COUNT)", "UNSEEN")
+    assert typ == "OK"
+    assert m.untagged_responses.get("ESEARCH"), m.untagged_responses
+    esearch = m.untagged_responses.pop("ESEARCH")[0]
+    assert b"MIN 2" in esearch and b"MAX 3" in esearch and b"COUNT 2" in esearch
+    with pytest.raises(imaplib.IMAP4.error):
+        m.search(None, "NOSUCHKEY")
+    typ, data = m.search("KOI8-R", "ALL")
+    assert typ == "NO" and b"BADCHARSET" in data[0]
+    m.logout()
