@@ -13,7 +13,13 @@ if [ ! -f build/build.ninja ]; then
   meson setup build --buildtype=release
 fi
 meson compile -C build
-mkdir -p var/dict var/mail
+mkdir -p var/dict var/mail var/tls
+if [ ! -f var/tls/imap.pem ]; then
+  # A self-signed certificate for the IMAP listeners (loopback only).
+  openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=localhost" \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+    -keyout var/tls/imap.key -out var/tls/imap.pem 2>/dev/null
+fi
 
 cmd=(build/petreld -c "$CONFIG")
 if [ "$(id -u)" -eq 0 ]; then
@@ -33,11 +39,12 @@ fi
 "${cmd[@]}" --check-config 2>/dev/null | awk '
   function show(addr) {
     gsub("\"", "", addr)
-    printf "run-standalone: %-12s %s%s\n", section, section == "auth" ? "" : "http://", addr
+    printf "run-standalone: %-12s %s%s\n", section, section ~ /^(telemetry|backend_api)$/ ? "http://" : "", addr
   }
   /^[a-z_]+:/ { section = $1; sub(":", "", section); in_list = 0 }
   /^  listen: *$/ { in_list = 1; next }
   /^  listen: / { show($2) }
+  /^  listen_tls: *$/ { in_list = 1; next }
   in_list && /^    - / { show($2); in_list = 0 }'
 echo "run-standalone: data under $PWD/var/; try: build/petrelctl backend health," \
      "build/petrelctl auth test demo (password demo); Ctrl-C stops"

@@ -275,3 +275,14 @@ def test_shutdown_timeout_cuts_a_slow_request_cleanly(petreld, silent_server):
     assert "shutdown timeout reached" in d.stderr()
     if "resp" in result:
         assert result["resp"].status == 503, result["resp"]
+
+
+def test_standalone_example_is_valid(tmp_path):
+    """The README's run command starts from examples/standalone.yaml: it must
+    load as it is (TLS files are read at start-up, not by --check-config)."""
+    from conftest import ROOT
+    proc = run_petreld(["-c", str(ROOT / "examples" / "standalone.yaml"), "--check-config"],
+                       cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    for component in ("auth", "imap", "backend-api"):
+        assert f'  - "{component}"' in proc.stdout
