@@ -103,7 +103,12 @@ void imap_selected_sync(struct imap_session *s)
     if (ch.uidvalidity_changed) {
         mailbox_view_changes_free(&ch);
         imap_send(s, "* OK [CLOSED] The mailbox was recreated; select it again.");
-        imap_selected_close(s);
+        /* The watch may be what called us: it goes with the next close. */
+        mailbox_view_free(s->view);
+        mailbox_close(s->box);
+        s->view = NULL;
+        s->box = NULL;
+        s->state = IMAP_STATE_AUTHENTICATED;
         return;
     }
     for (size_t i = 0; i < ch.expunged_count; i++)
@@ -148,10 +153,10 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         s->condstore = true;
     }
     /* RFC 3501: a failed SELECT leaves no mailbox selected either. */
-    if (s->box != NULL) {
-        imap_selected_close(s);
+    bool was_selected = s->box != NULL;
+    imap_selected_close(s);
+    if (was_selected)
         imap_send(s, "* OK [CLOSED] Previous mailbox closed.");
-    }
     const struct namespace_config *ns;
     char *name;
     if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
