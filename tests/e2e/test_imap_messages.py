@@ -313,3 +313,37 @@ def test_search_keys(imapd):
     typ, data = m.search("KOI8-R", "ALL")
     assert typ == "NO" and b"BADCHARSET" in data[0]
     m.logout()
+
+
+BROKEN_MIME = [
+    b"",  # replaced below: APPEND refuses empty messages
+    b"no header at all, just text",
+    b"Subject: unterminated multipart\r\nContent-Type: multipart/mixed; boundary=x\r\n\r\n"
+    b"--x\r\nContent-Type: text/plain\r\n\r\npart one without an end",
+    b"Content-Type: multipart/alternative\r\n\r\nboundary parameter missing\r\n",
+    b"Subject: " + b"A" * 70000 + b"\r\n\r\nhuge header line",
+    b"Content-Type: multipart/mixed; boundary=a\r\n\r\n" + b"--a\r\nContent-Type: multipart/mixed; boundary=a\r\n\r\n" * 300,
+    b"Subject: nul \x00 byte\r\nFrom: \x00\r\n\r\nbody \x00 here",
+    b"From: broken <<<@@@>>>, \"unterminated\r\nTo: ;;;,,,\r\nCc: group: a@b, c@d;\r\n\r\nx",
+    b"Content-Type: text/plain\r\nContent-Transfer-Encoding: base64\r\n\r\n!!!not base64!!!\r\n",
+    b"Content-Type: message/rfc822\r\n\r\nContent-Type: message/rfc822\r\n\r\nSubject: inner\r\n",
+    b"Subject: mixed line ends\nTo: a@b\r\n\nbody\r\nmore\n",
+    b"\r\n\r\n\r\n",
+]
+
+
+def test_broken_mime_is_served_without_crashing(imapd):
+    m = login(imapd)
+    for msg in BROKEN_MIME:
+        append(m, msg or b"x")
+    m.select("INBOX")
+    n = len(BROKEN_MIME)
+    typ, data = m.fetch(f"1:{n}", "(ENVELOPE BODYSTRUCTURE RFC822.SIZE)")
+    assert typ == "OK" and len([d for d in data if d != b")"]) >= n
+    for i in range(1, n + 1):
+        typ, data = m.fetch(str(i), "(BODY.PEEK[] BODY.PEEK[1] BODY.PEEK[1.MIME] BODY.PEEK[TEXT]"
+                                    " BINARY.PEEK[1] BODY.PEEK[HEADER.FIELDS (Subject From)])")
+        assert typ in ("OK", "NO"), (i, data)
+    typ, _ = m.search(None, "TEXT", "anything")
+    assert typ == "OK"
+    m.logout()
