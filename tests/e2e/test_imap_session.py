@@ -320,3 +320,14 @@ def test_metrics(imapd):
                  "petrel_imap_bytes_total", "petrel_imap_logins_total"):
         assert name in text, name
     assert 'petrel_imap_logins_total{result="ok"}' in text
+
+
+def test_big_literal_refused_before_login(imapd):
+    """A stranger cannot make the server reserve a large literal."""
+    s, f = raw(imapd)
+    s.sendall(b"a1 LOGIN alice {1000000}\r\n")
+    line = f.readline()
+    assert line.startswith(b"a1 BAD") and b"TOOBIG" in line, line
+    s.sendall(b"a2 LOGIN alice wonderland\r\n")
+    assert f.readline().startswith(b"a2 OK")
+    s.close()

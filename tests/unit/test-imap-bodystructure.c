@@ -441,6 +441,7 @@ static void test_dates(void **state)
                                       "21 Nov 1997 09:60 +0000",
                                       "21 Nov 1997 09:55:06 +01",
                                       "21 Nov 1997 09:55:06 +0160",
+                                      "21 Nov 1997 09:55:06 +9959",
                                       "21 Nov 1 09:55:06",
                                       "21 Nov 1997"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -1,12 +1,16 @@
 /* Authenticated-state commands on folders as a whole: NAMESPACE, LIST,
  * LSUB, CREATE, DELETE, RENAME, SUBSCRIBE, UNSUBSCRIBE, STATUS. Folder
  * names travel in modified UTF-7 (RFC 3501 5.1.3) and carry their
- * namespace's prefix; the storage sees UTF-8 names inside a namespace. */
+ * namespace's prefix; the storage sees UTF-8 names inside a namespace.
+ * LIST speaks LIST-EXTENDED (RFC 5258), LIST-STATUS (RFC 5819) and
+ * SPECIAL-USE (RFC 6154: attributes on every LIST line of the personal
+ * namespace, from storage/special-use.h); CREATE takes (USE (...)). */
 #include "protocols/imap/imap-private.h"
 
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "storage/mailbox-name.h"
+#include "storage/special-use.h"
 #include "storage/subscription-store.h"
 
 #include <stdlib.h>
@@ -79,8 +83,8 @@ static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
     }
     const char *rest = utf8.data + strlen(best->prefix);
     out->ns = best;
-    out->name = xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX"
-                                                                                        : rest);
+    out->name =
+        xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
     buf_free(&utf8);
     return true;
 }
@@ -144,28 +148,131 @@ static void cmd_namespace(struct imap_session *s, const struct imap_command *cmd
     imap_reply_ok(s, "NAMESPACE completed.");
 }
 
+/* ---------- STATUS (also LIST-STATUS) ---------- */
+
+/* Checks a STATUS item list; *want_size when SIZE is asked. */
+static bool status_items_check(const struct imap_arg *items, bool *want_size)
+{
+    static const char *const known[] = {"MESSAGES", "RECENT",        "UIDNEXT", "UIDVALIDITY",
+                                        "UNSEEN",   "HIGHESTMODSEQ", "SIZE"};
+    if (items->type != IMAP_ARG_LIST || items->count == 0)
+        return false;
+    *want_size = false;
+    for (size_t i = 0; i < items->count; i++) {
+        const struct imap_arg *it = &items->list[i];
+        bool ok = false;
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+            ok = ok || imap_arg_atom_equals(it, known[k]);
+        if (!ok)
+            return false;
+        *want_size = *want_size || imap_arg_atom_equals(it, "SIZE");
+    }
+    return true;
+}
+
+/* Sends "* STATUS" for one folder with the items of a checked list. */
+static bool status_send(struct imap_session *s, const struct namespace_config *ns, const char *name,
+                        const struct imap_arg *items, bool want_size, struct petrel_error *err)
+{
+    struct mailbox *box = mailbox_open(s->user, ns, name, err);
+    struct mailbox_info info;
+    if (box == NULL || !mailbox_get_info(box, want_size, &info, err)) {
+        if (box != NULL)
+            mailbox_close(box);
+        return false;
+    }
+    mailbox_close(box);
+    struct buf line = {0};
+    buf_append_str(&line, "* STATUS ");
+    append_wire_name(&line, ns, name);
+    buf_append_str(&line, " (");
+    for (size_t i = 0; i < items->count; i++) {
+        const struct imap_arg *it = &items->list[i];
+        if (i > 0)
+            buf_append_char(&line, ' ');
+        if (imap_arg_atom_equals(it, "MESSAGES"))
+            buf_printf(&line, "MESSAGES %u", info.messages);
+        else if (imap_arg_atom_equals(it, "RECENT"))
+            buf_append_str(&line, "RECENT 0");
+        else if (imap_arg_atom_equals(it, "UIDNEXT"))
+            buf_printf(&line, "UIDNEXT %u", info.next_uid);
+        else if (imap_arg_atom_equals(it, "UIDVALIDITY"))
+            buf_printf(&line, "UIDVALIDITY %u", info.uid_validity);
+        else if (imap_arg_atom_equals(it, "UNSEEN"))
+            buf_printf(&line, "UNSEEN %u", info.unseen);
+        else if (imap_arg_atom_equals(it, "HIGHESTMODSEQ"))
+            buf_printf(&line, "HIGHESTMODSEQ %llu", (unsigned long long)info.highest_modseq);
+        else if (imap_arg_atom_equals(it, "SIZE"))
+            buf_printf(&line, "SIZE %llu", (unsigned long long)info.size_bytes);
+    }
+    buf_append_str(&line, ")\r\n");
+    imap_send_raw(s, line.data, line.len);
+    buf_free(&line);
+    return true;
+}
+
+static void cmd_status(struct imap_session *s, const struct imap_command *cmd)
+{
+    if (cmd->arg_count != 2 || cmd->args[1].type != IMAP_ARG_LIST || cmd->args[1].count == 0) {
+        imap_reply_bad(s, "STATUS needs a mailbox and a list of items.");
+        return;
+    }
+    bool want_size = false;
+    if (!status_items_check(&cmd->args[1], &want_size)) {
+        imap_reply_bad(s, "Unknown STATUS item.");
+        return;
+    }
+    struct imap_folder_ref ref;
+    if (!resolve_folder(s, &cmd->args[0], &ref))
+        return;
+    struct petrel_error err;
+    if (!status_send(s, ref.ns, ref.name, &cmd->args[1], want_size, &err))
+        imap_reply_storage_error(s, &err);
+    else
+        imap_reply_ok(s, "STATUS completed.");
+    free(ref.name);
+}
+
 /* ---------- LIST / LSUB ---------- */
 
 /* RFC 3501 6.3.8: `*` matches anything, `%` anything but the separator. */
 static bool pattern_match(const char *pat, const char *name, char sep)
 {
-    while (*pat != '\0') {
-        if (*pat == '*' || *pat == '%') {
-            bool any = *pat == '*';
-            pat++;
-            for (const char *n = name;; n++) {
-                if (pattern_match(pat, n, sep))
-                    return true;
-                if (*n == '\0' || (!any && *n == sep))
-                    return false;
-            }
+    /* A state set over pattern positions, advanced one name byte at a time:
+     * O(pattern x name), where naive backtracking over several wildcards is
+     * exponential in what a client can send. */
+    size_t plen = strlen(pat);
+    bool *row = xcalloc(plen + 1, sizeof(bool));
+    bool *next = xcalloc(plen + 1, sizeof(bool));
+    row[0] = true;
+    for (size_t pi = 0; pi < plen && row[pi] && (pat[pi] == '*' || pat[pi] == '%'); pi++)
+        row[pi + 1] = true; /* wildcards match the empty string */
+    for (const char *n = name; *n != '\0'; n++) {
+        memset(next, 0, (plen + 1) * sizeof(bool));
+        bool any = false;
+        for (size_t pi = 0; pi < plen; pi++) {
+            if (!row[pi])
+                continue;
+            if (pat[pi] == '*' || (pat[pi] == '%' && *n != sep))
+                next[pi] = true;
+            else if (pat[pi] == *n)
+                next[pi + 1] = true;
         }
-        if (*name == '\0' || *pat != *name)
-            return false;
-        pat++;
-        name++;
+        for (size_t pi = 0; pi < plen; pi++) {
+            if (next[pi] && (pat[pi] == '*' || pat[pi] == '%'))
+                next[pi + 1] = true;
+            any = any || next[pi];
+        }
+        bool *t = row;
+        row = next;
+        next = t;
+        if (!any && !row[plen])
+            break;
     }
-    return *name == '\0';
+    bool match = row[plen];
+    free(row);
+    free(next);
+    return match;
 }
 
 /* INBOX matches case-insensitively: compare with the canonical spelling. */
@@ -203,108 +310,271 @@ static bool in_list(char **names, size_t count, const char *name)
     return false;
 }
 
-struct list_out {
-    struct imap_session *s;
-    const char *verb; /* "LIST" or "LSUB" */
-    struct buf seen;  /* NUL-separated names already sent (parents) */
+/* What one LIST asks for: RFC 5258 selection and return options, RFC 5819
+ * STATUS, RFC 6154 SPECIAL-USE. Basic LIST sets none of them; LSUB selects
+ * the subscribed folders and keeps its RFC 3501 answers. */
+struct list_query {
+    bool lsub;
+    bool root;     /* LIST "" "": the hierarchy delimiter only */
+    bool extended; /* RFC 5258 syntax used: \NonExistent, children on request */
+    bool sel_subscribed;
+    bool sel_special_use;
+    bool recursive_match;
+    bool ret_subscribed;
+    bool ret_children;
+    const struct imap_arg *status_items; /* RETURN (STATUS (...)), else NULL */
+    bool status_want_size;
+    char **patterns; /* full-name patterns (reference joined), UTF-8 */
+    size_t pattern_count;
 };
 
-static void send_list_line(struct list_out *o, const struct namespace_config *ns,
-                           const char *name, const char *attrs)
+/* One namespace's folders while a LIST runs. */
+struct list_ns {
+    const struct namespace_config *ns;
+    char **names; /* existing folders */
+    size_t count;
+    char **subs; /* subscribed folders (when the query needs them) */
+    size_t sub_count;
+    bool special_use; /* the namespace special-use attributes belong to */
+};
+
+struct list_out {
+    struct imap_session *s;
+    const struct list_query *q;
+    struct special_use_list overrides; /* the user's special-use overrides */
+    struct buf seen;                   /* NUL-separated full names of parents sent */
+};
+
+/* The special-use attribute in force for an existing folder ("" for none):
+ * the user's override wins over the configured default, as in
+ * special_use_get(), with the overrides read once per command. */
+static const char *list_special_use(const struct list_out *o, const struct list_ns *n,
+                                    const char *name)
 {
+    if (!n->special_use)
+        return "";
+    for (size_t i = 0; i < o->overrides.count; i++) {
+        if (strcmp(o->overrides.entries[i].folder, name) == 0)
+            return o->overrides.entries[i].attr;
+    }
+    const struct special_use_default *defaults = mail_cfg(o->s)->special_use;
+    for (size_t i = 0; i < mail_cfg(o->s)->special_use_count; i++) {
+        if (strcmp(defaults[i].folder, name) == 0)
+            return defaults[i].attr;
+    }
+    return "";
+}
+
+static bool list_exists(const struct list_ns *n, const char *name)
+{
+    return in_list(n->names, n->count, name);
+}
+
+static bool list_subscribed(const struct list_ns *n, const char *name)
+{
+    return in_list(n->subs, n->sub_count, name);
+}
+
+/* The selection criteria (RFC 5258 3.1): what the folder itself must be
+ * to be listed in its own right. */
+static bool list_selected(const struct list_out *o, const struct list_ns *n, const char *name)
+{
+    const struct list_query *q = o->q;
+    bool exists = list_exists(n, name);
+    if (q->sel_subscribed && !list_subscribed(n, name))
+        return false;
+    if (q->sel_special_use && (!exists || *list_special_use(o, n, name) == '\0'))
+        return false;
+    return q->sel_subscribed || exists;
+}
+
+static char *full_name(const struct namespace_config *ns, const char *name)
+{
+    struct buf full = {0};
+    buf_append_str(&full, ns->prefix);
+    buf_append_str(&full, name);
+    buf_append_char(&full, '\0');
+    return full.data;
+}
+
+static bool list_matches(const struct list_out *o, const struct namespace_config *ns,
+                         const char *full)
+{
+    for (size_t i = 0; i < o->q->pattern_count; i++) {
+        if (name_matches(o->q->patterns[i], full, ns->separator))
+            return true;
+    }
+    return false;
+}
+
+/* RFC 5258 CHILDINFO: a descendant meets the selection criteria but is not
+ * matched by the patterns (so the client would not learn of it).
+ * RECURSIVEMATCH comes with SUBSCRIBED alone (list_parse()), so every
+ * subscribed folder meets the criteria. */
+static bool list_childinfo(const struct list_out *o, const struct list_ns *n, const char *name)
+{
+    if (!o->q->recursive_match)
+        return false;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n->sub_count; i++) {
+        const char *d = n->subs[i];
+        if (strncmp(d, name, len) != 0 || d[len] != n->ns->separator)
+            continue;
+        char *full = full_name(n->ns, d);
+        bool matched = list_matches(o, n->ns, full);
+        free(full);
+        if (!matched)
+            return true;
+    }
+    return false;
+}
+
+static void append_attr(struct buf *attrs, const char *attr)
+{
+    if (attrs->len > 0)
+        buf_append_char(attrs, ' ');
+    buf_append_str(attrs, attr);
+}
+
+/* One LIST/LSUB line, then its STATUS when asked. `selected` tells whether
+ * the folder meets the selection criteria or is only a level of the
+ * hierarchy above one that does. */
+static void list_send(struct list_out *o, const struct list_ns *n, const char *name, bool selected)
+{
+    const struct list_query *q = o->q;
+    bool exists = list_exists(n, name);
+    struct buf attrs = {0};
+    if (q->lsub) {
+        if (!selected)
+            append_attr(&attrs, "\\Noselect");
+        else if (!exists)
+            append_attr(&attrs, "\\NonExistent");
+    } else {
+        if (!exists)
+            append_attr(&attrs, q->extended ? "\\NonExistent" : "\\Noselect");
+        if (q->ret_subscribed && list_subscribed(n, name))
+            append_attr(&attrs, "\\Subscribed");
+        bool children = has_children(n->names, n->count, name, n->ns->separator);
+        /* A hierarchy level shown to "%" is there because of its children. */
+        if (!q->extended || q->ret_children || (!selected && !q->recursive_match))
+            append_attr(&attrs, children ? "\\HasChildren" : "\\HasNoChildren");
+        const char *use = exists ? list_special_use(o, n, name) : "";
+        if (*use != '\0')
+            append_attr(&attrs, use);
+    }
     struct buf line = {0};
-    buf_printf(&line, "* %s (%s) \"%s%c\" ", o->verb, attrs,
-               ns->separator == '"' || ns->separator == '\\' ? "\\" : "", ns->separator);
-    append_wire_name(&line, ns, name);
+    buf_printf(&line, "* %s (", q->lsub ? "LSUB" : "LIST");
+    buf_append(&line, attrs.data, attrs.len);
+    buf_printf(&line, ") \"%s%c\" ",
+               n->ns->separator == '"' || n->ns->separator == '\\' ? "\\" : "", n->ns->separator);
+    append_wire_name(&line, n->ns, name);
+    if (!q->lsub && list_childinfo(o, n, name))
+        buf_append_str(&line, " (\"CHILDINFO\" (\"SUBSCRIBED\"))");
     buf_append_str(&line, "\r\n");
     imap_send_raw(o->s, line.data, line.len);
     buf_free(&line);
+    buf_free(&attrs);
+    struct petrel_error err;
+    if (q->status_items != NULL && selected && exists &&
+        !status_send(o->s, n->ns, name, q->status_items, q->status_want_size, &err) &&
+        err.code != PETREL_ERR_NOT_FOUND)
+        log_warn(IMAP_COMPONENT, "LIST-STATUS failed", "session=%s error=\"%s\"", o->s->id,
+                 err.message);
 }
 
-/* Lists the folders of one namespace matching `pattern` (a full name
- * pattern, prefix included). A folder that does not match but whose parent
- * level does is shown through that parent as \Noselect when the parent does
- * not exist itself (RFC 3501: "%" must show the hierarchy). */
-static bool list_namespace(struct list_out *o, const struct namespace_config *ns,
-                           const char *pattern, bool subscribed_only, struct petrel_error *err)
+/* Lists the folders of one namespace. The candidates are the existing
+ * folders, or the subscribed ones for SUBSCRIBED/LSUB. A candidate that
+ * does not match but has a level above it that does shows that level:
+ * to "%" for plain LIST (RFC 3501: the hierarchy must be visible) and
+ * LSUB, and for RECURSIVEMATCH (RFC 5258 3.1 with CHILDINFO). */
+static bool list_namespace(struct list_out *o, const struct namespace_config *ns, bool special_use,
+                           struct petrel_error *err)
 {
-    char **names = NULL;
-    size_t count = 0;
-    if (!mail_folder_list(o->s->user, ns, &names, &count, err))
+    const struct list_query *q = o->q;
+    struct list_ns n = {.ns = ns, .special_use = special_use};
+    if (!mail_folder_list(o->s->user, ns, &n.names, &n.count, err))
         return false;
-    char **subs = NULL;
-    size_t sub_count = 0;
-    if (subscribed_only && !mail_subscriptions_list(o->s->user, ns, &subs, &sub_count, err)) {
-        mail_folder_list_free(names, count);
+    bool need_subs = q->sel_subscribed || q->ret_subscribed;
+    if (need_subs && !mail_subscriptions_list(o->s->user, ns, &n.subs, &n.sub_count, err)) {
+        mail_folder_list_free(n.names, n.count);
         return false;
     }
-    char **candidates = subscribed_only ? subs : names;
-    size_t candidate_count = subscribed_only ? sub_count : count;
+    bool show_levels = q->lsub || q->recursive_match || (!q->sel_subscribed && !q->sel_special_use);
+    char **candidates = q->sel_subscribed ? n.subs : n.names;
+    size_t candidate_count = q->sel_subscribed ? n.sub_count : n.count;
     size_t plen = strlen(ns->prefix);
     for (size_t i = 0; i < candidate_count; i++) {
         const char *name = candidates[i];
-        struct buf full = {0};
-        buf_append_str(&full, ns->prefix);
-        buf_append_str(&full, name);
-        buf_append_char(&full, '\0');
-        if (name_matches(pattern, full.data, ns->separator)) {
-            bool exists = !subscribed_only || in_list(names, count, name);
-            const char *attrs = !exists ? "\\NonExistent"
-                                : has_children(names, count, name, ns->separator)
-                                    ? "\\HasChildren"
-                                    : "\\HasNoChildren";
-            send_list_line(o, ns, name, subscribed_only && exists ? "" : attrs);
-        } else {
+        if (!list_selected(o, &n, name))
+            continue;
+        char *full = full_name(ns, name);
+        if (list_matches(o, ns, full)) {
+            list_send(o, &n, name, true);
+        } else if (show_levels) {
             /* Try each parent level: "a/b/c" shows "a" and "a/b" to "%". */
-            for (char *sep = strchr(full.data + plen, ns->separator); sep != NULL;
+            for (char *sep = strchr(full + plen, ns->separator); sep != NULL;
                  sep = strchr(sep + 1, ns->separator)) {
                 *sep = '\0';
-                const char *parent = full.data + plen;
+                const char *parent = full + plen;
                 bool sent = false;
                 for (size_t k = 0; k < o->seen.len; k += strlen(o->seen.data + k) + 1)
-                    sent = sent || strcmp(o->seen.data + k, full.data) == 0;
-                if (!sent && name_matches(pattern, full.data, ns->separator) &&
-                    !in_list(candidates, candidate_count, parent)) {
-                    buf_append(&o->seen, full.data, strlen(full.data) + 1);
-                    send_list_line(o, ns, parent,
-                                   subscribed_only ? "\\Noselect"
-                                   : in_list(names, count, parent)
-                                       ? "\\HasChildren"
-                                       : "\\NonExistent \\HasChildren");
+                    sent = sent || strcmp(o->seen.data + k, full) == 0;
+                if (!sent && list_matches(o, ns, full) && !list_selected(o, &n, parent)) {
+                    buf_append(&o->seen, full, strlen(full) + 1);
+                    list_send(o, &n, parent, false);
                 }
                 *sep = ns->separator;
             }
         }
-        buf_free(&full);
+        free(full);
     }
-    mail_folder_list_free(subs, sub_count);
-    mail_folder_list_free(names, count);
+    mail_folder_list_free(n.subs, n.sub_count);
+    mail_folder_list_free(n.names, n.count);
     return true;
 }
 
-static void list_common(struct imap_session *s, const struct imap_command *cmd, bool lsub)
+/* RFC 5258 selection options: "(SUBSCRIBED REMOTE RECURSIVEMATCH
+ * SPECIAL-USE)". REMOTE changes nothing: there are no remote folders. */
+static bool list_select_options(const struct imap_arg *opts, struct list_query *q)
 {
-    if (cmd->arg_count != 2 || cmd->args[0].type == IMAP_ARG_LIST ||
-        cmd->args[1].type == IMAP_ARG_LIST) {
-        imap_reply_bad(s, "%s needs a reference and a mailbox pattern.", lsub ? "LSUB" : "LIST");
-        return;
+    for (size_t i = 0; i < opts->count; i++) {
+        const struct imap_arg *o = &opts->list[i];
+        if (imap_arg_atom_equals(o, "SUBSCRIBED"))
+            q->sel_subscribed = true;
+        else if (imap_arg_atom_equals(o, "SPECIAL-USE"))
+            q->sel_special_use = true;
+        else if (imap_arg_atom_equals(o, "RECURSIVEMATCH"))
+            q->recursive_match = true;
+        else if (!imap_arg_atom_equals(o, "REMOTE"))
+            return false;
     }
-    const char *ref = imap_arg_astring(&cmd->args[0]);
-    const char *pat = imap_arg_astring(&cmd->args[1]);
-    const struct mail_config *cfg = mail_cfg(s);
-    if (!lsub && *pat == '\0') {
-        /* The hierarchy delimiter and root of the reference's namespace. */
-        const struct namespace_config *ns = cfg->namespace_count > 0 ? &cfg->namespaces[0] : NULL;
-        for (size_t i = 0; i < cfg->namespace_count; i++) {
-            if (cfg->namespaces[i].type == NAMESPACE_PERSONAL)
-                ns = &cfg->namespaces[i];
+    return true;
+}
+
+/* RFC 5258 return options: "RETURN (SUBSCRIBED CHILDREN SPECIAL-USE
+ * STATUS (...))". Special-use attributes are always returned. */
+static bool list_return_options(const struct imap_arg *opts, struct list_query *q)
+{
+    for (size_t i = 0; i < opts->count; i++) {
+        const struct imap_arg *o = &opts->list[i];
+        if (imap_arg_atom_equals(o, "SUBSCRIBED")) {
+            q->ret_subscribed = true;
+        } else if (imap_arg_atom_equals(o, "CHILDREN")) {
+            q->ret_children = true;
+        } else if (imap_arg_atom_equals(o, "STATUS")) {
+            if (i + 1 >= opts->count || q->status_items != NULL ||
+                !status_items_check(&opts->list[i + 1], &q->status_want_size))
+                return false;
+            q->status_items = &opts->list[++i];
+        } else if (!imap_arg_atom_equals(o, "SPECIAL-USE")) {
+            return false;
         }
-        if (ns != NULL)
-            imap_send(s, "* LIST (\\Noselect) \"%s%c\" \"\"",
-                      ns->separator == '"' || ns->separator == '\\' ? "\\" : "", ns->separator);
-        imap_reply_ok(s, "LIST completed.");
-        return;
     }
+    return true;
+}
+
+static void list_add_pattern(struct list_query *q, const char *ref, const char *pat)
+{
     struct buf joined = {0};
     buf_append_str(&joined, ref);
     buf_append_str(&joined, pat);
@@ -316,13 +586,123 @@ static void list_common(struct imap_session *s, const struct imap_command *cmd, 
     }
     buf_append_char(&pattern, '\0');
     buf_free(&joined);
-    struct list_out o = {s, lsub ? "LSUB" : "LIST", {0}};
+    q->patterns[q->pattern_count++] = pattern.data;
+}
+
+/* LIST [(selection options)] reference (pattern | (pattern ...))
+ * [RETURN (return options)], or LSUB reference pattern. Replies BAD itself
+ * and returns false on a malformed command. */
+static bool list_parse(struct imap_session *s, const struct imap_command *cmd, struct list_query *q)
+{
+    const struct imap_arg *args = cmd->args;
+    size_t argc = cmd->arg_count, i = 0;
+    if (!q->lsub && argc > 0 && args[0].type == IMAP_ARG_LIST) {
+        q->extended = true;
+        if (!list_select_options(&args[0], q)) {
+            imap_reply_bad(s, "Unknown LIST selection option.");
+            return false;
+        }
+        i = 1;
+    }
+    if (argc < i + 2 || args[i].type == IMAP_ARG_LIST ||
+        (q->lsub && args[i + 1].type == IMAP_ARG_LIST) || (q->lsub && argc != 2)) {
+        imap_reply_bad(s, "%s needs a reference and a mailbox pattern.", q->lsub ? "LSUB" : "LIST");
+        return false;
+    }
+    const struct imap_arg *ref = &args[i], *pat = &args[i + 1];
+    i += 2;
+    if (i < argc) {
+        q->extended = true;
+        if (argc != i + 2 || !imap_arg_atom_equals(&args[i], "RETURN") ||
+            args[i + 1].type != IMAP_ARG_LIST) {
+            imap_reply_bad(s, "LIST takes RETURN (options) after the mailbox pattern.");
+            return false;
+        }
+        if (!list_return_options(&args[i + 1], q)) {
+            imap_reply_bad(s, "Unknown or malformed LIST return option.");
+            return false;
+        }
+    }
+    /* RFC 5258 3.1: RECURSIVEMATCH only refines another selection option;
+     * with SPECIAL-USE it is not defined (RFC 6154 3). */
+    if (q->recursive_match && (!q->sel_subscribed || q->sel_special_use)) {
+        imap_reply_bad(s, "RECURSIVEMATCH needs the SUBSCRIBED selection option.");
+        return false;
+    }
+    q->ret_subscribed = q->ret_subscribed || q->sel_subscribed;
+    size_t count = pat->type == IMAP_ARG_LIST ? pat->count : 1;
+    const struct imap_arg *pats = pat->type == IMAP_ARG_LIST ? pat->list : pat;
+    if (pat->type == IMAP_ARG_LIST)
+        q->extended = true;
+    if (count == 0) {
+        imap_reply_bad(s, "LIST needs at least one mailbox pattern.");
+        return false;
+    }
+    for (size_t k = 0; k < count; k++) {
+        if (pats[k].type == IMAP_ARG_LIST) {
+            imap_reply_bad(s, "A mailbox pattern is a string.");
+            return false;
+        }
+    }
+    if (!q->lsub && pat->type != IMAP_ARG_LIST && imap_arg_astring(pat)[0] == '\0') {
+        q->root = true;
+        return true;
+    }
+    q->patterns = xcalloc(count, sizeof(*q->patterns));
+    for (size_t k = 0; k < count; k++)
+        list_add_pattern(q, imap_arg_astring(ref), imap_arg_astring(&pats[k]));
+    return true;
+}
+
+static void list_query_free(struct list_query *q)
+{
+    for (size_t i = 0; i < q->pattern_count; i++)
+        free(q->patterns[i]);
+    free(q->patterns);
+}
+
+/* The hierarchy delimiter and root of the personal namespace. */
+static void list_root(struct imap_session *s)
+{
+    const struct mail_config *cfg = mail_cfg(s);
+    const struct namespace_config *ns = cfg->namespace_count > 0 ? &cfg->namespaces[0] : NULL;
+    for (size_t i = 0; i < cfg->namespace_count; i++) {
+        if (cfg->namespaces[i].type == NAMESPACE_PERSONAL)
+            ns = &cfg->namespaces[i];
+    }
+    if (ns != NULL)
+        imap_send(s, "* LIST (\\Noselect) \"%s%c\" \"\"",
+                  ns->separator == '"' || ns->separator == '\\' ? "\\" : "", ns->separator);
+    imap_reply_ok(s, "LIST completed.");
+}
+
+static void list_common(struct imap_session *s, const struct imap_command *cmd, bool lsub)
+{
+    struct list_query q = {.lsub = lsub, .sel_subscribed = lsub};
+    if (!list_parse(s, cmd, &q))
+        return;
+    if (q.root) {
+        list_root(s);
+        return;
+    }
+    struct list_out o = {.s = s, .q = &q};
     struct petrel_error err;
+    const struct namespace_config *personal = mail_user_namespace(s->user, "personal", &err);
+    if (!lsub && personal != NULL && !special_use_read(s->user, &o.overrides, &err)) {
+        /* Unreadable overrides: list without attributes rather than not at all. */
+        log_warn(IMAP_COMPONENT, "special-use overrides unreadable", "session=%s error=\"%s\"",
+                 s->id, err.message);
+        personal = NULL;
+    }
+    const struct mail_config *cfg = mail_cfg(s);
     bool ok = true;
-    for (size_t i = 0; ok && i < cfg->namespace_count; i++)
-        ok = list_namespace(&o, &cfg->namespaces[i], pattern.data, lsub, &err);
-    buf_free(&pattern);
+    for (size_t i = 0; ok && i < cfg->namespace_count; i++) {
+        const struct namespace_config *ns = &cfg->namespaces[i];
+        ok = list_namespace(&o, ns, !lsub && ns == personal, &err);
+    }
+    special_use_list_free(&o.overrides);
     buf_free(&o.seen);
+    list_query_free(&q);
     if (!ok)
         imap_reply_storage_error(s, &err);
     else
@@ -351,22 +731,85 @@ static bool one_folder_arg(struct imap_session *s, const struct imap_command *cm
     return resolve_folder(s, &cmd->args[0], ref);
 }
 
+/* The namespace special-use attributes belong to (storage/special-use.h). */
+static bool special_use_namespace(struct imap_session *s, const struct namespace_config *ns)
+{
+    struct petrel_error err;
+    return ns == mail_user_namespace(s->user, "personal", &err);
+}
+
+/* RFC 6154 3 (CREATE-SPECIAL-USE): "(USE (\Sent))". *attr is the canonical
+ * spelling of the one attribute asked for, NULL for none (the storage keeps
+ * one per folder). Replies itself: BAD for an unknown parameter, NO
+ * [USEATTR] for an attribute that cannot be set. */
+static bool create_params(struct imap_session *s, const struct imap_arg *params, const char **attr)
+{
+    static const char *const known[] = {"\\All",       "\\Archive", "\\Drafts", "\\Flagged",
+                                        "\\Important", "\\Junk",    "\\Sent",   "\\Trash"};
+    *attr = NULL;
+    for (size_t i = 0; i < params->count; i++) {
+        if (!imap_arg_atom_equals(&params->list[i], "USE") || i + 1 >= params->count ||
+            params->list[i + 1].type != IMAP_ARG_LIST) {
+            imap_reply_bad(s, "Unknown CREATE parameter.");
+            return false;
+        }
+        const struct imap_arg *use = &params->list[++i];
+        for (size_t k = 0; k < use->count; k++) {
+            const char *canonical = NULL;
+            for (size_t j = 0; j < sizeof(known) / sizeof(known[0]); j++) {
+                if (use->list[k].type == IMAP_ARG_ATOM &&
+                    strcasecmp(use->list[k].str, known[j]) == 0)
+                    canonical = known[j];
+            }
+            if (canonical == NULL || !special_use_attr_valid(canonical)) {
+                imap_reply_no(s, "[USEATTR] Not a supported special-use attribute.");
+                return false;
+            }
+            if (*attr != NULL && strcmp(*attr, canonical) != 0) {
+                imap_reply_no(s, "[USEATTR] A mailbox can have one special use only.");
+                return false;
+            }
+            *attr = canonical;
+        }
+    }
+    return true;
+}
+
 static void cmd_create(struct imap_session *s, const struct imap_command *cmd)
 {
+    if (cmd->arg_count < 1 || cmd->arg_count > 2 || cmd->args[0].type == IMAP_ARG_LIST ||
+        (cmd->arg_count == 2 && cmd->args[1].type != IMAP_ARG_LIST)) {
+        imap_reply_bad(s, "CREATE needs one mailbox name and optionally (parameters).");
+        return;
+    }
+    const char *use = NULL;
+    if (cmd->arg_count == 2 && !create_params(s, &cmd->args[1], &use))
+        return;
     struct imap_folder_ref ref;
-    if (!one_folder_arg(s, cmd, &ref))
+    if (!resolve_folder(s, &cmd->args[0], &ref))
         return;
     /* A trailing separator only announces children (RFC 3501 6.3.3). */
     size_t len = strlen(ref.name);
     if (len > 0 && ref.name[len - 1] == ref.ns->separator)
         ref.name[len - 1] = '\0';
     struct petrel_error err;
-    if (strcmp(ref.name, "INBOX") == 0 && ref.ns->type == NAMESPACE_PERSONAL)
+    if (strcmp(ref.name, "INBOX") == 0 && ref.ns->type == NAMESPACE_PERSONAL) {
         imap_reply_no(s, "[ALREADYEXISTS] INBOX always exists.");
-    else if (!mail_folder_create(s->user, ref.ns, ref.name, &err))
+    } else if (use != NULL && !special_use_namespace(s, ref.ns)) {
+        imap_reply_no(s, "[USEATTR] Special-use attributes exist in the personal namespace only.");
+    } else if (!mail_folder_create(s->user, ref.ns, ref.name, &err)) {
         imap_reply_storage_error(s, &err);
-    else
+    } else if (use != NULL && !special_use_set(s->user, ref.name, use, &err)) {
+        /* RFC 6154 3: no mailbox without the special use asked for. */
+        log_warn(IMAP_COMPONENT, "special-use not set", "session=%s error=\"%s\"", s->id,
+                 err.message);
+        if (!mail_folder_delete(s->user, ref.ns, ref.name, &err))
+            log_error(IMAP_COMPONENT, "folder without its special use left behind",
+                      "session=%s error=\"%s\"", s->id, err.message);
+        imap_reply_no(s, "[USEATTR] The special use could not be set.");
+    } else {
         imap_reply_ok(s, "CREATE completed.");
+    }
     free(ref.name);
 }
 
@@ -380,8 +823,14 @@ static void cmd_delete(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_no(s, "[CANNOT] INBOX cannot be deleted.");
     else if (!mail_folder_delete(s->user, ref.ns, ref.name, &err))
         imap_reply_storage_error(s, &err);
-    else
+    else {
+        /* The folder is gone either way; its attribute must not outlive it. */
+        if (special_use_namespace(s, ref.ns) &&
+            !special_use_folder_deleted(s->user, ref.name, &err))
+            log_warn(IMAP_COMPONENT, "special-use cleanup failed", "session=%s error=\"%s\"", s->id,
+                     err.message);
         imap_reply_ok(s, "DELETE completed.");
+    }
     free(ref.name);
 }
 
@@ -406,8 +855,13 @@ static void cmd_rename(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_no(s, "[CANNOT] Renaming INBOX is not supported.");
     else if (!mail_folder_rename(s->user, from.ns, from.name, to.name, &err))
         imap_reply_storage_error(s, &err);
-    else
+    else {
+        if (special_use_namespace(s, from.ns) &&
+            !special_use_folder_renamed(s->user, from.name, to.name, from.ns->separator, &err))
+            log_warn(IMAP_COMPONENT, "special-use not moved with the folder",
+                     "session=%s error=\"%s\"", s->id, err.message);
         imap_reply_ok(s, "RENAME completed.");
+    }
     free(from.name);
     free(to.name);
 }
@@ -438,83 +892,10 @@ static void cmd_unsubscribe(struct imap_session *s, const struct imap_command *c
     subscribe_common(s, cmd, false);
 }
 
-/* ---------- STATUS ---------- */
-
-static void cmd_status(struct imap_session *s, const struct imap_command *cmd)
-{
-    if (cmd->arg_count != 2 || cmd->args[1].type != IMAP_ARG_LIST ||
-        cmd->args[1].count == 0) {
-        imap_reply_bad(s, "STATUS needs a mailbox and a list of items.");
-        return;
-    }
-    const struct imap_arg *items = &cmd->args[1];
-    bool want_size = false;
-    for (size_t i = 0; i < items->count; i++) {
-        const struct imap_arg *it = &items->list[i];
-        static const char *const known[] = {"MESSAGES", "RECENT",        "UIDNEXT", "UIDVALIDITY",
-                                            "UNSEEN",   "HIGHESTMODSEQ", "SIZE",    "DELETED"};
-        bool ok = false;
-        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
-            ok = ok || imap_arg_atom_equals(it, known[k]);
-        if (!ok || imap_arg_atom_equals(it, "DELETED")) {
-            imap_reply_bad(s, "Unknown STATUS item.");
-            return;
-        }
-        want_size = want_size || imap_arg_atom_equals(it, "SIZE");
-    }
-    struct imap_folder_ref ref;
-    if (!resolve_folder(s, &cmd->args[0], &ref))
-        return;
-    struct petrel_error err;
-    struct mailbox *box = mailbox_open(s->user, ref.ns, ref.name, &err);
-    struct mailbox_info info;
-    if (box == NULL || !mailbox_get_info(box, want_size, &info, &err)) {
-        if (box != NULL)
-            mailbox_close(box);
-        imap_reply_storage_error(s, &err);
-        free(ref.name);
-        return;
-    }
-    mailbox_close(box);
-    struct buf line = {0};
-    buf_append_str(&line, "* STATUS ");
-    append_wire_name(&line, ref.ns, ref.name);
-    buf_append_str(&line, " (");
-    for (size_t i = 0; i < items->count; i++) {
-        const struct imap_arg *it = &items->list[i];
-        if (i > 0)
-            buf_append_char(&line, ' ');
-        if (imap_arg_atom_equals(it, "MESSAGES"))
-            buf_printf(&line, "MESSAGES %u", info.messages);
-        else if (imap_arg_atom_equals(it, "RECENT"))
-            buf_append_str(&line, "RECENT 0");
-        else if (imap_arg_atom_equals(it, "UIDNEXT"))
-            buf_printf(&line, "UIDNEXT %u", info.next_uid);
-        else if (imap_arg_atom_equals(it, "UIDVALIDITY"))
-            buf_printf(&line, "UIDVALIDITY %u", info.uid_validity);
-        else if (imap_arg_atom_equals(it, "UNSEEN"))
-            buf_printf(&line, "UNSEEN %u", info.unseen);
-        else if (imap_arg_atom_equals(it, "HIGHESTMODSEQ"))
-            buf_printf(&line, "HIGHESTMODSEQ %llu", (unsigned long long)info.highest_modseq);
-        else if (imap_arg_atom_equals(it, "SIZE"))
-            buf_printf(&line, "SIZE %llu", (unsigned long long)info.size_bytes);
-    }
-    buf_append_str(&line, ")\r\n");
-    imap_send_raw(s, line.data, line.len);
-    buf_free(&line);
-    free(ref.name);
-    imap_reply_ok(s, "STATUS completed.");
-}
-
 const struct imap_command_def imap_commands_mailbox[] = {
-    {"NAMESPACE", IMAP_AUTHED, cmd_namespace},
-    {"LIST", IMAP_AUTHED, cmd_list},
-    {"LSUB", IMAP_AUTHED, cmd_lsub},
-    {"CREATE", IMAP_AUTHED, cmd_create},
-    {"DELETE", IMAP_AUTHED, cmd_delete},
-    {"RENAME", IMAP_AUTHED, cmd_rename},
-    {"SUBSCRIBE", IMAP_AUTHED, cmd_subscribe},
-    {"UNSUBSCRIBE", IMAP_AUTHED, cmd_unsubscribe},
-    {"STATUS", IMAP_AUTHED, cmd_status},
-    {NULL, 0, NULL},
+    {"NAMESPACE", IMAP_AUTHED, cmd_namespace}, {"LIST", IMAP_AUTHED, cmd_list},
+    {"LSUB", IMAP_AUTHED, cmd_lsub},           {"CREATE", IMAP_AUTHED, cmd_create},
+    {"DELETE", IMAP_AUTHED, cmd_delete},       {"RENAME", IMAP_AUTHED, cmd_rename},
+    {"SUBSCRIBE", IMAP_AUTHED, cmd_subscribe}, {"UNSUBSCRIBE", IMAP_AUTHED, cmd_unsubscribe},
+    {"STATUS", IMAP_AUTHED, cmd_status},       {NULL, 0, NULL},
 };

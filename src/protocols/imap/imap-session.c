@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#define IMAP_PREAUTH_MAX_LITERAL 16384 /* LOGIN/AUTHENTICATE arguments */
+
 static void session_read_cb(struct bufferevent *bev, void *arg);
 static void session_write_cb(struct bufferevent *bev, void *arg);
 static void session_event_cb(struct bufferevent *bev, short what, void *arg);
@@ -249,7 +251,14 @@ void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool t
     s->bev = bev;
     s->tls = tls;
     s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->disable_plaintext_auth;
-    s->parser = imap_parser_new(&ctx->limits);
+    /* Before login nothing needs a big literal, and the parser allocates a
+     * literal when it is announced: keep strangers to small ones. */
+    struct imap_parser_limits preauth = ctx->limits;
+    if (preauth.max_literal > IMAP_PREAUTH_MAX_LITERAL)
+        preauth.max_literal = IMAP_PREAUTH_MAX_LITERAL;
+    if (preauth.non_sync_max > IMAP_PREAUTH_MAX_LITERAL)
+        preauth.non_sync_max = IMAP_PREAUTH_MAX_LITERAL;
+    s->parser = imap_parser_new(&preauth);
     s->state = IMAP_STATE_NOT_AUTHENTICATED;
     net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
     net_addr_format(peer, s->peer, sizeof(s->peer));
@@ -452,6 +461,9 @@ bool imap_session_login(struct imap_session *s, const char *username)
     s->username = xstrdup(username);
     s->user = user;
     s->state = IMAP_STATE_AUTHENTICATED;
+    /* Between commands the parser holds nothing: switch to the full limits. */
+    imap_parser_free(s->parser);
+    s->parser = imap_parser_new(&ctx->limits);
     metric_gauge_add(ctx->m.sessions_unauth, -1);
     metric_gauge_add(ctx->m.sessions_auth, 1);
     set_timeout(s);
