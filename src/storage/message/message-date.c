@@ -176,7 +176,7 @@ bool message_date_parse(const char *s, size_t len, int64_t *epoch, int *zone_min
             return false;
         hhmm = (c.s[start] - '0') * 1000 + (c.s[start + 1] - '0') * 100 +
                (c.s[start + 2] - '0') * 10 + (c.s[start + 3] - '0');
-        if (hhmm % 100 > 59)
+        if (hhmm % 100 > 59 || hhmm / 100 > 23)
             return false;
         zone = sign * (hhmm / 100 * 60 + hhmm % 100);
     } else {

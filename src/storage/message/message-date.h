@@ -14,7 +14,7 @@
 /* Parses `len` bytes at `s` (a Date: header value). On success sets *epoch
  * to the instant in seconds since 1970 UTC and *zone_minutes to the
  * offset east of UTC the sender wrote (-0430 -> -270; a missing zone is 0).
- * False when no valid date-time is there (ranges checked, years
+ * False when no valid date-time is there (ranges checked, zones within ±23:59, years
  * 1900..9999). */
 bool message_date_parse(const char *s, size_t len, int64_t *epoch, int *zone_minutes);
 
