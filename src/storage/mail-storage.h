@@ -42,6 +42,11 @@ const struct mail_config *mail_storage_config(const struct mail_storage *storage
 /* The user (validated name, resolved home). Owned by the storage. */
 struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
                                 struct petrel_error *err);
+/* A holder that keeps the user past the current call (an IMAP session)
+ * takes a reference; the storage evicts only unreferenced users from its
+ * cache. The storage still frees every user in mail_storage_free(). */
+void mail_user_ref(struct mail_user *user);
+void mail_user_unref(struct mail_user *user);
 const char *mail_user_name(const struct mail_user *user);
 struct mail_storage *mail_user_storage(const struct mail_user *user);
 const char *mail_user_home(const struct mail_user *user);

@@ -984,14 +984,6 @@ def test_thunderbird_like_session_over_tls(imapd, pki):
     assert typ == "BYE"
 
 
-SEARCH_MIME_BUG = (
-    "Petrel bug SEARCH-MIME-DECODE: SEARCH compares the raw message bytes. RFC 3501 6.4.4: "
-    "content transfer encodings and RFC 2047 encoded words in headers MUST be decoded before "
-    "comparing text in a CHARSET other than US-ASCII, so UID SEARCH CHARSET UTF-8 SUBJECT/BODY/"
-    "FROM misses quoted-printable and base64 bodies and =?UTF-8?Q?...?= headers.")
-
-
-@pytest.mark.xfail(reason=SEARCH_MIME_BUG, strict=True, raises=AssertionError)
 def test_online_search_decodes_mime_like_thunderbird(imapd):
     """Thunderbird's search on the server sends the words as a UTF-8 literal
     with CHARSET UTF-8; most non-ASCII mail is MIME-encoded, not raw 8-bit."""

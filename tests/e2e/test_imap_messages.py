@@ -335,7 +335,19 @@ BROKEN_MIME = [
 def test_broken_mime_is_served_without_crashing(imapd):
     m = login(imapd)
     for msg in BROKEN_MIME:
-        append(m, msg or b"x")
+        if b"\x00" in msg:
+            # NUL bytes: refused in an ordinary literal, accepted in a literal8.
+            typ, data = m.append("INBOX", None, None, msg)
+            assert typ == "NO" and b"literal8" in data[0], data
+            s, f = raw(imapd)
+            s.sendall(b"a LOGIN alice wonderland\r\n")
+            assert f.readline().startswith(b"a OK")
+            s.sendall(b"b APPEND INBOX ~{%d+}\r\n" % len(msg) + msg + b"\r\n")
+            line = f.readline()
+            assert line.startswith(b"b OK [APPENDUID"), line
+            s.close()
+        else:
+            append(m, msg or b"x")
     m.select("INBOX")
     n = len(BROKEN_MIME)
     typ, data = m.fetch(f"1:{n}", "(ENVELOPE BODYSTRUCTURE RFC822.SIZE)")

@@ -694,6 +694,25 @@ static void test_cache(void **state)
     mailbox_close(box);
 }
 
+/* A referenced user survives the cache eviction that thousands of other
+ * users cause (an IMAP session holds its user for hours). */
+static void test_user_ref_survives_eviction(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    struct mail_user *held = mail_user_get(f->storage, "holder", &err);
+    assert_non_null(held);
+    mail_user_ref(held);
+    for (int i = 0; i < 10000; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "u%d", i);
+        assert_non_null(mail_user_get(f->storage, name, &err));
+    }
+    assert_string_equal(mail_user_name(held), "holder");
+    assert_ptr_equal(mail_user_get(f->storage, "holder", &err), held);
+    mail_user_unref(held);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +723,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_view_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_user_ref_survives_eviction, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -734,6 +734,13 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             return;
         }
         const struct imap_arg *msg = &cmd->args[i++];
+        if (!msg->literal8 && memchr(msg->str, '\0', msg->len) != NULL) {
+            /* RFC 3516: NUL bytes travel only in a literal8 (~{n}). */
+            mailbox_close(box);
+            buf_free(&uids);
+            imap_reply_no(s, "NUL bytes in a message need APPEND with a literal8 (~{n}).");
+            return;
+        }
         if (msg->len == 0) {
             mailbox_close(box);
             buf_free(&uids);

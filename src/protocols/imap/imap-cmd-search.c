@@ -1,15 +1,18 @@
 /* SEARCH and UID SEARCH (RFC 3501 6.4.4) with ESEARCH results (RFC 4731)
  * and CONDSTORE's MODSEQ key. Messages are read only when the program
- * needs headers or bodies. Text keys match case-insensitively (ASCII) on
- * unfolded header values and the raw body; encoded words and transfer
- * encodings are not decoded. */
+ * needs headers or bodies. Text keys match on what the message means:
+ * header values unfolded with encoded words decoded, text parts with their
+ * transfer encoding undone and Latin-1 converted to UTF-8 (RFC 3501: MUST
+ * for non-ASCII charsets); case-insensitively for ASCII letters. */
 #include "protocols/imap/imap-private.h"
 
 #include "core/log.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-search.h"
 #include "storage/maildir/maildir-filename.h"
 #include "storage/message/message-date.h"
+#include "storage/message/message-decode.h"
 #include "storage/message/message-parser.h"
 
 #include <ctype.h>
@@ -86,20 +89,72 @@ static bool header_has(struct search_ctx *c, const char *name, const char *needl
     while (!found && message_header_next(c->data->data, hdr, &pos, &f)) {
         if (!f.has_colon || !message_header_is(c->data->data, &f, name))
             continue;
-        struct buf v = {0};
+        struct buf v = {0}, decoded = {0};
         message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
-        found = contains_ci(v.data != NULL ? v.data : "", v.len, needle, needle_len);
+        message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
+        found = contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle,
+                            needle_len);
         buf_free(&v);
+        buf_free(&decoded);
     }
     return found;
 }
 
+static bool latin1_charset(const struct message_part *p)
+{
+    const char *cs = message_param_find(p->params, p->param_count, "charset");
+    return cs != NULL && (strcasecmp(cs, "iso-8859-1") == 0 || strcasecmp(cs, "iso-8859-15") == 0 ||
+                          strcasecmp(cs, "windows-1252") == 0);
+}
+
+/* Any text part (or the message itself when it has no MIME structure)
+ * holding `needle` once decoded. */
 static bool body_has(struct search_ctx *c, const char *needle, size_t len)
 {
     if (!load(c))
         return false;
-    const struct message_range *body = &c->parsed.parts[0].body;
-    return contains_ci(c->data->data + body->start, body->len, needle, len);
+    for (size_t i = 0; i < c->parsed.part_count; i++) {
+        const struct message_part *p = &c->parsed.parts[i];
+        if (p->kind != MESSAGE_PART_LEAF ||
+            !(message_part_is(p, "text", NULL) || message_part_is(p, "message", NULL)))
+            continue;
+        struct buf body = {0};
+        if (!message_part_decode(&c->parsed, i, &body))
+            buf_append(&body, c->data->data + p->body.start, p->body.len);
+        if (latin1_charset(p)) {
+            struct buf utf8 = {0};
+            for (size_t k = 0; k < body.len; k++)
+                utf8_encode((unsigned char)body.data[k], &utf8);
+            buf_free(&body);
+            body = utf8;
+        }
+        bool found = contains_ci(body.data != NULL ? body.data : "", body.len, needle, len);
+        buf_free(&body);
+        if (found)
+            return true;
+    }
+    return false;
+}
+
+/* TEXT: every header field (decoded) or the body. */
+static bool text_has(struct search_ctx *c, const char *needle, size_t len)
+{
+    if (!load(c))
+        return false;
+    const struct message_range *hdr = &c->parsed.parts[0].header;
+    size_t pos = hdr->start;
+    struct message_header_field f;
+    while (message_header_next(c->data->data, hdr, &pos, &f)) {
+        struct buf v = {0}, decoded = {0};
+        message_header_unfold(&v, c->data->data + f.start, f.len);
+        message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
+        bool found = contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, len);
+        buf_free(&v);
+        buf_free(&decoded);
+        if (found)
+            return true;
+    }
+    return body_has(c, needle, len);
 }
 
 /* The Date: header as a day number; false when absent or unparsable. */
@@ -197,9 +252,7 @@ static bool eval(struct search_ctx *c, const struct imap_search_node *n)
     case IMAP_SEARCH_BODY:
         return body_has(c, n->str, n->str_len);
     case IMAP_SEARCH_TEXT:
-        if (!load(c))
-            return false;
-        return contains_ci(c->data->data, c->data->size, n->str, n->str_len);
+        return text_has(c, n->str, n->str_len);
     case IMAP_SEARCH_BEFORE:
         return internal_day(c->e) < n->day;
     case IMAP_SEARCH_ON:

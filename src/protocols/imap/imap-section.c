@@ -1,6 +1,8 @@
 /* IMAP section extraction (see imap-section.h). */
 #include "protocols/imap/imap-section.h"
 
+#include "storage/message/message-decode.h"
+
 #include <string.h>
 #include <strings.h>
 
@@ -234,103 +236,8 @@ uint64_t imap_section_rfc822_size(const struct message *msg)
 
 /* ---- BINARY[section] ---- */
 
-static int base64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-/* Lenient base64 (RFC 2045 6.8): characters outside the alphabet are
- * ignored, '=' ends the data. */
-static void decode_base64(struct buf *out, const char *s, size_t len)
-{
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '=')
-            break;
-        int v = base64_value(s[i]);
-        if (v < 0)
-            continue;
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            buf_append_char(out, (char)((acc >> bits) & 0xff));
-        }
-    }
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* Quoted-printable (RFC 2045 6.7): trailing blanks dropped, "=" at a line
- * end joins lines, hard line breaks become CRLF, a broken escape is kept
- * as it stands. */
-static void decode_qp(struct buf *out, const char *s, size_t len)
-{
-    size_t pos = 0;
-    while (pos < len) {
-        const char *lf = memchr(s + pos, '\n', len - pos);
-        size_t end = lf != NULL ? (size_t)(lf - s) : len;
-        size_t next = lf != NULL ? end + 1 : len;
-        if (end > pos && s[end - 1] == '\r')
-            end--;
-        while (end > pos && (s[end - 1] == ' ' || s[end - 1] == '\t'))
-            end--;
-        bool soft = end > pos && s[end - 1] == '=';
-        if (soft)
-            end--;
-        for (size_t i = pos; i < end; i++) {
-            int hi, lo;
-            if (s[i] == '=' && i + 2 < end && (hi = hex_value(s[i + 1])) >= 0 &&
-                (lo = hex_value(s[i + 2])) >= 0) {
-                buf_append_char(out, (char)(hi * 16 + lo));
-                i += 2;
-            } else {
-                buf_append_char(out, s[i]);
-            }
-        }
-        if (lf != NULL && !soft)
-            buf_append(out, "\r\n", 2);
-        pos = next;
-    }
-}
-
-enum cte { CTE_IDENTITY, CTE_BASE64, CTE_QP, CTE_UNKNOWN };
-
-static enum cte part_encoding(const struct message_part *p)
-{
-    const char *enc = p->encoding;
-    if (p->kind != MESSAGE_PART_LEAF || enc == NULL || strcasecmp(enc, "7bit") == 0 ||
-        strcasecmp(enc, "8bit") == 0 || strcasecmp(enc, "binary") == 0)
-        return CTE_IDENTITY;
-    if (strcasecmp(enc, "base64") == 0)
-        return CTE_BASE64;
-    if (strcasecmp(enc, "quoted-printable") == 0)
-        return CTE_QP;
-    return CTE_UNKNOWN;
-}
-
 static const struct message_part *binary_part(const struct message *msg, const unsigned *numbers,
-                                              size_t count, enum cte *cte, struct petrel_error *err)
+                                              size_t count, enum message_cte *cte, struct petrel_error *err)
 {
     size_t part = count == 0 ? 0 : message_part_by_number(msg, numbers, count);
     if (part == MESSAGE_PART_NONE) {
@@ -338,8 +245,8 @@ static const struct message_part *binary_part(const struct message *msg, const u
         return NULL;
     }
     const struct message_part *p = &msg->parts[part];
-    *cte = count == 0 ? CTE_IDENTITY : part_encoding(p);
-    if (*cte == CTE_UNKNOWN) {
+    *cte = count == 0 ? MESSAGE_CTE_IDENTITY : message_part_cte(p);
+    if (*cte == MESSAGE_CTE_UNKNOWN) {
         petrel_error_set(err, PETREL_ERR_UNSUPPORTED, "unknown Content-Transfer-Encoding: %s",
                          p->encoding);
         return NULL;
@@ -347,26 +254,26 @@ static const struct message_part *binary_part(const struct message *msg, const u
     return p;
 }
 
-static void decode_part(const struct message *msg, const struct message_part *p, enum cte cte,
-                        struct buf *out)
+static void decode_part(const struct message *msg, const struct message_part *p,
+                        enum message_cte cte, struct buf *out)
 {
     const char *body = msg->data + p->body.start;
-    if (cte == CTE_BASE64)
-        decode_base64(out, body, p->body.len);
+    if (cte == MESSAGE_CTE_BASE64)
+        message_decode_base64(out, body, p->body.len);
     else
-        decode_qp(out, body, p->body.len);
+        message_decode_qp(out, body, p->body.len);
 }
 
 bool imap_section_binary(const struct message *msg, const unsigned *numbers, size_t count,
                          bool partial, uint64_t start, uint64_t len, struct buf *out,
                          struct petrel_error *err)
 {
-    enum cte cte;
+    enum message_cte cte;
     const struct message_part *p = binary_part(msg, numbers, count, &cte, err);
     if (p == NULL)
         return false;
     struct emitter e = {out, partial ? start : 0, len, partial};
-    if (cte == CTE_IDENTITY) {
+    if (cte == MESSAGE_CTE_IDENTITY) {
         if (count == 0)
             emit_crlf(&e, msg->data, 0, msg->len);
         else
@@ -383,11 +290,11 @@ bool imap_section_binary(const struct message *msg, const unsigned *numbers, siz
 bool imap_section_binary_size(const struct message *msg, const unsigned *numbers, size_t count,
                               uint64_t *size, struct petrel_error *err)
 {
-    enum cte cte;
+    enum message_cte cte;
     const struct message_part *p = binary_part(msg, numbers, count, &cte, err);
     if (p == NULL)
         return false;
-    if (cte == CTE_IDENTITY) {
+    if (cte == MESSAGE_CTE_IDENTITY) {
         *size = count == 0 ? imap_section_rfc822_size(msg) : message_range_crlf_size(&p->body);
         return true;
     }

@@ -28,6 +28,7 @@ struct mail_user {
     struct mail_storage *storage;
     char *name;
     char *home;
+    unsigned refs; /* long-lived holders (sessions): never evicted while > 0 */
 };
 
 struct mailbox {

@@ -68,13 +68,18 @@ struct mail_user *mail_user_get(struct mail_storage *storage, const char *userna
         return NULL;
     }
     if (storage->user_count >= MAX_CACHED_USERS) {
-        /* Users are cheap to resolve again: drop the oldest half. */
-        size_t drop = storage->user_count / 2;
-        for (size_t i = 0; i < drop; i++)
-            user_free(storage->users[i]);
-        memmove(storage->users, storage->users + drop,
-                (storage->user_count - drop) * sizeof(*storage->users));
-        storage->user_count -= drop;
+        /* Users are cheap to resolve again: drop the oldest half of those
+         * nobody holds (a session keeps its user with mail_user_ref). */
+        size_t target = storage->user_count / 2;
+        size_t kept = 0;
+        for (size_t i = 0; i < storage->user_count; i++) {
+            struct mail_user *old = storage->users[i];
+            if (old->refs == 0 && storage->user_count - (i - kept) > target)
+                user_free(old);
+            else
+                storage->users[kept++] = old;
+        }
+        storage->user_count = kept;
     }
     struct mail_user *u = xcalloc(1, sizeof(*u));
     u->storage = storage;
@@ -84,6 +89,17 @@ struct mail_user *mail_user_get(struct mail_storage *storage, const char *userna
                            sizeof(*storage->users));
     storage->users[storage->user_count++] = u;
     return u;
+}
+
+void mail_user_ref(struct mail_user *user)
+{
+    user->refs++;
+}
+
+void mail_user_unref(struct mail_user *user)
+{
+    if (user != NULL && user->refs > 0)
+        user->refs--;
 }
 
 const char *mail_user_name(const struct mail_user *user)
