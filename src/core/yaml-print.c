@@ -27,8 +27,8 @@ void yaml_put_key(FILE *out, const char *key)
 {
     bool bare = key[0] != '\0';
     for (const char *p = key; *p != '\0' && bare; p++)
-        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-               (*p >= '0' && *p <= '9') || *p == '_' || *p == '-' || *p == '.';
+        bare = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               *p == '_' || *p == '-' || *p == '.';
     if (bare)
         fputs(key, out);
     else
@@ -58,4 +58,3 @@ void yaml_put_list(FILE *out, const char *indent, const char *key, char **list)
         fputc('\n', out);
     }
 }
-

@@ -37,8 +37,7 @@ char *mail_subscriptions_row(const char *prefix, const char *name, char separato
 }
 
 /* A row of the personal file that belongs to another namespace kept there. */
-static bool foreign_row(struct mail_user *user, const struct namespace_config *ns,
-                        const char *row)
+static bool foreign_row(struct mail_user *user, const struct namespace_config *ns, const char *row)
 {
     if (ns->type != NAMESPACE_PERSONAL)
         return false;
@@ -47,8 +46,8 @@ static bool foreign_row(struct mail_user *user, const struct namespace_config *n
     for (size_t n = 0; n < cfg->namespace_count && !foreign; n++) {
         const struct namespace_config *o = &cfg->namespaces[n];
         char *op = mail_subscriptions_row(o->prefix, "", o->separator);
-        foreign = o != ns && !o->subscriptions && op[0] != '\0' &&
-                  strncmp(row, op, strlen(op)) == 0;
+        foreign =
+            o != ns && !o->subscriptions && op[0] != '\0' && strncmp(row, op, strlen(op)) == 0;
         free(op);
     }
     return foreign;

@@ -166,8 +166,8 @@ static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_messag
     if (fm->data == NULL) {
         fm->gone = true;
         if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
-                     s->id, uid, err.message);
+            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"", s->id,
+                     uid, err.message);
         return false;
     }
     message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
@@ -215,8 +215,8 @@ static void section_from_body(const struct imap_fetch_body *b, struct imap_secti
     for (size_t i = 0; i < b->part_count && i < IMAP_SECTION_MAX_NUMBERS; i++)
         sec->numbers[i] = b->parts[i];
     sec->text = b->text;
-    sec->field_count = b->field_count < IMAP_SECTION_MAX_FIELDS ? b->field_count
-                                                                 : IMAP_SECTION_MAX_FIELDS;
+    sec->field_count =
+        b->field_count < IMAP_SECTION_MAX_FIELDS ? b->field_count : IMAP_SECTION_MAX_FIELDS;
     for (size_t i = 0; i < sec->field_count; i++) {
         sec->fields[i].name = b->fields[i];
         sec->fields[i].len = strlen(b->fields[i]);
@@ -353,8 +353,8 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     buf_append_str(out, ")\r\n");
 }
 
-static void do_fetch(struct imap_session *s, const struct imap_command *cmd, const struct imap_arg *args,
-                     size_t argc, bool uid_mode)
+static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
+                     const struct imap_arg *args, size_t argc, bool uid_mode)
 {
     if (argc < 2 || argc > 3 || (argc == 3 && args[2].type != IMAP_ARG_LIST)) {
         imap_reply_bad(s, "FETCH needs a message set and data items.");
@@ -525,8 +525,8 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
 
 /* ---------- COPY / MOVE ---------- */
 
-static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t argc,
-                    bool uid_mode, bool move)
+static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode,
+                    bool move)
 {
     if (argc != 2 || args[1].type == IMAP_ARG_LIST) {
         imap_reply_bad(s, "%s needs a message set and a mailbox.", move ? "MOVE" : "COPY");
@@ -558,9 +558,8 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         return;
     }
     uint32_t *new_uids = NULL;
-    bool ok = count == 0 ||
-              (move ? mailbox_move(s->box, uids, count, dst, &new_uids, &err)
-                    : mailbox_copy(s->box, uids, count, dst, true, &new_uids, &err));
+    bool ok = count == 0 || (move ? mailbox_move(s->box, uids, count, dst, &new_uids, &err)
+                                  : mailbox_copy(s->box, uids, count, dst, true, &new_uids, &err));
     struct mailbox_info info;
     bool have_info = ok && mailbox_get_info(dst, false, &info, &err);
     mailbox_close(dst);

@@ -92,8 +92,8 @@ static bool header_has(struct search_ctx *c, const char *name, const char *needl
         struct buf v = {0}, decoded = {0};
         message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
         message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
-        found = contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle,
-                            needle_len);
+        found =
+            contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, needle_len);
         buf_free(&v);
         buf_free(&decoded);
     }
@@ -148,7 +148,8 @@ static bool text_has(struct search_ctx *c, const char *needle, size_t len)
         struct buf v = {0}, decoded = {0};
         message_header_unfold(&v, c->data->data + f.start, f.len);
         message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
-        bool found = contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, len);
+        bool found =
+            contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, len);
         buf_free(&v);
         buf_free(&decoded);
         if (found)

@@ -95,8 +95,7 @@ void imap_selected_sync(struct imap_session *s)
     struct mailbox_view_changes ch;
     struct petrel_error err;
     if (!mailbox_view_sync(s->view, &ch, &err)) {
-        log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->id,
-                 err.message);
+        log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->id, err.message);
         return;
     }
     struct buf out = {0};
@@ -183,7 +182,8 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     buf_printf(&out, "* %u EXISTS\r\n* 0 RECENT\r\n", st.messages);
     if (st.first_unseen_seq > 0)
         buf_printf(&out, "* OK [UNSEEN %u] First unseen.\r\n", st.first_unseen_seq);
-    buf_printf(&out, "* OK [UIDVALIDITY %u] UIDs valid.\r\n* OK [UIDNEXT %u] Predicted next UID.\r\n",
+    buf_printf(&out,
+               "* OK [UIDVALIDITY %u] UIDs valid.\r\n* OK [UIDNEXT %u] Predicted next UID.\r\n",
                st.uid_validity, st.uid_next);
     buf_printf(&out, "* OK [HIGHESTMODSEQ %llu] Highest.\r\n",
                (unsigned long long)st.highest_modseq);
@@ -268,11 +268,11 @@ static void cmd_idle(struct imap_session *s, const struct imap_command *cmd)
     (void)cmd;
     if (s->box != NULL && s->watch == NULL) {
         struct petrel_error err;
-        s->watch = mailbox_watch_new(imap_server_context(s->server)->base, s->box, idle_changed,
-                                     s, &err);
+        s->watch =
+            mailbox_watch_new(imap_server_context(s->server)->base, s->box, idle_changed, s, &err);
         if (s->watch == NULL)
-            log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"",
-                     s->id, err.message);
+            log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"", s->id,
+                     err.message);
     }
     s->idling = true;
     s->busy = true; /* the tagged reply comes with DONE */

@@ -57,20 +57,13 @@ static bool check_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
 bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct imap_config *cfg)
 {
-    static const char *const keys[] = {"listen",
-                                       "listen_tls",
-                                       "tls_cert_file",
-                                       "tls_key_file",
-                                       "auth_addr",
-                                       "disable_plaintext_auth",
-                                       "max_line_length",
-                                       "max_literal_size",
-                                       "max_connections",
-                                       "max_connections_per_user",
-                                       "login_timeout",
-                                       "idle_timeout",
-                                       "auth_timeout",
-                                       NULL};
+    static const char *const keys[] = {"listen",          "listen_tls",
+                                       "tls_cert_file",   "tls_key_file",
+                                       "auth_addr",       "disable_plaintext_auth",
+                                       "max_line_length", "max_literal_size",
+                                       "max_connections", "max_connections_per_user",
+                                       "login_timeout",   "idle_timeout",
+                                       "auth_timeout",    NULL};
     const char *p = "imap";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;

@@ -13,7 +13,7 @@ struct imap_config {
     char **listen_tls; /* implicit-TLS listeners (993-style) */
     char *tls_cert_file;
     char *tls_key_file;
-    char *auth_addr; /* the auth service */
+    char *auth_addr;             /* the auth service */
     bool disable_plaintext_auth; /* refuse LOGIN/AUTHENTICATE on plain non-loopback connections */
     int64_t max_line_length;
     int64_t max_literal_size;

@@ -38,10 +38,10 @@ struct imap_session {
     struct bufferevent *bev;
     struct imap_parser *parser;
     enum imap_state state;
-    bool tls;       /* the connection is encrypted (implicit or after STARTTLS) */
-    bool secured;   /* TLS or loopback: plaintext authentication allowed */
-    bool busy;      /* a command is waiting for something (auth service) */
-    bool closing;   /* free once the output has drained */
+    bool tls;               /* the connection is encrypted (implicit or after STARTTLS) */
+    bool secured;           /* TLS or loopback: plaintext authentication allowed */
+    bool busy;              /* a command is waiting for something (auth service) */
+    bool closing;           /* free once the output has drained */
     struct event *close_ev; /* deferred free: never inside the session's own call chain */
     unsigned close_polls;
     char peer_ip[64];
@@ -117,9 +117,12 @@ void imap_send(struct imap_session *s, const char *fmt, ...) __attribute__((form
 void imap_send_raw(struct imap_session *s, const void *data, size_t len);
 /* Tagged completion of the current command; the session goes on with the
  * next command (also after an asynchronous wait). */
-void imap_reply_ok(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void imap_reply_no(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void imap_reply_bad(struct imap_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void imap_reply_ok(struct imap_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void imap_reply_no(struct imap_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void imap_reply_bad(struct imap_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Closes after the output has drained ("* BYE" already sent by the caller). */
 void imap_session_close_after_output(struct imap_session *s);
 /* The CAPABILITY list for the session's state (without the "CAPABILITY" word). */

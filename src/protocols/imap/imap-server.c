@@ -116,8 +116,7 @@ void imap_server_session_added(struct imap_server *srv, struct imap_session *s)
     metric_add(srv->ctx.m.connections_total, 1);
 }
 
-static bool listen_on(struct imap_server *srv, const char *addr, bool tls,
-                      struct petrel_error *err)
+static bool listen_on(struct imap_server *srv, const char *addr, bool tls, struct petrel_error *err)
 {
     if (srv->listener_count >= IMAP_MAX_LISTENERS)
         return petrel_error_set(err, PETREL_ERR_INVALID, "imap: too many listeners");
@@ -143,8 +142,8 @@ static void metrics_init(struct imap_server *srv, struct metrics_registry *reg)
     static const char *const dir_labels[] = {"direction", NULL};
     static const char *const login_labels[] = {"result", NULL};
     struct imap_server_metrics *m = &srv->ctx.m;
-    struct metric_family *sessions = metrics_gauge(
-        reg, "petrel_imap_sessions", "Open IMAP sessions by state.", state_labels);
+    struct metric_family *sessions =
+        metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.", state_labels);
     const char *unauth[] = {"not_authenticated"}, *auth[] = {"authenticated"};
     m->sessions_unauth = metric_series_get(sessions, unauth);
     m->sessions_auth = metric_series_get(sessions, auth);
@@ -154,14 +153,13 @@ static void metrics_init(struct imap_server *srv, struct metrics_registry *reg)
     m->command_seconds = metrics_histogram(
         reg, "petrel_imap_command_seconds", "IMAP commands by name and result, in seconds.",
         cmd_labels, metrics_latency_buckets, metrics_latency_bucket_count);
-    struct metric_family *bytes = metrics_counter(reg, "petrel_imap_bytes_total",
-                                                  "Bytes received and sent by the IMAP server.",
-                                                  dir_labels);
+    struct metric_family *bytes = metrics_counter(
+        reg, "petrel_imap_bytes_total", "Bytes received and sent by the IMAP server.", dir_labels);
     const char *in[] = {"in"}, *out[] = {"out"};
     m->bytes_in = metric_series_get(bytes, in);
     m->bytes_out = metric_series_get(bytes, out);
-    m->logins = metrics_counter(reg, "petrel_imap_logins_total", "IMAP logins by result.",
-                                login_labels);
+    m->logins =
+        metrics_counter(reg, "petrel_imap_logins_total", "IMAP logins by result.", login_labels);
 }
 
 struct imap_server *imap_server_start(const struct service_env *env, const struct imap_config *cfg,
@@ -209,8 +207,8 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
                           NULL, NULL);
     }
     log_info(IMAP_COMPONENT, "listening", "address=%s listeners=%zu starttls=%s auth=%s",
-             srv->listeners[0].address, srv->listener_count,
-             srv->ctx.tls != NULL ? "on" : "off", cfg->auth_addr);
+             srv->listeners[0].address, srv->listener_count, srv->ctx.tls != NULL ? "on" : "off",
+             cfg->auth_addr);
     return srv;
 fail:
     imap_server_free(srv);

@@ -22,12 +22,8 @@ static void session_write_cb(struct bufferevent *bev, void *arg);
 static void session_event_cb(struct bufferevent *bev, short what, void *arg);
 
 static const struct imap_command_def *const command_tables[] = {
-    imap_commands_any,
-    imap_commands_login,
-    imap_commands_mailbox,
-    imap_commands_select,
-    imap_commands_message,
-    imap_commands_search,
+    imap_commands_any,    imap_commands_login,   imap_commands_mailbox,
+    imap_commands_select, imap_commands_message, imap_commands_search,
 };
 
 /* ---------- output ---------- */
@@ -61,8 +57,8 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
 static void set_timeout(struct imap_session *s)
 {
     const struct imap_config *cfg = imap_server_context(s->server)->cfg;
-    int64_t ms = s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms
-                                                          : cfg->idle_timeout_ms;
+    int64_t ms =
+        s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     bufferevent_set_timeouts(s->bev, &tv, NULL);
 }
@@ -291,9 +287,9 @@ bool imap_session_starttls(struct imap_session *s)
     evbuffer_drain(in, evbuffer_get_length(in));
     imap_parser_reset(s->parser);
     SSL *ssl = SSL_new(ctx->tls);
-    struct bufferevent *tls_bev = bufferevent_openssl_filter_new(
-        ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    struct bufferevent *tls_bev =
+        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (tls_bev == NULL) {
         SSL_free(ssl);
         return false;
@@ -380,8 +376,8 @@ static void process_input(struct imap_session *s)
             size_t n = 0;
             char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
             if (line == NULL) {
-                if (evbuffer_get_length(in) > (size_t)imap_server_context(s->server)
-                                                      ->cfg->max_line_length) {
+                if (evbuffer_get_length(in) >
+                    (size_t)imap_server_context(s->server)->cfg->max_line_length) {
                     imap_session_shutdown(s, "Line too long.");
                 }
                 return;

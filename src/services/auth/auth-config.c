@@ -131,14 +131,25 @@ static bool read_db(const struct cfg_ctx *ctx, const struct ynode *node, const c
 bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct auth_config *cfg)
 {
-    static const char *const keys[] = {
-        "listen",          "allowed_nets",   "socket_mode",
-        "worker_threads",  "max_queue",      "max_connections",
-        "max_pending_per_connection",        "idle_timeout",
-        "mechanisms",      "cache_size",     "cache_ttl",
-        "cache_negative_ttl", "failure_delay", "failure_delay_max",
-        "failure_decay",   "penalty_max_ips", "passdb",
-        "userdb",          NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "socket_mode",
+                                       "worker_threads",
+                                       "max_queue",
+                                       "max_connections",
+                                       "max_pending_per_connection",
+                                       "idle_timeout",
+                                       "mechanisms",
+                                       "cache_size",
+                                       "cache_ttl",
+                                       "cache_negative_ttl",
+                                       "failure_delay",
+                                       "failure_delay_max",
+                                       "failure_decay",
+                                       "penalty_max_ips",
+                                       "passdb",
+                                       "userdb",
+                                       NULL};
     const char *p = "auth";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -159,12 +170,10 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_duration_ms(ctx, node, p, "cache_ttl", 0, 7 * 86400000LL, &cfg->cache.ttl_ms) ||
         !cfg_duration_ms(ctx, node, p, "cache_negative_ttl", 0, 7 * 86400000LL,
                          &cfg->cache.negative_ttl_ms) ||
-        !cfg_duration_ms(ctx, node, p, "failure_delay", 0, 60000,
-                         &cfg->penalty.failure_delay_ms) ||
+        !cfg_duration_ms(ctx, node, p, "failure_delay", 0, 60000, &cfg->penalty.failure_delay_ms) ||
         !cfg_duration_ms(ctx, node, p, "failure_delay_max", 0, 600000,
                          &cfg->penalty.max_delay_ms) ||
-        !cfg_duration_ms(ctx, node, p, "failure_decay", 1000, 86400000,
-                         &cfg->penalty.decay_ms) ||
+        !cfg_duration_ms(ctx, node, p, "failure_decay", 1000, 86400000, &cfg->penalty.decay_ms) ||
         !cfg_int(ctx, node, p, "penalty_max_ips", 1, 100000000, &cfg->penalty.max_tracked_ips))
         return false;
     cfg->cache.max_bytes = (size_t)cache_size;

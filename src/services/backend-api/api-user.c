@@ -69,10 +69,10 @@ static void handle_info(struct http_request *req, void *ctx)
         struct stat st;
         bool exists = resolved && stat(root.data, &st) == 0 && S_ISDIR(st.st_mode);
         json_array_append_new(namespaces,
-                              json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "name", ns->name,
-                                        "type", namespace_type_name(ns->type), "prefix",
-                                        ns->prefix, "home", resolved ? root.data : "",
-                                        "location", ns->location, "exists", exists));
+                              json_pack("{s:s, s:s, s:s, s:s, s:s, s:b}", "name", ns->name, "type",
+                                        namespace_type_name(ns->type), "prefix", ns->prefix, "home",
+                                        resolved ? root.data : "", "location", ns->location,
+                                        "exists", exists));
         buf_free(&root);
     }
     json_t *reply = json_pack("{s:s, s:s, s:o}", "username", mail_user_name(sr.user), "home",
@@ -160,10 +160,9 @@ static void handle_usage(struct http_request *req, void *ctx)
             if (!ok)
                 break;
             json_array_append_new(t.folders,
-                                  json_pack("{s:s, s:s, s:I, s:I}", "namespace", ns->slug,
-                                            "folder", names[i], "messages",
-                                            (json_int_t)info.messages, "size_bytes",
-                                            (json_int_t)info.size_bytes));
+                                  json_pack("{s:s, s:s, s:I, s:I}", "namespace", ns->slug, "folder",
+                                            names[i], "messages", (json_int_t)info.messages,
+                                            "size_bytes", (json_int_t)info.size_bytes));
             t.messages += info.messages;
             t.bytes += info.size_bytes;
         }
