@@ -211,8 +211,9 @@ static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_m
 static void section_from_body(const struct imap_fetch_body *b, struct imap_section *sec)
 {
     memset(sec, 0, sizeof(*sec));
-    sec->number_count = b->part_count;
-    for (size_t i = 0; i < b->part_count && i < IMAP_SECTION_MAX_NUMBERS; i++)
+    size_t parts = b->part_count < IMAP_SECTION_MAX_PARTS ? b->part_count : IMAP_SECTION_MAX_PARTS;
+    sec->number_count = parts;
+    for (size_t i = 0; i < parts; i++)
         sec->numbers[i] = b->parts[i];
     sec->text = b->text;
     sec->field_count =
