@@ -359,3 +359,22 @@ def test_broken_mime_is_served_without_crashing(imapd):
     typ, _ = m.search(None, "TEXT", "anything")
     assert typ == "OK"
     m.logout()
+
+
+def test_multiappend_all_or_nothing(imapd):
+    s, f = raw(imapd)
+    s.sendall(b"a LOGIN alice wonderland\r\n")
+    assert f.readline().startswith(b"a OK")
+    one, two = b"Subject: one\r\n\r\n1\r\n", b"Subject: two\r\n\r\n2\r\n"
+    s.sendall(b"b APPEND INBOX (\\Seen) {%d+}\r\n%s {%d+}\r\n%s\r\n"
+              % (len(one), one, len(two), two))
+    line = f.readline()
+    m = re.match(rb"b OK \[APPENDUID \d+ (\d+),(\d+)\]", line)
+    assert m and int(m.group(2)) == int(m.group(1)) + 1, line
+    # The second message of this one is refused: the first must not stay.
+    s.sendall(b'c APPEND INBOX {%d+}\r\n%s "not a date" {%d+}\r\n%s\r\n'
+              % (len(one), one, len(two), two))
+    assert f.readline().startswith(b"c BAD")
+    s.sendall(b"d STATUS INBOX (MESSAGES)\r\n")
+    assert f.readline() == b'* STATUS "INBOX" (MESSAGES 2)\r\n'
+    s.close()

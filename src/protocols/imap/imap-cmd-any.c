@@ -10,9 +10,10 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
 {
     const struct imap_server_ctx *ctx = imap_server_context(s->server);
     /* Only what is implemented: clients take every word literally. */
-    buf_append_str(out, "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
-                        "UIDPLUS MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
-                        "SPECIAL-USE CREATE-SPECIAL-USE");
+    buf_append_str(out,
+                   "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
+                   "UIDPLUS MULTIAPPEND MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
+                   "SPECIAL-USE CREATE-SPECIAL-USE");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

@@ -700,72 +700,87 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             imap_reply_storage_error(s, &err);
         return;
     }
-    struct buf uids = {0};
+    /* MULTIAPPEND (RFC 3502) is all or nothing: what went in before a
+     * failure is taken out again. */
+    uint32_t *added = NULL;
+    size_t added_count = 0, added_cap = 0;
     size_t i = 1;
-    size_t appended = 0;
+    const char *bad = NULL; /* a syntax problem: BAD */
+    const char *no = NULL;  /* a refused message: NO */
     bool ok = true;
-    while (ok && i < cmd->arg_count) {
+    while (ok && bad == NULL && no == NULL && i < cmd->arg_count) {
         uint32_t flags = 0;
         const char *keywords[IMAP_MAX_APPEND_KEYWORDS + 1] = {NULL};
         size_t kw_count = 0;
         int64_t date = 0;
         if (cmd->args[i].type == IMAP_ARG_LIST) {
             if (!parse_flags(s, &cmd->args[i], &flags, keywords, &kw_count)) {
-                mailbox_close(box);
-                buf_free(&uids);
-                return;
+                no = ""; /* parse_flags has replied */
+                break;
             }
             i++;
         }
         if (i < cmd->arg_count && cmd->args[i].type == IMAP_ARG_QUOTED) {
             int tz = 0;
             if (!imap_datetime_parse(cmd->args[i].str, cmd->args[i].len, &date, &tz)) {
-                mailbox_close(box);
-                buf_free(&uids);
-                imap_reply_bad(s, "Invalid date-time.");
-                return;
+                bad = "Invalid date-time.";
+                break;
             }
             i++;
         }
         if (i >= cmd->arg_count || cmd->args[i].type != IMAP_ARG_LITERAL) {
-            mailbox_close(box);
-            buf_free(&uids);
-            imap_reply_bad(s, "APPEND needs the message as a literal.");
-            return;
+            bad = "APPEND needs the message as a literal.";
+            break;
         }
         const struct imap_arg *msg = &cmd->args[i++];
         if (!msg->literal8 && memchr(msg->str, '\0', msg->len) != NULL) {
             /* RFC 3516: NUL bytes travel only in a literal8 (~{n}). */
-            mailbox_close(box);
-            buf_free(&uids);
-            imap_reply_no(s, "NUL bytes in a message need APPEND with a literal8 (~{n}).");
-            return;
+            no = "NUL bytes in a message need APPEND with a literal8 (~{n}).";
+            break;
         }
         if (msg->len == 0) {
-            mailbox_close(box);
-            buf_free(&uids);
-            imap_reply_no(s, "Empty messages cannot be appended.");
-            return;
+            no = "Empty messages cannot be appended.";
+            break;
         }
         uint32_t uid = 0;
         ok = mailbox_append(box, msg->str, msg->len, flags, kw_count > 0 ? keywords : NULL, date,
                             &uid, &err);
         if (ok) {
-            buf_printf(&uids, "%s%u", appended > 0 ? "," : "", uid);
-            appended++;
+            added = xgrow(added, &added_cap, added_count + 1, sizeof(uint32_t));
+            added[added_count++] = uid;
         }
     }
     struct mailbox_info info;
-    bool have_info = ok && mailbox_get_info(box, false, &info, &err);
-    mailbox_close(box);
-    if (!ok || !have_info) {
-        buf_free(&uids);
-        imap_reply_storage_error(s, &err);
-        return;
+    bool failed = !ok || bad != NULL || no != NULL;
+    bool have_info = !failed && mailbox_get_info(box, false, &info, &err);
+    if ((failed || !have_info) && added_count > 0) {
+        struct mailbox_flags_update del = {MAILBOX_FLAGS_ADD, MAIL_FLAG_DELETED, NULL, 0};
+        struct petrel_error rb;
+        uint32_t *gone = NULL;
+        size_t gone_count = 0;
+        if (!mailbox_update_flags(box, added, added_count, &del, NULL, NULL, NULL, NULL, &rb) ||
+            !mailbox_expunge(box, added, added_count, &gone, &gone_count, &rb))
+            log_error(IMAP_COMPONENT, "APPEND rollback failed", "session=%s error=\"%s\"", s->id,
+                      rb.message);
+        free(gone);
     }
-    buf_append_char(&uids, '\0');
-    imap_reply_ok(s, "[APPENDUID %u %s] APPEND completed.", info.uid_validity, uids.data);
-    buf_free(&uids);
+    mailbox_close(box);
+    if (bad != NULL)
+        imap_reply_bad(s, "%s", bad);
+    else if (no != NULL) {
+        if (*no != '\0')
+            imap_reply_no(s, "%s", no);
+    } else if (!ok || !have_info) {
+        imap_reply_storage_error(s, &err);
+    } else {
+        struct buf list = {0};
+        for (size_t k = 0; k < added_count; k++)
+            buf_printf(&list, "%s%u", k > 0 ? "," : "", added[k]);
+        buf_append_char(&list, '\0');
+        imap_reply_ok(s, "[APPENDUID %u %s] APPEND completed.", info.uid_validity, list.data);
+        buf_free(&list);
+    }
+    free(added);
 }
 
 const struct imap_command_def imap_commands_message[] = {
