@@ -113,6 +113,7 @@ def test_bodystructure_comes_from_cache_second_time(imapd, tmp_path):
     append(m)
     m.select("INBOX")
     first = m.fetch("1", "(BODYSTRUCTURE ENVELOPE)")[1][0]
+    hdr_first = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS (Subject From)])")[1][0]
     # Make the message file unreadable for a moment: the cached answer still comes.
     cur = list((tmp_path / "mail" / "alice" / "Maildir" / "cur").iterdir())
     assert len(cur) == 1
@@ -120,9 +121,11 @@ def test_bodystructure_comes_from_cache_second_time(imapd, tmp_path):
     cur[0].write_bytes(b"X" * len(data))
     try:
         second = m.fetch("1", "(BODYSTRUCTURE ENVELOPE)")[1][0]
+        hdr_second = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS (Subject From)])")[1][0]
     finally:
         cur[0].write_bytes(data)
     assert first == second
+    assert hdr_first == hdr_second and b"Subject: Hello there" in hdr_second[1]
     m.logout()
 
 

@@ -224,10 +224,71 @@ static void section_from_body(const struct imap_fetch_body *b, struct imap_secti
     }
 }
 
+/* The message's own header block, from the cache or (cached then) from
+ * the file: clients fetch HEADER.FIELDS of whole folders, and the header
+ * is a small part of most messages. */
+static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                               struct buf *out)
+{
+    size_t len = 0;
+    const void *cached = mailbox_cache_lookup(s->box, uid, "imap.hdr", &len);
+    if (cached != NULL) {
+        buf_append(out, cached, len);
+        return true;
+    }
+    if (!fetch_load(s, uid, fm))
+        return false;
+    const struct message_range *h = &fm->parsed.parts[0].header;
+    buf_append(out, fm->parsed.data + h->start, h->len);
+    struct petrel_error err;
+    if (h->len > 0 && !mailbox_cache_store(s->box, uid, "imap.hdr", out->data, out->len, &err))
+        log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
+    return true;
+}
+
+static bool header_only(const struct imap_fetch_body *b)
+{
+    return b->kind == IMAP_FETCH_BODY_SECTION && b->part_count == 0 &&
+           (b->text == IMAP_SECTION_HEADER || b->text == IMAP_SECTION_HEADER_FIELDS ||
+            b->text == IMAP_SECTION_HEADER_FIELDS_NOT);
+}
+
+/* HEADER / HEADER.FIELDS[.NOT] of the message, answered from its header
+ * block alone. */
+static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                              const struct imap_fetch_body *b, struct buf *out)
+{
+    struct buf header = {0};
+    if (!fetch_header_block(s, uid, fm, &header)) {
+        buf_free(&header);
+        return false;
+    }
+    struct message hdr_msg;
+    message_parse(header.data != NULL ? header.data : "", header.len, NULL, &hdr_msg);
+    imap_fetch_body_name(b, out);
+    struct imap_section sec;
+    section_from_body(b, &sec);
+    struct buf bytes = {0};
+    struct petrel_error err;
+    if (imap_section_fetch(&hdr_msg, &sec, b->partial, b->partial_start, b->partial_count, &bytes,
+                           &err)) {
+        buf_printf(out, " {%zu}\r\n", bytes.len);
+        buf_append(out, bytes.data, bytes.len);
+    } else {
+        buf_append_str(out, " NIL");
+    }
+    buf_free(&bytes);
+    message_free(&hdr_msg);
+    buf_free(&header);
+    return true;
+}
+
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
 static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
                             const struct imap_fetch_body *b, struct buf *out, bool *unknown_cte)
 {
+    if (header_only(b) && !fm->have_parsed)
+        return fetch_header_item(s, uid, fm, b, out);
     if (!fetch_load(s, uid, fm))
         return false;
     imap_fetch_body_name(b, out);
