@@ -34,7 +34,7 @@ void base64_encode_append(struct buf *out, const void *data, size_t len)
     out->data[out->len] = '\0';
 }
 
-static int decode_char(char c)
+int base64_char_value(char c)
 {
     if (c >= 'A' && c <= 'Z')
         return c - 'A';
@@ -56,11 +56,11 @@ bool base64_decode_append(struct buf *out, const char *text, size_t len)
     size_t start = out->len;
     buf_reserve(out, len / 4 * 3);
     for (size_t i = 0; i < len; i += 4) {
-        int a = decode_char(text[i]);
-        int b = decode_char(text[i + 1]);
+        int a = base64_char_value(text[i]);
+        int b = base64_char_value(text[i + 1]);
         bool last = i + 4 == len;
-        int c = text[i + 2] == '=' && last ? -2 : decode_char(text[i + 2]);
-        int d = text[i + 3] == '=' && last ? -2 : decode_char(text[i + 3]);
+        int c = text[i + 2] == '=' && last ? -2 : base64_char_value(text[i + 2]);
+        int d = text[i + 3] == '=' && last ? -2 : base64_char_value(text[i + 3]);
         if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2))
             goto invalid;
         uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12;

@@ -294,6 +294,22 @@ static void send_line(struct auth_conn *conn, struct buf *line)
 
 static void conn_read_cb(struct bufferevent *bev, void *ctx);
 
+/* `FAIL <id> [user=] reason= [temp]`: every refusal the service sends. */
+static void send_fail(struct auth_conn *conn, const char *id, const char *user,
+                      const char *reason, bool temp)
+{
+    struct buf line = {0};
+    auth_line_add(&line, "FAIL");
+    auth_line_add(&line, id);
+    if (user != NULL)
+        auth_line_add_param(&line, "user", user);
+    auth_line_add_param(&line, "reason", reason);
+    if (temp)
+        auth_line_add(&line, "temp");
+    auth_line_end(&line);
+    send_line(conn, &line);
+}
+
 static void conn_write_cb(struct bufferevent *bev, void *ctx)
 {
     struct auth_conn *conn = ctx;
@@ -311,12 +327,7 @@ static void conn_write_cb(struct bufferevent *bev, void *ctx)
 /* Sends `FAIL <id> reason=...` and closes once it has left. */
 static void conn_fail_and_close(struct auth_conn *conn, const char *id, const char *reason)
 {
-    struct buf line = {0};
-    auth_line_add(&line, "FAIL");
-    auth_line_add(&line, id);
-    auth_line_add_param(&line, "reason", reason);
-    auth_line_end(&line);
-    send_line(conn, &line);
+    send_fail(conn, id, NULL, reason, false);
     log_info(COMPONENT, "closing connection after a protocol error", "peer=%s reason=\"%s\"",
              conn->peer, reason);
     conn->closing = true;
@@ -392,28 +403,13 @@ static void reply_not_found(struct auth_req *r)
 
 static void reply_temp_fail(struct auth_req *r, const char *reason)
 {
-    struct buf line = {0};
-    auth_line_add(&line, "FAIL");
-    auth_line_add(&line, r->id);
-    if (r->username != NULL)
-        auth_line_add_param(&line, "user", r->username);
-    auth_line_add_param(&line, "reason", reason);
-    auth_line_add(&line, "temp");
-    auth_line_end(&line);
-    send_line(r->conn, &line);
+    send_fail(r->conn, r->id, r->username, reason, true);
     finish(r, RESULT_ERROR);
 }
 
 static void send_login_failure(struct auth_req *r)
 {
-    struct buf line = {0};
-    auth_line_add(&line, "FAIL");
-    auth_line_add(&line, r->id);
-    if (r->username != NULL)
-        auth_line_add_param(&line, "user", r->username);
-    auth_line_add_param(&line, "reason", REASON_FAILED);
-    auth_line_end(&line);
-    send_line(r->conn, &line);
+    send_fail(r->conn, r->id, r->username, REASON_FAILED, false);
     finish(r, RESULT_FAIL);
 }
 
@@ -753,23 +749,12 @@ static char *param_dup(const struct auth_line *line, size_t first, const char *k
 
 static void reply_fail_id(struct auth_conn *conn, const char *id, const char *reason)
 {
-    struct buf line = {0};
-    auth_line_add(&line, "FAIL");
-    auth_line_add(&line, id);
-    auth_line_add_param(&line, "reason", reason);
-    auth_line_end(&line);
-    send_line(conn, &line);
+    send_fail(conn, id, NULL, reason, false);
 }
 
 static void reply_fail_temp_id(struct auth_conn *conn, const char *id, const char *reason)
 {
-    struct buf line = {0};
-    auth_line_add(&line, "FAIL");
-    auth_line_add(&line, id);
-    auth_line_add_param(&line, "reason", reason);
-    auth_line_add(&line, "temp");
-    auth_line_end(&line);
-    send_line(conn, &line);
+    send_fail(conn, id, NULL, reason, true);
 }
 
 static void handle_verify(struct auth_conn *conn, const struct auth_line *line)

@@ -1,5 +1,6 @@
 #include "storage/message/message-decode.h"
 
+#include "core/base64.h"
 #include "core/utf8.h"
 
 #include <stdbool.h>
@@ -20,21 +21,6 @@ enum message_cte message_part_cte(const struct message_part *p)
     return MESSAGE_CTE_UNKNOWN;
 }
 
-static int base64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
 void message_decode_base64(struct buf *out, const char *s, size_t len)
 {
     uint32_t acc = 0;
@@ -42,7 +28,7 @@ void message_decode_base64(struct buf *out, const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (s[i] == '=')
             break;
-        int v = base64_value(s[i]);
+        int v = base64_char_value(s[i]);
         if (v < 0)
             continue;
         acc = (acc << 6) | (uint32_t)v;
