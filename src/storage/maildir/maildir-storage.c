@@ -175,6 +175,24 @@ bool maildir_make_dirs(const char *dir, bool is_root, struct petrel_error *err)
 {
     static const char *const subdirs[] = {"cur", "new", "tmp"};
     struct buf path = {0};
+    /* Usually all there already (every open of INBOX comes here): a stat
+     * each instead of a failing mkdir per ancestor of each. */
+    bool present = true;
+    struct stat st;
+    for (size_t i = 0; present && i < 3; i++) {
+        buf_reset(&path);
+        buf_printf(&path, "%s/%s", dir, subdirs[i]);
+        present = stat(path.data, &st) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (present && !is_root) {
+        buf_reset(&path);
+        buf_printf(&path, "%s/maildirfolder", dir);
+        present = stat(path.data, &st) == 0;
+    }
+    if (present) {
+        buf_free(&path);
+        return true;
+    }
     bool ok = fs_mkdir_p(dir, 0700, err);
     for (size_t i = 0; ok && i < 3; i++) {
         buf_reset(&path);

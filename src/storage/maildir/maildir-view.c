@@ -26,6 +26,9 @@ struct mailbox_view {
     uint32_t uid_validity;
     uint32_t uid_next;
     uint64_t highest_modseq;
+    /* The index as the last full walk saw it (see index_unchanged). */
+    struct fileindex_header walked;
+    size_t walked_count;
 };
 
 static struct mailbox_view_entry entry_of(const struct fileindex_record *r)
@@ -80,6 +83,30 @@ static void adopt_header(struct mailbox_view *view)
     view->highest_modseq = h->highest_modseq;
 }
 
+/* The index as the last full walk saw it: records and header. */
+static void note_walked(struct mailbox_view *view)
+{
+    view->walked = *fileindex_get_header(view->box->index);
+    view->walked_count = fileindex_count(view->box->index);
+}
+
+/* Whether the index holds the same records as at the last full walk, so
+ * walking it again would change nothing in the view: every change to what
+ * the view keeps moves the header or the count. An append raises next_uid,
+ * a flag change gets a modseq above highest_modseq, an expunge lowers the
+ * count, and a rebuild (replace_all) or a fold writes a base with a new
+ * lineage. O(1): a NOOP on an unchanged folder no longer costs O(messages). */
+static bool index_unchanged(const struct mailbox_view *view)
+{
+    const struct fileindex *fi = view->box->index;
+    const struct fileindex_header *h = fileindex_get_header(fi);
+    const struct fileindex_header *w = &view->walked;
+    return fileindex_count(fi) == view->walked_count && h->uid_validity == w->uid_validity &&
+           h->next_uid == w->next_uid && h->highest_modseq == w->highest_modseq &&
+           h->lineage == w->lineage && h->cache_reset_id == w->cache_reset_id &&
+           memcmp(h->guid, w->guid, sizeof(h->guid)) == 0;
+}
+
 /* The index as it is now, with the view's identity and keywords. */
 static bool refresh_box(struct mailbox *box, struct petrel_error *err)
 {
@@ -102,6 +129,7 @@ static void snapshot_all(struct mailbox_view *view)
     for (size_t i = 0; i < n; i++)
         push_entry(&view->entries, &view->count, &view->cap, entry_of(fileindex_record_at(fi, i)));
     adopt_header(view);
+    note_walked(view);
     adopt_keyword_names(view);
 }
 
@@ -195,6 +223,16 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
         changes->exists = (uint32_t)view->count;
         return true;
     }
+    if (index_unchanged(view)) {
+        /* Nothing to report but the keyword names (dovecot-keywords is
+         * not part of the index). The view already equals the index; our
+         * own STOREs went in through mailbox_view_note_flags, which leaves
+         * `walked` behind, so they take the walk below once. */
+        adopt_header(view);
+        changes->keywords_changed = adopt_keyword_names(view);
+        changes->exists = (uint32_t)view->count;
+        return true;
+    }
     uint32_t old_max = view->count > 0 ? view->entries[view->count - 1].uid : 0;
     size_t n = fileindex_count(fi);
     struct mailbox_view_entry *next = NULL;
@@ -245,6 +283,7 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
     view->count = next_count;
     view->cap = next_cap;
     adopt_header(view);
+    note_walked(view);
     changes->keywords_changed = adopt_keyword_names(view);
     changes->exists = (uint32_t)view->count;
     return true;
