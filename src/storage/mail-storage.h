@@ -324,7 +324,13 @@ struct mailbox_watch;
  * its own copy of the folder path; `box` may be closed before the watch. */
 #define MAILBOX_WATCH_COALESCE_MS 50
 #define MAILBOX_WATCH_POLL_MS 1000
-struct mailbox_watch *mailbox_watch_new(struct event_base *base, struct mailbox *box,
+struct mailbox_watch_hub;
+/* What the watches of one event loop share: one inotify instance (the
+ * kernel allows 128 per user by default). With `native` false (or without
+ * inotify) every watch polls. Free it after every watch made from it. */
+struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool native);
+void mailbox_watch_hub_free(struct mailbox_watch_hub *hub);
+struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
                                         void (*fn)(void *ctx), void *ctx, struct petrel_error *err);
 /* Whether the watch uses inotify (false: polling). */
 bool mailbox_watch_is_native(const struct mailbox_watch *watch);

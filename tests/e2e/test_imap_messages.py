@@ -381,3 +381,28 @@ def test_multiappend_all_or_nothing(imapd):
     s.sendall(b"d STATUS INBOX (MESSAGES)\r\n")
     assert f.readline() == b'* STATUS "INBOX" (MESSAGES 2)\r\n'
     s.close()
+
+
+def test_many_idle_sessions_all_wake(petreld, tmp_path):
+    """More IDLE sessions than the kernel's default 128 inotify instances per
+    user: they share one instance, so every one of them wakes natively."""
+    d = petreld(imap_overrides(tmp_path, extra={"max_connections_per_user": 0}))
+    socks = []
+    try:
+        for i in range(140):
+            s, f = raw(d)
+            s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\nc IDLE\r\n")
+            while not f.readline().startswith(b"+ "):
+                pass
+            socks.append((s, f))
+        other = login(d)
+        t0 = time.monotonic()
+        append(other)
+        for s, f in socks:
+            assert f.readline() == b"* 1 EXISTS\r\n"
+        assert time.monotonic() - t0 < 1.5
+        other.logout()
+    finally:
+        for s, f in socks:
+            s.close()
+    assert "polling" not in d.stderr()

@@ -589,7 +589,8 @@ static long watch_latency(struct fixture *f, struct mailbox *box, bool native)
     struct watch_ctx ctx = {.base = event_base_new()};
     assert_non_null(ctx.base);
     struct petrel_error err;
-    struct mailbox_watch *w = mailbox_watch_new(ctx.base, box, on_change, &ctx, &err);
+    struct mailbox_watch_hub *hub = mailbox_watch_hub_new(ctx.base, native);
+    struct mailbox_watch *w = mailbox_watch_new(hub, box, on_change, &ctx, &err);
     assert_non_null(w);
     assert_int_equal(mailbox_watch_is_native(w), native);
     struct timespec t0;
@@ -602,6 +603,7 @@ static long watch_latency(struct fixture *f, struct mailbox *box, bool native)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     assert_int_equal(ctx.fired, 1); /* one burst, one call */
     mailbox_watch_free(w);
+    mailbox_watch_hub_free(hub);
     event_base_free(ctx.base);
     return (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
 }
@@ -614,22 +616,34 @@ static void test_watch(void **state)
     long ms = watch_latency(f, box, true);
     assert_true(ms < 1000);
 
-    maildir_watch_force_poll = true;
     ms = watch_latency(f, box, false);
-    maildir_watch_force_poll = false;
     assert_true(ms < 2500);
 
     /* Caching FETCH data does not wake the session itself. */
     struct watch_ctx ctx = {.base = event_base_new()};
     struct petrel_error err;
-    struct mailbox_watch *w = mailbox_watch_new(ctx.base, box, on_change, &ctx, &err);
+    struct mailbox_watch_hub *hub = mailbox_watch_hub_new(ctx.base, true);
+    struct mailbox_watch *w = mailbox_watch_new(hub, box, on_change, &ctx, &err);
     assert_non_null(w);
+    /* A second watch on the same folder shares the directory watches;
+     * freeing it must not blind the first. */
+    struct watch_ctx other = {.base = ctx.base};
+    struct mailbox_watch *w2 = mailbox_watch_new(hub, box, on_change, &other, &err);
+    assert_non_null(w2);
+    mailbox_watch_free(w2);
     assert_true(mailbox_cache_store(box, 1, "envelope", "x", 1, &err));
     struct timeval limit = {0, 300 * 1000};
     event_base_loopexit(ctx.base, &limit);
     event_base_dispatch(ctx.base);
     assert_int_equal(ctx.fired, 0);
+    run_child(f, child_append);
+    limit.tv_sec = 2;
+    limit.tv_usec = 0;
+    event_base_loopexit(ctx.base, &limit);
+    event_base_dispatch(ctx.base);
+    assert_int_equal(ctx.fired, 1); /* still watching after the other watch went */
     mailbox_watch_free(w);
+    mailbox_watch_hub_free(hub);
     event_base_free(ctx.base);
     mailbox_close(box);
 }

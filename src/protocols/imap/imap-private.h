@@ -88,6 +88,7 @@ struct imap_server_ctx {
     struct auth_client *auth;
     SSL_CTX *tls;
     struct imap_parser_limits limits;
+    struct mailbox_watch_hub *watches; /* one inotify instance for every IDLE */
     struct imap_server_metrics m;
 };
 

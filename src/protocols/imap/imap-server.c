@@ -171,6 +171,7 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
     srv->ctx.storage = storage;
     srv->registry = env->metrics;
     srv->per_user = smap_new();
+    srv->ctx.watches = mailbox_watch_hub_new(env->base, true);
     imap_parser_limits_default(&srv->ctx.limits);
     srv->ctx.limits.max_line = (size_t)cfg->max_line_length;
     srv->ctx.limits.max_literal = (uint64_t)cfg->max_literal_size;
@@ -254,6 +255,7 @@ void imap_server_free(struct imap_server *srv)
     close_listeners(srv);
     while (srv->sessions != NULL)
         imap_session_free(srv->sessions);
+    mailbox_watch_hub_free(srv->ctx.watches); /* after the sessions' watches */
     auth_client_free(srv->ctx.auth);
     if (srv->ctx.tls != NULL)
         SSL_CTX_free(srv->ctx.tls);

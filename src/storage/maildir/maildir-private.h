@@ -102,7 +102,5 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
  * flags), into `name`; false when there is none. */
 bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name);
 
-/* Tests only: makes mailbox_watch_new() poll as it does without inotify. */
-extern bool maildir_watch_force_poll;
 
 #endif

@@ -14,7 +14,12 @@
  * uidlist rename), so the first relevant event arms a short timer and the
  * callback runs once when it fires. Without inotify (or when a watch
  * cannot be added, e.g. the instance limit is reached) a timer compares
- * the times and sizes of the same things every MAILBOX_WATCH_POLL_MS. */
+ * the times and sizes of the same things every MAILBOX_WATCH_POLL_MS.
+ *
+ * Every watch of a hub shares the hub's one inotify instance (the kernel's
+ * default limit is 128 instances per user, and closing an instance stalls
+ * the caller for milliseconds); directories watched by several watches
+ * (sessions on one folder) share one inotify watch descriptor, counted. */
 #include "storage/maildir/maildir-private.h"
 
 #include "core/log.h"
@@ -29,8 +34,6 @@
 #include <unistd.h>
 
 #define COMPONENT "storage"
-
-bool maildir_watch_force_poll = false;
 
 /* Files in the folder directory whose change means the folder changed. */
 static const char *const watched_files[] = {"petrel.index", "petrel.index.log", MAILDIR_UIDLIST,
@@ -49,15 +52,36 @@ struct poll_sig {
     ino_t ino[2 + WATCHED_FILE_COUNT];
 };
 
+/* One watched directory of the hub's inotify instance. */
+struct hub_target {
+    int wd;      /* -1 once the kernel dropped it (IN_IGNORED) */
+    bool folder; /* the folder directory (else new/ or cur/) */
+    unsigned refs;
+};
+
+struct mailbox_watch_hub {
+    struct event_base *base;
+    int fd; /* -1: every watch polls */
+    struct event *io;
+    struct hub_target *targets;
+    size_t target_count;
+    size_t target_cap;
+    struct mailbox_watch **watches;
+    size_t watch_count;
+    size_t watch_cap;
+};
+
+#define WATCH_TARGETS 3 /* new/, cur/, the folder */
+
 struct mailbox_watch {
+    struct mailbox_watch_hub *hub;
     char *dir;
     void (*fn)(void *ctx);
     void *ctx;
-    int inotify_fd; /* -1 when polling */
-    int folder_wd;
-    struct event *io;    /* inotify readable */
-    struct event *timer; /* coalescing (inotify) or the poll interval */
-    bool armed;          /* coalescing timer pending */
+    bool native;
+    int wds[WATCH_TARGETS]; /* new/, cur/, folder; -1 when not held */
+    struct event *timer;    /* coalescing (inotify) or the poll interval */
+    bool armed;             /* coalescing timer pending */
     struct poll_sig sig;
 };
 
@@ -107,9 +131,19 @@ static void on_coalesced(evutil_socket_t fd, short what, void *arg)
     w->fn(w->ctx); /* last: the callback may free the watch */
 }
 
-static bool relevant(const struct mailbox_watch *w, const struct inotify_event *ev)
+static struct hub_target *find_target(struct mailbox_watch_hub *hub, int wd)
 {
-    if (ev->wd != w->folder_wd)
+    for (size_t i = 0; i < hub->target_count; i++) {
+        if (hub->targets[i].wd == wd)
+            return &hub->targets[i];
+    }
+    return NULL;
+}
+
+/* Whether an event on a folder directory is about a file that matters. */
+static bool relevant(bool folder, const struct inotify_event *ev)
+{
+    if (!folder)
         return true; /* new/ or cur/ */
     if ((ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) != 0)
         return true; /* the folder itself went: the server's sync finds out */
@@ -122,38 +156,94 @@ static bool relevant(const struct mailbox_watch *w, const struct inotify_event *
     return false;
 }
 
+static void arm(struct mailbox_watch *w)
+{
+    if (w->armed)
+        return;
+    struct timeval tv = {0, MAILBOX_WATCH_COALESCE_MS * 1000};
+    evtimer_add(w->timer, &tv);
+    w->armed = true;
+}
+
+/* Arms the coalescing timer of every watch holding `wd` (all of them on
+ * a queue overflow). Callbacks run later, from the timers, so a callback
+ * freeing watches never meets this loop. */
+static void dispatch(struct mailbox_watch_hub *hub, int wd, bool all)
+{
+    for (size_t i = 0; i < hub->watch_count; i++) {
+        struct mailbox_watch *w = hub->watches[i];
+        for (size_t k = 0; k < WATCH_TARGETS; k++) {
+            if (all || w->wds[k] == wd) {
+                arm(w);
+                break;
+            }
+        }
+    }
+}
+
 static void on_inotify(evutil_socket_t fd, short what, void *arg)
 {
-    struct mailbox_watch *w = arg;
-    bool changed = false;
+    struct mailbox_watch_hub *hub = arg;
     char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
-        ssize_t r = read(w->inotify_fd, events, sizeof(events));
+        ssize_t r = read(hub->fd, events, sizeof(events));
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             break; /* EAGAIN: drained */
         for (char *p = events; p < events + r;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
-            changed = changed || (ev->mask & IN_Q_OVERFLOW) != 0 || relevant(w, ev);
             p += sizeof(*ev) + ev->len;
+            if (ev->mask & IN_Q_OVERFLOW) {
+                dispatch(hub, -1, true);
+                continue;
+            }
+            struct hub_target *t = find_target(hub, ev->wd);
+            if (t == NULL)
+                continue;
+            bool folder = t->folder;
+            if (ev->mask & IN_IGNORED)
+                t->wd = -1; /* gone with its directory; never removed again */
+            if (relevant(folder, ev))
+                dispatch(hub, ev->wd, false);
         }
     }
-    if (changed && !w->armed) {
-        struct timeval tv = {0, MAILBOX_WATCH_COALESCE_MS * 1000};
-        evtimer_add(w->timer, &tv);
-        w->armed = true;
+}
+
+/* A counted hold on the hub's watch of `path`; -1 when it cannot be added. */
+static int hold_target(struct mailbox_watch_hub *hub, const char *path, bool folder)
+{
+    int wd = inotify_add_watch(hub->fd, path, folder ? FOLDER_EVENTS : MSG_DIR_EVENTS);
+    if (wd < 0)
+        return -1;
+    struct hub_target *t = find_target(hub, wd);
+    if (t == NULL) {
+        hub->targets =
+            xgrow(hub->targets, &hub->target_cap, hub->target_count + 1, sizeof(*hub->targets));
+        t = &hub->targets[hub->target_count++];
+        t->wd = wd;
+        t->folder = folder;
+        t->refs = 0;
     }
+    t->refs++;
+    return wd;
+}
+
+static void release_target(struct mailbox_watch_hub *hub, int wd)
+{
+    struct hub_target *t = wd >= 0 ? find_target(hub, wd) : NULL;
+    if (t == NULL || --t->refs > 0)
+        return;
+    inotify_rm_watch(hub->fd, wd);
+    *t = hub->targets[--hub->target_count];
 }
 
 /* inotify on new/, cur/ and the folder; false (polling instead) when any
  * part is unavailable. */
-static bool start_inotify(struct mailbox_watch *w, struct event_base *base)
+static bool start_inotify(struct mailbox_watch *w)
 {
-    if (maildir_watch_force_poll)
-        return false;
-    w->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (w->inotify_fd < 0)
+    struct mailbox_watch_hub *hub = w->hub;
+    if (hub->fd < 0)
         return false;
     struct buf path = {0};
     bool ok = true;
@@ -161,45 +251,82 @@ static bool start_inotify(struct mailbox_watch *w, struct event_base *base)
     for (size_t i = 0; ok && i < 2; i++) {
         buf_reset(&path);
         buf_printf(&path, "%s/%s", w->dir, subs[i]);
-        ok = inotify_add_watch(w->inotify_fd, path.data, MSG_DIR_EVENTS) >= 0;
+        w->wds[i] = hold_target(hub, path.data, false);
+        ok = w->wds[i] >= 0;
     }
     if (ok) {
-        w->folder_wd = inotify_add_watch(w->inotify_fd, w->dir, FOLDER_EVENTS);
-        ok = w->folder_wd >= 0;
+        w->wds[2] = hold_target(hub, w->dir, true);
+        ok = w->wds[2] >= 0;
     }
     if (!ok)
         log_warn(COMPONENT, "inotify watch unavailable, polling", "folder=%s error=\"%s\"", w->dir,
                  strerror(errno));
     buf_free(&path);
     if (ok) {
-        w->io = event_new(base, w->inotify_fd, EV_READ | EV_PERSIST, on_inotify, w);
-        w->timer = evtimer_new(base, on_coalesced, w);
-        ok = w->io != NULL && w->timer != NULL && event_add(w->io, NULL) == 0;
+        w->timer = evtimer_new(hub->base, on_coalesced, w);
+        ok = w->timer != NULL;
     }
     if (!ok) {
-        if (w->io != NULL)
-            event_free(w->io);
-        if (w->timer != NULL)
-            event_free(w->timer);
-        w->io = w->timer = NULL;
-        close(w->inotify_fd);
-        w->inotify_fd = -1;
+        for (size_t k = 0; k < WATCH_TARGETS; k++) {
+            release_target(hub, w->wds[k]);
+            w->wds[k] = -1;
+        }
     }
     return ok;
 }
 
-struct mailbox_watch *mailbox_watch_new(struct event_base *base, struct mailbox *box,
+struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool native)
+{
+    struct mailbox_watch_hub *hub = xcalloc(1, sizeof(*hub));
+    hub->base = base;
+    hub->fd = native ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
+    if (hub->fd >= 0) {
+        hub->io = event_new(base, hub->fd, EV_READ | EV_PERSIST, on_inotify, hub);
+        if (hub->io == NULL || event_add(hub->io, NULL) != 0) {
+            if (hub->io != NULL)
+                event_free(hub->io);
+            hub->io = NULL;
+            close(hub->fd);
+            hub->fd = -1;
+        }
+    } else if (native) {
+        log_warn(COMPONENT, "inotify unavailable, folder watches poll", "error=\"%s\"",
+                 strerror(errno));
+    }
+    return hub;
+}
+
+void mailbox_watch_hub_free(struct mailbox_watch_hub *hub)
+{
+    if (hub == NULL)
+        return;
+    if (hub->io != NULL)
+        event_free(hub->io);
+    if (hub->fd >= 0)
+        close(hub->fd);
+    free(hub->targets);
+    free(hub->watches);
+    free(hub);
+}
+
+struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
                                         void (*fn)(void *ctx), void *ctx, struct petrel_error *err)
 {
     struct mailbox_watch *w = xcalloc(1, sizeof(*w));
+    w->hub = hub;
     w->dir = xstrdup(box->dir);
     w->fn = fn;
     w->ctx = ctx;
-    w->inotify_fd = -1;
-    if (start_inotify(w, base))
+    for (size_t k = 0; k < WATCH_TARGETS; k++)
+        w->wds[k] = -1;
+    hub->watches =
+        xgrow(hub->watches, &hub->watch_cap, hub->watch_count + 1, sizeof(*hub->watches));
+    hub->watches[hub->watch_count++] = w;
+    w->native = start_inotify(w);
+    if (w->native)
         return w;
     take_sig(w, &w->sig);
-    w->timer = event_new(base, -1, EV_PERSIST, on_poll, w);
+    w->timer = event_new(hub->base, -1, EV_PERSIST, on_poll, w);
     struct timeval tv = {MAILBOX_WATCH_POLL_MS / 1000, (MAILBOX_WATCH_POLL_MS % 1000) * 1000};
     if (w->timer == NULL || event_add(w->timer, &tv) != 0) {
         mailbox_watch_free(w);
@@ -211,19 +338,24 @@ struct mailbox_watch *mailbox_watch_new(struct event_base *base, struct mailbox 
 
 bool mailbox_watch_is_native(const struct mailbox_watch *watch)
 {
-    return watch->inotify_fd >= 0;
+    return watch->native;
 }
 
 void mailbox_watch_free(struct mailbox_watch *watch)
 {
     if (watch == NULL)
         return;
-    if (watch->io != NULL)
-        event_free(watch->io);
+    struct mailbox_watch_hub *hub = watch->hub;
+    for (size_t i = 0; i < hub->watch_count; i++) {
+        if (hub->watches[i] == watch) {
+            hub->watches[i] = hub->watches[--hub->watch_count];
+            break;
+        }
+    }
+    for (size_t k = 0; k < WATCH_TARGETS; k++)
+        release_target(hub, watch->wds[k]);
     if (watch->timer != NULL)
         event_free(watch->timer);
-    if (watch->inotify_fd >= 0)
-        close(watch->inotify_fd);
     free(watch->dir);
     free(watch);
 }
