@@ -7,6 +7,7 @@
  *
  * USERS_FILE holds "user<TAB>password" lines. Every reply must be OK: a
  * FAIL means the benchmark is measuring the wrong thing and it exits 1. */
+#include "bench-users.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -23,10 +24,6 @@
 #define MAX_WINDOW 4096
 #define SLOTS 65536 /* send times by id; far more than can be in flight */
 
-struct credential {
-    char *user;
-    char *password;
-};
 
 static double now_s(void)
 {
@@ -41,35 +38,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static size_t load_users(const char *path, struct credential **out)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        perror(path);
-        exit(2);
-    }
-    size_t n = 0, cap = 0;
-    struct credential *v = NULL;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
-        char *tab = strchr(line, '\t');
-        if (tab == NULL)
-            continue;
-        *tab = '\0';
-        v = xgrow(v, &cap, n + 1, sizeof(*v));
-        v[n].user = xstrdup(line);
-        v[n].password = xstrdup(tab + 1);
-        n++;
-    }
-    fclose(f);
-    if (n == 0) {
-        fprintf(stderr, "auth-bench: no users in %s\n", path);
-        exit(2);
-    }
-    *out = v;
-    return n;
-}
 
 static int connect_to(const char *addr)
 {
@@ -99,8 +67,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "auth-bench: bad SECONDS or WINDOW\n");
         return 2;
     }
-    struct credential *users = NULL;
-    size_t user_count = load_users(argv[4], &users);
+    struct bench_credential *users = NULL;
+    size_t user_count = bench_users_load("auth-bench", argv[4], &users);
     int fd = connect_to(argv[1]);
 
     double *sent_at = xcalloc(SLOTS, sizeof(double));
@@ -118,7 +86,7 @@ int main(int argc, char **argv)
         if (sending && now_s() >= end)
             sending = false;
         while (sending && in_flight < window) {
-            const struct credential *c = &users[next % user_count];
+            const struct bench_credential *c = &users[next % user_count];
             char id[32];
             snprintf(id, sizeof(id), "%lu", next);
             auth_line_add(&out, "VERIFY");
@@ -181,10 +149,6 @@ int main(int argc, char **argv)
     free(in);
     free(latencies);
     free(sent_at);
-    for (size_t i = 0; i < user_count; i++) {
-        free(users[i].user);
-        free(users[i].password);
-    }
-    free(users);
+    bench_users_free(users, user_count);
     return failed == 0 ? 0 : 1;
 }

@@ -26,6 +26,7 @@
  * what was asked (wrong number of FETCH lines, wrong literal size) is an
  * error: it is printed with the exchange that caused it and the program
  * exits 1. */
+#include "bench-users.h"
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -85,40 +86,7 @@ static int cmp_float(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-struct credential {
-    char *user;
-    char *password;
-};
 
-static size_t load_users(const char *path, struct credential **out)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        perror(path);
-        exit(2);
-    }
-    size_t n = 0, cap = 0;
-    struct credential *v = NULL;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
-        char *tab = strchr(line, '\t');
-        if (tab == NULL)
-            continue;
-        *tab = '\0';
-        v = xgrow(v, &cap, n + 1, sizeof(*v));
-        v[n].user = xstrdup(line);
-        v[n].password = xstrdup(tab + 1);
-        n++;
-    }
-    fclose(f);
-    if (n == 0) {
-        fprintf(stderr, "imap-bench: no users in %s\n", path);
-        exit(2);
-    }
-    *out = v;
-    return n;
-}
 
 /* VmRSS and RssAnon of a process, KiB; false when it is gone. */
 static bool read_rss(long pid, long *rss_kib, long *anon_kib)
@@ -403,7 +371,7 @@ struct conn {
 
 static const char *server_addr;
 static struct net_addr server_na;
-static struct credential *users;
+static struct bench_credential *users;
 static size_t user_count;
 
 static void conn_error(struct conn *c, const char *what, const char *line, size_t len)
@@ -770,7 +738,7 @@ static size_t count_state(enum conn_state st)
 
 static void send_login(struct conn *c)
 {
-    const struct credential *u = &users[c->user_index];
+    const struct bench_credential *u = &users[c->user_index];
     send_cmd(c, K_LOGIN, "LOGIN %s %s", u->user, u->password);
 }
 
@@ -1368,7 +1336,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "imap-bench: %s\n", err.message);
         return 2;
     }
-    user_count = load_users(argv[3], &users);
+    user_count = bench_users_load("imap-bench", argv[3], &users);
     int rc;
     if (strcmp(cmd, "setup") == 0 && argc == 6) {
         long messages = atol(argv[4]);
