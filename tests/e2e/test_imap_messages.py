@@ -406,3 +406,30 @@ def test_many_idle_sessions_all_wake(petreld, tmp_path):
         for s, f in socks:
             s.close()
     assert "polling" not in d.stderr()
+
+
+def test_id_enable_check_unselect_close(imapd):
+    for name in ("ID", "ENABLE", "UNSELECT"):  # imaplib does not know these
+        imaplib.Commands.setdefault(name, ("NONAUTH", "AUTH", "SELECTED"))
+    m = login(imapd)
+    typ, data = m._simple_command("ID", '("name" "pytest" "version" "1")')
+    assert typ == "OK"
+    assert b'"name" "Petrel"' in m.untagged_responses.pop("ID")[0]
+    typ, data = m._simple_command("ENABLE", "CONDSTORE")
+    assert typ == "OK" and m.untagged_responses.pop("ENABLED") == [b"CONDSTORE"]
+    for _ in range(2):
+        append(m)
+    m.select("INBOX")
+    assert m.check()[0] == "OK"
+    m.store("1", "+FLAGS", r"(\Deleted)")
+    # UNSELECT leaves \Deleted messages in place ...
+    assert m._simple_command("UNSELECT")[0] == "OK"
+    m.state = "AUTH"
+    assert m.status("INBOX", "(MESSAGES)")[1][0].endswith(b"(MESSAGES 2)")
+    # ... CLOSE expunges them, silently.
+    m.select("INBOX")
+    m.untagged_responses.clear()
+    assert m.close()[0] == "OK"
+    assert "EXPUNGE" not in m.untagged_responses
+    assert m.status("INBOX", "(MESSAGES)")[1][0].endswith(b"(MESSAGES 1)")
+    m.logout()
