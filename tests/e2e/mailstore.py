@@ -150,6 +150,20 @@ def read_uidlist(folder_path):
     return header, entries
 
 
+def read_uidlist_live(folder_path):
+    """dovecot-uidlist without the lines of expunged messages: Petrel, like
+    Dovecot, leaves those in place until they make up about a quarter of the
+    file (every reader ignores a line whose file is gone), so only the lines
+    whose message file exists are compared with the index. Asserts that the
+    stale lines stay within that bound."""
+    header, entries = read_uidlist(folder_path)
+    on_disk = message_files(folder_path)
+    live = {uid: base for uid, base in entries.items() if base in on_disk}
+    stale = len(entries) - len(live)
+    assert stale <= len(live) // 4 + 32, f"{stale} stale dovecot-uidlist lines for {len(live)}"
+    return header, live
+
+
 def parse_filename(name):
     """(base, info letters) of a maildir file name."""
     base, sep, info = name.partition(":2,")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import http_request
+from mailstore import read_uidlist_live
 
 SPECIAL_USE_DEFAULTS = {"Drafts": "\\Drafts", "Sent": "\\Sent", "Trash": "\\Trash"}
 
@@ -347,9 +348,33 @@ def test_folder_expunge_all_deleted(store):
     # Nothing more to do.
     assert store.call("folder/expunge", {"user": "alice", "folder": "Work"}) == \
         {"status": "ok", "expunged": [], "count": 0}
-    # The uidlist follows the index.
+    # dovecot-uidlist keeps the lines of the expunged messages until they pile
+    # up (as Dovecot does: readers skip lines whose file is gone); the lines
+    # whose file exists follow the index.
     uidlist = (store.root() / ".Work" / "dovecot-uidlist").read_text().splitlines()
-    assert [line.split()[0] for line in uidlist[1:]] == ["1", "3"]
+    assert [line.split()[0] for line in uidlist[1:]] == ["1", "2", "3", "4"]
+    _, live = read_uidlist_live(store.root() / ".Work")
+    assert sorted(live) == [1, 3]
+
+
+def test_uidlist_compacted_when_stale_lines_pile_up(store):
+    store.create("Work")
+    for i in range(60):
+        store.append("Work", message(str(i)), flags=["\\Deleted"] if i >= 10 else [])
+    path = store.root() / ".Work" / "dovecot-uidlist"
+    assert len(path.read_text().splitlines()) == 61
+    r = store.call("folder/expunge", {"user": "alice", "folder": "Work"})
+    assert r["count"] == 50
+    # 50 stale lines for 10 live messages: rewritten at once.
+    assert [int(line.split()[0]) for line in path.read_text().splitlines()[1:]] == \
+        list(range(1, 11))
+    # One more expunge leaves its line (1 stale line for 10 live).
+    assert store.append("Work", message("late"), flags=["\\Deleted"])["uid"] == 61
+    assert store.call("folder/expunge", {"user": "alice", "folder": "Work"})["expunged"] == [61]
+    assert [int(line.split()[0]) for line in path.read_text().splitlines()[1:]] == \
+        list(range(1, 11)) + [61]
+    _, live = read_uidlist_live(store.root() / ".Work")
+    assert sorted(live) == list(range(1, 11))
 
 
 def test_folder_expunge_only_given_uids(store):

@@ -24,7 +24,7 @@ import threading
 import time
 
 from mailstore import (ApiError, MailApi, folder_dir, mail_config, message_files,
-                       parse_filename, read_uidlist, tmp_files)
+                       parse_filename, read_uidlist_live, tmp_files)
 
 FOLDER = "Busy"
 DURATION = float(os.environ.get("PETREL_STORAGE_CONCURRENCY_SECONDS", "30"))
@@ -241,7 +241,7 @@ def test_two_daemons_one_folder(petreld, tmp_path):
     assert dump["highest_modseq"] >= max(s[2] for s in samples)
 
     # dovecot-uidlist agrees with the index.
-    header, entries = read_uidlist(fdir)
+    header, entries = read_uidlist_live(fdir)
     assert entries == {r["uid"]: parse_filename(r["filename"])[0] for r in records}
     assert int(header["N"]) <= dump["next_uid"]
 

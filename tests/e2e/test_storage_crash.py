@@ -28,7 +28,7 @@ import threading
 import time
 
 from mailstore import (ApiError, MailApi, folder_dir, mail_config, message_files,
-                       parse_filename, read_uidlist, tmp_files)
+                       parse_filename, read_uidlist_live, tmp_files)
 
 ROUNDS = int(os.environ.get("PETREL_STORAGE_CRASH_ROUNDS", "100"))
 FOLDER = "Crash"
@@ -127,7 +127,7 @@ def check(api, fdir, state, rebuild_first=False):
     assert rb["orphans_dropped"] == 0, rb
     after = api.dump(FOLDER)
     assert [r["uid"] for r in after["records"]] == uids
-    _, entries = read_uidlist(fdir)
+    _, entries = read_uidlist_live(fdir)
     assert entries == {r["uid"]: parse_filename(r["filename"])[0] for r in after["records"]}
     return dump
 

@@ -43,7 +43,7 @@ import pytest
 
 from conftest import free_port
 from mailstore import (MailApi, folder_dir, flags_of_filename, mail_config, message_files,
-                       read_keywords, read_uidlist, parse_filename)
+                       read_keywords, read_uidlist_live, parse_filename)
 
 DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
 USER = "u1"
@@ -534,7 +534,7 @@ def test_python_mailbox_reads_petrel_maildir(petreld, tmp_path):
             assert len(data) == rec["size"]
             assert int(msg.get_date()) == date
         # The uidlist agrees with the index.
-        header, entries = read_uidlist(folder_dir(root, mutf7(folder)))
+        header, entries = read_uidlist_live(folder_dir(root, mutf7(folder)))
         assert {u: b for u, b in entries.items()} == {
             r["uid"]: parse_filename(r["filename"])[0] for r in dump["records"]}
         assert int(header["V"]) == dump["uid_validity"]

@@ -452,6 +452,32 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
     return ok;
 }
 
+/* dovecot-uidlist keeps the lines of expunged messages until they make up
+ * a quarter of it (Dovecot does the same): every reader, Dovecot included,
+ * ignores a line whose file is gone, while a rewrite per EXPUNGE costs a new
+ * inode, a rename and the whole file. True when it should be rewritten now:
+ * stale lines pile up, or the file is missing, damaged or of another
+ * UIDVALIDITY. `live` is the number of messages left after the expunge. */
+static bool uidlist_worth_compacting(struct mailbox *box, size_t live)
+{
+    const char *path = box_path(box, MAILDIR_UIDLIST);
+    struct stat st;
+    if (!box->uidlist_loaded || stat(path, &st) != 0 ||
+        (uint64_t)st.st_size != box->uidlist.file_size) {
+        if (box->uidlist_loaded)
+            uidlist_free(&box->uidlist);
+        box->uidlist_loaded = false;
+        memset(&box->uidlist, 0, sizeof(box->uidlist));
+        struct petrel_error rerr;
+        if (!uidlist_read(path, &box->uidlist, &rerr))
+            return true;
+        box->uidlist_loaded = true;
+    }
+    if (box->uidlist.uid_validity != fileindex_get_header(box->index)->uid_validity)
+        return true;
+    return box->uidlist.count > live + live / 4 + 32;
+}
+
 /* ---------- flags on disk ---------- */
 
 static void disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out)
@@ -1281,14 +1307,14 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
             free(cur);
         }
         struct petrel_error uerr;
-        /* The index will no longer list them; rewrite the uidlist to match
-         * while the folder lock is still held. */
-        if (!uidlist_write_state(box, 0, done, done_count, NULL, 0, &uerr))
+        /* Compacted while the folder lock is still held. */
+        bool rewrite = uidlist_worth_compacting(box, n - done_count);
+        if (rewrite && !uidlist_write_state(box, 0, done, done_count, NULL, 0, &uerr))
             log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
                      box->dir, uerr.message);
         ok = fileindex_txn_commit(txn, err);
         if (ok) {
-            if (box->uidlist_loaded) {
+            if (rewrite && box->uidlist_loaded) {
                 uidlist_free(&box->uidlist);
                 box->uidlist_loaded = false;
             }
