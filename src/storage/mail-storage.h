@@ -82,6 +82,8 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
                              const char *name, struct petrel_error *err);
 void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
+/* True when `box` is the folder `name` (as mailbox_open() takes it) of `ns`. */
+bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name);
 
 struct mailbox_info {
     uint8_t guid[16];

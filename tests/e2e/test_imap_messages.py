@@ -383,6 +383,36 @@ def test_multiappend_all_or_nothing(imapd):
     s.close()
 
 
+def test_append_to_selected_mailbox(imapd):
+    """APPEND into the folder the session has selected (it goes through the
+    selected folder's own handle): the new message shows up as EXISTS, and a
+    refused MULTIAPPEND leaves nothing behind, not even as an EXPUNGE."""
+    s, f = raw(imapd)
+    s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\n")
+    while not f.readline().startswith(b"b OK"):
+        pass
+    one = b"Subject: one\r\n\r\n1\r\n"
+    s.sendall(b"c APPEND INBOX (\\Flagged) {%d+}\r\n%s\r\n" % (len(one), one))
+    lines = [f.readline()]
+    while not lines[-1].startswith(b"c "):
+        lines.append(f.readline())
+    assert b"* 1 EXISTS\r\n" in lines, lines
+    m = re.match(rb"c OK \[APPENDUID (\d+) 1\]", lines[-1])
+    assert m, lines
+    s.sendall(b'd APPEND INBOX {%d+}\r\n%s "not a date" {%d+}\r\n%s\r\n'
+              % (len(one), one, len(one), one))
+    lines = [f.readline()]
+    while not lines[-1].startswith(b"d "):
+        lines.append(f.readline())
+    assert lines[-1].startswith(b"d BAD"), lines
+    s.sendall(b"e FETCH 1:* (UID FLAGS)\r\nf NOOP\r\n")
+    while not lines[-1].startswith(b"f "):
+        lines.append(f.readline())
+    untagged = [ln for ln in lines if ln.startswith(b"* ")]
+    assert untagged == [b"* 1 FETCH (UID 1 FLAGS (\\Flagged))\r\n"], lines
+    s.close()
+
+
 def test_many_idle_sessions_all_wake(petreld, tmp_path):
     """More IDLE sessions than the kernel's default 128 inotify instances per
     user: they share one instance, so every one of them wakes natively."""

@@ -752,7 +752,10 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
         return;
     struct petrel_error err;
-    struct mailbox *box = mailbox_open(s->user, ns, name, &err);
+    /* Appending to the selected folder goes through its open handle: a
+     * second open would read the index and replay its log again. */
+    bool selected = s->box != NULL && mailbox_is(s->box, ns, name);
+    struct mailbox *box = selected ? s->box : mailbox_open(s->user, ns, name, &err);
     free(name);
     if (box == NULL) {
         if (err.code == PETREL_ERR_NOT_FOUND)
@@ -825,7 +828,8 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
                       rb.message);
         free(gone);
     }
-    mailbox_close(box);
+    if (!selected)
+        mailbox_close(box);
     if (bad != NULL)
         imap_reply_bad(s, "%s", bad);
     else if (no != NULL) {

@@ -984,6 +984,11 @@ const char *mailbox_name(const struct mailbox *box)
     return box->name;
 }
 
+bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
+{
+    return box->ns == ns && strcmp(box->name, name) == 0;
+}
+
 /* The sync mailbox_open leaves to the first operation. */
 static bool ensure_synced(struct mailbox *box, struct petrel_error *err)
 {
