@@ -248,9 +248,35 @@ static bool stamp_format(const struct dir_stamp *s, char *out)
     return snprintf(out + n, STAMP_LEN + 1 - (size_t)n, "%016llx\n", (unsigned long long)sum) == 17;
 }
 
+static bool timespec_equal(struct timespec a, struct timespec b)
+{
+    return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static void stamp_remember(struct mailbox *box, const struct dir_stamp *s)
+{
+    box->stamp_seen.ok = s->ok;
+    box->stamp_seen.cur = s->cur;
+    box->stamp_seen.nw = s->nw;
+    box->stamp_seen.ino = s->ino;
+}
+
+/* Removes the stamp so that the next operation of any process rescans. */
+static void stamp_forget(struct mailbox *box)
+{
+    box->stamp_seen.ok = false;
+    unlink(box_path(box, MAILDIR_SYNC_STAMP));
+}
+
 /* Whether the saved stamp describes the directories as `s` captured them. */
 static bool stamp_saved_matches(struct mailbox *box, const struct dir_stamp *s)
 {
+    /* Unchanged since the stamp last matched: any change to cur/ or new/
+     * moves an mtime (or cur/'s inode), and the stamp is only ever removed
+     * by a process that changed cur/ or found it changed. */
+    if (s->ok && box->stamp_seen.ok && box->stamp_seen.ino == s->ino &&
+        timespec_equal(box->stamp_seen.cur, s->cur) && timespec_equal(box->stamp_seen.nw, s->nw))
+        return true;
     char now[STAMP_LEN + 1];
     if (!stamp_format(s, now))
         return false;
@@ -264,7 +290,10 @@ static bool stamp_saved_matches(struct mailbox *box, const struct dir_stamp *s)
     while (r < 0 && errno == EINTR);
     close(fd);
     /* One byte more than a record is asked for: a longer file is no match. */
-    return r == STAMP_LEN && memcmp(saved, now, STAMP_LEN) == 0;
+    bool match = r == STAMP_LEN && memcmp(saved, now, STAMP_LEN) == 0;
+    if (match)
+        stamp_remember(box, s);
+    return match;
 }
 
 static bool stamp_current(struct mailbox *box)
@@ -278,6 +307,7 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
 {
     char text[STAMP_LEN + 1];
     bool valid = stamp_format(s, text);
+    box->stamp_seen.ok = false; /* until the record is written */
     if (!valid) {
         /* Matches no capture (not a record of this format). */
         memset(text, '-', STAMP_LEN);
@@ -306,6 +336,8 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
                  w < 0 || w == STAMP_LEN ? strerror(errno) : "short write");
         /* Whatever is in it now must not be taken for current. */
         unlink(path);
+    } else if (valid) {
+        stamp_remember(box, s);
     }
     close(fd);
 }
@@ -1297,7 +1329,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
     }
     if (vanished) {
         stamp.ok = false;
-        unlink(box_path(box, MAILDIR_SYNC_STAMP));
+        stamp_forget(box);
     }
     stamp_change_end(box, &stamp);
     buf_free(&name);
@@ -1363,7 +1395,7 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
         stamp_change_begin(box, &stamp);
         ok = rename_in_cur(box, "cur", from.data, to.data, err);
         if (!ok && err->code == PETREL_ERR_NOT_FOUND)
-            unlink(box_path(box, MAILDIR_SYNC_STAMP)); /* renamed elsewhere: rescan */
+            stamp_forget(box); /* renamed elsewhere: rescan */
         if (ok)
             ok = fileindex_txn_set_flags(txn, uid, flags, mask);
         stamp_change_end(box, &stamp);
@@ -1477,7 +1509,7 @@ void maildir_cur_change_end(struct mailbox *box, struct maildir_cur_change *chan
 {
     if (lost) {
         change->stamp.ok = false;
-        unlink(box_path(box, MAILDIR_SYNC_STAMP));
+        stamp_forget(box);
     }
     stamp_change_end(box, &change->stamp);
 }

@@ -8,6 +8,8 @@
 #include "storage/maildir/maildir-keywords.h"
 #include "storage/maildir/maildir-uidlist.h"
 
+#include <time.h>
+
 #define MAILDIR_UIDLIST "dovecot-uidlist"
 #define MAILDIR_KEYWORDS "dovecot-keywords"
 #define MAILDIR_SYNC_STAMP "petrel-maildir-sync"
@@ -41,6 +43,14 @@ struct mailbox {
     struct uidlist uidlist; /* loaded lazily for appends */
     bool uidlist_loaded;
     bool synced;     /* the sync opening owes was done (see mailbox_open) */
+    /* cur/ and new/ as this process last saw the sync stamp vouch for them:
+     * while they stay so, the stamp file need not be read again. */
+    struct {
+        bool ok;
+        struct timespec cur;
+        struct timespec nw;
+        unsigned long long ino;
+    } stamp_seen;
     struct buf path; /* scratch for file paths */
 };
 
