@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -55,6 +55,12 @@ max_len_of() {
     fuzz-auth-line) echo 16384 ;;
     fuzz-mime) echo 65536 ;;
     fuzz-imap-parser) echo 65536 ;;
+    fuzz-lmtp-parser) echo 16384 ;;
+    fuzz-pop3-parser) echo 16384 ;;
+    fuzz-warden-line) echo 16384 ;;
+    fuzz-ring-protocol) echo 4096 ;;
+    fuzz-monitor-dialog) echo 16384 ;;
+    fuzz-monitor-config) echo 16384 ;;
     esac
 }
 
@@ -74,6 +80,12 @@ dict_of() {
     fuzz-auth-line) echo "$ROOT/fuzz/dict/auth-line.dict" ;;
     fuzz-mime) echo "$ROOT/fuzz/dict/mime.dict" ;;
     fuzz-imap-parser) echo "$ROOT/fuzz/dict/imap.dict" ;;
+    fuzz-lmtp-parser) echo "$ROOT/fuzz/dict/lmtp.dict" ;;
+    fuzz-pop3-parser) echo "$ROOT/fuzz/dict/pop3.dict" ;;
+    fuzz-warden-line) echo "$ROOT/fuzz/dict/warden-line.dict" ;;
+    fuzz-ring-protocol) echo "$ROOT/fuzz/dict/ring-protocol.dict" ;;
+    fuzz-monitor-dialog) echo "$ROOT/fuzz/dict/monitor-dialog.dict" ;;
+    fuzz-monitor-config) echo "$ROOT/fuzz/dict/monitor-config.dict" ;;
     esac
 }
 

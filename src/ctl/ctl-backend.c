@@ -51,6 +51,7 @@ static const struct area areas[] = {
     {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
     {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
     {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
+    {"who", ctl_backend_who, "who [count] ...        active sessions (from the warden)"},
 };
 
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv)

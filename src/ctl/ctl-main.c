@@ -21,6 +21,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: petrelctl [options] backend <command> [args]\n"
             "       petrelctl [options] auth test|user <user> [args]   (auth service)\n"
+            "       petrelctl [options] director <command> [args]      (director admin API)\n"
             "options:\n"
             "  --backend-url URL     backend-plane API (env PETREL_BACKEND_URL, "
             "default http://127.0.0.1:9105)\n"
@@ -120,6 +121,8 @@ int ctl_main(int argc, char **argv)
         rc = ctl_backend_main(&opts, rest_argc, rest_argv);
     } else if (strcmp(group, "auth") == 0) {
         rc = ctl_auth_main(&opts, rest_argc, rest_argv);
+    } else if (strcmp(group, "director") == 0) {
+        rc = ctl_director_main(&opts, rest_argc, rest_argv);
     } else {
         fprintf(stderr, "petrelctl: unknown command group '%s'\n", group);
         usage(stderr);

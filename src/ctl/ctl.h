@@ -56,8 +56,12 @@ int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);
 int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] is folder, index, subscriptions, specialuse, user or mail. */
 int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] == "who": who [count] (ctl-who.c). */
+int ctl_backend_who(const struct ctl_options *opts, int argc, char **argv);
 /* `petrelctl auth ...`: argv[0] is test or user; talks to the auth service
  * directly (--auth-addr, env PETREL_AUTH_ADDR, default 127.0.0.1:10200). */
 int ctl_auth_main(const struct ctl_options *opts, int argc, char **argv);
+/* `petrelctl director ...` (ctl-director.c): the director admin API. */
+int ctl_director_main(const struct ctl_options *opts, int argc, char **argv);
 
 #endif

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const config_component_names[] = {"backend-api", "auth", "imap", NULL};
+const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -27,6 +27,11 @@ static void defaults(struct petrel_config *cfg)
     cfg->backend_api.max_connections = 4096;
     auth_config_defaults(&cfg->auth);
     imap_config_defaults(&cfg->imap);
+    lmtp_config_defaults(&cfg->lmtp);
+    pop3_config_defaults(&cfg->pop3);
+    warden_config_defaults(&cfg->warden);
+    monitor_config_defaults(&cfg->monitor);
+    director_config_defaults(&cfg->director);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -54,6 +59,11 @@ void config_free(struct petrel_config *cfg)
     free(cfg->backend_api.auth_master_addr);
     auth_config_free(&cfg->auth);
     imap_config_free(&cfg->imap);
+    lmtp_config_free(&cfg->lmtp);
+    pop3_config_free(&cfg->pop3);
+    warden_config_free(&cfg->warden);
+    monitor_config_free(&cfg->monitor);
+    director_config_free(&cfg->director);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
@@ -294,7 +304,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                                        "user",         "group",            "allow_root",
                                        "shutdown_timeout", "telemetry",    "internal_tls",
                                        "backend_api",  "auth",             "imap",
-                                       "dicts",        "mail",             NULL};
+                                       "dicts",        "mail",             "warden_service",
+                                       "pop3",         "lmtp",           "monitor",
+                                       "director",     NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -310,12 +322,23 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !auth_config_read(ctx, ynode_get(root, "auth"), listed(cfg->components, "auth"),
                           &cfg->auth) ||
         !imap_config_read(ctx, ynode_get(root, "imap"), listed(cfg->components, "imap"),
-                          &cfg->imap))
+                          &cfg->imap) ||
+        !lmtp_config_read(ctx, ynode_get(root, "lmtp"), listed(cfg->components, "lmtp"),
+                          &cfg->lmtp) ||
+        !pop3_config_read(ctx, ynode_get(root, "pop3"), listed(cfg->components, "pop3"),
+                          &cfg->pop3) ||
+        !warden_config_read(ctx, ynode_get(root, "warden_service"),
+                            listed(cfg->components, "warden"), &cfg->warden))
         return false;
+    cfg->backend_api.warden_addr = warden_config_client_address(&cfg->warden);
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;
     if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err))
+        return false;
+    if (!monitor_section_read(ctx, ynode_get(root, "monitor"), &cfg->monitor))
+        return false;
+    if (!director_config_read(ctx, ynode_get(root, "director"), &cfg->director))
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
@@ -412,6 +435,11 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             (long long)b->max_body_bytes, (long long)b->max_connections);
     auth_config_print(&cfg->auth, out);
     imap_config_print(&cfg->imap, out);
+    lmtp_config_print(&cfg->lmtp, out);
+    pop3_config_print(&cfg->pop3, out);
+    warden_config_print(&cfg->warden, out);
+    monitor_config_print(&cfg->monitor, out);
+    director_config_print(&cfg->director, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);

@@ -11,9 +11,14 @@
 #include "storage/namespace.h"
 #include "net/tls.h"
 #include "protocols/imap/imap-config.h"
+#include "protocols/lmtp/lmtp-config.h"
+#include "protocols/pop3/pop3-config.h"
 #include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
+#include "services/director/director-config.h"
+#include "services/monitor/monitor-config.h"
 #include "services/telemetry/telemetry.h"
+#include "services/warden/warden-config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,8 +40,13 @@ struct petrel_config {
     struct backend_api_config backend_api;
     struct auth_config auth;
     struct imap_config imap;
+    struct lmtp_config lmtp;
+    struct pop3_config pop3;
+    struct warden_config warden; /* `warden_service:` section */
     struct dict_registry *dicts; /* `dicts:` section; opened by the daemon */
     struct mail_config mail;     /* `mail:` section */
+    struct monitor_config monitor; /* `monitor:` section; the monitor file once loaded */
+    struct director_config director; /* `director:` section */
 };
 
 /* Names `components:` may list. */

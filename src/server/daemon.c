@@ -8,10 +8,15 @@
 #include "server/config.h"
 #include "server/privileges.h"
 #include "protocols/imap/imap-server.h"
+#include "protocols/lmtp/lmtp-server.h"
+#include "protocols/pop3/pop3-server.h"
 #include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
+#include "services/director/director-service.h"
+#include "services/monitor/monitor-service.h"
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
+#include "services/warden/warden-service.h"
 #include "storage/mail-storage.h"
 #include "version.h"
 
@@ -36,7 +41,12 @@ struct petrel_context {
     struct telemetry *telemetry;
     struct backend_api *backend_api;
     struct auth_service *auth;
+    struct warden_service *warden;
+    struct director_service *director;
+    struct monitor_service *monitor;
     struct imap_server *imap;
+    struct lmtp_server *lmtp;
+    struct pop3_server *pop3;
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -55,8 +65,16 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += telemetry_in_flight(ctx->telemetry);
     if (ctx->auth != NULL)
         n += auth_service_in_flight(ctx->auth);
+    if (ctx->director != NULL)
+        n += director_service_in_flight(ctx->director);
+    if (ctx->monitor != NULL)
+        n += monitor_service_in_flight(ctx->monitor);
     if (ctx->imap != NULL)
         n += imap_server_sessions(ctx->imap);
+    if (ctx->lmtp != NULL)
+        n += lmtp_server_sessions(ctx->lmtp);
+    if (ctx->pop3 != NULL)
+        n += pop3_server_sessions(ctx->pop3);
     return n;
 }
 
@@ -83,6 +101,8 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
         /* Tell the clients (503) and give the replies a moment to leave. */
         if (ctx->backend_api != NULL)
             backend_api_abandon_in_flight(ctx->backend_api);
+        if (ctx->director != NULL)
+            director_service_abandon_in_flight(ctx->director);
         if (ctx->telemetry != NULL)
             telemetry_abandon_in_flight(ctx->telemetry);
         struct timeval flush = {0, 500000};
@@ -107,8 +127,18 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         backend_api_stop_accepting(ctx->backend_api);
     if (ctx->auth != NULL)
         auth_service_stop_accepting(ctx->auth);
+    if (ctx->warden != NULL)
+        warden_service_stop_accepting(ctx->warden);
+    if (ctx->director != NULL)
+        director_service_stop_accepting(ctx->director);
+    if (ctx->monitor != NULL)
+        monitor_service_stop(ctx->monitor); /* no more probes, director link closed */
     if (ctx->imap != NULL)
         imap_server_stop_accepting(ctx->imap); /* BYE to every session */
+    if (ctx->lmtp != NULL)
+        lmtp_server_stop_accepting(ctx->lmtp); /* 421 once each transaction is over */
+    if (ctx->pop3 != NULL)
+        pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -155,9 +185,34 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
         if (ctx->auth == NULL)
             return false;
     }
+    if (config_has_component(ctx->config, "director")) {
+        ctx->director = director_service_start(&ctx->env, &ctx->config->director, err);
+        if (ctx->director == NULL)
+            return false;
+    }
+    if (config_has_component(ctx->config, "monitor")) {
+        ctx->monitor = monitor_service_start(&ctx->env, &ctx->config->monitor, err);
+        if (ctx->monitor == NULL)
+            return false;
+    }
+    if (config_has_component(ctx->config, "warden")) {
+        ctx->warden = warden_service_start(&ctx->env, &ctx->config->warden, err);
+        if (ctx->warden == NULL)
+            return false;
+    }
     if (config_has_component(ctx->config, "imap")) {
         ctx->imap = imap_server_start(&ctx->env, &ctx->config->imap, ctx->storage, err);
         if (ctx->imap == NULL)
+            return false;
+    }
+    if (config_has_component(ctx->config, "lmtp")) {
+        ctx->lmtp = lmtp_server_start(&ctx->env, &ctx->config->lmtp, ctx->storage, err);
+        if (ctx->lmtp == NULL)
+            return false;
+    }
+    if (config_has_component(ctx->config, "pop3")) {
+        ctx->pop3 = pop3_server_start(&ctx->env, &ctx->config->pop3, ctx->storage, err);
+        if (ctx->pop3 == NULL)
             return false;
     }
     if (config_has_component(ctx->config, "backend-api")) {
@@ -180,7 +235,12 @@ static void context_free(struct petrel_context *ctx)
     }
     backend_api_free(ctx->backend_api);
     imap_server_free(ctx->imap);
+    lmtp_server_free(ctx->lmtp);
+    pop3_server_free(ctx->pop3);
     auth_service_free(ctx->auth);
+    warden_service_free(ctx->warden);
+    monitor_service_free(ctx->monitor);
+    director_service_free(ctx->director);
     mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
@@ -242,6 +302,14 @@ int daemon_run(const struct daemon_options *opts)
     }
     if (opts->components != NULL && opts->components[0] != NULL &&
         !override_components(ctx.config, opts->components, &err)) {
+        fprintf(stderr, "petreld: %s\n", err.message);
+        config_free(ctx.config);
+        return 2;
+    }
+    /* The monitor's own file (MONITOR_CONFIG, monitor.config_file), once the
+     * component list is final. */
+    if (config_has_component(ctx.config, "monitor") &&
+        !monitor_config_load(&ctx.config->monitor, &err)) {
         fprintf(stderr, "petreld: %s\n", err.message);
         config_free(ctx.config);
         return 2;
@@ -315,11 +383,14 @@ int daemon_run(const struct daemon_options *opts)
 
     telemetry_start_refresh(ctx.telemetry);
     log_info(COMPONENT, "started",
-             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s", PETREL_VERSION,
+             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s",
+             PETREL_VERSION,
              ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
              ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
-             ctx.imap != NULL ? imap_server_address(ctx.imap) : "off");
+             ctx.imap != NULL ? imap_server_address(ctx.imap) : "off",
+             ctx.warden != NULL ? warden_service_address(ctx.warden) : "off",
+             ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

@@ -426,8 +426,8 @@ static void test_unknown_component(void **state)
 {
     expect_error("components:\n  - backend-api\n  - imap-proxy\n",
                  "petrel.yaml:3: components: unknown component 'imap-proxy'");
-    expect_error("components: [director]\n",
-                 "petrel.yaml:1: components: unknown component 'director'");
+    expect_error("components: [smtp-relay]\n",
+                 "petrel.yaml:1: components: unknown component 'smtp-relay'");
     expect_error("components:\n  - backend-api\n\n  - backend-api\n",
                  "petrel.yaml:4: components: 'backend-api' listed twice");
 }
@@ -584,8 +584,8 @@ static void test_env_component_overrides_the_file(void **state)
 
 static void test_env_component_invalid_value_is_refused(void **state)
 {
-    setenv("PETREL_COMPONENT", "backend-api,director", 1);
-    expect_error("", "PETREL_COMPONENT: unknown component 'director'");
+    setenv("PETREL_COMPONENT", "backend-api,smtp-relay", 1);
+    expect_error("", "PETREL_COMPONENT: unknown component 'smtp-relay'");
     setenv("PETREL_COMPONENT", "Backend-API", 1);
     expect_error("", "PETREL_COMPONENT: unknown component 'Backend-API'");
     unsetenv("PETREL_COMPONENT");

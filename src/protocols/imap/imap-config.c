@@ -16,6 +16,7 @@ void imap_config_defaults(struct imap_config *cfg)
     cfg->listen[0] = xstrdup(":143");
     cfg->listen_tls = xcalloc(1, sizeof(char *));
     cfg->auth_addr = xstrdup("127.0.0.1:10200");
+    cfg->warden_addr = xstrdup("");
     cfg->disable_plaintext_auth = true;
     cfg->max_line_length = 64 * 1024;
     cfg->max_literal_size = 64 * 1024 * 1024;
@@ -33,6 +34,7 @@ void imap_config_free(struct imap_config *cfg)
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->auth_addr);
+    free(cfg->warden_addr);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -54,16 +56,33 @@ static bool check_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
     return true;
 }
 
+/* "" (no warden) or an address with a port. */
+static bool check_warden_addr(const struct cfg_ctx *ctx, const struct ynode *node, const char *addr)
+{
+    if (addr == NULL || *addr == '\0')
+        return true;
+    char *list[] = {(char *)addr, NULL};
+    return check_addresses(ctx, node, "warden_addr", list);
+}
+
 bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct imap_config *cfg)
 {
-    static const char *const keys[] = {"listen",          "listen_tls",
-                                       "tls_cert_file",   "tls_key_file",
-                                       "auth_addr",       "disable_plaintext_auth",
-                                       "max_line_length", "max_literal_size",
-                                       "max_connections", "max_connections_per_user",
-                                       "login_timeout",   "idle_timeout",
-                                       "auth_timeout",    NULL};
+    static const char *const keys[] = {"listen",
+                                       "listen_tls",
+                                       "tls_cert_file",
+                                       "tls_key_file",
+                                       "auth_addr",
+                                       "disable_plaintext_auth",
+                                       "max_line_length",
+                                       "max_literal_size",
+                                       "max_connections",
+                                       "max_connections_per_user",
+                                       "login_timeout",
+                                       "idle_timeout",
+                                       "auth_timeout",
+                                       "warden_addr",
+                                       NULL};
     const char *p = "imap";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -74,6 +93,8 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) ||
         !cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) ||
         !cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) ||
+        !cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr) ||
+        !check_warden_addr(ctx, node, cfg->warden_addr) ||
         !cfg_bool(ctx, node, p, "disable_plaintext_auth", &cfg->disable_plaintext_auth) ||
         !cfg_int(ctx, node, p, "max_line_length", 1024, 16 * 1024 * 1024, &cfg->max_line_length) ||
         !cfg_int(ctx, node, p, "max_literal_size", 1024, (int64_t)4 << 30,
@@ -111,6 +132,7 @@ void imap_config_print(const struct imap_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
     yaml_put_kv(out, "  ", "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
     yaml_put_kv(out, "  ", "auth_addr", cfg->auth_addr);
+    yaml_put_kv(out, "  ", "warden_addr", cfg->warden_addr);
     fprintf(out,
             "  disable_plaintext_auth: %s\n  max_line_length: %lld\n  max_literal_size: %lld\n"
             "  max_connections: %lld\n  max_connections_per_user: %lld\n"

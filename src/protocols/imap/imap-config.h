@@ -14,6 +14,7 @@ struct imap_config {
     char *tls_cert_file;
     char *tls_key_file;
     char *auth_addr;             /* the auth service */
+    char *warden_addr;           /* the warden ("" = sessions are not registered) */
     bool disable_plaintext_auth; /* refuse LOGIN/AUTHENTICATE on plain non-loopback connections */
     int64_t max_line_length;
     int64_t max_literal_size;

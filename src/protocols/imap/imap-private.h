@@ -11,6 +11,7 @@
 #include "protocols/imap/imap-parser.h"
 #include "services/auth/auth-client.h"
 #include "services/auth/auth-sasl.h"
+#include "services/warden/warden-client.h"
 #include "storage/mail-storage.h"
 
 #include <event2/bufferevent.h>
@@ -48,6 +49,7 @@ struct imap_session {
     char peer[80];
     char id[24]; /* session id for logs */
     struct timespec started;
+    int64_t connected_at; /* Unix time of the connection (for the warden) */
     /* the command being run */
     char tag[64];
     char command[32];
@@ -60,6 +62,8 @@ struct imap_session {
     /* authenticated */
     char *username;
     struct mail_user *user;
+    /* registered with the warden while logged in (imap.warden_addr) */
+    struct warden_client_session *warden;
     bool utf8_accept; /* ENABLE UTF8=ACCEPT */
     bool condstore;   /* ENABLE CONDSTORE (or a CONDSTORE-using command) */
     /* selected */
@@ -86,6 +90,7 @@ struct imap_server_ctx {
     struct event_base *base;
     struct mail_storage *storage;
     struct auth_client *auth;
+    struct warden_client *warden; /* NULL without imap.warden_addr */
     SSL_CTX *tls;
     struct imap_parser_limits limits;
     struct mailbox_watch_hub *watches; /* one inotify instance for every IDLE */

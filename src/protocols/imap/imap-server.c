@@ -7,6 +7,7 @@
 #include "net/sockaddr.h"
 #include "net/tls.h"
 #include "protocols/imap/imap-private.h"
+#include "services/warden/warden-protocol.h"
 
 #include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
@@ -201,6 +202,17 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
         petrel_error_set(err, PETREL_ERR_INVALID, "imap: no listener configured");
         goto fail;
     }
+    if (cfg->warden_addr != NULL && *cfg->warden_addr != '\0') {
+        /* The instance name outlives a restart (stale sessions of the old
+         * process are reaped when the new one says HELLO). */
+        char host[256] = "localhost", instance[WARDEN_INSTANCE_MAX + 1];
+        gethostname(host, sizeof(host) - 1);
+        snprintf(instance, sizeof(instance), "imap@%.64s:%.58s", host, srv->listeners[0].address);
+        srv->ctx.warden =
+            warden_client_new(env->base, cfg->warden_addr, instance, cfg->auth_timeout_ms, err);
+        if (srv->ctx.warden == NULL)
+            goto fail;
+    }
     for (size_t i = 0; i < srv->listener_count; i++) {
         char name[64];
         snprintf(name, sizeof(name), "imap-listener-%zu", i);
@@ -256,6 +268,7 @@ void imap_server_free(struct imap_server *srv)
     while (srv->sessions != NULL)
         imap_session_free(srv->sessions);
     mailbox_watch_hub_free(srv->ctx.watches); /* after the sessions' watches */
+    warden_client_free(srv->ctx.warden);      /* after the sessions' registrations */
     auth_client_free(srv->ctx.auth);
     if (srv->ctx.tls != NULL)
         SSL_CTX_free(srv->ctx.tls);

@@ -211,6 +211,7 @@ void imap_session_free(struct imap_session *s)
         auth_client_cancel(s->auth_req);
     imap_selected_close(s);
     mail_user_unref(s->user);
+    warden_client_session_disconnect(s->warden);
     if (s->username != NULL) {
         imap_server_user_remove(s->server, s->username);
         metric_gauge_add(ctx->m.sessions_auth, -1);
@@ -262,6 +263,7 @@ void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool t
     net_addr_format(peer, s->peer, sizeof(s->peer));
     snprintf(s->id, sizeof(s->id), "%llx", imap_server_next_session_id(srv));
     clock_gettime(CLOCK_MONOTONIC, &s->started);
+    s->connected_at = (int64_t)time(NULL);
     imap_server_session_added(srv, s);
     metric_gauge_add(ctx->m.sessions_unauth, 1);
     bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
@@ -464,6 +466,9 @@ bool imap_session_login(struct imap_session *s, const char *username)
     s->user = user;
     mail_user_ref(user);
     s->state = IMAP_STATE_AUTHENTICATED;
+    if (ctx->warden != NULL)
+        s->warden = warden_client_session_connect(ctx->warden, username, s->peer_ip, "imap",
+                                                  s->connected_at);
     /* Between commands the parser holds nothing: switch to the full limits. */
     imap_parser_free(s->parser);
     s->parser = imap_parser_new(&ctx->limits);

@@ -45,6 +45,7 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->penalty.max_delay_ms = 15000;
     cfg->penalty.decay_ms = 300 * 1000;
     cfg->penalty.max_tracked_ips = 100000;
+    cfg->warden_addr = xstrdup("");
 }
 
 void auth_config_free(struct auth_config *cfg)
@@ -52,6 +53,7 @@ void auth_config_free(struct auth_config *cfg)
     cfg_strv_free(cfg->listen);
     cfg_strv_free(cfg->allowed_nets);
     cfg_strv_free(cfg->mechanisms);
+    free(cfg->warden_addr);
     auth_db_config_free(&cfg->passdb);
     auth_db_config_free(&cfg->userdb);
     memset(cfg, 0, sizeof(*cfg));
@@ -147,6 +149,7 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "failure_delay_max",
                                        "failure_decay",
                                        "penalty_max_ips",
+                                       "warden_addr",
                                        "passdb",
                                        "userdb",
                                        NULL};
@@ -174,8 +177,14 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_duration_ms(ctx, node, p, "failure_delay_max", 0, 600000,
                          &cfg->penalty.max_delay_ms) ||
         !cfg_duration_ms(ctx, node, p, "failure_decay", 1000, 86400000, &cfg->penalty.decay_ms) ||
-        !cfg_int(ctx, node, p, "penalty_max_ips", 1, 100000000, &cfg->penalty.max_tracked_ips))
+        !cfg_int(ctx, node, p, "penalty_max_ips", 1, 100000000, &cfg->penalty.max_tracked_ips) ||
+        !cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr))
         return false;
+    struct net_addr warden;
+    struct petrel_error warden_err;
+    if (cfg->warden_addr[0] != '\0' && !net_addr_parse(cfg->warden_addr, &warden, &warden_err))
+        return cfg_fail(ctx, ynode_get(node, "warden_addr"), "auth.warden_addr", "%s",
+                        warden_err.message);
     cfg->cache.max_bytes = (size_t)cache_size;
     if (cfg->penalty.max_delay_ms < cfg->penalty.failure_delay_ms)
         return cfg_fail(ctx, ynode_get(node, "failure_delay_max"), "auth.failure_delay_max",
@@ -218,6 +227,7 @@ void auth_config_print(const struct auth_config *cfg, FILE *out)
             (long long)cfg->cache.negative_ttl_ms, (long long)cfg->penalty.failure_delay_ms,
             (long long)cfg->penalty.max_delay_ms, (long long)cfg->penalty.decay_ms,
             (long long)cfg->penalty.max_tracked_ips);
+    yaml_put_kv(out, "  ", "warden_addr", cfg->warden_addr);
     if (cfg->has_passdb) {
         fputs("  passdb:\n", out);
         auth_db_config_print(&cfg->passdb, "    ", out);

@@ -10,6 +10,7 @@
 #include "net/sockaddr.h"
 #include "services/auth/auth-protocol.h"
 #include "services/auth/auth-sasl.h"
+#include "services/warden/warden-penalty-store.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -1052,11 +1053,22 @@ struct auth_service *auth_service_start(const struct service_env *env,
         svc->mech_allowed[sasl_mech_parse(cfg->mechanisms[i])] = true;
     svc->mech_allowed[SASL_MECH_UNKNOWN] = false;
     svc->cache = auth_cache_new(&cfg->cache);
-    svc->penalty = auth_penalty_local_store(&cfg->penalty);
     metrics_add_collector(env->metrics, collect_cache_gauges, svc);
     unsigned threads = worker_count(cfg);
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &svc->allowed, err))
         goto fail;
+    if (cfg->warden_addr != NULL && cfg->warden_addr[0] != '\0') {
+        /* Failure counts shared by every auth instance using this warden. */
+        char host[256] = "localhost", instance[160];
+        gethostname(host, sizeof(host) - 1);
+        snprintf(instance, sizeof(instance), "auth@%.60s:%.60s", host, cfg->listen[0]);
+        svc->penalty =
+            warden_penalty_store_new(env->base, cfg->warden_addr, instance, &cfg->penalty, err);
+        if (svc->penalty.ops == NULL)
+            goto fail;
+    } else {
+        svc->penalty = auth_penalty_local_store(&cfg->penalty);
+    }
     svc->passdb = auth_db_open(&cfg->passdb, threads, err);
     if (svc->passdb == NULL)
         goto fail;

@@ -33,6 +33,7 @@ struct auth_config {
     char **mechanisms; /* SASL mechanisms offered: PLAIN, LOGIN */
     struct auth_cache_config cache;
     struct auth_penalty_config penalty;
+    char *warden_addr; /* "" = failure counts in this process; else shared in the warden */
     bool has_passdb;
     struct auth_db_config passdb;
     bool has_userdb; /* without one, the passdb's records answer USER */

@@ -4,18 +4,23 @@
 #include "services/backend-api/api-storage.h"
 #include "core/xalloc.h"
 #include "services/auth/auth-client.h"
+#include "services/warden/warden-client.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define COMPONENT "backend-api"
 /* Bounds one user/info or user/iterate call to the auth service. */
 #define BACKEND_API_AUTH_TIMEOUT_MS 10000
+/* Bounds one who or who/count call to the warden. */
+#define BACKEND_API_WARDEN_TIMEOUT_MS 10000
 
 struct backend_api {
     struct http_server *http;
     struct cidr_list allowed;
     struct storage_api storage;
+    struct warden_client *warden; /* NULL without warden_service.listen */
 };
 
 struct backend_api *backend_api_start(const struct service_env *env,
@@ -61,6 +66,18 @@ struct backend_api *backend_api_start(const struct service_env *env,
     backend_api_register_specialuse(api->http, &api->storage);
     backend_api_register_user(api->http, &api->storage);
     backend_api_register_mail(api->http, &api->storage);
+    if (cfg->warden_addr != NULL && *cfg->warden_addr != '\0') {
+        char host[256] = "localhost", instance[160];
+        gethostname(host, sizeof(host) - 1);
+        snprintf(instance, sizeof(instance), "backend-api@%.54s:%.60s", host, cfg->listen);
+        api->warden = warden_client_new(env->base, cfg->warden_addr, instance,
+                                        BACKEND_API_WARDEN_TIMEOUT_MS, err);
+        if (api->warden == NULL) {
+            backend_api_free(api);
+            return NULL;
+        }
+    }
+    backend_api_register_who(api->http, api->warden);
     if (!http_server_listen(api->http, cfg->listen, err)) {
         backend_api_free(api);
         return NULL;
@@ -100,6 +117,7 @@ void backend_api_free(struct backend_api *api)
     /* Pending auth calls answer their HTTP requests (with an error) while
      * the server still exists. */
     auth_client_free(api->storage.auth);
+    warden_client_free(api->warden);
     http_server_free(api->http);
     cidr_list_free(&api->allowed);
     free(api);

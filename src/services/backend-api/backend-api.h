@@ -21,6 +21,9 @@ struct backend_api_config {
     char **allowed_nets; /* NULL-terminated; NULL = every client */
     char *token_env;     /* environment variable holding the bearer token */
     char *auth_master_addr;
+    /* Not a key: warden_service.listen's first entry ("" or NULL: no
+     * warden), set by the configuration loader; borrowed from it. */
+    const char *warden_addr;
     int64_t request_timeout_ms;
     int64_t stream_timeout_ms;
     int64_t max_body_bytes;
@@ -54,5 +57,8 @@ void backend_api_register_subscriptions(struct http_server *http, struct storage
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
 void backend_api_register_user(struct http_server *http, struct storage_api *api);
 void backend_api_register_mail(struct http_server *http, struct storage_api *api);
+/* who and who/count; a NULL `warden` (none configured) answers 501. */
+struct warden_client;
+void backend_api_register_who(struct http_server *http, struct warden_client *warden);
 
 #endif

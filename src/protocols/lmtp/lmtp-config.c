@@ -1,0 +1,209 @@
+/* The `lmtp:` configuration section: defaults, reading, printing. */
+#include "protocols/lmtp/lmtp-config.h"
+
+#include "core/xalloc.h"
+#include "core/yaml-print.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LMTP_MAX_LISTEN 16
+
+void lmtp_config_defaults(struct lmtp_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    /* LMTP has no authentication: loopback only unless configured. */
+    cfg->listen = xcalloc(2, sizeof(char *));
+    cfg->listen[0] = xstrdup("127.0.0.1:24");
+    cfg->allowed_nets = xcalloc(1, sizeof(char *));
+    cfg->socket_mode = 0666;
+    cfg->auth_addr = xstrdup("127.0.0.1:10200");
+    cfg->hostname = xstrdup("");
+    cfg->recipient_delimiter = xstrdup("+");
+    cfg->username_format = xstrdup("%u");
+    cfg->add_received_header = true;
+    cfg->max_message_size = 64 * 1024 * 1024;
+    cfg->max_recipients = 100;
+    cfg->max_line_length = 4096;
+    cfg->max_connections = 1000;
+    cfg->max_errors = 20;
+    cfg->command_timeout_ms = 5 * 60 * 1000;
+    cfg->auth_timeout_ms = 30 * 1000;
+    cfg->delivery_threads = 8;
+    cfg->delivery_queue = 1024;
+}
+
+void lmtp_config_free(struct lmtp_config *cfg)
+{
+    cfg_strv_free(cfg->listen);
+    cfg_strv_free(cfg->allowed_nets);
+    free(cfg->tls_cert_file);
+    free(cfg->tls_key_file);
+    free(cfg->auth_addr);
+    free(cfg->hostname);
+    free(cfg->recipient_delimiter);
+    free(cfg->username_format);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
+{
+    const struct ynode *list = ynode_get(map, key);
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list != NULL ? list : map;
+}
+
+static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *node, char **list)
+{
+    for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
+        struct petrel_error e;
+        struct net_addr addr;
+        if (!net_addr_parse(list[i], &addr, &e))
+            return cfg_fail(ctx, item_node(node, "listen", i), "lmtp.listen", "%s", e.message);
+    }
+    return true;
+}
+
+static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *node, char **nets)
+{
+    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
+        struct petrel_error e;
+        struct cidr c;
+        if (!cidr_parse(nets[i], &c, &e))
+            return cfg_fail(ctx, item_node(node, "allowed_nets", i), "lmtp.allowed_nets", "%s",
+                            e.message);
+    }
+    return true;
+}
+
+static bool read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
+                             struct lmtp_config *cfg)
+{
+    char *text = NULL;
+    if (!cfg_string(ctx, node, "lmtp", "socket_mode", &text))
+        return false;
+    if (text == NULL)
+        return true;
+    char *end = NULL;
+    long mode = strtol(text, &end, 8);
+    bool ok = *text != '\0' && *end == '\0' && mode >= 0 && mode <= 0777;
+    free(text);
+    if (!ok)
+        return cfg_fail(ctx, ynode_get(node, "socket_mode"), "lmtp.socket_mode",
+                        "expected an octal mode such as \"0660\"");
+    cfg->socket_mode = mode;
+    return true;
+}
+
+/* %u (the address without its detail), %n (its local part), %d (its
+ * domain) and %%; nothing else. */
+static bool check_username_format(const struct cfg_ctx *ctx, const struct ynode *node,
+                                  const char *fmt)
+{
+    const struct ynode *at = ynode_get(node, "username_format");
+    if (*fmt == '\0')
+        return cfg_fail(ctx, at, "lmtp.username_format", "must not be empty");
+    for (const char *p = fmt; *p != '\0'; p++) {
+        if (*p != '%')
+            continue;
+        p++;
+        if (*p != 'u' && *p != 'n' && *p != 'd' && *p != '%')
+            return cfg_fail(ctx, at, "lmtp.username_format",
+                            "unknown variable %%%c (use %%u, %%n, %%d or %%%%)",
+                            *p != '\0' ? *p : '?');
+    }
+    return true;
+}
+
+static bool check_delimiter(const struct cfg_ctx *ctx, const struct ynode *node, const char *d)
+{
+    for (const char *p = d; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c <= ' ' || c >= 0x7f || c == '@' || c == '"' || c == '\\')
+            return cfg_fail(ctx, ynode_get(node, "recipient_delimiter"), "lmtp.recipient_delimiter",
+                            "printable ASCII characters other than '@', '\"' and '\\' only");
+    }
+    return true;
+}
+
+bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
+                      struct lmtp_config *cfg)
+{
+    static const char *const keys[] = {
+        "listen",          "allowed_nets",        "socket_mode",      "tls_cert_file",
+        "tls_key_file",    "auth_addr",           "hostname",         "recipient_delimiter",
+        "username_format", "add_received_header", "max_message_size", "max_recipients",
+        "max_line_length", "max_connections",     "max_errors",       "command_timeout",
+        "auth_timeout",    "delivery_threads",    "delivery_queue",   NULL};
+    const char *p = "lmtp";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    if (!cfg_string_list(ctx, node, p, "listen", LMTP_MAX_LISTEN, &cfg->listen, NULL) ||
+        !check_listen(ctx, node, cfg->listen) ||
+        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->allowed_nets, NULL) ||
+        !check_nets(ctx, node, cfg->allowed_nets) || !read_socket_mode(ctx, node, cfg) ||
+        !cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) ||
+        !cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) ||
+        !cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) ||
+        !cfg_string(ctx, node, p, "hostname", &cfg->hostname) ||
+        !cfg_string(ctx, node, p, "recipient_delimiter", &cfg->recipient_delimiter) ||
+        !check_delimiter(ctx, node, cfg->recipient_delimiter) ||
+        !cfg_string(ctx, node, p, "username_format", &cfg->username_format) ||
+        !check_username_format(ctx, node, cfg->username_format) ||
+        !cfg_bool(ctx, node, p, "add_received_header", &cfg->add_received_header) ||
+        !cfg_int(ctx, node, p, "max_message_size", 1024, (int64_t)4 << 30,
+                 &cfg->max_message_size) ||
+        !cfg_int(ctx, node, p, "max_recipients", 1, 100000, &cfg->max_recipients) ||
+        !cfg_int(ctx, node, p, "max_line_length", 512, 1024 * 1024, &cfg->max_line_length) ||
+        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
+        !cfg_int(ctx, node, p, "max_errors", 1, 100000, &cfg->max_errors) ||
+        !cfg_duration_ms(ctx, node, p, "command_timeout", 1000, 86400000,
+                         &cfg->command_timeout_ms) ||
+        !cfg_duration_ms(ctx, node, p, "auth_timeout", 100, 600000, &cfg->auth_timeout_ms) ||
+        !cfg_int(ctx, node, p, "delivery_threads", 1, 64, &cfg->delivery_threads) ||
+        !cfg_int(ctx, node, p, "delivery_queue", 1, 1000000, &cfg->delivery_queue))
+        return false;
+    if (strlen(cfg->hostname) > 255 || strpbrk(cfg->hostname, " \t\r\n") != NULL)
+        return cfg_fail(ctx, ynode_get(node, "hostname"), "lmtp.hostname",
+                        "a host name without spaces, at most 255 characters");
+    bool has_cert = cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0';
+    bool has_key = cfg->tls_key_file != NULL && *cfg->tls_key_file != '\0';
+    if (has_cert != has_key)
+        return cfg_fail(ctx, node, p, "tls_cert_file and tls_key_file go together");
+    if (!required)
+        return true;
+    if (cfg->listen == NULL || cfg->listen[0] == NULL)
+        return cfg_fail(ctx, node, p, "needs at least one listen address");
+    if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
+        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
+    return true;
+}
+
+void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
+{
+    fputs("lmtp:\n", out);
+    yaml_put_list(out, "  ", "listen", cfg->listen);
+    yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
+    char mode[16];
+    snprintf(mode, sizeof(mode), "%04llo", (unsigned long long)cfg->socket_mode);
+    yaml_put_kv(out, "  ", "socket_mode", mode);
+    yaml_put_kv(out, "  ", "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
+    yaml_put_kv(out, "  ", "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
+    yaml_put_kv(out, "  ", "auth_addr", cfg->auth_addr);
+    yaml_put_kv(out, "  ", "hostname", cfg->hostname);
+    yaml_put_kv(out, "  ", "recipient_delimiter", cfg->recipient_delimiter);
+    yaml_put_kv(out, "  ", "username_format", cfg->username_format);
+    fprintf(out,
+            "  add_received_header: %s\n  max_message_size: %lld\n  max_recipients: %lld\n"
+            "  max_line_length: %lld\n  max_connections: %lld\n  max_errors: %lld\n"
+            "  command_timeout: %lldms\n  auth_timeout: %lldms\n  delivery_threads: %lld\n"
+            "  delivery_queue: %lld\n",
+            cfg->add_received_header ? "true" : "false", (long long)cfg->max_message_size,
+            (long long)cfg->max_recipients, (long long)cfg->max_line_length,
+            (long long)cfg->max_connections, (long long)cfg->max_errors,
+            (long long)cfg->command_timeout_ms, (long long)cfg->auth_timeout_ms,
+            (long long)cfg->delivery_threads, (long long)cfg->delivery_queue);
+}

@@ -1,0 +1,41 @@
+/* The `lmtp:` configuration section (docs/configuration.md#lmtp). */
+#ifndef PETREL_PROTOCOLS_LMTP_CONFIG_H
+#define PETREL_PROTOCOLS_LMTP_CONFIG_H
+
+#include "core/cfg-read.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct lmtp_config {
+    char **listen;       /* "host:port" and "unix:/path" (NULL-terminated) */
+    char **allowed_nets; /* TCP clients allowed (empty: any); Unix sockets always */
+    int64_t socket_mode; /* permissions of Unix sockets */
+    char *tls_cert_file; /* STARTTLS offered when set */
+    char *tls_key_file;
+    char *auth_addr;           /* the auth service (userdb lookups) */
+    char *hostname;            /* greeting, LHLO reply, Received header ("" = the system's) */
+    char *recipient_delimiter; /* characters that start the address detail ("" = none) */
+    char *username_format;     /* userdb name from the address: %u, %n, %d */
+    bool add_received_header;
+    int64_t max_message_size; /* bytes; advertised as SIZE */
+    int64_t max_recipients;   /* per transaction */
+    int64_t max_line_length;  /* command lines */
+    int64_t max_connections;
+    int64_t max_errors;         /* bad commands before the connection is closed */
+    int64_t command_timeout_ms; /* inactivity, also inside DATA */
+    int64_t auth_timeout_ms;    /* one userdb lookup */
+    int64_t delivery_threads;   /* storage writes run on these */
+    int64_t delivery_queue;     /* deliveries waiting for a thread */
+};
+
+void lmtp_config_defaults(struct lmtp_config *cfg);
+/* Reads the `lmtp:` map (NULL keeps the defaults). `required`: the lmtp
+ * component runs, so a listener and auth_addr must be set. */
+bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
+                      struct lmtp_config *cfg);
+void lmtp_config_free(struct lmtp_config *cfg);
+void lmtp_config_print(const struct lmtp_config *cfg, FILE *out);
+
+#endif

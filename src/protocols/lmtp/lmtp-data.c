@@ -1,0 +1,92 @@
+/* DATA stream decoding (see lmtp-data.h). Runs of ordinary line content
+ * are copied in one piece; only line starts and CRs take the slow path. */
+#include "protocols/lmtp/lmtp-data.h"
+
+#include <string.h>
+
+void lmtp_data_init(struct lmtp_data *d, struct buf *out, uint64_t max_size)
+{
+    memset(d, 0, sizeof(*d));
+    d->state = LMTP_DATA_LINE_START;
+    d->max_size = max_size;
+    d->out = out;
+}
+
+static void put(struct lmtp_data *d, const char *p, size_t n)
+{
+    d->size += n;
+    if (d->too_big)
+        return;
+    if (d->size > d->max_size) {
+        d->too_big = true;
+        return;
+    }
+    buf_append(d->out, p, n);
+}
+
+/* Next state after emitting the ordinary content byte `c`. */
+static enum lmtp_data_state after(char c, enum lmtp_data_state in_line)
+{
+    if (c == '\r')
+        return LMTP_DATA_CR;
+    return in_line;
+}
+
+bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *consumed)
+{
+    size_t i = 0;
+    while (i < len && d->state != LMTP_DATA_DONE) {
+        char c = in[i];
+        switch (d->state) {
+        case LMTP_DATA_LINE_START:
+            if (c == '.') {
+                d->state = LMTP_DATA_DOT;
+                i++;
+                break;
+            }
+            put(d, &c, 1);
+            d->state = after(c, LMTP_DATA_IN_LINE);
+            i++;
+            break;
+        case LMTP_DATA_DOT:
+            if (c == '\r') {
+                d->state = LMTP_DATA_DOT_CR;
+                i++;
+                break;
+            }
+            /* A stuffed dot: dropped; c starts the line's content. */
+            put(d, &c, 1);
+            d->state = after(c, LMTP_DATA_IN_LINE);
+            i++;
+            break;
+        case LMTP_DATA_DOT_CR:
+            if (c == '\n') {
+                d->state = LMTP_DATA_DONE;
+                i++;
+                break;
+            }
+            /* "." CR then more: the dot was stuffed, the CR is content. */
+            put(d, "\r", 1);
+            d->state = LMTP_DATA_CR;
+            break; /* c is handled in the CR state */
+        case LMTP_DATA_CR:
+            put(d, &c, 1);
+            d->state = c == '\n' ? LMTP_DATA_LINE_START : after(c, LMTP_DATA_IN_LINE);
+            i++;
+            break;
+        case LMTP_DATA_IN_LINE: {
+            const char *cr = memchr(in + i, '\r', len - i);
+            size_t run = cr != NULL ? (size_t)(cr - (in + i)) + 1 : len - i;
+            put(d, in + i, run);
+            i += run;
+            if (cr != NULL)
+                d->state = LMTP_DATA_CR;
+            break;
+        }
+        case LMTP_DATA_DONE:
+            break;
+        }
+    }
+    *consumed = i;
+    return d->state == LMTP_DATA_DONE;
+}

@@ -1,0 +1,96 @@
+/* Per-recipient delivery into the mail storage (see lmtp-deliver.h). */
+#include "protocols/lmtp/lmtp-deliver.h"
+
+#include "core/buf.h"
+#include "core/xalloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double elapsed(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+void lmtp_deliver_compose(const struct lmtp_delivery *d, const struct lmtp_delivery_rcpt *r,
+                          struct buf *out)
+{
+    buf_reset(out);
+    buf_reserve(out, d->len + 512);
+    buf_printf(out, "Return-Path: <%s>\r\nDelivered-To: %s\r\n", d->return_path, r->address);
+    if (d->received_head != NULL)
+        buf_printf(out, "%s\r\n\tfor <%s>; %s\r\n", d->received_head, r->address, d->date);
+    buf_append(out, d->data, d->len);
+}
+
+/* The detail folder when it exists in the personal namespace, else INBOX.
+ * Without ACLs in the storage yet, an existing folder is one the user may
+ * post to (docs/lmtp.md). */
+static struct mailbox *open_target(struct mail_user *user, const char *detail,
+                                   struct petrel_error *err)
+{
+    const struct namespace_config *ns = mail_user_namespace(user, "personal", err);
+    if (ns == NULL)
+        return NULL;
+    if (detail != NULL && *detail != '\0' && strcmp(detail, "INBOX") != 0 &&
+        mail_folder_exists(user, ns, detail)) {
+        struct petrel_error ferr;
+        struct mailbox *box = mailbox_open(user, ns, detail, &ferr);
+        if (box != NULL)
+            return box;
+        if (ferr.code != PETREL_ERR_NOT_FOUND && ferr.code != PETREL_ERR_INVALID) {
+            *err = ferr;
+            return NULL;
+        }
+        /* gone meanwhile, or a name the storage refuses: INBOX */
+    }
+    return mailbox_open(user, ns, "INBOX", err);
+}
+
+static void deliver_one(struct mail_storage *storage, const struct lmtp_delivery *d,
+                        struct lmtp_delivery_rcpt *r, struct buf *msg)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    petrel_error_clear(&r->err);
+    struct mail_user *user = mail_user_get(storage, r->username, &r->err);
+    struct mailbox *box = user != NULL ? open_target(user, r->detail, &r->err) : NULL;
+    if (box != NULL) {
+        lmtp_deliver_compose(d, r, msg);
+        r->ok = mailbox_append(box, msg->data, msg->len, 0, NULL, 0, &r->uid, &r->err);
+        if (r->ok)
+            r->folder = xstrdup(mailbox_name(box));
+        mailbox_close(box);
+    }
+    r->seconds = elapsed(&t0);
+}
+
+void lmtp_deliver(struct mail_storage *storage, struct lmtp_delivery *d)
+{
+    struct buf msg = {0};
+    for (size_t i = 0; i < d->rcpt_count; i++)
+        deliver_one(storage, d, &d->rcpts[i], &msg);
+    buf_free(&msg);
+}
+
+void lmtp_delivery_free(struct lmtp_delivery *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->rcpt_count; i++) {
+        struct lmtp_delivery_rcpt *r = &d->rcpts[i];
+        free(r->address);
+        free(r->username);
+        free(r->detail);
+        free(r->folder);
+    }
+    free(d->rcpts);
+    free(d->data);
+    free(d->return_path);
+    free(d->received_head);
+    free(d->date);
+    free(d);
+}

@@ -1,0 +1,380 @@
+/* Listeners (TCP and Unix sockets), the session list, the delivery threads
+ * and the metrics of the LMTP server.
+ *
+ * Deliveries run on a worker pool (core/worker-pool.h): a delivery blocks
+ * on fsync, and the event loop must keep serving other connections
+ * meanwhile. Each delivery thread owns a mail storage of its own (created
+ * here, used only by that thread, freed after the threads are joined), so
+ * nothing in the storage is shared between threads; deliveries to one
+ * folder from two threads serialise on the folder lock as two processes'
+ * would. Deliveries from different connections run in parallel, and their
+ * fsyncs reach the file system together: ext4 commits them in one journal
+ * transaction (the "group commit" the performance section measures). */
+#include "protocols/lmtp/lmtp-server.h"
+
+#include "core/fs-util.h"
+#include "core/log.h"
+#include "core/worker-pool.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+#include "net/tls.h"
+#include "protocols/lmtp/lmtp-private.h"
+
+#include <errno.h>
+#include <event2/listener.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LMTP_MAX_LISTENERS 16
+
+struct lmtp_listener {
+    struct evconnlistener *evl;
+    char address[128];
+    bool unix_socket;
+};
+
+struct lmtp_job {
+    struct lmtp_server *srv;
+    struct lmtp_session *session; /* NULL once the session is gone */
+    struct lmtp_delivery *d;
+};
+
+struct lmtp_server {
+    struct lmtp_server_ctx ctx;
+    struct lmtp_listener listeners[LMTP_MAX_LISTENERS];
+    size_t listener_count;
+    struct cidr_list allowed;
+    struct lmtp_session *sessions;
+    size_t session_count;
+    unsigned long long session_ids;
+    struct worker_pool *pool;
+    struct mail_storage **storages; /* one per delivery thread */
+    size_t storage_count;
+};
+
+const struct lmtp_server_ctx *lmtp_server_context(const struct lmtp_server *srv)
+{
+    return &srv->ctx;
+}
+
+unsigned long long lmtp_server_next_session_id(struct lmtp_server *srv)
+{
+    return ++srv->session_ids;
+}
+
+void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
+{
+    s->next = srv->sessions;
+    if (srv->sessions != NULL)
+        srv->sessions->prev = s;
+    srv->sessions = s;
+    srv->session_count++;
+    metric_add(srv->ctx.m.connections_total, 1);
+    metric_gauge_add(srv->ctx.m.sessions, 1);
+}
+
+void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
+{
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        srv->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    srv->session_count--;
+    metric_gauge_add(srv->ctx.m.sessions, -1);
+}
+
+/* ---------- deliveries ---------- */
+
+static void job_work(void *arg, unsigned worker_index)
+{
+    struct lmtp_job *job = arg;
+    lmtp_deliver(job->srv->storages[worker_index], job->d);
+}
+
+static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
+                        const char *session_id)
+{
+    static const char *const ok[] = {"ok"}, *const tempfail[] = {"tempfail"};
+    for (size_t i = 0; i < d->rcpt_count; i++) {
+        const struct lmtp_delivery_rcpt *r = &d->rcpts[i];
+        char addr[300];
+        log_quote(addr, sizeof(addr), r->address);
+        metric_add(metric_series_get(srv->ctx.m.deliveries, r->ok ? ok : tempfail), 1);
+        metric_observe(srv->ctx.m.delivery_seconds, r->seconds);
+        if (r->ok) {
+            char folder[300];
+            log_quote(folder, sizeof(folder), r->folder);
+            log_info(LMTP_COMPONENT, "delivered",
+                     "session=%s rcpt=%s user=%s folder=%s uid=%u size=%zu ms=%.1f", session_id,
+                     addr, r->username, folder, r->uid, d->len, r->seconds * 1000);
+        } else {
+            char why[600];
+            log_quote(why, sizeof(why), r->err.message);
+            log_warn(LMTP_COMPONENT, "delivery failed",
+                     "session=%s rcpt=%s user=%s code=%s error=%s ms=%.1f", session_id, addr,
+                     r->username, petrel_error_code_name(r->err.code), why, r->seconds * 1000);
+        }
+    }
+}
+
+static void job_done(void *arg, bool cancelled)
+{
+    struct lmtp_job *job = arg;
+    struct lmtp_delivery *d = job->d;
+    if (cancelled) {
+        for (size_t i = 0; i < d->rcpt_count; i++)
+            petrel_error_set(&d->rcpts[i].err, PETREL_ERR_UNAVAILABLE, "server shutting down");
+    } else {
+        job_account(job->srv, d, job->session != NULL ? job->session->id : "-");
+    }
+    if (job->session != NULL) {
+        job->session->job = NULL;
+        lmtp_session_delivered(job->session, d);
+    }
+    lmtp_delivery_free(d);
+    free(job);
+}
+
+bool lmtp_server_submit(struct lmtp_server *srv, struct lmtp_session *s, struct lmtp_delivery *d)
+{
+    struct lmtp_job *job = xcalloc(1, sizeof(*job));
+    job->srv = srv;
+    job->session = s;
+    job->d = d;
+    if (!worker_pool_submit(srv->pool, job, job_work, job_done)) {
+        free(job);
+        return false;
+    }
+    s->job = job;
+    return true;
+}
+
+void lmtp_server_detach_job(struct lmtp_job *job)
+{
+    if (job != NULL)
+        job->session = NULL;
+}
+
+/* ---------- listeners ---------- */
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+    (void)evl;
+    (void)socklen;
+    struct lmtp_server *srv = arg;
+    char line[320];
+    int n = 0;
+    if (sa->sa_family != AF_UNIX && srv->allowed.count > 0 && !cidr_list_match(&srv->allowed, sa)) {
+        char ip[64];
+        net_addr_format_ip(sa, ip, sizeof(ip));
+        log_warn(LMTP_COMPONENT, "connection refused: not in allowed_nets", "peer=%s", ip);
+        n = snprintf(line, sizeof(line), "554 5.7.1 %s Access denied\r\n", srv->ctx.hostname);
+    } else if (srv->session_count >= (size_t)srv->ctx.cfg->max_connections) {
+        n = snprintf(line, sizeof(line), "421 4.3.2 %s Too many connections, try again later\r\n",
+                     srv->ctx.hostname);
+    }
+    if (n > 0) {
+        ssize_t ignored = write(fd, line, (size_t)n);
+        (void)ignored;
+        evutil_closesocket(fd);
+        return;
+    }
+    struct bufferevent *bev = bufferevent_socket_new(srv->ctx.base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    lmtp_session_start(srv, bev, sa);
+}
+
+static bool listen_on(struct lmtp_server *srv, const char *addr, struct petrel_error *err)
+{
+    if (srv->listener_count >= LMTP_MAX_LISTENERS)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "lmtp.listen: too many addresses");
+    bool is_unix = strncmp(addr, "unix:", 5) == 0;
+    if (is_unix) {
+        /* "unix:./var/lmtp.sock": the directory may not exist yet. */
+        char *dir = fs_dirname(addr + 5);
+        bool ok = fs_mkdir_p(dir, 0755, err);
+        free(dir);
+        if (!ok)
+            return false;
+    }
+    int fd = net_listen(addr, false, err);
+    if (fd < 0)
+        return false;
+    if (is_unix && chmod(addr + 5, (mode_t)srv->ctx.cfg->socket_mode) != 0) {
+        int e = errno;
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
+                                strerror(e));
+    }
+    struct lmtp_listener *l = &srv->listeners[srv->listener_count];
+    l->evl = evconnlistener_new(srv->ctx.base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (l->evl == NULL) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
+    }
+    l->unix_socket = is_unix;
+    net_bound_address(fd, l->address, sizeof(l->address));
+    srv->listener_count++;
+    return true;
+}
+
+static void close_listeners(struct lmtp_server *srv)
+{
+    for (size_t i = 0; i < srv->listener_count; i++) {
+        if (srv->listeners[i].evl != NULL) {
+            evconnlistener_free(srv->listeners[i].evl);
+            srv->listeners[i].evl = NULL;
+        }
+    }
+}
+
+/* ---------- life cycle ---------- */
+
+static void metrics_init(struct lmtp_server *srv, struct metrics_registry *reg)
+{
+    static const char *const dir_labels[] = {"direction", NULL};
+    static const char *const result_labels[] = {"result", NULL};
+    struct lmtp_server_metrics *m = &srv->ctx.m;
+    m->sessions = metric_series_get(
+        metrics_gauge(reg, "petrel_lmtp_sessions", "Open LMTP sessions.", NULL), NULL);
+    m->connections_total = metric_series_get(
+        metrics_counter(reg, "petrel_lmtp_connections_total", "LMTP connections accepted.", NULL),
+        NULL);
+    struct metric_family *bytes = metrics_counter(
+        reg, "petrel_lmtp_bytes_total", "Bytes received and sent by the LMTP server.", dir_labels);
+    const char *in[] = {"in"}, *out[] = {"out"};
+    m->bytes_in = metric_series_get(bytes, in);
+    m->bytes_out = metric_series_get(bytes, out);
+    m->deliveries = metrics_counter(reg, "petrel_lmtp_deliveries_total",
+                                    "Messages delivered to one recipient, by result: ok (250), "
+                                    "tempfail (451, nothing stored), permfail (5xx after DATA).",
+                                    result_labels);
+    m->delivery_seconds = metric_series_get(
+        metrics_histogram(reg, "petrel_lmtp_delivery_seconds",
+                          "Time to store a message for one recipient (durable per mail.fsync), "
+                          "in seconds.",
+                          NULL, metrics_latency_buckets, metrics_latency_bucket_count),
+        NULL);
+    m->recipients = metrics_counter(reg, "petrel_lmtp_recipients_total",
+                                    "RCPT TO answers by result: accepted, unknown (550), "
+                                    "tempfail (451), rejected (other 5xx).",
+                                    result_labels);
+    /* Every series exists from the start, so a rate shows 0, not nothing. */
+    static const char *const results[] = {"ok", "tempfail", "permfail"};
+    for (size_t i = 0; i < 3; i++)
+        metric_series_get(m->deliveries, &results[i]);
+    static const char *const rcpt_results[] = {"accepted", "unknown", "tempfail", "rejected"};
+    for (size_t i = 0; i < 4; i++)
+        metric_series_get(m->recipients, &rcpt_results[i]);
+}
+
+struct lmtp_server *lmtp_server_start(const struct service_env *env, const struct lmtp_config *cfg,
+                                      struct mail_storage *storage, struct petrel_error *err)
+{
+    struct lmtp_server *srv = xcalloc(1, sizeof(*srv));
+    srv->ctx.cfg = cfg;
+    srv->ctx.base = env->base;
+    if (cfg->hostname != NULL && *cfg->hostname != '\0')
+        snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "%s", cfg->hostname);
+    else if (gethostname(srv->ctx.hostname, sizeof(srv->ctx.hostname) - 1) != 0 ||
+             srv->ctx.hostname[0] == '\0')
+        snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "localhost");
+    metrics_init(srv, env->metrics);
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err))
+        goto fail;
+    if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
+        struct tls_server_options topts = {
+            .cert_file = cfg->tls_cert_file,
+            .key_file = cfg->tls_key_file,
+        };
+        srv->ctx.tls = tls_server_ctx_new(&topts, err);
+        if (srv->ctx.tls == NULL)
+            goto fail;
+    }
+    srv->ctx.auth = auth_client_new(env->base, cfg->auth_addr, cfg->auth_timeout_ms, err);
+    if (srv->ctx.auth == NULL)
+        goto fail;
+    srv->storage_count = (size_t)cfg->delivery_threads;
+    srv->storages = xcalloc(srv->storage_count, sizeof(*srv->storages));
+    for (size_t i = 0; i < srv->storage_count; i++) {
+        /* No metrics registry: the registry belongs to the loop thread. */
+        srv->storages[i] = mail_storage_new(mail_storage_config(storage), NULL);
+    }
+    srv->pool =
+        worker_pool_new(env->base, (unsigned)cfg->delivery_threads, (size_t)cfg->delivery_queue);
+    if (srv->pool == NULL) {
+        petrel_error_set(err, PETREL_ERR_IO, "lmtp: cannot start %lld delivery threads",
+                         (long long)cfg->delivery_threads);
+        goto fail;
+    }
+    for (size_t i = 0; cfg->listen != NULL && cfg->listen[i] != NULL; i++) {
+        if (!listen_on(srv, cfg->listen[i], err))
+            goto fail;
+    }
+    if (srv->listener_count == 0) {
+        petrel_error_set(err, PETREL_ERR_INVALID, "lmtp: no listener configured");
+        goto fail;
+    }
+    for (size_t i = 0; i < srv->listener_count; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "lmtp-listener-%zu", i);
+        readiness_add_tcp(env->readiness, name, srv->listeners[i].address, false, NULL, NULL);
+    }
+    log_info(LMTP_COMPONENT, "listening",
+             "address=%s listeners=%zu starttls=%s auth=%s delivery_threads=%lld",
+             srv->listeners[0].address, srv->listener_count, srv->ctx.tls != NULL ? "on" : "off",
+             cfg->auth_addr, (long long)cfg->delivery_threads);
+    return srv;
+fail:
+    lmtp_server_free(srv);
+    return NULL;
+}
+
+const char *lmtp_server_address(const struct lmtp_server *srv)
+{
+    return srv->listener_count > 0 ? srv->listeners[0].address : "";
+}
+
+void lmtp_server_stop_accepting(struct lmtp_server *srv)
+{
+    close_listeners(srv);
+    struct lmtp_session *s = srv->sessions;
+    while (s != NULL) {
+        struct lmtp_session *next = s->next;
+        lmtp_session_shutdown(s);
+        s = next;
+    }
+}
+
+size_t lmtp_server_sessions(const struct lmtp_server *srv)
+{
+    return srv->session_count;
+}
+
+void lmtp_server_free(struct lmtp_server *srv)
+{
+    if (srv == NULL)
+        return;
+    close_listeners(srv);
+    while (srv->sessions != NULL)
+        lmtp_session_free(srv->sessions);
+    /* Deliveries still running finish (their files are complete and durable
+     * or removed); their sessions are gone, so nobody is answered. */
+    worker_pool_free(srv->pool);
+    for (size_t i = 0; i < srv->storage_count; i++)
+        mail_storage_free(srv->storages[i]);
+    free(srv->storages);
+    auth_client_free(srv->ctx.auth);
+    if (srv->ctx.tls != NULL)
+        SSL_CTX_free(srv->ctx.tls);
+    cidr_list_free(&srv->allowed);
+    free(srv);
+}

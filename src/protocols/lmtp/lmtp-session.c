@@ -1,0 +1,331 @@
+/* One LMTP client connection: greeting, command lines and the DATA stream
+ * read off the socket, replies, timeouts, STARTTLS, shutdown and the
+ * deferred free. What each command does is in lmtp-commands.c. */
+#include "protocols/lmtp/lmtp-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LMTP_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
+#define LMTP_DATA_CHUNK 65536      /* DATA bytes decoded per step */
+
+static void session_read_cb(struct bufferevent *bev, void *arg);
+static void session_write_cb(struct bufferevent *bev, void *arg);
+static void session_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* ---------- output ---------- */
+
+static void send_raw(struct lmtp_session *s, const void *data, size_t len)
+{
+    bufferevent_write(s->bev, data, len);
+    metric_add(lmtp_server_context(s->server)->m.bytes_out, (double)len);
+}
+
+void lmtp_reply(struct lmtp_session *s, const char *fmt, ...)
+{
+    struct buf line = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(&line, fmt, ap);
+    va_end(ap);
+    buf_append_str(&line, "\r\n");
+    send_raw(s, line.data, line.len);
+    buf_free(&line);
+}
+
+void lmtp_reply_lines(struct lmtp_session *s, int code, const char *const *lines, size_t n)
+{
+    struct buf out = {0};
+    for (size_t i = 0; i < n; i++)
+        buf_printf(&out, "%d%c%s\r\n", code, i + 1 < n ? '-' : ' ', lines[i]);
+    send_raw(s, out.data, out.len);
+    buf_free(&out);
+}
+
+/* ---------- life cycle ---------- */
+
+static void set_timeout(struct lmtp_session *s)
+{
+    int64_t ms = lmtp_server_context(s->server)->cfg->command_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    bufferevent_set_timeouts(s->bev, &tv, NULL);
+}
+
+/* Bytes still queued anywhere below the session (a TLS filter hands its
+ * output to the socket bufferevent underneath). */
+static size_t output_pending(struct lmtp_session *s)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
+    struct bufferevent *under = bufferevent_get_underlying(s->bev);
+    if (under != NULL)
+        n += evbuffer_get_length(bufferevent_get_output(under));
+    return n;
+}
+
+static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct lmtp_session *s = arg;
+    if (output_pending(s) > 0 && ++s->close_polls < LMTP_CLOSE_GRACE_POLLS) {
+        struct timeval tick = {0, 10000};
+        evtimer_add(s->close_ev, &tick);
+        return;
+    }
+    lmtp_session_free(s);
+}
+
+void lmtp_session_close_after_output(struct lmtp_session *s)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    bufferevent_disable(s->bev, EV_READ);
+    /* Freed from a timer, never inside the session's own call chain: the
+     * timer polls until the output has left (or the grace ran out). */
+    s->close_ev = evtimer_new(lmtp_server_context(s->server)->base, deferred_free_cb, s);
+    struct timeval now = {0, 0};
+    evtimer_add(s->close_ev, &now);
+}
+
+void lmtp_session_shutdown(struct lmtp_session *s)
+{
+    if (s->closing)
+        return;
+    s->stopping = true;
+    if (s->busy || s->in_data)
+        return; /* after the transaction (lmtp_session_resume) */
+    lmtp_reply(s, "421 4.3.2 %s Service shutting down", lmtp_server_context(s->server)->hostname);
+    lmtp_session_close_after_output(s);
+}
+
+void lmtp_session_reset_transaction(struct lmtp_session *s)
+{
+    s->has_mail = false;
+    free(s->sender);
+    s->sender = NULL;
+    s->smtputf8 = false;
+    for (size_t i = 0; i < s->rcpt_count; i++) {
+        lmtp_recipient_name_free(&s->rcpts[i].name);
+        free(s->rcpts[i].username);
+    }
+    s->rcpt_count = 0;
+    s->in_data = false;
+    buf_free(&s->message);
+}
+
+void lmtp_session_free(struct lmtp_session *s)
+{
+    if (s->auth_req != NULL)
+        auth_client_cancel(s->auth_req);
+    lmtp_recipient_name_free(&s->pending);
+    /* A delivery still running finishes without us (and is not answered). */
+    lmtp_server_detach_job(s->job);
+    lmtp_session_reset_transaction(s);
+    free(s->rcpts);
+    free(s->helo);
+    log_debug(LMTP_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
+    lmtp_server_session_gone(s->server, s);
+    if (s->close_ev != NULL)
+        event_free(s->close_ev);
+    bufferevent_free(s->bev);
+    free(s);
+}
+
+void lmtp_session_error(struct lmtp_session *s)
+{
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
+    if (++s->errors < (size_t)ctx->cfg->max_errors)
+        return;
+    log_info(LMTP_COMPONENT, "too many errors, disconnecting", "session=%s peer=%s errors=%zu",
+             s->id, s->peer, s->errors);
+    lmtp_reply(s, "421 4.7.0 %s Too many errors, closing connection", ctx->hostname);
+    lmtp_session_close_after_output(s);
+}
+
+void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
+                        const struct sockaddr *peer)
+{
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(srv);
+    struct lmtp_session *s = xcalloc(1, sizeof(*s));
+    s->server = srv;
+    s->bev = bev;
+    net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
+    net_addr_format(peer, s->peer, sizeof(s->peer));
+    snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
+    lmtp_server_session_added(srv, s);
+    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
+    set_timeout(s);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    log_debug(LMTP_COMPONENT, "connected", "session=%s peer=%s", s->id, s->peer);
+    lmtp_reply(s, "220 %s Petrel LMTP ready", ctx->hostname);
+}
+
+/* ---------- STARTTLS ---------- */
+
+/* Whatever the client pipelined after STARTTLS is thrown away: it arrived
+ * in clear text (RFC 3207 5, CVE-2011-0411). */
+bool lmtp_session_starttls(struct lmtp_session *s)
+{
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
+    struct evbuffer *in = bufferevent_get_input(s->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    SSL *ssl = SSL_new(ctx->tls);
+    struct bufferevent *tls_bev =
+        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (tls_bev == NULL) {
+        SSL_free(ssl);
+        return false;
+    }
+    s->bev = tls_bev;
+    s->tls = true;
+    bufferevent_setcb(tls_bev, session_read_cb, session_write_cb, session_event_cb, s);
+    set_timeout(s);
+    bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
+    return true;
+}
+
+/* ---------- input ---------- */
+
+void lmtp_session_park(struct lmtp_session *s)
+{
+    s->busy = true;
+    /* Nothing is read meanwhile, so no timeout runs and nothing piles up. */
+    bufferevent_disable(s->bev, EV_READ);
+}
+
+static void process_input(struct lmtp_session *s);
+
+void lmtp_session_resume(struct lmtp_session *s)
+{
+    s->busy = false;
+    if (s->closing)
+        return;
+    if (s->stopping && !s->in_data) {
+        lmtp_session_shutdown(s);
+        return;
+    }
+    set_timeout(s);
+    bufferevent_enable(s->bev, EV_READ);
+    process_input(s);
+}
+
+/* The DATA stream: decodes what is buffered, and hands the message over
+ * once its end marker came. */
+static void read_data(struct lmtp_session *s, struct evbuffer *in)
+{
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
+    while (evbuffer_get_length(in) > 0) {
+        size_t avail = evbuffer_get_length(in);
+        size_t chunk = avail < LMTP_DATA_CHUNK ? avail : LMTP_DATA_CHUNK;
+        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)chunk);
+        size_t used = 0;
+        bool done = lmtp_data_feed(&s->data, data, chunk, &used);
+        evbuffer_drain(in, used);
+        metric_add(ctx->m.bytes_in, (double)used);
+        if (done) {
+            s->in_data = false;
+            lmtp_command_data_done(s);
+            return;
+        }
+    }
+}
+
+/* Reads command lines (and DATA) until the buffer is empty or the session
+ * waits. The session is never freed in here (closing goes through a timer). */
+static void process_input(struct lmtp_session *s)
+{
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
+    size_t max = (size_t)ctx->cfg->max_line_length;
+    while (!s->busy && !s->closing) {
+        /* Looked up each round: STARTTLS replaces the bufferevent. */
+        struct evbuffer *in = bufferevent_get_input(s->bev);
+        if (s->in_data) {
+            read_data(s, in);
+            if (s->in_data)
+                return; /* everything buffered was message data */
+            continue;
+        }
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            size_t avail = evbuffer_get_length(in);
+            if (avail > max) {
+                /* No line end within the limit: drop what came, and the
+                 * rest of the line when it arrives. */
+                evbuffer_drain(in, avail);
+                metric_add(ctx->m.bytes_in, (double)avail);
+                if (!s->skip_line) {
+                    s->skip_line = true;
+                    lmtp_reply(s, "500 5.5.2 Line too long");
+                    lmtp_session_error(s);
+                }
+            }
+            return;
+        }
+        size_t total = (size_t)eol.pos + 1;
+        metric_add(ctx->m.bytes_in, (double)total);
+        if (s->skip_line || total - 1 > max) {
+            evbuffer_drain(in, total);
+            if (!s->skip_line) {
+                lmtp_reply(s, "500 5.5.2 Line too long");
+                lmtp_session_error(s);
+            }
+            s->skip_line = false;
+            continue;
+        }
+        char *line = xmalloc(total);
+        evbuffer_remove(in, line, total);
+        size_t len = total - 1;
+        if (len > 0 && line[len - 1] == '\r')
+            len--;
+        line[len] = '\0';
+        lmtp_command_run(s, line, len);
+        free(line);
+    }
+}
+
+static void session_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    process_input(arg);
+}
+
+static void session_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    (void)arg;
+}
+
+static void session_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct lmtp_session *s = arg;
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (!s->closing) {
+            log_info(LMTP_COMPONENT, "timeout", "session=%s peer=%s in_data=%d", s->id, s->peer,
+                     (int)s->in_data);
+            lmtp_reply(s, "421 4.4.2 %s Timeout, closing connection",
+                       lmtp_server_context(s->server)->hostname);
+            lmtp_session_close_after_output(s);
+        }
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (s->in_data)
+            log_info(LMTP_COMPONENT, "connection lost during DATA", "session=%s peer=%s", s->id,
+                     s->peer);
+        if (s->closing)
+            return; /* the close timer frees it */
+        lmtp_session_free(s);
+    }
+}

@@ -1,0 +1,187 @@
+/* AUTHORIZATION state: STLS (RFC 2595), USER/PASS (RFC 1939), AUTH
+ * (RFC 5034: PLAIN and LOGIN with initial responses). Passwords are
+ * checked by the auth service, which also runs the SASL exchange (this file
+ * relays it) and delays failed attempts per client IP. Response codes:
+ * [AUTH] for refused credentials, [SYS/TEMP] when the auth service or the
+ * storage cannot answer now (RFC 2449, RFC 3206). */
+#include "protocols/pop3/pop3-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "services/auth/auth-sasl.h"
+
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void cmd_stls(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    if (cmd->arg_count != 0) {
+        pop3_reply_err(s, "STLS takes no arguments.");
+        return;
+    }
+    if (pop3_server_context(s->server)->tls == NULL) {
+        pop3_reply_err(s, "TLS is not configured.");
+        return;
+    }
+    if (s->tls) {
+        pop3_reply_err(s, "TLS is already active.");
+        return;
+    }
+    /* A USER given in clear text does not carry over. */
+    free(s->user_arg);
+    s->user_arg = NULL;
+    pop3_reply_ok(s, "Begin TLS negotiation now.");
+    if (!pop3_session_starttls(s)) {
+        log_error(POP3_COMPONENT, "STLS failed", "session=%s", s->id);
+        pop3_session_close_after_output(s);
+    }
+}
+
+static bool plaintext_refused(struct pop3_session *s)
+{
+    if (s->secured)
+        return false;
+    pop3_reply_err(s, "[AUTH] Plaintext authentication disallowed on non-secure connections; "
+                      "use STLS.");
+    return true;
+}
+
+static void count_login(struct pop3_session *s, const char *result)
+{
+    const char *values[] = {result};
+    metric_add(metric_series_get(pop3_server_context(s->server)->m.logins, values), 1);
+}
+
+/* The auth service's answer to PASS or AUTH. */
+static void auth_done(const struct auth_client_reply *r, void *ctx)
+{
+    struct pop3_session *s = ctx;
+    if (r->status == AUTH_CLIENT_CONTINUE) {
+        pop3_session_sasl_challenge(s, r->challenge != NULL ? r->challenge : "");
+        return;
+    }
+    s->auth_req = NULL;
+    s->sasl_waiting_client = false;
+    if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
+        if (!pop3_session_login(s, r->user)) {
+            count_login(s, "refused");
+            return;
+        }
+        count_login(s, "ok");
+        char uq[300];
+        log_info(POP3_COMPONENT, "logged in",
+                 "session=%s user=%s peer=%s tls=%s messages=%zu octets=%llu", s->id,
+                 log_quote(uq, sizeof(uq), r->user), s->peer, s->tls ? "yes" : "no", s->drop.count,
+                 (unsigned long long)s->drop.total_size);
+        pop3_reply_ok(s, "Logged in.");
+        return;
+    }
+    if (r->status == AUTH_CLIENT_ERROR || r->temporary) {
+        count_login(s, "unavailable");
+        pop3_reply_err(s, "[SYS/TEMP] Temporary authentication failure; try again later.");
+        return;
+    }
+    count_login(s, "failed");
+    s->auth_failures++;
+    pop3_reply_err(s, "[AUTH] Authentication failed.");
+    int64_t max = pop3_server_context(s->server)->cfg->max_auth_failures;
+    if (s->auth_failures >= (size_t)max && !s->closing) {
+        log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"too many failed logins\"",
+                 s->id, s->peer);
+        pop3_session_close_after_output(s);
+    }
+}
+
+static void cmd_user(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    if (cmd->arg_count != 1) {
+        pop3_reply_err(s, "USER needs a user name.");
+        return;
+    }
+    if (plaintext_refused(s))
+        return;
+    free(s->user_arg);
+    s->user_arg = xstrdup(cmd->args[0]);
+    pop3_reply_ok(s, "Send the password with PASS.");
+}
+
+static void cmd_pass(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    if (s->user_arg == NULL) {
+        pop3_reply_err(s, "Send USER first.");
+        return;
+    }
+    if (plaintext_refused(s))
+        return;
+    /* The whole rest of the line: a password may contain spaces. */
+    char *password = xstrndup(cmd->rest, cmd->rest_len);
+    char *user = s->user_arg;
+    s->user_arg = NULL;
+    s->busy = true;
+    s->auth_req = auth_client_verify(pop3_server_context(s->server)->auth, user, password, "pop3",
+                                     s->peer_ip, auth_done, s);
+    OPENSSL_cleanse(password, cmd->rest_len);
+    free(password);
+    free(user);
+}
+
+static void cmd_auth(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    if (cmd->arg_count == 0) {
+        /* Not in RFC 5034, but what clients from before it send to learn the
+         * mechanisms (and what other servers answer). */
+        struct buf list = {0};
+        if (s->secured)
+            buf_append_str(&list, "PLAIN\r\nLOGIN\r\n");
+        pop3_reply_multiline(s, "Mechanisms follow", &list);
+        buf_free(&list);
+        return;
+    }
+    if (cmd->arg_count > 2) {
+        pop3_reply_err(s, "AUTH takes a mechanism and an optional initial response.");
+        return;
+    }
+    if (plaintext_refused(s))
+        return;
+    const char *mech = cmd->args[0];
+    if (sasl_mech_parse(mech) == SASL_MECH_UNKNOWN) {
+        pop3_reply_err(s, "Unsupported authentication mechanism.");
+        return;
+    }
+    const char *initial = NULL;
+    if (cmd->arg_count == 2)
+        initial = strcmp(cmd->args[1], "=") == 0 ? "" : cmd->args[1]; /* RFC 5034 4: "=" is empty */
+    free(s->user_arg);
+    s->user_arg = NULL;
+    s->busy = true;
+    s->auth_req = auth_client_sasl_begin(pop3_server_context(s->server)->auth, mech, "pop3",
+                                         s->peer_ip, initial, auth_done, s);
+}
+
+void pop3_auth_continue(struct pop3_session *s, const char *line, size_t len)
+{
+    s->sasl_waiting_client = false;
+    if (s->auth_req == NULL) {
+        /* Cannot happen: a line is expected only while an exchange runs. */
+        pop3_reply_err(s, "No authentication in progress.");
+        return;
+    }
+    if ((len == 1 && line[0] == '*') || strlen(line) != len) {
+        /* RFC 5034 4: the client cancels the exchange. */
+        auth_client_cancel(s->auth_req);
+        s->auth_req = NULL;
+        pop3_reply_err(s, len == 1 ? "Authentication aborted." : "Invalid SASL response.");
+        return;
+    }
+    s->busy = true;
+    auth_client_sasl_continue(s->auth_req, line);
+}
+
+const struct pop3_command_def pop3_commands_auth[] = {
+    {"STLS", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_stls},
+    {"USER", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_user},
+    {"PASS", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_pass},
+    {"AUTH", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_auth},
+    {NULL, 0, NULL},
+};

@@ -1,0 +1,497 @@
+/* One POP3 client connection: greeting, reading and dispatching commands
+ * one at a time, replies, streamed RETR/TOP responses, timeouts, STLS,
+ * login into the TRANSACTION state, and the end of the session. */
+#include "protocols/pop3/pop3-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+#include "services/warden/warden-client.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POP3_MAX_SINGLE_WRITE (256 * 1024)
+#define POP3_STREAM_STEP (256 * 1024) /* bytes of a message produced per output drain */
+#define POP3_CLOSE_GRACE_POLLS 500    /* x 10 ms: how long a closing session may flush */
+
+static void session_read_cb(struct bufferevent *bev, void *arg);
+static void session_write_cb(struct bufferevent *bev, void *arg);
+static void session_event_cb(struct bufferevent *bev, short what, void *arg);
+static void process_input(struct pop3_session *s);
+
+static const struct pop3_command_def *const command_tables[] = {
+    pop3_commands_any,
+    pop3_commands_auth,
+    pop3_commands_mail,
+};
+
+/* ---------- output ---------- */
+
+void pop3_send_raw(struct pop3_session *s, const void *data, size_t len)
+{
+    if (len == 0)
+        return;
+    bufferevent_write(s->bev, data, len);
+    metric_add(pop3_server_context(s->server)->m.bytes_out, (double)len);
+}
+
+/* While a response streams, the client sends nothing and may read slowly:
+ * the inactivity limit then applies to the output making no progress. */
+static void set_timeout(struct pop3_session *s)
+{
+    const struct pop3_config *cfg = pop3_server_context(s->server)->cfg;
+    int64_t ms =
+        s->state == POP3_STATE_AUTHORIZATION ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    if (s->stream != NULL)
+        bufferevent_set_timeouts(s->bev, NULL, &tv);
+    else
+        bufferevent_set_timeouts(s->bev, &tv, NULL);
+}
+
+static void command_done(struct pop3_session *s, const char *result)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
+                  (double)(now.tv_nsec - s->command_started.tv_nsec) / 1e9;
+    const char *values[] = {s->command[0] != '\0' ? s->command : "invalid", result};
+    metric_observe(metric_series_get(ctx->m.command_seconds, values), secs);
+    s->command[0] = '\0';
+    if (s->busy) {
+        /* An asynchronous command finished: read what waited meanwhile. */
+        s->busy = false;
+        process_input(s);
+    }
+}
+
+static void send_line_v(struct pop3_session *s, const char *prefix, const char *fmt, va_list ap)
+{
+    struct buf line = {0};
+    buf_append_str(&line, prefix);
+    buf_vprintf(&line, fmt, ap);
+    buf_append_str(&line, "\r\n");
+    pop3_send_raw(s, line.data, line.len);
+    buf_free(&line);
+}
+
+void pop3_reply_ok(struct pop3_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    send_line_v(s, "+OK ", fmt, ap);
+    va_end(ap);
+    command_done(s, "ok");
+}
+
+void pop3_reply_err(struct pop3_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    send_line_v(s, "-ERR ", fmt, ap);
+    va_end(ap);
+    command_done(s, "err");
+}
+
+void pop3_reply_multiline(struct pop3_session *s, const char *first, const struct buf *body)
+{
+    struct buf out = {0};
+    buf_printf(&out, "+OK %s\r\n", first);
+    if (body != NULL && body->len > 0)
+        buf_append(&out, body->data, body->len);
+    buf_append_str(&out, ".\r\n");
+    pop3_send_raw(s, out.data, out.len);
+    buf_free(&out);
+    command_done(s, "ok");
+}
+
+/* ---------- streamed RETR / TOP ---------- */
+
+static void stream_end(struct pop3_session *s)
+{
+    mailbox_message_release(s->stream->msg);
+    free(s->stream);
+    s->stream = NULL;
+    set_timeout(s);
+}
+
+/* Produces the next piece; true (and the stream gone) once the terminator
+ * is out. */
+static bool stream_step(struct pop3_session *s)
+{
+    struct buf piece = {0};
+    bool done = pop3_body_write(&s->stream->writer, &piece, POP3_STREAM_STEP);
+    pop3_send_raw(s, piece.data, piece.len);
+    buf_free(&piece);
+    if (done)
+        stream_end(s);
+    return done;
+}
+
+/* The output has drained: the next piece, or the end of the command. */
+static void stream_pump(struct pop3_session *s)
+{
+    if (stream_step(s))
+        command_done(s, "ok");
+}
+
+void pop3_session_stream(struct pop3_session *s, const char *first,
+                         struct mailbox_message_data *msg, bool top, uint64_t lines)
+{
+    struct buf line = {0};
+    buf_printf(&line, "+OK %s\r\n", first);
+    pop3_send_raw(s, line.data, line.len);
+    buf_free(&line);
+    s->stream = xcalloc(1, sizeof(*s->stream));
+    s->stream->msg = msg;
+    pop3_body_init(&s->stream->writer, msg->data, msg->size, top, lines);
+    /* A small message goes out at once and the command ends here; a larger
+     * one parks the session until the write callback has sent the rest. */
+    if (stream_step(s)) {
+        command_done(s, "ok");
+        return;
+    }
+    s->busy = true;
+    set_timeout(s);
+}
+
+/* ---------- life cycle ---------- */
+
+/* Bytes still queued anywhere below the session: a TLS filter hands its
+ * output to the socket bufferevent underneath, which must drain too. */
+static size_t output_pending(struct pop3_session *s)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
+    struct bufferevent *under = bufferevent_get_underlying(s->bev);
+    if (under != NULL)
+        n += evbuffer_get_length(bufferevent_get_output(under));
+    return n;
+}
+
+static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct pop3_session *s = arg;
+    if (output_pending(s) > 0 && ++s->close_polls < POP3_CLOSE_GRACE_POLLS) {
+        struct timeval tick = {0, 10000};
+        evtimer_add(s->close_ev, &tick);
+        return;
+    }
+    pop3_session_free(s);
+}
+
+void pop3_session_close_after_output(struct pop3_session *s)
+{
+    s->closing = true;
+    s->state = POP3_STATE_LOGOUT;
+    bufferevent_disable(s->bev, EV_READ);
+    /* An answer from the auth service would find nobody to log in. */
+    if (s->auth_req != NULL) {
+        auth_client_cancel(s->auth_req);
+        s->auth_req = NULL;
+    }
+    /* The write callback frees the session once the output has left; with
+     * nothing queued (or under TLS, where the socket below drains later) a
+     * timer does it, so callers up the stack never touch a freed session. */
+    if (s->close_ev == NULL && (s->tls || output_pending(s) == 0)) {
+        s->close_ev = evtimer_new(pop3_server_context(s->server)->base, deferred_free_cb, s);
+        struct timeval now = {0, 0};
+        evtimer_add(s->close_ev, &now);
+    }
+}
+
+void pop3_session_shutdown(struct pop3_session *s, const char *reason)
+{
+    if (s->closing)
+        return;
+    if (s->stream != NULL) {
+        /* Inside a multi-line response an -ERR line would read as message
+         * text: the response is cut off by closing instead. */
+        stream_end(s);
+    } else {
+        struct buf line = {0};
+        buf_printf(&line, "-ERR %s\r\n", reason);
+        pop3_send_raw(s, line.data, line.len);
+        buf_free(&line);
+    }
+    pop3_session_close_after_output(s);
+}
+
+void pop3_session_free(struct pop3_session *s)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    if (s->auth_req != NULL)
+        auth_client_cancel(s->auth_req);
+    if (s->stream != NULL) {
+        mailbox_message_release(s->stream->msg);
+        free(s->stream);
+    }
+    if (s->warden != NULL)
+        warden_client_session_disconnect(s->warden);
+    pop3_maildrop_close(&s->drop);
+    mail_user_unref(s->user);
+    if (s->username != NULL) {
+        pop3_server_user_remove(s->server, s->username);
+        metric_gauge_add(ctx->m.sessions_transaction, -1);
+        free(s->username);
+    } else {
+        metric_gauge_add(ctx->m.sessions_authorization, -1);
+    }
+    free(s->user_arg);
+    log_debug(POP3_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
+    pop3_server_session_gone(s->server, s);
+    pop3_parser_free(s->parser);
+    if (s->close_ev != NULL)
+        event_free(s->close_ev);
+    bufferevent_free(s->bev);
+    free(s);
+}
+
+/* Plaintext passwords are fine over TLS, from the networks the operator
+ * calls secure (loopback by default) and over a Unix socket. */
+static bool peer_is_secure(const struct pop3_server_ctx *ctx, const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_UNIX || cidr_list_match(&ctx->secure_nets, sa);
+}
+
+/* Stop reading when this much input waits unparsed (a client pipelining
+ * behind a long RETR): TCP pushes back instead of the buffer growing. */
+static size_t input_high_water(const struct pop3_server_ctx *ctx)
+{
+    size_t n = ctx->limits.max_line * 2 + 2;
+    return n < 65536 ? 65536 : n;
+}
+
+static void setup_bev(struct pop3_session *s, struct bufferevent *bev)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
+    bufferevent_set_max_single_write(bev, POP3_MAX_SINGLE_WRITE);
+    bufferevent_setwatermark(bev, EV_READ, 0, input_high_water(ctx));
+    set_timeout(s);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool tls,
+                        const struct sockaddr *peer)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(srv);
+    struct pop3_session *s = xcalloc(1, sizeof(*s));
+    s->server = srv;
+    s->bev = bev;
+    s->tls = tls;
+    s->secured = tls || peer_is_secure(ctx, peer) || !ctx->cfg->disable_plaintext_auth;
+    s->parser = pop3_parser_new(&ctx->limits);
+    s->state = POP3_STATE_AUTHORIZATION;
+    s->connected_at = (int64_t)time(NULL);
+    net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
+    net_addr_format(peer, s->peer, sizeof(s->peer));
+    snprintf(s->id, sizeof(s->id), "%llx", pop3_server_next_session_id(srv));
+    pop3_server_session_added(srv, s);
+    metric_gauge_add(ctx->m.sessions_authorization, 1);
+    setup_bev(s, bev);
+    static const char greeting[] = "+OK Petrel POP3 ready.\r\n";
+    pop3_send_raw(s, greeting, sizeof(greeting) - 1);
+}
+
+/* ---------- STLS ---------- */
+
+/* Whatever the client pipelined after STLS is thrown away: it arrived in
+ * clear text and must not run as if protected (CVE-2011-0411 class). */
+bool pop3_session_starttls(struct pop3_session *s)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    struct evbuffer *in = bufferevent_get_input(s->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    pop3_parser_reset(s->parser);
+    SSL *ssl = SSL_new(ctx->tls);
+    struct bufferevent *tls_bev =
+        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (tls_bev == NULL) {
+        SSL_free(ssl);
+        return false;
+    }
+    /* The plain bufferevent below keeps no timeouts or watermarks of its own. */
+    bufferevent_set_timeouts(s->bev, NULL, NULL);
+    bufferevent_setwatermark(s->bev, EV_READ, 0, 0);
+    s->bev = tls_bev;
+    s->tls = true;
+    s->secured = true;
+    setup_bev(s, tls_bev);
+    return true;
+}
+
+/* ---------- input ---------- */
+
+static const struct pop3_command_def *find_command(const char *name)
+{
+    for (size_t t = 0; t < sizeof(command_tables) / sizeof(command_tables[0]); t++) {
+        for (const struct pop3_command_def *d = command_tables[t]; d->name != NULL; d++) {
+            if (strcmp(d->name, name) == 0)
+                return d;
+        }
+    }
+    return NULL;
+}
+
+static void run_command(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    clock_gettime(CLOCK_MONOTONIC, &s->command_started);
+    const struct pop3_command_def *def = find_command(cmd->name);
+    if (def == NULL) {
+        snprintf(s->command, sizeof(s->command), "unknown");
+        pop3_reply_err(s, "Unknown command.");
+        return;
+    }
+    snprintf(s->command, sizeof(s->command), "%s", def->name);
+    if ((def->states & POP3_IN(s->state)) == 0) {
+        if (s->state == POP3_STATE_AUTHORIZATION)
+            pop3_reply_err(s, "Log in first.");
+        else
+            pop3_reply_err(s, "Already logged in.");
+        return;
+    }
+    def->run(s, cmd);
+}
+
+static void parse_error(struct pop3_session *s, const struct pop3_parse_error *e)
+{
+    snprintf(s->command, sizeof(s->command), "invalid");
+    clock_gettime(CLOCK_MONOTONIC, &s->command_started);
+    pop3_reply_err(s, "%s", e->message);
+    if (e->fatal) {
+        log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"%s\"", s->id, s->peer,
+                 e->message);
+        pop3_session_close_after_output(s);
+    }
+}
+
+/* Feeds buffered input to the parser and runs complete commands until the
+ * buffer is empty or a command waits. The session may be freed inside only
+ * through the deferred close, never directly. */
+static void process_input(struct pop3_session *s)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    while (!s->busy && !s->closing) {
+        /* Looked up each round: STLS replaces the bufferevent. */
+        struct evbuffer *in = bufferevent_get_input(s->bev);
+        size_t avail = evbuffer_get_length(in);
+        if (avail == 0)
+            return;
+        size_t chunk = avail < 65536 ? avail : 65536;
+        const unsigned char *data = evbuffer_pullup(in, (ev_ssize_t)chunk);
+        size_t consumed = 0;
+        enum pop3_parse_result r = pop3_parser_feed(s->parser, data, chunk, &consumed);
+        evbuffer_drain(in, consumed);
+        metric_add(ctx->m.bytes_in, (double)consumed);
+        switch (r) {
+        case POP3_PARSE_NEED_MORE:
+            break;
+        case POP3_PARSE_COMMAND:
+            run_command(s, pop3_parser_command(s->parser));
+            break;
+        case POP3_PARSE_LINE: {
+            size_t len = 0;
+            const char *line = pop3_parser_line(s->parser, &len);
+            pop3_auth_continue(s, line, len);
+            break;
+        }
+        case POP3_PARSE_ERROR:
+            parse_error(s, pop3_parser_error(s->parser));
+            break;
+        }
+    }
+}
+
+static void session_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    process_input(arg);
+}
+
+static void session_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct pop3_session *s = arg;
+    if (s->stream != NULL && !s->closing) {
+        stream_pump(s);
+        return;
+    }
+    if (s->closing && output_pending(s) == 0)
+        pop3_session_free(s);
+}
+
+static void session_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct pop3_session *s = arg;
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (!s->closing) {
+            log_debug(POP3_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->id, s->peer);
+            pop3_session_shutdown(s, "Disconnected for inactivity.");
+        }
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        pop3_session_free(s);
+}
+
+void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
+{
+    struct buf line = {0};
+    buf_printf(&line, "+ %s\r\n", challenge);
+    pop3_send_raw(s, line.data, line.len);
+    buf_free(&line);
+    s->sasl_waiting_client = true;
+    pop3_parser_expect_line(s->parser);
+    s->busy = false;
+    process_input(s);
+}
+
+/* ---------- login ---------- */
+
+bool pop3_session_login(struct pop3_session *s, const char *username)
+{
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    struct petrel_error err;
+    struct mail_user *user = mail_user_get(ctx->storage, username, &err);
+    if (user == NULL) {
+        log_warn(POP3_COMPONENT, "login refused by storage", "session=%s error=\"%s\"", s->id,
+                 err.message);
+        pop3_reply_err(s, "[SYS/PERM] Cannot serve this account.");
+        return false;
+    }
+    if (!pop3_server_user_add(s->server, username)) {
+        log_info(POP3_COMPONENT, "login refused: too many sessions for the user", "session=%s",
+                 s->id);
+        pop3_reply_err(s, "[IN-USE] Too many sessions for this account; try again later.");
+        return false;
+    }
+    mail_user_ref(user);
+    if (!pop3_maildrop_open(&s->drop, user, &err)) {
+        log_warn(POP3_COMPONENT, "cannot open the maildrop", "session=%s error=\"%s\"", s->id,
+                 err.message);
+        mail_user_unref(user);
+        pop3_server_user_remove(s->server, username);
+        pop3_reply_err(s, "[SYS/TEMP] Cannot open the mailbox now; try again later.");
+        return false;
+    }
+    s->username = xstrdup(username);
+    s->user = user;
+    s->state = POP3_STATE_TRANSACTION;
+    metric_gauge_add(ctx->m.sessions_authorization, -1);
+    metric_gauge_add(ctx->m.sessions_transaction, 1);
+    if (ctx->warden != NULL)
+        s->warden = warden_client_session_connect(ctx->warden, username, s->peer_ip, "pop3",
+                                                  s->connected_at);
+    set_timeout(s);
+    return true;
+}

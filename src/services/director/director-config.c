@@ -1,0 +1,400 @@
+/* The `director:` configuration section (director-config.h). */
+#include "services/director/director-config.h"
+
+#include "core/xalloc.h"
+#include "core/yaml-print.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P "director"
+#define TOKEN_FILE_MAX 4096
+
+static char **strv(const char *const *items)
+{
+    size_t n = 0;
+    while (items[n] != NULL)
+        n++;
+    char **v = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        v[i] = xstrdup(items[i]);
+    return v;
+}
+
+void director_config_defaults(struct director_config *cfg)
+{
+    static const char *const nets[] = {"127.0.0.0/8", "10.96.0.0/12", "10.244.0.0/16", NULL};
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->api_listen = xstrdup(":9103");
+    cfg->api_allowed_nets = strv(nets);
+    cfg->token_env = xstrdup("DIRECTOR_API_TOKEN");
+    cfg->token_file = xstrdup("");
+    cfg->api_request_timeout_ms = 30000;
+    cfg->api_max_body_bytes = 64 * 1024;
+    cfg->api_max_connections = 1024;
+    cfg->ring_listen = xstrdup(":9102");
+    cfg->self = xstrdup("");
+    cfg->ring_allowed_nets = strv(nets);
+    cfg->ring_handshake_timeout_ms = 10000;
+    cfg->ring_max_clients = 1024;
+    cfg->ring_max_line = 8192;
+    cfg->ring_max_output = 4 * 1024 * 1024;
+    cfg->ring_max_sessions_per_client = 100000;
+    cfg->user_expire_ms = 15 * 60 * 1000;
+    cfg->kill_timeout_ms = 2000;
+    cfg->peers = xcalloc(1, sizeof(char *));
+    cfg->max_users = 1000000;
+    cfg->max_backends = 1024;
+    cfg->max_vhosts = 1000;
+    cfg->max_username = 255;
+    cfg->max_tag = 64;
+}
+
+static void free_backends(struct director_config *cfg)
+{
+    for (size_t i = 0; i < cfg->backend_count; i++) {
+        free(cfg->backends[i].ip);
+        free(cfg->backends[i].tag);
+    }
+    free(cfg->backends);
+    cfg->backends = NULL;
+    cfg->backend_count = 0;
+}
+
+void director_config_free(struct director_config *cfg)
+{
+    free(cfg->api_listen);
+    cfg_strv_free(cfg->api_allowed_nets);
+    free(cfg->token_env);
+    free(cfg->token_file);
+    free(cfg->ring_listen);
+    free(cfg->self);
+    cfg_strv_free(cfg->ring_allowed_nets);
+    cfg_strv_free(cfg->peers);
+    free_backends(cfg);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* ---------- addresses ---------- */
+
+bool director_parse_addr(const char *text, char ip[46], unsigned *port)
+{
+    size_t len = strlen(text);
+    const char *colon = strrchr(text, ':');
+    if (len == 0 || len > 64 || colon == NULL || colon[1] == '\0')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || !isdigit((unsigned char)colon[1]) || p == 0 || p > 65535)
+        return false;
+    char host[65];
+    size_t host_len = (size_t)(colon - text);
+    unsigned char bin[16];
+    int family;
+    if (text[0] == '[') {
+        if (host_len < 3 || text[host_len - 1] != ']')
+            return false;
+        memcpy(host, text + 1, host_len - 2);
+        host[host_len - 2] = '\0';
+        family = AF_INET6;
+    } else {
+        memcpy(host, text, host_len);
+        host[host_len] = '\0';
+        family = AF_INET;
+    }
+    if (inet_pton(family, host, bin) != 1 || inet_ntop(family, bin, ip, 46) == NULL)
+        return false;
+    *port = (unsigned)p;
+    return true;
+}
+
+/* ---------- reading ---------- */
+
+/* The inet_ntop form of an IPv4/IPv6 literal. */
+static bool ip_canonical(const char *ip, char out[46])
+{
+    unsigned char bin[16];
+    int family = strchr(ip, ':') != NULL ? AF_INET6 : AF_INET;
+    return inet_pton(family, ip, bin) == 1 && inet_ntop(family, bin, out, 46) != NULL;
+}
+
+static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
+{
+    const struct ynode *list = ynode_get(map, key);
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list != NULL ? list : map;
+}
+
+static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                         const char *value)
+{
+    struct petrel_error e;
+    struct net_addr addr;
+    memset(&addr, 0, sizeof(addr));
+    if (net_addr_parse(value, &addr, &e) && addr.ss.ss_family != AF_UNIX)
+        return true;
+    char full[128];
+    snprintf(full, sizeof(full), "%s.listen", path);
+    return cfg_fail(ctx, ynode_get(map, "listen"), full, "%s",
+                    addr.ss.ss_family == AF_UNIX ? "must be a TCP address" : e.message);
+}
+
+static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                       char **nets)
+{
+    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
+        struct petrel_error e;
+        struct cidr c;
+        if (!cidr_parse(nets[i], &c, &e)) {
+            char full[128];
+            snprintf(full, sizeof(full), "%s.allowed_nets", path);
+            return cfg_fail(ctx, item_node(map, "allowed_nets", i), full, "%s", e.message);
+        }
+    }
+    return true;
+}
+
+static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
+                     struct director_config *cfg)
+{
+    static const char *const keys[] = {
+        "listen",          "allowed_nets",   "token_env",       "token_file",
+        "request_timeout", "max_body_bytes", "max_connections", NULL};
+    const char *p = P ".api";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    if (!cfg_string(ctx, node, p, "listen", &cfg->api_listen) ||
+        !check_listen(ctx, node, p, cfg->api_listen) ||
+        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->api_allowed_nets, NULL) ||
+        !check_nets(ctx, node, p, cfg->api_allowed_nets) ||
+        !cfg_string(ctx, node, p, "token_env", &cfg->token_env) ||
+        !cfg_string(ctx, node, p, "token_file", &cfg->token_file) ||
+        !cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000,
+                         &cfg->api_request_timeout_ms) ||
+        !cfg_int(ctx, node, p, "max_body_bytes", 1024, 16 * 1024 * 1024,
+                 &cfg->api_max_body_bytes) ||
+        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections))
+        return false;
+    if (cfg->token_env[0] == '\0')
+        return cfg_fail(ctx, ynode_get(node, "token_env"), P ".api.token_env",
+                        "must name an environment variable");
+    return true;
+}
+
+static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
+                      struct director_config *cfg)
+{
+    static const char *const keys[] = {
+        "listen",      "self",     "allowed_nets", "handshake_timeout",
+        "max_clients", "max_line", "max_output",   "max_sessions_per_client",
+        NULL};
+    const char *p = P ".ring";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    if (!cfg_string(ctx, node, p, "listen", &cfg->ring_listen) ||
+        !check_listen(ctx, node, p, cfg->ring_listen) ||
+        !cfg_string(ctx, node, p, "self", &cfg->self) ||
+        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->ring_allowed_nets, NULL) ||
+        !check_nets(ctx, node, p, cfg->ring_allowed_nets) ||
+        !cfg_duration_ms(ctx, node, p, "handshake_timeout", 100, 3600000,
+                         &cfg->ring_handshake_timeout_ms) ||
+        !cfg_int(ctx, node, p, "max_clients", 1, 1000000, &cfg->ring_max_clients) ||
+        !cfg_int(ctx, node, p, "max_line", 512, 1024 * 1024, &cfg->ring_max_line) ||
+        !cfg_int(ctx, node, p, "max_output", 64 * 1024, (int64_t)1 << 30, &cfg->ring_max_output) ||
+        !cfg_int(ctx, node, p, "max_sessions_per_client", 0, 100000000,
+                 &cfg->ring_max_sessions_per_client))
+        return false;
+    char ip[46];
+    unsigned port;
+    if (cfg->self[0] != '\0' && !director_parse_addr(cfg->self, ip, &port))
+        return cfg_fail(ctx, ynode_get(node, "self"), P ".ring.self",
+                        "expected <ip>:<port> or [<ip6>]:<port>, found '%s'", cfg->self);
+    return true;
+}
+
+static bool read_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                        struct director_config *cfg)
+{
+    static const char *const keys[] = {"max_users",    "max_backends", "max_vhosts",
+                                       "max_username", "max_tag",      NULL};
+    const char *p = P ".limits";
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+        return false;
+    return cfg_int(ctx, node, p, "max_users", 1, 1000000000, &cfg->max_users) &&
+           cfg_int(ctx, node, p, "max_backends", 1, 1000000, &cfg->max_backends) &&
+           cfg_int(ctx, node, p, "max_vhosts", 1, 100000, &cfg->max_vhosts) &&
+           cfg_int(ctx, node, p, "max_username", 1, 255, &cfg->max_username) &&
+           cfg_int(ctx, node, p, "max_tag", 0, 255, &cfg->max_tag);
+}
+
+static bool read_peers(const struct cfg_ctx *ctx, const struct ynode *node,
+                       struct director_config *cfg)
+{
+    if (!cfg_string_list(ctx, node, P, "peers", DIRECTOR_MAX_PEERS, &cfg->peers, NULL))
+        return false;
+    for (size_t i = 0; cfg->peers[i] != NULL; i++) {
+        char ip[46];
+        unsigned port;
+        if (!director_parse_addr(cfg->peers[i], ip, &port))
+            return cfg_fail(ctx, item_node(node, "peers", i), P ".peers",
+                            "expected <ip>:<port> or [<ip6>]:<port>, found '%s'", cfg->peers[i]);
+    }
+    return true;
+}
+
+static bool read_backend(const struct cfg_ctx *ctx, const struct ynode *item,
+                         const struct director_config *cfg, struct director_backend_config *b)
+{
+    static const char *const keys[] = {"ip", "port", "tag", "vhosts", NULL};
+    const char *p = P ".backends";
+    if (item->type != YNODE_MAP)
+        return cfg_fail(ctx, item, p, "each backend is a mapping with ip, port, tag, vhosts");
+    if (!cfg_check_keys(ctx, item, p, keys) || !cfg_string(ctx, item, p, "ip", &b->ip) ||
+        !cfg_int(ctx, item, p, "port", 1, 65535, &b->port) ||
+        !cfg_string(ctx, item, p, "tag", &b->tag) ||
+        !cfg_int(ctx, item, p, "vhosts", 0, cfg->max_vhosts, &b->vhosts))
+        return false;
+    char canon[46];
+    if (b->ip == NULL || !ip_canonical(b->ip, canon))
+        return cfg_fail(ctx, item, P ".backends.ip", "an IPv4 or IPv6 address is required");
+    free(b->ip);
+    b->ip = xstrdup(canon);
+    if (b->port == 0)
+        return cfg_fail(ctx, item, P ".backends.port", "is required");
+    if (strlen(b->tag) > (size_t)cfg->max_tag)
+        return cfg_fail(ctx, ynode_get(item, "tag"), P ".backends.tag",
+                        "longer than limits.max_tag (%lld)", (long long)cfg->max_tag);
+    return true;
+}
+
+static bool read_backends(const struct cfg_ctx *ctx, const struct ynode *node,
+                          struct director_config *cfg)
+{
+    const struct ynode *list = ynode_get(node, "backends");
+    if (list == NULL || (list->type == YNODE_SCALAR && list->scalar[0] == '\0' && !list->quoted))
+        return true;
+    if (list->type != YNODE_SEQ)
+        return cfg_fail(ctx, list, P ".backends", "expected a list");
+    if (list->count > DIRECTOR_MAX_INITIAL_BACKENDS || list->count > (size_t)cfg->max_backends)
+        return cfg_fail(ctx, list, P ".backends", "more backends than limits.max_backends");
+    cfg->backends = xcalloc(list->count + 1, sizeof(*cfg->backends));
+    for (size_t i = 0; i < list->count; i++) {
+        struct director_backend_config *b = &cfg->backends[cfg->backend_count++];
+        b->tag = xstrdup("");
+        b->vhosts = 100;
+        if (!read_backend(ctx, list->items[i], cfg, b))
+            return false;
+        for (size_t k = 0; k < i; k++) {
+            if (strcmp(cfg->backends[k].ip, b->ip) == 0)
+                return cfg_fail(ctx, list->items[i], P ".backends", "backend %s listed twice",
+                                b->ip);
+        }
+    }
+    return true;
+}
+
+bool director_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
+                          struct director_config *cfg)
+{
+    static const char *const keys[] = {"api",   "ring",     "user_expire", "kill_timeout",
+                                       "peers", "backends", "limits",      NULL};
+    if (!cfg_expect_map(ctx, node, P) || !cfg_check_keys(ctx, node, P, keys))
+        return false;
+    return read_api(ctx, ynode_get(node, "api"), cfg) &&
+           read_ring(ctx, ynode_get(node, "ring"), cfg) &&
+           read_limits(ctx, ynode_get(node, "limits"), cfg) &&
+           cfg_duration_ms(ctx, node, P, "user_expire", 1000, 30LL * 86400000,
+                           &cfg->user_expire_ms) &&
+           cfg_duration_ms(ctx, node, P, "kill_timeout", 0, 600000, &cfg->kill_timeout_ms) &&
+           read_peers(ctx, node, cfg) && read_backends(ctx, node, cfg);
+}
+
+/* ---------- the token ---------- */
+
+static bool read_token_file(const char *path, char **out, struct petrel_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot read the API token file %s: %s", path,
+                                strerror(errno));
+    char data[TOKEN_FILE_MAX + 1];
+    size_t n = fread(data, 1, sizeof(data), f);
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot read the API token file %s", path);
+    if (n > TOKEN_FILE_MAX)
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "the API token file %s is larger than %d bytes", path,
+                                TOKEN_FILE_MAX);
+    size_t start = 0;
+    while (start < n && isspace((unsigned char)data[start]))
+        start++;
+    while (n > start && isspace((unsigned char)data[n - 1]))
+        n--;
+    *out = xstrndup(data + start, n - start);
+    return true;
+}
+
+bool director_config_token(const struct director_config *cfg, char **out, struct petrel_error *err)
+{
+    *out = NULL;
+    if (cfg->token_file[0] != '\0')
+        return read_token_file(cfg->token_file, out, err);
+    char name[256];
+    snprintf(name, sizeof(name), "%s_FILE", cfg->token_env);
+    const char *file = getenv(name);
+    if (file != NULL && *file != '\0')
+        return read_token_file(file, out, err);
+    const char *value = getenv(cfg->token_env);
+    *out = xstrdup(value != NULL ? value : "");
+    return true;
+}
+
+/* ---------- printing ---------- */
+
+void director_config_print(const struct director_config *cfg, FILE *out)
+{
+    fputs("director:\n  api:\n", out);
+    yaml_put_kv(out, "    ", "listen", cfg->api_listen);
+    yaml_put_list(out, "    ", "allowed_nets", cfg->api_allowed_nets);
+    yaml_put_kv(out, "    ", "token_env", cfg->token_env);
+    yaml_put_kv(out, "    ", "token_file", cfg->token_file);
+    fprintf(out,
+            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n",
+            (long long)cfg->api_request_timeout_ms, (long long)cfg->api_max_body_bytes,
+            (long long)cfg->api_max_connections);
+    fputs("  ring:\n", out);
+    yaml_put_kv(out, "    ", "listen", cfg->ring_listen);
+    yaml_put_kv(out, "    ", "self", cfg->self);
+    yaml_put_list(out, "    ", "allowed_nets", cfg->ring_allowed_nets);
+    fprintf(out,
+            "    handshake_timeout: %lldms\n    max_clients: %lld\n    max_line: %lld\n"
+            "    max_output: %lld\n    max_sessions_per_client: %lld\n",
+            (long long)cfg->ring_handshake_timeout_ms, (long long)cfg->ring_max_clients,
+            (long long)cfg->ring_max_line, (long long)cfg->ring_max_output,
+            (long long)cfg->ring_max_sessions_per_client);
+    fprintf(out, "  user_expire: %lldms\n  kill_timeout: %lldms\n", (long long)cfg->user_expire_ms,
+            (long long)cfg->kill_timeout_ms);
+    yaml_put_list(out, "  ", "peers", cfg->peers);
+    fprintf(out, "  backends:%s\n", cfg->backend_count == 0 ? " []" : "");
+    for (size_t i = 0; i < cfg->backend_count; i++) {
+        const struct director_backend_config *b = &cfg->backends[i];
+        yaml_put_kv(out, "    - ", "ip", b->ip);
+        fprintf(out, "      port: %lld\n", (long long)b->port);
+        yaml_put_kv(out, "      ", "tag", b->tag);
+        fprintf(out, "      vhosts: %lld\n", (long long)b->vhosts);
+    }
+    fprintf(out,
+            "  limits:\n    max_users: %lld\n    max_backends: %lld\n    max_vhosts: %lld\n"
+            "    max_username: %lld\n    max_tag: %lld\n",
+            (long long)cfg->max_users, (long long)cfg->max_backends, (long long)cfg->max_vhosts,
+            (long long)cfg->max_username, (long long)cfg->max_tag);
+}

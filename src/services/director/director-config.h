@@ -1,0 +1,77 @@
+/* The `director:` configuration section (docs/configuration.md#director):
+ * admin API and ring listeners, authentication, user expiry, permanent
+ * peers, the initial backend list and the limits on everything a client
+ * controls. Read with the cfg-read helpers, so a bad value is reported as
+ * `file:line: director.<key>: message`. */
+#ifndef PETREL_SERVICES_DIRECTOR_CONFIG_H
+#define PETREL_SERVICES_DIRECTOR_CONFIG_H
+
+#include "core/cfg-read.h"
+#include "core/error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DIRECTOR_MAX_PEERS 64
+#define DIRECTOR_MAX_INITIAL_BACKENDS 4096
+
+struct director_backend_config {
+    char *ip;
+    int64_t port;
+    char *tag;
+    int64_t vhosts;
+};
+
+struct director_config {
+    /* api: */
+    char *api_listen;
+    char **api_allowed_nets; /* NULL-terminated */
+    char *token_env;         /* variable holding the bearer token */
+    char *token_file;        /* file holding it (Kubernetes secret); "" = none */
+    int64_t api_request_timeout_ms;
+    int64_t api_max_body_bytes;
+    int64_t api_max_connections;
+    /* ring: */
+    char *ring_listen;
+    char *self; /* ring identity "<ip>:<port>"; "" = derived at start */
+    char **ring_allowed_nets;
+    int64_t ring_handshake_timeout_ms;
+    int64_t ring_max_clients;
+    int64_t ring_max_line;
+    int64_t ring_max_output;
+    int64_t ring_max_sessions_per_client;
+    /* routing */
+    int64_t user_expire_ms;
+    int64_t kill_timeout_ms;
+    char **peers; /* NULL-terminated "<ip>:<port>" ring addresses */
+    struct director_backend_config *backends;
+    size_t backend_count;
+    /* limits: */
+    int64_t max_users;
+    int64_t max_backends;
+    int64_t max_vhosts;
+    int64_t max_username;
+    int64_t max_tag;
+};
+
+void director_config_defaults(struct director_config *cfg);
+/* Reads the `director:` map (NULL keeps the defaults). */
+bool director_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
+                          struct director_config *cfg);
+void director_config_free(struct director_config *cfg);
+/* Writes the section as YAML (the token never, only whether it is set). */
+void director_config_print(const struct director_config *cfg, FILE *out);
+
+/* The bearer token: the file `token_file`, else the file named by
+ * `<token_env>_FILE`, else the variable `token_env`; surrounding white
+ * space trimmed. *out is a fresh string ("" = authentication off). False
+ * when a named file cannot be read. */
+bool director_config_token(const struct director_config *cfg, char **out, struct petrel_error *err);
+
+/* Splits a ring address "<ip>:<port>" / "[<ip6>]:<port>" into canonical ip
+ * text and port; false when it is not one. */
+bool director_parse_addr(const char *text, char ip[46], unsigned *port);
+
+#endif

@@ -1,0 +1,712 @@
+/* The ring protocol's codec (docs/ring-protocol.md): splitting and
+ * unescaping a line in place, decoding the fields into a typed message with
+ * every value checked, and writing a message back as one escaped line.
+ *
+ * The decoder is the only place that looks at raw client bytes, so it is
+ * strict: numbers are plain decimal digits within their range, addresses are
+ * real IP literals, ids and names have bounded lengths. The writer escapes
+ * every field, so whatever a message holds, the line it writes splits back
+ * into the same fields. */
+#include "services/director/ring-protocol.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- splitting ---------- */
+
+bool ring_line_split(char *line, size_t len, size_t line_max, struct ring_line *out,
+                     struct petrel_error *err)
+{
+    out->count = 0;
+    if (len == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
+    if (len > line_max)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %zu bytes", line_max);
+    /* Unescaping only shortens a field, so the write position never passes
+     * the read position and the split happens in place. */
+    size_t w = 0;
+    out->fields[out->count++] = line;
+    for (size_t r = 0; r < len; r++) {
+        char c = line[r];
+        if (c == '\0')
+            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
+        if (c == '\t') {
+            if (out->count == RING_MAX_FIELDS)
+                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
+                                        RING_MAX_FIELDS);
+            line[w++] = '\0';
+            out->fields[out->count++] = line + w;
+            continue;
+        }
+        if (c != '\\') {
+            line[w++] = c;
+            continue;
+        }
+        if (r + 1 == len)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
+        char e = line[++r];
+        switch (e) {
+        case '\\':
+            line[w++] = '\\';
+            break;
+        case 't':
+            line[w++] = '\t';
+            break;
+        case 'n':
+            line[w++] = '\n';
+            break;
+        case 'r':
+            line[w++] = '\r';
+            break;
+        default:
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
+                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
+        }
+    }
+    line[w] = '\0';
+    return true;
+}
+
+/* ---------- names ---------- */
+
+static const char *const kind_names[] = {"login", "monitor", "director"};
+static const char *const state_names[] = {"up", "flush"};
+static const char *const change_names[] = {"up", "flush", "down"};
+static const char *const outcome_names[] = {"sticky", "assigned", "killing", "no_backends",
+                                            "bad_request"};
+static const char *const proto_names[] = {"imap", "imaps", "pop3", "pop3s", "lmtp"};
+static const char *const verbs[] = {
+    "VERSION",       "HELLO",      "HOST",      "DONE",        "RING-CHANGE",   "USER-MOVED",
+    "USER-KICKED",   "LOOKUP",     "LOOKUP-OK", "LOOKUP-FAIL", "SESSION-START", "SESSION-END",
+    "BACKEND-FLUSH", "BACKEND-UP", "PING",      "PONG",        "ERROR",
+};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static int name_index(const char *const *names, size_t count, const char *s)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (strcmp(names[i], s) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+static const char *name_at(const char *const *names, size_t count, unsigned i)
+{
+    return i < count ? names[i] : "?";
+}
+
+const char *ring_kind_name(enum ring_kind kind)
+{
+    return name_at(kind_names, COUNT_OF(kind_names), kind);
+}
+
+bool ring_kind_parse(const char *s, enum ring_kind *out)
+{
+    int i = name_index(kind_names, COUNT_OF(kind_names), s);
+    if (i >= 0)
+        *out = (enum ring_kind)i;
+    return i >= 0;
+}
+
+const char *ring_state_name(enum ring_backend_state state)
+{
+    return name_at(state_names, COUNT_OF(state_names), state);
+}
+
+bool ring_state_parse(const char *s, enum ring_backend_state *out)
+{
+    int i = name_index(state_names, COUNT_OF(state_names), s);
+    if (i >= 0)
+        *out = (enum ring_backend_state)i;
+    return i >= 0;
+}
+
+const char *ring_change_name(enum ring_change change)
+{
+    return name_at(change_names, COUNT_OF(change_names), change);
+}
+
+bool ring_change_parse(const char *s, enum ring_change *out)
+{
+    int i = name_index(change_names, COUNT_OF(change_names), s);
+    if (i >= 0)
+        *out = (enum ring_change)i;
+    return i >= 0;
+}
+
+const char *ring_outcome_name(enum ring_outcome outcome)
+{
+    return name_at(outcome_names, COUNT_OF(outcome_names), outcome);
+}
+
+bool ring_outcome_parse(const char *s, enum ring_outcome *out)
+{
+    int i = name_index(outcome_names, COUNT_OF(outcome_names), s);
+    if (i >= 0)
+        *out = (enum ring_outcome)i;
+    return i >= 0;
+}
+
+const char *ring_protocol_name(enum ring_session_protocol proto)
+{
+    return name_at(proto_names, COUNT_OF(proto_names), proto);
+}
+
+bool ring_protocol_parse(const char *s, enum ring_session_protocol *out)
+{
+    int i = name_index(proto_names, COUNT_OF(proto_names), s);
+    if (i >= 0)
+        *out = (enum ring_session_protocol)i;
+    return i >= 0;
+}
+
+const char *ring_msg_verb(enum ring_msg_type type)
+{
+    return name_at(verbs, COUNT_OF(verbs), type);
+}
+
+/* ---------- field checks ---------- */
+
+bool ring_id_valid(const char *id)
+{
+    size_t n = 0;
+    for (const char *p = id; *p != '\0'; p++, n++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '.' || c == '-';
+        if (!ok || n == RING_ID_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+bool ring_ip_valid(const char *ip)
+{
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (strchr(ip, ':') != NULL)
+        return inet_pton(AF_INET6, ip, addr) == 1;
+    return inet_pton(AF_INET, ip, addr) == 1;
+}
+
+/* Plain decimal digits, at most `max`. */
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (*s == '\0')
+        return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* "<ip>:<port>" or "[<ip6>]:<port>". */
+static bool addr_valid(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > 64)
+        return false;
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL)
+        return false;
+    uint64_t port;
+    if (!parse_u64(colon + 1, 65535, &port) || port == 0)
+        return false;
+    char ip[64];
+    size_t ip_len = (size_t)(colon - s);
+    if (s[0] == '[') {
+        if (ip_len < 3 || s[ip_len - 1] != ']')
+            return false;
+        memcpy(ip, s + 1, ip_len - 2);
+        ip[ip_len - 2] = '\0';
+        return strchr(ip, ':') != NULL && ring_ip_valid(ip);
+    }
+    memcpy(ip, s, ip_len);
+    ip[ip_len] = '\0';
+    return strchr(ip, ':') == NULL && ring_ip_valid(ip);
+}
+
+/* The decoder's state: the fields and where the error goes. */
+struct decoder {
+    const struct ring_line *line;
+    const char *verb;
+    struct petrel_error *err;
+};
+
+static bool bad(struct decoder *d, const char *what, size_t index)
+{
+    return petrel_error_set(d->err, PETREL_ERR_INVALID, "%s: bad %s in field %zu", d->verb, what,
+                            index);
+}
+
+/* Positional fields 1..n-1 must exist; more are parameters. */
+static bool need_fields(struct decoder *d, size_t n)
+{
+    if (d->line->count < n)
+        return petrel_error_set(d->err, PETREL_ERR_INVALID, "%s: %zu fields, %zu expected", d->verb,
+                                d->line->count - 1, n - 1);
+    return true;
+}
+
+/* Exactly n fields (messages without parameters). */
+static bool exact_fields(struct decoder *d, size_t n)
+{
+    if (d->line->count != n)
+        return petrel_error_set(d->err, PETREL_ERR_INVALID, "%s: %zu fields, %zu expected", d->verb,
+                                d->line->count - 1, n - 1);
+    return true;
+}
+
+static bool get_name(struct decoder *d, size_t i, bool allow_empty, const char *what,
+                     const char **out)
+{
+    const char *s = d->line->fields[i];
+    size_t len = strlen(s);
+    if ((!allow_empty && len == 0) || len > RING_NAME_MAX)
+        return bad(d, what, i);
+    *out = s;
+    return true;
+}
+
+static bool get_ip(struct decoder *d, size_t i, const char **out)
+{
+    if (!ring_ip_valid(d->line->fields[i]))
+        return bad(d, "ip", i);
+    *out = d->line->fields[i];
+    return true;
+}
+
+static bool get_port(struct decoder *d, size_t i, unsigned *out)
+{
+    uint64_t v;
+    if (!parse_u64(d->line->fields[i], 65535, &v) || v == 0)
+        return bad(d, "port", i);
+    *out = (unsigned)v;
+    return true;
+}
+
+static bool get_u32(struct decoder *d, size_t i, const char *what, uint32_t min, uint32_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(d->line->fields[i], UINT32_MAX, &v) || v < min)
+        return bad(d, what, i);
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool get_time(struct decoder *d, size_t i, int64_t *out)
+{
+    uint64_t v;
+    if (!parse_u64(d->line->fields[i], INT64_MAX, &v))
+        return bad(d, "timestamp", i);
+    *out = (int64_t)v;
+    return true;
+}
+
+static bool get_id(struct decoder *d, size_t i, const char **out)
+{
+    if (!ring_id_valid(d->line->fields[i]))
+        return bad(d, "id", i);
+    *out = d->line->fields[i];
+    return true;
+}
+
+static bool get_origin(struct decoder *d, size_t io, size_t is, const char **origin, uint64_t *seq)
+{
+    if (!addr_valid(d->line->fields[io]))
+        return bad(d, "origin", io);
+    *origin = d->line->fields[io];
+    if (!parse_u64(d->line->fields[is], UINT64_MAX, seq) || *seq == 0)
+        return bad(d, "sequence number", is);
+    return true;
+}
+
+/* The value of parameter `key` among fields[first..], or NULL. */
+static const char *param(const struct decoder *d, size_t first, const char *key)
+{
+    size_t key_len = strlen(key);
+    for (size_t i = first; i < d->line->count; i++) {
+        const char *f = d->line->fields[i];
+        if (strncmp(f, key, key_len) == 0 && f[key_len] == '=')
+            return f + key_len + 1;
+    }
+    return NULL;
+}
+
+/* HOST and the host part of RING-CHANGE, starting at field `i`. */
+static bool get_host(struct decoder *d, size_t i, struct ring_host *h)
+{
+    return get_ip(d, i, &h->ip) && get_port(d, i + 1, &h->port) &&
+           get_name(d, i + 2, true, "tag", &h->tag) && get_u32(d, i + 3, "vhosts", 0, &h->vhosts);
+}
+
+/* ---------- decoding, one function per verb ---------- */
+
+static bool decode_version(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 4))
+        return false;
+    if (strcmp(d->line->fields[1], RING_PROTOCOL_NAME) != 0)
+        return petrel_error_set(d->err, PETREL_ERR_INVALID, "VERSION: not %s", RING_PROTOCOL_NAME);
+    uint32_t major, minor;
+    if (!get_u32(d, 2, "major version", 0, &major) || !get_u32(d, 3, "minor version", 0, &minor))
+        return false;
+    m->version.major = major;
+    m->version.minor = minor;
+    return true;
+}
+
+static bool decode_hello(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 3))
+        return false;
+    if (!ring_kind_parse(d->line->fields[1], &m->hello.kind))
+        return bad(d, "client kind", 1);
+    return get_name(d, 2, false, "name", &m->hello.name);
+}
+
+static bool decode_host(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 7) || !get_host(d, 1, &m->host))
+        return false;
+    if (!ring_state_parse(d->line->fields[5], &m->host.state))
+        return bad(d, "state", 5);
+    return get_time(d, 6, &m->host.last_updown_change);
+}
+
+static bool decode_ring_change(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 9))
+        return false;
+    if (!ring_change_parse(d->line->fields[1], &m->ring_change.change))
+        return bad(d, "change", 1);
+    if (!get_host(d, 2, &m->ring_change.host) ||
+        !get_time(d, 6, &m->ring_change.host.last_updown_change))
+        return false;
+    m->ring_change.host.state =
+        m->ring_change.change == RING_CHANGE_UP ? RING_STATE_UP : RING_STATE_FLUSH;
+    return get_origin(d, 7, 8, &m->ring_change.origin, &m->ring_change.seq);
+}
+
+static bool decode_user_moved(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 7))
+        return false;
+    return get_name(d, 1, false, "user", &m->user_moved.user) &&
+           get_u32(d, 2, "hash", 1, &m->user_moved.hash) && get_ip(d, 3, &m->user_moved.ip) &&
+           get_port(d, 4, &m->user_moved.port) &&
+           get_origin(d, 5, 6, &m->user_moved.origin, &m->user_moved.seq);
+}
+
+static bool decode_user_kicked(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 5))
+        return false;
+    return get_name(d, 1, false, "user", &m->user_kicked.user) &&
+           get_u32(d, 2, "hash", 1, &m->user_kicked.hash) &&
+           get_origin(d, 3, 4, &m->user_kicked.origin, &m->user_kicked.seq);
+}
+
+static bool decode_lookup(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 3) || !get_id(d, 1, &m->lookup.id) ||
+        !get_name(d, 2, false, "user", &m->lookup.user))
+        return false;
+    const char *tag = param(d, 3, "tag");
+    if (tag != NULL && strlen(tag) > RING_NAME_MAX)
+        return bad(d, "tag", 3);
+    m->lookup.tag = tag != NULL ? tag : "";
+    return true;
+}
+
+static bool decode_lookup_ok(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 6) || !get_id(d, 1, &m->lookup_ok.id) || !get_ip(d, 2, &m->lookup_ok.ip) ||
+        !get_port(d, 3, &m->lookup_ok.port) || !get_name(d, 4, true, "tag", &m->lookup_ok.tag))
+        return false;
+    enum ring_outcome o;
+    if (!ring_outcome_parse(d->line->fields[5], &o) ||
+        (o != RING_OUTCOME_STICKY && o != RING_OUTCOME_ASSIGNED))
+        return bad(d, "outcome", 5);
+    m->lookup_ok.outcome = o;
+    return true;
+}
+
+static bool decode_lookup_fail(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 3) || !get_id(d, 1, &m->lookup_fail.id))
+        return false;
+    enum ring_outcome o;
+    if (!ring_outcome_parse(d->line->fields[2], &o) || o == RING_OUTCOME_STICKY ||
+        o == RING_OUTCOME_ASSIGNED)
+        return bad(d, "outcome", 2);
+    m->lookup_fail.outcome = o;
+    m->lookup_fail.retry_ms = 0;
+    const char *retry = param(d, 3, "retry_ms");
+    uint64_t v = 0;
+    if (retry != NULL && !parse_u64(retry, UINT32_MAX, &v))
+        return bad(d, "retry_ms", 3);
+    m->lookup_fail.retry_ms = (uint32_t)v;
+    m->lookup_fail.error = param(d, 3, "error");
+    return true;
+}
+
+static bool decode_session_start(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 5) || !get_id(d, 1, &m->session_start.sid) ||
+        !get_name(d, 2, false, "user", &m->session_start.user) ||
+        !get_ip(d, 3, &m->session_start.ip))
+        return false;
+    if (!ring_protocol_parse(d->line->fields[4], &m->session_start.protocol))
+        return bad(d, "protocol", 4);
+    return true;
+}
+
+static bool decode_backend_flush(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 2) || !get_ip(d, 1, &m->backend_flush.ip))
+        return false;
+    m->backend_flush.reason = param(d, 2, "reason");
+    return true;
+}
+
+static bool decode_ping(struct decoder *d, struct ring_msg *m)
+{
+    if (d->line->count > 2)
+        return exact_fields(d, 2);
+    m->ping.token = d->line->count == 2 ? d->line->fields[1] : NULL;
+    return true;
+}
+
+bool ring_msg_decode(const struct ring_line *line, struct ring_msg *out, struct petrel_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (line->count == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
+    int type = name_index(verbs, COUNT_OF(verbs), line->fields[0]);
+    if (type < 0)
+        return petrel_error_set(err, PETREL_ERR_UNSUPPORTED, "unknown command: %.64s",
+                                line->fields[0]);
+    struct decoder d = {.line = line, .verb = verbs[type], .err = err};
+    out->type = (enum ring_msg_type)type;
+    switch (out->type) {
+    case RING_MSG_VERSION:
+        return decode_version(&d, out);
+    case RING_MSG_HELLO:
+        return decode_hello(&d, out);
+    case RING_MSG_HOST:
+        return decode_host(&d, out);
+    case RING_MSG_DONE:
+        return need_fields(&d, 1);
+    case RING_MSG_RING_CHANGE:
+        return decode_ring_change(&d, out);
+    case RING_MSG_USER_MOVED:
+        return decode_user_moved(&d, out);
+    case RING_MSG_USER_KICKED:
+        return decode_user_kicked(&d, out);
+    case RING_MSG_LOOKUP:
+        return decode_lookup(&d, out);
+    case RING_MSG_LOOKUP_OK:
+        return decode_lookup_ok(&d, out);
+    case RING_MSG_LOOKUP_FAIL:
+        return decode_lookup_fail(&d, out);
+    case RING_MSG_SESSION_START:
+        return decode_session_start(&d, out);
+    case RING_MSG_SESSION_END:
+        return need_fields(&d, 2) && get_id(&d, 1, &out->session_end.sid);
+    case RING_MSG_BACKEND_FLUSH:
+        return decode_backend_flush(&d, out);
+    case RING_MSG_BACKEND_UP:
+        return need_fields(&d, 2) && get_ip(&d, 1, &out->backend_up.ip);
+    case RING_MSG_PING:
+    case RING_MSG_PONG:
+        return decode_ping(&d, out);
+    case RING_MSG_ERROR:
+        if (!need_fields(&d, 2))
+            return false;
+        out->error.text = line->fields[1];
+        return true;
+    }
+    return petrel_error_set(err, PETREL_ERR_INVALID, "unknown command");
+}
+
+bool ring_msg_parse(char *line, size_t len, size_t line_max, struct ring_line *fields,
+                    struct ring_msg *out, struct petrel_error *err)
+{
+    return ring_line_split(line, len, line_max, fields, err) && ring_msg_decode(fields, out, err);
+}
+
+/* ---------- writing ---------- */
+
+static void append_escaped(struct buf *out, const char *s)
+{
+    const char *run = s;
+    for (const char *p = s; *p != '\0'; p++) {
+        const char *esc;
+        switch (*p) {
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        default:
+            continue;
+        }
+        buf_append(out, run, (size_t)(p - run));
+        buf_append(out, esc, 2);
+        run = p + 1;
+    }
+    buf_append_str(out, run);
+}
+
+static void add(struct buf *out, const char *field)
+{
+    buf_append_char(out, '\t');
+    append_escaped(out, field);
+}
+
+static void add_u64(struct buf *out, uint64_t v)
+{
+    buf_printf(out, "\t%llu", (unsigned long long)v);
+}
+
+static void add_param(struct buf *out, const char *key, const char *value)
+{
+    buf_append_char(out, '\t');
+    buf_append_str(out, key);
+    buf_append_char(out, '=');
+    append_escaped(out, value);
+}
+
+static void add_host(struct buf *out, const struct ring_host *h)
+{
+    add(out, h->ip);
+    add_u64(out, h->port);
+    add(out, h->tag);
+    add_u64(out, h->vhosts);
+}
+
+void ring_msg_write(struct buf *out, const struct ring_msg *m)
+{
+    buf_append_str(out, ring_msg_verb(m->type));
+    switch (m->type) {
+    case RING_MSG_VERSION:
+        add(out, RING_PROTOCOL_NAME);
+        add_u64(out, m->version.major);
+        add_u64(out, m->version.minor);
+        break;
+    case RING_MSG_HELLO:
+        add(out, ring_kind_name(m->hello.kind));
+        add(out, m->hello.name);
+        break;
+    case RING_MSG_HOST:
+        add_host(out, &m->host);
+        add(out, ring_state_name(m->host.state));
+        add_u64(out, (uint64_t)m->host.last_updown_change);
+        break;
+    case RING_MSG_DONE:
+        break;
+    case RING_MSG_RING_CHANGE:
+        add(out, ring_change_name(m->ring_change.change));
+        add_host(out, &m->ring_change.host);
+        add_u64(out, (uint64_t)m->ring_change.host.last_updown_change);
+        add(out, m->ring_change.origin);
+        add_u64(out, m->ring_change.seq);
+        break;
+    case RING_MSG_USER_MOVED:
+        add(out, m->user_moved.user);
+        add_u64(out, m->user_moved.hash);
+        add(out, m->user_moved.ip);
+        add_u64(out, m->user_moved.port);
+        add(out, m->user_moved.origin);
+        add_u64(out, m->user_moved.seq);
+        break;
+    case RING_MSG_USER_KICKED:
+        add(out, m->user_kicked.user);
+        add_u64(out, m->user_kicked.hash);
+        add(out, m->user_kicked.origin);
+        add_u64(out, m->user_kicked.seq);
+        break;
+    case RING_MSG_LOOKUP:
+        add(out, m->lookup.id);
+        add(out, m->lookup.user);
+        if (m->lookup.tag != NULL && m->lookup.tag[0] != '\0')
+            add_param(out, "tag", m->lookup.tag);
+        break;
+    case RING_MSG_LOOKUP_OK:
+        add(out, m->lookup_ok.id);
+        add(out, m->lookup_ok.ip);
+        add_u64(out, m->lookup_ok.port);
+        add(out, m->lookup_ok.tag);
+        add(out, ring_outcome_name(m->lookup_ok.outcome));
+        break;
+    case RING_MSG_LOOKUP_FAIL:
+        add(out, m->lookup_fail.id);
+        add(out, ring_outcome_name(m->lookup_fail.outcome));
+        if (m->lookup_fail.retry_ms > 0)
+            buf_printf(out, "\tretry_ms=%u", (unsigned)m->lookup_fail.retry_ms);
+        if (m->lookup_fail.error != NULL)
+            add_param(out, "error", m->lookup_fail.error);
+        break;
+    case RING_MSG_SESSION_START:
+        add(out, m->session_start.sid);
+        add(out, m->session_start.user);
+        add(out, m->session_start.ip);
+        add(out, ring_protocol_name(m->session_start.protocol));
+        break;
+    case RING_MSG_SESSION_END:
+        add(out, m->session_end.sid);
+        break;
+    case RING_MSG_BACKEND_FLUSH:
+        add(out, m->backend_flush.ip);
+        if (m->backend_flush.reason != NULL)
+            add_param(out, "reason", m->backend_flush.reason);
+        break;
+    case RING_MSG_BACKEND_UP:
+        add(out, m->backend_up.ip);
+        break;
+    case RING_MSG_PING:
+    case RING_MSG_PONG:
+        if (m->ping.token != NULL)
+            add(out, m->ping.token);
+        break;
+    case RING_MSG_ERROR:
+        add(out, m->error.text != NULL ? m->error.text : "");
+        break;
+    }
+    buf_append_char(out, '\n');
+}
+
+void ring_write_version(struct buf *out)
+{
+    struct ring_msg m = {.type = RING_MSG_VERSION};
+    m.version.major = RING_VERSION_MAJOR;
+    m.version.minor = RING_VERSION_MINOR;
+    ring_msg_write(out, &m);
+}
+
+void ring_write_hello(struct buf *out, enum ring_kind kind, const char *name)
+{
+    struct ring_msg m = {.type = RING_MSG_HELLO};
+    m.hello.kind = kind;
+    m.hello.name = name;
+    ring_msg_write(out, &m);
+}

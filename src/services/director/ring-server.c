@@ -1,0 +1,691 @@
+/* The ring-protocol listener (ring-server.h). One connection per client:
+ *
+ *   WAIT_VERSION --VERSION--> WAIT_HELLO --HELLO--> READY (HOST lines, DONE sent)
+ *
+ * anything unexpected before READY, a malformed line or a too-long line
+ * sends ERROR and closes. In READY the client's kind decides which
+ * requests it may send and which pushes it receives. */
+#include "services/director/ring-server.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/sorted-map.h"
+#include "core/xalloc.h"
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+#include "services/director/ring-protocol.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/listener.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMPONENT "director"
+/* Replies queued for a client above this (or a quarter of ring.max_output
+ * when that is less): stop reading its requests until they drained
+ * (pipelining flow control). Well below max_output, so a client's own
+ * requests can never make it exceed max_output and be dropped. */
+#define READ_PAUSE_OUTPUT (64 * 1024)
+
+enum conn_state { WAIT_VERSION, WAIT_HELLO, READY };
+
+struct ring_conn {
+    struct ring_server *srv;
+    struct bufferevent *bev;
+    struct event *handshake_timer;
+    char peer[64];
+    char name[RING_NAME_MAX + 1];
+    enum conn_state state;
+    enum ring_kind kind;
+    bool closing; /* no more reading; freed once its output has left */
+    bool dead;    /* freed by the reaper (never inside a callback of its own) */
+    bool throttled;
+    struct smap *sessions; /* sid -> struct director_session * (login clients) */
+    struct ring_conn *prev, *next;
+};
+
+struct ring_server {
+    struct event_base *base;
+    struct director_state *state;
+    const struct director_config *cfg;
+    struct evconnlistener *listener;
+    char address[128];
+    struct cidr_list allowed;
+    struct ring_conn *conns;
+    size_t conn_count;
+    struct event *reaper; /* frees dead connections from the loop */
+    struct director_observer observer;
+    struct buf line; /* scratch: the line being read */
+    struct buf out;  /* scratch: the line being written */
+    struct metric_series *lookup_seconds[RING_OUTCOME_COUNT];
+};
+
+/* Lookups take microseconds: finer buckets than the request latencies. */
+static const double lookup_buckets[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                        0.0005,  0.001,    0.0025,  0.005,  0.01,
+                                        0.025,   0.05,     0.1,     0.25,   1};
+
+/* ---------- connections ---------- */
+
+static void conn_free(struct ring_conn *conn)
+{
+    struct ring_server *srv = conn->srv;
+    if (conn->sessions != NULL) {
+        const char *key = NULL;
+        struct director_session *s;
+        while ((s = smap_seek(conn->sessions, "", false, &key)) != NULL) {
+            director_state_session_end(srv->state, s);
+            smap_remove(conn->sessions, key);
+        }
+        smap_free(conn->sessions, NULL);
+    }
+    if (conn->handshake_timer != NULL)
+        event_free(conn->handshake_timer);
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else
+        srv->conns = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+    srv->conn_count--;
+    bufferevent_free(conn->bev);
+    free(conn);
+}
+
+static size_t pending_output(const struct ring_conn *conn)
+{
+    return evbuffer_get_length(bufferevent_get_output(conn->bev));
+}
+
+/* Writes srv->out to the connection and empties it. */
+static void send_out(struct ring_conn *conn)
+{
+    struct ring_server *srv = conn->srv;
+    if (!conn->closing)
+        bufferevent_write(conn->bev, srv->out.data, srv->out.len);
+    buf_reset(&srv->out);
+}
+
+static void send_msg(struct ring_conn *conn, const struct ring_msg *m)
+{
+    ring_msg_write(&conn->srv->out, m);
+    send_out(conn);
+}
+
+static void send_error(struct ring_conn *conn, const char *text)
+{
+    struct ring_msg m = {.type = RING_MSG_ERROR};
+    m.error.text = text;
+    send_msg(conn, &m);
+}
+
+/* Marks the connection for the reaper: it stops reading and writing now
+ * and is freed from the loop, so no caller up the stack (a read callback,
+ * a broadcast for another client) ever sees it freed. */
+static void conn_kill(struct ring_conn *conn)
+{
+    if (conn->dead)
+        return;
+    conn->closing = true;
+    conn->dead = true;
+    bufferevent_disable(conn->bev, EV_READ | EV_WRITE);
+    event_active(conn->srv->reaper, EV_TIMEOUT, 0);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct ring_server *srv = arg;
+    struct ring_conn *next;
+    for (struct ring_conn *c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->dead)
+            conn_free(c);
+    }
+}
+
+/* Sends ERROR and closes once it has left (conn_write_cb). */
+static void close_with_error(struct ring_conn *conn, const char *text)
+{
+    if (conn->closing)
+        return;
+    send_error(conn, text);
+    log_info(COMPONENT, "ring client closed after a protocol error", "peer=%s reason=\"%s\"",
+             conn->peer, text);
+    conn->closing = true;
+    bufferevent_disable(conn->bev, EV_READ);
+    if (pending_output(conn) == 0)
+        conn_kill(conn);
+}
+
+/* ---------- pushes (the state observer) ---------- */
+
+static bool receives(const struct ring_conn *conn, bool users)
+{
+    if (conn->state != READY || conn->closing)
+        return false;
+    return !users || conn->kind != RING_KIND_MONITOR;
+}
+
+/* Sends srv->out to every ready client that receives it; a client that let
+ * too much pile up unread is dropped. */
+static void broadcast(struct ring_server *srv, bool users)
+{
+    struct ring_conn *next;
+    for (struct ring_conn *c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (!receives(c, users))
+            continue;
+        bufferevent_write(c->bev, srv->out.data, srv->out.len);
+        if (pending_output(c) > (size_t)srv->cfg->ring_max_output) {
+            log_warn(COMPONENT, "ring client dropped: it does not read its pushes",
+                     "peer=%s kind=%s pending_bytes=%zu", c->peer, ring_kind_name(c->kind),
+                     pending_output(c));
+            conn_kill(c);
+        }
+    }
+    buf_reset(&srv->out);
+}
+
+static void host_of(const struct director_backend *b, struct ring_host *h)
+{
+    h->ip = b->ip;
+    h->port = b->port;
+    h->tag = b->tag;
+    h->vhosts = b->vhosts;
+    h->state = b->state;
+    h->last_updown_change = b->last_updown_change;
+}
+
+static void on_backend_changed(const struct director_backend *b, enum ring_change change,
+                               const struct director_change *from, void *ctx)
+{
+    struct ring_server *srv = ctx;
+    struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
+    m.ring_change.change = change;
+    host_of(b, &m.ring_change.host);
+    m.ring_change.origin = from->origin;
+    m.ring_change.seq = from->seq;
+    ring_msg_write(&srv->out, &m);
+    broadcast(srv, false);
+}
+
+static void on_user_moved(const char *user, uint32_t hash, const struct director_backend *to,
+                          const struct director_change *from, void *ctx)
+{
+    struct ring_server *srv = ctx;
+    struct ring_msg m = {.type = RING_MSG_USER_MOVED};
+    m.user_moved.user = user;
+    m.user_moved.hash = hash;
+    m.user_moved.ip = to->ip;
+    m.user_moved.port = to->port;
+    m.user_moved.origin = from->origin;
+    m.user_moved.seq = from->seq;
+    ring_msg_write(&srv->out, &m);
+    broadcast(srv, true);
+}
+
+static void on_user_kicked(const char *user, uint32_t hash, const struct director_change *from,
+                           void *ctx)
+{
+    struct ring_server *srv = ctx;
+    struct ring_msg m = {.type = RING_MSG_USER_KICKED};
+    m.user_kicked.user = user;
+    m.user_kicked.hash = hash;
+    m.user_kicked.origin = from->origin;
+    m.user_kicked.seq = from->seq;
+    ring_msg_write(&srv->out, &m);
+    broadcast(srv, true);
+}
+
+/* ---------- the handshake ---------- */
+
+static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    close_with_error(arg, "handshake timeout: VERSION and HELLO expected");
+}
+
+static void send_hosts(struct ring_conn *conn)
+{
+    const struct director_backends *reg = director_state_backends(conn->srv->state);
+    for (size_t i = 0; i < director_backends_count(reg); i++) {
+        struct ring_msg m = {.type = RING_MSG_HOST};
+        host_of(director_backends_at(reg, i), &m.host);
+        ring_msg_write(&conn->srv->out, &m);
+    }
+    struct ring_msg done = {.type = RING_MSG_DONE};
+    ring_msg_write(&conn->srv->out, &done);
+    send_out(conn);
+}
+
+static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
+{
+    if (conn->state == WAIT_VERSION) {
+        if (m->type != RING_MSG_VERSION) {
+            close_with_error(conn, "VERSION expected first");
+            return;
+        }
+        if (m->version.major != RING_VERSION_MAJOR) {
+            char text[96];
+            snprintf(text, sizeof(text), "unsupported major version %u (this director speaks %d)",
+                     m->version.major, RING_VERSION_MAJOR);
+            close_with_error(conn, text);
+            return;
+        }
+        conn->state = WAIT_HELLO;
+        return;
+    }
+    if (m->type != RING_MSG_HELLO) {
+        close_with_error(conn, "HELLO expected after VERSION");
+        return;
+    }
+    conn->kind = m->hello.kind;
+    snprintf(conn->name, sizeof(conn->name), "%s", m->hello.name);
+    conn->state = READY;
+    event_del(conn->handshake_timer);
+    if (conn->kind == RING_KIND_LOGIN)
+        conn->sessions = smap_new();
+    char name_q[300];
+    log_info(COMPONENT, "ring client connected", "peer=%s kind=%s name=%s", conn->peer,
+             ring_kind_name(conn->kind), log_quote(name_q, sizeof(name_q), conn->name));
+    send_hosts(conn);
+}
+
+/* ---------- requests ---------- */
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void reply_lookup_fail(struct ring_conn *conn, const char *id, enum ring_outcome outcome,
+                              uint32_t retry_ms, const char *error)
+{
+    struct ring_msg r = {.type = RING_MSG_LOOKUP_FAIL};
+    r.lookup_fail.id = id;
+    r.lookup_fail.outcome = outcome;
+    r.lookup_fail.retry_ms = retry_ms;
+    r.lookup_fail.error = error;
+    send_msg(conn, &r);
+}
+
+static void handle_lookup(struct ring_conn *conn, const struct ring_msg *m)
+{
+    struct ring_server *srv = conn->srv;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct director_lookup res;
+    director_state_lookup(srv->state, m->lookup.user, strlen(m->lookup.user), m->lookup.tag, true,
+                          &res);
+    metric_observe(srv->lookup_seconds[res.outcome], seconds_since(&t0));
+    if (res.outcome == RING_OUTCOME_STICKY || res.outcome == RING_OUTCOME_ASSIGNED) {
+        struct ring_msg r = {.type = RING_MSG_LOOKUP_OK};
+        r.lookup_ok.id = m->lookup.id;
+        r.lookup_ok.ip = res.backend->ip;
+        r.lookup_ok.port = res.backend->port;
+        r.lookup_ok.tag = res.backend->tag;
+        r.lookup_ok.outcome = res.outcome;
+        send_msg(conn, &r);
+        return;
+    }
+    const char *error = res.error;
+    if (res.outcome == RING_OUTCOME_NO_BACKENDS)
+        error = "no backend is up for this tag";
+    else if (res.outcome == RING_OUTCOME_KILLING)
+        error = "the user is being moved";
+    reply_lookup_fail(conn, m->lookup.id, res.outcome, res.retry_ms, error);
+}
+
+static void handle_session_start(struct ring_conn *conn, const struct ring_msg *m)
+{
+    struct ring_server *srv = conn->srv;
+    const char *sid = m->session_start.sid;
+    if (smap_get(conn->sessions, sid) != NULL) {
+        send_error(conn, "SESSION-START: duplicate session id");
+        return;
+    }
+    if (smap_count(conn->sessions) >= (size_t)srv->cfg->ring_max_sessions_per_client) {
+        send_error(conn, "SESSION-START: too many sessions on this connection");
+        return;
+    }
+    struct petrel_error err;
+    struct director_session *s = director_state_session_start(
+        srv->state, m->session_start.user, m->session_start.ip, m->session_start.protocol, &err);
+    if (s == NULL) {
+        char text[600];
+        snprintf(text, sizeof(text), "SESSION-START: %s", err.message);
+        send_error(conn, text);
+        return;
+    }
+    smap_put(conn->sessions, sid, s);
+}
+
+static void handle_session_end(struct ring_conn *conn, const struct ring_msg *m)
+{
+    struct director_session *s = smap_remove(conn->sessions, m->session_end.sid);
+    if (s == NULL) {
+        send_error(conn, "SESSION-END: unknown session id");
+        return;
+    }
+    director_state_session_end(conn->srv->state, s);
+}
+
+static void handle_monitor_report(struct ring_conn *conn, const struct ring_msg *m)
+{
+    bool up = m->type == RING_MSG_BACKEND_UP;
+    const char *ip = up ? m->backend_up.ip : m->backend_flush.ip;
+    struct petrel_error err;
+    if (!director_state_backend_set_state(conn->srv->state, ip,
+                                          up ? RING_STATE_UP : RING_STATE_FLUSH, NULL, &err)) {
+        char text[128];
+        snprintf(text, sizeof(text), "unknown backend: %s", ip);
+        send_error(conn, text);
+        return;
+    }
+    char reason_q[300];
+    log_info(COMPONENT, up ? "monitor reports backend up" : "monitor reports backend down",
+             "backend=%s monitor=%s reason=%s", ip, conn->peer,
+             log_quote(reason_q, sizeof(reason_q),
+                       !up && m->backend_flush.reason != NULL ? m->backend_flush.reason : "-"));
+}
+
+/* True when a client of this kind may send this message. */
+static bool allowed(enum ring_kind kind, enum ring_msg_type type)
+{
+    switch (type) {
+    case RING_MSG_LOOKUP:
+    case RING_MSG_SESSION_START:
+    case RING_MSG_SESSION_END:
+        return kind == RING_KIND_LOGIN;
+    case RING_MSG_BACKEND_FLUSH:
+    case RING_MSG_BACKEND_UP:
+        return kind == RING_KIND_MONITOR;
+    case RING_MSG_PING:
+    case RING_MSG_PONG:
+    case RING_MSG_ERROR:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void handle_ready(struct ring_conn *conn, const struct ring_msg *m)
+{
+    if (m->type == RING_MSG_RING_CHANGE || m->type == RING_MSG_USER_MOVED ||
+        m->type == RING_MSG_USER_KICKED) {
+        if (conn->kind == RING_KIND_DIRECTOR) {
+            send_error(conn, "peer synchronisation is not enabled on this director");
+            return;
+        }
+    }
+    if (!allowed(conn->kind, m->type)) {
+        char text[96];
+        snprintf(text, sizeof(text), "%s is not accepted from %s clients", ring_msg_verb(m->type),
+                 ring_kind_name(conn->kind));
+        send_error(conn, text);
+        return;
+    }
+    switch (m->type) {
+    case RING_MSG_LOOKUP:
+        handle_lookup(conn, m);
+        break;
+    case RING_MSG_SESSION_START:
+        handle_session_start(conn, m);
+        break;
+    case RING_MSG_SESSION_END:
+        handle_session_end(conn, m);
+        break;
+    case RING_MSG_BACKEND_FLUSH:
+    case RING_MSG_BACKEND_UP:
+        handle_monitor_report(conn, m);
+        break;
+    case RING_MSG_PING: {
+        struct ring_msg r = {.type = RING_MSG_PONG};
+        r.ping.token = m->ping.token;
+        send_msg(conn, &r);
+        break;
+    }
+    case RING_MSG_ERROR: {
+        char text_q[300];
+        log_info(COMPONENT, "ring client reports an error", "peer=%s error=%s", conn->peer,
+                 log_quote(text_q, sizeof(text_q), m->error.text));
+        break;
+    }
+    default:
+        break; /* PONG */
+    }
+}
+
+/* A LOOKUP whose fields are bad still gets its answer by id when the id is
+ * readable; true when it was answered that way. */
+static bool answer_bad_lookup(struct ring_conn *conn, const struct ring_line *line, const char *why)
+{
+    if (conn->state != READY || conn->kind != RING_KIND_LOGIN || line->count < 2 ||
+        strcmp(line->fields[0], "LOOKUP") != 0 || !ring_id_valid(line->fields[1]))
+        return false;
+    metric_observe(conn->srv->lookup_seconds[RING_OUTCOME_BAD_REQUEST], 0);
+    reply_lookup_fail(conn, line->fields[1], RING_OUTCOME_BAD_REQUEST, 0, why);
+    return true;
+}
+
+static void handle_line(struct ring_conn *conn, char *text, size_t len)
+{
+    struct ring_line line;
+    struct ring_msg m;
+    struct petrel_error err;
+    if (!ring_line_split(text, len, (size_t)conn->srv->cfg->ring_max_line, &line, &err)) {
+        close_with_error(conn, err.message);
+        return;
+    }
+    if (!ring_msg_decode(&line, &m, &err)) {
+        if (answer_bad_lookup(conn, &line, err.message))
+            return;
+        if (conn->state != READY)
+            close_with_error(conn, err.message);
+        else
+            send_error(conn, err.message); /* a bad or unknown request: the client may go on */
+        return;
+    }
+    if (conn->state != READY)
+        handle_handshake(conn, &m);
+    else
+        handle_ready(conn, &m);
+}
+
+/* ---------- I/O callbacks ---------- */
+
+static void conn_read_cb(struct bufferevent *bev, void *ctx)
+{
+    struct ring_conn *conn = ctx;
+    struct ring_server *srv = conn->srv;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t max_line = (size_t)srv->cfg->ring_max_line;
+    size_t pause_at = (size_t)srv->cfg->ring_max_output / 4;
+    if (pause_at > READ_PAUSE_OUTPUT)
+        pause_at = READ_PAUSE_OUTPUT;
+    while (!conn->closing) {
+        if (pending_output(conn) > pause_at) {
+            conn->throttled = true;
+            bufferevent_disable(bev, EV_READ);
+            return;
+        }
+        size_t eol_len = 0;
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > max_line)
+                close_with_error(conn, "line too long");
+            return;
+        }
+        size_t len = (size_t)eol.pos;
+        if (len > max_line) {
+            close_with_error(conn, "line too long");
+            return;
+        }
+        buf_reset(&srv->line);
+        buf_reserve(&srv->line, len + 1);
+        evbuffer_remove(in, srv->line.data, len);
+        evbuffer_drain(in, eol_len);
+        srv->line.data[len] = '\0';
+        handle_line(conn, srv->line.data, len); /* never frees conn (conn_kill) */
+    }
+}
+
+static void conn_write_cb(struct bufferevent *bev, void *ctx)
+{
+    struct ring_conn *conn = ctx;
+    if (conn->dead)
+        return;
+    if (conn->closing) {
+        conn_kill(conn);
+    } else if (conn->throttled) {
+        conn->throttled = false;
+        bufferevent_enable(bev, EV_READ);
+        conn_read_cb(bev, conn); /* lines already buffered */
+    }
+}
+
+static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
+{
+    (void)bev;
+    struct ring_conn *conn = ctx;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (conn->state == READY && !conn->closing)
+            log_info(COMPONENT, "ring client disconnected", "peer=%s kind=%s", conn->peer,
+                     ring_kind_name(conn->kind));
+        conn_kill(conn);
+    }
+}
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *ctx)
+{
+    (void)evl;
+    (void)socklen;
+    struct ring_server *srv = ctx;
+    char peer[64];
+    net_addr_format(sa, peer, sizeof(peer));
+    if (!cidr_list_match(&srv->allowed, sa)) {
+        log_warn(COMPONENT, "ring connection refused: address not in director.ring.allowed_nets",
+                 "peer=%s", peer);
+        evutil_closesocket(fd);
+        return;
+    }
+    if (srv->conn_count >= (size_t)srv->cfg->ring_max_clients) {
+        log_warn(COMPONENT, "ring connection refused: director.ring.max_clients reached",
+                 "peer=%s limit=%lld", peer, (long long)srv->cfg->ring_max_clients);
+        evutil_closesocket(fd);
+        return;
+    }
+    struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    struct ring_conn *conn = xcalloc(1, sizeof(*conn));
+    conn->srv = srv;
+    conn->bev = bev;
+    snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
+    conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
+    int64_t ms = srv->cfg->ring_handshake_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(conn->handshake_timer, &tv);
+    conn->next = srv->conns;
+    if (srv->conns != NULL)
+        srv->conns->prev = conn;
+    srv->conns = conn;
+    srv->conn_count++;
+    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    ring_write_version(&srv->out);
+    send_out(conn);
+}
+
+/* ---------- life cycle ---------- */
+
+struct ring_server *ring_server_start(struct event_base *base, struct director_state *state,
+                                      const struct director_config *cfg,
+                                      struct metrics_registry *metrics, struct petrel_error *err)
+{
+    struct ring_server *srv = xcalloc(1, sizeof(*srv));
+    srv->base = base;
+    srv->state = state;
+    srv->cfg = cfg;
+    if (!cidr_list_parse((const char *const *)cfg->ring_allowed_nets, &srv->allowed, err)) {
+        free(srv);
+        return NULL;
+    }
+    static const char *const labels[] = {"outcome", NULL};
+    struct metric_family *fam =
+        metrics_histogram(metrics, "petrel_director_lookup_seconds",
+                          "Director user lookups over the ring protocol, by outcome.", labels,
+                          lookup_buckets, sizeof(lookup_buckets) / sizeof(lookup_buckets[0]));
+    for (int o = 0; o < RING_OUTCOME_COUNT; o++) {
+        const char *values[] = {ring_outcome_name((enum ring_outcome)o)};
+        srv->lookup_seconds[o] = metric_series_get(fam, values);
+    }
+    int fd = net_listen(cfg->ring_listen, false, err);
+    if (fd < 0) {
+        cidr_list_free(&srv->allowed);
+        free(srv);
+        return NULL;
+    }
+    net_bound_address(fd, srv->address, sizeof(srv->address));
+    srv->listener = evconnlistener_new(base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (srv->listener == NULL) {
+        close(fd);
+        cidr_list_free(&srv->allowed);
+        free(srv);
+        petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", cfg->ring_listen);
+        return NULL;
+    }
+    srv->reaper = event_new(base, -1, 0, reap_cb, srv);
+    srv->observer.backend_changed = on_backend_changed;
+    srv->observer.user_moved = on_user_moved;
+    srv->observer.user_kicked = on_user_kicked;
+    srv->observer.ctx = srv;
+    director_state_subscribe(state, &srv->observer);
+    return srv;
+}
+
+const char *ring_server_address(const struct ring_server *srv)
+{
+    return srv->address;
+}
+
+void ring_server_stop_accepting(struct ring_server *srv)
+{
+    if (srv->listener != NULL) {
+        evconnlistener_free(srv->listener);
+        srv->listener = NULL;
+    }
+}
+
+size_t ring_server_client_count(const struct ring_server *srv)
+{
+    return srv->conn_count;
+}
+
+void ring_server_free(struct ring_server *srv)
+{
+    if (srv == NULL)
+        return;
+    ring_server_stop_accepting(srv);
+    director_state_unsubscribe(srv->state, &srv->observer);
+    while (srv->conns != NULL)
+        conn_free(srv->conns);
+    if (srv->reaper != NULL)
+        event_free(srv->reaper);
+    cidr_list_free(&srv->allowed);
+    buf_free(&srv->line);
+    buf_free(&srv->out);
+    free(srv);
+}

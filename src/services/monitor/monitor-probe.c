@@ -1,0 +1,294 @@
+/* Asynchronous probes (monitor-probe.h): a bufferevent (plain or OpenSSL)
+ * carrying a monitor_dialog, one deadline timer that also delivers
+ * failures found while starting, so the callback never runs inside
+ * monitor_probe_start(). */
+#include "services/monitor/monitor-probe.h"
+
+#include "core/buf.h"
+#include "core/xalloc.h"
+#include "net/tls.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct monitor_probe {
+    struct bufferevent *bev;
+    struct event *timer; /* the deadline; also fires early failures */
+    struct monitor_dialog dialog;
+    char *user;
+    char *password;
+    size_t max_line;
+    bool tls;
+    bool connected; /* TCP connected (and the TLS handshake done) */
+    bool early;     /* a start-up failure waits in early_result */
+    enum monitor_result early_result;
+    struct timespec started;
+    double decided_after; /* seconds to the verdict, < 0 until decided */
+    struct buf line;
+    struct buf out;
+    monitor_probe_cb *cb;
+    void *ctx;
+};
+
+static double elapsed(const struct timespec *since)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) / 1e9;
+}
+
+static void wipe(char *s)
+{
+    if (s == NULL)
+        return;
+    volatile char *p = s;
+    while (*p != '\0')
+        *p++ = '\0';
+}
+
+static void probe_free(struct monitor_probe *p)
+{
+    if (p->bev != NULL)
+        bufferevent_free(p->bev);
+    if (p->timer != NULL)
+        event_free(p->timer);
+    free(p->user);
+    wipe(p->password);
+    free(p->password);
+    /* The output may hold the LOGIN or PASS line. */
+    if (p->out.data != NULL)
+        memset(p->out.data, 0, p->out.cap);
+    buf_free(&p->out);
+    buf_free(&p->line);
+    free(p);
+}
+
+static void finish(struct monitor_probe *p, enum monitor_result result)
+{
+    if (p->bev != NULL) {
+        bufferevent_free(p->bev);
+        p->bev = NULL;
+    }
+    struct monitor_probe_outcome o = {
+        .proto = p->dialog.proto,
+        .result = result,
+        .seconds = p->decided_after >= 0 ? p->decided_after : elapsed(&p->started),
+        .detail = result == MONITOR_RESULT_OK ? "" : p->dialog.detail,
+    };
+    p->cb(&o, p->ctx);
+    probe_free(p);
+}
+
+static void note_decision(struct monitor_probe *p)
+{
+    if (p->dialog.decided && p->decided_after < 0)
+        p->decided_after = elapsed(&p->started);
+}
+
+/* Sets the verdict of a failure found outside the conversation. */
+static enum monitor_result fail_with(struct monitor_probe *p, enum monitor_result r,
+                                     const char *detail)
+{
+    if (!p->dialog.decided) {
+        p->dialog.decided = true;
+        p->dialog.verdict = r;
+        snprintf(p->dialog.detail, sizeof(p->dialog.detail), "%s", detail);
+    }
+    return p->dialog.verdict;
+}
+
+/* Runs every complete line through the dialog. Returns true when the probe
+ * was finished (and freed). */
+static bool process_lines(struct monitor_probe *p)
+{
+    struct evbuffer *in = bufferevent_get_input(p->bev);
+    for (;;) {
+        size_t eol_len = 0;
+        struct evbuffer_ptr at = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF);
+        if (at.pos < 0) {
+            if (evbuffer_get_length(in) <= p->max_line)
+                return false;
+        }
+        if (at.pos < 0 || (size_t)at.pos > p->max_line) {
+            char msg[96];
+            snprintf(msg, sizeof(msg), "reply line longer than %zu bytes", p->max_line);
+            finish(p, fail_with(p, MONITOR_RESULT_PROTOCOL_ERROR, msg));
+            return true;
+        }
+        size_t len = (size_t)at.pos;
+        buf_reset(&p->line);
+        buf_reserve(&p->line, len);
+        evbuffer_remove(in, p->line.data, len);
+        p->line.len = len;
+        p->line.data[len] = '\0';
+        evbuffer_drain(in, eol_len);
+        enum monitor_dialog_action a = monitor_dialog_line(&p->dialog, p->line.data, len, &p->out);
+        note_decision(p);
+        if (p->out.len > 0) {
+            bufferevent_write(p->bev, p->out.data, p->out.len);
+            memset(p->out.data, 0, p->out.len);
+            buf_reset(&p->out);
+        }
+        if (a == MONITOR_DIALOG_FINISH) {
+            finish(p, p->dialog.verdict);
+            return true;
+        }
+    }
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    process_lines(arg);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct monitor_probe *p = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        p->connected = true;
+        return;
+    }
+    if (what & BEV_EVENT_EOF) {
+        if (process_lines(p))
+            return;
+        if (!p->connected)
+            finish(p, fail_with(p, p->tls ? MONITOR_RESULT_TLS_ERROR : MONITOR_RESULT_CLOSED,
+                                "connection closed during the TLS handshake"));
+        else
+            finish(p, monitor_dialog_closed(&p->dialog));
+        return;
+    }
+    /* BEV_EVENT_ERROR */
+    char msg[200];
+    unsigned long ssl_err = p->tls ? bufferevent_get_openssl_error(bev) : 0;
+    int e = EVUTIL_SOCKET_ERROR();
+    if (ssl_err != 0) {
+        char reason[160];
+        ERR_error_string_n(ssl_err, reason, sizeof(reason));
+        snprintf(msg, sizeof(msg), "TLS: %s", reason);
+        ERR_clear_error();
+        finish(p, fail_with(p, MONITOR_RESULT_TLS_ERROR, msg));
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%s: %s", p->connected ? "connection failed" : "connect failed",
+             e != 0 ? evutil_socket_error_to_string(e) : "error");
+    if (!p->connected)
+        finish(p, fail_with(p, p->tls && e == 0 ? MONITOR_RESULT_TLS_ERROR
+                                                : MONITOR_RESULT_CONNECT_ERROR,
+                            msg));
+    else
+        finish(p, fail_with(p, MONITOR_RESULT_CLOSED, msg));
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct monitor_probe *p = arg;
+    if (p->early) {
+        finish(p, p->early_result);
+        return;
+    }
+    if (!p->connected && !p->dialog.decided)
+        fail_with(p, MONITOR_RESULT_TIMEOUT,
+                  p->tls ? "no connection or TLS handshake in time" : "no connection in time");
+    finish(p, monitor_dialog_timed_out(&p->dialog));
+}
+
+static void fail_early(struct monitor_probe *p, enum monitor_result r, const char *detail)
+{
+    fail_with(p, r, detail);
+    p->early = true;
+    p->early_result = r;
+    if (p->bev != NULL) {
+        bufferevent_free(p->bev);
+        p->bev = NULL;
+    }
+    event_del(p->timer);
+    event_active(p->timer, EV_TIMEOUT, 1);
+}
+
+struct monitor_probe *monitor_probe_start(struct event_base *base,
+                                          const struct monitor_probe_params *params,
+                                          monitor_probe_cb *cb, void *ctx)
+{
+    struct monitor_probe *p = xcalloc(1, sizeof(*p));
+    p->cb = cb;
+    p->ctx = ctx;
+    p->max_line = params->max_line;
+    p->tls = params->tls != NULL;
+    p->decided_after = -1;
+    if (params->user != NULL) {
+        p->user = xstrdup(params->user);
+        p->password = xstrdup(params->password != NULL ? params->password : "");
+    }
+    monitor_dialog_init(&p->dialog, params->proto, p->user, p->password);
+    clock_gettime(CLOCK_MONOTONIC, &p->started);
+    p->timer = evtimer_new(base, timer_cb, p);
+    if (p->timer == NULL)
+        petrel_fatal("out of memory creating a probe timer");
+    struct timeval tv = {.tv_sec = (time_t)(params->timeout_ms / 1000),
+                         .tv_usec = (suseconds_t)((params->timeout_ms % 1000) * 1000)};
+    evtimer_add(p->timer, &tv);
+
+    int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+    if (p->tls) {
+        SSL *ssl = SSL_new(params->tls);
+        if (ssl == NULL) {
+            ERR_clear_error();
+            fail_early(p, MONITOR_RESULT_TLS_ERROR, "cannot create a TLS session");
+            return p;
+        }
+        if ((SSL_CTX_get_verify_mode(params->tls) & SSL_VERIFY_PEER) && params->tls_host != NULL)
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), params->tls_host);
+        p->bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
+        if (p->bev != NULL)
+            bufferevent_openssl_set_allow_dirty_shutdown(p->bev, 1);
+    } else {
+        p->bev = bufferevent_socket_new(base, -1, opts);
+    }
+    if (p->bev == NULL) {
+        fail_early(p, MONITOR_RESULT_CONNECT_ERROR, "cannot create a socket");
+        return p;
+    }
+    bufferevent_setcb(p->bev, read_cb, NULL, event_cb, p);
+    bufferevent_enable(p->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(p->bev, (struct sockaddr *)params->addr,
+                                   (int)params->addr_len) < 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "connect failed: %s", strerror(errno));
+        fail_early(p, MONITOR_RESULT_CONNECT_ERROR, msg);
+    }
+    return p;
+}
+
+void monitor_probe_cancel(struct monitor_probe *probe)
+{
+    if (probe != NULL)
+        probe_free(probe);
+}
+
+SSL_CTX *monitor_probe_tls_ctx(const char *ca_file, struct petrel_error *err)
+{
+    if (ca_file != NULL && *ca_file != '\0')
+        return tls_client_ctx_new(ca_file, NULL, NULL, err);
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        ERR_clear_error();
+        petrel_error_set(err, PETREL_ERR_IO, "cannot create a TLS context");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    return ctx;
+}

@@ -1,0 +1,530 @@
+/* The warden line protocol (warden-protocol.h, docs/warden-protocol.md):
+ * framing (split and unescape in place, escape on the way out), the rules
+ * every field must follow, and typed reading and writing of requests and
+ * replies.
+ *
+ * Escaping is the smallest set that lets a field hold any byte but NUL:
+ * backslash, TAB (the separator), LF (the terminator) and CR (so a line
+ * never ends in CR on the wire). Reading is strict: a request whose field
+ * breaks a rule is refused with a reason naming the field, never cut or
+ * repaired, so what the warden stores is exactly what the client sent. */
+#include "services/warden/warden-protocol.h"
+
+#include "core/utf8.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---------- framing ---------- */
+
+bool warden_line_parse(char *line, size_t len, size_t max_len, struct warden_line *out,
+                       struct petrel_error *err)
+{
+    out->count = 0;
+    if (len == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
+    if (len > max_len)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %zu bytes", max_len);
+    /* Unescaping only shortens a field, so the write position never
+     * overtakes the read position and the split happens in place. */
+    size_t w = 0;
+    out->fields[out->count++] = line;
+    for (size_t r = 0; r < len; r++) {
+        char c = line[r];
+        if (c == '\0')
+            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
+        if (c == '\t') {
+            if (out->count == WARDEN_MAX_FIELDS)
+                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
+                                        WARDEN_MAX_FIELDS);
+            line[w++] = '\0';
+            out->fields[out->count++] = line + w;
+            continue;
+        }
+        if (c != '\\') {
+            line[w++] = c;
+            continue;
+        }
+        if (r + 1 == len)
+            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
+        char e = line[++r];
+        switch (e) {
+        case '\\':
+            line[w++] = '\\';
+            break;
+        case 't':
+            line[w++] = '\t';
+            break;
+        case 'n':
+            line[w++] = '\n';
+            break;
+        case 'r':
+            line[w++] = '\r';
+            break;
+        case '\0':
+            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
+        default:
+            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
+                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
+        }
+    }
+    line[w] = '\0';
+    return true;
+}
+
+static void append_escaped(struct buf *out, const char *s)
+{
+    const char *run = s;
+    for (const char *p = s; *p != '\0'; p++) {
+        const char *esc;
+        switch (*p) {
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        default:
+            continue;
+        }
+        buf_append(out, run, (size_t)(p - run));
+        buf_append(out, esc, 2);
+        run = p + 1;
+    }
+    buf_append_str(out, run);
+}
+
+/* Lines start with a verb, which is never empty, so an empty buffer or one
+ * ending in LF is the start of a line. */
+static void start_field(struct buf *out)
+{
+    if (out->len > 0 && out->data[out->len - 1] != '\n')
+        buf_append_char(out, '\t');
+}
+
+void warden_line_add(struct buf *out, const char *field)
+{
+    start_field(out);
+    append_escaped(out, field);
+}
+
+void warden_line_add_param(struct buf *out, const char *key, const char *value)
+{
+    start_field(out);
+    append_escaped(out, key);
+    buf_append_char(out, '=');
+    append_escaped(out, value);
+}
+
+void warden_line_add_uint(struct buf *out, uint64_t value)
+{
+    start_field(out);
+    buf_printf(out, "%" PRIu64, value);
+}
+
+void warden_line_end(struct buf *out)
+{
+    buf_append_char(out, '\n');
+}
+
+const char *warden_line_param(const struct warden_line *line, size_t first, const char *key)
+{
+    size_t key_len = strlen(key);
+    for (size_t i = first; i < line->count; i++) {
+        const char *f = line->fields[i];
+        if (strncmp(f, key, key_len) == 0 && f[key_len] == '=')
+            return f + key_len + 1;
+    }
+    return NULL;
+}
+
+/* ---------- field rules ---------- */
+
+static bool id_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+}
+
+bool warden_request_id_valid(const char *id)
+{
+    if (strcmp(id, "-") == 0)
+        return true;
+    size_t n = 0;
+    for (const char *p = id; *p != '\0'; p++, n++) {
+        if (!id_char(*p) || n == WARDEN_ID_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+bool warden_token_valid(const char *s, size_t max)
+{
+    size_t n = 0;
+    for (const char *p = s; *p != '\0'; p++, n++) {
+        if ((!id_char(*p) && *p != ':' && *p != '@') || n == max)
+            return false;
+    }
+    return n > 0;
+}
+
+const char *const warden_services[] = {"imap", "pop3", "submission", "lmtp", NULL};
+
+bool warden_service_valid(const char *service)
+{
+    for (size_t i = 0; warden_services[i] != NULL; i++) {
+        if (strcmp(warden_services[i], service) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool warden_user_valid(const char *user)
+{
+    size_t len = strlen(user);
+    if (len == 0 || len > WARDEN_USER_MAX || !utf8_valid(user, len))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)user[i];
+        if (c < 0x20 || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+bool warden_ip_valid(const char *ip, bool allow_empty)
+{
+    if (ip[0] == '\0')
+        return allow_empty;
+    unsigned char addr[16];
+    if (strlen(ip) >= 64)
+        return false;
+    return inet_pton(AF_INET, ip, addr) == 1 || inet_pton(AF_INET6, ip, addr) == 1;
+}
+
+bool warden_instance_valid(const char *instance)
+{
+    size_t n = 0;
+    for (const char *p = instance; *p != '\0'; p++, n++) {
+        unsigned char c = (unsigned char)*p;
+        if (c <= 0x20 || c == 0x7f || n == WARDEN_INSTANCE_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+bool warden_parse_uint(const char *text, uint64_t max, uint64_t *out)
+{
+    if (text[0] < '0' || text[0] > '9' || (text[0] == '0' && text[1] != '\0'))
+        return false;
+    uint64_t v = 0;
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* ---------- requests ---------- */
+
+static const char *const verb_names[WARDEN_VERB_COUNT] = {
+    "HELLO", "CONNECT", "DISCONNECT", "LIST", "COUNT", "PENALTY-GET", "PENALTY-INC",
+};
+
+const char *warden_verb_name(enum warden_verb verb)
+{
+    return verb < WARDEN_VERB_COUNT ? verb_names[verb] : "?";
+}
+
+static bool need_fields(const struct warden_line *line, size_t n, const char *usage,
+                        struct petrel_error *err)
+{
+    if (line->count < n)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "usage: %s", usage);
+    return true;
+}
+
+/* Filters of LIST and COUNT: absent and "" both mean any. */
+static bool read_filters(const struct warden_line *line, struct warden_request *out,
+                         struct petrel_error *err)
+{
+    const char *service = warden_line_param(line, 2, "service");
+    const char *user = warden_line_param(line, 2, "user");
+    if (service != NULL && service[0] != '\0') {
+        if (!warden_service_valid(service))
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "unknown service (imap, pop3, submission, lmtp)");
+        out->service = service;
+    }
+    if (user != NULL && user[0] != '\0') {
+        if (!warden_user_valid(user))
+            return petrel_error_set(err, PETREL_ERR_INVALID, "invalid user name");
+        out->user = user;
+    }
+    return true;
+}
+
+static bool read_hello(const struct warden_line *line, struct warden_request *out,
+                       struct petrel_error *err)
+{
+    if (!need_fields(line, 5, "HELLO <id> <major> <instance> <boot-id>", err))
+        return false;
+    if (!warden_parse_uint(line->fields[2], 1000000, &out->major))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid protocol version");
+    if (!warden_instance_valid(line->fields[3]))
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "invalid instance name (1-%d printable bytes, no spaces)",
+                                WARDEN_INSTANCE_MAX);
+    if (!warden_token_valid(line->fields[4], WARDEN_BOOT_ID_MAX))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid boot id");
+    out->instance = line->fields[3];
+    out->boot_id = line->fields[4];
+    return true;
+}
+
+static bool read_connect(const struct warden_line *line, struct warden_request *out,
+                         struct petrel_error *err)
+{
+    if (!need_fields(line, 7, "CONNECT <id> <session> <user> <ip> <service> <connected-at>", err))
+        return false;
+    uint64_t at;
+    if (!warden_token_valid(line->fields[2], WARDEN_SESSION_ID_MAX))
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "invalid session id (1-%d bytes of A-Z a-z 0-9 _ . : @ -)",
+                                WARDEN_SESSION_ID_MAX);
+    if (!warden_user_valid(line->fields[3]))
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "invalid user name (1-%d bytes of UTF-8, no control characters)",
+                                WARDEN_USER_MAX);
+    if (!warden_ip_valid(line->fields[4], true))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid IP address");
+    if (!warden_service_valid(line->fields[5]))
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "unknown service (imap, pop3, submission, lmtp)");
+    if (!warden_parse_uint(line->fields[6], WARDEN_TIME_MAX, &at))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid connected-at time");
+    out->session_id = line->fields[2];
+    out->user = line->fields[3];
+    out->ip = line->fields[4];
+    out->service = line->fields[5];
+    out->connected_at = (int64_t)at;
+    return true;
+}
+
+static bool read_by(const struct warden_line *line, struct warden_request *out,
+                    struct petrel_error *err)
+{
+    const char *by = warden_line_param(line, 2, "by");
+    if (by == NULL || by[0] == '\0')
+        out->by = WARDEN_BY_NONE;
+    else if (strcmp(by, "protocol") == 0)
+        out->by = WARDEN_BY_PROTOCOL;
+    else if (strcmp(by, "user") == 0)
+        out->by = WARDEN_BY_USER;
+    else
+        return petrel_error_set(err, PETREL_ERR_INVALID, "by must be protocol or user");
+    return true;
+}
+
+static bool read_ip(const struct warden_line *line, struct warden_request *out, const char *usage,
+                    struct petrel_error *err)
+{
+    if (!need_fields(line, 3, usage, err))
+        return false;
+    if (!warden_ip_valid(line->fields[2], false))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid IP address");
+    out->ip = line->fields[2];
+    return true;
+}
+
+bool warden_request_read(const struct warden_line *line, struct warden_request *out,
+                         const char **id_out, struct petrel_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    out->verb = WARDEN_VERB_COUNT;
+    if (id_out != NULL)
+        *id_out = NULL;
+    if (line->count < 2 || !warden_request_id_valid(line->fields[1]))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "missing or invalid request id");
+    out->id = line->fields[1];
+    if (id_out != NULL)
+        *id_out = out->id;
+    for (int v = 0; v < WARDEN_VERB_COUNT; v++) {
+        if (strcmp(line->fields[0], verb_names[v]) == 0)
+            out->verb = (enum warden_verb)v;
+    }
+    switch (out->verb) {
+    case WARDEN_HELLO:
+        return read_hello(line, out, err);
+    case WARDEN_CONNECT:
+        return read_connect(line, out, err);
+    case WARDEN_DISCONNECT:
+        if (!need_fields(line, 3, "DISCONNECT <id> <session>", err))
+            return false;
+        if (!warden_token_valid(line->fields[2], WARDEN_SESSION_ID_MAX))
+            return petrel_error_set(err, PETREL_ERR_INVALID, "invalid session id");
+        out->session_id = line->fields[2];
+        return true;
+    case WARDEN_LIST:
+        return read_filters(line, out, err);
+    case WARDEN_COUNT:
+        return read_by(line, out, err) && read_filters(line, out, err);
+    case WARDEN_PENALTY_GET:
+        return read_ip(line, out, "PENALTY-GET <id> <ip>", err);
+    case WARDEN_PENALTY_INC:
+        return read_ip(line, out, "PENALTY-INC <id> <ip>", err);
+    case WARDEN_VERB_COUNT:
+        break;
+    }
+    return petrel_error_set(err, PETREL_ERR_INVALID, "unknown verb");
+}
+
+void warden_request_write(struct buf *out, const struct warden_request *req)
+{
+    static const char *const by_names[] = {"", "protocol", "user"};
+    warden_line_add(out, warden_verb_name(req->verb));
+    warden_line_add(out, req->id);
+    switch (req->verb) {
+    case WARDEN_HELLO:
+        warden_line_add_uint(out, req->major);
+        warden_line_add(out, req->instance);
+        warden_line_add(out, req->boot_id);
+        break;
+    case WARDEN_CONNECT:
+        warden_line_add(out, req->session_id);
+        warden_line_add(out, req->user);
+        warden_line_add(out, req->ip != NULL ? req->ip : "");
+        warden_line_add(out, req->service);
+        warden_line_add_uint(out, (uint64_t)req->connected_at);
+        break;
+    case WARDEN_DISCONNECT:
+        warden_line_add(out, req->session_id);
+        break;
+    case WARDEN_LIST:
+    case WARDEN_COUNT:
+        if (req->verb == WARDEN_COUNT && req->by != WARDEN_BY_NONE)
+            warden_line_add_param(out, "by", by_names[req->by]);
+        if (req->service != NULL)
+            warden_line_add_param(out, "service", req->service);
+        if (req->user != NULL)
+            warden_line_add_param(out, "user", req->user);
+        break;
+    case WARDEN_PENALTY_GET:
+    case WARDEN_PENALTY_INC:
+        warden_line_add(out, req->ip);
+        break;
+    case WARDEN_VERB_COUNT:
+        break;
+    }
+    warden_line_end(out);
+}
+
+/* ---------- replies ---------- */
+
+static bool bad_reply(struct petrel_error *err, const char *what)
+{
+    return petrel_error_set(err, PETREL_ERR_INVALID, "malformed %s reply", what);
+}
+
+bool warden_reply_read(const struct warden_line *line, struct warden_reply *out,
+                       struct petrel_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (line->count < 2 || !warden_request_id_valid(line->fields[1]))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "reply without a valid request id");
+    const char *verb = line->fields[0];
+    const char *const *f = (const char *const *)line->fields;
+    out->id = f[1];
+    if (strcmp(verb, "OK") == 0) {
+        out->kind = WARDEN_REPLY_OK;
+        if (line->count >= 3 && !warden_parse_uint(f[2], 1000000, &out->number))
+            return bad_reply(err, "OK");
+        return true;
+    }
+    if (strcmp(verb, "ERROR") == 0) {
+        out->kind = WARDEN_REPLY_ERROR;
+        out->reason = line->count >= 3 ? f[2] : "";
+        return true;
+    }
+    if (strcmp(verb, "SESSION") == 0) {
+        uint64_t at;
+        out->kind = WARDEN_REPLY_SESSION;
+        if (line->count < 7 || !warden_token_valid(f[2], WARDEN_SESSION_ID_MAX) ||
+            !warden_user_valid(f[3]) || !warden_ip_valid(f[4], true) ||
+            !warden_service_valid(f[5]) || !warden_parse_uint(f[6], WARDEN_TIME_MAX, &at))
+            return bad_reply(err, "SESSION");
+        out->session_id = f[2];
+        out->user = f[3];
+        out->ip = f[4];
+        out->service = f[5];
+        out->connected_at = (int64_t)at;
+        return true;
+    }
+    if (strcmp(verb, "ITEM") == 0) {
+        out->kind = WARDEN_REPLY_ITEM;
+        if (line->count < 4 || f[2][0] == '\0' ||
+            !warden_parse_uint(f[3], UINT64_MAX, &out->number))
+            return bad_reply(err, "ITEM");
+        out->key = f[2];
+        return true;
+    }
+    if (strcmp(verb, "DONE") == 0 || strcmp(verb, "PENALTY") == 0) {
+        out->kind = verb[0] == 'D' ? WARDEN_REPLY_DONE : WARDEN_REPLY_PENALTY;
+        if (line->count < 3 || !warden_parse_uint(f[2], UINT64_MAX, &out->number))
+            return bad_reply(err, verb);
+        return true;
+    }
+    return petrel_error_set(err, PETREL_ERR_INVALID, "unknown reply");
+}
+
+void warden_reply_write(struct buf *out, const struct warden_reply *reply)
+{
+    switch (reply->kind) {
+    case WARDEN_REPLY_OK:
+        warden_line_add(out, "OK");
+        warden_line_add(out, reply->id);
+        if (reply->number > 0)
+            warden_line_add_uint(out, reply->number);
+        break;
+    case WARDEN_REPLY_ERROR:
+        warden_line_add(out, "ERROR");
+        warden_line_add(out, reply->id);
+        warden_line_add(out, reply->reason);
+        break;
+    case WARDEN_REPLY_SESSION:
+        warden_line_add(out, "SESSION");
+        warden_line_add(out, reply->id);
+        warden_line_add(out, reply->session_id);
+        warden_line_add(out, reply->user);
+        warden_line_add(out, reply->ip);
+        warden_line_add(out, reply->service);
+        warden_line_add_uint(out, (uint64_t)reply->connected_at);
+        break;
+    case WARDEN_REPLY_ITEM:
+        warden_line_add(out, "ITEM");
+        warden_line_add(out, reply->id);
+        warden_line_add(out, reply->key);
+        warden_line_add_uint(out, reply->number);
+        break;
+    case WARDEN_REPLY_DONE:
+    case WARDEN_REPLY_PENALTY:
+        warden_line_add(out, reply->kind == WARDEN_REPLY_DONE ? "DONE" : "PENALTY");
+        warden_line_add(out, reply->id);
+        warden_line_add_uint(out, reply->number);
+        break;
+    }
+    warden_line_end(out);
+}
