@@ -1,0 +1,166 @@
+"""The README's run command gives a working mail server: petreld started on
+examples/standalone.yaml as it is in the repository (only its fixed loopback
+ports are swapped for free ones, and the TLS certificate comes from the
+test CA instead of scripts/run-standalone.sh). The demo user (demo / demo)
+gets mail, reads it over IMAP and POP3, shows up in `who`, and the operator
+commands of the README work against it."""
+
+import imaplib
+import poplib
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+
+import pytest
+
+from conftest import (PETRELCTL, PETRELD, ROOT, base_env, free_port, http_request, run_petrelctl,
+                      sanitizer_findings, wait_for)
+
+
+class Standalone:
+    def __init__(self, workdir, pki):
+        self.workdir = workdir
+        text = (ROOT / "examples" / "standalone.yaml").read_text()
+        self.ports = {}
+
+        def swap(m):
+            fixed = int(m.group(1))
+            self.ports.setdefault(fixed, free_port())
+            return f"127.0.0.1:{self.ports[fixed]}"
+
+        text = re.sub(r"127\.0\.0\.1:(\d+)", swap, text)
+        # Tests run as root in CI; the example is meant for an ordinary user.
+        text += "\nallow_root: true\n"
+        (workdir / "examples").mkdir()
+        shutil.copy(ROOT / "examples" / "standalone-passwd", workdir / "examples")
+        (workdir / "var" / "tls").mkdir(parents=True)
+        shutil.copy(pki / "server.pem", workdir / "var" / "tls" / "imap.pem")
+        shutil.copy(pki / "server.key", workdir / "var" / "tls" / "imap.key")
+        self.config = workdir / "standalone.yaml"
+        self.config.write_text(text)
+        self.stderr_path = workdir / "petreld.stderr"
+        self.ca = str(pki / "ca.pem")
+        self.proc = None
+
+    def addr(self, fixed_port):
+        return f"127.0.0.1:{self.ports[fixed_port]}"
+
+    def port(self, fixed_port):
+        return self.ports[fixed_port]
+
+    def start(self):
+        self._err = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen([str(PETRELD), "-c", str(self.config)],
+                                     stdin=subprocess.DEVNULL, stdout=self._err,
+                                     stderr=self._err, env=base_env(), cwd=self.workdir)
+
+        def ready():
+            assert self.proc.poll() is None, self.stderr()
+            try:
+                r = http_request(self.addr(8080), "GET", "/readyz", timeout=1)
+            except OSError:
+                return False
+            return r.status == 200 and r.json()["ready"]
+
+        wait_for(ready, timeout=30, what="standalone petreld ready")
+        return self
+
+    def stderr(self):
+        return self.stderr_path.read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(30)
+        self._err.close()
+        text = self.stderr()
+        assert not sanitizer_findings(text), text
+        assert rc == 0, text
+
+    def ctl(self, *args):
+        env = {"PETREL_BACKEND_URL": f"http://{self.addr(9105)}",
+               "PETREL_AUTH_ADDR": self.addr(10200)}
+        return run_petrelctl(list(args), env=env)
+
+
+@pytest.fixture
+def standalone(tmp_path, pki):
+    s = Standalone(tmp_path, pki).start()
+    yield s
+    s.stop()
+
+
+def imap_login(s):
+    ctx = ssl.create_default_context(cafile=s.ca)
+    m = imaplib.IMAP4_SSL("127.0.0.1", s.port(10993), ssl_context=ctx)
+    m.login("demo", "demo")
+    return m
+
+
+def pop3_login(s):
+    p = poplib.POP3("127.0.0.1", s.port(10110))
+    p.stls(context=ssl.create_default_context(cafile=s.ca))
+    p.user("demo")
+    p.pass_("demo")
+    return p
+
+
+def test_every_component_of_the_example_is_up(standalone):
+    r = http_request(standalone.addr(8080), "GET", "/readyz")
+    checks = {c["name"]: c["ok"] for c in r.json()["checks"]}
+    assert checks and all(checks.values()), checks
+    started = [ln for ln in standalone.stderr().splitlines()
+               if "component=petreld msg=started" in ln]
+    assert started, standalone.stderr()
+    for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "warden=127.0.0.1", "auth=127.0.0.1"):
+        assert component in started[0], started[0]
+    assert standalone.ctl("backend", "health").returncode == 0
+
+
+def test_demo_user_reads_mail_over_imap_and_pop3_and_shows_in_who(standalone):
+    msg = (b"From: Operator <ops@example.org>\r\nTo: demo@example.org\r\n"
+           b"Subject: welcome\r\n\r\nHello demo.\r\n.dot line\r\n")
+    m = imap_login(standalone)
+    typ, data = m.append("INBOX", None, None, msg)
+    assert typ == "OK", data
+    p = pop3_login(standalone)
+    count, _ = p.stat()
+    assert count == 1
+    _, lines, _ = p.retr(1)
+    assert b"\r\n".join(lines) + b"\r\n" == msg
+    m.select("INBOX")
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    assert data[0][1] == msg
+
+    # Both sessions are registered with the warden.
+    def both():
+        body = http_request(standalone.addr(9105), "POST", "/api/backend/who/count",
+                            body={"by": "protocol"}).json()
+        counts = body.get("by_protocol", {})
+        return (counts.get("imap"), counts.get("pop3"), body.get("total")) == (1, 1, 2)
+    wait_for(both, timeout=5, what="imap and pop3 sessions in who")
+    out = standalone.ctl("backend", "who", "--user", "demo")
+    assert out.returncode == 0, out.stderr
+    assert "demo" in out.stdout and "imap" in out.stdout and "pop3" in out.stdout, out.stdout
+    p.quit()
+    m.logout()
+
+    def gone():
+        body = http_request(standalone.addr(9105), "POST", "/api/backend/who/count",
+                            body={}).json()
+        return body["total"] == 0
+    wait_for(gone, timeout=5, what="sessions cleared after logout")
+
+
+def test_demo_password_checked_by_the_auth_service(standalone):
+    proc = subprocess.run([str(PETRELCTL), "auth", "test", "demo", "--password-stdin"],
+                          input="demo\n", capture_output=True, text=True,
+                          env=base_env({"PETREL_AUTH_ADDR": standalone.addr(10200)}), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(poplib.error_proto):
+        p = poplib.POP3_SSL("127.0.0.1", standalone.port(10995),
+                            context=ssl.create_default_context(cafile=standalone.ca))
+        p.user("demo")
+        p.pass_("not the password")
