@@ -154,6 +154,8 @@ static int run_ring(const char *addr, double seconds, long window, long users)
     while (sending || in_flight > 0) {
         if (sending && now_s() >= end)
             sending = false;
+        if (!sending && in_flight == 0)
+            break;
         if (sending && in_flight < window) {
             double t = now_s();
             while (in_flight < window) {

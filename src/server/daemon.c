@@ -383,14 +383,18 @@ int daemon_run(const struct daemon_options *opts)
 
     telemetry_start_refresh(ctx.telemetry);
     log_info(COMPONENT, "started",
-             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s",
+             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
+             "lmtp=%s director=%s monitor=%s",
              PETREL_VERSION,
              ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
              ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
              ctx.imap != NULL ? imap_server_address(ctx.imap) : "off",
              ctx.warden != NULL ? warden_service_address(ctx.warden) : "off",
-             ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off");
+             ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off",
+             ctx.lmtp != NULL ? lmtp_server_address(ctx.lmtp) : "off",
+             ctx.director != NULL ? director_service_api_address(ctx.director) : "off",
+             ctx.monitor != NULL ? "on" : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

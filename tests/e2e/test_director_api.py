@@ -7,7 +7,6 @@ Real petreld processes on loopback ports picked at run time; the ring
 protocol is spoken over real sockets; petrelctl is the real binary."""
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -872,3 +871,85 @@ def test_petrelctl_director_commands(director):
                        "status"])
     assert p.returncode == 0, p.stderr
     c.close()
+
+
+# ---------- with the real monitor ----------
+
+class FakeLmtp:
+    """A backend's LMTP port that answers the monitor's probe (220, LHLO, QUIT)."""
+
+    def __init__(self, port=0):
+        import socket as sk
+        import threading
+        self.sock = sk.socket()
+        self.sock.setsockopt(sk.SOL_SOCKET, sk.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            try:
+                c.settimeout(2)
+                f = c.makefile("rwb")
+                f.write(b"220 fake LMTP\r\n")
+                f.flush()
+                for line in f:
+                    if line.upper().startswith(b"LHLO"):
+                        f.write(b"250-fake\r\n250 PIPELINING\r\n")
+                    elif line.upper().startswith(b"QUIT"):
+                        f.write(b"221 bye\r\n")
+                        f.flush()
+                        break
+                    else:
+                        f.write(b"500 what\r\n")
+                    f.flush()
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def test_the_monitor_flushes_and_restores_a_backend(director, petreld, tmp_path):
+    lmtp = FakeLmtp()
+    port = lmtp.port
+    d = director(backends=[{"ip": "127.0.0.1", "port": 10024}])
+    monitor_file = tmp_path / "monitor.yaml"
+    monitor_file.write_text(
+        f"director_addr: {d.ring}\npoll_imap: false\npoll_lmtp: true\nlmtp_port: {port}\n"
+        "interval: 200ms\ntimeout: 500ms\nretry_count: 1\nrapid_rounds: 2\n"
+        "rapid_fails_needed: 1\nrapid_interval: 100ms\n")
+    try:
+        m = petreld({"components": ["monitor"], "monitor": {"config_file": str(monitor_file)}})
+    except AssertionError as e:
+        if "unknown component 'monitor'" in str(e):
+            pytest.skip("this build has no monitor component")
+        raise
+    try:
+        wait_for(lambda: "kind=monitor" in d.d.stderr(), what="the monitor to connect")
+        time.sleep(1)  # a few probe rounds that succeed
+        assert d.get("/api/director/status").json()["backends"][0]["up"] is True
+        lmtp.close()  # the backend dies
+        wait_for(lambda: d.get("/api/director/status").json()["backends"][0]["up"] is False,
+                 timeout=15, what="the monitor to flush the backend")
+        assert "monitor reports backend down" in d.d.stderr()
+        lmtp = FakeLmtp(port)  # and comes back
+        wait_for(lambda: d.get("/api/director/status").json()["backends"][0]["up"] is True,
+                 timeout=15, what="the monitor to bring the backend back")
+        assert "monitor reports backend up" in d.d.stderr()
+    finally:
+        lmtp.close()
+        m.stop()

@@ -31,6 +31,9 @@ class Standalone:
             return f"127.0.0.1:{self.ports[fixed]}"
 
         text = re.sub(r"127\.0\.0\.1:(\d+)", swap, text)
+        # The director's backend entry names the IMAP port on its own.
+        text = re.sub(r"port: (\d+)",
+                      lambda m: f"port: {self.ports.get(int(m.group(1)), int(m.group(1)))}", text)
         # Tests run as root in CI; the example is meant for an ordinary user.
         text += "\nallow_root: true\n"
         (workdir / "examples").mkdir()
@@ -114,7 +117,8 @@ def test_every_component_of_the_example_is_up(standalone):
     started = [ln for ln in standalone.stderr().splitlines()
                if "component=petreld msg=started" in ln]
     assert started, standalone.stderr()
-    for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "warden=127.0.0.1", "auth=127.0.0.1"):
+    for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "warden=127.0.0.1", "auth=127.0.0.1",
+                      "director="):
         assert component in started[0], started[0]
     assert standalone.ctl("backend", "health").returncode == 0
 
@@ -164,3 +168,14 @@ def test_demo_password_checked_by_the_auth_service(standalone):
                             context=ssl.create_default_context(cafile=standalone.ca))
         p.user("demo")
         p.pass_("not the password")
+
+
+def test_director_routes_the_demo_user_to_the_local_backend(standalone):
+    env = {"PETREL_ADMIN_URL": f"http://{standalone.addr(9103)}"}
+    out = run_petrelctl(["director", "status"], env=env)
+    assert out.returncode == 0, out.stderr
+    assert "127.0.0.1" in out.stdout and str(standalone.port(10143)) in out.stdout, out.stdout
+    r = http_request(standalone.addr(9103), "GET", "/api/director/map?user=demo")
+    assert r.status == 200, r
+    body = r.json()
+    assert (body["backend"], body["port"]) == ("127.0.0.1", standalone.port(10143)), body

@@ -216,11 +216,13 @@ static void test_errors(void **state)
     expect_error("imap_port: 0\n", "monitor.yaml:1: imap_port: 0 is out of range [1, 65535]");
     expect_error("\npop3_port: 70000\n",
                  "monitor.yaml:2: pop3_port: 70000 is out of range [1, 65535]");
-    expect_error("lmtp_port: \"24\"\n", "monitor.yaml:1: lmtp_port: expected an integer, found '24'");
+    expect_error("lmtp_port: \"24\"\n",
+                 "monitor.yaml:1: lmtp_port: expected an integer, found '24'");
     expect_error("imap_tls: \"yes\"\n",
                  "monitor.yaml:1: imap_tls: expected true or false, found a quoted string");
-    expect_error("interval: 10x\n",
-                 "monitor.yaml:1: interval: expected a duration like 30s, 5m or 250ms, found '10x'");
+    expect_error(
+        "interval: 10x\n",
+        "monitor.yaml:1: interval: expected a duration like 30s, 5m or 250ms, found '10x'");
     expect_error("interval: 5ms\n", "monitor.yaml:1: interval: duration out of range [10ms, "
                                     "86400000ms]");
     expect_error("timeout: 0\n", "monitor.yaml:1: timeout: duration out of range [10ms, 600000ms]");

@@ -218,9 +218,9 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_imap_login),        cmocka_unit_test(test_imap_login_failures),
-        cmocka_unit_test(test_imap_greetings),    cmocka_unit_test(test_imap_connect_only),
-        cmocka_unit_test(test_pop3),              cmocka_unit_test(test_lmtp),
+        cmocka_unit_test(test_imap_login),     cmocka_unit_test(test_imap_login_failures),
+        cmocka_unit_test(test_imap_greetings), cmocka_unit_test(test_imap_connect_only),
+        cmocka_unit_test(test_pop3),           cmocka_unit_test(test_lmtp),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

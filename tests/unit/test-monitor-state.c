@@ -97,8 +97,8 @@ static void test_exact_counts_grid(void **state)
                 int64_t rapid = 0;
                 int64_t n = polls_until_flush(&st, &rapid, 1000);
                 char what[96];
-                snprintf(what, sizeof(what), "retry=%lld rounds=%lld needed=%lld",
-                         (long long)retry, (long long)rounds, (long long)needed);
+                snprintf(what, sizeof(what), "retry=%lld rounds=%lld needed=%lld", (long long)retry,
+                         (long long)rounds, (long long)needed);
                 if (n != retry + rounds || rapid != rounds)
                     fail_msg("%s: flushed after %lld polls (%lld rapid), expected %lld (%lld)",
                              what, (long long)n, (long long)rapid, (long long)(retry + rounds),

@@ -155,8 +155,9 @@ static void close_with_error(struct ring_conn *conn, const char *text)
     if (conn->closing)
         return;
     send_error(conn, text);
-    log_info(COMPONENT, "ring client closed after a protocol error", "peer=%s reason=\"%s\"",
-             conn->peer, text);
+    char reason_q[300];
+    log_info(COMPONENT, "ring client closed after a protocol error", "peer=%s reason=%s",
+             conn->peer, log_quote(reason_q, sizeof(reason_q), text));
     conn->closing = true;
     bufferevent_disable(conn->bev, EV_READ);
     if (pending_output(conn) == 0)
