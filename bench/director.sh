@@ -14,6 +14,11 @@
 #   http-map         GET /api/director/map?user=... over BENCH_CONNECTIONS
 #                    keep-alive connections, one request in flight on each
 #                    (allow-list + token + routing + JSON per request)
+#   propagation      BENCH_DIRECTORS (5) directors on 127.0.0.1..5 forming a ring;
+#                    BENCH_CHANGES (200) backend down/up changes, each made on the next
+#                    director, timed from the admin request until a monitor on every other
+#                    director has the RING-CHANGE (bench/director-propagation.py); not part
+#                    of the default set
 #
 # Users are user0..user<BENCH_USERS-1>@bench.example, in turn: the first pass
 # assigns (a new mapping per user), later passes are sticky.
@@ -48,6 +53,8 @@ fi
 if [ "$NICE" != 0 ] && [ -w /proc/self/autogroup ]; then
   echo "$NICE" >/proc/self/autogroup 2>/dev/null || true
 fi
+DIRECTORS="${BENCH_DIRECTORS:-5}"
+CHANGES="${BENCH_CHANGES:-200}"
 SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(ring-pipelined ring-serial http-map)
 
@@ -118,6 +125,16 @@ echo "director benchmark: $(nproc) CPUs, $(uname -r), ${DURATION}s per run, $BAC
 printf '%-15s %s\n' scenario result
 status=0
 for sc in "${SCENARIOS[@]}"; do
+  if [ "$sc" = propagation ]; then
+    if out="$(timeout 300 python3 "$ROOT/bench/director-propagation.py" "$PETRELD" "$DIRECTORS" \
+              "$CHANGES" "$work")"; then
+      printf '%-15s %s\n' "$sc" "$out"
+    else
+      printf '%-15s FAILED %s\n' "$sc" "$out"
+      status=1
+    fi
+    continue
+  fi
   start_petreld
   case "$sc" in
     ring-pipelined) args=(ring "127.0.0.1:$RING_PORT" "$DURATION" "$WINDOW" "$USERS") ;;

@@ -11,17 +11,24 @@
  *      message that writes the same bytes (the encoding is canonical);
  *   3. the director state, as the ring server and the admin API would apply
  *      it (lookups recording and read-only, sessions started and ended,
- *      monitor reports, peer RING-CHANGE/USER-MOVED/USER-KICKED, flush,
- *      expiry on a clock that moves with the input): outcomes are
+ *      monitor reports, peer RING-CHANGE/USER-MOVED/USER-KICKED through
+ *      peer sync's receive path (per-origin watermarks: a change is applied
+ *      once), HOST merged by last-writer-wins and USER lines merged as a
+ *      joining director would, flush, expiry on a clock that moves with the
+ *      input): outcomes are
  *      consistent (a backend for sticky/assigned, a reason for
  *      bad_request), session counts never go negative, the user table
  *      stays within its limit, and everything is freed at the end. */
 #include "core/buf.h"
+#include "services/director/director-config.h"
+#include "services/director/director-peers.h"
 #include "services/director/director-state.h"
+#include "services/director/director-sync.h"
 #include "services/director/ring-hash.h"
 #include "services/director/ring-protocol.h"
 
 #include <assert.h>
+#include <event2/event.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 struct harness {
     int64_t now_ms;
     struct director_state *st;
+    struct director_sync *sync;
     struct director_session *sessions[MAX_SESSIONS];
     char sids[MAX_SESSIONS][RING_ID_MAX + 1];
     size_t session_count;
@@ -138,6 +146,18 @@ static void apply(struct harness *h, const struct ring_msg *m)
         break;
     case RING_MSG_HOST: {
         size_t flushed = 0;
+        const struct director_backend *known =
+            director_backends_find(director_state_backends(h->st), m->host.ip);
+        if (known != NULL) { /* the merge order is antisymmetric */
+            struct ring_host mine = {.ip = known->ip,
+                                     .port = known->port,
+                                     .tag = known->tag,
+                                     .vhosts = known->vhosts,
+                                     .state = known->state,
+                                     .last_updown_change = known->last_updown_change};
+            assert(director_sync_host_cmp(&m->host, &mine) ==
+                   -director_sync_host_cmp(&mine, &m->host));
+        }
         director_state_apply_ring_change(
             h->st, m->host.state == RING_STATE_UP ? RING_CHANGE_UP : RING_CHANGE_FLUSH, &m->host,
             &from, &err);
@@ -146,20 +166,38 @@ static void apply(struct harness *h, const struct ring_msg *m)
         break;
     }
     case RING_MSG_RING_CHANGE:
-        from.origin = m->ring_change.origin;
-        from.seq = m->ring_change.seq;
-        director_state_apply_ring_change(h->st, m->ring_change.change, &m->ring_change.host, &from,
-                                         &err);
-        break;
     case RING_MSG_USER_MOVED:
-        from.origin = m->user_moved.origin;
-        from.seq = m->user_moved.seq;
-        director_state_user_move(h->st, m->user_moved.user, m->user_moved.ip, m->user_moved.port,
-                                 &from, &err);
+    case RING_MSG_USER_KICKED: {
+        const char *origin = m->type == RING_MSG_RING_CHANGE  ? m->ring_change.origin
+                             : m->type == RING_MSG_USER_MOVED ? m->user_moved.origin
+                                                              : m->user_kicked.origin;
+        uint64_t seq = m->type == RING_MSG_RING_CHANGE  ? m->ring_change.seq
+                       : m->type == RING_MSG_USER_MOVED ? m->user_moved.seq
+                                                        : m->user_kicked.seq;
+        uint64_t before = director_sync_watermark(h->sync, origin);
+        bool ok = director_sync_receive(h->sync, "10.9.9.9:9102", m, &err);
+        uint64_t after = director_sync_watermark(h->sync, origin);
+        assert(after >= before); /* a watermark never goes back */
+        if (strcmp(origin, director_state_self(h->st)) == 0)
+            assert(after == 0 && ok); /* our own change: ignored */
+        else if (ok || err.code != PETREL_ERR_UNAVAILABLE)
+            assert(after == (seq > before ? seq : before));
         break;
-    case RING_MSG_USER_KICKED:
-        director_state_user_kick(h->st, m->user_kicked.user, NULL, &err);
+    }
+    case RING_MSG_USER: {
+        int64_t now = director_state_now_ms(h->st);
+        bool ok = director_state_user_merge(h->st, m->user.hash, m->user.ip, m->user.port,
+                                            m->user.expires_at);
+        const struct director_backend *b =
+            director_backends_find(director_state_backends(h->st), m->user.ip);
+        if (b == NULL || b->port != m->user.port)
+            assert(!ok);
+        const struct director_user *u =
+            director_users_find(director_state_users(h->st), m->user.hash);
+        if (ok && u != NULL && u->backend != NULL && !director_user_expired(u, now))
+            assert(u->backend->state == RING_STATE_UP || u->backend->state == RING_STATE_FLUSH);
         break;
+    }
     case RING_MSG_PING:
         h->now_ms += 30000; /* time passes: mappings and kills expire */
         director_state_expire(h->st);
@@ -225,6 +263,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                         .max_username = 255,
                                         .max_tag = 64};
     h.st = director_state_new(&cfg, clock_fn, &h);
+    /* Peer sync without peers: its receive path (watermarks) only; no
+     * link is dialled, the event base never runs. */
+    struct event_base *base = event_base_new();
+    struct director_config dcfg;
+    director_config_defaults(&dcfg);
+    struct director_peers *peers = director_peers_new(cfg.self, 4);
+    h.sync = director_sync_new(base, h.st, peers, &dcfg);
     director_state_backend_add(h.st, "10.0.0.1", 143, "", 12, NULL, NULL);
     director_state_backend_add(h.st, "10.0.0.2", 143, "blue", 6, NULL, NULL);
     size_t start = 0;
@@ -241,6 +286,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < h.session_count; i++)
         director_state_session_end(h.st, h.sessions[i]);
     assert(director_state_session_count(h.st) == 0);
+    director_sync_free(h.sync);
+    director_peers_free(peers);
+    director_config_free(&dcfg);
+    event_base_free(base);
     director_state_free(h.st);
     return 0;
 }

@@ -52,11 +52,22 @@ def is_root():
     return os.geteuid() == 0
 
 
+_HANDED_OUT_PORTS = set()
+
+
 def free_port():
-    """A loopback TCP port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that nothing listens on right now and that this
+    test process has not handed out before: two ports picked for one daemon
+    (say IMAP and POP3) must differ even though each probe socket is closed
+    before the next is bound, and the kernel may give the same port twice."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT_PORTS:
+            _HANDED_OUT_PORTS.add(port)
+            return port
+    raise AssertionError("no unused loopback port left")
 
 
 def base_env(extra=None):

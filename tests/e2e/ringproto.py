@@ -73,6 +73,7 @@ class RingClient:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.buf = b""
         self.hosts = []
+        self.users = []  # USER lines (a `director` client's handshake)
         self.skipped = []  # pushes read while waiting for a reply
         if hello:
             self.handshake(kind, name)
@@ -86,8 +87,8 @@ class RingClient:
             line = self.recv()
             if line[0] == "DONE":
                 return
-            assert line[0] == "HOST", line
-            self.hosts.append(line)
+            assert line[0] in ("HOST", "USER"), line
+            (self.hosts if line[0] == "HOST" else self.users).append(line)
 
     def send(self, *fields):
         self.sock.sendall(encode(*fields))

@@ -218,7 +218,8 @@ def test_every_failure_kind_flushes_and_is_counted(monitor, fakes):
     backends = {ip: fakes(FakeBackend("imap", ip=ip, port=port)) for ip in modes}
     director = fakes(FakeDirector({ip: {} for ip in modes}))
     d = monitor(director, imap_port=port, imap_tls=False, tags=CREDS, retry_count=1,
-                rapid_rounds=2, rapid_fails_needed=2, timeout="700ms", max_line_length=4096)
+                rapid_rounds=2, rapid_fails_needed=2, timeout="400ms", interval="1s",
+                max_line_length=4096)
     wait_for(lambda: all(b.count() >= 1 for b in backends.values()), timeout=15,
              what="first probes")
     for ip, mode in modes.items():
@@ -451,6 +452,12 @@ def test_limits_max_backends_and_director_line(monitor, fakes):
     assert sum(1 for s in servers if s.count() > 0) == 3
     assert "backend limit reached" in d.stderr()
 
+    # An unknown verb (a newer minor version of the protocol) is ignored.
+    director.send_raw(ring_line("NEW-THING", "x"))
+    time.sleep(0.5)
+    assert director.connections() == 1
+    assert not any(f[0] == "ERROR" for _, f in director.received)
+
     # A line longer than max_line_length: the monitor drops the link and
     # comes back.
     director.send_raw(ring_line("ERROR", "x" * 2000))
@@ -610,3 +617,64 @@ def test_with_the_real_director(petreld, fakes, tmp_path):
     n = b.count()
     time.sleep(1.5)
     assert b.count() == n
+
+
+def test_real_imap_backend_and_director(petreld, tmp_path, pki):
+    """The whole chain with real parts: a backend petreld (auth + IMAP over
+    implicit TLS), a director + monitor petreld probing it with the tag's
+    credentials and a verified certificate. The backend stopping flushes it in
+    the director; started again, it comes back up."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text("probe:{PLAIN}probe-secret:1001:1001\n")
+    auth_port, imap_tls_port = free_port(), free_port()
+    backend_cfg = {
+        "components": ["auth", "imap"],
+        "mail": {"home": str(tmp_path / "mail" / "%u")},
+        "auth": {"listen": [f"127.0.0.1:{auth_port}"], "failure_delay": "10ms",
+                 "failure_delay_max": "50ms",
+                 "passdb": {"driver": "passwd-file", "path": str(passwd)}},
+        "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                 "listen_tls": [f"127.0.0.1:{imap_tls_port}"],
+                 "tls_cert_file": str(pki / "server.pem"),
+                 "tls_key_file": str(pki / "server.key"),
+                 "auth_addr": f"127.0.0.1:{auth_port}"},
+    }
+    backend = petreld(backend_cfg)
+
+    ring, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    cfg = dict(FAST)
+    cfg.update({"director_addr": ring, "imap_port": imap_tls_port, "imap_tls": True,
+                "tls_ca_file": str(pki / "ca.pem"),
+                "tags": {"gold": {"user": "probe", "password": "probe-secret"},
+                         "": {"user": "nobody", "password": "wrong"}}})
+    path = tmp_path / "monitor.yaml"
+    path.write_text(monitor_yaml(cfg))
+    d = petreld({"components": ["director", "monitor"],
+                 "monitor": {"config_file": str(path)},
+                 "director": {"api": {"listen": api}, "ring": {"listen": ring},
+                              "backends": [{"ip": "127.0.0.1", "port": 10143, "tag": "gold",
+                                            "vhosts": 100}]}},
+                env={"DIRECTOR_API_TOKEN": "secret"})
+
+    def up():
+        r = http_request(api, "GET", "/api/director/backends", token="secret")
+        return {x["ip"]: x["up"] for x in r.json()["backends"]}
+
+    wait_for(lambda: metric(d, "petrel_monitor_probes_total", protocol="imap", result="ok") >= 2,
+             timeout=20, what="successful IMAP logins")
+    assert up() == {"127.0.0.1": True}
+    assert re.search(r'msg="logged in" .*user=probe .*tls=yes', backend.stderr())
+
+    backend.stop()
+    wait_for(lambda: up()["127.0.0.1"] is False, timeout=30, what="flushed")
+    assert metric(d, "petrel_monitor_probes_total", protocol="imap",
+                  result="connect_error") >= 3 + 5
+
+    backend.start()
+    try:
+        wait_for(lambda: up()["127.0.0.1"] is True, timeout=30, what="up again")
+        assert metric(d, "petrel_monitor_reports_total", report="up") == 1
+        assert "probe-secret" not in d.stderr() and "probe-secret" not in backend.stderr()
+    finally:
+        # Restarted by hand: the fixture only stops daemons it has not seen exit.
+        backend.stop()

@@ -15,7 +15,7 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
                    "UIDPLUS MULTIAPPEND MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
                    "SPECIAL-USE CREATE-SPECIAL-USE");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
-        if (!s->tls && ctx->tls != NULL)
+        if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");
         if (s->secured)
             buf_append_str(out, " AUTH=PLAIN AUTH=LOGIN");
@@ -67,7 +67,7 @@ static void cmd_id(struct imap_session *s, const struct imap_command *cmd)
             const char *k = imap_arg_astring(&list->list[i]);
             const char *v = imap_arg_nstring(&list->list[i + 1]);
             char kq[128], vq[256];
-            log_debug(IMAP_COMPONENT, "client id", "session=%s field=%s value=%s", s->id,
+            log_debug(IMAP_COMPONENT, "client id", "session=%s field=%s value=%s", s->io.id,
                       log_quote(kq, sizeof(kq), k != NULL ? k : ""),
                       log_quote(vq, sizeof(vq), v != NULL ? v : "NIL"));
         }

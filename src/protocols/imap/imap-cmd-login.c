@@ -19,13 +19,13 @@ static void cmd_starttls(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "TLS is not configured.");
         return;
     }
-    if (s->tls) {
+    if (s->io.tls) {
         imap_reply_bad(s, "TLS is already active.");
         return;
     }
     imap_reply_ok(s, "Begin TLS negotiation now.");
     if (!imap_session_starttls(s)) {
-        log_error(IMAP_COMPONENT, "STARTTLS failed", "session=%s", s->id);
+        log_error(IMAP_COMPONENT, "STARTTLS failed", "session=%s", s->io.id);
         s->state = IMAP_STATE_LOGOUT;
         imap_session_close_after_output(s);
     }
@@ -68,8 +68,8 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
         }
         count_login(s, "ok");
         char uq[300];
-        log_info(IMAP_COMPONENT, "logged in", "session=%s user=%s peer=%s tls=%s", s->id,
-                 log_quote(uq, sizeof(uq), r->user), s->peer, s->tls ? "yes" : "no");
+        log_info(IMAP_COMPONENT, "logged in", "session=%s user=%s peer=%s tls=%s", s->io.id,
+                 log_quote(uq, sizeof(uq), r->user), s->io.peer, s->io.tls ? "yes" : "no");
         struct buf caps = {0};
         imap_capabilities(s, &caps);
         imap_reply_ok(s, "[CAPABILITY %s] Logged in.", caps.data);
@@ -108,7 +108,7 @@ static void cmd_login(struct imap_session *s, const struct imap_command *cmd)
     }
     s->busy = true;
     s->auth_req = auth_client_verify(imap_server_context(s->server)->auth, user, password, "imap",
-                                     s->peer_ip, auth_done, s);
+                                     s->io.peer_ip, auth_done, s);
 }
 
 static void cmd_authenticate(struct imap_session *s, const struct imap_command *cmd)
@@ -137,7 +137,7 @@ static void cmd_authenticate(struct imap_session *s, const struct imap_command *
     s->busy = true;
     s->auth_sasl = true;
     s->auth_req = auth_client_sasl_begin(imap_server_context(s->server)->auth, mech, "imap",
-                                         s->peer_ip, initial, auth_done, s);
+                                         s->io.peer_ip, initial, auth_done, s);
 }
 
 void imap_authenticate_continue(struct imap_session *s, const char *line, size_t len)

@@ -37,7 +37,7 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
         imap_reply_no(s, "[CANNOT] %s", err->message);
         return;
     default:
-        log_error(IMAP_COMPONENT, "storage error", "session=%s command=%s error=\"%s\"", s->id,
+        log_error(IMAP_COMPONENT, "storage error", "session=%s command=%s error=\"%s\"", s->io.id,
                   s->command, err->message);
         imap_reply_no(s, "[SERVERBUG] Internal error; it has been logged.");
         return;
@@ -478,7 +478,7 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
     if (q->status_items != NULL && selected && exists &&
         !status_send(o->s, n->ns, name, q->status_items, q->status_want_size, &err) &&
         err.code != PETREL_ERR_NOT_FOUND)
-        log_warn(IMAP_COMPONENT, "LIST-STATUS failed", "session=%s error=\"%s\"", o->s->id,
+        log_warn(IMAP_COMPONENT, "LIST-STATUS failed", "session=%s error=\"%s\"", o->s->io.id,
                  err.message);
 }
 
@@ -691,7 +691,7 @@ static void list_common(struct imap_session *s, const struct imap_command *cmd, 
     if (!lsub && personal != NULL && !special_use_read(s->user, &o.overrides, &err)) {
         /* Unreadable overrides: list without attributes rather than not at all. */
         log_warn(IMAP_COMPONENT, "special-use overrides unreadable", "session=%s error=\"%s\"",
-                 s->id, err.message);
+                 s->io.id, err.message);
         personal = NULL;
     }
     const struct mail_config *cfg = mail_cfg(s);
@@ -801,11 +801,11 @@ static void cmd_create(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_storage_error(s, &err);
     } else if (use != NULL && !special_use_set(s->user, ref.name, use, &err)) {
         /* RFC 6154 3: no mailbox without the special use asked for. */
-        log_warn(IMAP_COMPONENT, "special-use not set", "session=%s error=\"%s\"", s->id,
+        log_warn(IMAP_COMPONENT, "special-use not set", "session=%s error=\"%s\"", s->io.id,
                  err.message);
         if (!mail_folder_delete(s->user, ref.ns, ref.name, &err))
             log_error(IMAP_COMPONENT, "folder without its special use left behind",
-                      "session=%s error=\"%s\"", s->id, err.message);
+                      "session=%s error=\"%s\"", s->io.id, err.message);
         imap_reply_no(s, "[USEATTR] The special use could not be set.");
     } else {
         imap_reply_ok(s, "CREATE completed.");
@@ -827,8 +827,8 @@ static void cmd_delete(struct imap_session *s, const struct imap_command *cmd)
         /* The folder is gone either way; its attribute must not outlive it. */
         if (special_use_namespace(s, ref.ns) &&
             !special_use_folder_deleted(s->user, ref.name, &err))
-            log_warn(IMAP_COMPONENT, "special-use cleanup failed", "session=%s error=\"%s\"", s->id,
-                     err.message);
+            log_warn(IMAP_COMPONENT, "special-use cleanup failed", "session=%s error=\"%s\"",
+                     s->io.id, err.message);
         imap_reply_ok(s, "DELETE completed.");
     }
     free(ref.name);
@@ -859,7 +859,7 @@ static void cmd_rename(struct imap_session *s, const struct imap_command *cmd)
         if (special_use_namespace(s, from.ns) &&
             !special_use_folder_renamed(s->user, from.name, to.name, from.ns->separator, &err))
             log_warn(IMAP_COMPONENT, "special-use not moved with the folder",
-                     "session=%s error=\"%s\"", s->id, err.message);
+                     "session=%s error=\"%s\"", s->io.id, err.message);
         imap_reply_ok(s, "RENAME completed.");
     }
     free(from.name);

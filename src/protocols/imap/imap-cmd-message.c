@@ -166,8 +166,8 @@ static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_messag
     if (fm->data == NULL) {
         fm->gone = true;
         if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"", s->id,
-                     uid, err.message);
+            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
+                     s->io.id, uid, err.message);
         return false;
     }
     message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
@@ -824,7 +824,7 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
         size_t gone_count = 0;
         if (!mailbox_update_flags(box, added, added_count, &del, NULL, NULL, NULL, NULL, &rb) ||
             !mailbox_expunge(box, added, added_count, &gone, &gone_count, &rb))
-            log_error(IMAP_COMPONENT, "APPEND rollback failed", "session=%s error=\"%s\"", s->id,
+            log_error(IMAP_COMPONENT, "APPEND rollback failed", "session=%s error=\"%s\"", s->io.id,
                       rb.message);
         free(gone);
     }

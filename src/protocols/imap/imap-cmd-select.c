@@ -95,7 +95,8 @@ void imap_selected_sync(struct imap_session *s)
     struct mailbox_view_changes ch;
     struct petrel_error err;
     if (!mailbox_view_sync(s->view, &ch, &err)) {
-        log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->id, err.message);
+        log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->io.id,
+                 err.message);
         return;
     }
     struct buf out = {0};
@@ -221,7 +222,7 @@ static void cmd_close(struct imap_session *s, const struct imap_command *cmd)
     struct petrel_error err;
     /* CLOSE expunges silently; a failure still closes (RFC 3501 6.4.2). */
     if (!s->readonly && !expunge_deleted(s, NULL, 0, &err))
-        log_warn(IMAP_COMPONENT, "CLOSE expunge failed", "session=%s error=\"%s\"", s->id,
+        log_warn(IMAP_COMPONENT, "CLOSE expunge failed", "session=%s error=\"%s\"", s->io.id,
                  err.message);
     imap_selected_close(s);
     imap_reply_ok(s, "CLOSE completed.");
@@ -268,11 +269,11 @@ static void cmd_idle(struct imap_session *s, const struct imap_command *cmd)
     (void)cmd;
     if (s->box != NULL && s->watch == NULL) {
         struct petrel_error err;
-        s->watch =
-            mailbox_watch_new(imap_server_context(s->server)->watches, s->box, idle_changed, s, &err);
+        s->watch = mailbox_watch_new(imap_server_context(s->server)->watches, s->box, idle_changed,
+                                     s, &err);
         if (s->watch == NULL)
-            log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"", s->id,
-                     err.message);
+            log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"",
+                     s->io.id, err.message);
     }
     s->idling = true;
     s->busy = true; /* the tagged reply comes with DONE */

@@ -3,26 +3,18 @@
 #define PETREL_PROTOCOLS_IMAP_CONFIG_H
 
 #include "core/cfg-read.h"
+#include "protocols/common/mail-login-config.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 struct imap_config {
-    char **listen;     /* plain listeners (STARTTLS offered when a certificate is set) */
-    char **listen_tls; /* implicit-TLS listeners (993-style) */
-    char *tls_cert_file;
-    char *tls_key_file;
-    char *auth_addr;             /* the auth service */
-    char *warden_addr;           /* the warden ("" = sessions are not registered) */
-    bool disable_plaintext_auth; /* refuse LOGIN/AUTHENTICATE on plain non-loopback connections */
+    /* listeners, TLS, auth, warden, plaintext policy, limits, timeouts
+     * (idle_timeout: RFC 9051 asks for at least 30 minutes) */
+    struct mail_login_config login;
     int64_t max_line_length;
     int64_t max_literal_size;
-    int64_t max_connections;
-    int64_t max_connections_per_user;
-    int64_t login_timeout_ms; /* before authentication */
-    int64_t idle_timeout_ms;  /* authenticated, between commands (RFC 9051: at least 30 min) */
-    int64_t auth_timeout_ms;  /* one call to the auth service */
 };
 
 void imap_config_defaults(struct imap_config *cfg);

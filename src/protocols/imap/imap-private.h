@@ -7,6 +7,7 @@
 
 #include "core/buf.h"
 #include "core/metrics.h"
+#include "protocols/common/mail-session-io.h"
 #include "protocols/imap/imap-config.h"
 #include "protocols/imap/imap-parser.h"
 #include "services/auth/auth-client.h"
@@ -34,22 +35,12 @@ struct imap_server;
 
 struct imap_session {
     struct imap_server *server;
-    struct imap_session *next;
-    struct imap_session *prev;
-    struct bufferevent *bev;
+    struct mail_session_io io; /* the connection: bev, tls, closing, peer, id, username */
     struct imap_parser *parser;
     enum imap_state state;
-    bool tls;               /* the connection is encrypted (implicit or after STARTTLS) */
-    bool secured;           /* TLS or loopback: plaintext authentication allowed */
-    bool busy;              /* a command is waiting for something (auth service) */
-    bool closing;           /* free once the output has drained */
-    struct event *close_ev; /* deferred free: never inside the session's own call chain */
-    unsigned close_polls;
-    char peer_ip[64];
-    char peer[80];
-    char id[24]; /* session id for logs */
+    bool secured; /* TLS or loopback: plaintext authentication allowed */
+    bool busy;    /* a command is waiting for something (auth service) */
     struct timespec started;
-    int64_t connected_at; /* Unix time of the connection (for the warden) */
     /* the command being run */
     char tag[64];
     char command[32];
@@ -59,11 +50,9 @@ struct imap_session {
     bool auth_sasl; /* AUTHENTICATE (continuation lines come from the client) */
     bool sasl_waiting_client;
     size_t auth_failures;
-    /* authenticated */
-    char *username;
+    /* authenticated (the name is io.username; the warden registration,
+     * with imap.warden_addr, is io's too) */
     struct mail_user *user;
-    /* registered with the warden while logged in (imap.warden_addr) */
-    struct warden_client_session *warden;
     bool utf8_accept; /* ENABLE UTF8=ACCEPT */
     bool condstore;   /* ENABLE CONDSTORE (or a CONDSTORE-using command) */
     /* selected */
@@ -88,22 +77,17 @@ struct imap_server_metrics {
 struct imap_server_ctx {
     const struct imap_config *cfg;
     struct event_base *base;
+    struct mail_listeners *listeners; /* listeners, connection list, per-user counts */
     struct mail_storage *storage;
     struct auth_client *auth;
     struct warden_client *warden; /* NULL without imap.warden_addr */
-    SSL_CTX *tls;
+    SSL_CTX *tls;                 /* the listeners' (NULL: no STARTTLS) */
     struct imap_parser_limits limits;
     struct mailbox_watch_hub *watches; /* one inotify instance for every IDLE */
     struct imap_server_metrics m;
 };
 
 const struct imap_server_ctx *imap_server_context(const struct imap_server *srv);
-/* Per-user session counting for max_connections_per_user. */
-bool imap_server_user_add(struct imap_server *srv, const char *username);
-void imap_server_user_remove(struct imap_server *srv, const char *username);
-unsigned long long imap_server_next_session_id(struct imap_server *srv);
-void imap_server_session_added(struct imap_server *srv, struct imap_session *s);
-void imap_server_session_gone(struct imap_server *srv, struct imap_session *s);
 
 /* ---------- session (imap-session.c) ---------- */
 

@@ -7,7 +7,6 @@
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +15,6 @@
 
 #define IMAP_PREAUTH_MAX_LITERAL 16384 /* LOGIN/AUTHENTICATE arguments */
 #define IMAP_MAX_SINGLE_WRITE (256 * 1024)
-
-static void session_read_cb(struct bufferevent *bev, void *arg);
-static void session_write_cb(struct bufferevent *bev, void *arg);
-static void session_event_cb(struct bufferevent *bev, short what, void *arg);
 
 static const struct imap_command_def *const command_tables[] = {
     imap_commands_any,    imap_commands_login,   imap_commands_mailbox,
@@ -30,37 +25,23 @@ static const struct imap_command_def *const command_tables[] = {
 
 void imap_send_raw(struct imap_session *s, const void *data, size_t len)
 {
-    if (s->closing && s->state == IMAP_STATE_LOGOUT && len == 0)
-        return;
-    bufferevent_write(s->bev, data, len);
-    metric_add(imap_server_context(s->server)->m.bytes_out, (double)len);
-}
-
-static void send_line_v(struct imap_session *s, const char *prefix, const char *fmt, va_list ap)
-{
-    struct buf line = {0};
-    buf_append_str(&line, prefix);
-    buf_vprintf(&line, fmt, ap);
-    buf_append_str(&line, "\r\n");
-    imap_send_raw(s, line.data, line.len);
-    buf_free(&line);
+    mail_session_io_write(&s->io, data, len);
 }
 
 void imap_send(struct imap_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    send_line_v(s, "", fmt, ap);
+    mail_session_io_vwritef(&s->io, "", fmt, ap);
     va_end(ap);
 }
 
 static void set_timeout(struct imap_session *s)
 {
-    const struct imap_config *cfg = imap_server_context(s->server)->cfg;
+    const struct mail_login_config *cfg = &imap_server_context(s->server)->cfg->login;
     int64_t ms =
         s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    bufferevent_set_timeouts(s->bev, &tv, NULL);
+    mail_session_io_set_timeout(&s->io, ms, false);
 }
 
 static void process_input(struct imap_session *s);
@@ -104,7 +85,7 @@ static void reply_tagged(struct imap_session *s, const char *status, const char 
         imap_selected_sync(s);
     char prefix[96];
     snprintf(prefix, sizeof(prefix), "%s %s ", s->tag[0] != '\0' ? s->tag : "*", status);
-    send_line_v(s, prefix, fmt, ap);
+    mail_session_io_vwritef(&s->io, prefix, fmt, ap);
     command_done(s, result);
 }
 
@@ -155,49 +136,14 @@ void imap_append_string(struct buf *out, const char *text, size_t len)
 
 /* ---------- life cycle ---------- */
 
-/* Bytes still queued anywhere below the session: a TLS filter hands its
- * output to the socket bufferevent underneath, which must drain too. */
-static size_t output_pending(struct imap_session *s)
-{
-    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
-    struct bufferevent *under = bufferevent_get_underlying(s->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
-}
-
-#define IMAP_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
-
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct imap_session *s = arg;
-    if (output_pending(s) > 0 && ++s->close_polls < IMAP_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(s->close_ev, &tick);
-        return;
-    }
-    imap_session_free(s);
-}
-
 void imap_session_close_after_output(struct imap_session *s)
 {
-    s->closing = true;
-    bufferevent_disable(s->bev, EV_READ);
-    /* The write callback frees the session once the output has left; with
-     * nothing queued, a zero timer does it, so callers up the stack (the
-     * input loop) never touch a freed session. */
-    if (s->close_ev == NULL && (s->tls || output_pending(s) == 0)) {
-        s->close_ev = evtimer_new(imap_server_context(s->server)->base, deferred_free_cb, s);
-        struct timeval now = {0, 0};
-        evtimer_add(s->close_ev, &now);
-    }
+    mail_session_io_close_after_output(&s->io);
 }
 
 void imap_session_shutdown(struct imap_session *s, const char *reason)
 {
-    if (s->closing)
+    if (s->io.closing)
         return;
     imap_send(s, "* BYE %s", reason);
     s->state = IMAP_STATE_LOGOUT;
@@ -211,20 +157,13 @@ void imap_session_free(struct imap_session *s)
         auth_client_cancel(s->auth_req);
     imap_selected_close(s);
     mail_user_unref(s->user);
-    warden_client_session_disconnect(s->warden);
-    if (s->username != NULL) {
-        imap_server_user_remove(s->server, s->username);
+    if (s->io.username != NULL)
         metric_gauge_add(ctx->m.sessions_auth, -1);
-        free(s->username);
-    } else {
+    else
         metric_gauge_add(ctx->m.sessions_unauth, -1);
-    }
-    log_debug(IMAP_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
-    imap_server_session_gone(s->server, s);
+    log_debug(IMAP_COMPONENT, "disconnected", "session=%s peer=%s", s->io.id, s->io.peer);
     imap_parser_free(s->parser);
-    if (s->close_ev != NULL)
-        event_free(s->close_ev);
-    bufferevent_free(s->bev);
+    mail_session_io_free(&s->io); /* also the warden registration and the user count */
     free(s);
 }
 
@@ -241,15 +180,32 @@ static bool peer_is_loopback(const struct sockaddr *sa)
     return sa->sa_family == AF_UNIX;
 }
 
+static void session_input(void *arg);
+static void session_timeout(void *arg);
+static void session_shutdown(void *arg)
+{
+    imap_session_shutdown(arg, "Server shutting down.");
+}
+static void session_free(void *arg)
+{
+    imap_session_free(arg);
+}
+
+static const struct mail_session_io_ops session_ops = {
+    .input = session_input,
+    .timeout = session_timeout,
+    .shutdown = session_shutdown,
+    .free = session_free,
+};
+
 void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer)
 {
     const struct imap_server_ctx *ctx = imap_server_context(srv);
     struct imap_session *s = xcalloc(1, sizeof(*s));
     s->server = srv;
-    s->bev = bev;
-    s->tls = tls;
-    s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->disable_plaintext_auth;
+    mail_session_io_init(&s->io, ctx->listeners, bev, tls, peer, &session_ops, s);
+    s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->login.disable_plaintext_auth;
     /* Before login nothing needs a big literal, and the parser allocates a
      * literal when it is announced: keep strangers to small ones. */
     struct imap_parser_limits preauth = ctx->limits;
@@ -259,19 +215,12 @@ void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool t
         preauth.non_sync_max = IMAP_PREAUTH_MAX_LITERAL;
     s->parser = imap_parser_new(&preauth);
     s->state = IMAP_STATE_NOT_AUTHENTICATED;
-    net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
-    net_addr_format(peer, s->peer, sizeof(s->peer));
-    snprintf(s->id, sizeof(s->id), "%llx", imap_server_next_session_id(srv));
     clock_gettime(CLOCK_MONOTONIC, &s->started);
-    s->connected_at = (int64_t)time(NULL);
-    imap_server_session_added(srv, s);
     metric_gauge_add(ctx->m.sessions_unauth, 1);
-    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
+    set_timeout(s);
     /* libevent's 16 KiB per pass would take ~50 loop passes for one 800 KB
      * BODY[]; larger steps keep big fetches from stalling other sessions. */
-    bufferevent_set_max_single_write(bev, IMAP_MAX_SINGLE_WRITE);
-    set_timeout(s);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE, 0);
     struct buf caps = {0};
     imap_capabilities(s, &caps);
     imap_send(s, "* OK [CAPABILITY %s] Petrel ready.", caps.data);
@@ -280,29 +229,14 @@ void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool t
 
 /* ---------- STARTTLS ---------- */
 
-/* Whatever the client pipelined after STARTTLS is thrown away: it arrived
- * in clear text and must not run as if protected (CVE-2011-0411 class). */
+/* Whatever the client pipelined after STARTTLS is thrown away (by
+ * mail_session_io_starttls()), and the parser forgets any partial command. */
 bool imap_session_starttls(struct imap_session *s)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(s->server);
-    struct evbuffer *in = bufferevent_get_input(s->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
     imap_parser_reset(s->parser);
-    SSL *ssl = SSL_new(ctx->tls);
-    struct bufferevent *tls_bev =
-        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    if (!mail_session_io_starttls(&s->io))
         return false;
-    }
-    s->bev = tls_bev;
-    s->tls = true;
     s->secured = true;
-    bufferevent_setcb(tls_bev, session_read_cb, session_write_cb, session_event_cb, s);
-    bufferevent_set_max_single_write(tls_bev, IMAP_MAX_SINGLE_WRITE);
-    set_timeout(s);
-    bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
     return true;
 }
 
@@ -361,9 +295,9 @@ static void parse_error(struct imap_session *s, const struct imap_parse_error *e
  * buffer is empty or a command waits. The session may be freed inside. */
 static void process_input(struct imap_session *s)
 {
-    while (!s->busy && !s->closing) {
+    while (!s->busy && !s->io.closing) {
         /* Looked up each round: STARTTLS replaces the bufferevent. */
-        struct evbuffer *in = bufferevent_get_input(s->bev);
+        struct evbuffer *in = bufferevent_get_input(s->io.bev);
         if (s->idling) {
             size_t n = 0;
             char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
@@ -417,58 +351,29 @@ static void process_input(struct imap_session *s)
     }
 }
 
-static void session_read_cb(struct bufferevent *bev, void *arg)
+static void session_input(void *arg)
 {
-    (void)bev;
     process_input(arg);
 }
 
-static void session_write_cb(struct bufferevent *bev, void *arg)
+static void session_timeout(void *arg)
 {
-    (void)bev;
     struct imap_session *s = arg;
-    if (s->closing && output_pending(s) == 0)
-        imap_session_free(s);
-}
-
-static void session_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    struct imap_session *s = arg;
-    if (what & BEV_EVENT_TIMEOUT) {
-        if (!s->closing) {
-            imap_send(s, "* BYE Disconnected for inactivity.");
-            s->state = IMAP_STATE_LOGOUT;
-            imap_session_close_after_output(s);
-        }
-        return;
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        imap_session_free(s);
+    imap_send(s, "* BYE Disconnected for inactivity.");
+    s->state = IMAP_STATE_LOGOUT;
+    imap_session_close_after_output(s);
 }
 
 bool imap_session_login(struct imap_session *s, const char *username)
 {
     const struct imap_server_ctx *ctx = imap_server_context(s->server);
-    struct petrel_error err;
-    struct mail_user *user = mail_user_get(ctx->storage, username, &err);
-    if (user == NULL) {
-        log_warn(IMAP_COMPONENT, "login refused by storage", "session=%s error=\"%s\"", s->id,
-                 err.message);
+    struct mail_user *user;
+    if (mail_session_io_login(&s->io, ctx->storage, username, &user) != MAIL_SESSION_LOGIN_OK)
         return false;
-    }
-    if (!imap_server_user_add(s->server, username)) {
-        log_info(IMAP_COMPONENT, "login refused: too many sessions for the user", "session=%s",
-                 s->id);
-        return false;
-    }
-    s->username = xstrdup(username);
     s->user = user;
     mail_user_ref(user);
     s->state = IMAP_STATE_AUTHENTICATED;
-    if (ctx->warden != NULL)
-        s->warden = warden_client_session_connect(ctx->warden, username, s->peer_ip, "imap",
-                                                  s->connected_at);
+    mail_session_io_register(&s->io, ctx->warden, "imap");
     /* Between commands the parser holds nothing: switch to the full limits. */
     imap_parser_free(s->parser);
     s->parser = imap_parser_new(&ctx->limits);

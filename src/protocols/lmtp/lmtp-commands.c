@@ -299,7 +299,7 @@ void lmtp_command_data_done(struct lmtp_session *s)
             lmtp_reply(s, "451 4.3.2 <%s> Server busy, try again later", s->rcpts[i].name.address);
         lmtp_delivery_free(d);
         lmtp_session_reset_transaction(s);
-        lmtp_session_resume(s);
+        lmtp_session_unpark(s); /* we are inside process_input */
     }
 }
 

@@ -118,8 +118,11 @@ void lmtp_reply_lines(struct lmtp_session *s, int code, const char *const *lines
 void lmtp_session_close_after_output(struct lmtp_session *s);
 /* A syntax or sequence error was answered: counts toward max_errors. */
 void lmtp_session_error(struct lmtp_session *s);
-/* The asynchronous step (lookup, delivery) is over: read on. */
+/* The asynchronous step (lookup, delivery) is over: read on. Called from
+ * the loop (a callback), never from inside the session's input handling. */
 void lmtp_session_resume(struct lmtp_session *s);
+/* The same from inside the input handling: the caller's loop reads on. */
+void lmtp_session_unpark(struct lmtp_session *s);
 /* Parks the session (stops reading) while an asynchronous step runs. */
 void lmtp_session_park(struct lmtp_session *s);
 /* STARTTLS: layers TLS over the connection after "220" is queued. */

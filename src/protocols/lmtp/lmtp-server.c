@@ -102,7 +102,9 @@ static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
     for (size_t i = 0; i < d->rcpt_count; i++) {
         const struct lmtp_delivery_rcpt *r = &d->rcpts[i];
         char addr[300];
+        char user[300];
         log_quote(addr, sizeof(addr), r->address);
+        log_quote(user, sizeof(user), r->username);
         metric_add(metric_series_get(srv->ctx.m.deliveries, r->ok ? ok : tempfail), 1);
         metric_observe(srv->ctx.m.delivery_seconds, r->seconds);
         if (r->ok) {
@@ -110,13 +112,13 @@ static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
             log_quote(folder, sizeof(folder), r->folder);
             log_info(LMTP_COMPONENT, "delivered",
                      "session=%s rcpt=%s user=%s folder=%s uid=%u size=%zu ms=%.1f", session_id,
-                     addr, r->username, folder, r->uid, d->len, r->seconds * 1000);
+                     addr, user, folder, r->uid, d->len, r->seconds * 1000);
         } else {
             char why[600];
             log_quote(why, sizeof(why), r->err.message);
             log_warn(LMTP_COMPONENT, "delivery failed",
-                     "session=%s rcpt=%s user=%s code=%s error=%s ms=%.1f", session_id, addr,
-                     r->username, petrel_error_code_name(r->err.code), why, r->seconds * 1000);
+                     "session=%s rcpt=%s user=%s code=%s error=%s ms=%.1f", session_id, addr, user,
+                     petrel_error_code_name(r->err.code), why, r->seconds * 1000);
         }
     }
 }

@@ -19,7 +19,6 @@
 #define LMTP_DATA_CHUNK 65536      /* DATA bytes decoded per step */
 
 static void session_read_cb(struct bufferevent *bev, void *arg);
-static void session_write_cb(struct bufferevent *bev, void *arg);
 static void session_event_cb(struct bufferevent *bev, short what, void *arg);
 
 /* ---------- output ---------- */
@@ -163,7 +162,7 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
     net_addr_format(peer, s->peer, sizeof(s->peer));
     snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
     lmtp_server_session_added(srv, s);
-    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
+    bufferevent_setcb(bev, session_read_cb, NULL, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     log_debug(LMTP_COMPONENT, "connected", "session=%s peer=%s", s->id, s->peer);
@@ -189,7 +188,7 @@ bool lmtp_session_starttls(struct lmtp_session *s)
     }
     s->bev = tls_bev;
     s->tls = true;
-    bufferevent_setcb(tls_bev, session_read_cb, session_write_cb, session_event_cb, s);
+    bufferevent_setcb(tls_bev, session_read_cb, NULL, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
     return true;
@@ -206,18 +205,30 @@ void lmtp_session_park(struct lmtp_session *s)
 
 static void process_input(struct lmtp_session *s);
 
-void lmtp_session_resume(struct lmtp_session *s)
+/* Un-parks without reading: true when the session goes on. */
+static bool unpark(struct lmtp_session *s)
 {
     s->busy = false;
     if (s->closing)
-        return;
+        return false;
     if (s->stopping && !s->in_data) {
         lmtp_session_shutdown(s);
-        return;
+        return false;
     }
     set_timeout(s);
     bufferevent_enable(s->bev, EV_READ);
-    process_input(s);
+    return true;
+}
+
+void lmtp_session_resume(struct lmtp_session *s)
+{
+    if (unpark(s))
+        process_input(s);
+}
+
+void lmtp_session_unpark(struct lmtp_session *s)
+{
+    unpark(s);
 }
 
 /* The DATA stream: decodes what is buffered, and hands the message over
@@ -298,12 +309,6 @@ static void session_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     process_input(arg);
-}
-
-static void session_write_cb(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    (void)arg;
 }
 
 static void session_event_cb(struct bufferevent *bev, short what, void *arg)

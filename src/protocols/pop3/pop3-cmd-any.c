@@ -14,7 +14,7 @@ void pop3_capabilities(const struct pop3_session *s, struct buf *out)
     if (s->state == POP3_STATE_AUTHORIZATION) {
         if (s->secured)
             buf_append_str(out, "USER\r\nSASL PLAIN LOGIN\r\n");
-        if (!s->tls && ctx->tls != NULL)
+        if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, "STLS\r\n");
     }
     buf_append_str(out, "IMPLEMENTATION Petrel\r\n");
@@ -47,13 +47,13 @@ static void cmd_quit(struct pop3_session *s, const struct pop3_command *cmd)
     log_info(POP3_COMPONENT, "logged out",
              "session=%s user=%s retrieved=%zu retrieved_bytes=%llu deleted=%zu expunged=%zu "
              "result=%s",
-             s->id, log_quote(uq, sizeof(uq), s->username), s->retrieved,
+             s->io.id, log_quote(uq, sizeof(uq), s->io.username), s->retrieved,
              (unsigned long long)s->retrieved_bytes, s->drop.deleted_count, expunged,
              ok ? "ok" : "failed");
     if (ok) {
         pop3_reply_ok(s, "Logging out, %zu messages deleted.", s->drop.deleted_count);
     } else {
-        log_warn(POP3_COMPONENT, "deleting messages failed", "session=%s error=\"%s\"", s->id,
+        log_warn(POP3_COMPONENT, "deleting messages failed", "session=%s error=\"%s\"", s->io.id,
                  err.message);
         pop3_reply_err(s, "[SYS/TEMP] Some deleted messages could not be removed.");
     }

@@ -24,7 +24,7 @@ static void cmd_stls(struct pop3_session *s, const struct pop3_command *cmd)
         pop3_reply_err(s, "TLS is not configured.");
         return;
     }
-    if (s->tls) {
+    if (s->io.tls) {
         pop3_reply_err(s, "TLS is already active.");
         return;
     }
@@ -33,7 +33,7 @@ static void cmd_stls(struct pop3_session *s, const struct pop3_command *cmd)
     s->user_arg = NULL;
     pop3_reply_ok(s, "Begin TLS negotiation now.");
     if (!pop3_session_starttls(s)) {
-        log_error(POP3_COMPONENT, "STLS failed", "session=%s", s->id);
+        log_error(POP3_COMPONENT, "STLS failed", "session=%s", s->io.id);
         pop3_session_close_after_output(s);
     }
 }
@@ -71,9 +71,9 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
         count_login(s, "ok");
         char uq[300];
         log_info(POP3_COMPONENT, "logged in",
-                 "session=%s user=%s peer=%s tls=%s messages=%zu octets=%llu", s->id,
-                 log_quote(uq, sizeof(uq), r->user), s->peer, s->tls ? "yes" : "no", s->drop.count,
-                 (unsigned long long)s->drop.total_size);
+                 "session=%s user=%s peer=%s tls=%s messages=%zu octets=%llu", s->io.id,
+                 log_quote(uq, sizeof(uq), r->user), s->io.peer, s->io.tls ? "yes" : "no",
+                 s->drop.count, (unsigned long long)s->drop.total_size);
         pop3_reply_ok(s, "Logged in.");
         return;
     }
@@ -86,9 +86,9 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
     s->auth_failures++;
     pop3_reply_err(s, "[AUTH] Authentication failed.");
     int64_t max = pop3_server_context(s->server)->cfg->max_auth_failures;
-    if (s->auth_failures >= (size_t)max && !s->closing) {
+    if (s->auth_failures >= (size_t)max && !s->io.closing) {
         log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"too many failed logins\"",
-                 s->id, s->peer);
+                 s->io.id, s->io.peer);
         pop3_session_close_after_output(s);
     }
 }
@@ -120,7 +120,7 @@ static void cmd_pass(struct pop3_session *s, const struct pop3_command *cmd)
     s->user_arg = NULL;
     s->busy = true;
     s->auth_req = auth_client_verify(pop3_server_context(s->server)->auth, user, password, "pop3",
-                                     s->peer_ip, auth_done, s);
+                                     s->io.peer_ip, auth_done, s);
     OPENSSL_cleanse(password, cmd->rest_len);
     free(password);
     free(user);
@@ -156,7 +156,7 @@ static void cmd_auth(struct pop3_session *s, const struct pop3_command *cmd)
     s->user_arg = NULL;
     s->busy = true;
     s->auth_req = auth_client_sasl_begin(pop3_server_context(s->server)->auth, mech, "pop3",
-                                         s->peer_ip, initial, auth_done, s);
+                                         s->io.peer_ip, initial, auth_done, s);
 }
 
 void pop3_auth_continue(struct pop3_session *s, const char *line, size_t len)

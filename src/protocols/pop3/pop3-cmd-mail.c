@@ -120,8 +120,8 @@ static void send_message(struct pop3_session *s, const struct pop3_command *cmd,
                            (unsigned long long)number);
             return;
         }
-        log_warn(POP3_COMPONENT, "cannot read a message", "session=%s uid=%u error=\"%s\"", s->id,
-                 msg->uid, err.message);
+        log_warn(POP3_COMPONENT, "cannot read a message", "session=%s uid=%u error=\"%s\"",
+                 s->io.id, msg->uid, err.message);
         pop3_reply_err(s, "[SYS/TEMP] Cannot read the message now.");
         return;
     }
@@ -130,8 +130,8 @@ static void send_message(struct pop3_session *s, const struct pop3_command *cmd,
         s->retrieved_bytes += msg->size;
         if (pop3_server_context(s->server)->cfg->retr_sets_seen &&
             !pop3_maildrop_set_seen(&s->drop, msg, &err) && err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(POP3_COMPONENT, "cannot set \\Seen", "session=%s uid=%u error=\"%s\"", s->id,
-                     msg->uid, err.message);
+            log_warn(POP3_COMPONENT, "cannot set \\Seen", "session=%s uid=%u error=\"%s\"",
+                     s->io.id, msg->uid, err.message);
     }
     char first[64];
     if (top)

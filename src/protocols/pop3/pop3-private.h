@@ -10,6 +10,7 @@
 #include "core/buf.h"
 #include "core/metrics.h"
 #include "net/cidr.h"
+#include "protocols/common/mail-session-io.h"
 #include "protocols/pop3/pop3-body.h"
 #include "protocols/pop3/pop3-config.h"
 #include "protocols/pop3/pop3-parser.h"
@@ -35,7 +36,6 @@ enum pop3_state {
 
 struct pop3_server;
 struct warden_client;
-struct warden_client_session;
 
 /* One message of the maildrop: the INBOX as it was at login. */
 struct pop3_message {
@@ -64,21 +64,11 @@ struct pop3_stream {
 
 struct pop3_session {
     struct pop3_server *server;
-    struct pop3_session *next;
-    struct pop3_session *prev;
-    struct bufferevent *bev;
+    struct mail_session_io io; /* the connection: bev, tls, closing, peer, id, username */
     struct pop3_parser *parser;
     enum pop3_state state;
-    bool tls;               /* the connection is encrypted (implicit or after STLS) */
-    bool secured;           /* TLS or a secure_nets peer: plaintext authentication allowed */
-    bool busy;              /* a command waits (auth service, message streaming) */
-    bool closing;           /* free once the output has drained */
-    struct event *close_ev; /* deferred free: never inside the session's own call chain */
-    unsigned close_polls;
-    char peer_ip[64];
-    char peer[80];
-    char id[24];          /* session id for logs */
-    int64_t connected_at; /* Unix time of the connection */
+    bool secured; /* TLS or a secure_nets peer: plaintext authentication allowed */
+    bool busy;    /* a command waits (auth service, message streaming) */
     /* the command being run */
     char command[16];
     struct timespec command_started;
@@ -87,12 +77,11 @@ struct pop3_session {
     struct auth_client_request *auth_req;
     bool sasl_waiting_client; /* AUTH: a "+ " challenge is out, the client's line is next */
     size_t auth_failures;
-    /* transaction */
-    char *username;
+    /* transaction (the name is io.username; the warden registration, with
+     * pop3.warden_addr, is io's too) */
     struct mail_user *user;
     struct pop3_maildrop drop;
     struct pop3_stream *stream;
-    struct warden_client_session *warden;
     size_t retrieved; /* RETR commands answered (for the logout log line) */
     uint64_t retrieved_bytes;
 };
@@ -111,22 +100,17 @@ struct pop3_server_metrics {
 struct pop3_server_ctx {
     const struct pop3_config *cfg;
     struct event_base *base;
+    struct mail_listeners *listeners; /* listeners, connection list, per-user counts */
     struct mail_storage *storage;
     struct auth_client *auth;
     struct warden_client *warden; /* NULL when warden_addr is empty */
-    SSL_CTX *tls;
+    SSL_CTX *tls;                 /* the listeners' (NULL: no STLS) */
     struct cidr_list secure_nets; /* cfg->secure_nets, parsed */
     struct pop3_parser_limits limits;
     struct pop3_server_metrics m;
 };
 
 const struct pop3_server_ctx *pop3_server_context(const struct pop3_server *srv);
-/* Per-user session counting for max_connections_per_user. */
-bool pop3_server_user_add(struct pop3_server *srv, const char *username);
-void pop3_server_user_remove(struct pop3_server *srv, const char *username);
-unsigned long long pop3_server_next_session_id(struct pop3_server *srv);
-void pop3_server_session_added(struct pop3_server *srv, struct pop3_session *s);
-void pop3_server_session_gone(struct pop3_server *srv, struct pop3_session *s);
 
 /* ---------- session (pop3-session.c) ---------- */
 

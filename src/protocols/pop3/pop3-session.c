@@ -9,7 +9,6 @@
 #include "services/warden/warden-client.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +16,7 @@
 
 #define POP3_MAX_SINGLE_WRITE (256 * 1024)
 #define POP3_STREAM_STEP (256 * 1024) /* bytes of a message produced per output drain */
-#define POP3_CLOSE_GRACE_POLLS 500    /* x 10 ms: how long a closing session may flush */
 
-static void session_read_cb(struct bufferevent *bev, void *arg);
-static void session_write_cb(struct bufferevent *bev, void *arg);
-static void session_event_cb(struct bufferevent *bev, short what, void *arg);
 static void process_input(struct pop3_session *s);
 
 static const struct pop3_command_def *const command_tables[] = {
@@ -34,24 +29,17 @@ static const struct pop3_command_def *const command_tables[] = {
 
 void pop3_send_raw(struct pop3_session *s, const void *data, size_t len)
 {
-    if (len == 0)
-        return;
-    bufferevent_write(s->bev, data, len);
-    metric_add(pop3_server_context(s->server)->m.bytes_out, (double)len);
+    mail_session_io_write(&s->io, data, len);
 }
 
 /* While a response streams, the client sends nothing and may read slowly:
  * the inactivity limit then applies to the output making no progress. */
 static void set_timeout(struct pop3_session *s)
 {
-    const struct pop3_config *cfg = pop3_server_context(s->server)->cfg;
+    const struct mail_login_config *cfg = &pop3_server_context(s->server)->cfg->login;
     int64_t ms =
         s->state == POP3_STATE_AUTHORIZATION ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    if (s->stream != NULL)
-        bufferevent_set_timeouts(s->bev, NULL, &tv);
-    else
-        bufferevent_set_timeouts(s->bev, &tv, NULL);
+    mail_session_io_set_timeout(&s->io, ms, s->stream != NULL);
 }
 
 static void command_done(struct pop3_session *s, const char *result)
@@ -71,21 +59,11 @@ static void command_done(struct pop3_session *s, const char *result)
     }
 }
 
-static void send_line_v(struct pop3_session *s, const char *prefix, const char *fmt, va_list ap)
-{
-    struct buf line = {0};
-    buf_append_str(&line, prefix);
-    buf_vprintf(&line, fmt, ap);
-    buf_append_str(&line, "\r\n");
-    pop3_send_raw(s, line.data, line.len);
-    buf_free(&line);
-}
-
 void pop3_reply_ok(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    send_line_v(s, "+OK ", fmt, ap);
+    mail_session_io_vwritef(&s->io, "+OK ", fmt, ap);
     va_end(ap);
     command_done(s, "ok");
 }
@@ -94,7 +72,7 @@ void pop3_reply_err(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    send_line_v(s, "-ERR ", fmt, ap);
+    mail_session_io_vwritef(&s->io, "-ERR ", fmt, ap);
     va_end(ap);
     command_done(s, "err");
 }
@@ -163,53 +141,20 @@ void pop3_session_stream(struct pop3_session *s, const char *first,
 
 /* ---------- life cycle ---------- */
 
-/* Bytes still queued anywhere below the session: a TLS filter hands its
- * output to the socket bufferevent underneath, which must drain too. */
-static size_t output_pending(struct pop3_session *s)
-{
-    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
-    struct bufferevent *under = bufferevent_get_underlying(s->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
-}
-
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct pop3_session *s = arg;
-    if (output_pending(s) > 0 && ++s->close_polls < POP3_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(s->close_ev, &tick);
-        return;
-    }
-    pop3_session_free(s);
-}
-
 void pop3_session_close_after_output(struct pop3_session *s)
 {
-    s->closing = true;
     s->state = POP3_STATE_LOGOUT;
-    bufferevent_disable(s->bev, EV_READ);
+    mail_session_io_close_after_output(&s->io);
     /* An answer from the auth service would find nobody to log in. */
     if (s->auth_req != NULL) {
         auth_client_cancel(s->auth_req);
         s->auth_req = NULL;
     }
-    /* The write callback frees the session once the output has left; with
-     * nothing queued (or under TLS, where the socket below drains later) a
-     * timer does it, so callers up the stack never touch a freed session. */
-    if (s->close_ev == NULL && (s->tls || output_pending(s) == 0)) {
-        s->close_ev = evtimer_new(pop3_server_context(s->server)->base, deferred_free_cb, s);
-        struct timeval now = {0, 0};
-        evtimer_add(s->close_ev, &now);
-    }
 }
 
 void pop3_session_shutdown(struct pop3_session *s, const char *reason)
 {
-    if (s->closing)
+    if (s->io.closing)
         return;
     if (s->stream != NULL) {
         /* Inside a multi-line response an -ERR line would read as message
@@ -233,24 +178,16 @@ void pop3_session_free(struct pop3_session *s)
         mailbox_message_release(s->stream->msg);
         free(s->stream);
     }
-    if (s->warden != NULL)
-        warden_client_session_disconnect(s->warden);
     pop3_maildrop_close(&s->drop);
     mail_user_unref(s->user);
-    if (s->username != NULL) {
-        pop3_server_user_remove(s->server, s->username);
+    if (s->io.username != NULL)
         metric_gauge_add(ctx->m.sessions_transaction, -1);
-        free(s->username);
-    } else {
+    else
         metric_gauge_add(ctx->m.sessions_authorization, -1);
-    }
     free(s->user_arg);
-    log_debug(POP3_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
-    pop3_server_session_gone(s->server, s);
+    log_debug(POP3_COMPONENT, "disconnected", "session=%s peer=%s", s->io.id, s->io.peer);
     pop3_parser_free(s->parser);
-    if (s->close_ev != NULL)
-        event_free(s->close_ev);
-    bufferevent_free(s->bev);
+    mail_session_io_free(&s->io); /* also the warden registration and the user count */
     free(s);
 }
 
@@ -269,15 +206,25 @@ static size_t input_high_water(const struct pop3_server_ctx *ctx)
     return n < 65536 ? 65536 : n;
 }
 
-static void setup_bev(struct pop3_session *s, struct bufferevent *bev)
+static void session_input(void *arg);
+static void session_drained(void *arg);
+static void session_timeout(void *arg);
+static void session_shutdown(void *arg)
 {
-    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
-    bufferevent_set_max_single_write(bev, POP3_MAX_SINGLE_WRITE);
-    bufferevent_setwatermark(bev, EV_READ, 0, input_high_water(ctx));
-    set_timeout(s);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    pop3_session_shutdown(arg, "Server shutting down.");
 }
+static void session_free(void *arg)
+{
+    pop3_session_free(arg);
+}
+
+static const struct mail_session_io_ops session_ops = {
+    .input = session_input,
+    .drained = session_drained,
+    .timeout = session_timeout,
+    .shutdown = session_shutdown,
+    .free = session_free,
+};
 
 void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer)
@@ -285,47 +232,27 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     const struct pop3_server_ctx *ctx = pop3_server_context(srv);
     struct pop3_session *s = xcalloc(1, sizeof(*s));
     s->server = srv;
-    s->bev = bev;
-    s->tls = tls;
-    s->secured = tls || peer_is_secure(ctx, peer) || !ctx->cfg->disable_plaintext_auth;
+    mail_session_io_init(&s->io, ctx->listeners, bev, tls, peer, &session_ops, s);
+    s->secured = tls || peer_is_secure(ctx, peer) || !ctx->cfg->login.disable_plaintext_auth;
     s->parser = pop3_parser_new(&ctx->limits);
     s->state = POP3_STATE_AUTHORIZATION;
-    s->connected_at = (int64_t)time(NULL);
-    net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
-    net_addr_format(peer, s->peer, sizeof(s->peer));
-    snprintf(s->id, sizeof(s->id), "%llx", pop3_server_next_session_id(srv));
-    pop3_server_session_added(srv, s);
     metric_gauge_add(ctx->m.sessions_authorization, 1);
-    setup_bev(s, bev);
+    set_timeout(s);
+    mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE, input_high_water(ctx));
     static const char greeting[] = "+OK Petrel POP3 ready.\r\n";
     pop3_send_raw(s, greeting, sizeof(greeting) - 1);
 }
 
 /* ---------- STLS ---------- */
 
-/* Whatever the client pipelined after STLS is thrown away: it arrived in
- * clear text and must not run as if protected (CVE-2011-0411 class). */
+/* Whatever the client pipelined after STLS is thrown away (by
+ * mail_session_io_starttls()), and the parser forgets any partial line. */
 bool pop3_session_starttls(struct pop3_session *s)
 {
-    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    struct evbuffer *in = bufferevent_get_input(s->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
     pop3_parser_reset(s->parser);
-    SSL *ssl = SSL_new(ctx->tls);
-    struct bufferevent *tls_bev =
-        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    if (!mail_session_io_starttls(&s->io))
         return false;
-    }
-    /* The plain bufferevent below keeps no timeouts or watermarks of its own. */
-    bufferevent_set_timeouts(s->bev, NULL, NULL);
-    bufferevent_setwatermark(s->bev, EV_READ, 0, 0);
-    s->bev = tls_bev;
-    s->tls = true;
     s->secured = true;
-    setup_bev(s, tls_bev);
     return true;
 }
 
@@ -368,8 +295,8 @@ static void parse_error(struct pop3_session *s, const struct pop3_parse_error *e
     clock_gettime(CLOCK_MONOTONIC, &s->command_started);
     pop3_reply_err(s, "%s", e->message);
     if (e->fatal) {
-        log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"%s\"", s->id, s->peer,
-                 e->message);
+        log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"%s\"", s->io.id,
+                 s->io.peer, e->message);
         pop3_session_close_after_output(s);
     }
 }
@@ -380,9 +307,9 @@ static void parse_error(struct pop3_session *s, const struct pop3_parse_error *e
 static void process_input(struct pop3_session *s)
 {
     const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    while (!s->busy && !s->closing) {
+    while (!s->busy && !s->io.closing) {
         /* Looked up each round: STLS replaces the bufferevent. */
-        struct evbuffer *in = bufferevent_get_input(s->bev);
+        struct evbuffer *in = bufferevent_get_input(s->io.bev);
         size_t avail = evbuffer_get_length(in);
         if (avail == 0)
             return;
@@ -411,37 +338,24 @@ static void process_input(struct pop3_session *s)
     }
 }
 
-static void session_read_cb(struct bufferevent *bev, void *arg)
+static void session_input(void *arg)
 {
-    (void)bev;
     process_input(arg);
 }
 
-static void session_write_cb(struct bufferevent *bev, void *arg)
+/* The output drained: the next piece of a streamed response. */
+static void session_drained(void *arg)
 {
-    (void)bev;
     struct pop3_session *s = arg;
-    if (s->stream != NULL && !s->closing) {
+    if (s->stream != NULL)
         stream_pump(s);
-        return;
-    }
-    if (s->closing && output_pending(s) == 0)
-        pop3_session_free(s);
 }
 
-static void session_event_cb(struct bufferevent *bev, short what, void *arg)
+static void session_timeout(void *arg)
 {
-    (void)bev;
     struct pop3_session *s = arg;
-    if (what & BEV_EVENT_TIMEOUT) {
-        if (!s->closing) {
-            log_debug(POP3_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->id, s->peer);
-            pop3_session_shutdown(s, "Disconnected for inactivity.");
-        }
-        return;
-    }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        pop3_session_free(s);
+    log_debug(POP3_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
+    pop3_session_shutdown(s, "Disconnected for inactivity.");
 }
 
 void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
@@ -461,37 +375,32 @@ void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
 bool pop3_session_login(struct pop3_session *s, const char *username)
 {
     const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    struct petrel_error err;
-    struct mail_user *user = mail_user_get(ctx->storage, username, &err);
-    if (user == NULL) {
-        log_warn(POP3_COMPONENT, "login refused by storage", "session=%s error=\"%s\"", s->id,
-                 err.message);
+    struct mail_user *user;
+    switch (mail_session_io_login(&s->io, ctx->storage, username, &user)) {
+    case MAIL_SESSION_LOGIN_OK:
+        break;
+    case MAIL_SESSION_LOGIN_REFUSED:
         pop3_reply_err(s, "[SYS/PERM] Cannot serve this account.");
         return false;
-    }
-    if (!pop3_server_user_add(s->server, username)) {
-        log_info(POP3_COMPONENT, "login refused: too many sessions for the user", "session=%s",
-                 s->id);
+    case MAIL_SESSION_LOGIN_TOO_MANY:
         pop3_reply_err(s, "[IN-USE] Too many sessions for this account; try again later.");
         return false;
     }
     mail_user_ref(user);
+    struct petrel_error err;
     if (!pop3_maildrop_open(&s->drop, user, &err)) {
-        log_warn(POP3_COMPONENT, "cannot open the maildrop", "session=%s error=\"%s\"", s->id,
+        log_warn(POP3_COMPONENT, "cannot open the maildrop", "session=%s error=\"%s\"", s->io.id,
                  err.message);
         mail_user_unref(user);
-        pop3_server_user_remove(s->server, username);
+        mail_session_io_login_cancel(&s->io);
         pop3_reply_err(s, "[SYS/TEMP] Cannot open the mailbox now; try again later.");
         return false;
     }
-    s->username = xstrdup(username);
     s->user = user;
     s->state = POP3_STATE_TRANSACTION;
     metric_gauge_add(ctx->m.sessions_authorization, -1);
     metric_gauge_add(ctx->m.sessions_transaction, 1);
-    if (ctx->warden != NULL)
-        s->warden = warden_client_session_connect(ctx->warden, username, s->peer_ip, "pop3",
-                                                  s->connected_at);
+    mail_session_io_register(&s->io, ctx->warden, "pop3");
     set_timeout(s);
     return true;
 }

@@ -3,7 +3,7 @@
 
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
-#include "net/cidr.h"
+#include "net/listen-config.h"
 #include "net/sockaddr.h"
 #include "services/auth/auth-sasl.h"
 
@@ -67,29 +67,11 @@ static const struct ynode *item_node(const struct ynode *map, const char *key, s
     return list;
 }
 
-static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *node, char **listen)
+/* After listen_config_read_addresses(): the component listens somewhere. */
+static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *node, size_t count)
 {
-    size_t n = 0;
-    for (; listen != NULL && listen[n] != NULL; n++) {
-        struct petrel_error e;
-        struct net_addr addr;
-        if (!net_addr_parse(listen[n], &addr, &e))
-            return cfg_fail(ctx, item_node(node, "listen", n), "auth.listen", "%s", e.message);
-    }
-    if (n == 0)
+    if (count == 0)
         return cfg_fail(ctx, ynode_get(node, "listen"), "auth.listen", "needs an address");
-    return true;
-}
-
-static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *node, char **nets)
-{
-    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
-        struct petrel_error e;
-        struct cidr c;
-        if (!cidr_parse(nets[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, "allowed_nets", i), "auth.allowed_nets", "%s",
-                            e.message);
-    }
     return true;
 }
 
@@ -100,25 +82,6 @@ static bool check_mechanisms(const struct cfg_ctx *ctx, const struct ynode *node
             return cfg_fail(ctx, item_node(node, "mechanisms", i), "auth.mechanisms",
                             "unknown SASL mechanism '%s' (PLAIN, LOGIN)", mechs[i]);
     }
-    return true;
-}
-
-static bool read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
-                             struct auth_config *cfg)
-{
-    char *text = NULL;
-    if (!cfg_string(ctx, node, "auth", "socket_mode", &text))
-        return false;
-    if (text == NULL)
-        return true;
-    char *end = NULL;
-    long mode = strtol(text, &end, 8);
-    bool ok = *text != '\0' && *end == '\0' && mode >= 0 && mode <= 0777;
-    free(text);
-    if (!ok)
-        return cfg_fail(ctx, ynode_get(node, "socket_mode"), "auth.socket_mode",
-                        "expected an octal mode such as \"0660\"");
-    cfg->socket_mode = mode;
     return true;
 }
 
@@ -157,10 +120,11 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
     int64_t cache_size = (int64_t)cfg->cache.max_bytes;
-    if (!cfg_string_list(ctx, node, p, "listen", AUTH_MAX_LISTEN, &cfg->listen, NULL) ||
-        !check_listen(ctx, node, cfg->listen) ||
-        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->allowed_nets, NULL) ||
-        !check_nets(ctx, node, cfg->allowed_nets) || !read_socket_mode(ctx, node, cfg) ||
+    size_t listen_count = 0;
+    if (!listen_config_read_addresses(ctx, node, p, AUTH_MAX_LISTEN, &cfg->listen, &listen_count) ||
+        !check_listen_count(ctx, node, listen_count) ||
+        !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
+        !listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) ||
         !cfg_int(ctx, node, p, "worker_threads", 0, 64, &cfg->worker_threads) ||
         !cfg_int(ctx, node, p, "max_queue", 1, 1000000, &cfg->max_queue) ||
         !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||

@@ -1,11 +1,7 @@
-/* The auth line protocol's framing (docs/auth-protocol.md): splitting and
- * unescaping a received line in place, escaping fields on the way out,
- * parameter lookup, request ids, and userdb fields as parameters.
- *
- * Escaping is the smallest set that lets a field hold any byte but NUL:
- * backslash, TAB (the separator), LF (the terminator) and CR (so a line
- * never ends in CR on the wire, which line-oriented tools strip). Any other
- * byte, control characters and non-UTF-8 included, travels as itself.
+/* The auth line protocol (docs/auth-protocol.md): its limits and flags on
+ * top of the shared TAB-separated framing (net/line-fields.h: splitting and
+ * unescaping in place, escaping, parameters, request ids), and userdb
+ * fields as parameters.
  *
  * Reading userdb parameters is stricter than writing them: the reader is
  * the client side, and a bad value there must not turn into a half-filled
@@ -16,158 +12,49 @@
 
 #include "core/xalloc.h"
 #include "net/cidr.h"
+#include "net/line-fields.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------- parsing ---------- */
+/* ---------- framing (net/line-fields.h) ---------- */
+
+static const struct line_fields_limits limits = {
+    .max_len = AUTH_LINE_MAX,
+    .max_fields = AUTH_MAX_FIELDS,
+    .name_escaped_nul = true,
+};
 
 bool auth_line_parse(char *line, size_t len, struct auth_line *out, struct petrel_error *err)
 {
-    out->count = 0;
-    if (len == 0)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
-    if (len > AUTH_LINE_MAX)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %d bytes",
-                                AUTH_LINE_MAX);
-    /* Unescaping only ever shortens a field, so the write position never
-     * overtakes the read position and the split can happen in place. The
-     * last field's terminator goes to line[len], where the LF was. */
-    size_t w = 0;
-    out->fields[out->count++] = line;
-    for (size_t r = 0; r < len; r++) {
-        char c = line[r];
-        if (c == '\0')
-            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
-        if (c == '\t') {
-            if (out->count == AUTH_MAX_FIELDS)
-                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
-                                        AUTH_MAX_FIELDS);
-            line[w++] = '\0';
-            out->fields[out->count++] = line + w;
-            continue;
-        }
-        if (c != '\\') {
-            line[w++] = c;
-            continue;
-        }
-        if (r + 1 == len)
-            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
-        char e = line[++r];
-        switch (e) {
-        case '\\':
-            line[w++] = '\\';
-            break;
-        case 't':
-            line[w++] = '\t';
-            break;
-        case 'n':
-            line[w++] = '\n';
-            break;
-        case 'r':
-            line[w++] = '\r';
-            break;
-        case '0':
-            return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "escaped NUL at offset %zu (fields cannot hold NUL)", r - 1);
-        case '\0':
-            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
-        default:
-            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
-                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
-        }
-    }
-    line[w] = '\0';
-    return true;
-}
-
-/* ---------- writing ---------- */
-
-static void append_escaped(struct buf *out, const char *s)
-{
-    const char *run = s;
-    for (const char *p = s; *p != '\0'; p++) {
-        const char *esc;
-        switch (*p) {
-        case '\\':
-            esc = "\\\\";
-            break;
-        case '\t':
-            esc = "\\t";
-            break;
-        case '\n':
-            esc = "\\n";
-            break;
-        case '\r':
-            esc = "\\r";
-            break;
-        default:
-            continue;
-        }
-        buf_append(out, run, (size_t)(p - run));
-        buf_append(out, esc, 2);
-        run = p + 1;
-    }
-    buf_append_str(out, run);
-}
-
-/* An empty first field leaves `out` empty, so the next field gets no
- * separator before it: lines start with a verb, which is never empty. */
-static void start_field(struct buf *out)
-{
-    if (out->len > 0 && out->data[out->len - 1] != '\n')
-        buf_append_char(out, '\t');
+    return line_fields_split(line, len, &limits, out->fields, &out->count, err);
 }
 
 void auth_line_add(struct buf *out, const char *field)
 {
-    start_field(out);
-    append_escaped(out, field);
+    line_fields_add(out, field);
 }
 
 void auth_line_add_param(struct buf *out, const char *key, const char *value)
 {
-    start_field(out);
-    append_escaped(out, key);
-    buf_append_char(out, '=');
-    append_escaped(out, value);
+    line_fields_add_param(out, key, value);
 }
 
 void auth_line_end(struct buf *out)
 {
-    buf_append_char(out, '\n');
+    line_fields_end(out);
 }
-
-/* ---------- parameters and ids ---------- */
 
 const char *auth_line_param(const struct auth_line *line, size_t first, const char *key)
 {
-    size_t key_len = strlen(key);
-    for (size_t i = first; i < line->count; i++) {
-        const char *f = line->fields[i];
-        if (strncmp(f, key, key_len) != 0)
-            continue;
-        if (f[key_len] == '=')
-            return f + key_len + 1;
-        if (f[key_len] == '\0')
-            return f + key_len; /* a flag: "" */
-    }
-    return NULL;
+    return line_fields_param(line->fields, line->count, first, key, true);
 }
 
 bool auth_id_valid(const char *id)
 {
-    size_t n = 0;
-    for (const char *p = id; *p != '\0'; p++, n++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '.' || c == '-';
-        if (!ok || n == AUTH_ID_MAX)
-            return false;
-    }
-    return n > 0;
+    return line_fields_token_valid(id, AUTH_ID_MAX, "");
 }
 
 /* ---------- userdb fields ---------- */

@@ -1,6 +1,7 @@
 /* The auth line protocol (docs/auth-protocol.md): one request or reply per
  * LF-terminated line, fields separated by TAB, each field escaped so it can
- * hold any byte but NUL: `\\` for backslash, `\t`, `\n`, `\r`. Positional
+ * hold any byte but NUL: `\\` for backslash, `\t`, `\n`, `\r` (the framing
+ * shared with the warden protocol: net/line-fields.h). Positional
  * fields come first, then `key=value` parameters. Requests carry a client
  * chosen id so a connection can pipeline; replies may come out of order.
  *

@@ -1,35 +1,26 @@
-/* The auth service: listeners, connections, request dispatch, the cache
- * fast path, failed-login delays and metrics. Lookups and hashing run in
+/* The auth service: request dispatch, the cache fast path, failed-login
+ * delays and metrics, on the line-protocol server core (net/line-server.h:
+ * listeners, allowed_nets, connections, line reading). Lookups and hashing run in
  * auth_job_run() on the worker pool; everything else runs on the loop. */
 #include "services/auth/auth-service.h"
 
 #include "core/log.h"
 #include "core/worker-pool.h"
 #include "core/xalloc.h"
-#include "net/cidr.h"
-#include "net/sockaddr.h"
+#include "net/line-server.h"
 #include "services/auth/auth-protocol.h"
 #include "services/auth/auth-sasl.h"
 #include "services/warden/warden-penalty-store.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/listener.h>
-#include <errno.h>
 #include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define COMPONENT "auth"
-#define AUTH_MAX_LISTENERS 16
 #define REASON_FAILED "authentication failed"
 #define REASON_TEMP "temporary authentication failure"
-/* Output waiting for a client that does not read: above this, the
- * connection's requests are not read until it has drained. */
-#define AUTH_OUTPUT_MAX (1024 * 1024)
 
 enum auth_verb { VERB_VERIFY, VERB_AUTH, VERB_USER, VERB_ITERATE, VERB_COUNT };
 static const char *const verb_names[VERB_COUNT] = {"VERIFY", "AUTH", "USER", "ITERATE"};
@@ -80,22 +71,13 @@ struct auth_req {
     size_t user_count;
 };
 
+/* One client connection's requests (the connection itself is the
+ * server core's). */
 struct auth_conn {
     struct auth_service *svc;
-    struct bufferevent *bev;
-    struct auth_conn *next;
-    struct auth_conn *prev;
-    char peer[64];
+    struct line_conn *lc;
     struct auth_req *reqs;
     size_t pending;
-    bool closing;   /* free once the output has drained */
-    bool throttled; /* reading paused until the output has drained */
-};
-
-struct auth_listener {
-    struct evconnlistener *evl;
-    char address[128];
-    bool unix_socket;
 };
 
 struct auth_metrics {
@@ -118,17 +100,14 @@ struct auth_service {
     const struct auth_config *cfg;
     struct event_base *base;
     struct metrics_registry *registry;
-    struct auth_listener listeners[AUTH_MAX_LISTENERS];
-    size_t listener_count;
-    struct cidr_list allowed;
+    struct line_server_config server_cfg;
+    struct line_server *server;
     struct auth_db *passdb;
     struct auth_db *userdb; /* NULL: the passdb answers USER and ITERATE */
     struct worker_pool *pool;
     struct auth_cache *cache;
     struct auth_penalty_store penalty;
     bool mech_allowed[3];
-    struct auth_conn *conns;
-    size_t conn_count;
     struct auth_metrics m;
 };
 
@@ -284,20 +263,17 @@ static struct auth_req *find_req(struct auth_conn *conn, const char *id)
 
 /* ---------- connections ---------- */
 
-static void conn_free(struct auth_conn *conn);
-
+/* Sends a line, unless the connection has gone or is closing. */
 static void send_line(struct auth_conn *conn, struct buf *line)
 {
-    if (conn != NULL && !conn->closing)
-        bufferevent_write(conn->bev, line->data, line->len);
+    if (conn != NULL)
+        line_conn_write(conn->lc, line->data, line->len);
     buf_free(line);
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *ctx);
-
 /* `FAIL <id> [user=] reason= [temp]`: every refusal the service sends. */
-static void send_fail(struct auth_conn *conn, const char *id, const char *user,
-                      const char *reason, bool temp)
+static void send_fail(struct auth_conn *conn, const char *id, const char *user, const char *reason,
+                      bool temp)
 {
     struct buf line = {0};
     auth_line_add(&line, "FAIL");
@@ -311,37 +287,28 @@ static void send_fail(struct auth_conn *conn, const char *id, const char *user,
     send_line(conn, &line);
 }
 
-static void conn_write_cb(struct bufferevent *bev, void *ctx)
-{
-    struct auth_conn *conn = ctx;
-    if (conn->closing) {
-        conn_free(conn);
-    } else if (conn->throttled) {
-        /* The client caught up: read on, starting with the lines already
-         * buffered (no new data may come to trigger the read callback). */
-        conn->throttled = false;
-        bufferevent_enable(bev, EV_READ);
-        conn_read_cb(bev, conn);
-    }
-}
-
 /* Sends `FAIL <id> reason=...` and closes once it has left. */
 static void conn_fail_and_close(struct auth_conn *conn, const char *id, const char *reason)
 {
     send_fail(conn, id, NULL, reason, false);
     log_info(COMPONENT, "closing connection after a protocol error", "peer=%s reason=\"%s\"",
-             conn->peer, reason);
-    conn->closing = true;
-    bufferevent_disable(conn->bev, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
-        conn_free(conn);
+             line_conn_peer(conn->lc), reason);
+    line_conn_close(conn->lc);
+}
+
+static void *conn_open(void *ctx, struct line_conn *lc)
+{
+    struct auth_conn *conn = xcalloc(1, sizeof(*conn));
+    conn->svc = ctx;
+    conn->lc = lc;
+    return conn;
 }
 
 /* Requests held by an asynchronous step stay alive without their
  * connection and are freed when the step returns; the others go now. */
-static void conn_free(struct auth_conn *conn)
+static void conn_close(void *state)
 {
-    struct auth_service *svc = conn->svc;
+    struct auth_conn *conn = state;
     while (conn->reqs != NULL) {
         struct auth_req *r = conn->reqs;
         if (r->state == REQ_WORKER || r->state == REQ_PENALTY)
@@ -349,15 +316,6 @@ static void conn_free(struct auth_conn *conn)
         else
             req_free(r);
     }
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        svc->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
-    svc->conn_count--;
-    metric_set(svc->m.connections, (double)svc->conn_count);
-    bufferevent_free(conn->bev);
     free(conn);
 }
 
@@ -596,8 +554,8 @@ static void reply_users(struct auth_req *r)
         auth_line_add(&out, r->id);
         auth_line_add(&out, r->users[i]);
         auth_line_end(&out);
-        if (out.len >= 65536 && r->conn != NULL && !r->conn->closing) {
-            bufferevent_write(r->conn->bev, out.data, out.len);
+        if (out.len >= 65536 && r->conn != NULL) {
+            line_conn_write(r->conn->lc, out.data, out.len);
             buf_reset(&out);
         }
     }
@@ -878,8 +836,9 @@ static void handle_iterate(struct auth_conn *conn, const struct auth_line *line)
     submit(req_new(conn, VERB_ITERATE, line->fields[1]));
 }
 
-static void handle_line(struct auth_conn *conn, char *text, size_t len)
+static void handle_line(void *state, char *text, size_t len)
 {
+    struct auth_conn *conn = state;
     struct auth_line line;
     struct petrel_error err;
     if (!auth_line_parse(text, len, &line, &err)) {
@@ -912,122 +871,19 @@ static void handle_line(struct auth_conn *conn, char *text, size_t len)
         reply_fail_id(conn, id, "unknown verb");
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *ctx)
+static void conn_bad_input(void *state, const char *reason)
 {
-    struct auth_conn *conn = ctx;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    while (!conn->closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) > AUTH_OUTPUT_MAX) {
-            /* A client that sends without reading must not make us queue
-             * replies without bound: wait for conn_write_cb. */
-            conn->throttled = true;
-            bufferevent_disable(bev, EV_READ);
-            return;
-        }
-        size_t eol_len = 0;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (eol.pos < 0) {
-            if (evbuffer_get_length(in) > AUTH_LINE_MAX)
-                conn_fail_and_close(conn, "-", "line too long");
-            return;
-        }
-        size_t len = (size_t)eol.pos;
-        if (len > AUTH_LINE_MAX) {
-            conn_fail_and_close(conn, "-", "line too long");
-            return;
-        }
-        char *line = xmalloc(len + 1);
-        evbuffer_remove(in, line, len);
-        evbuffer_drain(in, eol_len);
-        line[len] = '\0';
-        handle_line(conn, line, len);
-        OPENSSL_cleanse(line, len);
-        free(line);
-    }
+    conn_fail_and_close(state, "-", reason);
 }
 
-static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
-{
-    (void)bev;
-    struct auth_conn *conn = ctx;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-        if (what & BEV_EVENT_TIMEOUT)
-            log_debug(COMPONENT, "idle connection closed", "peer=%s", conn->peer);
-        conn_free(conn);
-    }
-}
-
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *ctx)
-{
-    (void)evl;
-    (void)socklen;
-    struct auth_service *svc = ctx;
-    char peer[64];
-    net_addr_format(sa, peer, sizeof(peer));
-    if (sa->sa_family != AF_UNIX && !cidr_list_match(&svc->allowed, sa)) {
-        log_warn(COMPONENT, "connection refused: address not in auth.allowed_nets", "peer=%s",
-                 peer);
-        evutil_closesocket(fd);
-        return;
-    }
-    if (svc->conn_count >= (size_t)svc->cfg->max_connections) {
-        log_warn(COMPONENT, "connection refused: max_connections reached", "peer=%s limit=%lld",
-                 peer, (long long)svc->cfg->max_connections);
-        evutil_closesocket(fd);
-        return;
-    }
-    struct bufferevent *bev = bufferevent_socket_new(svc->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL) {
-        log_warn(COMPONENT, "connection refused: cannot set it up", "peer=%s", peer);
-        evutil_closesocket(fd);
-        return;
-    }
-    struct auth_conn *conn = xcalloc(1, sizeof(*conn));
-    conn->svc = svc;
-    snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
-    conn->bev = bev;
-    bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
-    if (svc->cfg->idle_timeout_ms > 0) {
-        struct timeval tv = {(time_t)(svc->cfg->idle_timeout_ms / 1000),
-                             (suseconds_t)((svc->cfg->idle_timeout_ms % 1000) * 1000)};
-        bufferevent_set_timeouts(conn->bev, &tv, NULL);
-    }
-    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
-    conn->next = svc->conns;
-    if (svc->conns != NULL)
-        svc->conns->prev = conn;
-    svc->conns = conn;
-    svc->conn_count++;
-    metric_set(svc->m.connections, (double)svc->conn_count);
-    metric_add(svc->m.connections_total, 1);
-}
+static const struct line_server_ops server_ops = {
+    .open = conn_open,
+    .line = handle_line,
+    .bad_input = conn_bad_input,
+    .close = conn_close,
+};
 
 /* ---------- life cycle ---------- */
-
-static bool listen_on(struct auth_service *svc, const char *addr, struct petrel_error *err)
-{
-    if (svc->listener_count >= AUTH_MAX_LISTENERS)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "auth.listen: too many addresses");
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
-    struct auth_listener *l = &svc->listeners[svc->listener_count];
-    l->unix_socket = strncmp(addr, "unix:", 5) == 0;
-    if (l->unix_socket && chmod(addr + 5, (mode_t)svc->cfg->socket_mode) != 0) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
-                                strerror(errno));
-    }
-    l->evl = evconnlistener_new(svc->base, accept_cb, svc, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (l->evl == NULL) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
-    }
-    net_bound_address(fd, l->address, sizeof(l->address));
-    svc->listener_count++;
-    return true;
-}
 
 static unsigned worker_count(const struct auth_config *cfg)
 {
@@ -1055,7 +911,19 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->cache = auth_cache_new(&cfg->cache);
     metrics_add_collector(env->metrics, collect_cache_gauges, svc);
     unsigned threads = worker_count(cfg);
-    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &svc->allowed, err))
+    svc->server_cfg = (struct line_server_config){
+        .component = COMPONENT,
+        .section = "auth",
+        .allowed_nets = (const char *const *)cfg->allowed_nets,
+        .socket_mode = cfg->socket_mode,
+        .max_connections = cfg->max_connections,
+        .max_line = AUTH_LINE_MAX,
+        .idle_timeout_ms = cfg->idle_timeout_ms,
+        .connections = svc->m.connections,
+        .connections_total = svc->m.connections_total,
+    };
+    svc->server = line_server_new(env->base, &svc->server_cfg, &server_ops, svc, err);
+    if (svc->server == NULL)
         goto fail;
     if (cfg->warden_addr != NULL && cfg->warden_addr[0] != '\0') {
         /* Failure counts shared by every auth instance using this warden. */
@@ -1082,15 +950,11 @@ struct auth_service *auth_service_start(const struct service_env *env,
         petrel_error_set(err, PETREL_ERR_IO, "auth: cannot start %u worker threads", threads);
         goto fail;
     }
-    for (size_t i = 0; cfg->listen[i] != NULL; i++) {
-        if (!listen_on(svc, cfg->listen[i], err))
-            goto fail;
-        char name[160];
-        snprintf(name, sizeof(name), "auth-listener-%zu", i);
-        readiness_add_tcp(env->readiness, name, svc->listeners[i].address, false, NULL, NULL);
-    }
+    if (!line_server_listen(svc->server, cfg->listen, env->readiness, err))
+        goto fail;
     log_info(COMPONENT, "listening", "address=%s listeners=%zu passdb=%s userdb=%s workers=%u",
-             svc->listeners[0].address, svc->listener_count, auth_db_name(svc->passdb),
+             line_server_address(svc->server), line_server_listener_count(svc->server),
+             auth_db_name(svc->passdb),
              auth_db_name(svc->userdb != NULL ? svc->userdb : svc->passdb), threads);
     return svc;
 fail:
@@ -1100,26 +964,27 @@ fail:
 
 const char *auth_service_address(const struct auth_service *svc)
 {
-    return svc->listener_count > 0 ? svc->listeners[0].address : "";
+    return svc->server != NULL ? line_server_address(svc->server) : "";
 }
 
 void auth_service_stop_accepting(struct auth_service *svc)
 {
-    for (size_t i = 0; i < svc->listener_count; i++) {
-        if (svc->listeners[i].evl != NULL) {
-            evconnlistener_free(svc->listeners[i].evl);
-            svc->listeners[i].evl = NULL;
-        }
-    }
+    if (svc->server != NULL)
+        line_server_stop_accepting(svc->server);
+}
+
+static void count_in_flight(void *state, void *arg)
+{
+    const struct auth_conn *conn = state;
+    size_t *n = arg;
+    for (const struct auth_req *r = conn->reqs; r != NULL; r = r->next)
+        *n += r->state != REQ_SASL_WAIT ? 1 : 0;
 }
 
 size_t auth_service_in_flight(const struct auth_service *svc)
 {
     size_t n = 0;
-    for (const struct auth_conn *c = svc->conns; c != NULL; c = c->next) {
-        for (const struct auth_req *r = c->reqs; r != NULL; r = r->next)
-            n += r->state != REQ_SASL_WAIT ? 1 : 0;
-    }
+    line_server_each(svc->server, count_in_flight, &n);
     return n;
 }
 
@@ -1127,9 +992,7 @@ void auth_service_free(struct auth_service *svc)
 {
     if (svc == NULL)
         return;
-    auth_service_stop_accepting(svc);
-    while (svc->conns != NULL)
-        conn_free(svc->conns);
+    line_server_free(svc->server); /* the listeners, then every connection */
     /* Requests still on workers come back cancelled or done, and free themselves. */
     worker_pool_free(svc->pool);
     auth_db_close(svc->userdb);
@@ -1138,6 +1001,5 @@ void auth_service_free(struct auth_service *svc)
     auth_cache_free(svc->cache);
     if (svc->penalty.ops != NULL)
         svc->penalty.ops->free(svc->penalty.store);
-    cidr_list_free(&svc->allowed);
     free(svc);
 }

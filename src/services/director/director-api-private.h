@@ -8,6 +8,7 @@
 #include "services/director/director-config.h"
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
+#include "services/director/director-sync.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -17,7 +18,10 @@
 struct director_api_ctx {
     struct director_state *state;
     struct director_peers *peers;
+    struct director_sync *sync;
     const struct director_config *cfg;
+    struct event_base *base;
+    char *token;       /* the shared bearer token (topology asks peers with it) */
     unsigned api_port; /* this replica's API port (topology: peers use the same) */
 };
 

@@ -9,7 +9,8 @@
  *   POST /api/director/users/{user}/move | kick
  *   GET|POST|DELETE /api/director/ring     GET /api/director/ring/topology
  *
- * The API borrows the state, the peer list and the configuration. */
+ * The API borrows the state, the peer list, peer sync and the
+ * configuration. */
 #ifndef PETREL_SERVICES_DIRECTOR_API_H
 #define PETREL_SERVICES_DIRECTOR_API_H
 
@@ -17,6 +18,7 @@
 #include "services/director/director-config.h"
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
+#include "services/director/director-sync.h"
 #include "services/service.h"
 
 #include <stdbool.h>
@@ -29,7 +31,7 @@ struct director_api;
 struct director_api *director_api_start(const struct service_env *env,
                                         const struct director_config *cfg, const char *token,
                                         struct director_state *state, struct director_peers *peers,
-                                        struct petrel_error *err);
+                                        struct director_sync *sync, struct petrel_error *err);
 const char *director_api_address(const struct director_api *api);
 void director_api_stop_accepting(struct director_api *api);
 size_t director_api_in_flight(const struct director_api *api);

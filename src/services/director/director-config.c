@@ -45,6 +45,10 @@ void director_config_defaults(struct director_config *cfg)
     cfg->ring_max_line = 8192;
     cfg->ring_max_output = 4 * 1024 * 1024;
     cfg->ring_max_sessions_per_client = 100000;
+    cfg->ring_reconnect_min_ms = 100;
+    cfg->ring_reconnect_max_ms = 2000;
+    cfg->ring_peer_timeout_ms = 2000;
+    cfg->ring_ping_interval_ms = 5000;
     cfg->user_expire_ms = 15 * 60 * 1000;
     cfg->kill_timeout_ms = 2000;
     cfg->peers = xcalloc(1, sizeof(char *));
@@ -191,10 +195,19 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
 static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
                       struct director_config *cfg)
 {
-    static const char *const keys[] = {
-        "listen",      "self",     "allowed_nets", "handshake_timeout",
-        "max_clients", "max_line", "max_output",   "max_sessions_per_client",
-        NULL};
+    static const char *const keys[] = {"listen",
+                                       "self",
+                                       "allowed_nets",
+                                       "handshake_timeout",
+                                       "max_clients",
+                                       "max_line",
+                                       "max_output",
+                                       "max_sessions_per_client",
+                                       "reconnect_min",
+                                       "reconnect_max",
+                                       "peer_timeout",
+                                       "ping_interval",
+                                       NULL};
     const char *p = P ".ring";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -209,8 +222,17 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_int(ctx, node, p, "max_line", 512, 1024 * 1024, &cfg->ring_max_line) ||
         !cfg_int(ctx, node, p, "max_output", 64 * 1024, (int64_t)1 << 30, &cfg->ring_max_output) ||
         !cfg_int(ctx, node, p, "max_sessions_per_client", 0, 100000000,
-                 &cfg->ring_max_sessions_per_client))
+                 &cfg->ring_max_sessions_per_client) ||
+        !cfg_duration_ms(ctx, node, p, "reconnect_min", 10, 3600000, &cfg->ring_reconnect_min_ms) ||
+        !cfg_duration_ms(ctx, node, p, "reconnect_max", 10, 3600000, &cfg->ring_reconnect_max_ms) ||
+        !cfg_duration_ms(ctx, node, p, "peer_timeout", 100, 3600000, &cfg->ring_peer_timeout_ms) ||
+        !cfg_duration_ms(ctx, node, p, "ping_interval", 100, 3600000, &cfg->ring_ping_interval_ms))
         return false;
+    if (cfg->ring_reconnect_max_ms < cfg->ring_reconnect_min_ms)
+        return cfg_fail(
+            ctx, ynode_get(node, "reconnect_max") != NULL ? ynode_get(node, "reconnect_max") : node,
+            P ".ring.reconnect_max", "must not be below reconnect_min (%lldms)",
+            (long long)cfg->ring_reconnect_min_ms);
     char ip[46];
     unsigned port;
     if (cfg->self[0] != '\0' && !director_parse_addr(cfg->self, ip, &port))
@@ -381,6 +403,11 @@ void director_config_print(const struct director_config *cfg, FILE *out)
             (long long)cfg->ring_handshake_timeout_ms, (long long)cfg->ring_max_clients,
             (long long)cfg->ring_max_line, (long long)cfg->ring_max_output,
             (long long)cfg->ring_max_sessions_per_client);
+    fprintf(out,
+            "    reconnect_min: %lldms\n    reconnect_max: %lldms\n    peer_timeout: %lldms\n    "
+            "ping_interval: %lldms\n",
+            (long long)cfg->ring_reconnect_min_ms, (long long)cfg->ring_reconnect_max_ms,
+            (long long)cfg->ring_peer_timeout_ms, (long long)cfg->ring_ping_interval_ms);
     fprintf(out, "  user_expire: %lldms\n  kill_timeout: %lldms\n", (long long)cfg->user_expire_ms,
             (long long)cfg->kill_timeout_ms);
     yaml_put_list(out, "  ", "peers", cfg->peers);

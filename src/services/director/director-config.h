@@ -42,6 +42,10 @@ struct director_config {
     int64_t ring_max_line;
     int64_t ring_max_output;
     int64_t ring_max_sessions_per_client;
+    int64_t ring_reconnect_min_ms; /* peer links: first redial delay, doubling... */
+    int64_t ring_reconnect_max_ms; /* ...up to this */
+    int64_t ring_peer_timeout_ms;  /* peer dial + handshake, PONG wait, topology's GET ring */
+    int64_t ring_ping_interval_ms; /* a quiet peer link sends PING after this */
     /* routing */
     int64_t user_expire_ms;
     int64_t kill_timeout_ms;

@@ -16,6 +16,7 @@ struct director_peers {
     size_t cap;
     size_t max;
     char self[64];
+    struct director_peer me; /* self, parsed (for the ring order) */
 };
 
 static void format_addr(const char *ip, unsigned port, char out[64])
@@ -42,6 +43,9 @@ struct director_peers *director_peers_new(const char *self, size_t max_peers)
     peers->max = max_peers;
     if (!director_peer_addr_canonical(self, peers->self))
         snprintf(peers->self, sizeof(peers->self), "%s", self);
+    if (!director_parse_addr(peers->self, peers->me.ip, &peers->me.port))
+        snprintf(peers->me.ip, sizeof(peers->me.ip), "127.0.0.1");
+    snprintf(peers->me.addr, sizeof(peers->me.addr), "%s", peers->self);
     return peers;
 }
 
@@ -75,6 +79,36 @@ static int peer_cmp(const struct director_peer *a, const struct director_peer *b
     if (c != 0)
         return c;
     return a->port < b->port ? -1 : a->port > b->port ? 1 : 0;
+}
+
+size_t director_peers_self_index(const struct director_peers *peers)
+{
+    size_t i = 0;
+    while (i < peers->count && peer_cmp(&peers->items[i], &peers->me) < 0)
+        i++;
+    return i;
+}
+
+void director_peers_neighbours(const struct director_peers *peers,
+                               const struct director_peer **left,
+                               const struct director_peer **right)
+{
+    *left = *right = NULL;
+    if (peers->count == 0)
+        return;
+    size_t at = director_peers_self_index(peers); /* peers before self: 0..at-1 */
+    *left = &peers->items[at > 0 ? at - 1 : peers->count - 1];
+    *right = &peers->items[at < peers->count ? at : 0];
+}
+
+const struct director_peer *director_peers_find(const struct director_peers *peers,
+                                                const char *addr)
+{
+    for (size_t i = 0; i < peers->count; i++) {
+        if (strcmp(peers->items[i].addr, addr) == 0)
+            return &peers->items[i];
+    }
+    return NULL;
 }
 
 static struct director_peer *find(struct director_peers *peers, const char *canonical)

@@ -2,8 +2,8 @@
  * `director.peers` and those added at run time through the admin API
  * (POST /api/director/ring; lost on restart). Addresses are ring addresses
  * "<ip>:<port>" in canonical form, kept sorted by (address, port) — the
- * ring order. This step keeps the list only; the peer-sync step attaches a
- * reconnecting dial loop and link state to each entry. */
+ * ring order. Peer synchronisation (director-sync.h) dials the two
+ * neighbours of this director in that order. */
 #ifndef PETREL_SERVICES_DIRECTOR_PEERS_H
 #define PETREL_SERVICES_DIRECTOR_PEERS_H
 
@@ -37,6 +37,18 @@ bool director_peer_addr_canonical(const char *text, char out[64]);
  * address (PETREL_ERR_INVALID), too many peers (PETREL_ERR_UNAVAILABLE). */
 bool director_peers_add(struct director_peers *peers, const char *addr, bool permanent,
                         struct petrel_error *err);
+/* Ring order over this director and its peers, sorted by (address, port):
+ * the index of this director among the count + 1 members. */
+size_t director_peers_self_index(const struct director_peers *peers);
+/* This director's neighbours in ring order (wrapping): NULL/NULL when it is
+ * alone, the same peer twice when the ring has two members. */
+void director_peers_neighbours(const struct director_peers *peers,
+                               const struct director_peer **left,
+                               const struct director_peer **right);
+/* The peer with this canonical address, or NULL. */
+const struct director_peer *director_peers_find(const struct director_peers *peers,
+                                                const char *addr);
+
 /* Removes a peer; PETREL_ERR_NOT_FOUND when unknown. */
 bool director_peers_remove(struct director_peers *peers, const char *addr,
                            struct petrel_error *err);

@@ -8,12 +8,14 @@
 #include "services/director/director-api.h"
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
+#include "services/director/director-sync.h"
 #include "services/director/ring-server.h"
 
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define COMPONENT "director"
 #define EXPIRE_INTERVAL_MS 1000
@@ -24,6 +26,7 @@ struct director_service {
     struct director_state *state;
     struct director_peers *peers;
     struct ring_server *ring;
+    struct director_sync *sync;
     struct director_api *api;
     struct event *expire_timer;
     struct metric_family *backend_info;
@@ -113,13 +116,41 @@ static void derive_self(const struct director_config *cfg, const char *bound, ch
              out);
 }
 
+/* The start of this run's change sequence: the start time in microseconds,
+ * above any number an earlier run of this director gave (peers keep its
+ * watermark across its restart). */
+static uint64_t seq_base(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static bool peer_change(const char *sender, const struct ring_msg *msg, struct petrel_error *err,
+                        void *ctx)
+{
+    return director_sync_receive(ctx, sender, msg, err);
+}
+
 static bool add_initial(struct director_service *svc, struct petrel_error *err)
 {
     const struct director_config *cfg = svc->cfg;
     for (size_t i = 0; i < cfg->backend_count; i++) {
         const struct director_backend_config *b = &cfg->backends[i];
-        if (!director_state_backend_add(svc->state, b->ip, (unsigned)b->port, b->tag,
-                                        (uint32_t)b->vhosts, NULL, err)) {
+        /* With peers, a configured backend starts as "never changed"
+         * (last_updown_change 0), so the ring's view of it (a peer's down,
+         * made while this director was away) wins when this one joins. */
+        struct ring_host h = {.ip = b->ip,
+                              .port = (unsigned)b->port,
+                              .tag = b->tag,
+                              .vhosts = (uint32_t)b->vhosts,
+                              .state = RING_STATE_UP,
+                              .last_updown_change = 0};
+        bool ok = cfg->peers[0] != NULL
+                      ? director_state_apply_ring_change(svc->state, RING_CHANGE_UP, &h, NULL, err)
+                      : director_state_backend_add(svc->state, b->ip, (unsigned)b->port, b->tag,
+                                                   (uint32_t)b->vhosts, NULL, err);
+        if (!ok) {
             petrel_error_prefix(err, "director.backends");
             return false;
         }
@@ -160,10 +191,13 @@ struct director_service *director_service_start(const struct service_env *env,
     char self[128];
     derive_self(cfg, ring_server_address(svc->ring), self, sizeof(self));
     director_state_set_self(svc->state, self);
+    director_state_set_seq_base(svc->state, seq_base());
     svc->peers = director_peers_new(self, DIRECTOR_MAX_PEERS);
     if (!add_initial(svc, err))
         goto fail;
-    svc->api = director_api_start(env, cfg, token, svc->state, svc->peers, err);
+    svc->sync = director_sync_new(env->base, svc->state, svc->peers, cfg);
+    ring_server_set_peer_handler(svc->ring, peer_change, svc->sync);
+    svc->api = director_api_start(env, cfg, token, svc->state, svc->peers, svc->sync, err);
     if (svc->api == NULL)
         goto fail;
     metrics_init(svc, env->metrics);
@@ -226,6 +260,7 @@ void director_service_free(struct director_service *svc)
         event_free(svc->expire_timer);
     director_api_free(svc->api);
     ring_server_free(svc->ring);
+    director_sync_free(svc->sync);
     director_peers_free(svc->peers);
     director_state_free(svc->state);
     free(svc);

@@ -35,6 +35,7 @@ struct director_state {
     struct director_session *sessions;
     size_t session_count;
     uint64_t local_seq;
+    uint64_t seq_base;
     const struct director_observer *observers[MAX_OBSERVERS];
     size_t observer_count;
 };
@@ -112,7 +113,12 @@ void director_state_set_self(struct director_state *st, const char *self)
 
 uint64_t director_state_local_seq(const struct director_state *st)
 {
-    return st->local_seq;
+    return st->local_seq > 0 ? st->seq_base + st->local_seq : 0;
+}
+
+void director_state_set_seq_base(struct director_state *st, uint64_t base)
+{
+    st->seq_base = base;
 }
 
 int64_t director_state_now_ms(const struct director_state *st)
@@ -148,7 +154,9 @@ static struct director_change origin_of(struct director_state *st,
 {
     if (from != NULL)
         return *from;
-    struct director_change c = {.local = true, .origin = st->self, .seq = ++st->local_seq};
+    ++st->local_seq;
+    struct director_change c = {
+        .local = true, .origin = st->self, .seq = st->seq_base + st->local_seq};
     return c;
 }
 
@@ -505,6 +513,28 @@ bool director_state_user_kick(struct director_state *st, const char *user,
         if (st->observers[i]->user_kicked != NULL)
             st->observers[i]->user_kicked(user, hash, &c, st->observers[i]->ctx);
     }
+    return true;
+}
+
+bool director_state_user_merge(struct director_state *st, uint32_t hash, const char *ip,
+                               unsigned port, int64_t expires_at_s)
+{
+    /* seconds from the wire, any size: compared without overflow */
+    int64_t expires_at_ms = expires_at_s > INT64_MAX / 1000 ? INT64_MAX : expires_at_s * 1000;
+    struct director_backend *b = director_backends_find(st->backends, ip);
+    if (b == NULL || b->port != port || hash == 0)
+        return false;
+    int64_t now = st->clock(st->clock_ctx);
+    struct director_user *u = director_users_find(st->users, hash);
+    if (u != NULL && u->backend != NULL && !director_user_expired(u, now))
+        return true;
+    if (expires_at_ms <= now)
+        return true; /* expired on the peer already */
+    if (u == NULL)
+        u = director_users_get(st->users, hash, now);
+    if (u == NULL)
+        return false;
+    director_users_map(st->users, u, b, false, now);
     return true;
 }
 

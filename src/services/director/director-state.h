@@ -77,6 +77,11 @@ const char *director_state_self(const struct director_state *st);
 void director_state_set_self(struct director_state *st, const char *self);
 /* The last sequence number given to a local change (0: none yet). */
 uint64_t director_state_local_seq(const struct director_state *st);
+/* Local changes are numbered base + 1, base + 2, ... (default base 0). The
+ * director starts its sequence at its start time in microseconds so that a
+ * restarted director's numbers stay above the watermarks its peers kept
+ * from its previous run. Call before the first change. */
+void director_state_set_seq_base(struct director_state *st, uint64_t base);
 int64_t director_state_now_ms(const struct director_state *st);
 const struct director_state_config *director_state_config(const struct director_state *st);
 
@@ -148,6 +153,15 @@ bool director_state_user_move(struct director_state *st, const char *user, const
 /* Announces a kick (login proxies end the user's sessions). */
 bool director_state_user_kick(struct director_state *st, const char *user,
                               const struct director_change *from, struct petrel_error *err);
+
+/* Merges a mapping a peer director knows (its handshake USER line): when
+ * this director has no live mapping for `hash` and the peer's has not
+ * expired (`expires_at_s`, unix seconds, any value), maps it to the backend `ip` (the port must
+ * match) for this director's user_expire; nothing is announced. False (and
+ * nothing changes) for an unknown backend or a full table; true also when
+ * a mapping existed. */
+bool director_state_user_merge(struct director_state *st, uint32_t hash, const char *ip,
+                               unsigned port, int64_t expires_at_s);
 
 const struct director_users *director_state_users(const struct director_state *st);
 /* Drops expired mappings; returns how many. Run periodically. */

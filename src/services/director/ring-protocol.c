@@ -81,7 +81,7 @@ static const char *const proto_names[] = {"imap", "imaps", "pop3", "pop3s", "lmt
 static const char *const verbs[] = {
     "VERSION",       "HELLO",      "HOST",      "DONE",        "RING-CHANGE",   "USER-MOVED",
     "USER-KICKED",   "LOOKUP",     "LOOKUP-OK", "LOOKUP-FAIL", "SESSION-START", "SESSION-END",
-    "BACKEND-FLUSH", "BACKEND-UP", "PING",      "PONG",        "ERROR",
+    "BACKEND-FLUSH", "BACKEND-UP", "PING",      "PONG",        "ERROR",         "USER",
 };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -409,6 +409,20 @@ static bool decode_user_moved(struct decoder *d, struct ring_msg *m)
            get_origin(d, 5, 6, &m->user_moved.origin, &m->user_moved.seq);
 }
 
+static bool decode_user(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 6))
+        return false;
+    const char *weak = d->line->fields[5];
+    if (!get_u32(d, 1, "hash", 1, &m->user.hash) || !get_ip(d, 2, &m->user.ip) ||
+        !get_port(d, 3, &m->user.port) || !get_time(d, 4, &m->user.expires_at))
+        return false;
+    if (strcmp(weak, "0") != 0 && strcmp(weak, "1") != 0)
+        return bad(d, "weak flag", 5);
+    m->user.weak = weak[0] == '1';
+    return true;
+}
+
 static bool decode_user_kicked(struct decoder *d, struct ring_msg *m)
 {
     if (!need_fields(d, 5))
@@ -537,6 +551,8 @@ bool ring_msg_decode(const struct ring_line *line, struct ring_msg *out, struct 
             return false;
         out->error.text = line->fields[1];
         return true;
+    case RING_MSG_USER:
+        return decode_user(&d, out);
     }
     return petrel_error_set(err, PETREL_ERR_INVALID, "unknown command");
 }
@@ -690,6 +706,13 @@ void ring_msg_write(struct buf *out, const struct ring_msg *m)
         break;
     case RING_MSG_ERROR:
         add(out, m->error.text != NULL ? m->error.text : "");
+        break;
+    case RING_MSG_USER:
+        add_u64(out, m->user.hash);
+        add(out, m->user.ip);
+        add_u64(out, m->user.port);
+        add_u64(out, (uint64_t)(m->user.expires_at > 0 ? m->user.expires_at : 0));
+        add(out, m->user.weak ? "1" : "0");
         break;
     }
     buf_append_char(out, '\n');

@@ -25,6 +25,8 @@
  *   BACKEND-UP    <ip>
  *   PING [<token>]  PONG [<token>]                                  both
  *   ERROR         <text>                                            both
+ *   USER          <hash> <ip> <port> <expires_at> <0|1 weak>        director -> director
+ * (handshake)
  *
  * Decoded messages point into the line they were parsed from: the line
  * buffer must outlive the struct ring_msg. */
@@ -98,6 +100,7 @@ enum ring_msg_type {
     RING_MSG_PING,
     RING_MSG_PONG,
     RING_MSG_ERROR,
+    RING_MSG_USER, /* director to director handshake: one user mapping */
 };
 
 /* A backend as HOST and RING-CHANGE carry it. `ip` is a valid IPv4/IPv6
@@ -182,6 +185,13 @@ struct ring_msg {
         struct {
             const char *text;
         } error;
+        struct {
+            uint32_t hash;
+            const char *ip;
+            unsigned port;
+            int64_t expires_at; /* unix seconds */
+            bool weak;
+        } user;
     };
 };
 

@@ -62,6 +62,8 @@ struct ring_server {
     struct buf line; /* scratch: the line being read */
     struct buf out;  /* scratch: the line being written */
     struct metric_series *lookup_seconds[RING_OUTCOME_COUNT];
+    ring_peer_change_fn peer_fn;
+    void *peer_ctx;
 };
 
 /* Lookups take microseconds: finer buckets than the request latencies. */
@@ -168,7 +170,7 @@ static void close_with_error(struct ring_conn *conn, const char *text)
 
 static bool receives(const struct ring_conn *conn, bool users)
 {
-    if (conn->state != READY || conn->closing)
+    if (conn->state != READY || conn->closing || conn->kind == RING_KIND_DIRECTOR)
         return false;
     return !users || conn->kind != RING_KIND_MONITOR;
 }
@@ -253,6 +255,21 @@ static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
     close_with_error(arg, "handshake timeout: VERSION and HELLO expected");
 }
 
+static void add_user_line(const struct director_user *u, void *ctx)
+{
+    struct ring_server *srv = ctx;
+    struct ring_msg m = {.type = RING_MSG_USER};
+    m.user.hash = u->hash;
+    m.user.ip = u->backend->ip;
+    m.user.port = u->backend->port;
+    int64_t at = u->sessions > 0 ? director_state_now_ms(srv->state) +
+                                       director_users_expire_ms(director_state_users(srv->state))
+                                 : u->expires_at_ms;
+    m.user.expires_at = at / 1000;
+    m.user.weak = u->weak;
+    ring_msg_write(&srv->out, &m);
+}
+
 static void send_hosts(struct ring_conn *conn)
 {
     const struct director_backends *reg = director_state_backends(conn->srv->state);
@@ -261,6 +278,10 @@ static void send_hosts(struct ring_conn *conn)
         host_of(director_backends_at(reg, i), &m.host);
         ring_msg_write(&conn->srv->out, &m);
     }
+    if (conn->kind == RING_KIND_DIRECTOR) /* a peer merges our user mappings too */
+        director_users_foreach_mapped(director_state_users(conn->srv->state),
+                                      director_state_now_ms(conn->srv->state), add_user_line,
+                                      conn->srv);
     struct ring_msg done = {.type = RING_MSG_DONE};
     ring_msg_write(&conn->srv->out, &done);
     send_out(conn);
@@ -399,6 +420,22 @@ static void handle_monitor_report(struct ring_conn *conn, const struct ring_msg 
                        !up && m->backend_flush.reason != NULL ? m->backend_flush.reason : "-"));
 }
 
+static void handle_peer_change(struct ring_conn *conn, const struct ring_msg *m)
+{
+    struct ring_server *srv = conn->srv;
+    if (srv->peer_fn == NULL) {
+        send_error(conn, "peer synchronisation is not enabled on this director");
+        return;
+    }
+    struct petrel_error err;
+    if (!srv->peer_fn(conn->name, m, &err, srv->peer_ctx)) {
+        char text_q[600];
+        log_warn(COMPONENT, "peer change not applied", "peer=%s verb=%s reason=%s", conn->name,
+                 ring_msg_verb(m->type), log_quote(text_q, sizeof(text_q), err.message));
+        send_error(conn, err.message);
+    }
+}
+
 /* True when a client of this kind may send this message. */
 static bool allowed(enum ring_kind kind, enum ring_msg_type type)
 {
@@ -424,7 +461,7 @@ static void handle_ready(struct ring_conn *conn, const struct ring_msg *m)
     if (m->type == RING_MSG_RING_CHANGE || m->type == RING_MSG_USER_MOVED ||
         m->type == RING_MSG_USER_KICKED) {
         if (conn->kind == RING_KIND_DIRECTOR) {
-            send_error(conn, "peer synchronisation is not enabled on this director");
+            handle_peer_change(conn, m);
             return;
         }
     }
@@ -655,6 +692,12 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
     srv->observer.ctx = srv;
     director_state_subscribe(state, &srv->observer);
     return srv;
+}
+
+void ring_server_set_peer_handler(struct ring_server *srv, ring_peer_change_fn fn, void *ctx)
+{
+    srv->peer_fn = fn;
+    srv->peer_ctx = ctx;
 }
 
 const char *ring_server_address(const struct ring_server *srv)

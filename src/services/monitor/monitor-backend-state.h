@@ -59,11 +59,11 @@ enum monitor_state_name {
 
 struct monitor_backend_state {
     struct monitor_thresholds th;
-    bool flushed;        /* flush in the director's view (after our reports) */
-    bool flushed_by_us;  /* ... because this monitor reported BACKEND-FLUSH */
-    bool rapid;          /* in the rapid phase */
-    int64_t failures;    /* consecutive failed normal polls */
-    int64_t rapid_done;  /* rapid polls finished in this phase */
+    bool flushed;       /* flush in the director's view (after our reports) */
+    bool flushed_by_us; /* ... because this monitor reported BACKEND-FLUSH */
+    bool rapid;         /* in the rapid phase */
+    int64_t failures;   /* consecutive failed normal polls */
+    int64_t rapid_done; /* rapid polls finished in this phase */
     int64_t rapid_failed;
     int64_t last_rapid_failed; /* failures of the last finished rapid phase */
 };

@@ -102,14 +102,15 @@ static bool check_text(const struct cfg_ctx *ctx, const struct ynode *n, const c
     return true;
 }
 
-static bool read_credentials(const struct cfg_ctx *ctx, const struct ynode *entry,
-                             const char *path, struct monitor_credentials *c)
+static bool read_credentials(const struct cfg_ctx *ctx, const struct ynode *entry, const char *path,
+                             struct monitor_credentials *c)
 {
     static const char *const keys[] = {"user", "password", NULL};
     if (entry->type != YNODE_MAP)
         return cfg_fail(ctx, entry, path, "expected a mapping with user and password, found %s",
                         entry->type == YNODE_SCALAR ? "a scalar" : "a list");
-    if (!cfg_check_keys(ctx, entry, path, keys) || !cfg_string(ctx, entry, path, "user", &c->user) ||
+    if (!cfg_check_keys(ctx, entry, path, keys) ||
+        !cfg_string(ctx, entry, path, "user", &c->user) ||
         !cfg_string(ctx, entry, path, "password", &c->password))
         return false;
     char full[320];
@@ -202,8 +203,7 @@ static bool check_director_addr(const struct cfg_ctx *ctx, const struct ynode *r
     if (!net_addr_parse(addr, &a, &e))
         return cfg_fail(ctx, ynode_get(root, "director_addr"), "director_addr", "%s", e.message);
     bool port_zero = (a.ss.ss_family == AF_INET && ((struct sockaddr_in *)&a.ss)->sin_port == 0) ||
-                     (a.ss.ss_family == AF_INET6 &&
-                      ((struct sockaddr_in6 *)&a.ss)->sin6_port == 0);
+                     (a.ss.ss_family == AF_INET6 && ((struct sockaddr_in6 *)&a.ss)->sin6_port == 0);
     if (port_zero)
         return cfg_fail(ctx, ynode_get(root, "director_addr"), "director_addr",
                         "needs a port other than 0");
@@ -213,13 +213,30 @@ static bool check_director_addr(const struct cfg_ctx *ctx, const struct ynode *r
 static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
                       struct monitor_config *cfg)
 {
-    static const char *const keys[] = {
-        "director_addr",  "poll_imap",       "imap_port",       "imap_tls",
-        "poll_pop3",      "pop3_port",       "pop3_tls",        "poll_lmtp",
-        "lmtp_port",      "tls_ca_file",     "interval",        "timeout",
-        "rapid_interval", "retry_count",     "rapid_rounds",    "rapid_fails_needed",
-        "restore_flushed", "max_backends",   "max_line_length", "reconnect_min",
-        "reconnect_max",  "ping_interval",   "tags",            NULL};
+    static const char *const keys[] = {"director_addr",
+                                       "poll_imap",
+                                       "imap_port",
+                                       "imap_tls",
+                                       "poll_pop3",
+                                       "pop3_port",
+                                       "pop3_tls",
+                                       "poll_lmtp",
+                                       "lmtp_port",
+                                       "tls_ca_file",
+                                       "interval",
+                                       "timeout",
+                                       "rapid_interval",
+                                       "retry_count",
+                                       "rapid_rounds",
+                                       "rapid_fails_needed",
+                                       "restore_flushed",
+                                       "max_backends",
+                                       "max_line_length",
+                                       "reconnect_min",
+                                       "reconnect_max",
+                                       "ping_interval",
+                                       "tags",
+                                       NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string(ctx, root, "", "director_addr", &cfg->director_addr) ||
@@ -242,12 +259,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
         !cfg_int(ctx, root, "", "rapid_fails_needed", 1, 1000, &cfg->rapid_fails_needed) ||
         !read_restore(ctx, root, cfg) ||
         !cfg_int(ctx, root, "", "max_backends", 1, 1000000, &cfg->max_backends) ||
-        !cfg_int(ctx, root, "", "max_line_length", 512, 16 * 1024 * 1024,
-                 &cfg->max_line_length) ||
-        !cfg_duration_ms(ctx, root, "", "reconnect_min", 10, 3600 * 1000,
-                         &cfg->reconnect_min_ms) ||
-        !cfg_duration_ms(ctx, root, "", "reconnect_max", 10, 3600 * 1000,
-                         &cfg->reconnect_max_ms) ||
+        !cfg_int(ctx, root, "", "max_line_length", 512, 16 * 1024 * 1024, &cfg->max_line_length) ||
+        !cfg_duration_ms(ctx, root, "", "reconnect_min", 10, 3600 * 1000, &cfg->reconnect_min_ms) ||
+        !cfg_duration_ms(ctx, root, "", "reconnect_max", 10, 3600 * 1000, &cfg->reconnect_max_ms) ||
         !cfg_duration_ms(ctx, root, "", "ping_interval", 100, 3600 * 1000,
                          &cfg->ping_interval_ms) ||
         !read_tags(ctx, ynode_get(root, "tags"), cfg))
@@ -258,8 +272,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
     }
     if (cfg->rapid_rounds > 0 && cfg->rapid_fails_needed > cfg->rapid_rounds) {
         const struct ynode *n = ynode_get(root, "rapid_fails_needed");
-        return cfg_fail(ctx, n != NULL ? n : ynode_get(root, "rapid_rounds"),
-                        "rapid_fails_needed",
+        return cfg_fail(ctx, n != NULL ? n : ynode_get(root, "rapid_rounds"), "rapid_fails_needed",
                         "%lld exceeds rapid_rounds (%lld): no backend could ever be flushed",
                         (long long)cfg->rapid_fails_needed, (long long)cfg->rapid_rounds);
     }
@@ -344,10 +357,10 @@ void monitor_config_print(const struct monitor_config *cfg, FILE *out)
     yaml_put_str(out, cfg->file);
     fputs(":\n", out);
     yaml_put_kv(out, p, "director_addr", cfg->director_addr);
-    fprintf(out, "%spoll_imap: %s\n%simap_port: %lld\n%simap_tls: %s\n", p,
-            yes_no(cfg->poll_imap), p, (long long)cfg->imap_port, p, yes_no(cfg->imap_tls));
-    fprintf(out, "%spoll_pop3: %s\n%spop3_port: %lld\n%spop3_tls: %s\n", p,
-            yes_no(cfg->poll_pop3), p, (long long)cfg->pop3_port, p, yes_no(cfg->pop3_tls));
+    fprintf(out, "%spoll_imap: %s\n%simap_port: %lld\n%simap_tls: %s\n", p, yes_no(cfg->poll_imap),
+            p, (long long)cfg->imap_port, p, yes_no(cfg->imap_tls));
+    fprintf(out, "%spoll_pop3: %s\n%spop3_port: %lld\n%spop3_tls: %s\n", p, yes_no(cfg->poll_pop3),
+            p, (long long)cfg->pop3_port, p, yes_no(cfg->pop3_tls));
     fprintf(out, "%spoll_lmtp: %s\n%slmtp_port: %lld\n", p, yes_no(cfg->poll_lmtp), p,
             (long long)cfg->lmtp_port);
     yaml_put_kv(out, p, "tls_ca_file", cfg->tls_ca_file);
@@ -358,8 +371,8 @@ void monitor_config_print(const struct monitor_config *cfg, FILE *out)
             (long long)cfg->retry_count, p, (long long)cfg->rapid_rounds, p,
             (long long)cfg->rapid_fails_needed);
     fprintf(out, "%srestore_flushed: %s\n%smax_backends: %lld\n%smax_line_length: %lld\n", p,
-            cfg->restore == MONITOR_RESTORE_OWN ? "own" : "any", p, (long long)cfg->max_backends,
-            p, (long long)cfg->max_line_length);
+            cfg->restore == MONITOR_RESTORE_OWN ? "own" : "any", p, (long long)cfg->max_backends, p,
+            (long long)cfg->max_line_length);
     fprintf(out, "%sreconnect_min: %lldms\n%sreconnect_max: %lldms\n%sping_interval: %lldms\n", p,
             (long long)cfg->reconnect_min_ms, p, (long long)cfg->reconnect_max_ms, p,
             (long long)cfg->ping_interval_ms);

@@ -96,8 +96,8 @@ static enum monitor_dialog_action goodbye(struct monitor_dialog *d, enum monitor
 
 /* ---------- IMAP ---------- */
 
-static enum monitor_dialog_action imap_line(struct monitor_dialog *d, const char *line,
-                                            size_t len, struct buf *out)
+static enum monitor_dialog_action imap_line(struct monitor_dialog *d, const char *line, size_t len,
+                                            struct buf *out)
 {
     switch (d->step) {
     case STEP_GREETING:
@@ -128,14 +128,14 @@ static enum monitor_dialog_action imap_line(struct monitor_dialog *d, const char
     default: /* STEP_BYE */
         if (starts_word(line, len, IMAP_LOGOUT_TAG))
             return MONITOR_DIALOG_FINISH; /* the tagged LOGOUT reply */
-        return MONITOR_DIALOG_READ; /* `* BYE` */
+        return MONITOR_DIALOG_READ;       /* `* BYE` */
     }
 }
 
 /* ---------- POP3 ---------- */
 
-static enum monitor_dialog_action pop3_line(struct monitor_dialog *d, const char *line,
-                                            size_t len, struct buf *out)
+static enum monitor_dialog_action pop3_line(struct monitor_dialog *d, const char *line, size_t len,
+                                            struct buf *out)
 {
     bool ok = starts_word(line, len, "+OK");
     bool err = starts_word(line, len, "-ERR");
@@ -161,8 +161,8 @@ static enum monitor_dialog_action pop3_line(struct monitor_dialog *d, const char
             set_detail(d, d->step == STEP_USER ? "USER" : "PASS", line, len);
             return goodbye(d, MONITOR_RESULT_REJECTED, out);
         }
-        return fail(d, MONITOR_RESULT_PROTOCOL_ERROR, d->step == STEP_USER ? "USER" : "PASS",
-                    line, len);
+        return fail(d, MONITOR_RESULT_PROTOCOL_ERROR, d->step == STEP_USER ? "USER" : "PASS", line,
+                    len);
     default: /* STEP_BYE: the QUIT reply */
         return MONITOR_DIALOG_FINISH;
     }
@@ -183,8 +183,8 @@ static int reply_code(const char *line, size_t len, bool *more)
     return (line[0] - '0') * 100 + (line[1] - '0') * 10 + (line[2] - '0');
 }
 
-static enum monitor_dialog_action lmtp_line(struct monitor_dialog *d, const char *line,
-                                            size_t len, struct buf *out)
+static enum monitor_dialog_action lmtp_line(struct monitor_dialog *d, const char *line, size_t len,
+                                            struct buf *out)
 {
     bool more = false;
     int code = reply_code(line, len, &more);
@@ -259,7 +259,7 @@ const char *monitor_protocol_name(enum monitor_protocol p)
 const char *monitor_result_name(enum monitor_result r)
 {
     static const char *const names[MONITOR_RESULT_COUNT] = {
-        "ok",       "connect_error",  "timeout", "tls_error", "bad_greeting",
-        "rejected", "protocol_error", "closed"};
+        "ok",           "connect_error", "timeout",        "tls_error",
+        "bad_greeting", "rejected",      "protocol_error", "closed"};
     return (unsigned)r < MONITOR_RESULT_COUNT ? names[r] : "protocol_error";
 }

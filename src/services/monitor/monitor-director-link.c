@@ -112,8 +112,8 @@ static void link_fail(struct monitor_link *l, const char *reason)
     log_quote(q_addr, sizeof(q_addr), l->address);
     log_quote(q_reason, sizeof(q_reason), reason);
     if (!l->failing || was_ready) {
-        log_warn(COMPONENT, "director link down", "director=%s reason=%s retry_ms=%" PRId64,
-                 q_addr, q_reason, l->backoff_ms);
+        log_warn(COMPONENT, "director link down", "director=%s reason=%s retry_ms=%" PRId64, q_addr,
+                 q_reason, l->backoff_ms);
         l->failing = true;
     } else {
         log_debug(COMPONENT, "director link still down", "director=%s reason=%s retry_ms=%" PRId64,
@@ -211,7 +211,9 @@ static void handle_line(struct monitor_link *l, char *line, size_t len, bool *al
     petrel_error_clear(&err);
     if (!ring_msg_parse(line, len, l->max_line, &fields, &msg, &err)) {
         if (err.code == PETREL_ERR_UNSUPPORTED && l->got_version) {
-            log_debug(COMPONENT, "ignoring an unknown ring message", "error=\"%s\"", "unknown verb");
+            char q_err[160];
+            log_debug(COMPONENT, "ignoring an unknown ring message", "error=%s",
+                      log_quote(q_err, sizeof(q_err), err.message));
             return; /* a newer minor version: ignore what we do not know */
         }
         struct ring_msg e = {.type = RING_MSG_ERROR};

@@ -58,8 +58,7 @@ void monitor_link_free(struct monitor_link *link);
 bool monitor_link_ready(const struct monitor_link *link);
 /* Sends BACKEND-FLUSH (flush true, with `reason`, may be NULL) or BACKEND-UP
  * for `ip`. False when the link is not ready (nothing is sent). */
-bool monitor_link_report(struct monitor_link *link, bool flush, const char *ip,
-                         const char *reason);
+bool monitor_link_report(struct monitor_link *link, bool flush, const char *ip, const char *reason);
 const char *monitor_link_address(const struct monitor_link *link);
 
 #endif

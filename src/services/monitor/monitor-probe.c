@@ -26,9 +26,11 @@ struct monitor_probe {
     char *user;
     char *password;
     size_t max_line;
-    bool tls;
-    bool connected; /* TCP connected (and the TLS handshake done) */
-    bool early;     /* a start-up failure waits in early_result */
+    SSL_CTX *tls;       /* borrowed; NULL: plain */
+    char *tls_host;     /* expected IP in the certificate (verifying contexts) */
+    bool tcp_connected; /* the TCP connect completed */
+    bool connected;     /* ... and the TLS handshake, when there is one */
+    bool early;         /* a start-up failure waits in early_result */
     enum monitor_result early_result;
     struct timespec started;
     double decided_after; /* seconds to the verdict, < 0 until decided */
@@ -61,6 +63,7 @@ static void probe_free(struct monitor_probe *p)
     if (p->timer != NULL)
         event_free(p->timer);
     free(p->user);
+    free(p->tls_host);
     wipe(p->password);
     free(p->password);
     /* The output may hold the LOGIN or PASS line. */
@@ -150,43 +153,88 @@ static void read_cb(struct bufferevent *bev, void *arg)
     process_lines(arg);
 }
 
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* TCP is up: for TLS, a filter bufferevent takes over the connection and
+ * runs the handshake; its own CONNECTED event follows. False when the TLS
+ * session cannot be set up (the probe is then finished). */
+static bool start_tls(struct monitor_probe *p)
+{
+    SSL *ssl = SSL_new(p->tls);
+    if (ssl == NULL) {
+        ERR_clear_error();
+        finish(p, fail_with(p, MONITOR_RESULT_TLS_ERROR, "cannot create a TLS session"));
+        return false;
+    }
+    if ((SSL_CTX_get_verify_mode(p->tls) & SSL_VERIFY_PEER) && p->tls_host != NULL)
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), p->tls_host);
+    struct bufferevent *filter = bufferevent_openssl_filter_new(
+        bufferevent_get_base(p->bev), p->bev, ssl, BUFFEREVENT_SSL_CONNECTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (filter == NULL) { /* libevent freed the SSL (BEV_OPT_CLOSE_ON_FREE) */
+        finish(p, fail_with(p, MONITOR_RESULT_TLS_ERROR, "cannot start TLS"));
+        return false;
+    }
+    bufferevent_openssl_set_allow_dirty_shutdown(filter, 1);
+    p->bev = filter; /* owns the socket bufferevent now */
+    bufferevent_setcb(filter, read_cb, NULL, event_cb, p);
+    bufferevent_enable(filter, EV_READ | EV_WRITE);
+    return true;
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct monitor_probe *p = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        if (!p->tcp_connected) {
+            p->tcp_connected = true;
+            if (p->tls != NULL) {
+                start_tls(p);
+                return;
+            }
+        }
         p->connected = true;
+        return;
+    }
+    char msg[200];
+    if (!p->tcp_connected) {
+        int e = EVUTIL_SOCKET_ERROR();
+        snprintf(msg, sizeof(msg), "connect failed: %s",
+                 e != 0 ? evutil_socket_error_to_string(e) : "connection closed");
+        finish(p, fail_with(p, MONITOR_RESULT_CONNECT_ERROR, msg));
+        return;
+    }
+    unsigned long ssl_err = p->tls != NULL ? bufferevent_get_openssl_error(bev) : 0;
+    if (!p->connected) { /* during the TLS handshake */
+        if (ssl_err != 0) {
+            char reason[160];
+            ERR_error_string_n(ssl_err, reason, sizeof(reason));
+            snprintf(msg, sizeof(msg), "TLS handshake: %s", reason);
+        } else {
+            snprintf(msg, sizeof(msg), "connection closed during the TLS handshake");
+        }
+        ERR_clear_error();
+        finish(p, fail_with(p, MONITOR_RESULT_TLS_ERROR, msg));
         return;
     }
     if (what & BEV_EVENT_EOF) {
         if (process_lines(p))
             return;
-        if (!p->connected)
-            finish(p, fail_with(p, p->tls ? MONITOR_RESULT_TLS_ERROR : MONITOR_RESULT_CLOSED,
-                                "connection closed during the TLS handshake"));
-        else
-            finish(p, monitor_dialog_closed(&p->dialog));
+        finish(p, monitor_dialog_closed(&p->dialog));
         return;
     }
-    /* BEV_EVENT_ERROR */
-    char msg[200];
-    unsigned long ssl_err = p->tls ? bufferevent_get_openssl_error(bev) : 0;
+    /* BEV_EVENT_ERROR on an established connection */
     int e = EVUTIL_SOCKET_ERROR();
     if (ssl_err != 0) {
         char reason[160];
         ERR_error_string_n(ssl_err, reason, sizeof(reason));
         snprintf(msg, sizeof(msg), "TLS: %s", reason);
         ERR_clear_error();
-        finish(p, fail_with(p, MONITOR_RESULT_TLS_ERROR, msg));
-        return;
+    } else {
+        snprintf(msg, sizeof(msg), "connection failed: %s",
+                 e != 0 ? evutil_socket_error_to_string(e) : "error");
     }
-    snprintf(msg, sizeof(msg), "%s: %s", p->connected ? "connection failed" : "connect failed",
-             e != 0 ? evutil_socket_error_to_string(e) : "error");
-    if (!p->connected)
-        finish(p, fail_with(p, p->tls && e == 0 ? MONITOR_RESULT_TLS_ERROR
-                                                : MONITOR_RESULT_CONNECT_ERROR,
-                            msg));
-    else
-        finish(p, fail_with(p, MONITOR_RESULT_CLOSED, msg));
+    finish(p, fail_with(p, MONITOR_RESULT_CLOSED, msg));
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -200,7 +248,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
     if (!p->connected && !p->dialog.decided)
         fail_with(p, MONITOR_RESULT_TIMEOUT,
-                  p->tls ? "no connection or TLS handshake in time" : "no connection in time");
+                  p->tcp_connected ? "no TLS handshake in time" : "no connection in time");
     finish(p, monitor_dialog_timed_out(&p->dialog));
 }
 
@@ -225,7 +273,6 @@ struct monitor_probe *monitor_probe_start(struct event_base *base,
     p->cb = cb;
     p->ctx = ctx;
     p->max_line = params->max_line;
-    p->tls = params->tls != NULL;
     p->decided_after = -1;
     if (params->user != NULL) {
         p->user = xstrdup(params->user);
@@ -240,30 +287,20 @@ struct monitor_probe *monitor_probe_start(struct event_base *base,
                          .tv_usec = (suseconds_t)((params->timeout_ms % 1000) * 1000)};
     evtimer_add(p->timer, &tv);
 
-    int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
-    if (p->tls) {
-        SSL *ssl = SSL_new(params->tls);
-        if (ssl == NULL) {
-            ERR_clear_error();
-            fail_early(p, MONITOR_RESULT_TLS_ERROR, "cannot create a TLS session");
-            return p;
-        }
-        if ((SSL_CTX_get_verify_mode(params->tls) & SSL_VERIFY_PEER) && params->tls_host != NULL)
-            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), params->tls_host);
-        p->bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING, opts);
-        if (p->bev != NULL)
-            bufferevent_openssl_set_allow_dirty_shutdown(p->bev, 1);
-    } else {
-        p->bev = bufferevent_socket_new(base, -1, opts);
-    }
+    p->tls = params->tls;
+    if (params->tls_host != NULL)
+        p->tls_host = xstrdup(params->tls_host);
+    /* TCP first; TLS starts on top of it once connected (start_tls), so a
+     * refused connect and a failed handshake are told apart. */
+    p->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (p->bev == NULL) {
         fail_early(p, MONITOR_RESULT_CONNECT_ERROR, "cannot create a socket");
         return p;
     }
     bufferevent_setcb(p->bev, read_cb, NULL, event_cb, p);
     bufferevent_enable(p->bev, EV_READ | EV_WRITE);
-    if (bufferevent_socket_connect(p->bev, (struct sockaddr *)params->addr,
-                                   (int)params->addr_len) < 0) {
+    if (bufferevent_socket_connect(p->bev, (struct sockaddr *)params->addr, (int)params->addr_len) <
+        0) {
         char msg[160];
         snprintf(msg, sizeof(msg), "connect failed: %s", strerror(errno));
         fail_early(p, MONITOR_RESULT_CONNECT_ERROR, msg);

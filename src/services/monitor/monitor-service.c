@@ -64,8 +64,8 @@ struct monitor_service {
     struct smap *backends; /* ip -> struct backend */
     struct monitor_link *link;
     bool stopped;
-    bool draining;         /* stopped less than a loop turn ago */
-    struct event *settle;  /* ends `draining` */
+    bool draining;        /* stopped less than a loop turn ago */
+    struct event *settle; /* ends `draining` */
     bool limit_logged;
     struct readiness *readiness;
     struct metrics_registry *metrics;
@@ -204,7 +204,7 @@ static void probe_done(const struct monitor_probe_outcome *o, void *ctx)
 
 static int64_t port_of(const struct monitor_config *cfg, enum monitor_protocol p)
 {
-    return p == MONITOR_PROTO_IMAP ? cfg->imap_port
+    return p == MONITOR_PROTO_IMAP   ? cfg->imap_port
            : p == MONITOR_PROTO_POP3 ? cfg->pop3_port
                                      : cfg->lmtp_port;
 }
@@ -297,8 +297,8 @@ static void director_state(struct backend *b, bool flushed)
     enum monitor_state_name before = monitor_state_get(&b->st);
     monitor_state_director(&b->st, flushed);
     if (monitor_state_get(&b->st) != before)
-        log_backend(LOG_INFO, b, flushed ? "director flushed the backend" : "director set the backend up",
-                    NULL);
+        log_backend(LOG_INFO, b,
+                    flushed ? "director flushed the backend" : "director set the backend up", NULL);
 }
 
 /* A HOST line or an up/flush RING-CHANGE. */
@@ -319,8 +319,8 @@ static void upsert(struct monitor_service *svc, const struct ring_host *h)
             return;
         backend_update(b, h);
         smap_put(svc->backends, b->ip, b);
-        log_backend(LOG_INFO, b, h->state == RING_STATE_FLUSH ? "backend added (flush)" : "backend added",
-                    NULL);
+        log_backend(LOG_INFO, b,
+                    h->state == RING_STATE_FLUSH ? "backend added (flush)" : "backend added", NULL);
         if (!svc->stopped)
             schedule(b, 0);
     } else {
@@ -435,10 +435,10 @@ static void register_metrics(struct monitor_service *svc, struct metrics_registr
     struct metric_family *total =
         metrics_counter(reg, "petrel_monitor_probes_total",
                         "Health probes of backends by protocol and result.", probe_labels);
-    struct metric_family *seconds = metrics_histogram(
-        reg, "petrel_monitor_probe_seconds",
-        "Duration of a health probe from the connect to its verdict.", proto_labels,
-        metrics_latency_buckets, metrics_latency_bucket_count);
+    struct metric_family *seconds =
+        metrics_histogram(reg, "petrel_monitor_probe_seconds",
+                          "Duration of a health probe from the connect to its verdict.",
+                          proto_labels, metrics_latency_buckets, metrics_latency_bucket_count);
     for (int p = 0; p < MONITOR_PROTO_COUNT; p++) {
         const char *pname = monitor_protocol_name((enum monitor_protocol)p);
         for (int r = 0; r < MONITOR_RESULT_COUNT; r++) {

@@ -3,8 +3,7 @@
 
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
-#include "net/cidr.h"
-#include "net/sockaddr.h"
+#include "net/listen-config.h"
 #include "services/warden/warden-protocol.h"
 
 #include <stdlib.h>
@@ -46,60 +45,15 @@ void warden_config_free(struct warden_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
+/* After listen_config_read_addresses(): an enabled warden listens somewhere. */
+static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
+                               size_t count)
 {
-    const struct ynode *list = ynode_get(map, key);
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list;
-}
-
-static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
-                         char **listen)
-{
-    size_t n = 0;
-    for (; listen != NULL && listen[n] != NULL; n++) {
-        struct petrel_error e;
-        struct net_addr addr;
-        if (!net_addr_parse(listen[n], &addr, &e))
-            return cfg_fail(ctx, item_node(node, "listen", n), SECTION ".listen", "%s", e.message);
-    }
-    if (n == 0 && required) {
+    if (count == 0 && required) {
         const struct ynode *at = ynode_get(node, "listen");
         return cfg_fail(ctx, at != NULL ? at : node, SECTION ".listen",
                         "the warden component needs an address to listen on");
     }
-    return true;
-}
-
-static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *node, char **nets)
-{
-    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
-        struct petrel_error e;
-        struct cidr c;
-        if (!cidr_parse(nets[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, "allowed_nets", i), SECTION ".allowed_nets", "%s",
-                            e.message);
-    }
-    return true;
-}
-
-static bool read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
-                             struct warden_config *cfg)
-{
-    char *text = NULL;
-    if (!cfg_string(ctx, node, SECTION, "socket_mode", &text))
-        return false;
-    if (text == NULL)
-        return true;
-    char *end = NULL;
-    long mode = strtol(text, &end, 8);
-    bool ok = *text != '\0' && *end == '\0' && mode >= 0 && mode <= 0777;
-    free(text);
-    if (!ok)
-        return cfg_fail(ctx, ynode_get(node, "socket_mode"), SECTION ".socket_mode",
-                        "expected an octal mode such as \"0660\"");
-    cfg->socket_mode = mode;
     return true;
 }
 
@@ -112,10 +66,12 @@ bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, boo
     const char *p = SECTION;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
-    return cfg_string_list(ctx, node, p, "listen", WARDEN_MAX_LISTEN, &cfg->listen, NULL) &&
-           check_listen(ctx, node, required, cfg->listen) &&
-           cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->allowed_nets, NULL) &&
-           check_nets(ctx, node, cfg->allowed_nets) && read_socket_mode(ctx, node, cfg) &&
+    size_t listen_count = 0;
+    return listen_config_read_addresses(ctx, node, p, WARDEN_MAX_LISTEN, &cfg->listen,
+                                        &listen_count) &&
+           check_listen_count(ctx, node, required, listen_count) &&
+           listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) &&
+           listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) &&
            cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) &&
            cfg_int(ctx, node, p, "max_sessions", 1, 100000000, &cfg->max_sessions) &&
            cfg_int(ctx, node, p, "max_line_length", WARDEN_LINE_MIN, WARDEN_LINE_MAX,

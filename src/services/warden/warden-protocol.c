@@ -1,179 +1,64 @@
 /* The warden line protocol (warden-protocol.h, docs/warden-protocol.md):
- * framing (split and unescape in place, escape on the way out), the rules
- * every field must follow, and typed reading and writing of requests and
- * replies.
+ * its limits on top of the shared TAB-separated framing (net/line-fields.h:
+ * split and unescape in place, escape on the way out), the rules every
+ * field must follow, and typed reading and writing of requests and replies.
  *
- * Escaping is the smallest set that lets a field hold any byte but NUL:
- * backslash, TAB (the separator), LF (the terminator) and CR (so a line
- * never ends in CR on the wire). Reading is strict: a request whose field
- * breaks a rule is refused with a reason naming the field, never cut or
- * repaired, so what the warden stores is exactly what the client sent. */
+ * Reading is strict: a request whose field breaks a rule is refused with a
+ * reason naming the field, never cut or repaired, so what the warden stores
+ * is exactly what the client sent. */
 #include "services/warden/warden-protocol.h"
 
 #include "core/utf8.h"
+#include "net/line-fields.h"
 
 #include <arpa/inet.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-/* ---------- framing ---------- */
+/* ---------- framing (net/line-fields.h) ---------- */
 
 bool warden_line_parse(char *line, size_t len, size_t max_len, struct warden_line *out,
                        struct petrel_error *err)
 {
-    out->count = 0;
-    if (len == 0)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
-    if (len > max_len)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %zu bytes", max_len);
-    /* Unescaping only shortens a field, so the write position never
-     * overtakes the read position and the split happens in place. */
-    size_t w = 0;
-    out->fields[out->count++] = line;
-    for (size_t r = 0; r < len; r++) {
-        char c = line[r];
-        if (c == '\0')
-            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
-        if (c == '\t') {
-            if (out->count == WARDEN_MAX_FIELDS)
-                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
-                                        WARDEN_MAX_FIELDS);
-            line[w++] = '\0';
-            out->fields[out->count++] = line + w;
-            continue;
-        }
-        if (c != '\\') {
-            line[w++] = c;
-            continue;
-        }
-        if (r + 1 == len)
-            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
-        char e = line[++r];
-        switch (e) {
-        case '\\':
-            line[w++] = '\\';
-            break;
-        case 't':
-            line[w++] = '\t';
-            break;
-        case 'n':
-            line[w++] = '\n';
-            break;
-        case 'r':
-            line[w++] = '\r';
-            break;
-        case '\0':
-            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
-        default:
-            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
-                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
-        }
-    }
-    line[w] = '\0';
-    return true;
-}
-
-static void append_escaped(struct buf *out, const char *s)
-{
-    const char *run = s;
-    for (const char *p = s; *p != '\0'; p++) {
-        const char *esc;
-        switch (*p) {
-        case '\\':
-            esc = "\\\\";
-            break;
-        case '\t':
-            esc = "\\t";
-            break;
-        case '\n':
-            esc = "\\n";
-            break;
-        case '\r':
-            esc = "\\r";
-            break;
-        default:
-            continue;
-        }
-        buf_append(out, run, (size_t)(p - run));
-        buf_append(out, esc, 2);
-        run = p + 1;
-    }
-    buf_append_str(out, run);
-}
-
-/* Lines start with a verb, which is never empty, so an empty buffer or one
- * ending in LF is the start of a line. */
-static void start_field(struct buf *out)
-{
-    if (out->len > 0 && out->data[out->len - 1] != '\n')
-        buf_append_char(out, '\t');
+    const struct line_fields_limits limits = {.max_len = max_len, .max_fields = WARDEN_MAX_FIELDS};
+    return line_fields_split(line, len, &limits, out->fields, &out->count, err);
 }
 
 void warden_line_add(struct buf *out, const char *field)
 {
-    start_field(out);
-    append_escaped(out, field);
+    line_fields_add(out, field);
 }
 
 void warden_line_add_param(struct buf *out, const char *key, const char *value)
 {
-    start_field(out);
-    append_escaped(out, key);
-    buf_append_char(out, '=');
-    append_escaped(out, value);
+    line_fields_add_param(out, key, value);
 }
 
 void warden_line_add_uint(struct buf *out, uint64_t value)
 {
-    start_field(out);
-    buf_printf(out, "%" PRIu64, value);
+    line_fields_add_uint(out, value);
 }
 
 void warden_line_end(struct buf *out)
 {
-    buf_append_char(out, '\n');
+    line_fields_end(out);
 }
 
 const char *warden_line_param(const struct warden_line *line, size_t first, const char *key)
 {
-    size_t key_len = strlen(key);
-    for (size_t i = first; i < line->count; i++) {
-        const char *f = line->fields[i];
-        if (strncmp(f, key, key_len) == 0 && f[key_len] == '=')
-            return f + key_len + 1;
-    }
-    return NULL;
+    return line_fields_param(line->fields, line->count, first, key, false);
 }
 
 /* ---------- field rules ---------- */
 
-static bool id_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '.' || c == '-';
-}
-
 bool warden_request_id_valid(const char *id)
 {
-    if (strcmp(id, "-") == 0)
-        return true;
-    size_t n = 0;
-    for (const char *p = id; *p != '\0'; p++, n++) {
-        if (!id_char(*p) || n == WARDEN_ID_MAX)
-            return false;
-    }
-    return n > 0;
+    return strcmp(id, "-") == 0 || line_fields_token_valid(id, WARDEN_ID_MAX, "");
 }
 
 bool warden_token_valid(const char *s, size_t max)
 {
-    size_t n = 0;
-    for (const char *p = s; *p != '\0'; p++, n++) {
-        if ((!id_char(*p) && *p != ':' && *p != '@') || n == max)
-            return false;
-    }
-    return n > 0;
+    return line_fields_token_valid(s, max, ":@");
 }
 
 const char *const warden_services[] = {"imap", "pop3", "submission", "lmtp", NULL};

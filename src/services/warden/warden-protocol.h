@@ -1,7 +1,8 @@
 /* The warden line protocol (docs/warden-protocol.md), shared by the warden
  * and its client: one request or reply per LF-terminated line, fields
  * separated by TAB, each field escaped so it can hold any byte but NUL
- * (`\\`, `\t`, `\n`, `\r`), as in the auth protocol and the director ring.
+ * (`\\`, `\t`, `\n`, `\r`), as in the auth protocol (the framing both
+ * share: net/line-fields.h) and the director ring.
  * The first field is the verb, the second the request id; a request whose
  * id is "-" gets no reply unless it fails.
  *

@@ -1,33 +1,23 @@
-/* The warden service: listeners, connections, request dispatch and metrics
- * (warden-service.h). The registry and the penalty table do the work; this
- * file frames lines, checks limits, answers, and reaps a connection's
- * sessions when it closes. */
+/* The warden service: request dispatch and metrics (warden-service.h), on
+ * the line-protocol server core (net/line-server.h: listeners,
+ * allowed_nets, connections, line reading). The registry and the penalty
+ * table do the work; this file frames lines, checks limits, answers, and
+ * reaps a connection's sessions when it closes. */
 #include "services/warden/warden-service.h"
 
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "net/cidr.h"
-#include "net/sockaddr.h"
+#include "net/line-server.h"
 #include "services/warden/warden-penalty.h"
 #include "services/warden/warden-protocol.h"
 #include "services/warden/warden-registry.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/listener.h>
-#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #define COMPONENT "warden"
-#define WARDEN_MAX_LISTENERS 16
-/* Output waiting for a client that does not read: above this, the
- * connection's requests are not read until it has drained. */
-#define WARDEN_OUTPUT_MAX (1024 * 1024)
 
 /* Verb label values: the protocol's verbs, then lines that named none. */
 #define VERB_UNKNOWN WARDEN_VERB_COUNT
@@ -36,20 +26,12 @@
 enum req_result { RESULT_OK, RESULT_ERROR, RESULT_NOT_FOUND, RESULT_COUNT };
 static const char *const result_names[RESULT_COUNT] = {"ok", "error", "not_found"};
 
+/* One client connection's registration (the connection itself is the
+ * server core's). */
 struct warden_conn {
     struct warden_service *svc;
-    struct bufferevent *bev;
-    struct warden_conn *next;
-    struct warden_conn *prev;
-    char peer[64];
+    struct line_conn *lc;
     struct warden_owner *owner; /* after HELLO */
-    bool closing;               /* free once the output has drained */
-    bool throttled;             /* reading paused until the output has drained */
-};
-
-struct warden_listener {
-    struct evconnlistener *evl;
-    char address[128];
 };
 
 struct warden_metrics {
@@ -63,14 +45,10 @@ struct warden_metrics {
 
 struct warden_service {
     const struct warden_config *cfg;
-    struct event_base *base;
-    struct warden_listener listeners[WARDEN_MAX_LISTENERS];
-    size_t listener_count;
-    struct cidr_list allowed;
+    struct line_server_config server_cfg;
+    struct line_server *server;
     struct warden_registry *registry;
     struct warden_penalty *penalty;
-    struct warden_conn *conns;
-    size_t conn_count;
     struct warden_metrics m;
 };
 
@@ -159,7 +137,7 @@ static void send_reply(struct warden_conn *conn, const struct warden_reply *repl
 {
     struct buf line = {0};
     warden_reply_write(&line, reply);
-    bufferevent_write(conn->bev, line.data, line.len);
+    line_conn_write(conn->lc, line.data, line.len);
     buf_free(&line);
 }
 
@@ -180,54 +158,36 @@ static void send_ok(struct warden_conn *conn, const char *id, uint64_t number)
 
 /* ---------- connections ---------- */
 
-/* Closing a socket with unread input makes the kernel send a reset, which
- * can destroy our last reply (an ERROR) before the peer reads it: read
- * away what is already there first. */
-static void discard_pending_input(struct warden_conn *conn)
+static void *conn_open(void *ctx, struct line_conn *lc)
 {
-    evutil_socket_t fd = bufferevent_getfd(conn->bev);
-    char sink[4096];
-    for (int i = 0; fd >= 0 && i < 256; i++) {
-        if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
-            break;
-    }
+    struct warden_conn *conn = xcalloc(1, sizeof(*conn));
+    conn->svc = ctx;
+    conn->lc = lc;
+    return conn;
 }
 
-static void conn_free(struct warden_conn *conn)
+static void conn_close(void *state)
 {
+    struct warden_conn *conn = state;
     struct warden_service *svc = conn->svc;
-    if (conn->closing)
-        discard_pending_input(conn);
     if (conn->owner != NULL) {
         size_t reaped = warden_registry_detach(svc->registry, conn->owner);
         if (reaped > 0)
             log_info(COMPONENT, "sessions reaped: connection closed", "peer=%s sessions=%zu",
-                     conn->peer, reaped);
+                     line_conn_peer(conn->lc), reaped);
         sessions_changed(svc, reaped);
     }
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        svc->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
-    svc->conn_count--;
-    metric_set(svc->m.connections, (double)svc->conn_count);
-    bufferevent_free(conn->bev);
     free(conn);
 }
 
-/* A framing error: ERROR - <reason>, then close once it has left (the
- * write callback, or conn_read_cb's end when nothing is queued: the
- * connection is never freed under the caller). */
+/* A framing error: ERROR - <reason>, then close once it has left. */
 static void conn_fail_and_close(struct warden_conn *conn, const char *reason)
 {
     send_error(conn, "-", reason);
     char q[300];
     log_info(COMPONENT, "closing connection after a protocol error", "peer=%s reason=%s",
-             conn->peer, log_quote(q, sizeof(q), reason));
-    conn->closing = true;
-    bufferevent_disable(conn->bev, EV_READ);
+             line_conn_peer(conn->lc), log_quote(q, sizeof(q), reason));
+    line_conn_close(conn->lc);
 }
 
 /* ---------- verbs ---------- */
@@ -255,8 +215,8 @@ static enum req_result handle_hello(struct warden_conn *conn, const struct warde
                  "instance=%s boot_id=%s sessions=%zu", q_inst, req->boot_id, reaped);
         sessions_changed(svc, reaped);
     }
-    log_debug(COMPONENT, "hello", "peer=%s instance=%s boot_id=%s", conn->peer, q_inst,
-              req->boot_id);
+    log_debug(COMPONENT, "hello", "peer=%s instance=%s boot_id=%s", line_conn_peer(conn->lc),
+              q_inst, req->boot_id);
     send_ok(conn, req->id, WARDEN_PROTOCOL_MAJOR);
     return RESULT_OK;
 }
@@ -318,7 +278,7 @@ static void list_one(const struct warden_session_info *s, void *arg)
     warden_reply_write(&lc->out, &r);
     /* Hand big answers over in pieces instead of one huge buffer. */
     if (lc->out.len >= 65536) {
-        bufferevent_write(lc->conn->bev, lc->out.data, lc->out.len);
+        line_conn_write(lc->conn->lc, lc->out.data, lc->out.len);
         buf_reset(&lc->out);
     }
 }
@@ -329,7 +289,7 @@ static void count_one(const char *key, uint64_t count, void *arg)
     struct warden_reply r = {.kind = WARDEN_REPLY_ITEM, .id = lc->id, .key = key, .number = count};
     warden_reply_write(&lc->out, &r);
     if (lc->out.len >= 65536) {
-        bufferevent_write(lc->conn->bev, lc->out.data, lc->out.len);
+        line_conn_write(lc->conn->lc, lc->out.data, lc->out.len);
         buf_reset(&lc->out);
     }
 }
@@ -349,7 +309,7 @@ static enum req_result handle_query(struct warden_conn *conn, const struct warde
                                   &lc);
     struct warden_reply done = {.kind = WARDEN_REPLY_DONE, .id = req->id, .number = n};
     warden_reply_write(&lc.out, &done);
-    bufferevent_write(conn->bev, lc.out.data, lc.out.len);
+    line_conn_write(conn->lc, lc.out.data, lc.out.len);
     buf_free(&lc.out);
     return RESULT_OK;
 }
@@ -372,8 +332,9 @@ static enum req_result handle_penalty(struct warden_conn *conn, const struct war
     return RESULT_OK;
 }
 
-static void handle_line(struct warden_conn *conn, char *text, size_t len)
+static void handle_line(void *state, char *text, size_t len)
 {
+    struct warden_conn *conn = state;
     struct timespec started;
     clock_gettime(CLOCK_MONOTONIC, &started);
     struct warden_line line;
@@ -423,135 +384,19 @@ static void handle_line(struct warden_conn *conn, char *text, size_t len)
     observe(conn->svc, req.verb, r, &started);
 }
 
-static void read_lines(struct warden_conn *conn, struct bufferevent *bev)
+static void conn_bad_input(void *state, const char *reason)
 {
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t max_line = (size_t)conn->svc->cfg->max_line_length;
-    while (!conn->closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) > WARDEN_OUTPUT_MAX) {
-            /* A client that sends without reading must not make us queue
-             * replies without bound: wait for conn_write_cb. */
-            conn->throttled = true;
-            bufferevent_disable(bev, EV_READ);
-            return;
-        }
-        size_t eol_len = 0;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (eol.pos < 0) {
-            if (evbuffer_get_length(in) > max_line)
-                conn_fail_and_close(conn, "line too long");
-            return;
-        }
-        size_t len = (size_t)eol.pos;
-        if (len > max_line) {
-            conn_fail_and_close(conn, "line too long");
-            return;
-        }
-        char *line = xmalloc(len + 1);
-        evbuffer_remove(in, line, len);
-        evbuffer_drain(in, eol_len);
-        line[len] = '\0';
-        handle_line(conn, line, len);
-        free(line);
-    }
+    conn_fail_and_close(state, reason);
 }
 
-static void conn_read_cb(struct bufferevent *bev, void *ctx)
-{
-    struct warden_conn *conn = ctx;
-    read_lines(conn, bev);
-    if (conn->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-        conn_free(conn);
-}
-
-static void conn_write_cb(struct bufferevent *bev, void *ctx)
-{
-    struct warden_conn *conn = ctx;
-    if (conn->closing) {
-        conn_free(conn);
-    } else if (conn->throttled) {
-        /* The client caught up: read on, starting with what is buffered. */
-        conn->throttled = false;
-        bufferevent_enable(bev, EV_READ);
-        conn_read_cb(bev, conn);
-    }
-}
-
-static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
-{
-    (void)bev;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        conn_free(ctx);
-}
-
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *ctx)
-{
-    (void)evl;
-    (void)socklen;
-    struct warden_service *svc = ctx;
-    char peer[64];
-    net_addr_format(sa, peer, sizeof(peer));
-    if (sa->sa_family != AF_UNIX && !cidr_list_match(&svc->allowed, sa)) {
-        log_warn(COMPONENT, "connection refused: address not in warden_service.allowed_nets",
-                 "peer=%s", peer);
-        evutil_closesocket(fd);
-        return;
-    }
-    if (svc->conn_count >= (size_t)svc->cfg->max_connections) {
-        log_warn(COMPONENT, "connection refused: max_connections reached", "peer=%s limit=%lld",
-                 peer, (long long)svc->cfg->max_connections);
-        evutil_closesocket(fd);
-        return;
-    }
-    struct bufferevent *bev = bufferevent_socket_new(svc->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL) {
-        log_warn(COMPONENT, "connection refused: cannot set it up", "peer=%s", peer);
-        evutil_closesocket(fd);
-        return;
-    }
-    struct warden_conn *conn = xcalloc(1, sizeof(*conn));
-    conn->svc = svc;
-    snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
-    conn->bev = bev;
-    bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
-    /* Reading stops once a line without LF could not be a valid one. */
-    bufferevent_setwatermark(bev, EV_READ, 0, (size_t)svc->cfg->max_line_length + 2);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
-    conn->next = svc->conns;
-    if (svc->conns != NULL)
-        svc->conns->prev = conn;
-    svc->conns = conn;
-    svc->conn_count++;
-    metric_set(svc->m.connections, (double)svc->conn_count);
-    metric_add(svc->m.connections_total, 1);
-}
+static const struct line_server_ops server_ops = {
+    .open = conn_open,
+    .line = handle_line,
+    .bad_input = conn_bad_input,
+    .close = conn_close,
+};
 
 /* ---------- life cycle ---------- */
-
-static bool listen_on(struct warden_service *svc, const char *addr, struct petrel_error *err)
-{
-    if (svc->listener_count >= WARDEN_MAX_LISTENERS)
-        return petrel_error_set(err, PETREL_ERR_INVALID,
-                                "warden_service.listen: too many addresses");
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
-    struct warden_listener *l = &svc->listeners[svc->listener_count];
-    if (strncmp(addr, "unix:", 5) == 0 && chmod(addr + 5, (mode_t)svc->cfg->socket_mode) != 0) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
-                                strerror(errno));
-    }
-    l->evl = evconnlistener_new(svc->base, accept_cb, svc, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (l->evl == NULL) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
-    }
-    net_bound_address(fd, l->address, sizeof(l->address));
-    svc->listener_count++;
-    return true;
-}
 
 struct warden_service *warden_service_start(const struct service_env *env,
                                             const struct warden_config *cfg,
@@ -559,29 +404,33 @@ struct warden_service *warden_service_start(const struct service_env *env,
 {
     struct warden_service *svc = xcalloc(1, sizeof(*svc));
     svc->cfg = cfg;
-    svc->base = env->base;
     metrics_init(svc, env->metrics);
     svc->registry = warden_registry_new((size_t)cfg->max_sessions);
     struct warden_penalty_config pcfg = {.decay_ms = cfg->penalty_decay_ms,
                                          .max_ips = cfg->penalty_max_ips};
     svc->penalty = warden_penalty_new(&pcfg);
-    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &svc->allowed, err))
+    svc->server_cfg = (struct line_server_config){
+        .component = COMPONENT,
+        .section = "warden_service",
+        .allowed_nets = (const char *const *)cfg->allowed_nets,
+        .socket_mode = cfg->socket_mode,
+        .max_connections = cfg->max_connections,
+        .max_line = (size_t)cfg->max_line_length,
+        .drain_on_close = true,
+        .connections = svc->m.connections,
+        .connections_total = svc->m.connections_total,
+    };
+    svc->server = line_server_new(env->base, &svc->server_cfg, &server_ops, svc, err);
+    if (svc->server == NULL || !line_server_listen(svc->server, cfg->listen, env->readiness, err))
         goto fail;
-    for (size_t i = 0; cfg->listen != NULL && cfg->listen[i] != NULL; i++) {
-        if (!listen_on(svc, cfg->listen[i], err))
-            goto fail;
-        char name[64];
-        snprintf(name, sizeof(name), "warden-listener-%zu", i);
-        readiness_add_tcp(env->readiness, name, svc->listeners[i].address, false, NULL, NULL);
-    }
-    if (svc->listener_count == 0) {
+    if (line_server_listener_count(svc->server) == 0) {
         petrel_error_set(err, PETREL_ERR_INVALID, "warden_service.listen: no address configured");
         goto fail;
     }
     log_info(COMPONENT, "listening",
              "address=%s listeners=%zu max_sessions=%lld max_connections=%lld",
-             svc->listeners[0].address, svc->listener_count, (long long)cfg->max_sessions,
-             (long long)cfg->max_connections);
+             line_server_address(svc->server), line_server_listener_count(svc->server),
+             (long long)cfg->max_sessions, (long long)cfg->max_connections);
     return svc;
 fail:
     warden_service_free(svc);
@@ -590,17 +439,13 @@ fail:
 
 const char *warden_service_address(const struct warden_service *svc)
 {
-    return svc->listener_count > 0 ? svc->listeners[0].address : "";
+    return svc->server != NULL ? line_server_address(svc->server) : "";
 }
 
 void warden_service_stop_accepting(struct warden_service *svc)
 {
-    for (size_t i = 0; i < svc->listener_count; i++) {
-        if (svc->listeners[i].evl != NULL) {
-            evconnlistener_free(svc->listeners[i].evl);
-            svc->listeners[i].evl = NULL;
-        }
-    }
+    if (svc->server != NULL)
+        line_server_stop_accepting(svc->server);
 }
 
 size_t warden_service_sessions(const struct warden_service *svc)
@@ -612,11 +457,8 @@ void warden_service_free(struct warden_service *svc)
 {
     if (svc == NULL)
         return;
-    warden_service_stop_accepting(svc);
-    while (svc->conns != NULL)
-        conn_free(svc->conns);
+    line_server_free(svc->server); /* the listeners, then every connection (reaped) */
     warden_registry_free(svc->registry);
     warden_penalty_free(svc->penalty);
-    cidr_list_free(&svc->allowed);
     free(svc);
 }

@@ -448,8 +448,8 @@ static bool uidlist_from_records(struct mailbox *box, const struct fileindex_hea
 
 /* Appends one line to dovecot-uidlist (under the folder lock), re-reading
  * the file first when another process changed it. With `sync` false a plain
- * append is not fdatasync'ed here: the caller syncs the file after the
- * index commit (mailbox_append; a rewrite of the whole file still is). */
+ * append is not fdatasync'ed here: mailbox_append writes it out and its
+ * index commit makes it durable (a rewrite of the whole file still syncs). */
 static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *base, uint64_t vsize,
                                 bool sync, struct petrel_error *err)
 {

@@ -1,0 +1,76 @@
+/* The listener keys of a line-protocol server section (listen-config.h). */
+#include "net/listen-config.h"
+
+#include "net/cidr.h"
+#include "net/sockaddr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define NETS_MAX 256
+
+/* Item `i` of the list under `key`, for error positions; the list itself
+ * when it is not a sequence that long. */
+static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
+{
+    const struct ynode *list = ynode_get(map, key);
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list;
+}
+
+bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
+                                  const char *section, size_t max, char ***listen, size_t *count)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "%s.listen", section);
+    if (!cfg_string_list(ctx, node, section, "listen", max, listen, NULL))
+        return false;
+    size_t n = 0;
+    for (; *listen != NULL && (*listen)[n] != NULL; n++) {
+        struct petrel_error e;
+        struct net_addr addr;
+        if (!net_addr_parse((*listen)[n], &addr, &e))
+            return cfg_fail(ctx, item_node(node, "listen", n), path, "%s", e.message);
+    }
+    *count = n;
+    return true;
+}
+
+bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node,
+                             const char *section, char ***nets)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "%s.allowed_nets", section);
+    if (!cfg_string_list(ctx, node, section, "allowed_nets", NETS_MAX, nets, NULL))
+        return false;
+    for (size_t i = 0; *nets != NULL && (*nets)[i] != NULL; i++) {
+        struct petrel_error e;
+        struct cidr c;
+        if (!cidr_parse((*nets)[i], &c, &e))
+            return cfg_fail(ctx, item_node(node, "allowed_nets", i), path, "%s", e.message);
+    }
+    return true;
+}
+
+bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
+                                    const char *section, int64_t *mode)
+{
+    char *text = NULL;
+    if (!cfg_string(ctx, node, section, "socket_mode", &text))
+        return false;
+    if (text == NULL)
+        return true;
+    char *end = NULL;
+    long value = strtol(text, &end, 8);
+    bool ok = *text != '\0' && *end == '\0' && value >= 0 && value <= 0777;
+    free(text);
+    if (!ok) {
+        char path[64];
+        snprintf(path, sizeof(path), "%s.socket_mode", section);
+        return cfg_fail(ctx, ynode_get(node, "socket_mode"), path,
+                        "expected an octal mode such as \"0660\"");
+    }
+    *mode = value;
+    return true;
+}

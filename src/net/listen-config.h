@@ -1,0 +1,29 @@
+/* The listener keys of a line-protocol server's configuration section
+ * (`listen`, `allowed_nets`, `socket_mode`; docs/configuration.md), read
+ * the same way for the auth service and the warden. Errors follow
+ * core/cfg-read.h: `file:line: <section>.<key>: message`, pointing at the
+ * offending list item when there is one. */
+#ifndef PETREL_NET_LISTEN_CONFIG_H
+#define PETREL_NET_LISTEN_CONFIG_H
+
+#include "core/cfg-read.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Reads `listen` (at most `max` addresses, replacing *listen when the key
+ * is there) and checks that each is "host:port" or "unix:/path". *count
+ * gets the number of addresses (the caller decides whether 0 is fine). */
+bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
+                                  const char *section, size_t max, char ***listen, size_t *count);
+/* Reads `allowed_nets` (at most 256 CIDRs, replacing *nets when the key
+ * is there) and checks each. */
+bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node,
+                             const char *section, char ***nets);
+/* Reads `socket_mode`, octal text such as "0660" (0-0777), into *mode;
+ * absent: *mode is kept. */
+bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
+                                    const char *section, int64_t *mode);
+
+#endif

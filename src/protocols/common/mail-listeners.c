@@ -1,0 +1,254 @@
+/* The listener set of a mail protocol server: listeners, TLS, accepting
+ * under the connection limit, the connection list and per-user counts. */
+#include "protocols/common/mail-listeners.h"
+
+#include "core/sorted-map.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+#include "net/tls.h"
+#include "protocols/common/mail-session-io.h"
+
+#include <event2/bufferevent_ssl.h>
+#include <event2/listener.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAIL_MAX_LISTENERS 32
+
+struct mail_listener {
+    struct evconnlistener *evl;
+    char address[128];
+    bool tls;
+};
+
+struct mail_listeners {
+    struct mail_listeners_params p;
+    SSL_CTX *tls;
+    struct mail_listener listeners[MAIL_MAX_LISTENERS];
+    size_t listener_count;
+    struct mail_session_io *sessions; /* newest first */
+    size_t session_count;
+    unsigned long long session_ids;
+    struct smap *per_user; /* username -> (uintptr_t) session count */
+};
+
+struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *params,
+                                          struct petrel_error *err)
+{
+    struct mail_listeners *ls = xcalloc(1, sizeof(*ls));
+    ls->p = *params;
+    ls->per_user = smap_new();
+    const struct mail_login_config *cfg = params->cfg;
+    if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
+        struct tls_server_options topts = {
+            .cert_file = cfg->tls_cert_file,
+            .key_file = cfg->tls_key_file,
+        };
+        ls->tls = tls_server_ctx_new(&topts, err);
+        if (ls->tls == NULL) {
+            mail_listeners_free(ls);
+            return NULL;
+        }
+    }
+    return ls;
+}
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+    (void)socklen;
+    struct mail_listeners *ls = arg;
+    bool tls = false;
+    for (size_t i = 0; i < ls->listener_count; i++) {
+        if (ls->listeners[i].evl == evl)
+            tls = ls->listeners[i].tls;
+    }
+    if (ls->session_count >= (size_t)ls->p.cfg->max_connections) {
+        ssize_t ignored = write(fd, ls->p.busy_reply, strlen(ls->p.busy_reply));
+        (void)ignored;
+        evutil_closesocket(fd);
+        return;
+    }
+    struct bufferevent *bev;
+    if (tls) {
+        SSL *ssl = SSL_new(ls->tls);
+        bev = bufferevent_openssl_socket_new(ls->p.base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                             BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    } else {
+        bev = bufferevent_socket_new(ls->p.base, fd, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (bev == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    ls->p.accept(ls->p.accept_arg, bev, tls, sa);
+}
+
+static bool listen_on(struct mail_listeners *ls, const char *addr, bool tls,
+                      struct petrel_error *err)
+{
+    if (ls->listener_count >= MAIL_MAX_LISTENERS)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "%s: too many listeners", ls->p.component);
+    int fd = net_listen(addr, false, err);
+    if (fd < 0)
+        return false;
+    struct mail_listener *l = &ls->listeners[ls->listener_count];
+    l->evl = evconnlistener_new(ls->p.base, accept_cb, ls, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (l->evl == NULL) {
+        close(fd);
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
+    }
+    l->tls = tls;
+    net_bound_address(fd, l->address, sizeof(l->address));
+    ls->listener_count++;
+    return true;
+}
+
+bool mail_listeners_open(struct mail_listeners *ls, struct petrel_error *err)
+{
+    const struct mail_login_config *cfg = ls->p.cfg;
+    for (size_t i = 0; cfg->listen != NULL && cfg->listen[i] != NULL; i++) {
+        if (!listen_on(ls, cfg->listen[i], false, err))
+            return false;
+    }
+    for (size_t i = 0; cfg->listen_tls != NULL && cfg->listen_tls[i] != NULL; i++) {
+        if (!listen_on(ls, cfg->listen_tls[i], true, err))
+            return false;
+    }
+    if (ls->listener_count == 0)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "%s: no listener configured",
+                                ls->p.component);
+    return true;
+}
+
+void mail_listeners_add_readiness(const struct mail_listeners *ls, struct readiness *r)
+{
+    for (size_t i = 0; i < ls->listener_count; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s-listener-%zu", ls->p.component, i);
+        readiness_add_tcp(r, name, ls->listeners[i].address, ls->listeners[i].tls, NULL, NULL);
+    }
+}
+
+void mail_listeners_close(struct mail_listeners *ls)
+{
+    for (size_t i = 0; i < ls->listener_count; i++) {
+        if (ls->listeners[i].evl != NULL) {
+            evconnlistener_free(ls->listeners[i].evl);
+            ls->listeners[i].evl = NULL;
+        }
+    }
+}
+
+void mail_listeners_shutdown(struct mail_listeners *ls)
+{
+    mail_listeners_close(ls);
+    struct mail_session_io *io = ls->sessions;
+    while (io != NULL) {
+        struct mail_session_io *next = io->next; /* the session may go meanwhile */
+        io->ops->shutdown(io->owner);
+        io = next;
+    }
+}
+
+void mail_listeners_free_sessions(struct mail_listeners *ls)
+{
+    if (ls == NULL)
+        return;
+    mail_listeners_close(ls);
+    while (ls->sessions != NULL)
+        ls->sessions->ops->free(ls->sessions->owner);
+}
+
+void mail_listeners_free(struct mail_listeners *ls)
+{
+    if (ls == NULL)
+        return;
+    mail_listeners_close(ls);
+    if (ls->tls != NULL)
+        SSL_CTX_free(ls->tls);
+    smap_free(ls->per_user, NULL);
+    free(ls);
+}
+
+const struct mail_listeners_params *mail_listeners_params(const struct mail_listeners *ls)
+{
+    return &ls->p;
+}
+
+SSL_CTX *mail_listeners_tls(const struct mail_listeners *ls)
+{
+    return ls->tls;
+}
+
+const char *mail_listeners_address(const struct mail_listeners *ls)
+{
+    return ls->listener_count > 0 ? ls->listeners[0].address : "";
+}
+
+size_t mail_listeners_count(const struct mail_listeners *ls)
+{
+    return ls->listener_count;
+}
+
+void mail_listeners_instance(const struct mail_listeners *ls, char *out, size_t size)
+{
+    char host[256];
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = '\0';
+    snprintf(out, size, "%s@%s:%s", ls->p.component, host, mail_listeners_address(ls));
+}
+
+/* ---------- open connections ---------- */
+
+size_t mail_listeners_sessions(const struct mail_listeners *ls)
+{
+    return ls->session_count;
+}
+
+void mail_listeners_attach(struct mail_listeners *ls, struct mail_session_io *io)
+{
+    snprintf(io->id, sizeof(io->id), "%llx", ++ls->session_ids);
+    io->prev = NULL;
+    io->next = ls->sessions;
+    if (ls->sessions != NULL)
+        ls->sessions->prev = io;
+    ls->sessions = io;
+    ls->session_count++;
+    metric_add(ls->p.connections_total, 1);
+}
+
+void mail_listeners_detach(struct mail_listeners *ls, struct mail_session_io *io)
+{
+    if (io->prev != NULL)
+        io->prev->next = io->next;
+    else
+        ls->sessions = io->next;
+    if (io->next != NULL)
+        io->next->prev = io->prev;
+    io->next = io->prev = NULL;
+    ls->session_count--;
+}
+
+bool mail_listeners_user_add(struct mail_listeners *ls, const char *username)
+{
+    uintptr_t n = (uintptr_t)smap_get(ls->per_user, username);
+    int64_t limit = ls->p.cfg->max_connections_per_user;
+    if (limit > 0 && n >= (uintptr_t)limit)
+        return false;
+    smap_put(ls->per_user, username, (void *)(n + 1));
+    return true;
+}
+
+void mail_listeners_user_remove(struct mail_listeners *ls, const char *username)
+{
+    uintptr_t n = (uintptr_t)smap_get(ls->per_user, username);
+    if (n <= 1)
+        smap_remove(ls->per_user, username);
+    else
+        smap_put(ls->per_user, username, (void *)(n - 1));
+}

@@ -1,0 +1,235 @@
+/* The connection under a mail protocol session: bufferevent callbacks,
+ * timeouts, STARTTLS, writes, the deferred close and the shared login
+ * steps. */
+#include "protocols/common/mail-session-io.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MAIL_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
+
+/* Bytes still queued anywhere below the session: a TLS filter hands its
+ * output to the socket bufferevent underneath, which must drain too. */
+static size_t output_pending(const struct mail_session_io *io)
+{
+    size_t n = evbuffer_get_length(bufferevent_get_output(io->bev));
+    struct bufferevent *under = bufferevent_get_underlying(io->bev);
+    if (under != NULL)
+        n += evbuffer_get_length(bufferevent_get_output(under));
+    return n;
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct mail_session_io *io = arg;
+    io->ops->input(io->owner);
+}
+
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct mail_session_io *io = arg;
+    if (!io->closing) {
+        if (io->ops->drained != NULL)
+            io->ops->drained(io->owner);
+        return;
+    }
+    if (output_pending(io) == 0)
+        io->ops->free(io->owner);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct mail_session_io *io = arg;
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (!io->closing)
+            io->ops->timeout(io->owner);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        io->ops->free(io->owner);
+}
+
+static void apply_timeout(struct mail_session_io *io)
+{
+    int64_t ms = io->timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    if (io->timeout_on_output)
+        bufferevent_set_timeouts(io->bev, NULL, &tv);
+    else
+        bufferevent_set_timeouts(io->bev, &tv, NULL);
+}
+
+/* Callbacks, write step and watermark on the current top bufferevent. */
+static void setup_bev(struct mail_session_io *io)
+{
+    bufferevent_setcb(io->bev, read_cb, write_cb, event_cb, io);
+    bufferevent_set_max_single_write(io->bev, io->max_single_write);
+    if (io->input_high_water > 0)
+        bufferevent_setwatermark(io->bev, EV_READ, 0, io->input_high_water);
+    apply_timeout(io);
+    bufferevent_enable(io->bev, EV_READ | EV_WRITE);
+}
+
+void mail_session_io_init(struct mail_session_io *io, struct mail_listeners *ls,
+                          struct bufferevent *bev, bool tls, const struct sockaddr *peer,
+                          const struct mail_session_io_ops *ops, void *owner)
+{
+    io->bev = bev;
+    io->tls = tls;
+    io->listeners = ls;
+    io->ops = ops;
+    io->owner = owner;
+    io->connected_at = (int64_t)time(NULL);
+    net_addr_format_ip(peer, io->peer_ip, sizeof(io->peer_ip));
+    net_addr_format(peer, io->peer, sizeof(io->peer));
+    mail_listeners_attach(ls, io);
+}
+
+void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
+                            size_t input_high_water)
+{
+    io->max_single_write = max_single_write;
+    io->input_high_water = input_high_water;
+    setup_bev(io);
+}
+
+void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output)
+{
+    io->timeout_ms = ms;
+    io->timeout_on_output = on_output;
+    apply_timeout(io);
+}
+
+void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len)
+{
+    if (len == 0)
+        return;
+    bufferevent_write(io->bev, data, len);
+    metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
+}
+
+void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, const char *fmt,
+                             va_list ap)
+{
+    struct buf line = {0};
+    buf_append_str(&line, prefix);
+    buf_vprintf(&line, fmt, ap);
+    buf_append_str(&line, "\r\n");
+    mail_session_io_write(io, line.data, line.len);
+    buf_free(&line);
+}
+
+bool mail_session_io_starttls(struct mail_session_io *io)
+{
+    const struct mail_listeners_params *p = mail_listeners_params(io->listeners);
+    struct evbuffer *in = bufferevent_get_input(io->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    SSL *ssl = SSL_new(mail_listeners_tls(io->listeners));
+    struct bufferevent *tls_bev =
+        bufferevent_openssl_filter_new(p->base, io->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (tls_bev == NULL) {
+        SSL_free(ssl);
+        return false;
+    }
+    /* A read timeout left on the plain bufferevent would fire under the
+     * filter, whatever the session's own timeout says. */
+    bufferevent_set_timeouts(io->bev, NULL, NULL);
+    bufferevent_setwatermark(io->bev, EV_READ, 0, 0);
+    io->bev = tls_bev;
+    io->tls = true;
+    setup_bev(io);
+    return true;
+}
+
+static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mail_session_io *io = arg;
+    if (output_pending(io) > 0 && ++io->close_polls < MAIL_CLOSE_GRACE_POLLS) {
+        struct timeval tick = {0, 10000};
+        evtimer_add(io->close_ev, &tick);
+        return;
+    }
+    io->ops->free(io->owner);
+}
+
+void mail_session_io_close_after_output(struct mail_session_io *io)
+{
+    io->closing = true;
+    bufferevent_disable(io->bev, EV_READ);
+    /* The write callback frees the session once the output has left; with
+     * nothing queued (or under TLS, where the socket below drains later) a
+     * timer does it, so callers up the stack never touch a freed session. */
+    if (io->close_ev == NULL && (io->tls || output_pending(io) == 0)) {
+        io->close_ev =
+            evtimer_new(mail_listeners_params(io->listeners)->base, deferred_free_cb, io);
+        struct timeval now = {0, 0};
+        evtimer_add(io->close_ev, &now);
+    }
+}
+
+/* ---------- login ---------- */
+
+enum mail_session_login mail_session_io_login(struct mail_session_io *io,
+                                              struct mail_storage *storage, const char *username,
+                                              struct mail_user **user)
+{
+    const char *component = mail_listeners_params(io->listeners)->component;
+    struct petrel_error err;
+    *user = mail_user_get(storage, username, &err);
+    if (*user == NULL) {
+        log_warn(component, "login refused by storage", "session=%s error=\"%s\"", io->id,
+                 err.message);
+        return MAIL_SESSION_LOGIN_REFUSED;
+    }
+    if (!mail_listeners_user_add(io->listeners, username)) {
+        log_info(component, "login refused: too many sessions for the user", "session=%s", io->id);
+        *user = NULL;
+        return MAIL_SESSION_LOGIN_TOO_MANY;
+    }
+    io->username = xstrdup(username);
+    return MAIL_SESSION_LOGIN_OK;
+}
+
+void mail_session_io_login_cancel(struct mail_session_io *io)
+{
+    if (io->username == NULL)
+        return;
+    mail_listeners_user_remove(io->listeners, io->username);
+    free(io->username);
+    io->username = NULL;
+}
+
+void mail_session_io_register(struct mail_session_io *io, struct warden_client *warden,
+                              const char *service)
+{
+    if (warden != NULL && io->username != NULL && io->warden == NULL)
+        io->warden = warden_client_session_connect(warden, io->username, io->peer_ip, service,
+                                                   io->connected_at);
+}
+
+void mail_session_io_free(struct mail_session_io *io)
+{
+    warden_client_session_disconnect(io->warden);
+    io->warden = NULL;
+    mail_session_io_login_cancel(io);
+    mail_listeners_detach(io->listeners, io);
+    if (io->close_ev != NULL)
+        event_free(io->close_ev);
+    io->close_ev = NULL;
+    bufferevent_free(io->bev);
+    io->bev = NULL;
+}

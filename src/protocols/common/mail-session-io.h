@@ -1,0 +1,138 @@
+/* The connection under a mail protocol session (imap, pop3): its
+ * bufferevent (plain, implicit TLS, or upgraded by STARTTLS/STLS), the
+ * inactivity timeout, output writes with the bytes metric, the close once
+ * the output has left (freed from a timer, never inside the session's own
+ * call chain), the per-user count and the warden registration of the
+ * logged-in user.
+ *
+ * A protocol session embeds `struct mail_session_io` and hands it a table
+ * of callbacks; the grammar, replies, states and metrics of the protocol
+ * stay with the session. Life of a connection:
+ *   mail_session_io_init()    linked into the listener set, peer and id known
+ *   mail_session_io_set_timeout(), mail_session_io_enable()
+ *   ... ops->input() as bytes arrive; mail_session_io_write() ...
+ *   mail_session_io_close_after_output(), or EOF/error/the grace running out
+ *   ops->free()               the owner frees itself and calls
+ *   mail_session_io_free()    last, which frees the bufferevent.
+ * The callbacks run from the loop only, never inside a call into this
+ * module, so the session may free itself in them. */
+#ifndef PETREL_PROTOCOLS_COMMON_MAIL_SESSION_IO_H
+#define PETREL_PROTOCOLS_COMMON_MAIL_SESSION_IO_H
+
+#include "protocols/common/mail-listeners.h"
+#include "services/warden/warden-client.h"
+#include "storage/mail-storage.h"
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct mail_session_io_ops {
+    /* Input arrived (read it from bufferevent_get_input(io->bev)). */
+    void (*input)(void *owner);
+    /* Optional: the output drained while the connection is not closing
+     * (the moment to produce more of a long response). */
+    void (*drained)(void *owner);
+    /* The inactivity timeout passed (never while closing): say goodbye and
+     * mail_session_io_close_after_output(). */
+    void (*timeout)(void *owner);
+    /* The server is going away (mail_listeners_shutdown()): say goodbye
+     * and close after the output, or finish what runs first. */
+    void (*shutdown)(void *owner);
+    /* The connection is over (EOF, error, closed and drained, or the server
+     * freeing every session): free the session, ending with
+     * mail_session_io_free(). */
+    void (*free)(void *owner);
+};
+
+struct mail_session_io {
+    /* Read-only for the owner. */
+    struct bufferevent *bev; /* the top bufferevent (STARTTLS replaces it) */
+    bool tls;                /* encrypted (implicit TLS or after STARTTLS) */
+    bool closing;            /* freed once the output has drained */
+    char peer_ip[64];        /* the client's IP ("unix" for a Unix socket) */
+    char peer[80];           /* ip:port */
+    char id[24];             /* session id for logs (hex, unique in the process) */
+    int64_t connected_at;    /* Unix time of the connection */
+    char *username;          /* after mail_session_io_login(): the counted user */
+    /* Owned by the listener set (its connection list). */
+    struct mail_session_io *next;
+    struct mail_session_io *prev;
+    /* Private to protocols/common/. */
+    struct mail_listeners *listeners;
+    const struct mail_session_io_ops *ops;
+    void *owner;
+    struct event *close_ev; /* deferred free */
+    unsigned close_polls;
+    size_t max_single_write;
+    size_t input_high_water;
+    int64_t timeout_ms;
+    bool timeout_on_output;
+    struct warden_client_session *warden;
+};
+
+/* Takes `bev` (from the listener set's accept callback) for `owner`: links
+ * the connection into `ls` (counting it and giving it an id), records the
+ * peer and the time. Nothing is read or written until
+ * mail_session_io_enable(). */
+void mail_session_io_init(struct mail_session_io *io, struct mail_listeners *ls,
+                          struct bufferevent *bev, bool tls, const struct sockaddr *peer,
+                          const struct mail_session_io_ops *ops, void *owner);
+/* Starts reading and writing. `max_single_write`: bytes written per loop
+ * pass (big responses otherwise take many passes); `input_high_water`:
+ * reading stops while this much input waits unparsed (0 = no limit). Both
+ * hold across STARTTLS. */
+void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
+                            size_t input_high_water);
+/* The inactivity timeout: on input (no bytes from the client for `ms`),
+ * or with `on_output` on the output making no progress (a long response
+ * to a slow reader). Kept across STARTTLS. */
+void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output);
+/* Queues bytes for the client (nothing for `len` 0) and counts them in the
+ * listener set's bytes_out. */
+void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len);
+/* Queues one line: `prefix`, the formatted text (which must not contain CR
+ * or LF), CRLF. */
+void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, const char *fmt,
+                             va_list ap) __attribute__((format(printf, 3, 0)));
+/* STARTTLS/STLS, after the protocol's "go ahead" is queued: discards input
+ * already buffered (it came in clear text and must not run as if
+ * protected, CVE-2011-0411 class) and layers TLS over the connection with
+ * the set's context; the plain bufferevent below keeps no timeout or
+ * watermark of its own. False (connection unchanged) when TLS cannot be
+ * set up. */
+bool mail_session_io_starttls(struct mail_session_io *io);
+/* Stops reading and frees the session (ops->free) from the loop once the
+ * output has left: from the write callback, or (under TLS, or with nothing
+ * queued) from a timer that polls for at most 5 s. */
+void mail_session_io_close_after_output(struct mail_session_io *io);
+
+/* The login steps every protocol shares. */
+enum mail_session_login {
+    MAIL_SESSION_LOGIN_OK,
+    MAIL_SESSION_LOGIN_REFUSED,  /* the storage cannot serve the name (logged) */
+    MAIL_SESSION_LOGIN_TOO_MANY, /* max_connections_per_user reached (logged) */
+};
+/* Admits `username` (canonical form): the storage's user (borrowed; take a
+ * reference to keep it) in *user, and the session counted for the user,
+ * whose name io->username then holds. */
+enum mail_session_login mail_session_io_login(struct mail_session_io *io,
+                                              struct mail_storage *storage, const char *username,
+                                              struct mail_user **user);
+/* Undoes an OK mail_session_io_login() the protocol could not complete. */
+void mail_session_io_login_cancel(struct mail_session_io *io);
+/* Registers the logged-in user's session with the warden as `service`
+ * ("imap"); NULL `warden` does nothing. Unregistered by
+ * mail_session_io_free(). */
+void mail_session_io_register(struct mail_session_io *io, struct warden_client *warden,
+                              const char *service);
+
+/* Unregisters and uncounts the user, unlinks the connection and frees the
+ * bufferevent and timer; `io` itself is the owner's memory. */
+void mail_session_io_free(struct mail_session_io *io);
+
+#endif

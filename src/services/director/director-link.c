@@ -1,0 +1,277 @@
+/* An outbound peer link (director-link.h):
+ *
+ *   WAIT_RETRY --timer--> CONNECTING --connected--> HANDSHAKE --DONE--> CONNECTED
+ *        ^                     |                        |                  |
+ *        +---------------------+---- error, EOF, timeout, bad line, -------+
+ *                                    no PONG to a keep-alive PING
+ *
+ * One timer serves every state: the retry wait, the connect + handshake
+ * deadline, and while connected the keep-alive (quiet interval, then the
+ * PONG deadline). */
+#include "services/director/director-link.h"
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/sockaddr.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define COMPONENT "director"
+
+enum link_state { WAIT_RETRY, CONNECTING, HANDSHAKE, CONNECTED };
+
+struct director_link {
+    struct event_base *base;
+    struct director_link_config cfg;
+    struct director_link_callbacks cb;
+    char addr[64];
+    char *self;
+    enum link_state state;
+    struct bufferevent *bev;
+    struct event *timer; /* retry wait, or the connect + handshake deadline */
+    int64_t backoff_ms;
+    int64_t since_ms;
+    bool got_version;
+    bool awaiting_pong; /* connected: a keep-alive PING is unanswered */
+    struct buf line;
+    struct buf out;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void arm(struct director_link *link, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(link->timer, &tv);
+}
+
+static void close_conn(struct director_link *link)
+{
+    if (link->bev != NULL) {
+        bufferevent_free(link->bev);
+        link->bev = NULL;
+    }
+}
+
+/* Drops the connection and schedules the next dial. */
+static void fail(struct director_link *link, const char *why)
+{
+    bool was_connected = link->state == CONNECTED;
+    close_conn(link);
+    link->state = WAIT_RETRY;
+    link->since_ms = 0;
+    if (was_connected) {
+        link->backoff_ms = link->cfg.reconnect_min_ms;
+        char why_q[200];
+        log_warn(COMPONENT, "peer link lost", "peer=%s reason=%s", link->addr,
+                 log_quote(why_q, sizeof(why_q), why));
+    } else {
+        char why_q[200];
+        log_debug(COMPONENT, "peer dial failed", "peer=%s reason=%s retry_ms=%lld", link->addr,
+                  log_quote(why_q, sizeof(why_q), why), (long long)link->backoff_ms);
+    }
+    arm(link, link->backoff_ms);
+    link->backoff_ms *= 2;
+    if (link->backoff_ms > link->cfg.reconnect_max_ms)
+        link->backoff_ms = link->cfg.reconnect_max_ms;
+    if (link->cb.lost != NULL)
+        link->cb.lost(link, why, link->cb.ctx);
+}
+
+static void handle_line(struct director_link *link, char *text, size_t len)
+{
+    struct ring_line fields;
+    struct ring_msg m;
+    struct petrel_error err;
+    if (!ring_msg_parse(text, len, link->cfg.max_line, &fields, &m, &err)) {
+        char why[600];
+        snprintf(why, sizeof(why), "bad line from the peer: %s", err.message);
+        fail(link, why);
+        return;
+    }
+    if (m.type == RING_MSG_ERROR) {
+        char text_q[300];
+        log_warn(COMPONENT, "peer reports an error", "peer=%s error=%s", link->addr,
+                 log_quote(text_q, sizeof(text_q), m.error.text));
+        if (link->state == HANDSHAKE)
+            fail(link, "the peer refused the handshake");
+        return;
+    }
+    if (link->state == CONNECTED) {
+        /* PONG (or anything newer than this version): the peer is alive */
+        link->awaiting_pong = false;
+        arm(link, link->cfg.ping_interval_ms);
+        return;
+    }
+    if (!link->got_version) {
+        if (m.type != RING_MSG_VERSION || m.version.major != RING_VERSION_MAJOR) {
+            fail(link, "the peer does not speak petrel-ring 1");
+            return;
+        }
+        link->got_version = true;
+        return;
+    }
+    if (m.type == RING_MSG_HOST || m.type == RING_MSG_USER) {
+        if (link->cb.handshake_line != NULL)
+            link->cb.handshake_line(link, &m, link->cb.ctx);
+        return;
+    }
+    if (m.type != RING_MSG_DONE) {
+        fail(link, "unexpected line in the peer's handshake");
+        return;
+    }
+    link->state = CONNECTED;
+    link->awaiting_pong = false;
+    arm(link, link->cfg.ping_interval_ms);
+    link->since_ms = now_ms();
+    link->backoff_ms = link->cfg.reconnect_min_ms;
+    log_info(COMPONENT, "peer link connected", "peer=%s", link->addr);
+    if (link->cb.connected != NULL)
+        link->cb.connected(link, link->cb.ctx);
+}
+
+static void read_cb(struct bufferevent *bev, void *ctx)
+{
+    struct director_link *link = ctx;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (link->bev == bev) {
+        size_t eol_len = 0;
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > link->cfg.max_line)
+                fail(link, "line too long");
+            return;
+        }
+        size_t len = (size_t)eol.pos;
+        if (len > link->cfg.max_line) {
+            fail(link, "line too long");
+            return;
+        }
+        buf_reset(&link->line);
+        buf_reserve(&link->line, len + 1);
+        evbuffer_remove(in, link->line.data, len);
+        evbuffer_drain(in, eol_len);
+        link->line.data[len] = '\0';
+        handle_line(link, link->line.data, len); /* may fail(): bev gone */
+    }
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *ctx)
+{
+    (void)bev;
+    struct director_link *link = ctx;
+    if (what & BEV_EVENT_CONNECTED) {
+        link->state = HANDSHAKE;
+        ring_write_version(&link->out);
+        ring_write_hello(&link->out, RING_KIND_DIRECTOR, link->self);
+        bufferevent_write(link->bev, link->out.data, link->out.len);
+        buf_reset(&link->out);
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        fail(link, "connection closed by the peer");
+    else if (what & BEV_EVENT_ERROR)
+        fail(link, link->state == CONNECTING ? "cannot connect" : "connection error");
+}
+
+static void dial(struct director_link *link)
+{
+    struct net_addr na;
+    struct petrel_error err;
+    if (!net_addr_parse(link->addr, &na, &err)) {
+        fail(link, err.message);
+        return;
+    }
+    link->bev = bufferevent_socket_new(link->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    link->got_version = false;
+    link->state = CONNECTING;
+    bufferevent_setcb(link->bev, read_cb, NULL, event_cb, link);
+    bufferevent_enable(link->bev, EV_READ | EV_WRITE);
+    arm(link, link->cfg.handshake_timeout_ms);
+    if (bufferevent_socket_connect(link->bev, (struct sockaddr *)&na.ss, (int)na.len) != 0)
+        fail(link, "cannot connect");
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct director_link *link = arg;
+    if (link->state == WAIT_RETRY) {
+        dial(link);
+    } else if (link->state != CONNECTED) {
+        fail(link, "connect or handshake timed out");
+    } else if (link->awaiting_pong) {
+        fail(link, "no answer to PING");
+    } else {
+        static const char ping[] = "PING\tkeepalive\n";
+        link->awaiting_pong = true;
+        bufferevent_write(link->bev, ping, sizeof(ping) - 1);
+        arm(link, link->cfg.handshake_timeout_ms);
+    }
+}
+
+struct director_link *director_link_new(struct event_base *base, const char *addr,
+                                        const struct director_link_config *cfg,
+                                        const struct director_link_callbacks *cb)
+{
+    struct director_link *link = xcalloc(1, sizeof(*link));
+    link->base = base;
+    link->cfg = *cfg;
+    link->self = xstrdup(cfg->self);
+    link->cfg.self = link->self;
+    link->cb = *cb;
+    snprintf(link->addr, sizeof(link->addr), "%s", addr);
+    link->timer = evtimer_new(base, timer_cb, link);
+    link->backoff_ms = cfg->reconnect_min_ms;
+    link->state = WAIT_RETRY;
+    arm(link, 0);
+    return link;
+}
+
+void director_link_free(struct director_link *link)
+{
+    if (link == NULL)
+        return;
+    close_conn(link);
+    event_free(link->timer);
+    buf_free(&link->line);
+    buf_free(&link->out);
+    free(link->self);
+    free(link);
+}
+
+const char *director_link_addr(const struct director_link *link)
+{
+    return link->addr;
+}
+
+bool director_link_connected(const struct director_link *link)
+{
+    return link->state == CONNECTED;
+}
+
+int64_t director_link_since_ms(const struct director_link *link)
+{
+    return link->since_ms;
+}
+
+void director_link_send(struct director_link *link, const char *data, size_t len)
+{
+    if (link->state != CONNECTED)
+        return;
+    bufferevent_write(link->bev, data, len);
+    if (evbuffer_get_length(bufferevent_get_output(link->bev)) > link->cfg.max_output)
+        fail(link, "the peer does not read what this director forwards");
+}
