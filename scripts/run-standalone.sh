@@ -35,17 +35,24 @@ if [ "$(id -u)" -eq 0 ]; then
   echo "run-standalone: running petreld as $RUN_AS (uid $(id -u "$RUN_AS"))"
 fi
 
-# Where each component listens, from the effective configuration.
+# Where each component listens, from the effective configuration: every
+# `listen`/`listen_tls` key (scalar or list) under a top-level section or one
+# level below it (director.api, director.ring).
 "${cmd[@]}" --check-config 2>/dev/null | awk '
   function show(addr) {
     gsub("\"", "", addr)
-    printf "run-standalone: %-12s %s%s\n", section, section ~ /^(telemetry|backend_api)$/ ? "http://" : "", addr
+    printf "run-standalone: %-16s %s%s%s\n", label, label ~ /^(telemetry|backend_api)$/ ? "http://" : "", addr, tls ? " (TLS)" : ""
   }
-  /^[a-z_]+:/ { section = $1; sub(":", "", section); in_list = 0 }
-  /^  listen: *$/ { in_list = 1; next }
-  /^  listen: / { show($2) }
-  /^  listen_tls: *$/ { in_list = 1; next }
-  in_list && /^    - / { show($2); in_list = 0 }'
+  function key_label(line) { return line ~ /^    / ? section "." inner : section }
+  /^[a-z0-9_]+:/ { section = $1; sub(":", "", section); in_list = 0; next }
+  /^  [a-z0-9_]+:/ { inner = $1; sub(":", "", inner) }
+  /^ +listen(_tls)?:/ {
+    label = key_label($0); tls = ($1 ~ /tls/)
+    if (NF > 1) { show($2); in_list = 0 } else in_list = 1
+    next
+  }
+  in_list && /^ +- / { show($2); next }
+  { in_list = 0 }'
 echo "run-standalone: data under $PWD/var/; try: build/petrelctl backend health," \
      "build/petrelctl auth test demo (password demo); Ctrl-C stops"
 

@@ -2,8 +2,9 @@
 examples/standalone.yaml as it is in the repository (only its fixed loopback
 ports are swapped for free ones, and the TLS certificate comes from the
 test CA instead of scripts/run-standalone.sh). The demo user (demo / demo)
-gets mail, reads it over IMAP and POP3, shows up in `who`, and the operator
-commands of the README work against it."""
+gets mail over LMTP, reads it over IMAP and POP3, shows up in `who`, the
+monitor probes the backend the director routes to, and the operator commands
+of the README work against it."""
 
 import imaplib
 import poplib
@@ -34,10 +35,18 @@ class Standalone:
         # The director's backend entry names the IMAP port on its own.
         text = re.sub(r"port: (\d+)",
                       lambda m: f"port: {self.ports.get(int(m.group(1)), int(m.group(1)))}", text)
+        # The monitor's file (named by the example) holds the director's
+        # ring address and the IMAP TLS port.
+        monitor = (ROOT / "examples" / "monitor.yaml").read_text()
+        monitor = re.sub(r"127\.0\.0\.1:(\d+)", swap, monitor)
+        monitor = re.sub(r"^imap_port: (\d+)",
+                         lambda m: f"imap_port: {self.ports[int(m.group(1))]}", monitor,
+                         flags=re.M)
         # Tests run as root in CI; the example is meant for an ordinary user.
         text += "\nallow_root: true\n"
         (workdir / "examples").mkdir()
         shutil.copy(ROOT / "examples" / "standalone-passwd", workdir / "examples")
+        (workdir / "examples" / "monitor.yaml").write_text(monitor)
         (workdir / "var" / "tls").mkdir(parents=True)
         shutil.copy(pki / "server.pem", workdir / "var" / "tls" / "imap.pem")
         shutil.copy(pki / "server.key", workdir / "var" / "tls" / "imap.key")
@@ -117,8 +126,8 @@ def test_every_component_of_the_example_is_up(standalone):
     started = [ln for ln in standalone.stderr().splitlines()
                if "component=petreld msg=started" in ln]
     assert started, standalone.stderr()
-    for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "warden=127.0.0.1", "auth=127.0.0.1",
-                      "director="):
+    for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "lmtp=127.0.0.1", "warden=127.0.0.1",
+                      "auth=127.0.0.1", "director=", "monitor="):
         assert component in started[0], started[0]
     assert standalone.ctl("backend", "health").returncode == 0
 
@@ -179,3 +188,49 @@ def test_director_routes_the_demo_user_to_the_local_backend(standalone):
     assert r.status == 200, r
     body = r.json()
     assert (body["backend"], body["port"]) == ("127.0.0.1", standalone.port(10143)), body
+
+
+def test_mail_delivered_over_lmtp_is_read_back_over_imap_and_pop3(standalone):
+    body = (b"From: Sender <sender@example.net>\r\nTo: demo@example.org\r\n"
+            b"Subject: by lmtp\r\n\r\nDelivered by swaks.\r\n")
+    out = subprocess.run(
+        ["swaks", "--protocol", "LMTP", "--server", standalone.addr(10024),
+         "--from", "sender@example.net", "--to", "demo@example.org", "--data", "-",
+         "--suppress-data"],
+        # swaks ends the data with CRLF "." CRLF itself.
+        input=body[:-2], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert b"250 2.0.0 <demo@example.org>" in out.stdout, out.stdout
+
+    m = imap_login(standalone)
+    m.select("INBOX", readonly=True)
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    assert typ == "OK", data
+    stored = data[0][1]
+    # The delivery adds trace headers in front; the message follows byte for byte.
+    assert stored.startswith(b"Return-Path: <sender@example.net>\r\n"), stored[:200]
+    assert b"Delivered-To: demo@example.org\r\n" in stored.split(b"\r\n\r\n", 1)[0]
+    assert stored.endswith(body), stored
+    m.logout()
+    p = pop3_login(standalone)
+    _, lines, _ = p.retr(1)
+    assert b"\r\n".join(lines) + b"\r\n" == stored
+    p.quit()
+
+
+def test_monitor_probes_the_backend_and_the_director_keeps_it_up(standalone):
+    def probed():
+        text = http_request(standalone.addr(8080), "GET", "/metrics").body.decode()
+        ok = [ln for ln in text.splitlines()
+              if ln.startswith("petrel_monitor_probes_total")
+              and 'protocol="imap"' in ln and 'result="ok"' in ln]
+        connected = [ln for ln in text.splitlines()
+                     if ln.startswith("petrel_monitor_director_connected")]
+        return (ok and float(ok[0].split()[-1]) >= 1
+                and connected and connected[0].split()[-1] == "1")
+    wait_for(probed, timeout=20, what="a successful monitor probe of the standalone IMAP")
+    env = {"PETREL_ADMIN_URL": f"http://{standalone.addr(9103)}"}
+    out = run_petrelctl(["director", "status"], env=env)
+    assert out.returncode == 0, out.stderr
+    row = [ln for ln in out.stdout.splitlines() if str(standalone.port(10143)) in ln]
+    assert row and " up " in row[0], out.stdout
