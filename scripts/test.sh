@@ -52,7 +52,7 @@ EOF
 junit="$BUILD/e2e-junit.xml"
 rm -f "$junit"
 e2e_rc=0
-PETREL_BUILD="$BUILD" timeout --signal=TERM 900 \
+PETREL_BUILD="$BUILD" timeout --signal=TERM 1050 \
   "$PY" -m pytest tests/e2e -q -p no:cacheprovider --junitxml="$junit" || e2e_rc=$?
 read -r e2e_pass e2e_fail e2e_skip < <("$PY" - "$junit" "$e2e_rc" <<'EOF'
 import os, sys

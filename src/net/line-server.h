@@ -40,7 +40,7 @@ struct line_server_config {
     int64_t idle_timeout_ms; /* a connection silent this long is closed; 0: never */
     /* After line_conn_close(), read away input still in the kernel before
      * closing, so the close is a FIN and the last reply is not destroyed by
-     * a reset (the warden does; the auth service does not). */
+     * a reset. */
     bool drain_on_close;
     struct metric_series *connections;       /* gauge: open connections */
     struct metric_series *connections_total; /* counter: connections accepted */

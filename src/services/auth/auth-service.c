@@ -919,6 +919,8 @@ struct auth_service *auth_service_start(const struct service_env *env,
         .max_connections = cfg->max_connections,
         .max_line = AUTH_LINE_MAX,
         .idle_timeout_ms = cfg->idle_timeout_ms,
+        /* The FAIL for an over-long line is the last thing the client sees. */
+        .drain_on_close = true,
         .connections = svc->m.connections,
         .connections_total = svc->m.connections_total,
     };
