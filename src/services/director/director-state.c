@@ -356,6 +356,16 @@ bool director_state_apply_ring_change(struct director_state *st, enum ring_chang
     return true;
 }
 
+void director_backend_ring_host(const struct director_backend *b, struct ring_host *h)
+{
+    h->ip = b->ip;
+    h->port = b->port;
+    h->tag = b->tag;
+    h->vhosts = b->vhosts;
+    h->state = b->state;
+    h->last_updown_change = b->last_updown_change;
+}
+
 void director_state_backend_set_hash(const struct director_state *st, char out[65])
 {
     struct buf text = {0};

@@ -118,6 +118,10 @@ bool director_state_apply_ring_change(struct director_state *st, enum ring_chang
                                       const struct ring_host *host,
                                       const struct director_change *from, struct petrel_error *err);
 
+/* The backend as the ring protocol describes it (HOST, RING-CHANGE); the
+ * strings point into `b`. */
+void director_backend_ring_host(const struct director_backend *b, struct ring_host *h);
+
 /* A stable, order-independent SHA-256 (64 hex digits) over every backend's
  * ip, port, tag, vhosts and up flag: equal on directors that agree. */
 void director_state_backend_set_hash(const struct director_state *st, char out[65]);

@@ -42,16 +42,6 @@ static void send_neighbours(struct director_sync *sync, const char *except)
     buf_reset(&sync->out);
 }
 
-static void host_of(const struct director_backend *b, struct ring_host *h)
-{
-    h->ip = b->ip;
-    h->port = b->port;
-    h->tag = b->tag;
-    h->vhosts = b->vhosts;
-    h->state = b->state;
-    h->last_updown_change = b->last_updown_change;
-}
-
 /* ---------- the state observer: local changes go to both neighbours ---------- */
 
 static void on_backend_changed(const struct director_backend *b, enum ring_change change,
@@ -62,7 +52,7 @@ static void on_backend_changed(const struct director_backend *b, enum ring_chang
         return; /* a peer's change: director_sync_receive forwards it unchanged */
     struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
     m.ring_change.change = change;
-    host_of(b, &m.ring_change.host);
+    director_backend_ring_host(b, &m.ring_change.host);
     m.ring_change.origin = from->origin;
     m.ring_change.seq = from->seq;
     ring_msg_write(&sync->out, &m);
@@ -179,7 +169,7 @@ static void link_handshake_line(struct director_link *link, const struct ring_ms
         director_backends_find(director_state_backends(sync->state), m->host.ip);
     if (b != NULL) {
         struct ring_host mine;
-        host_of(b, &mine);
+        director_backend_ring_host(b, &mine);
         if (director_sync_host_cmp(&m->host, &mine) <= 0)
             return; /* ours is as new or newer */
     }

@@ -9,6 +9,8 @@
  * into the same fields. */
 #include "services/director/ring-protocol.h"
 
+#include "net/line-fields.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -20,54 +22,11 @@
 bool ring_line_split(char *line, size_t len, size_t line_max, struct ring_line *out,
                      struct petrel_error *err)
 {
+    /* The framing is the one every Petrel line protocol shares. */
+    const struct line_fields_limits limits = {
+        .max_len = line_max, .max_fields = RING_MAX_FIELDS, .name_escaped_nul = false};
     out->count = 0;
-    if (len == 0)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "empty line");
-    if (len > line_max)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "line longer than %zu bytes", line_max);
-    /* Unescaping only shortens a field, so the write position never passes
-     * the read position and the split happens in place. */
-    size_t w = 0;
-    out->fields[out->count++] = line;
-    for (size_t r = 0; r < len; r++) {
-        char c = line[r];
-        if (c == '\0')
-            return petrel_error_set(err, PETREL_ERR_INVALID, "NUL byte at offset %zu", r);
-        if (c == '\t') {
-            if (out->count == RING_MAX_FIELDS)
-                return petrel_error_set(err, PETREL_ERR_INVALID, "more than %d fields",
-                                        RING_MAX_FIELDS);
-            line[w++] = '\0';
-            out->fields[out->count++] = line + w;
-            continue;
-        }
-        if (c != '\\') {
-            line[w++] = c;
-            continue;
-        }
-        if (r + 1 == len)
-            return petrel_error_set(err, PETREL_ERR_INVALID, "backslash at the end of the line");
-        char e = line[++r];
-        switch (e) {
-        case '\\':
-            line[w++] = '\\';
-            break;
-        case 't':
-            line[w++] = '\t';
-            break;
-        case 'n':
-            line[w++] = '\n';
-            break;
-        case 'r':
-            line[w++] = '\r';
-            break;
-        default:
-            return petrel_error_set(err, PETREL_ERR_INVALID, "bad escape '\\%c' at offset %zu",
-                                    (e >= 0x21 && e < 0x7f) ? e : '?', r - 1);
-        }
-    }
-    line[w] = '\0';
-    return true;
+    return line_fields_split(line, len, &limits, out->fields, &out->count, err);
 }
 
 /* ---------- names ---------- */
@@ -565,59 +524,12 @@ bool ring_msg_parse(char *line, size_t len, size_t line_max, struct ring_line *f
 
 /* ---------- writing ---------- */
 
-static void append_escaped(struct buf *out, const char *s)
-{
-    const char *run = s;
-    for (const char *p = s; *p != '\0'; p++) {
-        const char *esc;
-        switch (*p) {
-        case '\\':
-            esc = "\\\\";
-            break;
-        case '\t':
-            esc = "\\t";
-            break;
-        case '\n':
-            esc = "\\n";
-            break;
-        case '\r':
-            esc = "\\r";
-            break;
-        default:
-            continue;
-        }
-        buf_append(out, run, (size_t)(p - run));
-        buf_append(out, esc, 2);
-        run = p + 1;
-    }
-    buf_append_str(out, run);
-}
-
-static void add(struct buf *out, const char *field)
-{
-    buf_append_char(out, '\t');
-    append_escaped(out, field);
-}
-
-static void add_u64(struct buf *out, uint64_t v)
-{
-    buf_printf(out, "\t%llu", (unsigned long long)v);
-}
-
-static void add_param(struct buf *out, const char *key, const char *value)
-{
-    buf_append_char(out, '\t');
-    buf_append_str(out, key);
-    buf_append_char(out, '=');
-    append_escaped(out, value);
-}
-
 static void add_host(struct buf *out, const struct ring_host *h)
 {
-    add(out, h->ip);
-    add_u64(out, h->port);
-    add(out, h->tag);
-    add_u64(out, h->vhosts);
+    line_fields_add(out, h->ip);
+    line_fields_add_uint(out, h->port);
+    line_fields_add(out, h->tag);
+    line_fields_add_uint(out, h->vhosts);
 }
 
 void ring_msg_write(struct buf *out, const struct ring_msg *m)
@@ -625,94 +537,94 @@ void ring_msg_write(struct buf *out, const struct ring_msg *m)
     buf_append_str(out, ring_msg_verb(m->type));
     switch (m->type) {
     case RING_MSG_VERSION:
-        add(out, RING_PROTOCOL_NAME);
-        add_u64(out, m->version.major);
-        add_u64(out, m->version.minor);
+        line_fields_add(out, RING_PROTOCOL_NAME);
+        line_fields_add_uint(out, m->version.major);
+        line_fields_add_uint(out, m->version.minor);
         break;
     case RING_MSG_HELLO:
-        add(out, ring_kind_name(m->hello.kind));
-        add(out, m->hello.name);
+        line_fields_add(out, ring_kind_name(m->hello.kind));
+        line_fields_add(out, m->hello.name);
         break;
     case RING_MSG_HOST:
         add_host(out, &m->host);
-        add(out, ring_state_name(m->host.state));
-        add_u64(out, (uint64_t)m->host.last_updown_change);
+        line_fields_add(out, ring_state_name(m->host.state));
+        line_fields_add_uint(out, (uint64_t)m->host.last_updown_change);
         break;
     case RING_MSG_DONE:
         break;
     case RING_MSG_RING_CHANGE:
-        add(out, ring_change_name(m->ring_change.change));
+        line_fields_add(out, ring_change_name(m->ring_change.change));
         add_host(out, &m->ring_change.host);
-        add_u64(out, (uint64_t)m->ring_change.host.last_updown_change);
-        add(out, m->ring_change.origin);
-        add_u64(out, m->ring_change.seq);
+        line_fields_add_uint(out, (uint64_t)m->ring_change.host.last_updown_change);
+        line_fields_add(out, m->ring_change.origin);
+        line_fields_add_uint(out, m->ring_change.seq);
         break;
     case RING_MSG_USER_MOVED:
-        add(out, m->user_moved.user);
-        add_u64(out, m->user_moved.hash);
-        add(out, m->user_moved.ip);
-        add_u64(out, m->user_moved.port);
-        add(out, m->user_moved.origin);
-        add_u64(out, m->user_moved.seq);
+        line_fields_add(out, m->user_moved.user);
+        line_fields_add_uint(out, m->user_moved.hash);
+        line_fields_add(out, m->user_moved.ip);
+        line_fields_add_uint(out, m->user_moved.port);
+        line_fields_add(out, m->user_moved.origin);
+        line_fields_add_uint(out, m->user_moved.seq);
         break;
     case RING_MSG_USER_KICKED:
-        add(out, m->user_kicked.user);
-        add_u64(out, m->user_kicked.hash);
-        add(out, m->user_kicked.origin);
-        add_u64(out, m->user_kicked.seq);
+        line_fields_add(out, m->user_kicked.user);
+        line_fields_add_uint(out, m->user_kicked.hash);
+        line_fields_add(out, m->user_kicked.origin);
+        line_fields_add_uint(out, m->user_kicked.seq);
         break;
     case RING_MSG_LOOKUP:
-        add(out, m->lookup.id);
-        add(out, m->lookup.user);
+        line_fields_add(out, m->lookup.id);
+        line_fields_add(out, m->lookup.user);
         if (m->lookup.tag != NULL && m->lookup.tag[0] != '\0')
-            add_param(out, "tag", m->lookup.tag);
+            line_fields_add_param(out, "tag", m->lookup.tag);
         break;
     case RING_MSG_LOOKUP_OK:
-        add(out, m->lookup_ok.id);
-        add(out, m->lookup_ok.ip);
-        add_u64(out, m->lookup_ok.port);
-        add(out, m->lookup_ok.tag);
-        add(out, ring_outcome_name(m->lookup_ok.outcome));
+        line_fields_add(out, m->lookup_ok.id);
+        line_fields_add(out, m->lookup_ok.ip);
+        line_fields_add_uint(out, m->lookup_ok.port);
+        line_fields_add(out, m->lookup_ok.tag);
+        line_fields_add(out, ring_outcome_name(m->lookup_ok.outcome));
         break;
     case RING_MSG_LOOKUP_FAIL:
-        add(out, m->lookup_fail.id);
-        add(out, ring_outcome_name(m->lookup_fail.outcome));
+        line_fields_add(out, m->lookup_fail.id);
+        line_fields_add(out, ring_outcome_name(m->lookup_fail.outcome));
         if (m->lookup_fail.retry_ms > 0)
             buf_printf(out, "\tretry_ms=%u", (unsigned)m->lookup_fail.retry_ms);
         if (m->lookup_fail.error != NULL)
-            add_param(out, "error", m->lookup_fail.error);
+            line_fields_add_param(out, "error", m->lookup_fail.error);
         break;
     case RING_MSG_SESSION_START:
-        add(out, m->session_start.sid);
-        add(out, m->session_start.user);
-        add(out, m->session_start.ip);
-        add(out, ring_protocol_name(m->session_start.protocol));
+        line_fields_add(out, m->session_start.sid);
+        line_fields_add(out, m->session_start.user);
+        line_fields_add(out, m->session_start.ip);
+        line_fields_add(out, ring_protocol_name(m->session_start.protocol));
         break;
     case RING_MSG_SESSION_END:
-        add(out, m->session_end.sid);
+        line_fields_add(out, m->session_end.sid);
         break;
     case RING_MSG_BACKEND_FLUSH:
-        add(out, m->backend_flush.ip);
+        line_fields_add(out, m->backend_flush.ip);
         if (m->backend_flush.reason != NULL)
-            add_param(out, "reason", m->backend_flush.reason);
+            line_fields_add_param(out, "reason", m->backend_flush.reason);
         break;
     case RING_MSG_BACKEND_UP:
-        add(out, m->backend_up.ip);
+        line_fields_add(out, m->backend_up.ip);
         break;
     case RING_MSG_PING:
     case RING_MSG_PONG:
         if (m->ping.token != NULL)
-            add(out, m->ping.token);
+            line_fields_add(out, m->ping.token);
         break;
     case RING_MSG_ERROR:
-        add(out, m->error.text != NULL ? m->error.text : "");
+        line_fields_add(out, m->error.text != NULL ? m->error.text : "");
         break;
     case RING_MSG_USER:
-        add_u64(out, m->user.hash);
-        add(out, m->user.ip);
-        add_u64(out, m->user.port);
-        add_u64(out, (uint64_t)(m->user.expires_at > 0 ? m->user.expires_at : 0));
-        add(out, m->user.weak ? "1" : "0");
+        line_fields_add_uint(out, m->user.hash);
+        line_fields_add(out, m->user.ip);
+        line_fields_add_uint(out, m->user.port);
+        line_fields_add_uint(out, (uint64_t)(m->user.expires_at > 0 ? m->user.expires_at : 0));
+        line_fields_add(out, m->user.weak ? "1" : "0");
         break;
     }
     buf_append_char(out, '\n');

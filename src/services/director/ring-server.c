@@ -195,23 +195,13 @@ static void broadcast(struct ring_server *srv, bool users)
     buf_reset(&srv->out);
 }
 
-static void host_of(const struct director_backend *b, struct ring_host *h)
-{
-    h->ip = b->ip;
-    h->port = b->port;
-    h->tag = b->tag;
-    h->vhosts = b->vhosts;
-    h->state = b->state;
-    h->last_updown_change = b->last_updown_change;
-}
-
 static void on_backend_changed(const struct director_backend *b, enum ring_change change,
                                const struct director_change *from, void *ctx)
 {
     struct ring_server *srv = ctx;
     struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
     m.ring_change.change = change;
-    host_of(b, &m.ring_change.host);
+    director_backend_ring_host(b, &m.ring_change.host);
     m.ring_change.origin = from->origin;
     m.ring_change.seq = from->seq;
     ring_msg_write(&srv->out, &m);
@@ -275,7 +265,7 @@ static void send_hosts(struct ring_conn *conn)
     const struct director_backends *reg = director_state_backends(conn->srv->state);
     for (size_t i = 0; i < director_backends_count(reg); i++) {
         struct ring_msg m = {.type = RING_MSG_HOST};
-        host_of(director_backends_at(reg, i), &m.host);
+        director_backend_ring_host(director_backends_at(reg, i), &m.host);
         ring_msg_write(&conn->srv->out, &m);
     }
     if (conn->kind == RING_KIND_DIRECTOR) /* a peer merges our user mappings too */
