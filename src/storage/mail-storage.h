@@ -54,8 +54,8 @@ const char *mail_user_home(const struct mail_user *user);
 bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
                               struct buf *out, struct petrel_error *err);
 /* Namespace by slug; NOT_FOUND "namespace not configured: <slug>". */
-const struct namespace_config *mail_user_namespace(const struct mail_user *user,
-                                                   const char *slug, struct petrel_error *err);
+const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,
+                                                   struct petrel_error *err);
 
 /* ---------- folders ---------- */
 
@@ -66,12 +66,12 @@ void mail_folder_list_free(char **names, size_t count);
 bool mail_folder_exists(struct mail_user *user, const struct namespace_config *ns,
                         const char *name);
 /* Creates the folder (GUID and UIDVALIDITY stamped now). EXISTS when present. */
-bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct petrel_error *err);
+bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err);
 /* Removes the folder with its messages, index and ACL file (children stay).
  * INBOX cannot be deleted (INVALID). */
-bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct petrel_error *err);
+bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err);
 /* Renames within a namespace, children too; GUID kept. INBOX refused. */
 bool mail_folder_rename(struct mail_user *user, const struct namespace_config *ns,
                         const char *old_name, const char *new_name, struct petrel_error *err);
@@ -154,8 +154,7 @@ bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *recla
 /* How the stored bytes end their lines. IMAP sends CRLF: a CRLF message
  * goes out as stored, an LF one needs conversion (vsize is its size then). */
 enum mailbox_eol {
-    MAILBOX_EOL_NONE,  /* no line break at all */
-    MAILBOX_EOL_CRLF,  /* every line ends in CRLF */
+    MAILBOX_EOL_CRLF,  /* no bare LF (vsize == size): every line, if any, ends in CRLF */
     MAILBOX_EOL_LF,    /* every line ends in a bare LF */
     MAILBOX_EOL_MIXED, /* both */
 };

@@ -155,9 +155,10 @@ struct fetch_message {
     bool gone; /* expunged by someone else since our last sync */
 };
 
-static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
+/* The stored bytes of the message, unparsed. */
+static bool fetch_open(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
 {
-    if (fm->have_parsed)
+    if (fm->data != NULL)
         return true;
     if (fm->gone)
         return false;
@@ -170,6 +171,15 @@ static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_messag
                      s->io.id, uid, err.message);
         return false;
     }
+    return true;
+}
+
+static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
+{
+    if (fm->have_parsed)
+        return true;
+    if (!fetch_open(s, uid, fm))
+        return false;
     message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
     fm->have_parsed = true;
     return true;
@@ -283,12 +293,50 @@ static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch
     return true;
 }
 
+static bool whole_message(const struct imap_fetch_body *b)
+{
+    return b->kind == IMAP_FETCH_BODY_SECTION && b->part_count == 0 && b->text == IMAP_SECTION_BODY;
+}
+
+/* BODY[]<partial> of a message stored with CRLF line endings (as every
+ * message received over IMAP or LMTP from a conforming client is): the
+ * stored bytes are the answer, so nothing is parsed or converted. False
+ * (nothing written) when the message needs its line endings converted. */
+static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                               const struct imap_fetch_body *b, struct buf *out, bool *handled)
+{
+    *handled = false;
+    if (!fetch_open(s, uid, fm))
+        return false;
+    if (fm->data->eol != MAILBOX_EOL_CRLF)
+        return true;
+    size_t from = 0, len = fm->data->size;
+    if (b->partial) {
+        from = b->partial_start < len ? (size_t)b->partial_start : len;
+        len -= from;
+        if (b->partial_count < len)
+            len = (size_t)b->partial_count;
+    }
+    imap_fetch_body_name(b, out);
+    buf_printf(out, " {%zu}\r\n", len);
+    buf_append(out, fm->data->data + from, len);
+    *handled = true;
+    return true;
+}
+
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
 static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
                             const struct imap_fetch_body *b, struct buf *out, bool *unknown_cte)
 {
     if (header_only(b) && !fm->have_parsed)
         return fetch_header_item(s, uid, fm, b, out);
+    if (whole_message(b) && !fm->have_parsed) {
+        bool handled;
+        if (!fetch_whole_stored(s, uid, fm, b, out, &handled))
+            return false;
+        if (handled)
+            return true;
+    }
     if (!fetch_load(s, uid, fm))
         return false;
     imap_fetch_body_name(b, out);

@@ -62,6 +62,7 @@ uint64_t fileindex_cache_ceiling = FI_CACHE_CEILING;
 
 #define CACHE_REC_HDR 24u
 #define SCAN_CHUNK (1024u * 1024u)
+#define CACHE_FIRST_READ 4096u
 #define MAX_CACHE_REC (CACHE_REC_HDR + FI_MAX_FIELD + FI_MAX_CACHE_DATA)
 
 enum cache_open { CACHE_ABSENT, CACHE_OK, CACHE_BAD };
@@ -83,6 +84,7 @@ static void cache_close(struct fi_cache *c)
     c->generation = 0;
     c->scanned = 0;
     c->header_bad = false;
+    c->checked = false;
 }
 
 void fi_cache_free(struct fi_cache *c)
@@ -349,41 +351,55 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
     buf_reset(&c->data);
     if (!valid_field(field, &flen))
         return NULL;
-    enum cache_open r = cache_open_file(fi);
-    if (r == CACHE_ABSENT)
-        return NULL;
-    if (r == CACHE_BAD) {
-        cache_drop(fi, "bad header", DROP_LOCK_WAIT, NULL);
-        return NULL;
+    bool locked = fi->lock_mode == FI_LOCK_EXCLUSIVE;
+    if (locked || !c->checked || c->checked_at != fi->refreshes || c->fd < 0) {
+        /* Once per refresh (a command's sync): has the file been replaced,
+         * and what did other processes append? */
+        enum cache_open r = cache_open_file(fi);
+        if (r == CACHE_ABSENT)
+            return NULL;
+        if (r == CACHE_BAD) {
+            cache_drop(fi, "bad header", DROP_LOCK_WAIT, NULL);
+            return NULL;
+        }
+        bool corrupt;
+        if (!cache_scan(fi, locked, &corrupt))
+            return NULL;
+        if (corrupt) {
+            cache_drop(fi, "damaged record", DROP_LOCK_WAIT, NULL);
+            return NULL;
+        }
+        c->checked = true;
+        c->checked_at = fi->refreshes;
     }
     if (c->generation != fi->st.view.hdr.cache_reset_id)
         return NULL;
-    bool corrupt;
-    if (!cache_scan(fi, fi->lock_mode == FI_LOCK_EXCLUSIVE, &corrupt))
-        return NULL;
-    if (corrupt) {
-        cache_drop(fi, "damaged record", DROP_LOCK_WAIT, NULL);
-        return NULL;
-    }
     uint16_t id = field_id(c, field, flen, false);
     const struct fi_cache_entry *e = id != 0 ? map_get(c, uid, id) : NULL;
     if (e == NULL)
         return NULL;
-    uint8_t h[CACHE_REC_HDR];
+    /* One read covers most records (header, name and value); a larger one
+     * takes a second read for the rest. */
     uint32_t off = e->off;
-    if (fi_pread_all(c->fd, h, sizeof(h), off) != (ssize_t)sizeof(h)) {
+    buf_reserve(&c->data, CACHE_FIRST_READ);
+    ssize_t got = fi_pread_all(c->fd, c->data.data, CACHE_FIRST_READ, off);
+    if (got < (ssize_t)CACHE_REC_HDR) {
         cache_drop(fi, "record unreadable", DROP_LOCK_WAIT, NULL);
         return NULL;
     }
-    uint32_t total = fi_get32(h);
+    uint32_t total = fi_get32((const uint8_t *)c->data.data);
     if (total < CACHE_REC_HDR || total > MAX_CACHE_REC) {
         cache_drop(fi, "record changed", DROP_LOCK_WAIT, NULL);
         return NULL;
     }
-    buf_reserve(&c->data, total);
+    if (total > (size_t)got) {
+        buf_reserve(&c->data, total);
+        ssize_t rest =
+            fi_pread_all(c->fd, c->data.data + got, total - (size_t)got, off + (uint64_t)got);
+        got = rest < 0 ? -1 : got + rest;
+    }
     uint32_t rlen;
-    if (fi_pread_all(c->fd, c->data.data, total, off) != (ssize_t)total ||
-        !record_valid((const uint8_t *)c->data.data, total, off, &rlen) ||
+    if (got < (ssize_t)total || !record_valid((const uint8_t *)c->data.data, total, off, &rlen) ||
         fi_get32((const uint8_t *)c->data.data + 12) != uid ||
         fi_get16((const uint8_t *)c->data.data + 16) != flen ||
         memcmp(c->data.data + CACHE_REC_HDR, field, flen) != 0) {

@@ -264,6 +264,12 @@ struct fi_cache {
     size_t field_count;
     struct buf data; /* the value returned by fileindex_cache_get */
     bool ceiling_logged;
+    /* The file was looked up and scanned for other writers' records at
+     * this fileindex_refresh(): until the next one, reads trust the open
+     * descriptor and the map (a record appended meanwhile by another
+     * process is only a miss, and records are checked when read). */
+    bool checked;
+    uint64_t checked_at;
 };
 
 struct fileindex {
@@ -285,6 +291,7 @@ struct fileindex {
     /* metrics (NULL families when settings.metrics is NULL) */
     struct fi_metrics m;
     struct fi_cache cache;
+    uint64_t refreshes; /* fileindex_refresh() calls: the cache's epochs */
 };
 
 /* ---------- fileindex-util.c ---------- */

@@ -406,6 +406,7 @@ bool fi_refresh_locked(struct fileindex *fi, struct petrel_error *err)
 
 bool fileindex_refresh(struct fileindex *fi, struct petrel_error *err)
 {
+    fi->refreshes++;
     if (fi->txn != NULL)
         return true; /* we hold the lock exclusively: nobody else wrote */
     struct fi_timing t = {.start = fi_now()};

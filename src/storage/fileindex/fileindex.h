@@ -135,7 +135,10 @@ bool fileindex_optimize(struct fileindex *fi, struct petrel_error *err);
  * callers, e.g. "envelope", "bodystructure"). NULL when absent, when the
  * cache file's generation differs from the header's cache_reset_id (cache
  * treated as absent), or when the cache is unreadable (then dropped and the
- * generation advanced). The data stays valid until the next cache call. */
+ * generation advanced). The data stays valid until the next cache call.
+ * Fields other handles add become visible at this handle's next
+ * fileindex_refresh() (the cache file is looked at once per refresh);
+ * this handle's own adds at once. */
 const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *field, size_t *len);
 /* Adds a field (append to the cache file under the folder lock). A cache
  * that reached its offset ceiling (4 GiB) stops caching until purged. */

@@ -40,9 +40,18 @@ struct mailbox {
     char *dir;
     struct fileindex *index;
     struct maildir_keywords keywords;
+    /* The index header the keyword names were last read against. A new
+     * keyword reaches dovecot-keywords before any index record uses it
+     * (ours are written under the folder lock first; another server's
+     * show up as renamed files, which the sync turns into index changes),
+     * so while the header is unchanged the file need not be read again. */
+    struct {
+        bool ok;
+        struct fileindex_header hdr;
+    } keywords_seen;
     struct uidlist uidlist; /* loaded lazily for appends */
     bool uidlist_loaded;
-    bool synced;     /* the sync opening owes was done (see mailbox_open) */
+    bool synced; /* the sync opening owes was done (see mailbox_open) */
     /* cur/ and new/ as this process last saw the sync stamp vouch for them:
      * while they stay so, the stamp file need not be read again. */
     struct {
@@ -56,8 +65,8 @@ struct mailbox {
 
 /* The folder's directory: the namespace root for INBOX, else root/.L1.L2
  * with each level in modified UTF-7. Validates the name. */
-bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct buf *out, struct petrel_error *err);
+bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct buf *out, struct petrel_error *err);
 /* True for INBOX of the personal namespace. */
 bool maildir_is_inbox(const struct namespace_config *ns, const char *name);
 /* Creates cur/new/tmp (and maildirfolder unless `is_root`) under dir. */
@@ -111,6 +120,5 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
 /* The name of the file in cur/ whose base name is `base` (whatever its
  * flags), into `name`; false when there is none. */
 bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name);
-
 
 #endif

@@ -48,6 +48,9 @@ static struct mailbox_view_entry entry_of(const struct fileindex_record *r)
  * added names), keeping the old list when the file cannot be read. */
 static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
 {
+    const struct fileindex_header *now = fileindex_get_header(box->index);
+    if (box->keywords_seen.ok && memcmp(now, &box->keywords_seen.hdr, sizeof(*now)) == 0)
+        return true;
     struct maildir_keywords fresh;
     char *path = xasprintf("%s/%s", box->dir, MAILDIR_KEYWORDS);
     bool ok = maildir_keywords_read(path, &fresh, err);
@@ -56,6 +59,8 @@ static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
         return false;
     maildir_keywords_free(&box->keywords);
     box->keywords = fresh;
+    box->keywords_seen.ok = true;
+    box->keywords_seen.hdr = *now;
     return true;
 }
 
