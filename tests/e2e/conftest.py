@@ -280,6 +280,9 @@ class Daemon:
         self.config_path.write_text(to_yaml(self.config) + "\n")
 
     def start(self, wait=True, timeout=20.0):
+        # A daemon started again after stop() is running again: the fixture
+        # must stop it (and check its exit) at teardown.
+        self.returncode = None
         self._stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
             [str(PETRELD), "-c", str(self.config_path)] + self.args,

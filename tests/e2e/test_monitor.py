@@ -671,10 +671,6 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
                   result="connect_error") >= 3 + 5
 
     backend.start()
-    try:
-        wait_for(lambda: up()["127.0.0.1"] is True, timeout=30, what="up again")
-        assert metric(d, "petrel_monitor_reports_total", report="up") == 1
-        assert "probe-secret" not in d.stderr() and "probe-secret" not in backend.stderr()
-    finally:
-        # Restarted by hand: the fixture only stops daemons it has not seen exit.
-        backend.stop()
+    wait_for(lambda: up()["127.0.0.1"] is True, timeout=30, what="up again")
+    assert metric(d, "petrel_monitor_reports_total", report="up") == 1
+    assert "probe-secret" not in d.stderr() and "probe-secret" not in backend.stderr()
