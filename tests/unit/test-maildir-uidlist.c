@@ -578,6 +578,83 @@ static void test_append(void **state)
     tmp_done(&t);
 }
 
+/* Lines another handle appended are read on their own; anything else
+ * (a replaced file, a name listed again, a torn or bad line) leaves the
+ * list unchanged and asks for a whole read. */
+static void test_read_appended(void **state)
+{
+    (void)state;
+    struct tmp t;
+    tmp_init(&t);
+    write_file(t.path, dovecot_sample);
+    struct uidlist mine, other;
+    struct petrel_error err = {0};
+    assert_true(uidlist_read(t.path, &mine, &err));
+    assert_true(uidlist_read(t.path, &other, &err));
+    assert_true(mine.file_ino != 0);
+
+    /* Nothing appended: in step already. */
+    assert_true(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 5);
+
+    /* The other handle appends two lines. */
+    size_t from = other.count;
+    uidlist_add(&other, 6, "new6", "W10");
+    uidlist_add(&other, 7, "new7", "");
+    other.next_uid = 8;
+    assert_true(uidlist_append(t.path, &other, from, false, &err));
+    assert_true(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 7);
+    assert_int_equal(mine.next_uid, 8);
+    assert_int_equal(mine.file_size, other.file_size);
+    assert_string_equal(uidlist_find_uid(&mine, 6)->base, "new6");
+    assert_string_equal(uidlist_find_uid(&mine, 6)->extensions, "W10");
+    assert_string_equal(uidlist_find_uid(&mine, 7)->base, "new7");
+
+    /* A name listed again under a higher UID: whole read needed. */
+    FILE *f = fopen(t.path, "a");
+    fputs("9 :new6\n", f);
+    fclose(f);
+    uint64_t size = mine.file_size;
+    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 7);
+    assert_int_equal(mine.file_size, size);
+    uidlist_free(&mine);
+    assert_true(uidlist_read(t.path, &mine, &err));
+    assert_int_equal(mine.count, 7); /* new6 now under UID 9 */
+    assert_string_equal(uidlist_find_uid(&mine, 9)->base, "new6");
+
+    /* A torn line (no newline yet) and a UID out of order: not read. */
+    f = fopen(t.path, "a");
+    fputs("10 :torn", f);
+    fclose(f);
+    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 7);
+    f = fopen(t.path, "a");
+    fputs("\n3 :old\n", f);
+    fclose(f);
+    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 7);
+
+    /* A replaced file (same size or not) is never read from the middle. */
+    uidlist_free(&mine);
+    write_file(t.path, dovecot_sample);
+    assert_true(uidlist_read(t.path, &mine, &err));
+    char *tmp_path = NULL;
+    assert_true(asprintf(&tmp_path, "%s.new", t.path) > 0);
+    char longer[2048];
+    snprintf(longer, sizeof(longer), "%s6 :x6\n", dovecot_sample);
+    write_file(tmp_path, longer);
+    assert_int_equal(rename(tmp_path, t.path), 0);
+    free(tmp_path);
+    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_int_equal(mine.count, 5);
+
+    uidlist_free(&mine);
+    uidlist_free(&other);
+    tmp_done(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -587,7 +664,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_base), cmocka_unit_test(test_torn_tail),
         cmocka_unit_test(test_read_missing),   cmocka_unit_test(test_write_round_trip),
         cmocka_unit_test(test_write_builds),   cmocka_unit_test(test_append),
-        cmocka_unit_test(test_format),
+        cmocka_unit_test(test_format),         cmocka_unit_test(test_read_appended),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,7 +43,7 @@ struct disk_file {
     uint64_t size;
     bool has_vsize;
     uint64_t vsize;
-    bool seen; /* matched to an index record */
+    bool seen;    /* matched to an index record */
     uint32_t uid; /* sync: the UID dovecot-uidlist gave it (0 = none) */
 };
 
@@ -446,6 +446,26 @@ static bool uidlist_from_records(struct mailbox *box, const struct fileindex_hea
     return ok;
 }
 
+/* box->uidlist in step with the file (under the folder lock): lines other
+ * handles appended are read on their own (a delivery to a large INBOX
+ * does not parse all of it again); anything else reads the whole file. */
+static bool uidlist_current(struct mailbox *box, const char *path, struct petrel_error *err)
+{
+    struct stat st;
+    if (box->uidlist_loaded && stat(path, &st) == 0 &&
+        ((uint64_t)st.st_size == box->uidlist.file_size ||
+         uidlist_read_appended(path, &box->uidlist)))
+        return true;
+    if (box->uidlist_loaded)
+        uidlist_free(&box->uidlist);
+    box->uidlist_loaded = false;
+    memset(&box->uidlist, 0, sizeof(box->uidlist));
+    if (!uidlist_read(path, &box->uidlist, err))
+        return false;
+    box->uidlist_loaded = true;
+    return true;
+}
+
 /* Appends one line to dovecot-uidlist (under the folder lock), re-reading
  * the file first when another process changed it. With `sync` false a plain
  * append is not fdatasync'ed here: mailbox_append writes it out and its
@@ -456,19 +476,9 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
     /* The index view does not hold the new message before the commit. */
     const struct fileindex_record added = {.uid = uid, .vsize = vsize, .filename = base};
     const char *path = box_path(box, MAILDIR_UIDLIST);
-    struct stat st;
-    bool stale = !box->uidlist_loaded || stat(path, &st) != 0 ||
-                 (uint64_t)st.st_size != box->uidlist.file_size;
-    if (stale) {
-        if (box->uidlist_loaded)
-            uidlist_free(&box->uidlist);
-        box->uidlist_loaded = false;
-        memset(&box->uidlist, 0, sizeof(box->uidlist));
-        if (!uidlist_read(path, &box->uidlist, err)) {
-            /* Missing or damaged: write it whole from the index instead. */
-            return uidlist_write_state(box, uid + 1, NULL, 0, &added, 1, err);
-        }
-        box->uidlist_loaded = true;
+    if (!uidlist_current(box, path, err)) {
+        /* Missing or damaged: write it whole from the index instead. */
+        return uidlist_write_state(box, uid + 1, NULL, 0, &added, 1, err);
     }
     if ((box->uidlist.count > 0 && box->uidlist.entries[box->uidlist.count - 1].uid >= uid) ||
         box->uidlist.uid_validity != fileindex_get_header(box->index)->uid_validity)
@@ -496,19 +506,9 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
  * UIDVALIDITY. `live` is the number of messages left after the expunge. */
 static bool uidlist_worth_compacting(struct mailbox *box, size_t live)
 {
-    const char *path = box_path(box, MAILDIR_UIDLIST);
-    struct stat st;
-    if (!box->uidlist_loaded || stat(path, &st) != 0 ||
-        (uint64_t)st.st_size != box->uidlist.file_size) {
-        if (box->uidlist_loaded)
-            uidlist_free(&box->uidlist);
-        box->uidlist_loaded = false;
-        memset(&box->uidlist, 0, sizeof(box->uidlist));
-        struct petrel_error rerr;
-        if (!uidlist_read(path, &box->uidlist, &rerr))
-            return true;
-        box->uidlist_loaded = true;
-    }
+    struct petrel_error rerr;
+    if (!uidlist_current(box, box_path(box, MAILDIR_UIDLIST), &rerr))
+        return true;
     if (box->uidlist.uid_validity != fileindex_get_header(box->index)->uid_validity)
         return true;
     return box->uidlist.count > live + live / 4 + 32;
@@ -595,8 +595,8 @@ static void clean_tmp(struct mailbox *box)
                 !S_ISREG(st.st_mode) || st.st_mtime > limit || st.st_ctime > limit)
                 continue;
             if (unlinkat(dirfd(d), de->d_name, 0) == 0)
-                log_info(COMPONENT, "removed abandoned tmp file", "folder=%s file=%s",
-                         box->dir, de->d_name);
+                log_info(COMPONENT, "removed abandoned tmp file", "folder=%s file=%s", box->dir,
+                         de->d_name);
         }
         closedir(d);
     }
@@ -913,8 +913,7 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
         RAND_bytes(guid, sizeof(guid));
     }
     const struct fileindex_settings *set = &box->user->storage->index_settings;
-    if (!fileindex_create(box->dir, guid, uid_validity, set, err) &&
-        err->code != PETREL_ERR_EXISTS)
+    if (!fileindex_create(box->dir, guid, uid_validity, set, err) && err->code != PETREL_ERR_EXISTS)
         return false;
     box->index = fileindex_open(box->dir, set, err);
     if (box->index == NULL)
@@ -1487,8 +1486,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         const struct fileindex_record *r = fileindex_record_at(box->index, i);
         if ((r->flags & MAIL_FLAG_DELETED) == 0)
             continue;
-        if (wanted != NULL &&
-            bsearch(&r->uid, wanted, uid_count, sizeof(*wanted), cmp_u32) == NULL)
+        if (wanted != NULL && bsearch(&r->uid, wanted, uid_count, sizeof(*wanted), cmp_u32) == NULL)
             continue;
         disk_name(r->filename, r->flags, r->keywords, &name);
         const char *path = box_path(box, "cur/%s", name.data);
@@ -1500,8 +1498,8 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
                 continue;
             }
             /* One stuck file does not stop the rest. */
-            log_warn(COMPONENT, "cannot expunge message", "folder=%s uid=%u error=\"%s\"",
-                     box->dir, r->uid, strerror(errno));
+            log_warn(COMPONENT, "cannot expunge message", "folder=%s uid=%u error=\"%s\"", box->dir,
+                     r->uid, strerror(errno));
             continue;
         }
         done[done_count++] = r->uid;
@@ -1526,8 +1524,8 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         /* Compacted while the folder lock is still held. */
         bool rewrite = uidlist_worth_compacting(box, n - done_count);
         if (rewrite && !uidlist_write_state(box, 0, done, done_count, NULL, 0, &uerr))
-            log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"",
-                     box->dir, uerr.message);
+            log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"", box->dir,
+                     uerr.message);
         ok = fileindex_txn_commit(txn, err);
         if (ok) {
             if (rewrite && box->uidlist_loaded) {
@@ -1560,8 +1558,8 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
         return false;
     uint32_t mask = 0;
     const struct fileindex_record *r = fileindex_lookup_uid(box->index, uid);
-    bool ok = r != NULL || petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no message with UID %u",
-                                            uid);
+    bool ok =
+        r != NULL || petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no message with UID %u", uid);
     if (ok)
         ok = resolve_keywords(box, keywords, &mask, err);
     struct buf from = {0};
@@ -1615,8 +1613,9 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
         stamp_store_scanned(box, &stamp);
         box->synced = true; /* the rebuild did what a sync would */
     }
-    log_info(COMPONENT, "index rebuilt", "folder=%s scanned=%llu preserved=%llu assigned=%llu "
-                                         "orphans=%llu ok=%d",
+    log_info(COMPONENT, "index rebuilt",
+             "folder=%s scanned=%llu preserved=%llu assigned=%llu "
+             "orphans=%llu ok=%d",
              box->dir, (unsigned long long)stats->scanned,
              (unsigned long long)stats->uids_preserved, (unsigned long long)stats->uids_assigned,
              (unsigned long long)stats->orphans_dropped, ok);

@@ -350,6 +350,7 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
     }
     out->uid_validity = h.uid_validity;
     out->next_uid = h.next_uid;
+    out->version = h.version;
     out->has_guid = h.has_guid;
     memcpy(out->guid, h.guid, sizeof(out->guid));
     out->extra_header = buf_steal(&h.extra);
@@ -427,12 +428,100 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
 bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *err)
 {
     memset(out, 0, sizeof(*out));
+    struct stat before, after;
+    bool known = stat(path, &before) == 0;
     char *data;
     size_t len;
     if (!fs_read_file(path, UIDLIST_MAX_FILE, &data, &len, err))
         return false;
     bool ok = uidlist_parse(path, data, len, out, err);
     free(data);
+    /* The identity counts only when the file read is the one stat saw on
+     * both sides of the read (not replaced meanwhile). */
+    if (ok && known && stat(path, &after) == 0 && after.st_ino == before.st_ino &&
+        after.st_dev == before.st_dev && (uint64_t)after.st_size == (uint64_t)len) {
+        out->file_dev = (uint64_t)after.st_dev;
+        out->file_ino = (uint64_t)after.st_ino;
+    }
+    return ok;
+}
+
+/* Parses appended lines (text holds only complete lines) into new entries
+ * of `list`; false, with `list` as it was, on anything unusual. */
+static bool add_appended_lines(const char *path, struct uidlist *list, const char *text, size_t len)
+{
+    size_t old_count = list->count;
+    uint32_t prev_uid = old_count > 0 ? list->entries[old_count - 1].uid : 0;
+    struct buf ext = {0};
+    size_t pos = 0;
+    struct slice line;
+    bool ok = true;
+    while (ok && next_line(text, len, &pos, &line)) {
+        uint32_t uid = 0;
+        struct slice base = {NULL, 0};
+        ok = line.len > 0 && line.p[line.len - 1] != '\r' &&
+             memchr(line.p, '\0', line.len) == NULL &&
+             parse_record(path, 0, line, list->version, prev_uid, list->next_uid, &uid, &base, &ext,
+                          NULL);
+        if (!ok)
+            break;
+        char *name = xstrndup(base.p, base.len);
+        /* A name listed again under a higher UID needs the whole read's
+         * "the later line wins". */
+        if (uidlist_find_base(list, name) != NULL) {
+            free(name);
+            ok = false;
+            break;
+        }
+        list->entries = xgrow(list->entries, &list->cap, list->count + 1, sizeof(list->entries[0]));
+        struct uidlist_entry *e = &list->entries[list->count++];
+        e->uid = uid;
+        e->base = name;
+        e->extensions = xstrdup(buf_cstr(&ext));
+        prev_uid = uid;
+    }
+    buf_free(&ext);
+    if (!ok || pos != len) {
+        while (list->count > old_count)
+            entry_free(&list->entries[--list->count]);
+        return false;
+    }
+    if (prev_uid != 0 && list->next_uid <= prev_uid)
+        list->next_uid = prev_uid + 1;
+    list->file_size += len;
+    return true;
+}
+
+bool uidlist_read_appended(const char *path, struct uidlist *list)
+{
+    if (list->file_ino == 0 || list->file_size == 0 || list->version != 3)
+        return false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    bool ok = false;
+    if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == list->file_ino &&
+        (uint64_t)st.st_dev == list->file_dev && (uint64_t)st.st_size >= list->file_size &&
+        (uint64_t)st.st_size - list->file_size < UIDLIST_MAX_FILE) {
+        /* One byte before the tail: the last line read must still end
+         * there, or the file is not what we read. */
+        size_t want = (size_t)((uint64_t)st.st_size - list->file_size) + 1;
+        char *data = xmalloc(want);
+        size_t got = 0;
+        while (got < want) {
+            ssize_t r = pread(fd, data + got, want - got, (off_t)(list->file_size - 1 + got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        if (got == want && data[0] == '\n')
+            ok = add_appended_lines(path, list, data + 1, want - 1);
+        free(data);
+    }
+    close(fd);
     return ok;
 }
 

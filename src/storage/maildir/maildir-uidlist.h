@@ -34,12 +34,23 @@ struct uidlist {
     size_t cap;
     /* Size of the file as read, so an append can be detected/continued. */
     uint64_t file_size;
+    /* The file read (0/0 when unknown) and its format version: lines
+     * appended to that same file can be read without reading it all. */
+    uint64_t file_dev;
+    uint64_t file_ino;
+    unsigned version;
 };
 
 /* Reads `path`. A missing file is PETREL_ERR_NOT_FOUND. Malformed lines make
  * the read fail with "path:line: message" (PETREL_ERR_INVALID) so callers
  * can rebuild instead of trusting a damaged map. */
 bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *err);
+/* Brings `list` (read from `path` by uidlist_read) up to date with lines
+ * appended to the same file since, reading only those. False, with `list`
+ * unchanged, when that is not possible (the file was replaced, shrank, is
+ * version 1, or what follows is not a run of well-formed lines with higher
+ * UIDs and new names): the caller reads the whole file instead. */
+bool uidlist_read_appended(const char *path, struct uidlist *list);
 /* Parses text (tests, fuzzing). */
 bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlist *out,
                    struct petrel_error *err);
