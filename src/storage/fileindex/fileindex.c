@@ -68,7 +68,9 @@ struct fileindex_txn {
     /* positions of the target view expunged in this transaction */
     uint8_t *gone_bits;
     size_t gone_count;
-    struct fi_view *staged; /* replace_all */
+    struct fi_view *staged;       /* replace_all */
+    void (*on_commit)(void *arg); /* after a successful commit, still locked */
+    void *on_commit_arg;
 };
 
 /* ---------- handles ---------- */
@@ -1025,8 +1027,16 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
                          ferr.message);
         }
     }
+    if (ok && t->on_commit != NULL)
+        t->on_commit(t->on_commit_arg);
     txn_end(t);
     return ok;
+}
+
+void fileindex_txn_on_commit(struct fileindex_txn *t, void (*fn)(void *arg), void *arg)
+{
+    t->on_commit = fn;
+    t->on_commit_arg = arg;
 }
 
 void fileindex_txn_rollback(struct fileindex_txn *t)

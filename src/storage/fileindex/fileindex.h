@@ -118,6 +118,11 @@ void fileindex_txn_set_cache_reset_id(struct fileindex_txn *txn, uint64_t id);
  * does its own file work (uidlist, renames) inside it. */
 bool fileindex_txn_commit(struct fileindex_txn *txn, struct petrel_error *err);
 void fileindex_txn_rollback(struct fileindex_txn *txn);
+/* Runs fn(arg) when the transaction commits successfully, after the commit
+ * and before the folder lock is released, so that what the driver writes
+ * about the committed state (maildir's sync stamp) is in place before the
+ * next writer looks. Not run on failure or rollback. One per transaction. */
+void fileindex_txn_on_commit(struct fileindex_txn *txn, void (*fn)(void *arg), void *arg);
 
 /* Replaces the whole index with `records` (ascending UIDs) and `header`
  * (rebuild). Runs inside a transaction: call between begin and commit/rollback. */

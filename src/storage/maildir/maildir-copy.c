@@ -214,10 +214,10 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
         /* From here a failure leaves the files in cur/ for the next sync:
          * whether the commit reached the disk is unknown, and a duplicate
          * is better than a loss. */
-        if (fileindex_txn_commit(txn, err)) {
-            maildir_cur_change_commit(dst, change);
-        } else {
-            maildir_cur_change_drop(change);
+        maildir_cur_change_commit_on(txn, change);
+        bool committed = fileindex_txn_commit(txn, err);
+        maildir_cur_change_drop(change);
+        if (!committed) {
             for (size_t i = 0; i < count; i++)
                 staged[i].rec.uid = 0;
             ok = false;

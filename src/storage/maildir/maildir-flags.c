@@ -155,11 +155,9 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
     buf_free(&from);
     buf_free(&to);
     free(want);
+    maildir_cur_change_commit_on(txn, change);
     bool ok = fileindex_txn_commit(txn, err);
-    if (ok)
-        maildir_cur_change_commit(box, change);
-    else
-        maildir_cur_change_drop(change);
+    maildir_cur_change_drop(change);
     if (ok && results != NULL) {
         /* The committed view holds the new modseqs. */
         struct mailbox_flags_result *res = xcalloc(done_count + 1, sizeof(*res));

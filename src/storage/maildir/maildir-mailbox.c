@@ -383,6 +383,21 @@ static void stamp_change_commit(struct mailbox *box, const struct dir_stamp *s)
         stamp_store(box, s);
 }
 
+/* The stamp of a change, written by the index commit that records it while
+ * the folder lock is still held: written after the unlock, a writer that
+ * came in between would find cur/ changed and the stamp behind, and every
+ * handle would rescan the folder (every delivery, with concurrent ones). */
+struct stamp_commit {
+    struct mailbox *box;
+    const struct dir_stamp *stamp;
+};
+
+static void stamp_committed(void *arg)
+{
+    const struct stamp_commit *c = arg;
+    stamp_change_commit(c->box, c->stamp);
+}
+
 /* ---------- uidlist ---------- */
 
 /* Writes dovecot-uidlist whole for what the index holds once the open
@@ -725,6 +740,13 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
     if (txn == NULL)
         return false;
+    /* Looked at without the lock, the stamp may have been behind a writer
+     * that was between its change to cur/ and its commit; Petrel's writers
+     * stamp before they unlock, so under the lock it is the last word. */
+    if (!force && stamp_current(box)) {
+        fileindex_txn_rollback(txn);
+        return true;
+    }
     struct dir_stamp stamp;
     stamp_capture(box, &stamp);
     bool ok = sync_locked(box, txn, err);
@@ -1429,10 +1451,10 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
                      uerr.message);
         else if (sync == APPEND_SYNC_JOURNAL)
             uidlist_write_out(box);
+        struct stamp_commit sc = {box, &stamp};
+        fileindex_txn_on_commit(txn, stamp_committed, &sc);
         ok = fileindex_txn_commit(txn, err);
         txn = NULL;
-        if (ok)
-            stamp_change_commit(box, &stamp);
     }
     if (txn != NULL)
         fileindex_txn_rollback(txn);
@@ -1526,13 +1548,12 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         if (rewrite && !uidlist_write_state(box, 0, done, done_count, NULL, 0, &uerr))
             log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"", box->dir,
                      uerr.message);
+        struct stamp_commit sc = {box, &stamp};
+        fileindex_txn_on_commit(txn, stamp_committed, &sc);
         ok = fileindex_txn_commit(txn, err);
-        if (ok) {
-            if (rewrite && box->uidlist_loaded) {
-                uidlist_free(&box->uidlist);
-                box->uidlist_loaded = false;
-            }
-            stamp_change_commit(box, &stamp);
+        if (ok && rewrite && box->uidlist_loaded) {
+            uidlist_free(&box->uidlist);
+            box->uidlist_loaded = false;
         }
     } else {
         fileindex_txn_rollback(txn);
@@ -1578,9 +1599,9 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
         stamp_change_end(box, &stamp);
     }
     if (ok) {
+        struct stamp_commit sc = {box, &stamp};
+        fileindex_txn_on_commit(txn, stamp_committed, &sc);
         ok = fileindex_txn_commit(txn, err);
-        if (ok)
-            stamp_change_commit(box, &stamp);
     } else {
         fileindex_txn_rollback(txn);
     }
@@ -1673,12 +1694,14 @@ uint64_t maildir_next_counter(struct mailbox *box)
 }
 
 struct maildir_cur_change {
+    struct mailbox *box;
     struct dir_stamp stamp;
 };
 
 struct maildir_cur_change *maildir_cur_change_begin(struct mailbox *box)
 {
     struct maildir_cur_change *change = xcalloc(1, sizeof(*change));
+    change->box = box;
     stamp_change_begin(box, &change->stamp);
     return change;
 }
@@ -1692,10 +1715,15 @@ void maildir_cur_change_end(struct mailbox *box, struct maildir_cur_change *chan
     stamp_change_end(box, &change->stamp);
 }
 
-void maildir_cur_change_commit(struct mailbox *box, struct maildir_cur_change *change)
+static void cur_change_committed(void *arg)
 {
-    stamp_change_commit(box, &change->stamp);
-    free(change);
+    struct maildir_cur_change *change = arg;
+    stamp_change_commit(change->box, &change->stamp);
+}
+
+void maildir_cur_change_commit_on(struct fileindex_txn *txn, struct maildir_cur_change *change)
+{
+    fileindex_txn_on_commit(txn, cur_change_committed, change);
 }
 
 void maildir_cur_change_drop(struct maildir_cur_change *change)

@@ -97,12 +97,14 @@ uint64_t maildir_next_counter(struct mailbox *box);
 
 /* Petrel's own change to cur/ under the folder lock keeps the sync stamp
  * current (see "sync stamp" in maildir-mailbox.c): begin before the first
- * rename, end right after the last one, commit once the index committed,
- * or drop on failure. `lost` = a file vanished meanwhile (rescan later). */
+ * rename, end right after the last one, commit_on(txn) just before the
+ * index commit (the stamp is written if and when it succeeds, before the
+ * folder lock is released), drop (free) after the commit or on failure.
+ * `lost` = a file vanished meanwhile (rescan later). */
 struct maildir_cur_change;
 struct maildir_cur_change *maildir_cur_change_begin(struct mailbox *box);
 void maildir_cur_change_end(struct mailbox *box, struct maildir_cur_change *change, bool lost);
-void maildir_cur_change_commit(struct mailbox *box, struct maildir_cur_change *change);
+void maildir_cur_change_commit_on(struct fileindex_txn *txn, struct maildir_cur_change *change);
 void maildir_cur_change_drop(struct maildir_cur_change *change);
 
 /* Inside an open transaction: rewrites dovecot-uidlist for the index plus
