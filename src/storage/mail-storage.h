@@ -82,8 +82,14 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
                              const char *name, struct petrel_error *err);
 void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
+/* The user whose folder this is (the handle holds a reference to it). */
+struct mail_user *mailbox_user(const struct mailbox *box);
 /* True when `box` is the folder `name` (as mailbox_open() takes it) of `ns`. */
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name);
+/* Brings a handle that stays open between operations in line with the disk
+ * (other programs' deliveries and renames, e.g. Dovecot's), as opening it
+ * again would: cheap when the directories did not change. */
+bool mailbox_sync(struct mailbox *box, struct petrel_error *err);
 
 struct mailbox_info {
     uint8_t guid[16];

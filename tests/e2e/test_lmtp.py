@@ -267,6 +267,54 @@ def test_detail_delivers_to_existing_folder(lmtpd):
     check_trace(split_trace(alice[0], msgs["alice+Work@example.org"]), "alice+Work@example.org")
 
 
+
+def test_kept_folders_follow_deletes_renames_and_other_writers(lmtpd, tmp_path):
+    """Delivery threads keep folders open between deliveries: a folder deleted,
+    re-created or renamed meanwhile, and a message another program dropped
+    into new/, are all seen as an open would see them."""
+    m = imap_login(lmtpd, "bob", "builder")
+    assert m.create("Work")[0] == "OK"
+    c = client(lmtpd)
+
+    def send(rcpt, tag):
+        msg = MSG.replace(b"lmtp-1@", f"{tag}@".encode())
+        assert deliver(c, [rcpt], msg=msg)[rcpt][0] == 250
+        return msg
+
+    # Every delivery thread gets to hold Work and INBOX open.
+    first = [send("bob+Work@example.org", f"work-{i}") for i in range(12)]
+    inbox_first = [send("bob@example.org", f"inbox-{i}") for i in range(12)]
+    assert m.delete("Work")[0] == "OK"
+    to_inbox = send("bob+Work@example.org", "after-delete")
+    assert m.create("Work")[0] == "OK"
+    recreated = [send("bob+Work@example.org", f"recreated-{i}") for i in range(12)]
+    assert m.rename("Work", "Old")[0] == "OK"
+    after_rename = send("bob+Work@example.org", "after-rename")
+    # Another program (a Dovecot LDA, a migration) drops a file into new/.
+    dropped = b"From: other@example.org\r\nSubject: dropped\r\n\r\nby hand\r\n"
+    new_dir = tmp_path / "mail" / "bob" / "Maildir" / "new"
+    (new_dir / "1700000000.M1P1.otherhost").write_bytes(dropped)
+    last = [send("bob@example.org", f"last-{i}") for i in range(12)]
+    c.quit()
+    m.logout()
+
+    assert len(first) == 12
+    old = imap_bodies(lmtpd, "bob", "builder", "Old")
+    assert len(old) == 12 and all(b.endswith(x) for b, x in zip(old, recreated))
+    inbox = imap_bodies(lmtpd, "bob", "builder")
+    expected = inbox_first + [to_inbox, after_rename]
+    assert [b for b in inbox if b == dropped] == [dropped]
+    rest = [b for b in inbox if b != dropped]
+    assert len(rest) == len(expected) + len(last)
+    assert all(b.endswith(x) for b, x in zip(rest, expected + last))
+    # UIDs stay unique and increasing across all of it.
+    mm = imap_login(lmtpd, "bob", "builder")
+    mm.select("INBOX", readonly=True)
+    typ, data = mm.uid("SEARCH", "ALL")
+    uids = [int(x) for x in data[0].split()]
+    assert len(uids) == len(set(uids)) == len(inbox)
+    mm.logout()
+
 def test_dot_stuffed_lines_and_8bit(lmtpd):
     c = client(lmtpd)
     assert deliver(c, ["alice@example.org"], msg=MSG_DOTS)["alice@example.org"][0] == 250

@@ -29,8 +29,8 @@ void lmtp_deliver_compose(const struct lmtp_delivery *d, const struct lmtp_deliv
 /* The detail folder when it exists in the personal namespace, else INBOX.
  * Without ACLs in the storage yet, an existing folder is one the user may
  * post to (docs/lmtp.md). */
-static struct mailbox *open_target(struct mail_user *user, const char *detail,
-                                   struct petrel_error *err)
+static struct mailbox *open_target(struct lmtp_folder_cache *folders, struct mail_user *user,
+                                   const char *detail, struct petrel_error *err)
 {
     const struct namespace_config *ns = mail_user_namespace(user, "personal", err);
     if (ns == NULL)
@@ -38,7 +38,7 @@ static struct mailbox *open_target(struct mail_user *user, const char *detail,
     if (detail != NULL && *detail != '\0' && strcmp(detail, "INBOX") != 0 &&
         mail_folder_exists(user, ns, detail)) {
         struct petrel_error ferr;
-        struct mailbox *box = mailbox_open(user, ns, detail, &ferr);
+        struct mailbox *box = lmtp_folder_cache_get(folders, user, ns, detail, &ferr);
         if (box != NULL)
             return box;
         if (ferr.code != PETREL_ERR_NOT_FOUND && ferr.code != PETREL_ERR_INVALID) {
@@ -47,32 +47,34 @@ static struct mailbox *open_target(struct mail_user *user, const char *detail,
         }
         /* gone meanwhile, or a name the storage refuses: INBOX */
     }
-    return mailbox_open(user, ns, "INBOX", err);
+    return lmtp_folder_cache_get(folders, user, ns, "INBOX", err);
 }
 
-static void deliver_one(struct mail_storage *storage, const struct lmtp_delivery *d,
-                        struct lmtp_delivery_rcpt *r, struct buf *msg)
+static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *folders,
+                        const struct lmtp_delivery *d, struct lmtp_delivery_rcpt *r,
+                        struct buf *msg)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     petrel_error_clear(&r->err);
     struct mail_user *user = mail_user_get(storage, r->username, &r->err);
-    struct mailbox *box = user != NULL ? open_target(user, r->detail, &r->err) : NULL;
+    struct mailbox *box = user != NULL ? open_target(folders, user, r->detail, &r->err) : NULL;
     if (box != NULL) {
         lmtp_deliver_compose(d, r, msg);
         r->ok = mailbox_append(box, msg->data, msg->len, 0, NULL, 0, &r->uid, &r->err);
         if (r->ok)
             r->folder = xstrdup(mailbox_name(box));
-        mailbox_close(box);
+        lmtp_folder_cache_put(folders, box, r->ok);
     }
     r->seconds = elapsed(&t0);
 }
 
-void lmtp_deliver(struct mail_storage *storage, struct lmtp_delivery *d)
+void lmtp_deliver(struct mail_storage *storage, struct lmtp_folder_cache *folders,
+                  struct lmtp_delivery *d)
 {
     struct buf msg = {0};
     for (size_t i = 0; i < d->rcpt_count; i++)
-        deliver_one(storage, d, &d->rcpts[i], &msg);
+        deliver_one(storage, folders, d, &d->rcpts[i], &msg);
     buf_free(&msg);
 }
 

@@ -20,6 +20,7 @@
 #define PETREL_PROTOCOLS_LMTP_LMTP_DELIVER_H
 
 #include "core/error.h"
+#include "protocols/lmtp/lmtp-folder-cache.h"
 #include "storage/mail-storage.h"
 
 #include <stdbool.h>
@@ -49,8 +50,10 @@ struct lmtp_delivery {
     size_t rcpt_count;
 };
 
-/* Delivers to every recipient, filling in their results. */
-void lmtp_deliver(struct mail_storage *storage, struct lmtp_delivery *d);
+/* Delivers to every recipient, filling in their results, through the
+ * folders this thread keeps open (`folders`, on `storage`). */
+void lmtp_deliver(struct mail_storage *storage, struct lmtp_folder_cache *folders,
+                  struct lmtp_delivery *d);
 
 /* The bytes stored for recipient `r`: trace headers, then the message. */
 void lmtp_deliver_compose(const struct lmtp_delivery *d, const struct lmtp_delivery_rcpt *r,

@@ -24,6 +24,9 @@
 #include <time.h>
 
 #define LMTP_COMPONENT "lmtp"
+/* Folders each delivery thread keeps open between deliveries
+ * (lmtp-folder-cache.h): the busiest recipients' INBOXes. */
+#define LMTP_OPEN_FOLDERS_PER_THREAD 16
 
 struct lmtp_server;
 struct lmtp_job;

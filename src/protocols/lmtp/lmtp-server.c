@@ -50,7 +50,8 @@ struct lmtp_server {
     size_t session_count;
     unsigned long long session_ids;
     struct worker_pool *pool;
-    struct mail_storage **storages; /* one per delivery thread */
+    struct mail_storage **storages;     /* one per delivery thread */
+    struct lmtp_folder_cache **folders; /* one per delivery thread, on its storage */
     size_t storage_count;
 };
 
@@ -92,7 +93,7 @@ void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 static void job_work(void *arg, unsigned worker_index)
 {
     struct lmtp_job *job = arg;
-    lmtp_deliver(job->srv->storages[worker_index], job->d);
+    lmtp_deliver(job->srv->storages[worker_index], job->srv->folders[worker_index], job->d);
 }
 
 static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
@@ -306,9 +307,11 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
         goto fail;
     srv->storage_count = (size_t)cfg->delivery_threads;
     srv->storages = xcalloc(srv->storage_count, sizeof(*srv->storages));
+    srv->folders = xcalloc(srv->storage_count, sizeof(*srv->folders));
     for (size_t i = 0; i < srv->storage_count; i++) {
         /* No metrics registry: the registry belongs to the loop thread. */
         srv->storages[i] = mail_storage_new(mail_storage_config(storage), NULL);
+        srv->folders[i] = lmtp_folder_cache_new(LMTP_OPEN_FOLDERS_PER_THREAD);
     }
     srv->pool =
         worker_pool_new(env->base, (unsigned)cfg->delivery_threads, (size_t)cfg->delivery_queue);
@@ -371,8 +374,13 @@ void lmtp_server_free(struct lmtp_server *srv)
     /* Deliveries still running finish (their files are complete and durable
      * or removed); their sessions are gone, so nobody is answered. */
     worker_pool_free(srv->pool);
-    for (size_t i = 0; i < srv->storage_count; i++)
+    for (size_t i = 0; i < srv->storage_count; i++) {
+        /* The kept folders hold references to their storage's users. */
+        if (srv->folders != NULL)
+            lmtp_folder_cache_free(srv->folders[i]);
         mail_storage_free(srv->storages[i]);
+    }
+    free(srv->folders);
     free(srv->storages);
     auth_client_free(srv->ctx.auth);
     if (srv->ctx.tls != NULL)

@@ -1041,6 +1041,11 @@ const char *mailbox_name(const struct mailbox *box)
     return box->name;
 }
 
+struct mail_user *mailbox_user(const struct mailbox *box)
+{
+    return box->user;
+}
+
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
 {
     return box->ns == ns && strcmp(box->name, name) == 0;
@@ -1055,6 +1060,11 @@ static bool ensure_synced(struct mailbox *box, struct petrel_error *err)
         return false;
     box->synced = true;
     return true;
+}
+
+bool mailbox_sync(struct mailbox *box, struct petrel_error *err)
+{
+    return ensure_synced(box, err) && maildir_sync(box, false, err);
 }
 
 /* ---------- reading ---------- */
