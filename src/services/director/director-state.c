@@ -366,6 +366,42 @@ void director_backend_ring_host(const struct director_backend *b, struct ring_ho
     h->last_updown_change = b->last_updown_change;
 }
 
+void director_write_ring_change(struct buf *out, const struct director_backend *b,
+                                enum ring_change change, const struct director_change *from)
+{
+    struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
+    m.ring_change.change = change;
+    director_backend_ring_host(b, &m.ring_change.host);
+    m.ring_change.origin = from->origin;
+    m.ring_change.seq = from->seq;
+    ring_msg_write(out, &m);
+}
+
+void director_write_user_moved(struct buf *out, const char *user, uint32_t hash,
+                               const struct director_backend *to,
+                               const struct director_change *from)
+{
+    struct ring_msg m = {.type = RING_MSG_USER_MOVED};
+    m.user_moved.user = user;
+    m.user_moved.hash = hash;
+    m.user_moved.ip = to->ip;
+    m.user_moved.port = to->port;
+    m.user_moved.origin = from->origin;
+    m.user_moved.seq = from->seq;
+    ring_msg_write(out, &m);
+}
+
+void director_write_user_kicked(struct buf *out, const char *user, uint32_t hash,
+                                const struct director_change *from)
+{
+    struct ring_msg m = {.type = RING_MSG_USER_KICKED};
+    m.user_kicked.user = user;
+    m.user_kicked.hash = hash;
+    m.user_kicked.origin = from->origin;
+    m.user_kicked.seq = from->seq;
+    ring_msg_write(out, &m);
+}
+
 void director_state_backend_set_hash(const struct director_state *st, char out[65])
 {
     struct buf text = {0};

@@ -121,6 +121,16 @@ bool director_state_apply_ring_change(struct director_state *st, enum ring_chang
 /* The backend as the ring protocol describes it (HOST, RING-CHANGE); the
  * strings point into `b`. */
 void director_backend_ring_host(const struct director_backend *b, struct ring_host *h);
+/* The ring lines that announce a change of the state (what peers and ring
+ * clients are told), appended to `out`, stamped with the change's origin
+ * and sequence number. */
+void director_write_ring_change(struct buf *out, const struct director_backend *b,
+                                enum ring_change change, const struct director_change *from);
+void director_write_user_moved(struct buf *out, const char *user, uint32_t hash,
+                               const struct director_backend *to,
+                               const struct director_change *from);
+void director_write_user_kicked(struct buf *out, const char *user, uint32_t hash,
+                                const struct director_change *from);
 
 /* A stable, order-independent SHA-256 (64 hex digits) over every backend's
  * ip, port, tag, vhosts and up flag: equal on directors that agree. */

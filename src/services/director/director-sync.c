@@ -50,12 +50,7 @@ static void on_backend_changed(const struct director_backend *b, enum ring_chang
     struct director_sync *sync = ctx;
     if (!from->local)
         return; /* a peer's change: director_sync_receive forwards it unchanged */
-    struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
-    m.ring_change.change = change;
-    director_backend_ring_host(b, &m.ring_change.host);
-    m.ring_change.origin = from->origin;
-    m.ring_change.seq = from->seq;
-    ring_msg_write(&sync->out, &m);
+    director_write_ring_change(&sync->out, b, change, from);
     send_neighbours(sync, NULL);
 }
 
@@ -65,14 +60,7 @@ static void on_user_moved(const char *user, uint32_t hash, const struct director
     struct director_sync *sync = ctx;
     if (!from->local)
         return;
-    struct ring_msg m = {.type = RING_MSG_USER_MOVED};
-    m.user_moved.user = user;
-    m.user_moved.hash = hash;
-    m.user_moved.ip = to->ip;
-    m.user_moved.port = to->port;
-    m.user_moved.origin = from->origin;
-    m.user_moved.seq = from->seq;
-    ring_msg_write(&sync->out, &m);
+    director_write_user_moved(&sync->out, user, hash, to, from);
     send_neighbours(sync, NULL);
 }
 
@@ -82,12 +70,7 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
     struct director_sync *sync = ctx;
     if (!from->local)
         return;
-    struct ring_msg m = {.type = RING_MSG_USER_KICKED};
-    m.user_kicked.user = user;
-    m.user_kicked.hash = hash;
-    m.user_kicked.origin = from->origin;
-    m.user_kicked.seq = from->seq;
-    ring_msg_write(&sync->out, &m);
+    director_write_user_kicked(&sync->out, user, hash, from);
     send_neighbours(sync, NULL);
 }
 

@@ -199,12 +199,7 @@ static void on_backend_changed(const struct director_backend *b, enum ring_chang
                                const struct director_change *from, void *ctx)
 {
     struct ring_server *srv = ctx;
-    struct ring_msg m = {.type = RING_MSG_RING_CHANGE};
-    m.ring_change.change = change;
-    director_backend_ring_host(b, &m.ring_change.host);
-    m.ring_change.origin = from->origin;
-    m.ring_change.seq = from->seq;
-    ring_msg_write(&srv->out, &m);
+    director_write_ring_change(&srv->out, b, change, from);
     broadcast(srv, false);
 }
 
@@ -212,14 +207,7 @@ static void on_user_moved(const char *user, uint32_t hash, const struct director
                           const struct director_change *from, void *ctx)
 {
     struct ring_server *srv = ctx;
-    struct ring_msg m = {.type = RING_MSG_USER_MOVED};
-    m.user_moved.user = user;
-    m.user_moved.hash = hash;
-    m.user_moved.ip = to->ip;
-    m.user_moved.port = to->port;
-    m.user_moved.origin = from->origin;
-    m.user_moved.seq = from->seq;
-    ring_msg_write(&srv->out, &m);
+    director_write_user_moved(&srv->out, user, hash, to, from);
     broadcast(srv, true);
 }
 
@@ -227,12 +215,7 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
                            void *ctx)
 {
     struct ring_server *srv = ctx;
-    struct ring_msg m = {.type = RING_MSG_USER_KICKED};
-    m.user_kicked.user = user;
-    m.user_kicked.hash = hash;
-    m.user_kicked.origin = from->origin;
-    m.user_kicked.seq = from->seq;
-    ring_msg_write(&srv->out, &m);
+    director_write_user_kicked(&srv->out, user, hash, from);
     broadcast(srv, true);
 }
 
