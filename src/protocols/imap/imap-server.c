@@ -4,8 +4,8 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "protocols/common/mail-clients.h"
 #include "protocols/imap/imap-private.h"
-#include "services/warden/warden-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,22 +81,9 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
     if (srv->ctx.listeners == NULL)
         goto fail;
     srv->ctx.tls = mail_listeners_tls(srv->ctx.listeners);
-    srv->ctx.auth =
-        auth_client_new(env->base, cfg->login.auth_addr, cfg->login.auth_timeout_ms, err);
-    if (srv->ctx.auth == NULL)
+    if (!mail_clients_start(env->base, &cfg->login, srv->ctx.listeners, &srv->ctx.auth,
+                            &srv->ctx.warden, err))
         goto fail;
-    if (!mail_listeners_open(srv->ctx.listeners, err))
-        goto fail;
-    if (cfg->login.warden_addr != NULL && *cfg->login.warden_addr != '\0') {
-        /* The instance name outlives a restart (stale sessions of the old
-         * process are reaped when the new one says HELLO). */
-        char instance[WARDEN_INSTANCE_MAX + 1];
-        mail_listeners_instance(srv->ctx.listeners, instance, sizeof(instance));
-        srv->ctx.warden = warden_client_new(env->base, cfg->login.warden_addr, instance,
-                                            cfg->login.auth_timeout_ms, err);
-        if (srv->ctx.warden == NULL)
-            goto fail;
-    }
     mail_listeners_add_readiness(srv->ctx.listeners, env->readiness);
     log_info(IMAP_COMPONENT, "listening", "address=%s listeners=%zu starttls=%s auth=%s",
              mail_listeners_address(srv->ctx.listeners), mail_listeners_count(srv->ctx.listeners),

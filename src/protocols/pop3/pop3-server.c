@@ -4,9 +4,9 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "protocols/common/mail-clients.h"
 #include "protocols/pop3/pop3-private.h"
 #include "services/warden/warden-client.h"
-#include "services/warden/warden-protocol.h"
 
 #include <stdlib.h>
 
@@ -51,19 +51,6 @@ static void metrics_init(struct pop3_server *srv, struct metrics_registry *reg)
         metrics_counter(reg, "petrel_pop3_logins_total", "POP3 logins by result.", login_labels);
 }
 
-static bool start_warden(struct pop3_server *srv, const struct service_env *env,
-                         struct petrel_error *err)
-{
-    const struct mail_login_config *cfg = &srv->ctx.cfg->login;
-    if (cfg->warden_addr == NULL || *cfg->warden_addr == '\0')
-        return true;
-    char instance[WARDEN_INSTANCE_MAX + 1]; /* "pop3@<host>:<first listener>" */
-    mail_listeners_instance(srv->ctx.listeners, instance, sizeof(instance));
-    srv->ctx.warden =
-        warden_client_new(env->base, cfg->warden_addr, instance, cfg->auth_timeout_ms, err);
-    return srv->ctx.warden != NULL;
-}
-
 struct pop3_server *pop3_server_start(const struct service_env *env, const struct pop3_config *cfg,
                                       struct mail_storage *storage, struct petrel_error *err)
 {
@@ -90,13 +77,8 @@ struct pop3_server *pop3_server_start(const struct service_env *env, const struc
     if (srv->ctx.listeners == NULL)
         goto fail;
     srv->ctx.tls = mail_listeners_tls(srv->ctx.listeners);
-    srv->ctx.auth =
-        auth_client_new(env->base, cfg->login.auth_addr, cfg->login.auth_timeout_ms, err);
-    if (srv->ctx.auth == NULL)
-        goto fail;
-    if (!mail_listeners_open(srv->ctx.listeners, err))
-        goto fail;
-    if (!start_warden(srv, env, err))
+    if (!mail_clients_start(env->base, &cfg->login, srv->ctx.listeners, &srv->ctx.auth,
+                            &srv->ctx.warden, err))
         goto fail;
     mail_listeners_add_readiness(srv->ctx.listeners, env->readiness);
     log_info(POP3_COMPONENT, "listening", "address=%s listeners=%zu stls=%s auth=%s warden=%s",
