@@ -29,6 +29,9 @@
 #        BENCH_FSYNC=always (always|optimized|never, for the load run)
 #        BENCH_IDLE_SESSIONS=2000  BENCH_IDLE_MESSAGES=10
 #        BENCH_SERVER_CPU=0  BENCH_CLIENT_CPU=1  BENCH_BUILD_DIR=build-release
+#        (a CPU list such as BENCH_SERVER_CPU=0,1 lets petreld use both cores)
+#        BENCH_WORKERS=N (imap.workers: session loops on N threads; default:
+#                      petreld's own default)
 #        BENCH_NO_BUILD=1  BENCH_KEEP=1 (keep the work directory)
 #        BENCH_PERF=1 (perf record -g the imap petreld during the load run;
 #                      report in the work directory, implies BENCH_KEEP)
@@ -50,6 +53,7 @@ FSYNC="${BENCH_FSYNC:-always}"
 IDLE_SESSIONS="${BENCH_IDLE_SESSIONS:-2000}"
 IDLE_MESSAGES="${BENCH_IDLE_MESSAGES:-10}"
 SERVER_CPU="${BENCH_SERVER_CPU:-0}"
+WORKERS="${BENCH_WORKERS:-}"
 CLIENT_CPU="${BENCH_CLIENT_CPU:-1}"
 BUILD_DIR="${BENCH_BUILD_DIR:-build-release}"
 PERF="${BENCH_PERF:-}"
@@ -153,6 +157,7 @@ imap:
   auth_addr: "127.0.0.1:$auth_port"
   max_connections: $((IDLE_SESSIONS + 1000))
 YAML
+  [ -n "$WORKERS" ] && echo "  workers: $WORKERS" >>"$work/imap.yaml"
   nice -n "$NICE" taskset -c "$SERVER_CPU" "$PETRELD" -c "$work/imap.yaml" 2>>"$work/imap.log" &
   imap_pid=$!
   ADDR="127.0.0.1:$port"
@@ -170,6 +175,7 @@ client() {
 }
 
 echo "imap benchmark: $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ), nice $NICE, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "petreld on CPU $SERVER_CPU, client on CPU $CLIENT_CPU, imap.workers: ${WORKERS:-default}"
 [ -n "${IMAP_BENCH_MIX:-}" ] && echo "command mix: $IMAP_BENCH_MIX"
 others="$(pgrep -af 'fuzz-|pytest|ninja|petreld' | grep -v "$work" | cut -c1-100 || true)"
 [ -n "$others" ] && printf 'also running:\n%s\n' "$others"
@@ -209,7 +215,7 @@ for sc in "${SCENARIOS[@]}"; do
       cmds="$(sed -n 's/.* commands=\([0-9]*\) .*/\1/p' <<<"$out")"
       hz="$(getconf CLK_TCK)"
       awk -v t="$((t1 - t0))" -v a="$((a1 - a0))" -v hz="$hz" -v n="${cmds:-0}" -v d="$DURATION" \
-        'BEGIN { printf "petreld imap CPU %.1f s (%.0f %% of its core), %.1f us per command; auth CPU %.2f s\n",
+        'BEGIN { printf "petreld imap CPU %.1f s (%.0f %% of one core), %.1f us per command; auth CPU %.2f s\n",
                  t / hz, 100 * t / hz / d, (n > 0 ? 1e6 * t / hz / n : 0), a / hz }'
       stop_imap
       ;;

@@ -3,6 +3,7 @@
 #include "core/xalloc.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct metric_series {
 };
 
 struct metric_family {
+    pthread_mutex_t *lock; /* the registry's */
     enum metric_type type;
     char *name;
     char *help;
@@ -48,6 +50,10 @@ struct collector {
 };
 
 struct metrics_registry {
+    /* Threads with loops of their own (imap workers) share the registry:
+     * one recursive lock guards families, series and values, so a
+     * collector may set gauges while metrics_render() holds it. */
+    pthread_mutex_t lock;
     struct metric_family **families;
     size_t family_count;
     size_t family_cap;
@@ -58,7 +64,13 @@ struct metrics_registry {
 
 struct metrics_registry *metrics_registry_new(void)
 {
-    return xcalloc(1, sizeof(struct metrics_registry));
+    struct metrics_registry *reg = xcalloc(1, sizeof(struct metrics_registry));
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&reg->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return reg;
 }
 
 static void series_free(struct metric_series *s, size_t label_count)
@@ -70,12 +82,19 @@ static void series_free(struct metric_series *s, size_t label_count)
     free(s);
 }
 
-void metric_family_reset(struct metric_family *fam)
+static void family_clear(struct metric_family *fam)
 {
     for (size_t i = 0; i < fam->series_count; i++)
         series_free(fam->series[i], fam->label_count);
     fam->series_count = 0;
     memset(fam->table, 0, fam->table_size * sizeof(*fam->table));
+}
+
+void metric_family_reset(struct metric_family *fam)
+{
+    pthread_mutex_lock(fam->lock);
+    family_clear(fam);
+    pthread_mutex_unlock(fam->lock);
 }
 
 void metrics_registry_free(struct metrics_registry *reg)
@@ -84,7 +103,7 @@ void metrics_registry_free(struct metrics_registry *reg)
         return;
     for (size_t f = 0; f < reg->family_count; f++) {
         struct metric_family *fam = reg->families[f];
-        metric_family_reset(fam);
+        family_clear(fam);
         free(fam->series);
         free(fam->table);
         for (size_t i = 0; i < fam->label_count; i++)
@@ -97,6 +116,7 @@ void metrics_registry_free(struct metrics_registry *reg)
     }
     free(reg->families);
     free(reg->collectors);
+    pthread_mutex_destroy(&reg->lock);
     free(reg);
 }
 
@@ -128,9 +148,9 @@ static bool same_labels(const struct metric_family *fam, const char *const label
     return true;
 }
 
-static struct metric_family *family_new(struct metrics_registry *reg, enum metric_type type,
-                                        const char *name, const char *help,
-                                        const char *const labels[])
+static struct metric_family *family_find_or_add(struct metrics_registry *reg, enum metric_type type,
+                                                const char *name, const char *help,
+                                                const char *const labels[])
 {
     if (!valid_name(name, true))
         petrel_fatal("invalid metric name '%s'", name);
@@ -143,6 +163,7 @@ static struct metric_family *family_new(struct metrics_registry *reg, enum metri
         }
     }
     struct metric_family *fam = xcalloc(1, sizeof(*fam));
+    fam->lock = &reg->lock;
     fam->type = type;
     fam->name = xstrdup(name);
     fam->help = xstrdup(help != NULL ? help : "");
@@ -157,9 +178,19 @@ static struct metric_family *family_new(struct metrics_registry *reg, enum metri
     }
     fam->table_size = SERIES_TABLE_MIN;
     fam->table = xcalloc(fam->table_size, sizeof(*fam->table));
-    reg->families = xgrow(reg->families, &reg->family_cap, reg->family_count + 1,
-                          sizeof(*reg->families));
+    reg->families =
+        xgrow(reg->families, &reg->family_cap, reg->family_count + 1, sizeof(*reg->families));
     reg->families[reg->family_count++] = fam;
+    return fam;
+}
+
+static struct metric_family *family_new(struct metrics_registry *reg, enum metric_type type,
+                                        const char *name, const char *help,
+                                        const char *const labels[])
+{
+    pthread_mutex_lock(&reg->lock);
+    struct metric_family *fam = family_find_or_add(reg, type, name, help, labels);
+    pthread_mutex_unlock(&reg->lock);
     return fam;
 }
 
@@ -179,9 +210,12 @@ struct metric_family *metrics_histogram(struct metrics_registry *reg, const char
                                         const char *help, const char *const labels[],
                                         const double *bounds, size_t bound_count)
 {
-    struct metric_family *fam = family_new(reg, METRIC_HISTOGRAM, name, help, labels);
-    if (fam->bounds != NULL)
+    pthread_mutex_lock(&reg->lock);
+    struct metric_family *fam = family_find_or_add(reg, METRIC_HISTOGRAM, name, help, labels);
+    if (fam->bounds != NULL) {
+        pthread_mutex_unlock(&reg->lock);
         return fam;
+    }
     if (bound_count == 0)
         petrel_fatal("histogram '%s' needs buckets", name);
     for (size_t i = 1; i < bound_count; i++) {
@@ -191,6 +225,7 @@ struct metric_family *metrics_histogram(struct metrics_registry *reg, const char
     fam->bound_count = bound_count;
     fam->bounds = xmalloc(bound_count * sizeof(double));
     memcpy(fam->bounds, bounds, bound_count * sizeof(double));
+    pthread_mutex_unlock(&reg->lock);
     return fam;
 }
 
@@ -224,7 +259,8 @@ static void table_grow(struct metric_family *fam)
         table_insert(fam, fam->series[i]);
 }
 
-struct metric_series *metric_series_get(struct metric_family *fam, const char *const values[])
+static struct metric_series *series_find_or_add(struct metric_family *fam,
+                                                const char *const values[])
 {
     uint64_t h = hash_values(values, fam->label_count);
     for (struct metric_series *s = fam->table[h & (fam->table_size - 1)]; s != NULL;
@@ -245,8 +281,7 @@ struct metric_series *metric_series_get(struct metric_family *fam, const char *c
         s->values[i] = xstrdup(values[i]);
     if (fam->type == METRIC_HISTOGRAM)
         s->buckets = xcalloc(fam->bound_count + 1, sizeof(*s->buckets));
-    fam->series =
-        xgrow(fam->series, &fam->series_cap, fam->series_count + 1, sizeof(*fam->series));
+    fam->series = xgrow(fam->series, &fam->series_cap, fam->series_count + 1, sizeof(*fam->series));
     fam->series[fam->series_count++] = s;
     if (fam->series_count > fam->table_size)
         table_grow(fam);
@@ -255,20 +290,35 @@ struct metric_series *metric_series_get(struct metric_family *fam, const char *c
     return s;
 }
 
+struct metric_series *metric_series_get(struct metric_family *fam, const char *const values[])
+{
+    pthread_mutex_lock(fam->lock);
+    struct metric_series *s = series_find_or_add(fam, values);
+    pthread_mutex_unlock(fam->lock);
+    return s;
+}
+
 void metric_add(struct metric_series *s, double v)
 {
-    if (v > 0)
-        s->value += v;
+    if (!(v > 0))
+        return;
+    pthread_mutex_lock(s->family->lock);
+    s->value += v;
+    pthread_mutex_unlock(s->family->lock);
 }
 
 void metric_set(struct metric_series *s, double v)
 {
+    pthread_mutex_lock(s->family->lock);
     s->value = v;
+    pthread_mutex_unlock(s->family->lock);
 }
 
 void metric_gauge_add(struct metric_series *s, double v)
 {
+    pthread_mutex_lock(s->family->lock);
     s->value += v;
+    pthread_mutex_unlock(s->family->lock);
 }
 
 void metric_observe(struct metric_series *s, double v)
@@ -277,40 +327,52 @@ void metric_observe(struct metric_series *s, double v)
     size_t i = 0;
     while (i < fam->bound_count && v > fam->bounds[i])
         i++;
+    pthread_mutex_lock(fam->lock);
     s->buckets[i]++;
     s->count++;
     s->value += v;
+    pthread_mutex_unlock(fam->lock);
 }
 
 double metric_value(const struct metric_series *s)
 {
-    return s->value;
+    pthread_mutex_lock(s->family->lock);
+    double v = s->value;
+    pthread_mutex_unlock(s->family->lock);
+    return v;
 }
 
 unsigned long long metric_count(const struct metric_series *s)
 {
-    return s->count;
+    pthread_mutex_lock(s->family->lock);
+    unsigned long long n = s->count;
+    pthread_mutex_unlock(s->family->lock);
+    return n;
 }
 
 void metrics_add_collector(struct metrics_registry *reg, metrics_collect_fn fn, void *ctx)
 {
+    pthread_mutex_lock(&reg->lock);
     reg->collectors = xgrow(reg->collectors, &reg->collector_cap, reg->collector_count + 1,
                             sizeof(*reg->collectors));
     reg->collectors[reg->collector_count].fn = fn;
     reg->collectors[reg->collector_count].ctx = ctx;
     reg->collector_count++;
+    pthread_mutex_unlock(&reg->lock);
 }
 
 void metrics_remove_collector(struct metrics_registry *reg, metrics_collect_fn fn, void *ctx)
 {
+    pthread_mutex_lock(&reg->lock);
     for (size_t i = 0; i < reg->collector_count; i++) {
         if (reg->collectors[i].fn == fn && reg->collectors[i].ctx == ctx) {
             memmove(&reg->collectors[i], &reg->collectors[i + 1],
                     (reg->collector_count - i - 1) * sizeof(*reg->collectors));
             reg->collector_count--;
-            return;
+            break;
         }
     }
+    pthread_mutex_unlock(&reg->lock);
 }
 
 static void append_escaped(struct buf *out, const char *s, bool is_label)
@@ -413,8 +475,10 @@ static void render_family(struct buf *out, const struct metric_family *fam)
 
 void metrics_render(struct metrics_registry *reg, struct buf *out)
 {
+    pthread_mutex_lock(&reg->lock);
     for (size_t i = 0; i < reg->collector_count; i++)
         reg->collectors[i].fn(reg->collectors[i].ctx);
     for (size_t f = 0; f < reg->family_count; f++)
         render_family(out, reg->families[f]);
+    pthread_mutex_unlock(&reg->lock);
 }

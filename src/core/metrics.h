@@ -2,7 +2,9 @@
  * A registry belongs to the process context; components register families at
  * start and keep series pointers for their hot paths. Families and series
  * live until metrics_registry_free(). Names and label names are validated at
- * registration (a bad name is a programming error and fatal). */
+ * registration (a bad name is a programming error and fatal). Every call is
+ * thread-safe (one lock per registry): loops on other threads (imap workers)
+ * update the same series the telemetry endpoint renders. */
 #ifndef PETREL_CORE_METRICS_H
 #define PETREL_CORE_METRICS_H
 
@@ -46,7 +48,9 @@ unsigned long long metric_count(const struct metric_series *s);
 /* Removes every series of the family (for gauges that show one series at a time). */
 void metric_family_reset(struct metric_family *fam);
 
-/* Called before each render so gauges that mirror live state can refresh. */
+/* Called before each render so gauges that mirror live state can refresh.
+ * A collector runs under the registry's lock, so it must not wait for a
+ * lock some thread holds while it updates a metric. */
 typedef void (*metrics_collect_fn)(void *ctx);
 void metrics_add_collector(struct metrics_registry *reg, metrics_collect_fn fn, void *ctx);
 void metrics_remove_collector(struct metrics_registry *reg, metrics_collect_fn fn, void *ctx);

@@ -17,6 +17,11 @@ from conftest import free_port
 PASSWD = ("alice:{PLAIN}wonderland:1001:1001\n"
           "bob:{PLAIN}builder:1002:1002\n")
 
+# The IMAP tests run the sessions on worker threads (imap.workers), so two
+# sessions of one test usually sit on different loops; test_single_loop_*
+# covers workers: 1.
+TEST_WORKERS = 3
+
 
 def imap_overrides(tmp_path, pki=None, extra=None):
     passwd = tmp_path / "passwd"
@@ -29,7 +34,8 @@ def imap_overrides(tmp_path, pki=None, extra=None):
                  "failure_delay_max": "50ms",
                  "passdb": {"driver": "passwd-file", "path": str(passwd)}},
         "imap": {"listen": [f"127.0.0.1:{free_port()}"],
-                 "auth_addr": f"127.0.0.1:{auth_port}"},
+                 "auth_addr": f"127.0.0.1:{auth_port}",
+                 "workers": TEST_WORKERS},
     }
     if pki is not None:
         cfg["imap"]["listen_tls"] = [f"127.0.0.1:{free_port()}"]

@@ -8,6 +8,7 @@
 #include "core/metrics.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,85 @@ static void test_render_appends_to_existing_buffer(void **state)
     metrics_registry_free(reg);
 }
 
+/* Loops on other threads (imap workers) update the series the telemetry
+ * endpoint renders: no update may be lost, and series created from several
+ * threads at once are each created once. */
+struct hammer {
+    struct metrics_registry *reg;
+    struct metric_series *counter;
+    struct metric_series *hist;
+    struct metric_family *labelled;
+    int id;
+};
+
+#define HAMMER_THREADS 4
+#define HAMMER_ROUNDS 20000
+
+static void *hammer_run(void *arg)
+{
+    struct hammer *h = arg;
+    for (int i = 0; i < HAMMER_ROUNDS; i++) {
+        metric_add(h->counter, 1);
+        metric_observe(h->hist, 0.002);
+        char label[16];
+        snprintf(label, sizeof(label), "v%d", i % 8);
+        const char *values[] = {label};
+        metric_add(metric_series_get(h->labelled, values), 1);
+        if (i % 5000 == 0) {
+            /* a family registered at run time, as a worker's storage does */
+            metrics_counter(h->reg, "petrel_late_total", "Late.", NULL);
+            struct buf out = {0};
+            metrics_render(h->reg, &out);
+            buf_free(&out);
+        }
+    }
+    return NULL;
+}
+
+static void test_updates_from_many_threads_are_all_counted(void **state)
+{
+    (void)state;
+    struct metrics_registry *reg = metrics_registry_new();
+    static const char *const labels[] = {"value", NULL};
+    struct metric_series *counter =
+        metric_series_get(metrics_counter(reg, "petrel_c_total", "C.", NULL), NULL);
+    struct metric_series *hist =
+        metric_series_get(metrics_histogram(reg, "petrel_h_seconds", "H.", NULL,
+                                            metrics_latency_buckets, metrics_latency_bucket_count),
+                          NULL);
+    struct metric_family *labelled = metrics_counter(reg, "petrel_l_total", "L.", labels);
+    pthread_t threads[HAMMER_THREADS];
+    struct hammer h[HAMMER_THREADS];
+    for (int t = 0; t < HAMMER_THREADS; t++) {
+        h[t] = (struct hammer){reg, counter, hist, labelled, t};
+        assert_int_equal(pthread_create(&threads[t], NULL, hammer_run, &h[t]), 0);
+    }
+    for (int t = 0; t < HAMMER_THREADS; t++)
+        pthread_join(threads[t], NULL);
+    assert_true(metric_value(counter) == (double)HAMMER_THREADS * HAMMER_ROUNDS);
+    assert_int_equal(metric_count(hist), (unsigned long long)HAMMER_THREADS * HAMMER_ROUNDS);
+    double total = 0;
+    for (int v = 0; v < 8; v++) {
+        char label[16];
+        snprintf(label, sizeof(label), "v%d", v);
+        const char *values[] = {label};
+        total += metric_value(metric_series_get(labelled, values));
+    }
+    assert_true(total == (double)HAMMER_THREADS * HAMMER_ROUNDS);
+    struct buf out = {0};
+    metrics_render(reg, &out);
+    /* eight series, each rendered once */
+    const char *p = buf_cstr(&out);
+    size_t series = 0;
+    while ((p = strstr(p, "petrel_l_total{")) != NULL) {
+        series++;
+        p++;
+    }
+    assert_int_equal(series, 8);
+    buf_free(&out);
+    metrics_registry_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -411,6 +491,7 @@ int main(void)
         cmocka_unit_test(test_many_series_are_all_rendered_once),
         cmocka_unit_test(test_families_render_in_registration_order),
         cmocka_unit_test(test_render_appends_to_existing_buffer),
+        cmocka_unit_test(test_updates_from_many_threads_are_all_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

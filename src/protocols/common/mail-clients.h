@@ -17,11 +17,15 @@
 #include <event2/event.h>
 #include <stdbool.h>
 
-/* Creates the auth client (cfg->auth_addr), opens `listeners`, then, with
- * cfg->warden_addr set, creates the warden client under the listeners'
+/* Creates the auth client (cfg->auth_addr) and, with cfg->warden_addr set,
+ * the warden client under `instance` (*warden stays NULL without it), both
+ * on `base`. False with err at the first failure. */
+bool mail_clients_connect(struct event_base *base, const struct mail_login_config *cfg,
+                          const char *instance, struct auth_client **auth,
+                          struct warden_client **warden, struct petrel_error *err);
+/* Opens `listeners`, then mail_clients_connect() under the listeners'
  * instance name (which outlives a restart, so the warden reaps the old
- * process's sessions when the new one says HELLO); *warden stays NULL
- * without it. False with err at the first failure. */
+ * process's sessions when the new one says HELLO). */
 bool mail_clients_start(struct event_base *base, const struct mail_login_config *cfg,
                         struct mail_listeners *listeners, struct auth_client **auth,
                         struct warden_client **warden, struct petrel_error *err);

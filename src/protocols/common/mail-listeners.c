@@ -10,6 +10,7 @@
 
 #include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +25,23 @@ struct mail_listener {
     bool tls;
 };
 
+struct mail_session_set {
+    struct mail_listeners *listeners;
+    struct event_base *base;
+    struct mail_session_io *sessions; /* newest first */
+    size_t count;
+};
+
 struct mail_listeners {
     struct mail_listeners_params p;
     SSL_CTX *tls;
     struct mail_listener listeners[MAIL_MAX_LISTENERS];
     size_t listener_count;
-    struct mail_session_io *sessions; /* newest first */
-    size_t session_count;
+    struct mail_session_set main_set;
+    /* Shared by every loop's sessions. Never held while calling out (a
+     * metric, a session callback). */
+    pthread_mutex_t lock;
+    size_t session_count; /* sessions plus descriptors handed to a loop */
     unsigned long long session_ids;
     struct smap *per_user; /* username -> (uintptr_t) session count */
 };
@@ -40,6 +51,9 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
 {
     struct mail_listeners *ls = xcalloc(1, sizeof(*ls));
     ls->p = *params;
+    pthread_mutex_init(&ls->lock, NULL);
+    ls->main_set.listeners = ls;
+    ls->main_set.base = params->base;
     ls->per_user = smap_new();
     const struct mail_login_config *cfg = params->cfg;
     if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
@@ -56,6 +70,31 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
     return ls;
 }
 
+struct bufferevent *mail_listeners_bufferevent(struct mail_listeners *ls, struct event_base *base,
+                                               int fd, bool tls)
+{
+    struct bufferevent *bev;
+    if (tls) {
+        SSL *ssl = SSL_new(ls->tls);
+        bev = ssl == NULL
+                  ? NULL
+                  : bufferevent_openssl_socket_new(base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                   BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    } else {
+        bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (bev == NULL)
+        evutil_closesocket(fd);
+    return bev;
+}
+
+void mail_listeners_release(struct mail_listeners *ls)
+{
+    pthread_mutex_lock(&ls->lock);
+    ls->session_count--;
+    pthread_mutex_unlock(&ls->lock);
+}
+
 static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
                       int socklen, void *arg)
 {
@@ -66,22 +105,24 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         if (ls->listeners[i].evl == evl)
             tls = ls->listeners[i].tls;
     }
-    if (ls->session_count >= (size_t)ls->p.cfg->max_connections) {
+    pthread_mutex_lock(&ls->lock);
+    bool full = ls->session_count >= (size_t)ls->p.cfg->max_connections;
+    if (!full)
+        ls->session_count++; /* until the session's detach (or a release) */
+    pthread_mutex_unlock(&ls->lock);
+    if (full) {
         ssize_t ignored = write(fd, ls->p.busy_reply, strlen(ls->p.busy_reply));
         (void)ignored;
         evutil_closesocket(fd);
         return;
     }
-    struct bufferevent *bev;
-    if (tls) {
-        SSL *ssl = SSL_new(ls->tls);
-        bev = bufferevent_openssl_socket_new(ls->p.base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                             BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    } else {
-        bev = bufferevent_socket_new(ls->p.base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (ls->p.accept_fd != NULL) {
+        ls->p.accept_fd(ls->p.accept_arg, fd, tls, sa);
+        return;
     }
+    struct bufferevent *bev = mail_listeners_bufferevent(ls, ls->p.base, fd, tls);
     if (bev == NULL) {
-        evutil_closesocket(fd);
+        mail_listeners_release(ls);
         return;
     }
     ls->p.accept(ls->p.accept_arg, bev, tls, sa);
@@ -146,12 +187,7 @@ void mail_listeners_close(struct mail_listeners *ls)
 void mail_listeners_shutdown(struct mail_listeners *ls)
 {
     mail_listeners_close(ls);
-    struct mail_session_io *io = ls->sessions;
-    while (io != NULL) {
-        struct mail_session_io *next = io->next; /* the session may go meanwhile */
-        io->ops->shutdown(io->owner);
-        io = next;
-    }
+    mail_session_set_shutdown(&ls->main_set);
 }
 
 void mail_listeners_free_sessions(struct mail_listeners *ls)
@@ -159,8 +195,7 @@ void mail_listeners_free_sessions(struct mail_listeners *ls)
     if (ls == NULL)
         return;
     mail_listeners_close(ls);
-    while (ls->sessions != NULL)
-        ls->sessions->ops->free(ls->sessions->owner);
+    mail_session_set_free_sessions(&ls->main_set);
 }
 
 void mail_listeners_free(struct mail_listeners *ls)
@@ -171,6 +206,7 @@ void mail_listeners_free(struct mail_listeners *ls)
     if (ls->tls != NULL)
         SSL_CTX_free(ls->tls);
     smap_free(ls->per_user, NULL);
+    pthread_mutex_destroy(&ls->lock);
     free(ls);
 }
 
@@ -207,48 +243,110 @@ void mail_listeners_instance(const struct mail_listeners *ls, char *out, size_t 
 
 size_t mail_listeners_sessions(const struct mail_listeners *ls)
 {
-    return ls->session_count;
+    struct mail_listeners *mut = (struct mail_listeners *)ls; /* the lock only */
+    pthread_mutex_lock(&mut->lock);
+    size_t n = ls->session_count;
+    pthread_mutex_unlock(&mut->lock);
+    return n;
 }
 
-void mail_listeners_attach(struct mail_listeners *ls, struct mail_session_io *io)
+struct mail_session_set *mail_listeners_main_set(struct mail_listeners *ls)
 {
-    snprintf(io->id, sizeof(io->id), "%llx", ++ls->session_ids);
+    return &ls->main_set;
+}
+
+struct mail_session_set *mail_session_set_new(struct mail_listeners *ls, struct event_base *base)
+{
+    struct mail_session_set *set = xcalloc(1, sizeof(*set));
+    set->listeners = ls;
+    set->base = base;
+    return set;
+}
+
+void mail_session_set_free(struct mail_session_set *set)
+{
+    free(set);
+}
+
+struct event_base *mail_session_set_base(const struct mail_session_set *set)
+{
+    return set->base;
+}
+
+struct mail_listeners *mail_session_set_listeners(const struct mail_session_set *set)
+{
+    return set->listeners;
+}
+
+size_t mail_session_set_count(const struct mail_session_set *set)
+{
+    return set->count;
+}
+
+void mail_session_set_shutdown(struct mail_session_set *set)
+{
+    struct mail_session_io *io = set->sessions;
+    while (io != NULL) {
+        struct mail_session_io *next = io->next; /* the session may go meanwhile */
+        io->ops->shutdown(io->owner);
+        io = next;
+    }
+}
+
+void mail_session_set_free_sessions(struct mail_session_set *set)
+{
+    while (set->sessions != NULL)
+        set->sessions->ops->free(set->sessions->owner);
+}
+
+void mail_listeners_attach(struct mail_session_set *set, struct mail_session_io *io)
+{
+    struct mail_listeners *ls = set->listeners;
+    pthread_mutex_lock(&ls->lock);
+    unsigned long long id = ++ls->session_ids;
+    pthread_mutex_unlock(&ls->lock);
+    snprintf(io->id, sizeof(io->id), "%llx", id);
     io->prev = NULL;
-    io->next = ls->sessions;
-    if (ls->sessions != NULL)
-        ls->sessions->prev = io;
-    ls->sessions = io;
-    ls->session_count++;
+    io->next = set->sessions;
+    if (set->sessions != NULL)
+        set->sessions->prev = io;
+    set->sessions = io;
+    set->count++;
     metric_add(ls->p.connections_total, 1);
 }
 
-void mail_listeners_detach(struct mail_listeners *ls, struct mail_session_io *io)
+void mail_listeners_detach(struct mail_session_set *set, struct mail_session_io *io)
 {
     if (io->prev != NULL)
         io->prev->next = io->next;
     else
-        ls->sessions = io->next;
+        set->sessions = io->next;
     if (io->next != NULL)
         io->next->prev = io->prev;
     io->next = io->prev = NULL;
-    ls->session_count--;
+    set->count--;
+    mail_listeners_release(set->listeners);
 }
 
 bool mail_listeners_user_add(struct mail_listeners *ls, const char *username)
 {
+    pthread_mutex_lock(&ls->lock);
     uintptr_t n = (uintptr_t)smap_get(ls->per_user, username);
     int64_t limit = ls->p.cfg->max_connections_per_user;
-    if (limit > 0 && n >= (uintptr_t)limit)
-        return false;
-    smap_put(ls->per_user, username, (void *)(n + 1));
-    return true;
+    bool ok = limit <= 0 || n < (uintptr_t)limit;
+    if (ok)
+        smap_put(ls->per_user, username, (void *)(n + 1));
+    pthread_mutex_unlock(&ls->lock);
+    return ok;
 }
 
 void mail_listeners_user_remove(struct mail_listeners *ls, const char *username)
 {
+    pthread_mutex_lock(&ls->lock);
     uintptr_t n = (uintptr_t)smap_get(ls->per_user, username);
     if (n <= 1)
         smap_remove(ls->per_user, username);
     else
         smap_put(ls->per_user, username, (void *)(n - 1));
+    pthread_mutex_unlock(&ls->lock);
 }

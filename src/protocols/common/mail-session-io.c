@@ -81,19 +81,20 @@ static void setup_bev(struct mail_session_io *io)
     bufferevent_enable(io->bev, EV_READ | EV_WRITE);
 }
 
-void mail_session_io_init(struct mail_session_io *io, struct mail_listeners *ls,
+void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *set,
                           struct bufferevent *bev, bool tls, const struct sockaddr *peer,
                           const struct mail_session_io_ops *ops, void *owner)
 {
     io->bev = bev;
     io->tls = tls;
-    io->listeners = ls;
+    io->listeners = mail_session_set_listeners(set);
+    io->set = set;
     io->ops = ops;
     io->owner = owner;
     io->connected_at = (int64_t)time(NULL);
     net_addr_format_ip(peer, io->peer_ip, sizeof(io->peer_ip));
     net_addr_format(peer, io->peer, sizeof(io->peer));
-    mail_listeners_attach(ls, io);
+    mail_listeners_attach(set, io);
 }
 
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
@@ -132,13 +133,12 @@ void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, con
 
 bool mail_session_io_starttls(struct mail_session_io *io)
 {
-    const struct mail_listeners_params *p = mail_listeners_params(io->listeners);
     struct evbuffer *in = bufferevent_get_input(io->bev);
     evbuffer_drain(in, evbuffer_get_length(in));
     SSL *ssl = SSL_new(mail_listeners_tls(io->listeners));
-    struct bufferevent *tls_bev =
-        bufferevent_openssl_filter_new(p->base, io->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    struct bufferevent *tls_bev = bufferevent_openssl_filter_new(
+        mail_session_set_base(io->set), io->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (tls_bev == NULL) {
         SSL_free(ssl);
         return false;
@@ -174,8 +174,7 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
      * nothing queued (or under TLS, where the socket below drains later) a
      * timer does it, so callers up the stack never touch a freed session. */
     if (io->close_ev == NULL && (io->tls || output_pending(io) == 0)) {
-        io->close_ev =
-            evtimer_new(mail_listeners_params(io->listeners)->base, deferred_free_cb, io);
+        io->close_ev = evtimer_new(mail_session_set_base(io->set), deferred_free_cb, io);
         struct timeval now = {0, 0};
         evtimer_add(io->close_ev, &now);
     }
@@ -226,7 +225,7 @@ void mail_session_io_free(struct mail_session_io *io)
     warden_client_session_disconnect(io->warden);
     io->warden = NULL;
     mail_session_io_login_cancel(io);
-    mail_listeners_detach(io->listeners, io);
+    mail_listeners_detach(io->set, io);
     if (io->close_ev != NULL)
         event_free(io->close_ev);
     io->close_ev = NULL;

@@ -64,6 +64,7 @@ struct mail_session_io {
     struct mail_session_io *prev;
     /* Private to protocols/common/. */
     struct mail_listeners *listeners;
+    struct mail_session_set *set; /* the loop's sessions this one is in */
     const struct mail_session_io_ops *ops;
     void *owner;
     struct event *close_ev; /* deferred free */
@@ -75,11 +76,12 @@ struct mail_session_io {
     struct warden_client_session *warden;
 };
 
-/* Takes `bev` (from the listener set's accept callback) for `owner`: links
- * the connection into `ls` (counting it and giving it an id), records the
- * peer and the time. Nothing is read or written until
- * mail_session_io_enable(). */
-void mail_session_io_init(struct mail_session_io *io, struct mail_listeners *ls,
+/* Takes `bev` (from the listener set's accept callback, on the loop of
+ * `set`) for `owner`: links the connection into `set` (giving it an id),
+ * records the peer and the time. Nothing is read or written until
+ * mail_session_io_enable(). Runs on the set's loop thread, as do all the
+ * calls below. */
+void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *set,
                           struct bufferevent *bev, bool tls, const struct sockaddr *peer,
                           const struct mail_session_io_ops *ops, void *owner);
 /* Starts reading and writing. `max_single_write`: bytes written per loop

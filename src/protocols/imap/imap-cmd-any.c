@@ -8,7 +8,7 @@
 
 void imap_capabilities(const struct imap_session *s, struct buf *out)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    const struct imap_server_ctx *ctx = s->ctx;
     /* Only what is implemented: clients take every word literally. */
     buf_append_str(out,
                    "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "

@@ -15,7 +15,7 @@
 static void cmd_starttls(struct imap_session *s, const struct imap_command *cmd)
 {
     (void)cmd;
-    if (imap_server_context(s->server)->tls == NULL) {
+    if (s->ctx->tls == NULL) {
         imap_reply_bad(s, "TLS is not configured.");
         return;
     }
@@ -43,7 +43,7 @@ static bool plaintext_refused(struct imap_session *s)
 static void count_login(struct imap_session *s, const char *result)
 {
     const char *values[] = {result};
-    metric_add(metric_series_get(imap_server_context(s->server)->m.logins, values), 1);
+    metric_add(metric_series_get(s->ctx->m.logins, values), 1);
 }
 
 /* The auth service's answer to LOGIN or AUTHENTICATE. */
@@ -107,7 +107,7 @@ static void cmd_login(struct imap_session *s, const struct imap_command *cmd)
         return;
     }
     s->busy = true;
-    s->auth_req = auth_client_verify(imap_server_context(s->server)->auth, user, password, "imap",
+    s->auth_req = auth_client_verify(s->ctx->auth, user, password, "imap",
                                      s->io.peer_ip, auth_done, s);
 }
 
@@ -136,7 +136,7 @@ static void cmd_authenticate(struct imap_session *s, const struct imap_command *
     }
     s->busy = true;
     s->auth_sasl = true;
-    s->auth_req = auth_client_sasl_begin(imap_server_context(s->server)->auth, mech, "imap",
+    s->auth_req = auth_client_sasl_begin(s->ctx->auth, mech, "imap",
                                          s->io.peer_ip, initial, auth_done, s);
 }
 

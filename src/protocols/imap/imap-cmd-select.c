@@ -269,7 +269,7 @@ static void cmd_idle(struct imap_session *s, const struct imap_command *cmd)
     (void)cmd;
     if (s->box != NULL && s->watch == NULL) {
         struct petrel_error err;
-        s->watch = mailbox_watch_new(imap_server_context(s->server)->watches, s->box, idle_changed,
+        s->watch = mailbox_watch_new(s->ctx->watches, s->box, idle_changed,
                                      s, &err);
         if (s->watch == NULL)
             log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"",

@@ -3,6 +3,10 @@
 #include "protocols/imap/imap-config.h"
 
 #include <string.h>
+#include <unistd.h>
+
+#define IMAP_MAX_WORKERS 64
+#define IMAP_AUTO_WORKERS_PER_CPU 4
 
 static const struct mail_login_section imap_section = {
     .name = "imap",
@@ -18,6 +22,18 @@ void imap_config_defaults(struct imap_config *cfg)
     mail_login_config_defaults(&cfg->login, &imap_section);
     cfg->max_line_length = 64 * 1024;
     cfg->max_literal_size = 64 * 1024 * 1024;
+    cfg->workers = 0;
+}
+
+unsigned imap_config_workers(const struct imap_config *cfg)
+{
+    if (cfg->workers > 0)
+        return (unsigned)cfg->workers;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    long n = cpus * IMAP_AUTO_WORKERS_PER_CPU;
+    return (unsigned)(n > IMAP_MAX_WORKERS ? IMAP_MAX_WORKERS : n);
 }
 
 void imap_config_free(struct imap_config *cfg)
@@ -30,7 +46,7 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                       struct imap_config *cfg)
 {
     static const char *const keys[] = {MAIL_LOGIN_CONFIG_KEYS, "max_line_length",
-                                       "max_literal_size", NULL};
+                                       "max_literal_size", "workers", NULL};
     const char *p = imap_section.name;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -39,6 +55,7 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                    &cfg->max_line_length) &&
            cfg_int(ctx, node, p, "max_literal_size", 1024, (int64_t)4 << 30,
                    &cfg->max_literal_size) &&
+           cfg_int(ctx, node, p, "workers", 0, IMAP_MAX_WORKERS, &cfg->workers) &&
            mail_login_config_read_limits(ctx, node, &imap_section, &cfg->login) &&
            mail_login_config_read_timeouts(ctx, node, &imap_section, &cfg->login) &&
            mail_login_config_check(ctx, node, &imap_section, required, &cfg->login);
@@ -49,9 +66,11 @@ void imap_config_print(const struct imap_config *cfg, FILE *out)
     fputs("imap:\n", out);
     mail_login_config_print_endpoints(&cfg->login, out);
     fprintf(out,
-            "  disable_plaintext_auth: %s\n  max_line_length: %lld\n  max_literal_size: %lld\n",
+            "  disable_plaintext_auth: %s\n  max_line_length: %lld\n  max_literal_size: %lld\n"
+            "  workers: %lld%s\n",
             cfg->login.disable_plaintext_auth ? "true" : "false", (long long)cfg->max_line_length,
-            (long long)cfg->max_literal_size);
+            (long long)cfg->max_literal_size, (long long)cfg->workers,
+            cfg->workers == 0 ? "  # auto" : "");
     mail_login_config_print_limits(&cfg->login, out);
     mail_login_config_print_timeouts(&cfg->login, out);
 }

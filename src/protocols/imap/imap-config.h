@@ -15,6 +15,7 @@ struct imap_config {
     struct mail_login_config login;
     int64_t max_line_length;
     int64_t max_literal_size;
+    int64_t workers; /* session loops on threads of their own (0: auto); 1: the process's loop */
 };
 
 void imap_config_defaults(struct imap_config *cfg);
@@ -24,6 +25,9 @@ void imap_config_defaults(struct imap_config *cfg);
 bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct imap_config *cfg);
 void imap_config_free(struct imap_config *cfg);
+/* The session loops to run: `workers`, or with 0 (auto) four per online CPU
+ * (a loop waiting in fsync leaves the CPU to the others), at most 64. */
+unsigned imap_config_workers(const struct imap_config *cfg);
 void imap_config_print(const struct imap_config *cfg, FILE *out);
 
 #endif

@@ -31,11 +31,11 @@ enum imap_state {
     IMAP_STATE_LOGOUT,
 };
 
-struct imap_server;
+struct imap_server_ctx;
 
 struct imap_session {
-    struct imap_server *server;
-    struct mail_session_io io; /* the connection: bev, tls, closing, peer, id, username */
+    const struct imap_server_ctx *ctx; /* the loop's (a worker's, or the server's own) */
+    struct mail_session_io io;         /* the connection: bev, tls, closing, peer, id, username */
     struct imap_parser *parser;
     enum imap_state state;
     bool secured; /* TLS or loopback: plaintext authentication allowed */
@@ -73,11 +73,14 @@ struct imap_server_metrics {
     struct metric_family *logins;
 };
 
-/* What the server gives its sessions. */
+/* What a loop gives its sessions: the server's own loop, or one per worker
+ * thread (imap-worker.c). Everything but the shared parts (cfg, listeners,
+ * tls, limits, metrics) belongs to the loop's thread. */
 struct imap_server_ctx {
     const struct imap_config *cfg;
     struct event_base *base;
-    struct mail_listeners *listeners; /* listeners, connection list, per-user counts */
+    struct mail_listeners *listeners;  /* listeners, shared counts (any thread) */
+    struct mail_session_set *sessions; /* this loop's sessions */
     struct mail_storage *storage;
     struct auth_client *auth;
     struct warden_client *warden; /* NULL without imap.warden_addr */
@@ -87,13 +90,11 @@ struct imap_server_ctx {
     struct imap_server_metrics m;
 };
 
-const struct imap_server_ctx *imap_server_context(const struct imap_server *srv);
-
 /* ---------- session (imap-session.c) ---------- */
 
 /* Starts a session on an accepted connection (TLS already layered when
  * `tls`): greeting, then commands. */
-void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool tls,
+void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer);
 /* Ends the session now (the server is going away): "* BYE" then close. */
 void imap_session_shutdown(struct imap_session *s, const char *reason);

@@ -38,7 +38,7 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
 
 static void set_timeout(struct imap_session *s)
 {
-    const struct mail_login_config *cfg = &imap_server_context(s->server)->cfg->login;
+    const struct mail_login_config *cfg = &s->ctx->cfg->login;
     int64_t ms =
         s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
     mail_session_io_set_timeout(&s->io, ms, false);
@@ -48,7 +48,7 @@ static void process_input(struct imap_session *s);
 
 static void command_done(struct imap_session *s, const char *result)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    const struct imap_server_ctx *ctx = s->ctx;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
@@ -152,7 +152,7 @@ void imap_session_shutdown(struct imap_session *s, const char *reason)
 
 void imap_session_free(struct imap_session *s)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    const struct imap_server_ctx *ctx = s->ctx;
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
     imap_selected_close(s);
@@ -198,13 +198,12 @@ static const struct mail_session_io_ops session_ops = {
     .free = session_free,
 };
 
-void imap_session_start(struct imap_server *srv, struct bufferevent *bev, bool tls,
+void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(srv);
     struct imap_session *s = xcalloc(1, sizeof(*s));
-    s->server = srv;
-    mail_session_io_init(&s->io, ctx->listeners, bev, tls, peer, &session_ops, s);
+    s->ctx = ctx;
+    mail_session_io_init(&s->io, ctx->sessions, bev, tls, peer, &session_ops, s);
     s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->login.disable_plaintext_auth;
     /* Before login nothing needs a big literal, and the parser allocates a
      * literal when it is announced: keep strangers to small ones. */
@@ -303,7 +302,7 @@ static void process_input(struct imap_session *s)
             char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
             if (line == NULL)
                 return;
-            metric_add(imap_server_context(s->server)->m.bytes_in, (double)n + 2);
+            metric_add(s->ctx->m.bytes_in, (double)n + 2);
             imap_idle_line(s, line, n);
             free(line);
             continue;
@@ -312,13 +311,12 @@ static void process_input(struct imap_session *s)
             size_t n = 0;
             char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
             if (line == NULL) {
-                if (evbuffer_get_length(in) >
-                    (size_t)imap_server_context(s->server)->cfg->max_line_length) {
+                if (evbuffer_get_length(in) > (size_t)s->ctx->cfg->max_line_length) {
                     imap_session_shutdown(s, "Line too long.");
                 }
                 return;
             }
-            metric_add(imap_server_context(s->server)->m.bytes_in, (double)n + 2);
+            metric_add(s->ctx->m.bytes_in, (double)n + 2);
             imap_authenticate_continue(s, line, n);
             free(line);
             continue;
@@ -332,7 +330,7 @@ static void process_input(struct imap_session *s)
         size_t consumed = 0;
         enum imap_parse_result r = imap_parser_feed(s->parser, data, chunk, &consumed);
         evbuffer_drain(in, consumed);
-        metric_add(imap_server_context(s->server)->m.bytes_in, (double)consumed);
+        metric_add(s->ctx->m.bytes_in, (double)consumed);
         switch (r) {
         case IMAP_PARSE_NEED_MORE:
             if (consumed == 0)
@@ -366,7 +364,7 @@ static void session_timeout(void *arg)
 
 bool imap_session_login(struct imap_session *s, const char *username)
 {
-    const struct imap_server_ctx *ctx = imap_server_context(s->server);
+    const struct imap_server_ctx *ctx = s->ctx;
     struct mail_user *user;
     if (mail_session_io_login(&s->io, ctx->storage, username, &user) != MAIL_SESSION_LOGIN_OK)
         return false;

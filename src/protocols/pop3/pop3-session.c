@@ -232,7 +232,8 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     const struct pop3_server_ctx *ctx = pop3_server_context(srv);
     struct pop3_session *s = xcalloc(1, sizeof(*s));
     s->server = srv;
-    mail_session_io_init(&s->io, ctx->listeners, bev, tls, peer, &session_ops, s);
+    mail_session_io_init(&s->io, mail_listeners_main_set(ctx->listeners), bev, tls, peer,
+                         &session_ops, s);
     s->secured = tls || peer_is_secure(ctx, peer) || !ctx->cfg->login.disable_plaintext_auth;
     s->parser = pop3_parser_new(&ctx->limits);
     s->state = POP3_STATE_AUTHORIZATION;

@@ -1,0 +1,136 @@
+"""IMAP session loops (imap.workers): the single-loop mode (workers: 1)
+still serves and coordinates sessions; with several workers, connections
+spread over them while the per-user limit, the session gauges and the
+shutdown BYE stay process-wide, and sessions on different workers writing
+one folder at once lose nothing. Every daemon is stopped by the harness,
+which fails on a sanitizer report (the suite builds with ASan/UBSan)."""
+
+import imaplib
+import re
+import threading
+import time
+
+import pytest
+
+from test_imap_session import imap_overrides, login, connect, raw
+
+MSG = (b"From: a@example.org\r\nTo: b@example.org\r\nSubject: w\r\n"
+       b"Message-ID: <w@example.org>\r\n\r\nbody\r\n")
+
+
+def selected(d, box="INBOX"):
+    m = login(d)
+    typ, data = m.select(box)
+    assert typ == "OK", data
+    return m
+
+
+def sessions_gauge(d, state):
+    text = d.get("telemetry", "/metrics").body.decode()
+    match = re.search(r'^petrel_imap_sessions\{state="%s"\} (\S+)$' % state, text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_single_loop_sessions_see_each_other_and_idle_wakes(petreld, tmp_path):
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 1}))
+    assert "workers=1" in d.stderr()
+    a, b = selected(d), selected(d)
+    a.append("INBOX", None, None, MSG)
+    b.untagged_responses.clear()
+    b.noop()
+    assert b.untagged_responses.get("EXISTS") == [b"1"], b.untagged_responses
+    b.store("1", "+FLAGS", r"(\Deleted)")
+    b.expunge()
+    a.untagged_responses.clear()
+    a.noop()
+    assert a.untagged_responses.get("EXPUNGE") == [b"1"], a.untagged_responses
+    s, f = raw(d)
+    s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\n")
+    while not f.readline().startswith(b"b OK"):
+        pass
+    s.sendall(b"c IDLE\r\n")
+    assert f.readline().startswith(b"+ ")
+    t0 = time.monotonic()
+    a.append("INBOX", None, None, MSG)
+    assert f.readline() == b"* 1 EXISTS\r\n"
+    assert time.monotonic() - t0 < 1.0
+    d.stop()
+    assert f.readline().startswith(b"* BYE")
+    s.close()
+
+
+def test_limits_and_gauges_hold_across_workers(petreld, tmp_path):
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 3,
+                                                "max_connections_per_user": 4}))
+    assert "workers=3" in d.stderr()
+    # Turns: four logins land on three different workers.
+    sessions = [login(d) for _ in range(4)]
+    assert sessions_gauge(d, "authenticated") == 4
+    extra = connect(d)
+    with pytest.raises(imaplib.IMAP4.error, match="UNAVAILABLE"):
+        extra.login("alice", "wonderland")
+    sessions.pop().logout()
+    extra.login("alice", "wonderland")
+    sessions.append(extra)
+    for m in sessions:
+        m.logout()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (sessions_gauge(d, "authenticated") != 0 or
+                                           sessions_gauge(d, "not_authenticated") != 0):
+        time.sleep(0.05)
+    assert sessions_gauge(d, "authenticated") == 0
+    assert sessions_gauge(d, "not_authenticated") == 0
+
+
+def test_writers_on_every_worker_lose_nothing(petreld, tmp_path):
+    workers, per_worker, appends = 3, 2, 25
+    d = petreld(imap_overrides(tmp_path, extra={"workers": workers}))
+    clients = [selected(d) for _ in range(workers * per_worker)]
+    uids, errors = [], []
+
+    def write(m, n):
+        try:
+            for i in range(appends):
+                typ, data = m.append("INBOX", None, None,
+                                     MSG.replace(b"body", b"body %d-%d" % (n, i)))
+                assert typ == "OK", data
+                uids.append(int(re.search(rb"APPENDUID \d+ (\d+)", data[0]).group(1)))
+                typ, data = m.uid("STORE", str(uids[-1]), "+FLAGS", r"(\Flagged)")
+                assert typ == "OK", data
+                m.noop()
+        except Exception as e:  # reported below, with the thread's own message
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=write, args=(m, n)) for n, m in enumerate(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    total = workers * per_worker * appends
+    assert sorted(uids) == list(range(1, total + 1))
+    for m in clients:
+        typ, data = m.noop()
+        typ, data = m.uid("SEARCH", None, "FLAGGED")
+        assert len(data[0].split()) == total
+        typ, data = m.status("INBOX", "(MESSAGES)")
+        assert b"MESSAGES %d" % total in data[0]
+        m.logout()
+
+
+def test_shutdown_says_bye_on_every_worker(petreld, tmp_path):
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 3}))
+    conns = []
+    for i in range(6):
+        s, f = raw(d)
+        if i % 2 == 0:  # some idling, some just logged in
+            s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\n")
+            while not f.readline().startswith(b"b OK"):
+                pass
+            s.sendall(b"c IDLE\r\n")
+            assert f.readline().startswith(b"+ ")
+        conns.append((s, f))
+    d.stop()
+    for s, f in conns:
+        assert f.readline().startswith(b"* BYE")
+        s.close()
