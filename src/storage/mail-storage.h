@@ -339,6 +339,17 @@ struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool na
 void mailbox_watch_hub_free(struct mailbox_watch_hub *hub);
 struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
                                         void (*fn)(void *ctx), void *ctx, struct petrel_error *err);
+/* The same with inotify only: NULL when the folder cannot be watched that
+ * way (no inotify, a limit reached), instead of a polling watch. */
+struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, struct mailbox *box,
+                                               void (*fn)(void *ctx), void *ctx);
+/* Whether the folder may have changed since the previous call (the first
+ * call, and every call once a watched directory is gone, say yes; a
+ * polling watch always says yes), and forgets the answer. The hub's queued
+ * events are read first, so a change whose writer has returned from its
+ * system call (another session's, another process's) is never missed: a
+ * "no" means a view sync would find nothing new. Does not run callbacks. */
+bool mailbox_watch_take_changed(struct mailbox_watch *watch);
 /* Whether the watch uses inotify (false: polling). */
 bool mailbox_watch_is_native(const struct mailbox_watch *watch);
 void mailbox_watch_free(struct mailbox_watch *watch);

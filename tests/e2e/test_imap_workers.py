@@ -134,3 +134,40 @@ def test_shutdown_says_bye_on_every_worker(petreld, tmp_path):
     for s, f in conns:
         assert f.readline().startswith(b"* BYE")
         s.close()
+
+
+def test_watched_folder_sees_other_programs_changes(petreld, tmp_path):
+    """A selected folder is watched (inotify) so a command syncs only after a
+    change: a file another program drops into new/, a flag rename in cur/
+    by another Maildir client, and the folder deleted and re-created must
+    all still show up at the next NOOP."""
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 2}))
+    m = selected(d)
+    maildir = tmp_path / "mail" / "alice" / "Maildir"
+    (maildir / "tmp" / "1700000000.P1Q1.ext").write_bytes(MSG)
+    (maildir / "tmp" / "1700000000.P1Q1.ext").rename(maildir / "new" / "1700000000.P1Q1.ext")
+    m.untagged_responses.clear()
+    m.noop()
+    assert m.untagged_responses.get("EXISTS") == [b"1"], m.untagged_responses
+    m.noop()  # nothing new: nothing reported
+    assert m.untagged_responses.get("EXISTS") == [b"1"], m.untagged_responses
+    (cur,) = list((maildir / "cur").iterdir())
+    base = cur.name.split(":2,")[0]
+    cur.rename(maildir / "cur" / (base + ":2,F"))
+    m.untagged_responses.clear()
+    m.noop()
+    fetches = m.untagged_responses.get("FETCH", [])
+    assert any(b"\\Flagged" in f for f in fetches), m.untagged_responses
+    # Another session replaces the folder: the old one's UIDs are void.
+    other = login(d)
+    assert other.create("Work")[0] == "OK"
+    w = selected(d, "Work")
+    other.delete("Work")
+    other.create("Work")
+    other.append("Work", None, None, MSG)
+    w.untagged_responses.clear()
+    typ, data = w.noop()
+    assert b"CLOSED" in b" ".join(x for x in w.untagged_responses.get("OK", []) if x), \
+        w.untagged_responses
+    for c in (m, other, w):
+        c.logout()

@@ -648,6 +648,76 @@ static void test_watch(void **state)
     mailbox_close(box);
 }
 
+/* A selected folder's watch answers "changed?" for every command: it must
+ * say yes at first, after another process's append (with no loop pass in
+ * between: the queue is read on the question), after a folder the watch
+ * sees is gone, and no otherwise. */
+static void test_watch_take_changed(void **state)
+{
+    struct fixture *f = *state;
+    struct mailbox *box = open_box(f, "INBOX");
+    append(box, crlf_msg, 0, NULL);
+    struct event_base *base = event_base_new();
+    struct mailbox_watch_hub *hub = mailbox_watch_hub_new(base, true);
+    struct mailbox_watch *w = mailbox_watch_new_native(hub, box, NULL, NULL);
+    assert_non_null(w);
+    assert_true(mailbox_watch_take_changed(w)); /* nothing known yet */
+    assert_false(mailbox_watch_take_changed(w));
+    struct petrel_error err;
+    assert_true(mailbox_cache_store(box, 1, "envelope", "x", 1, &err));
+    assert_false(mailbox_watch_take_changed(w)); /* the cache is not the folder */
+    run_child(f, child_append);
+    assert_true(mailbox_watch_take_changed(w));
+    assert_false(mailbox_watch_take_changed(w));
+    append(box, lf_msg, 0, NULL); /* our own change counts too */
+    assert_true(mailbox_watch_take_changed(w));
+    mailbox_watch_free(w);
+
+    /* A watch on a folder that goes away keeps saying yes. */
+    assert_true(mail_folder_create(f->user, f->ns, "Gone", &err));
+    struct mailbox *gone = open_box(f, "Gone");
+    w = mailbox_watch_new_native(hub, gone, NULL, NULL);
+    assert_non_null(w);
+    assert_true(mailbox_watch_take_changed(w));
+    assert_false(mailbox_watch_take_changed(w));
+    mailbox_close(gone);
+    assert_true(mail_folder_delete(f->user, f->ns, "Gone", &err));
+    assert_true(mailbox_watch_take_changed(w));
+    assert_true(mailbox_watch_take_changed(w));
+    mailbox_watch_free(w);
+
+    /* Without inotify there is no native watch (and nothing to ask). */
+    struct mailbox_watch_hub *polling = mailbox_watch_hub_new(base, false);
+    assert_null(mailbox_watch_new_native(polling, box, NULL, NULL));
+    mailbox_watch_hub_free(polling);
+    mailbox_watch_hub_free(hub);
+    event_base_free(base);
+    mailbox_close(box);
+}
+
+/* A folder deleted and created again in the same second gets a greater
+ * UIDVALIDITY (RFC 3501 2.3.1.1), or clients keep the old folder's cache. */
+static void test_recreated_folder_gets_greater_uidvalidity(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    uint32_t last = 0;
+    for (int i = 0; i < 5; i++) {
+        assert_true(mail_folder_create(f->user, f->ns, "Again", &err));
+        struct mailbox *box = open_box(f, "Again");
+        struct mailbox_view *view = mailbox_view_new(box, &err);
+        assert_non_null(view);
+        struct mailbox_view_status st;
+        mailbox_view_get_status(view, &st);
+        assert_true(st.uid_validity > last);
+        assert_true(st.uid_validity + 5 >= (uint32_t)time(NULL)); /* still about the time */
+        last = st.uid_validity;
+        mailbox_view_free(view);
+        mailbox_close(box);
+        assert_true(mail_folder_delete(f->user, f->ns, "Again", &err));
+    }
+}
+
 /* ---------- cache ---------- */
 
 static void test_cache(void **state)
@@ -736,6 +806,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_move, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_take_changed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recreated_folder_gets_greater_uidvalidity, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_ref_survives_eviction, setup, teardown),
     };

@@ -72,6 +72,8 @@ static void send_flags_lists(struct imap_session *s)
     buf_free(&line);
 }
 
+static void idle_changed(void *ctx);
+
 void imap_selected_close(struct imap_session *s)
 {
     if (s->watch != NULL)
@@ -91,6 +93,10 @@ void imap_selected_close(struct imap_session *s)
 void imap_selected_sync(struct imap_session *s)
 {
     if (s->view == NULL)
+        return;
+    /* Four stats and an index check per command, or one read of the
+     * loop's inotify queue when the folder is watched. */
+    if (s->watch != NULL && !mailbox_watch_take_changed(s->watch))
         return;
     struct mailbox_view_changes ch;
     struct petrel_error err;
@@ -175,7 +181,9 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     s->view = view;
     s->readonly = readonly;
     s->state = IMAP_STATE_SELECTED;
-    s->watch = NULL;
+    /* Watched from now on, so commands sync only after a change (NULL
+     * without inotify: every command syncs, and IDLE polls). */
+    s->watch = mailbox_watch_new_native(s->ctx->watches, box, idle_changed, s);
     struct mailbox_view_status st;
     mailbox_view_get_status(view, &st);
     send_flags_lists(s);
@@ -269,8 +277,7 @@ static void cmd_idle(struct imap_session *s, const struct imap_command *cmd)
     (void)cmd;
     if (s->box != NULL && s->watch == NULL) {
         struct petrel_error err;
-        s->watch = mailbox_watch_new(s->ctx->watches, s->box, idle_changed,
-                                     s, &err);
+        s->watch = mailbox_watch_new(s->ctx->watches, s->box, idle_changed, s, &err);
         if (s->watch == NULL)
             log_warn(IMAP_COMPONENT, "no change watch for IDLE", "session=%s error=\"%s\"",
                      s->io.id, err.message);

@@ -920,7 +920,7 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
     /* Identity: from an existing dovecot-uidlist (a Dovecot maildir moving
      * in) or new. */
     uint8_t guid[16];
-    uint32_t uid_validity = (uint32_t)time(NULL);
+    uint32_t uid_validity = 0;
     struct uidlist ul;
     memset(&ul, 0, sizeof(ul));
     struct petrel_error uerr;
@@ -933,6 +933,7 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
         uidlist_free(&ul);
     } else {
         RAND_bytes(guid, sizeof(guid));
+        uid_validity = maildir_uid_validity_next(box);
     }
     const struct fileindex_settings *set = &box->user->storage->index_settings;
     if (!fileindex_create(box->dir, guid, uid_validity, set, err) && err->code != PETREL_ERR_EXISTS)

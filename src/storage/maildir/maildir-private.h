@@ -71,6 +71,10 @@ bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *n
 bool maildir_is_inbox(const struct namespace_config *ns, const char *name);
 /* Creates cur/new/tmp (and maildirfolder unless `is_root`) under dir. */
 bool maildir_make_dirs(const char *dir, bool is_root, struct petrel_error *err);
+/* A UIDVALIDITY for a new folder of box's namespace: the time, or one
+ * above the last value handed out there when that is not below it
+ * (maildir-uidvalidity.c). */
+uint32_t maildir_uid_validity_next(struct mailbox *box);
 /* Creates the folder's index (identity from an existing dovecot-uidlist when
  * there is one) and syncs it with the files on disk. */
 bool maildir_index_init(struct mailbox *box, struct petrel_error *err);

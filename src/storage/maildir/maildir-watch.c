@@ -82,6 +82,8 @@ struct mailbox_watch {
     int wds[WATCH_TARGETS]; /* new/, cur/, folder; -1 when not held */
     struct event *timer;    /* coalescing (inotify) or the poll interval */
     bool armed;             /* coalescing timer pending */
+    bool changed;           /* an event since mailbox_watch_take_changed() */
+    bool lost;              /* a watched directory went: every question says "changed" */
     struct poll_sig sig;
 };
 
@@ -165,15 +167,18 @@ static void arm(struct mailbox_watch *w)
     w->armed = true;
 }
 
-/* Arms the coalescing timer of every watch holding `wd` (all of them on
- * a queue overflow). Callbacks run later, from the timers, so a callback
- * freeing watches never meets this loop. */
-static void dispatch(struct mailbox_watch_hub *hub, int wd, bool all)
+/* Marks and arms the coalescing timer of every watch holding `wd` (all of
+ * them on a queue overflow); `gone`: the kernel dropped `wd` with its
+ * directory, so those watches hear nothing more. Callbacks run later, from
+ * the timers, so a callback freeing watches never meets this loop. */
+static void dispatch(struct mailbox_watch_hub *hub, int wd, bool all, bool gone)
 {
     for (size_t i = 0; i < hub->watch_count; i++) {
         struct mailbox_watch *w = hub->watches[i];
         for (size_t k = 0; k < WATCH_TARGETS; k++) {
             if (all || w->wds[k] == wd) {
+                w->changed = true;
+                w->lost = w->lost || gone;
                 arm(w);
                 break;
             }
@@ -181,9 +186,9 @@ static void dispatch(struct mailbox_watch_hub *hub, int wd, bool all)
     }
 }
 
-static void on_inotify(evutil_socket_t fd, short what, void *arg)
+/* Reads every queued event (non-blocking) and dispatches it. */
+static void drain(struct mailbox_watch_hub *hub)
 {
-    struct mailbox_watch_hub *hub = arg;
     char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
         ssize_t r = read(hub->fd, events, sizeof(events));
@@ -195,19 +200,27 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
             if (ev->mask & IN_Q_OVERFLOW) {
-                dispatch(hub, -1, true);
+                dispatch(hub, -1, true, false);
                 continue;
             }
             struct hub_target *t = find_target(hub, ev->wd);
             if (t == NULL)
                 continue;
             bool folder = t->folder;
-            if (ev->mask & IN_IGNORED)
+            bool gone = (ev->mask & IN_IGNORED) != 0;
+            if (gone)
                 t->wd = -1; /* gone with its directory; never removed again */
-            if (relevant(folder, ev))
-                dispatch(hub, ev->wd, false);
+            if (gone || relevant(folder, ev))
+                dispatch(hub, ev->wd, false, gone);
         }
     }
+}
+
+static void on_inotify(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    drain(arg);
 }
 
 /* A counted hold on the hub's watch of `path`; -1 when it cannot be added. */
@@ -309,20 +322,50 @@ void mailbox_watch_hub_free(struct mailbox_watch_hub *hub)
     free(hub);
 }
 
-struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
-                                        void (*fn)(void *ctx), void *ctx, struct petrel_error *err)
+static struct mailbox_watch *watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
+                                       void (*fn)(void *ctx), void *ctx)
 {
     struct mailbox_watch *w = xcalloc(1, sizeof(*w));
     w->hub = hub;
     w->dir = xstrdup(box->dir);
     w->fn = fn;
     w->ctx = ctx;
+    w->changed = true; /* nothing is known yet */
     for (size_t k = 0; k < WATCH_TARGETS; k++)
         w->wds[k] = -1;
     hub->watches =
         xgrow(hub->watches, &hub->watch_cap, hub->watch_count + 1, sizeof(*hub->watches));
     hub->watches[hub->watch_count++] = w;
     w->native = start_inotify(w);
+    return w;
+}
+
+struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, struct mailbox *box,
+                                               void (*fn)(void *ctx), void *ctx)
+{
+    struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
+    if (w->native)
+        return w;
+    mailbox_watch_free(w);
+    return NULL;
+}
+
+bool mailbox_watch_take_changed(struct mailbox_watch *watch)
+{
+    if (!watch->native)
+        return true;
+    /* Events are queued by the writer's own system call: whatever another
+     * session finished before this question is in the queue now. */
+    drain(watch->hub);
+    bool changed = watch->changed || watch->lost;
+    watch->changed = false;
+    return changed;
+}
+
+struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
+                                        void (*fn)(void *ctx), void *ctx, struct petrel_error *err)
+{
+    struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
     if (w->native)
         return w;
     take_sig(w, &w->sig);
