@@ -171,3 +171,49 @@ def test_watched_folder_sees_other_programs_changes(petreld, tmp_path):
         w.untagged_responses
     for c in (m, other, w):
         c.logout()
+
+
+def uidvalidity(m):
+    return int(m.untagged_responses["UIDVALIDITY"][-1])
+
+
+def test_reselect_of_the_same_folder_sees_everything(petreld, tmp_path):
+    """SELECT of the folder already selected reuses its open handle: what
+    others did meanwhile (another session's append and flags, a file
+    another program dropped into new/, the folder replaced) must all be in
+    the new selection exactly as a fresh open would show it."""
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 2}))
+    a, other = selected(d), login(d)
+    a.append("INBOX", None, None, MSG)
+    other.append("INBOX", r"(\Flagged)", None, MSG)
+    maildir = tmp_path / "mail" / "alice" / "Maildir"
+    (maildir / "tmp" / "1700000001.P2Q2.ext").write_bytes(MSG)
+    (maildir / "tmp" / "1700000001.P2Q2.ext").rename(maildir / "new" / "1700000001.P2Q2.ext:2,S")
+    first = uidvalidity(a)
+    a.untagged_responses.clear()
+    typ, data = a.select("INBOX")
+    assert typ == "OK" and data == [b"3"], (typ, data)
+    assert uidvalidity(a) == first
+    typ, data = a.fetch("1:*", "(UID FLAGS)")
+    assert len(data) == 3 and b"\\Flagged" in data[1] and b"\\Seen" in data[2], data
+    assert other.create("Work")[0] == "OK"
+    other.append("Work", None, None, MSG)
+    a.select("Work")
+    old = uidvalidity(a)
+    other.delete("Work")
+    other.create("Work")
+    for _ in range(2):
+        other.append("Work", None, None, MSG)
+    a.untagged_responses.clear()
+    typ, data = a.select("Work")
+    assert typ == "OK" and data == [b"2"], (typ, data)
+    assert uidvalidity(a) > old
+    typ, data = a.uid("FETCH", "1:*", "(UID)")
+    assert [re.search(rb"UID (\d+)", x).group(1) for x in data] == [b"1", b"2"], data
+    # EXAMINE of the same folder: read-only from the same handle.
+    typ, data = a.select("Work", readonly=True)
+    assert typ == "OK" and data == [b"2"]
+    typ, data = a.store("1", "+FLAGS", r"(\Seen)")
+    assert typ == "NO", (typ, data)
+    for c in (a, other):
+        c.logout()

@@ -158,20 +158,44 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         }
         s->condstore = true;
     }
-    /* RFC 3501: a failed SELECT leaves no mailbox selected either. */
+    /* RFC 3501: a failed SELECT leaves no mailbox selected either. The
+     * folder's handle is kept aside: selecting the same folder again (what
+     * clients do to refresh) reuses it, synced as an open would, instead of
+     * reading the whole index again. */
     bool was_selected = s->box != NULL;
+    struct mailbox *previous = s->box;
+    /* freed after the new watch holds the same directories */
+    struct mailbox_watch *previous_watch = s->watch;
+    s->box = NULL;
+    s->watch = NULL;
     imap_selected_close(s);
     if (was_selected)
         imap_send(s, "* OK [CLOSED] Previous mailbox closed.");
     const struct namespace_config *ns;
     char *name;
-    if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
+    if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name)) {
+        mailbox_watch_free(previous_watch);
+        if (previous != NULL)
+            mailbox_close(previous);
         return;
+    }
     struct petrel_error err;
-    struct mailbox *box = mailbox_open(s->user, ns, name, &err);
+    struct mailbox *box = NULL;
+    if (previous != NULL && mailbox_is(previous, ns, name)) {
+        box = previous;
+        if (!mailbox_sync(box, &err)) {
+            mailbox_close(box);
+            box = NULL;
+        }
+    } else {
+        if (previous != NULL)
+            mailbox_close(previous);
+        box = mailbox_open(s->user, ns, name, &err);
+    }
     struct mailbox_view *view = box != NULL ? mailbox_view_new(box, &err) : NULL;
     free(name);
     if (view == NULL) {
+        mailbox_watch_free(previous_watch);
         if (box != NULL)
             mailbox_close(box);
         imap_reply_storage_error(s, &err);
@@ -184,6 +208,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     /* Watched from now on, so commands sync only after a change (NULL
      * without inotify: every command syncs, and IDLE polls). */
     s->watch = mailbox_watch_new_native(s->ctx->watches, box, idle_changed, s);
+    mailbox_watch_free(previous_watch);
     struct mailbox_view_status st;
     mailbox_view_get_status(view, &st);
     send_flags_lists(s);
