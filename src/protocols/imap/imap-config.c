@@ -7,6 +7,9 @@
 
 #define IMAP_MAX_WORKERS 64
 #define IMAP_AUTO_WORKERS_PER_CPU 4
+/* Each loop holds an inotify instance, and the kernel's default is 128 per
+ * user for every process of that user. */
+#define IMAP_AUTO_WORKERS_MAX 32
 
 static const struct mail_login_section imap_section = {
     .name = "imap",
@@ -33,7 +36,7 @@ unsigned imap_config_workers(const struct imap_config *cfg)
     if (cpus < 1)
         cpus = 1;
     long n = cpus * IMAP_AUTO_WORKERS_PER_CPU;
-    return (unsigned)(n > IMAP_MAX_WORKERS ? IMAP_MAX_WORKERS : n);
+    return (unsigned)(n > IMAP_AUTO_WORKERS_MAX ? IMAP_AUTO_WORKERS_MAX : n);
 }
 
 void imap_config_free(struct imap_config *cfg)

@@ -26,7 +26,7 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                       struct imap_config *cfg);
 void imap_config_free(struct imap_config *cfg);
 /* The session loops to run: `workers`, or with 0 (auto) four per online CPU
- * (a loop waiting in fsync leaves the CPU to the others), at most 64. */
+ * (a loop waiting in fsync leaves the CPU to the others), at most 32. */
 unsigned imap_config_workers(const struct imap_config *cfg);
 void imap_config_print(const struct imap_config *cfg, FILE *out);
 
