@@ -8,6 +8,7 @@
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <stdio.h>
@@ -15,23 +16,67 @@
 #include <time.h>
 
 #define MAIL_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
+/* Writes at least this long go to the bufferevent at once (after what is
+ * held back): copying a big FETCH into the hold buffer buys nothing. */
+#define MAIL_CORK_MAX_WRITE (16u * 1024)
+/* A hold buffer grown past this is freed after use, not kept per session. */
+#define MAIL_CORK_KEEP (4u * 1024)
 
 /* Bytes still queued anywhere below the session: a TLS filter hands its
  * output to the socket bufferevent underneath, which must drain too. */
 static size_t output_pending(const struct mail_session_io *io)
 {
-    size_t n = evbuffer_get_length(bufferevent_get_output(io->bev));
+    size_t n = io->cork.len + evbuffer_get_length(bufferevent_get_output(io->bev));
     struct bufferevent *under = bufferevent_get_underlying(io->bev);
     if (under != NULL)
         n += evbuffer_get_length(bufferevent_get_output(under));
     return n;
 }
 
+/* Hands what was held back to the bufferevent (`direct`: first try the
+ * socket itself, when the connection is plain and nothing is queued). */
+static void uncork(struct mail_session_io *io, bool direct)
+{
+    if (io->cork.len == 0)
+        return;
+    const char *p = io->cork.data;
+    size_t left = io->cork.len;
+    if (direct && !io->tls && evbuffer_get_length(bufferevent_get_output(io->bev)) == 0) {
+        ssize_t n;
+        do
+            n = send(bufferevent_getfd(io->bev), p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        /* An error is the bufferevent's to find and report. */
+        if (n > 0) {
+            p += n;
+            left -= (size_t)n;
+        }
+    }
+    if (left > 0)
+        bufferevent_write(io->bev, p, left);
+    if (io->cork.cap > MAIL_CORK_KEEP)
+        buf_free(&io->cork);
+    else
+        buf_reset(&io->cork);
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct mail_session_io *io = arg;
+    if (io->ops->drained != NULL) {
+        io->ops->input(io->owner);
+        return;
+    }
+    bool alive = true;
+    io->alive = &alive;
+    io->corked = true;
     io->ops->input(io->owner);
+    if (!alive)
+        return; /* the session freed itself */
+    io->alive = NULL;
+    io->corked = false;
+    uncork(io, true);
 }
 
 static void write_cb(struct bufferevent *bev, void *arg)
@@ -116,7 +161,12 @@ void mail_session_io_write(struct mail_session_io *io, const void *data, size_t 
 {
     if (len == 0)
         return;
-    bufferevent_write(io->bev, data, len);
+    if (io->corked && len < MAIL_CORK_MAX_WRITE) {
+        buf_append(&io->cork, data, len);
+    } else {
+        uncork(io, false); /* keeps the order */
+        bufferevent_write(io->bev, data, len);
+    }
     metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
 }
 
@@ -133,6 +183,7 @@ void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, con
 
 bool mail_session_io_starttls(struct mail_session_io *io)
 {
+    uncork(io, false); /* the go-ahead leaves in clear text */
     struct evbuffer *in = bufferevent_get_input(io->bev);
     evbuffer_drain(in, evbuffer_get_length(in));
     SSL *ssl = SSL_new(mail_listeners_tls(io->listeners));
@@ -171,9 +222,10 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
     io->closing = true;
     bufferevent_disable(io->bev, EV_READ);
     /* The write callback frees the session once the output has left; with
-     * nothing queued (or under TLS, where the socket below drains later) a
+     * nothing queued (or under TLS, where the socket below drains later, or
+     * with replies held back, which may leave without the bufferevent) a
      * timer does it, so callers up the stack never touch a freed session. */
-    if (io->close_ev == NULL && (io->tls || output_pending(io) == 0)) {
+    if (io->close_ev == NULL && (io->tls || io->corked || output_pending(io) == 0)) {
         io->close_ev = evtimer_new(mail_session_set_base(io->set), deferred_free_cb, io);
         struct timeval now = {0, 0};
         evtimer_add(io->close_ev, &now);
@@ -222,6 +274,10 @@ void mail_session_io_register(struct mail_session_io *io, struct warden_client *
 
 void mail_session_io_free(struct mail_session_io *io)
 {
+    if (io->alive != NULL)
+        *io->alive = false;
+    io->alive = NULL;
+    buf_free(&io->cork);
     warden_client_session_disconnect(io->warden);
     io->warden = NULL;
     mail_session_io_login_cancel(io);

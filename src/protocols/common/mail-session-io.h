@@ -15,10 +15,17 @@
  *   ops->free()               the owner frees itself and calls
  *   mail_session_io_free()    last, which frees the bufferevent.
  * The callbacks run from the loop only, never inside a call into this
- * module, so the session may free itself in them. */
+ * module, so the session may free itself in them.
+ *
+ * For an owner without ops->drained, what it writes while handling input
+ * is held back until ops->input returns and then sent with one system
+ * call, directly on the socket when nothing is queued and the connection
+ * is plain (replies of one command mostly fit; larger writes and whatever
+ * the socket does not take go through the bufferevent as before). */
 #ifndef PETREL_PROTOCOLS_COMMON_MAIL_SESSION_IO_H
 #define PETREL_PROTOCOLS_COMMON_MAIL_SESSION_IO_H
 
+#include "core/buf.h"
 #include "protocols/common/mail-listeners.h"
 #include "services/warden/warden-client.h"
 #include "storage/mail-storage.h"
@@ -74,6 +81,12 @@ struct mail_session_io {
     int64_t timeout_ms;
     bool timeout_on_output;
     struct warden_client_session *warden;
+    /* Replies written while ops->input runs (owners without ops->drained)
+     * wait here and leave in one send at its end, straight to the socket
+     * when nothing else is queued: no write event to arm and disarm. */
+    struct buf cork;
+    bool corked;
+    bool *alive; /* while ops->input runs: cleared if the session is freed */
 };
 
 /* Takes `bev` (from the listener set's accept callback, on the loop of
