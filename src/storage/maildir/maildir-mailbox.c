@@ -8,6 +8,7 @@
  * wins). dovecot-uidlist is kept in step for Dovecot interoperability. */
 #include "storage/maildir/maildir-private.h"
 
+#include "core/fs-journal.h"
 #include "core/fs-util.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
@@ -22,9 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <stdarg.h>
 #include <sys/time.h>
 #include <time.h>
@@ -1197,7 +1196,8 @@ static uint64_t virtual_size(const char *data, size_t len)
  * flush every fsync ends with (~3 ms on this project's virtual disks, the
  * same for a 100-byte and a 4 KB write), so an append issues one:
  *   - On a journaling file system that commits metadata in order with a
- *     cache flush (ext4, XFS: APPEND_SYNC_JOURNAL), the message bytes are
+ *     cache flush (XFS, ext3/ext4 with an active journal:
+ *     APPEND_SYNC_JOURNAL; fs_metadata_journaled()), the message bytes are
  *     written out first (sync_file_range, which waits for the write but
  *     does not flush), then under the folder lock come the link into cur/,
  *     the dovecot-uidlist line (written out likewise) and the index
@@ -1205,7 +1205,8 @@ static uint64_t virtual_size(const char *data, size_t len)
  *     the link, the new file's blocks and both appends durable, and its
  *     cache flush the data written before it. When mailbox_append returns,
  *     everything it changed is on stable storage.
- *   - Anywhere else (APPEND_SYNC_EACH) every object is fsynced after its
+ *   - Anywhere else (APPEND_SYNC_EACH; ext4 made without a journal too)
+ *     every object is fsynced after its
  *     change: the file before it is linked, cur/, the uidlist, the index.
  * Failing before the index commit takes the file back out of cur/: nothing
  * stays behind that was reported as not saved. */
@@ -1222,11 +1223,12 @@ static enum append_sync append_sync_mode(struct mailbox *box)
 {
     if (!fsync_enabled(box))
         return APPEND_SYNC_NONE;
-    struct statfs sf;
-    if (statfs(box->dir, &sf) == 0 &&
-        (sf.f_type == EXT4_SUPER_MAGIC || sf.f_type == XFS_SUPER_MAGIC))
-        return APPEND_SYNC_JOURNAL;
-    return APPEND_SYNC_EACH;
+    /* Asked once per handle: the folder does not change file systems. An
+     * ext4 without a journal (or one that cannot be told) gets the fsync of
+     * every object, or a power loss could lose an acknowledged message. */
+    if (box->journaled == 0)
+        box->journaled = fs_metadata_journaled(box->dir) ? 1 : -1;
+    return box->journaled > 0 ? APPEND_SYNC_JOURNAL : APPEND_SYNC_EACH;
 }
 
 /* Starts the write-out of what is cached for `fd` and waits for it, without

@@ -61,6 +61,7 @@ struct mailbox {
         unsigned long long ino;
     } stamp_seen;
     struct buf path; /* scratch for file paths */
+    int journaled;   /* the folder's file system journals metadata: 1, 0 unknown, -1 no */
 };
 
 /* The folder's directory: the namespace root for INBOX, else root/.L1.L2
