@@ -10,6 +10,7 @@
  *     extensions, next UID, size read);
  *   - when it says no, the list must be exactly as it was. */
 #include "storage/maildir/maildir-uidlist.h"
+#include "uidlist-same.h"
 
 #include <assert.h>
 #include <fcntl.h>
@@ -23,18 +24,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void assert_same(const struct uidlist *a, const struct uidlist *b)
 {
-    assert(a->uid_validity == b->uid_validity);
-    assert(a->next_uid == b->next_uid);
-    assert(a->has_guid == b->has_guid);
-    assert(memcmp(a->guid, b->guid, sizeof(a->guid)) == 0);
-    assert(strcmp(a->extra_header, b->extra_header) == 0);
-    assert(a->count == b->count);
+    uidlist_assert_same(a, b);
     assert(a->file_size == b->file_size);
-    for (size_t i = 0; i < a->count; i++) {
-        assert(a->entries[i].uid == b->entries[i].uid);
-        assert(strcmp(a->entries[i].base, b->entries[i].base) == 0);
-        assert(strcmp(a->entries[i].extensions, b->entries[i].extensions) == 0);
-    }
 }
 
 /* One file for the whole run, rewritten in place (its inode stays), and

@@ -7,6 +7,7 @@
  *   it formats (with a GUID stamped when it had none), the text parses back
  *   to the same list, and formatting that gives the same bytes again. */
 #include "storage/maildir/maildir-uidlist.h"
+#include "uidlist-same.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -15,21 +16,6 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void assert_same(const struct uidlist *a, const struct uidlist *b)
-{
-    assert(a->uid_validity == b->uid_validity);
-    assert(a->next_uid == b->next_uid);
-    assert(a->has_guid == b->has_guid);
-    assert(memcmp(a->guid, b->guid, sizeof(a->guid)) == 0);
-    assert(strcmp(a->extra_header, b->extra_header) == 0);
-    assert(a->count == b->count);
-    for (size_t i = 0; i < a->count; i++) {
-        assert(a->entries[i].uid == b->entries[i].uid);
-        assert(strcmp(a->entries[i].base, b->entries[i].base) == 0);
-        assert(strcmp(a->entries[i].extensions, b->entries[i].extensions) == 0);
-    }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -72,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     assert(back.file_size == text.len);
-    assert_same(&ul, &back);
+    uidlist_assert_same(&ul, &back);
     struct buf again = {0};
     assert(uidlist_format(&back, &again, &err));
     assert(again.len == text.len && memcmp(again.data, text.data, text.len) == 0);

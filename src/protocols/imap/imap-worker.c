@@ -140,13 +140,14 @@ struct imap_worker *imap_worker_start(const struct imap_server_ctx *shared,
     pthread_mutex_init(&w->lock, NULL);
     w->index = index;
     w->wake_fd = -1;
-    w->ctx = *shared;
-    w->ctx.base = NULL;
-    w->ctx.storage = NULL;
-    w->ctx.auth = NULL;
-    w->ctx.warden = NULL;
-    w->ctx.watches = NULL;
-    w->ctx.sessions = NULL;
+    /* The shared parts only; the rest is this worker's own. */
+    w->ctx = (struct imap_server_ctx){
+        .cfg = shared->cfg,
+        .listeners = shared->listeners,
+        .tls = shared->tls,
+        .limits = shared->limits,
+        .m = shared->m,
+    };
     w->ctx.base = event_base_new();
     if (w->ctx.base == NULL) {
         petrel_error_set(err, PETREL_ERR_IO, "imap: worker %u: cannot create an event loop", index);
