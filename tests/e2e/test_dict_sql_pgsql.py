@@ -356,8 +356,15 @@ def test_lookups_answer_while_iterations_hold_connections(pgdict):
     streams = [stream(pd.daemon, {"path": "shared/big/", "flags": 0}) for _ in range(3)]
     for _, resp in streams:
         assert json.loads(resp.readline())["key"].startswith("shared/big/")
-    held = int(pd.sql(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{pd.db}' AND "
-                      "application_name = 'petrel' AND state = 'idle in transaction'"))
+    # A backend still sending its first batch shows as 'active' for a moment
+    # after the client has the first row: wait for all three to settle.
+    deadline = time.monotonic() + 10
+    while True:
+        held = int(pd.sql(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{pd.db}' AND "
+                          "application_name = 'petrel' AND state = 'idle in transaction'"))
+        if held == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert held == 3, held
     t0 = time.monotonic()
     for _ in range(20):
