@@ -35,6 +35,9 @@
 #        BENCH_NO_BUILD=1  BENCH_KEEP=1 (keep the work directory)
 #        BENCH_PERF=1 (perf record -g the imap petreld during the load run;
 #                      report in the work directory, implies BENCH_KEEP)
+#        BENCH_STRACE=1 (strace -c -f the imap petreld during the load run and
+#                      print system calls per command; strace slows petreld,
+#                      so the rates of that run are not comparable)
 #        BENCH_MIX="noop=1,headers=2" (replaces the command mix; names: noop
 #                      headers body seen unseen flags append expunge idle select)
 #        BENCH_NICE=-10 (root: run in a session of its own whose scheduler
@@ -194,6 +197,12 @@ for sc in "${SCENARIOS[@]}"; do
         perf record -g -o "$work/perf.data" -p "$imap_pid" 2>"$work/perf.log" &
         perf_pid=$!
       fi
+      strace_pid=""
+      if [ -n "${BENCH_STRACE:-}" ]; then
+        strace -c -f -o "$work/strace.txt" -p "$imap_pid" 2>/dev/null &
+        strace_pid=$!
+        sleep 0.5
+      fi
       t0="$(cpu_ticks "$imap_pid")"
       a0="$(cpu_ticks "$auth_pid")"
       if out="$(client load "$ADDR" "$work/load.users" "$MESSAGES" "$DURATION" "$CLIENTS")"; then
@@ -213,6 +222,14 @@ for sc in "${SCENARIOS[@]}"; do
         echo "perf report: $work/perf.txt"
       fi
       cmds="$(sed -n 's/.* commands=\([0-9]*\) .*/\1/p' <<<"$out")"
+      if [ -n "$strace_pid" ]; then
+        kill -INT "$strace_pid"
+        wait "$strace_pid" || true
+        awk -v n="${cmds:-0}" 'n > 0 && $NF != "total" && $4 ~ /^[0-9]+$/ {
+            if ($4 / n >= 0.005) printf "  %-16s %7.2f per command\n", $NF, $4 / n }
+          n > 0 && $NF == "total" { printf "  %-16s %7.2f per command\n", "all", $4 / n }' \
+          "$work/strace.txt" | sort -k2 -rn | head -25
+      fi
       hz="$(getconf CLK_TCK)"
       awk -v t="$((t1 - t0))" -v a="$((a1 - a0))" -v hz="$hz" -v n="${cmds:-0}" -v d="$DURATION" \
         'BEGIN { printf "petreld imap CPU %.1f s (%.0f %% of one core), %.1f us per command; auth CPU %.2f s\n",

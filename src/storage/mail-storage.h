@@ -36,6 +36,11 @@ struct mailbox;
 
 struct mail_storage *mail_storage_new(const struct mail_config *cfg,
                                       struct metrics_registry *metrics);
+/* Another handle on the same configuration for another thread (each thread
+ * uses its own handle); it shares the parent's source of unique file names,
+ * so the parent must outlive it. */
+struct mail_storage *mail_storage_new_sibling(struct mail_storage *parent,
+                                              struct metrics_registry *metrics);
 void mail_storage_free(struct mail_storage *storage);
 const struct mail_config *mail_storage_config(const struct mail_storage *storage);
 

@@ -1365,6 +1365,45 @@ static void test_cache_purge_interrupted(void **state)
     fileindex_close(fi);
 }
 
+/* Records read through the reader's block: neighbours, records larger
+ * than the block, and records another handle appends while the reader
+ * holds a block that ends at the old end of the file. */
+static void test_cache_reads_across_blocks(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create_open(fx, NULL);
+    append_n(fi, "b-", 60);
+    struct petrel_error err;
+    char value[40000];
+    for (uint32_t uid = 1; uid <= 40; uid++) {
+        size_t len = uid == 7 ? 30000 : 500 + uid * 13;
+        memset(value, 'a' + (int)(uid % 26), len);
+        value[len] = '\0';
+        assert_true(fileindex_cache_add(fi, uid, "imap.hdr", value, len, &err));
+    }
+    struct fileindex *other = open_ok(fx->dir, NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t uid = 1; uid <= 40; uid++) {
+            size_t len = uid == 7 ? 30000 : 500 + uid * 13;
+            memset(value, 'a' + (int)(uid % 26), len);
+            value[len] = '\0';
+            expect_cached(other, uid, "imap.hdr", value);
+        }
+        /* appended after the reader's block was read */
+        for (uint32_t uid = 41; uid <= 60; uid++) {
+            snprintf(value, sizeof(value), "late-%u-pass-%d", uid, pass);
+            assert_true(fileindex_cache_add(fi, uid, "imap.hdr", value, strlen(value), &err));
+        }
+        refresh_ok(other);
+        for (uint32_t uid = 41; uid <= 60; uid++) {
+            snprintf(value, sizeof(value), "late-%u-pass-%d", uid, pass);
+            expect_cached(other, uid, "imap.hdr", value);
+        }
+    }
+    fileindex_close(other);
+    fileindex_close(fi);
+}
+
 static void test_cache_unreadable(void **state)
 {
     struct fx *fx = *state;
@@ -1396,6 +1435,7 @@ static void test_cache_unreadable(void **state)
     gen = fileindex_get_header(fi)->cache_reset_id;
     off_t size = file_size(cache);
     flip_byte(cache, size - 2); /* inside the last record's data */
+    refresh_ok(other);          /* a reader's block lives one refresh */
     expect_cached(other, 2, "envelope", NULL);
     assert_true(fileindex_get_header(other)->cache_reset_id > gen);
     expect_cached(other, 1, "envelope", NULL);
@@ -1631,6 +1671,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_lineage_fallback_and_stamp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_add_get_purge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_purge_interrupted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_reads_across_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_unreadable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_ceiling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_inside_transaction, setup, teardown),

@@ -226,8 +226,12 @@ static void test_new_base(void **state)
 {
     (void)state;
     struct buf a = {0}, b = {0};
-    maildir_filename_new_base(1234, 1300, 7, &a);
-    maildir_filename_new_base(0, 0, 8, &b);
+    struct maildir_name_source src;
+    maildir_name_source_init(&src);
+    for (int i = 0; i < 6; i++)
+        (void)maildir_name_source_next(&src);
+    maildir_filename_new_base(&src, 1234, 1300, &a);
+    maildir_filename_new_base(&src, 0, 0, &b);
     assert_string_not_equal(buf_cstr(&a), buf_cstr(&b));
     struct maildir_filename fn = parse_ok(buf_cstr(&a));
     assert_true(fn.has_size && fn.size == 1234);
@@ -253,7 +257,9 @@ static void test_new_base_host_escaping(void **state)
         if (unshare(CLONE_NEWUTS) != 0 || sethostname("mx/1:a", 6) != 0)
             _exit(2);
         struct buf b = {0};
-        maildir_filename_new_base(1, 2, 3, &b);
+        struct maildir_name_source src;
+        maildir_name_source_init(&src); /* reads the host name set above */
+        maildir_filename_new_base(&src, 1, 2, &b);
         ssize_t w = write(pfd[1], b.data, b.len);
         _exit(w == (ssize_t)b.len ? 0 : 1);
     }

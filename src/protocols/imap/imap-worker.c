@@ -154,7 +154,7 @@ struct imap_worker *imap_worker_start(const struct imap_server_ctx *shared,
         goto fail;
     }
     w->ctx.sessions = mail_session_set_new(shared->listeners, w->ctx.base);
-    w->ctx.storage = mail_storage_new(mail_storage_config(shared->storage), metrics);
+    w->ctx.storage = mail_storage_new_sibling(shared->storage, metrics);
     w->ctx.watches = mailbox_watch_hub_new(w->ctx.base, true);
     char worker_instance[WARDEN_INSTANCE_MAX + 1];
     snprintf(worker_instance, sizeof(worker_instance), "%.*s#%u", WARDEN_INSTANCE_MAX - 12,

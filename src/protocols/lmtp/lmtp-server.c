@@ -310,7 +310,7 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
     srv->folders = xcalloc(srv->storage_count, sizeof(*srv->folders));
     for (size_t i = 0; i < srv->storage_count; i++) {
         /* No metrics registry: the registry belongs to the loop thread. */
-        srv->storages[i] = mail_storage_new(mail_storage_config(storage), NULL);
+        srv->storages[i] = mail_storage_new_sibling(storage, NULL);
         srv->folders[i] = lmtp_folder_cache_new(LMTP_OPEN_FOLDERS_PER_THREAD);
     }
     srv->pool =

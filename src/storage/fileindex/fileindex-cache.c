@@ -62,7 +62,7 @@ uint64_t fileindex_cache_ceiling = FI_CACHE_CEILING;
 
 #define CACHE_REC_HDR 24u
 #define SCAN_CHUNK (1024u * 1024u)
-#define CACHE_FIRST_READ 4096u
+#define CACHE_WINDOW 16384u
 #define MAX_CACHE_REC (CACHE_REC_HDR + FI_MAX_FIELD + FI_MAX_CACHE_DATA)
 
 enum cache_open { CACHE_ABSENT, CACHE_OK, CACHE_BAD };
@@ -81,6 +81,8 @@ static void cache_close(struct fi_cache *c)
     if (c->slots != NULL)
         memset(c->slots, 0, c->slot_count * sizeof(*c->slots));
     c->used = 0;
+    buf_free(&c->window);
+    c->window_off = 0;
     c->generation = 0;
     c->scanned = 0;
     c->header_bad = false;
@@ -94,6 +96,7 @@ void fi_cache_free(struct fi_cache *c)
     for (size_t i = 0; i < c->field_count; i++)
         free(c->fields[i]);
     buf_free(&c->data);
+    buf_free(&c->window);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
 }
@@ -342,6 +345,45 @@ static bool cache_drop(struct fileindex *fi, const char *why, double wait, struc
     return ok;
 }
 
+/* The whole record at `off` (its length field within bounds), from the
+ * window or (`fresh`, or not in it) from a new read starting at `off`;
+ * NULL when it cannot be read or claims an impossible length. The window
+ * keeps only bytes before c->scanned as read: records there were complete
+ * when read, so a record appended meanwhile is never served torn. */
+static const uint8_t *cache_window_record(struct fi_cache *c, uint32_t off, bool fresh)
+{
+    struct buf *w = &c->window;
+    if (!fresh && off >= c->window_off && off - c->window_off + CACHE_REC_HDR <= w->len) {
+        const uint8_t *p = (const uint8_t *)w->data + (off - c->window_off);
+        uint32_t total = fi_get32(p);
+        if (total >= CACHE_REC_HDR && total <= MAX_CACHE_REC &&
+            off - c->window_off + total <= w->len)
+            return p;
+    }
+    buf_reset(w);
+    buf_reserve(w, CACHE_WINDOW);
+    ssize_t got = fi_pread_all(c->fd, w->data, CACHE_WINDOW, off);
+    if (got < (ssize_t)CACHE_REC_HDR)
+        return NULL;
+    w->len = (size_t)got;
+    if (c->scanned > off && w->len > c->scanned - off)
+        w->len = (size_t)(c->scanned - off);
+    c->window_off = off;
+    uint32_t total = fi_get32((const uint8_t *)w->data);
+    if (total < CACHE_REC_HDR || total > MAX_CACHE_REC)
+        return NULL;
+    if (total > w->len) {
+        buf_reserve(w, total - w->len);
+        ssize_t rest = fi_pread_all(c->fd, w->data + w->len, total - w->len, off + w->len);
+        if (rest < 0 || w->len + (size_t)rest < total) {
+            buf_reset(w);
+            return NULL;
+        }
+        w->len += (size_t)rest;
+    }
+    return (const uint8_t *)w->data;
+}
+
 const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *field, size_t *len)
 {
     struct fi_cache *c = &fi->cache;
@@ -371,6 +413,7 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
         }
         c->checked = true;
         c->checked_at = fi->refreshes;
+        buf_reset(&c->window); /* read again from the file once per refresh */
     }
     if (c->generation != fi->st.view.hdr.cache_reset_id)
         return NULL;
@@ -378,38 +421,27 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
     const struct fi_cache_entry *e = id != 0 ? map_get(c, uid, id) : NULL;
     if (e == NULL)
         return NULL;
-    /* One read covers most records (header, name and value); a larger one
-     * takes a second read for the rest. */
     uint32_t off = e->off;
-    buf_reserve(&c->data, CACHE_FIRST_READ);
-    ssize_t got = fi_pread_all(c->fd, c->data.data, CACHE_FIRST_READ, off);
-    if (got < (ssize_t)CACHE_REC_HDR) {
-        cache_drop(fi, "record unreadable", DROP_LOCK_WAIT, NULL);
-        return NULL;
+    const uint8_t *rec = NULL;
+    for (int attempt = 0; attempt < 2 && rec == NULL; attempt++) {
+        rec = cache_window_record(c, off, attempt > 0);
+        if (rec == NULL) {
+            cache_drop(fi, "record unreadable", DROP_LOCK_WAIT, NULL);
+            return NULL;
+        }
+        uint32_t rlen;
+        if (!record_valid(rec, fi_get32(rec), off, &rlen) || fi_get32(rec + 12) != uid ||
+            fi_get16(rec + 16) != flen || memcmp(rec + CACHE_REC_HDR, field, flen) != 0)
+            rec = NULL;
     }
-    uint32_t total = fi_get32((const uint8_t *)c->data.data);
-    if (total < CACHE_REC_HDR || total > MAX_CACHE_REC) {
-        cache_drop(fi, "record changed", DROP_LOCK_WAIT, NULL);
-        return NULL;
-    }
-    if (total > (size_t)got) {
-        buf_reserve(&c->data, total);
-        ssize_t rest =
-            fi_pread_all(c->fd, c->data.data + got, total - (size_t)got, off + (uint64_t)got);
-        got = rest < 0 ? -1 : got + rest;
-    }
-    uint32_t rlen;
-    if (got < (ssize_t)total || !record_valid((const uint8_t *)c->data.data, total, off, &rlen) ||
-        fi_get32((const uint8_t *)c->data.data + 12) != uid ||
-        fi_get16((const uint8_t *)c->data.data + 16) != flen ||
-        memcmp(c->data.data + CACHE_REC_HDR, field, flen) != 0) {
-        buf_reset(&c->data);
+    if (rec == NULL) {
         cache_drop(fi, "record fails its checksum", DROP_LOCK_WAIT, NULL);
         return NULL;
     }
-    size_t data_len = fi_get32((const uint8_t *)c->data.data + 20);
-    /* Move the value to the front so it is NUL-terminated by the buffer. */
-    memmove(c->data.data, c->data.data + CACHE_REC_HDR + flen, data_len);
+    size_t data_len = fi_get32(rec + 20);
+    /* Copied out so the value is NUL-terminated and outlives the window. */
+    buf_reserve(&c->data, data_len);
+    memcpy(c->data.data, rec + CACHE_REC_HDR + flen, data_len);
     c->data.len = data_len;
     c->data.data[data_len] = '\0';
     if (len != NULL)

@@ -263,6 +263,13 @@ struct fi_cache {
     char *fields[FI_MAX_FIELDS];
     size_t field_count;
     struct buf data; /* the value returned by fileindex_cache_get */
+    /* The last block read for fileindex_cache_get (records of one FETCH are
+     * mostly neighbours in the file, so one read serves many). Records at
+     * an offset never change while the file keeps its inode: appends only
+     * add after the last valid record, and a purge or drop makes a new file
+     * (cache_close empties the window). Every record is still checked. */
+    struct buf window;
+    uint64_t window_off;
     bool ceiling_logged;
     /* The file was looked up and scanned for other writers' records at
      * this fileindex_refresh(): until the next one, reads trust the open

@@ -128,7 +128,7 @@ static bool stage_one(struct mailbox *src, uint32_t uid, struct mailbox *dst, bo
             break;
         if (s->base == NULL) {
             struct buf base = {0};
-            maildir_filename_new_base(s->rec.size, s->rec.vsize, maildir_next_counter(dst), &base);
+            maildir_filename_new_base(dst->user->storage->names, s->rec.size, s->rec.vsize, &base);
             s->base = buf_steal(&base);
             s->tmp_path = xasprintf("%s/tmp/%s", dst->dir, s->base);
         }

@@ -14,6 +14,7 @@
  *   base; the digits must end at ',' or at the end of the base. */
 #include "storage/maildir/maildir-filename.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -144,30 +145,37 @@ void maildir_filename_build(const char *base, size_t base_len, uint32_t flags, u
     buf_append_str(out, p); /* "" or the ",..." extra fields */
 }
 
-/* Appends the host name with '/' and ':' escaped as the maildir
- * specification asks ("\057", "\072"). */
-static void append_host(struct buf *out)
+void maildir_name_source_init(struct maildir_name_source *src)
 {
     char host[256];
     if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
         strcpy(host, "localhost");
     host[sizeof(host) - 1] = '\0';
+    size_t at = 0;
     for (const char *h = host; *h != '\0'; h++) {
-        if (*h == '/')
-            buf_append(out, "\\057", 4);
-        else if (*h == ':')
-            buf_append(out, "\\072", 4);
-        else
-            buf_append_char(out, *h);
+        if (*h == '/' || *h == ':') {
+            memcpy(src->host + at, *h == '/' ? "\\057" : "\\072", 4);
+            at += 4;
+        } else {
+            src->host[at++] = *h;
+        }
     }
+    src->host[at] = '\0';
+    src->pid = (long)getpid();
+    atomic_init(&src->counter, 0);
 }
 
-void maildir_filename_new_base(uint64_t size, uint64_t vsize, uint64_t counter, struct buf *out)
+uint64_t maildir_name_source_next(struct maildir_name_source *src)
+{
+    return atomic_fetch_add(&src->counter, 1) + 1;
+}
+
+void maildir_filename_new_base(struct maildir_name_source *src, uint64_t size, uint64_t vsize,
+                               struct buf *out)
 {
     struct timeval tv;
     gettimeofday(&tv, NULL);
-    buf_printf(out, "%lld.M%ldP%ldQ%llu.", (long long)tv.tv_sec, (long)tv.tv_usec, (long)getpid(),
-               (unsigned long long)counter);
-    append_host(out);
-    buf_printf(out, ",S=%llu,W=%llu", (unsigned long long)size, (unsigned long long)vsize);
+    buf_printf(out, "%lld.M%ldP%ldQ%llu.%s,S=%llu,W=%llu", (long long)tv.tv_sec, (long)tv.tv_usec,
+               src->pid, (unsigned long long)maildir_name_source_next(src), src->host,
+               (unsigned long long)size, (unsigned long long)vsize);
 }

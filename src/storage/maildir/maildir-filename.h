@@ -25,15 +25,15 @@
 #define MAILDIR_MAX_KEYWORDS 26
 
 struct maildir_filename {
-    const char *base;   /* points into the parsed name */
+    const char *base; /* points into the parsed name */
     size_t base_len;
     bool has_size;
     uint64_t size;
     bool has_vsize;
     uint64_t vsize;
-    bool has_info;      /* ":2," present */
-    uint32_t flags;     /* MAIL_FLAG_* */
-    uint32_t keywords;  /* bit i = keyword letter 'a' + i */
+    bool has_info;     /* ":2," present */
+    uint32_t flags;    /* MAIL_FLAG_* */
+    uint32_t keywords; /* bit i = keyword letter 'a' + i */
     /* Info letters we don't know are kept (in order) so they survive renames. */
     char unknown_flags[32];
 };
@@ -44,9 +44,22 @@ bool maildir_filename_parse(const char *name, struct maildir_filename *out);
 /* Builds "<base>:2,<flags><keywords><unknown>" into out (appended). */
 void maildir_filename_build(const char *base, size_t base_len, uint32_t flags, uint32_t keywords,
                             const char *unknown_flags, struct buf *out);
-/* A fresh unique base "<secs>.M<usecs>P<pid>Q<n>.<host>,S=<size>,W=<vsize>";
- * `counter` makes names unique within the process. The host part has '/'
- * and ':' escaped as Dovecot does (\057, \072). */
-void maildir_filename_new_base(uint64_t size, uint64_t vsize, uint64_t counter, struct buf *out);
+/* What makes new file names unique: the process id and the host name, read
+ * once (a host name changed later shows from the next start, as with
+ * Dovecot), and a counter every storage handle of the process shares. */
+struct maildir_name_source {
+    _Atomic uint64_t counter;
+    long pid;
+    char host[4 * 256]; /* escaped: '/' and ':' as Dovecot writes them (\057, \072) */
+};
+
+/* Reads the pid and host name; the counter starts at 0. */
+void maildir_name_source_init(struct maildir_name_source *src);
+/* The next counter value (thread-safe). */
+uint64_t maildir_name_source_next(struct maildir_name_source *src);
+/* A fresh unique base "<secs>.M<usecs>P<pid>Q<n>.<host>,S=<size>,W=<vsize>"
+ * with n = maildir_name_source_next(src). */
+void maildir_filename_new_base(struct maildir_name_source *src, uint64_t size, uint64_t vsize,
+                               struct buf *out);
 
 #endif

@@ -315,32 +315,51 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
         text[STAMP_LEN - 1] = '\n';
     }
     const char *path = box_path(box, MAILDIR_SYNC_STAMP);
-    /* A hint only: losing it costs one rescan, so no fsync. */
-    int fd = open(path, O_WRONLY | O_CLOEXEC | (valid ? O_CREAT : 0), 0600);
-    if (fd < 0) {
-        if (valid || errno != ENOENT)
-            log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"", box->dir,
-                     strerror(errno));
-        if (!valid)
-            unlink(path);
-        return;
-    }
-    ssize_t w;
-    do
-        w = pwrite(fd, text, STAMP_LEN, 0);
-    while (w < 0 && errno == EINTR);
+    /* A hint only: losing it costs one rescan, so no fsync. The file stays
+     * open between changes; one unlinked meanwhile (stamp_forget of any
+     * process) is opened again, so the record lands where readers look. */
+    ssize_t w = -1;
     struct stat st;
-    bool ok = w == STAMP_LEN &&
-              (fstat(fd, &st) != 0 || st.st_size <= STAMP_LEN || ftruncate(fd, STAMP_LEN) == 0);
+    bool linked = false;
+    for (int attempt = 0; attempt < 2 && !linked; attempt++) {
+        if (box->stamp_fd < 0) {
+            box->stamp_fd = open(path, O_WRONLY | O_CLOEXEC | (valid ? O_CREAT : 0), 0600);
+            if (box->stamp_fd < 0) {
+                if (valid || errno != ENOENT)
+                    log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"",
+                             box->dir, strerror(errno));
+                if (!valid)
+                    unlink(path);
+                return;
+            }
+        }
+        do
+            w = pwrite(box->stamp_fd, text, STAMP_LEN, 0);
+        while (w < 0 && errno == EINTR);
+        if (fstat(box->stamp_fd, &st) != 0) {
+            st.st_nlink = 1; /* cannot tell: trust the write */
+            st.st_size = STAMP_LEN;
+        }
+        linked = st.st_nlink > 0;
+        if (!linked) {
+            close(box->stamp_fd);
+            box->stamp_fd = -1;
+        }
+    }
+    bool ok = linked && w == STAMP_LEN &&
+              (st.st_size <= STAMP_LEN || ftruncate(box->stamp_fd, STAMP_LEN) == 0);
     if (!ok) {
-        log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"", box->dir,
-                 w < 0 || w == STAMP_LEN ? strerror(errno) : "short write");
+        if (linked)
+            log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"", box->dir,
+                     w < 0 || w == STAMP_LEN ? strerror(errno) : "short write");
         /* Whatever is in it now must not be taken for current. */
         unlink(path);
+        if (box->stamp_fd >= 0)
+            close(box->stamp_fd);
+        box->stamp_fd = -1;
     } else if (valid) {
         stamp_remember(box, s);
     }
-    close(fd);
 }
 
 /* After a scan that started with capture `s` and committed: keep it unless
@@ -463,13 +482,14 @@ static bool uidlist_from_records(struct mailbox *box, const struct fileindex_hea
 /* box->uidlist in step with the file (under the folder lock): lines other
  * handles appended are read on their own (a delivery to a large INBOX
  * does not parse all of it again); anything else reads the whole file. */
-static bool uidlist_current(struct mailbox *box, const char *path, struct petrel_error *err)
+static bool uidlist_current(struct mailbox *box, const char *path, struct stat *st, bool *have_st,
+                            struct petrel_error *err)
 {
-    struct stat st;
-    if (box->uidlist_loaded && stat(path, &st) == 0 &&
-        ((uint64_t)st.st_size == box->uidlist.file_size ||
-         uidlist_read_appended(path, &box->uidlist)))
+    *have_st = box->uidlist_loaded && stat(path, st) == 0;
+    if (*have_st && ((uint64_t)st->st_size == box->uidlist.file_size ||
+                     uidlist_read_appended(path, &box->uidlist)))
         return true;
+    *have_st = false;
     if (box->uidlist_loaded)
         uidlist_free(&box->uidlist);
     box->uidlist_loaded = false;
@@ -478,6 +498,41 @@ static bool uidlist_current(struct mailbox *box, const char *path, struct petrel
         return false;
     box->uidlist_loaded = true;
     return true;
+}
+
+/* The kept descriptor when an append may go straight through it: the path
+ * (stat `st`) still names the file it and box->uidlist describe, of the
+ * size read, and the header need not change. Else -1. */
+static int uidlist_kept_fd(struct mailbox *box, const struct stat *st, bool have_st)
+{
+    const struct uidlist *l = &box->uidlist;
+    uint32_t last_uid = l->count > 0 ? l->entries[l->count - 1].uid : 0;
+    if (box->uidlist_fd < 0 || !have_st || l->version != 3 || l->file_size == 0 ||
+        (uint64_t)st->st_size != l->file_size || (uint64_t)st->st_dev != box->uidlist_fd_dev ||
+        (uint64_t)st->st_ino != box->uidlist_fd_ino || l->file_dev != box->uidlist_fd_dev ||
+        l->file_ino != box->uidlist_fd_ino || last_uid == 0 || l->next_uid > last_uid + 1)
+        return -1;
+    return box->uidlist_fd;
+}
+
+/* After an append through the path: keep the file open for the next one
+ * when it is the file box->uidlist now describes (by size). */
+static void uidlist_keep_fd(struct mailbox *box, const char *path)
+{
+    if (box->uidlist_fd >= 0)
+        close(box->uidlist_fd);
+    box->uidlist_fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (box->uidlist_fd >= 0 &&
+        (fstat(box->uidlist_fd, &st) != 0 || (uint64_t)st.st_size != box->uidlist.file_size)) {
+        close(box->uidlist_fd);
+        box->uidlist_fd = -1;
+    }
+    if (box->uidlist_fd < 0)
+        return;
+    /* The file the list describes now (a rewrite made a new one). */
+    box->uidlist.file_dev = box->uidlist_fd_dev = (uint64_t)st.st_dev;
+    box->uidlist.file_ino = box->uidlist_fd_ino = (uint64_t)st.st_ino;
 }
 
 /* Appends one line to dovecot-uidlist (under the folder lock), re-reading
@@ -490,7 +545,9 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
     /* The index view does not hold the new message before the commit. */
     const struct fileindex_record added = {.uid = uid, .vsize = vsize, .filename = base};
     const char *path = box_path(box, MAILDIR_UIDLIST);
-    if (!uidlist_current(box, path, err)) {
+    struct stat st;
+    bool have_st;
+    if (!uidlist_current(box, path, &st, &have_st, err)) {
         /* Missing or damaged: write it whole from the index instead. */
         return uidlist_write_state(box, uid + 1, NULL, 0, &added, 1, err);
     }
@@ -503,9 +560,17 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
     uidlist_add(&box->uidlist, uid, base, ext);
     if (uid >= box->uidlist.next_uid)
         box->uidlist.next_uid = uid + 1;
-    bool ok = uidlist_append(box_path(box, MAILDIR_UIDLIST), &box->uidlist, from,
-                             sync && fsync_enabled(box), err);
+    bool want_sync = sync && fsync_enabled(box);
+    int kept = uidlist_kept_fd(box, &st, have_st);
+    path = box_path(box, MAILDIR_UIDLIST);
+    bool ok = kept >= 0 ? uidlist_append_fd(kept, path, &box->uidlist, from, want_sync, err)
+                        : uidlist_append(path, &box->uidlist, from, want_sync, err);
+    if (ok && kept < 0)
+        uidlist_keep_fd(box, path);
     if (!ok) {
+        if (box->uidlist_fd >= 0)
+            close(box->uidlist_fd);
+        box->uidlist_fd = -1;
         uidlist_free(&box->uidlist);
         box->uidlist_loaded = false;
     }
@@ -521,7 +586,9 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
 static bool uidlist_worth_compacting(struct mailbox *box, size_t live)
 {
     struct petrel_error rerr;
-    if (!uidlist_current(box, box_path(box, MAILDIR_UIDLIST), &rerr))
+    struct stat st;
+    bool have_st;
+    if (!uidlist_current(box, box_path(box, MAILDIR_UIDLIST), &st, &have_st, &rerr))
         return true;
     if (box->uidlist.uid_validity != fileindex_get_header(box->index)->uid_validity)
         return true;
@@ -981,6 +1048,8 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         return NULL;
     }
     struct mailbox *box = xcalloc(1, sizeof(*box));
+    box->uidlist_fd = -1;
+    box->stamp_fd = -1;
     box->user = user;
     box->ns = ns;
     box->name = xstrdup(inbox ? "INBOX" : name);
@@ -1029,6 +1098,10 @@ void mailbox_close(struct mailbox *box)
         fileindex_close(box->index);
     if (box->uidlist_loaded)
         uidlist_free(&box->uidlist);
+    if (box->uidlist_fd >= 0)
+        close(box->uidlist_fd);
+    if (box->stamp_fd >= 0)
+        close(box->stamp_fd);
     maildir_keywords_free(&box->keywords);
     buf_free(&box->path);
     free(box->name);
@@ -1335,11 +1408,6 @@ static bool new_message_link(struct new_message *m, const char *dst, int *errno_
     return r == 0;
 }
 
-static uint64_t next_counter(struct mailbox *box)
-{
-    return ++box->user->storage->save_counter;
-}
-
 /* Under the folder lock: links the new message into cur/ as
  * <base>:2,<flags>, choosing a fresh base while the name is taken and
  * falling back to a named tmp file when an anonymous one cannot be linked.
@@ -1368,7 +1436,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         }
         if (e == EEXIST) {
             buf_reset(base);
-            maildir_filename_new_base(len, vsize, next_counter(box), base);
+            maildir_filename_new_base(box->user->storage->names, len, vsize, base);
         }
         if (m->tmp_path != NULL || unlinkable) {
             /* A named file carries its base in tmp/ too: write it again. */
@@ -1411,7 +1479,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         return false;
     uint64_t vsize = virtual_size(data, len);
     struct buf base = {0};
-    maildir_filename_new_base(len, vsize, next_counter(box), &base);
+    maildir_filename_new_base(box->user->storage->names, len, vsize, &base);
     enum append_sync sync = append_sync_mode(box);
     struct new_message m;
     if (!new_message_write(box, base.data, data, len, sync, false, &m, err)) {
@@ -1699,11 +1767,6 @@ bool maildir_rename_in_cur(struct mailbox *box, const char *from_sub, const char
                            const char *to, struct petrel_error *err)
 {
     return rename_in_cur(box, from_sub, from, to, err);
-}
-
-uint64_t maildir_next_counter(struct mailbox *box)
-{
-    return next_counter(box);
 }
 
 struct maildir_cur_change {

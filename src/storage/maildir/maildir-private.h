@@ -5,6 +5,7 @@
 #include "core/buf.h"
 #include "storage/fileindex/fileindex.h"
 #include "storage/mail-storage.h"
+#include "storage/maildir/maildir-filename.h"
 #include "storage/maildir/maildir-keywords.h"
 #include "storage/maildir/maildir-uidlist.h"
 
@@ -23,7 +24,10 @@ struct mail_storage {
     struct mail_user **users;
     size_t user_count;
     size_t user_cap;
-    uint64_t save_counter; /* makes new maildir file names unique in the process */
+    /* New file names: this handle's own source, or (a sibling) the one of
+     * the storage it was made from, so names stay unique in the process. */
+    struct maildir_name_source *names;
+    struct maildir_name_source own_names;
 };
 
 struct mail_user {
@@ -51,6 +55,15 @@ struct mailbox {
     } keywords_seen;
     struct uidlist uidlist; /* loaded lazily for appends */
     bool uidlist_loaded;
+    /* dovecot-uidlist kept open for appends (-1: none) and which file it
+     * is; used only while the path still names that file (see
+     * uidlist_note_append). */
+    int uidlist_fd;
+    uint64_t uidlist_fd_dev;
+    uint64_t uidlist_fd_ino;
+    /* petrel-maildir-sync kept open for writing (-1: none); reopened when
+     * it was unlinked. */
+    int stamp_fd;
     bool synced; /* the sync opening owes was done (see mailbox_open) */
     /* cur/ and new/ as this process last saw the sync stamp vouch for them:
      * while they stay so, the stamp file need not be read again. */
@@ -97,9 +110,6 @@ bool maildir_resolve_keywords(struct mailbox *box, const char *const *names, uin
 /* Renames <from_sub>/<from> to cur/<to>; NOT_FOUND when the source is gone. */
 bool maildir_rename_in_cur(struct mailbox *box, const char *from_sub, const char *from,
                            const char *to, struct petrel_error *err);
-/* A unique counter for new file names in this process. */
-uint64_t maildir_next_counter(struct mailbox *box);
-
 /* Petrel's own change to cur/ under the folder lock keeps the sync stamp
  * current (see "sync stamp" in maildir-mailbox.c): begin before the first
  * rename, end right after the last one, commit_on(txn) just before the

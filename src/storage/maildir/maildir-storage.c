@@ -28,6 +28,16 @@ struct mail_storage *mail_storage_new(const struct mail_config *cfg,
     s->metrics = metrics;
     s->index_settings.fsync = (enum fileindex_fsync)cfg->fsync;
     s->index_settings.metrics = metrics;
+    maildir_name_source_init(&s->own_names);
+    s->names = &s->own_names;
+    return s;
+}
+
+struct mail_storage *mail_storage_new_sibling(struct mail_storage *parent,
+                                              struct metrics_registry *metrics)
+{
+    struct mail_storage *s = mail_storage_new(&parent->cfg, metrics);
+    s->names = parent->names;
     return s;
 }
 
@@ -85,8 +95,8 @@ struct mail_user *mail_user_get(struct mail_storage *storage, const char *userna
     u->storage = storage;
     u->name = xstrdup(username);
     u->home = buf_steal(&home);
-    storage->users = xgrow(storage->users, &storage->user_cap, storage->user_count + 1,
-                           sizeof(*storage->users));
+    storage->users =
+        xgrow(storage->users, &storage->user_cap, storage->user_count + 1, sizeof(*storage->users));
     storage->users[storage->user_count++] = u;
     return u;
 }
@@ -124,8 +134,8 @@ bool mail_user_namespace_root(const struct mail_user *user, const struct namespa
     return mail_template_expand(ns->location + 8, user->name, user->home, out, err);
 }
 
-const struct namespace_config *mail_user_namespace(const struct mail_user *user,
-                                                   const char *slug, struct petrel_error *err)
+const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,
+                                                   struct petrel_error *err)
 {
     const struct namespace_config *ns = namespace_by_slug(&user->storage->cfg, slug);
     if (ns == NULL)
@@ -138,8 +148,8 @@ bool maildir_is_inbox(const struct namespace_config *ns, const char *name)
     return ns->type == NAMESPACE_PERSONAL && mailbox_name_is_inbox(name);
 }
 
-bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct buf *out, struct petrel_error *err)
+bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct buf *out, struct petrel_error *err)
 {
     if (!maildir_is_inbox(ns, name) && !mailbox_name_validate(name, ns->separator, err))
         return false;
@@ -313,8 +323,7 @@ void mail_folder_list_free(char **names, size_t count)
     free(names);
 }
 
-bool mail_folder_exists(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name)
+bool mail_folder_exists(struct mail_user *user, const struct namespace_config *ns, const char *name)
 {
     if (maildir_is_inbox(ns, name))
         return true;
@@ -326,8 +335,8 @@ bool mail_folder_exists(struct mail_user *user, const struct namespace_config *n
 
 /* ---------- create / delete / rename ---------- */
 
-bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct petrel_error *err)
+bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err)
 {
     if (maildir_is_inbox(ns, name))
         return petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: INBOX");
@@ -363,8 +372,8 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
     return ok;
 }
 
-bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns,
-                        const char *name, struct petrel_error *err)
+bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err)
 {
     if (maildir_is_inbox(ns, name))
         return petrel_error_set(err, PETREL_ERR_INVALID, "INBOX cannot be deleted");
@@ -382,8 +391,8 @@ bool mail_folder_delete(struct mail_user *user, const struct namespace_config *n
     char *root = fs_dirname(dir.data);
     unsigned char rnd[8];
     RAND_bytes(rnd, sizeof(rnd));
-    char *doomed = xasprintf("%s/.#deleted-%02x%02x%02x%02x%02x%02x%02x%02x", root, rnd[0],
-                             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    char *doomed = xasprintf("%s/.#deleted-%02x%02x%02x%02x%02x%02x%02x%02x", root, rnd[0], rnd[1],
+                             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     bool ok = true;
     if (rename(dir.data, doomed) != 0) {
         ok = petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
@@ -451,8 +460,7 @@ bool mail_folder_rename(struct mail_user *user, const struct namespace_config *n
         buf_reset(&to);
         buf_printf(&to, "%s/%s%s", root.data, new_base, children[i]);
         if (is_dir(to.data))
-            ok = petrel_error_set(err, PETREL_ERR_EXISTS, "a child of %s already exists",
-                                  new_name);
+            ok = petrel_error_set(err, PETREL_ERR_EXISTS, "a child of %s already exists", new_name);
     }
     if (ok && rename(old_dir.data, new_dir.data) != 0)
         ok = petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", old_name, strerror(errno));

@@ -756,6 +756,32 @@ static bool same_header(const struct header *h, const struct uidlist *list)
            strcmp(buf_cstr(&h->extra), extra) == 0;
 }
 
+/* Writes entries [from, list->count) at list->file_size of the open file;
+ * a partial write is taken back so the file stays well-formed. */
+static bool append_lines(int fd, const char *path, struct uidlist *list, size_t from, bool fsync,
+                         struct petrel_error *err)
+{
+    struct buf lines = {0};
+    format_entries(list, from, &lines);
+    bool ok = true;
+    if (lines.len > 0) {
+        if (!write_all_at(fd, lines.data, lines.len, (off_t)list->file_size)) {
+            int e = errno;
+            if (ftruncate(fd, (off_t)list->file_size) != 0) {
+                /* nothing more to do: readers ignore an unterminated line */
+            }
+            ok = petrel_error_set(err, PETREL_ERR_IO, "append to %s: %s", path,
+                                  e != 0 ? strerror(e) : "short write");
+        } else if (fsync && fdatasync(fd) != 0) {
+            ok = petrel_error_set(err, PETREL_ERR_IO, "fdatasync %s: %s", path, strerror(errno));
+        }
+    }
+    if (ok)
+        list->file_size += lines.len;
+    buf_free(&lines);
+    return ok;
+}
+
 bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fsync,
                     struct petrel_error *err)
 {
@@ -799,28 +825,19 @@ bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fs
         return ok;
     }
     header_free(&h);
-    struct buf lines = {0};
-    format_entries(list, from, &lines);
-    bool ok = true;
-    if (lines.len > 0) {
-        if (!write_all_at(fd, lines.data, lines.len, (off_t)list->file_size)) {
-            int e = errno;
-            /* Take back a partial line so the file stays well-formed. */
-            if (ftruncate(fd, (off_t)list->file_size) != 0) {
-                /* nothing more to do: readers ignore an unterminated line */
-            }
-            ok = petrel_error_set(err, PETREL_ERR_IO, "append to %s: %s", path,
-                                  e != 0 ? strerror(e) : "short write");
-        } else if (fsync && fdatasync(fd) != 0) {
-            ok = petrel_error_set(err, PETREL_ERR_IO, "fdatasync %s: %s", path, strerror(errno));
-        }
-    }
-    if (ok)
-        list->file_size += lines.len;
-    buf_free(&lines);
+    bool ok = append_lines(fd, path, list, from, fsync, err);
     if (close(fd) != 0 && ok)
         ok = petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", path, strerror(errno));
     return ok;
+}
+
+bool uidlist_append_fd(int fd, const char *path, struct uidlist *list, size_t from, bool fsync,
+                       struct petrel_error *err)
+{
+    if (from > list->count)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "uidlist: append from %zu of %zu", from,
+                                list->count);
+    return check_entries(list, from, err) && append_lines(fd, path, list, from, fsync, err);
 }
 
 /* ---------- in memory ---------- */

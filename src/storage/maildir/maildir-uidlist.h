@@ -68,6 +68,13 @@ bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
  * header's next_uid by rewriting when needed. */
 bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fsync,
                     struct petrel_error *err);
+/* Appends entries [from, list->count) at list->file_size through `fd`, an
+ * open read-write descriptor of the very file `list` describes: the caller
+ * checked (under the folder lock) that the path still names it, that it has
+ * list->file_size bytes and a version 3 header, and that list->next_uid
+ * does not exceed the last UID + 1 (so the header need not change). */
+bool uidlist_append_fd(int fd, const char *path, struct uidlist *list, size_t from, bool fsync,
+                       struct petrel_error *err);
 /* Adds an entry in memory (uid must exceed every existing uid). */
 void uidlist_add(struct uidlist *list, uint32_t uid, const char *base, const char *extensions);
 /* Binary search by uid / linear by base name; NULL when absent. */
