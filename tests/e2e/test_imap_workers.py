@@ -217,3 +217,73 @@ def test_reselect_of_the_same_folder_sees_everything(petreld, tmp_path):
     assert typ == "NO", (typ, data)
     for c in (a, other):
         c.logout()
+
+
+def fetch_flags_of(m):
+    """{seq: flags text} of the untagged FETCH responses m has collected."""
+    out = {}
+    for item in m.untagged_responses.get("FETCH", []):
+        text = item.decode() if isinstance(item, bytes) else str(item)
+        match = re.match(r"(\d+) \(.*FLAGS \(([^)]*)\)", text)
+        if match:
+            out[int(match.group(1))] = match.group(2)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path, workers):
+    # A session's own flag renames are not reported back to it as changes
+    # (it answered them itself), while other sessions' changes always are:
+    # on the same loop (workers: 1, one inotify instance for both) and on
+    # another, including a change the own STORE's locked refresh took into
+    # the handle before the session's view saw it.
+    d = petreld(imap_overrides(tmp_path, extra={"workers": workers}))
+    a, b = selected(d), selected(d)
+    for _ in range(4):
+        a.append("INBOX", None, None, MSG)
+    for m in (a, b):
+        m.noop()
+    # a's own STORE: answered once, not again at the next NOOP
+    a.untagged_responses.clear()
+    typ, data = a.store("1", "+FLAGS", r"(\Seen)")
+    assert typ == "OK" and b"\\Seen" in data[0], data
+    a.untagged_responses.clear()
+    a.noop()
+    assert "FETCH" not in a.untagged_responses, a.untagged_responses
+    # ... but b hears of it
+    b.untagged_responses.clear()
+    b.noop()
+    assert "\\Seen" in fetch_flags_of(b).get(1, ""), b.untagged_responses
+    # b changes 2, then a changes 3 before syncing: a's STORE took b's
+    # change into its index under the lock; a's next NOOP still reports it
+    b.store("2", "+FLAGS", r"(\Flagged)")
+    a.untagged_responses.clear()
+    a.uid("STORE", "3", "+FLAGS", r"(\Answered)")
+    a.untagged_responses.clear()
+    a.noop()
+    assert "\\Flagged" in fetch_flags_of(a).get(2, ""), a.untagged_responses
+    # a file dropped into new/ by another program right after a's STORE
+    a.store("4", "+FLAGS", r"(\Draft)")
+    maildir = tmp_path / "mail" / "alice" / "Maildir"
+    if not maildir.is_dir():
+        maildir = next(p.parent for p in tmp_path.rglob("cur") if p.parent.name == "Maildir")
+    (maildir / "new" / "1800000000.M1P1.other").write_bytes(MSG)
+    a.untagged_responses.clear()
+    a.noop()
+    assert a.untagged_responses.get("EXISTS") == [b"5"], a.untagged_responses
+    # IDLE of b wakes for a's STORE (b expects none of a's events)
+    s, f = raw(d)
+    s.sendall(b"x LOGIN alice wonderland\r\ny SELECT INBOX\r\n")
+    while not f.readline().startswith(b"y OK"):
+        pass
+    s.sendall(b"z IDLE\r\n")
+    assert f.readline().startswith(b"+ ")
+    t0 = time.monotonic()
+    a.store("5", "+FLAGS", r"(\Seen)")
+    line = f.readline()
+    assert line.startswith(b"* 5 FETCH") and b"\\Seen" in line, line
+    assert time.monotonic() - t0 < 1.0
+    s.sendall(b"DONE\r\n")
+    s.close()
+    for m in (a, b):
+        m.logout()

@@ -287,7 +287,8 @@ struct fileindex {
     char *lock_path;
     struct fileindex_settings set;
     struct fi_state st;
-    bool need_reload; /* the view may differ from the files: reload next */
+    bool need_reload;         /* the view may differ from the files: reload next */
+    uint64_t foreign_changes; /* see fileindex_foreign_changes */
     struct fileindex_txn *txn;
     /* folder lock */
     int lock_fd;

@@ -345,8 +345,8 @@ static bool read_log_tail(struct fileindex *fi, bool locked, struct fi_timing *t
     return true;
 }
 
-static bool refresh_internal(struct fileindex *fi, struct fi_timing *t, enum fi_reload *result,
-                             struct petrel_error *err)
+static bool refresh_apply(struct fileindex *fi, struct fi_timing *t, enum fi_reload *result,
+                          struct petrel_error *err)
 {
     bool locked = fi->lock_depth > 0;
     *result = FI_RELOAD_NONE;
@@ -395,6 +395,17 @@ static bool refresh_internal(struct fileindex *fi, struct fi_timing *t, enum fi_
     return read_log_tail(fi, locked, t, result, err);
 }
 
+/* refresh_apply, counting what it took in from other writers (or could not
+ * tell: an error counts too). */
+static bool refresh_internal(struct fileindex *fi, struct fi_timing *t, enum fi_reload *result,
+                             struct petrel_error *err)
+{
+    bool ok = refresh_apply(fi, t, result, err);
+    if (!ok || *result != FI_RELOAD_NONE)
+        fi->foreign_changes++;
+    return ok;
+}
+
 bool fi_refresh_locked(struct fileindex *fi, struct petrel_error *err)
 {
     if (fi->txn != NULL)
@@ -417,6 +428,19 @@ bool fileindex_refresh(struct fileindex *fi, struct petrel_error *err)
     fi_metric_reload(fi, ok ? result : FI_RELOAD_ERROR);
     fi_metric_read(fi, &t);
     return ok;
+}
+
+uint64_t fileindex_foreign_changes(const struct fileindex *fi)
+{
+    return fi->foreign_changes;
+}
+
+bool fileindex_log_grown(struct fileindex *fi)
+{
+    struct stat st;
+    if (fi->need_reload || fi->st.log_stale || fi->st.log_fd < 0 || fstat(fi->st.log_fd, &st) != 0)
+        return true;
+    return (uint64_t)st.st_size != fi->st.log_applied;
 }
 
 /* ---------- create / open / close ---------- */

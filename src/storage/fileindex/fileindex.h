@@ -90,6 +90,14 @@ void fileindex_close(struct fileindex *fi);
 
 /* Brings the view up to date (see Concurrency above). */
 bool fileindex_refresh(struct fileindex *fi, struct petrel_error *err);
+/* Whether the log this handle reads holds more than it applied (one fstat
+ * of the open log; true when that fails or the handle must reload). Says
+ * nothing about the base being replaced: that is a rename in the folder. */
+bool fileindex_log_grown(struct fileindex *fi);
+/* Counts the refreshes (of any caller, inside transactions too) that took
+ * in other writers' changes or failed: unchanged, the handle holds nothing
+ * but what it read at the earlier value and its own commits since. */
+uint64_t fileindex_foreign_changes(const struct fileindex *fi);
 const struct fileindex_header *fileindex_get_header(const struct fileindex *fi);
 size_t fileindex_count(const struct fileindex *fi);
 /* Records in ascending UID order: i in [0, count). */

@@ -78,13 +78,16 @@ static void apply_mode(enum mailbox_flags_mode mode, uint32_t set_flags, uint32_
  * can be stale (another program renamed it without the index knowing):
  * then the file is found by its base name. False when the file is gone. */
 static bool rename_message(struct mailbox *box, const struct fileindex_record *r, uint32_t flags,
-                           uint32_t keywords, struct buf *from, struct buf *to)
+                           uint32_t keywords, bool expect, struct buf *from, struct buf *to)
 {
     maildir_disk_name(r->filename, r->flags, r->keywords, from);
     maildir_disk_name(r->filename, flags, keywords, to);
     struct petrel_error rerr;
-    if (maildir_rename_in_cur(box, "cur", from->data, to->data, &rerr))
+    if (maildir_rename_in_cur(box, "cur", from->data, to->data, &rerr)) {
+        if (expect)
+            maildir_watch_expect_rename(box, from->data, to->data);
         return true;
+    }
     if (rerr.code != PETREL_ERR_NOT_FOUND)
         return false;
     /* Not maildir_message_fd(): it refreshes the index, which must not
@@ -92,6 +95,8 @@ static bool rename_message(struct mailbox *box, const struct fileindex_record *r
     struct buf name = {0};
     bool ok = maildir_find_in_cur(box, r->filename, &name) &&
               maildir_rename_in_cur(box, "cur", name.data, to->data, &rerr);
+    if (ok && expect)
+        maildir_watch_expect_rename(box, name.data, to->data);
     buf_free(&name);
     return ok;
 }
@@ -143,7 +148,10 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
         uint32_t keywords = r->keywords;
         apply_mode(upd->mode, upd->flags, mask, &flags, &keywords);
         if (flags != r->flags || keywords != r->keywords) {
-            if (!rename_message(box, r, flags, keywords, &from, &to)) {
+            /* A caller taking results puts them into its view itself, so
+             * its watch need not report these renames (see
+             * maildir_watch_expect_rename). */
+            if (!rename_message(box, r, flags, keywords, results != NULL, &from, &to)) {
                 lost = true; /* expunged meanwhile: the next sync drops it */
                 continue;
             }
@@ -158,6 +166,8 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
     maildir_cur_change_commit_on(txn, change);
     bool ok = fileindex_txn_commit(txn, err);
     maildir_cur_change_drop(change);
+    if (!ok)
+        maildir_watch_distrust(box); /* renamed files the view does not know */
     if (ok && results != NULL) {
         /* The committed view holds the new modseqs. */
         struct mailbox_flags_result *res = xcalloc(done_count + 1, sizeof(*res));

@@ -1102,6 +1102,7 @@ void mailbox_close(struct mailbox *box)
         close(box->uidlist_fd);
     if (box->stamp_fd >= 0)
         close(box->stamp_fd);
+    maildir_watch_forget_box(box);
     maildir_keywords_free(&box->keywords);
     buf_free(&box->path);
     free(box->name);

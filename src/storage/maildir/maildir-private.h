@@ -64,6 +64,10 @@ struct mailbox {
     /* petrel-maildir-sync kept open for writing (-1: none); reopened when
      * it was unlinked. */
     int stamp_fd;
+    /* The inotify watch of the session that works through this handle (the
+     * newest one made on it; NULL when none): the events of its own flag
+     * renames are not reported to it (maildir_watch_expect_rename). */
+    struct mailbox_watch *own_watch;
     bool synced; /* the sync opening owes was done (see mailbox_open) */
     /* cur/ and new/ as this process last saw the sync stamp vouch for them:
      * while they stay so, the stamp file need not be read again. */
@@ -137,5 +141,21 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
 /* The name of the file in cur/ whose base name is `base` (whatever its
  * flags), into `name`; false when there is none. */
 bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name);
+
+/* ---------- own changes and the watch (maildir-watch.c) ---------- */
+
+/* A flag rename cur/<from> -> cur/<to> just made through `box` whose result
+ * the caller puts into its view itself (IMAP STORE): box->own_watch takes
+ * the two events it causes as its own and does not report them, and takes
+ * index log growth as its own while the log has no more than `box`
+ * applied. Any other event still reports a change. */
+void maildir_watch_expect_rename(struct mailbox *box, const char *from, const char *to);
+/* A change through `box` failed half way: box->own_watch reports a change
+ * at its next question whatever the events say. */
+void maildir_watch_distrust(struct mailbox *box);
+/* The view over `box` was synced: what the handle holds now is in it. */
+void maildir_watch_view_synced(struct mailbox *box);
+/* `box` closes: its watch no longer refers to it. */
+void maildir_watch_forget_box(struct mailbox *box);
 
 #endif

@@ -226,6 +226,7 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
         snapshot_all(view);
         changes->uidvalidity_changed = true;
         changes->exists = (uint32_t)view->count;
+        maildir_watch_view_synced(box);
         return true;
     }
     if (index_unchanged(view)) {
@@ -236,6 +237,7 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
         adopt_header(view);
         changes->keywords_changed = adopt_keyword_names(view);
         changes->exists = (uint32_t)view->count;
+        maildir_watch_view_synced(box);
         return true;
     }
     uint32_t old_max = view->count > 0 ? view->entries[view->count - 1].uid : 0;
@@ -291,6 +293,7 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
     note_walked(view);
     changes->keywords_changed = adopt_keyword_names(view);
     changes->exists = (uint32_t)view->count;
+    maildir_watch_view_synced(box);
     return true;
 }
 

@@ -73,9 +73,27 @@ struct mailbox_watch_hub {
 
 #define WATCH_TARGETS 3 /* new/, cur/, the folder */
 
+/* An event the watch's own session causes (a flag rename in cur/). */
+struct own_event {
+    uint32_t mask; /* IN_MOVED_FROM or IN_MOVED_TO */
+    char *name;
+};
+
+#define OWN_EVENTS_MAX 64 /* more renames before the next question: just report */
+
 struct mailbox_watch {
     struct mailbox_watch_hub *hub;
     char *dir;
+    /* The handle the watching session changes the folder through (NULL
+     * once closed), and what it expects to hear of its own changes. */
+    struct mailbox *box;
+    struct own_event *own;
+    size_t own_count;
+    bool own_log;          /* index log growth may be its own */
+    bool log_check;        /* the log grew: compare it with the handle */
+    bool distrust;         /* an own change failed half way */
+    bool mark_valid;       /* foreign_mark holds */
+    uint64_t foreign_mark; /* fileindex_foreign_changes() at the last view sync */
     void (*fn)(void *ctx);
     void *ctx;
     bool native;
@@ -158,6 +176,38 @@ static bool relevant(bool folder, const struct inotify_event *ev)
     return false;
 }
 
+static void own_clear(struct mailbox_watch *w)
+{
+    for (size_t i = 0; i < w->own_count; i++)
+        free(w->own[i].name);
+    w->own_count = 0;
+    w->own_log = false;
+}
+
+/* Whether `ev` on target `k` (0 new/, 1 cur/, 2 the folder) is one the
+ * watch's own session caused and expects; consumes the expectation. */
+static bool own_event(struct mailbox_watch *w, size_t k, const struct inotify_event *ev)
+{
+    if (w->box == NULL || ev->len == 0)
+        return false;
+    if (k == 1 && (ev->mask == IN_MOVED_FROM || ev->mask == IN_MOVED_TO)) {
+        for (size_t i = 0; i < w->own_count; i++) {
+            if (w->own[i].mask == ev->mask && strcmp(w->own[i].name, ev->name) == 0) {
+                free(w->own[i].name);
+                w->own[i] = w->own[--w->own_count];
+                return true;
+            }
+        }
+        return false;
+    }
+    if (k == 2 && w->own_log && ev->mask == IN_MODIFY &&
+        strcmp(ev->name, "petrel.index.log") == 0) {
+        w->log_check = true; /* settled at the question: grown past the handle? */
+        return true;
+    }
+    return false;
+}
+
 static void arm(struct mailbox_watch *w)
 {
     if (w->armed)
@@ -171,12 +221,15 @@ static void arm(struct mailbox_watch *w)
  * them on a queue overflow); `gone`: the kernel dropped `wd` with its
  * directory, so those watches hear nothing more. Callbacks run later, from
  * the timers, so a callback freeing watches never meets this loop. */
-static void dispatch(struct mailbox_watch_hub *hub, int wd, bool all, bool gone)
+static void dispatch(struct mailbox_watch_hub *hub, int wd, const struct inotify_event *ev,
+                     bool all, bool gone)
 {
     for (size_t i = 0; i < hub->watch_count; i++) {
         struct mailbox_watch *w = hub->watches[i];
         for (size_t k = 0; k < WATCH_TARGETS; k++) {
             if (all || w->wds[k] == wd) {
+                if (!all && !gone && own_event(w, k, ev))
+                    break;
                 w->changed = true;
                 w->lost = w->lost || gone;
                 arm(w);
@@ -200,7 +253,7 @@ static void drain(struct mailbox_watch_hub *hub)
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
             if (ev->mask & IN_Q_OVERFLOW) {
-                dispatch(hub, -1, true, false);
+                dispatch(hub, -1, ev, true, false);
                 continue;
             }
             struct hub_target *t = find_target(hub, ev->wd);
@@ -211,7 +264,7 @@ static void drain(struct mailbox_watch_hub *hub)
             if (gone)
                 t->wd = -1; /* gone with its directory; never removed again */
             if (gone || relevant(folder, ev))
-                dispatch(hub, ev->wd, false, gone);
+                dispatch(hub, ev->wd, ev, false, gone);
         }
     }
 }
@@ -344,10 +397,15 @@ struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, st
                                                void (*fn)(void *ctx), void *ctx)
 {
     struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
-    if (w->native)
-        return w;
-    mailbox_watch_free(w);
-    return NULL;
+    if (!w->native) {
+        mailbox_watch_free(w);
+        return NULL;
+    }
+    if (box->own_watch != NULL)
+        box->own_watch->box = NULL; /* a re-SELECT's new watch takes over */
+    w->box = box;
+    box->own_watch = w;
+    return w;
 }
 
 bool mailbox_watch_take_changed(struct mailbox_watch *watch)
@@ -357,9 +415,59 @@ bool mailbox_watch_take_changed(struct mailbox_watch *watch)
     /* Events are queued by the writer's own system call: whatever another
      * session finished before this question is in the queue now. */
     drain(watch->hub);
-    bool changed = watch->changed || watch->lost;
+    bool changed = watch->changed || watch->lost || watch->distrust;
+    /* Own renames were not reported; the index may still hold changes of
+     * others: taken in by a refresh since the view's last sync (inside
+     * the session's own STORE, say), or in the log past what the handle
+     * applied. */
+    if (!changed && watch->box != NULL && watch->own_log)
+        changed = !watch->mark_valid ||
+                  fileindex_foreign_changes(watch->box->index) != watch->foreign_mark;
+    if (!changed && watch->log_check)
+        changed = watch->box == NULL || fileindex_log_grown(watch->box->index);
     watch->changed = false;
+    watch->distrust = false;
+    watch->log_check = false;
+    own_clear(watch);
     return changed;
+}
+
+void maildir_watch_expect_rename(struct mailbox *box, const char *from, const char *to)
+{
+    struct mailbox_watch *w = box->own_watch;
+    if (w == NULL)
+        return;
+    w->own_log = true;
+    if (w->own_count + 2 > OWN_EVENTS_MAX) {
+        w->distrust = true; /* too many to track: report as before */
+        return;
+    }
+    if (w->own == NULL)
+        w->own = xcalloc(OWN_EVENTS_MAX, sizeof(*w->own));
+    w->own[w->own_count++] = (struct own_event){IN_MOVED_FROM, xstrdup(from)};
+    w->own[w->own_count++] = (struct own_event){IN_MOVED_TO, xstrdup(to)};
+}
+
+void maildir_watch_distrust(struct mailbox *box)
+{
+    if (box->own_watch != NULL)
+        box->own_watch->distrust = true;
+}
+
+void maildir_watch_view_synced(struct mailbox *box)
+{
+    struct mailbox_watch *w = box->own_watch;
+    if (w == NULL)
+        return;
+    w->foreign_mark = fileindex_foreign_changes(box->index);
+    w->mark_valid = true;
+}
+
+void maildir_watch_forget_box(struct mailbox *box)
+{
+    if (box->own_watch != NULL)
+        box->own_watch->box = NULL;
+    box->own_watch = NULL;
 }
 
 struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
@@ -399,6 +507,10 @@ void mailbox_watch_free(struct mailbox_watch *watch)
         release_target(hub, watch->wds[k]);
     if (watch->timer != NULL)
         event_free(watch->timer);
+    if (watch->box != NULL && watch->box->own_watch == watch)
+        watch->box->own_watch = NULL;
+    own_clear(watch);
+    free(watch->own);
     free(watch->dir);
     free(watch);
 }
