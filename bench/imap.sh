@@ -35,6 +35,12 @@
 #        BENCH_NO_BUILD=1  BENCH_KEEP=1 (keep the work directory)
 #        BENCH_PERF=1 (perf record -g the imap petreld during the load run;
 #                      report in the work directory, implies BENCH_KEEP)
+#        BENCH_MAIL_FS=ext4|xfs (root: the mail lives on a file system of
+#                      that kind made in a 4 GiB image file in the work
+#                      directory and loop-mounted; ext4 gets mkfs's default
+#                      journal. Default: the work directory's own file
+#                      system, which on this project's VMs is ext4 made
+#                      without a journal)
 #        BENCH_STRACE=1 (strace -c -f the imap petreld during the load run and
 #                      print system calls per command; strace slows petreld,
 #                      so the rates of that run are not comparable)
@@ -91,12 +97,31 @@ fi
 work="$(mktemp -d /tmp/petrel-imap-bench.XXXXXX)"
 auth_pid=""
 imap_pid=""
+mail_mount=""
 cleanup() {
   [ -n "$imap_pid" ] && kill "$imap_pid" 2>/dev/null && wait "$imap_pid" 2>/dev/null || true
   [ -n "$auth_pid" ] && kill "$auth_pid" 2>/dev/null && wait "$auth_pid" 2>/dev/null || true
+  if [ -n "$mail_mount" ]; then
+    umount "$mail_mount" 2>/dev/null || umount -l "$mail_mount" 2>/dev/null || true
+    rm -f "$work/mail.img"
+  fi
   if [ -n "$KEEP" ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
+
+MAIL_FS="${BENCH_MAIL_FS:-}"
+mkdir -p "$work/mail"
+if [ -n "$MAIL_FS" ]; then
+  case "$MAIL_FS" in
+    ext4) mkfs_cmd=(mkfs.ext4 -q -F) ;;
+    xfs) mkfs_cmd=(mkfs.xfs -q -f) ;;
+    *) echo "BENCH_MAIL_FS: ext4 or xfs, not $MAIL_FS" >&2; exit 2 ;;
+  esac
+  truncate -s 4G "$work/mail.img"
+  "${mkfs_cmd[@]}" "$work/mail.img" >/dev/null
+  mount -o loop "$work/mail.img" "$work/mail"
+  mail_mount="$work/mail"
+fi
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -179,6 +204,8 @@ client() {
 
 echo "imap benchmark: $(nproc) CPUs, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ), nice $NICE, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "petreld on CPU $SERVER_CPU, client on CPU $CLIENT_CPU, imap.workers: ${WORKERS:-default}"
+echo "mail on: $(df -T "$work/mail" | awk 'NR == 2 {print $2}')${MAIL_FS:+ (loop-mounted image)}$(
+  [ -d /proc/fs/jbd2 ] && [ -z "$(ls /proc/fs/jbd2 2>/dev/null)" ] && [ -z "$MAIL_FS" ] && echo ', no jbd2 journal running')"
 [ -n "${IMAP_BENCH_MIX:-}" ] && echo "command mix: $IMAP_BENCH_MIX"
 others="$(pgrep -af 'fuzz-|pytest|ninja|petreld' | grep -v "$work" | cut -c1-100 || true)"
 [ -n "$others" ] && printf 'also running:\n%s\n' "$others"

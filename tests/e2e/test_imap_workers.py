@@ -271,6 +271,13 @@ def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path,
     a.untagged_responses.clear()
     a.noop()
     assert a.untagged_responses.get("EXISTS") == [b"5"], a.untagged_responses
+    # a keyword b creates reaches a with its name (a FLAGS update first)
+    b.store("1", "+FLAGS", "($Work)")
+    a.untagged_responses.clear()
+    a.noop()
+    assert "$Work" in fetch_flags_of(a).get(1, ""), a.untagged_responses
+    assert any(b"$Work" in f for f in a.untagged_responses.get("FLAGS", [])), \
+        a.untagged_responses
     # IDLE of b wakes for a's STORE (b expects none of a's events)
     s, f = raw(d)
     s.sendall(b"x LOGIN alice wonderland\r\ny SELECT INBOX\r\n")

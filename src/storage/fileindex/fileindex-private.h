@@ -289,6 +289,10 @@ struct fileindex {
     struct fi_state st;
     bool need_reload;         /* the view may differ from the files: reload next */
     uint64_t foreign_changes; /* see fileindex_foreign_changes */
+    /* The log's size as the last locked refresh found it by path (the
+     * same file as log_fd), so preparing a write need not fstat again. */
+    uint64_t log_size_seen;
+    bool log_size_seen_valid;
     struct fileindex_txn *txn;
     /* folder lock */
     int lock_fd;

@@ -350,6 +350,7 @@ static bool refresh_apply(struct fileindex *fi, struct fi_timing *t, enum fi_rel
 {
     bool locked = fi->lock_depth > 0;
     *result = FI_RELOAD_NONE;
+    fi->log_size_seen_valid = false;
     if (fi->st.version == FI_BASE_VERSION_NO_LINEAGE && !locked) {
         double waited = 0;
         if (!fi_lock(fi, FI_LOCK_SHARED, FI_SITE_RELOAD_FALLBACK, &waited, err))
@@ -385,6 +386,8 @@ static bool refresh_apply(struct fileindex *fi, struct fi_timing *t, enum fi_rel
         *result = FI_RELOAD_FULL;
         return reload_into_handle(fi, FI_SITE_READ, t, err);
     }
+    fi->log_size_seen = (uint64_t)st.st_size;
+    fi->log_size_seen_valid = locked; /* nobody appends while we hold the lock */
     if ((uint64_t)st.st_size < fi->st.log_applied && !fi->st.log_stale) {
         /* Cut below what we applied: not by our protocol; trust the file. */
         *result = FI_RELOAD_FULL;
@@ -703,8 +706,11 @@ static bool prepare_log(struct fileindex *fi, struct petrel_error *err)
         return petrel_error_set(err, PETREL_ERR_PERMISSION, "index log is read-only: %s",
                                 fi->log_path);
     struct stat st;
-    if (fstat(s->log_fd, &st) != 0)
+    if (fi->log_size_seen_valid)
+        st.st_size = (off_t)fi->log_size_seen; /* the locked refresh's stat of this file */
+    else if (fstat(s->log_fd, &st) != 0)
         return fi_io_error(err, "cannot stat", fi->log_path);
+    fi->log_size_seen_valid = false;
     if ((uint64_t)st.st_size > s->log_applied) {
         /* The locked refresh scanned it: a torn tail, not corruption. */
         log_info(FI_COMPONENT, "cutting torn index log tail", "dir=%s offset=%llu size=%llu",

@@ -44,13 +44,36 @@ static struct mailbox_view_entry entry_of(const struct fileindex_record *r)
     };
 }
 
+/* Whether every keyword the index's records carry has a name already.
+ * dovecot-keywords only ever gains names (an index, once given, keeps its
+ * name), and a name reaches the file before any record uses it, so while
+ * this holds the file has nothing the view needs. */
+static bool keywords_all_named(struct mailbox *box)
+{
+    uint32_t used = 0;
+    size_t n = fileindex_count(box->index);
+    for (size_t i = 0; i < n; i++)
+        used |= fileindex_record_at(box->index, i)->keywords;
+    for (unsigned k = 0; k < 26 && used != 0; k++) {
+        if ((used & (1u << k)) != 0 && box->keywords.names[k] == NULL)
+            return false;
+    }
+    return true;
+}
+
 /* Re-reads dovecot-keywords into the mailbox (another process may have
- * added names), keeping the old list when the file cannot be read. */
+ * added names) when the index moved on and carries a keyword without a
+ * name; keeps the old list when the file cannot be read. Names another
+ * process defined but no message carries yet show from the next SELECT. */
 static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
 {
     const struct fileindex_header *now = fileindex_get_header(box->index);
     if (box->keywords_seen.ok && memcmp(now, &box->keywords_seen.hdr, sizeof(*now)) == 0)
         return true;
+    if (box->keywords_seen.ok && keywords_all_named(box)) {
+        box->keywords_seen.hdr = *now;
+        return true;
+    }
     struct maildir_keywords fresh;
     char *path = xasprintf("%s/%s", box->dir, MAILDIR_KEYWORDS);
     bool ok = maildir_keywords_read(path, &fresh, err);
