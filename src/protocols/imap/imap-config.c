@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #define IMAP_MAX_WORKERS 64
-#define IMAP_AUTO_WORKERS_PER_CPU 4
+#define IMAP_AUTO_WORKERS_PER_CPU 8
 /* Each loop holds an inotify instance, and the kernel's default is 128 per
  * user for every process of that user. */
 #define IMAP_AUTO_WORKERS_MAX 32

@@ -25,7 +25,7 @@ void imap_config_defaults(struct imap_config *cfg);
 bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct imap_config *cfg);
 void imap_config_free(struct imap_config *cfg);
-/* The session loops to run: `workers`, or with 0 (auto) four per online CPU
+/* The session loops to run: `workers`, or with 0 (auto) eight per online CPU
  * (a loop waiting in fsync leaves the CPU to the others), at most 32. */
 unsigned imap_config_workers(const struct imap_config *cfg);
 void imap_config_print(const struct imap_config *cfg, FILE *out);
