@@ -25,6 +25,17 @@ def selected(d, box="INBOX"):
     return m
 
 
+def idling(d):
+    """A raw connection that logged in, selected INBOX and is in IDLE."""
+    s, f = raw(d)
+    s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\n")
+    while not f.readline().startswith(b"b OK"):
+        pass
+    s.sendall(b"c IDLE\r\n")
+    assert f.readline().startswith(b"+ ")
+    return s, f
+
+
 def sessions_gauge(d, state):
     text = d.get("telemetry", "/metrics").body.decode()
     match = re.search(r'^petrel_imap_sessions\{state="%s"\} (\S+)$' % state, text, re.M)
@@ -44,12 +55,7 @@ def test_single_loop_sessions_see_each_other_and_idle_wakes(petreld, tmp_path):
     a.untagged_responses.clear()
     a.noop()
     assert a.untagged_responses.get("EXPUNGE") == [b"1"], a.untagged_responses
-    s, f = raw(d)
-    s.sendall(b"a LOGIN alice wonderland\r\nb SELECT INBOX\r\n")
-    while not f.readline().startswith(b"b OK"):
-        pass
-    s.sendall(b"c IDLE\r\n")
-    assert f.readline().startswith(b"+ ")
+    s, f = idling(d)
     t0 = time.monotonic()
     a.append("INBOX", None, None, MSG)
     assert f.readline() == b"* 1 EXISTS\r\n"
@@ -279,12 +285,7 @@ def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path,
     assert any(b"$Work" in f for f in a.untagged_responses.get("FLAGS", [])), \
         a.untagged_responses
     # IDLE of b wakes for a's STORE (b expects none of a's events)
-    s, f = raw(d)
-    s.sendall(b"x LOGIN alice wonderland\r\ny SELECT INBOX\r\n")
-    while not f.readline().startswith(b"y OK"):
-        pass
-    s.sendall(b"z IDLE\r\n")
-    assert f.readline().startswith(b"+ ")
+    s, f = idling(d)
     t0 = time.monotonic()
     a.store("5", "+FLAGS", r"(\Seen)")
     line = f.readline()
