@@ -413,7 +413,7 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
         }
         c->checked = true;
         c->checked_at = fi->refreshes;
-        buf_reset(&c->window); /* read again from the file once per refresh */
+        buf_free(&c->window); /* read again from the file once per refresh */
     }
     if (c->generation != fi->st.view.hdr.cache_reset_id)
         return NULL;

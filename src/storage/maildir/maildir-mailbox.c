@@ -390,8 +390,10 @@ static void stamp_change_end(struct mailbox *box, struct dir_stamp *s)
         return;
     struct stat cur;
     s->ok = stat(box_path(box, "cur"), &cur) == 0;
-    s->cur = cur.st_mtim;
-    s->ino = (unsigned long long)cur.st_ino;
+    if (s->ok) {
+        s->cur = cur.st_mtim;
+        s->ino = (unsigned long long)cur.st_ino;
+    }
 }
 
 static void stamp_change_commit(struct mailbox *box, const struct dir_stamp *s)
