@@ -26,6 +26,7 @@
 #include "core/xalloc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,9 @@ static void drain(struct mailbox_watch_hub *hub)
             continue;
         if (r <= 0)
             break; /* EAGAIN: drained */
+        /* Room left for another whole event: the read took every event
+         * queued when it ran, so no second read (for EAGAIN) is needed. */
+        bool emptied = (size_t)r + sizeof(struct inotify_event) + NAME_MAX + 1 <= sizeof(events);
         for (char *p = events; p < events + r;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
@@ -266,6 +270,8 @@ static void drain(struct mailbox_watch_hub *hub)
             if (gone || relevant(folder, ev))
                 dispatch(hub, ev->wd, ev, false, gone);
         }
+        if (emptied)
+            break;
     }
 }
 
