@@ -357,6 +357,9 @@ struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, st
 bool mailbox_watch_take_changed(struct mailbox_watch *watch);
 /* Whether the watch uses inotify (false: polling). */
 bool mailbox_watch_is_native(const struct mailbox_watch *watch);
+/* Whether a watched directory went (the folder was deleted or replaced):
+ * such a watch hears nothing more and should be made again. */
+bool mailbox_watch_lost(struct mailbox_watch *watch);
 void mailbox_watch_free(struct mailbox_watch *watch);
 
 /* ---------- cached message data (IMAP BODYSTRUCTURE, ENVELOPE, headers) ---------- */

@@ -202,6 +202,11 @@ def test_reselect_of_the_same_folder_sees_everything(petreld, tmp_path):
     assert uidvalidity(a) == first
     typ, data = a.fetch("1:*", "(UID FLAGS)")
     assert len(data) == 3 and b"\\Flagged" in data[1] and b"\\Seen" in data[2], data
+    # the watch kept across the re-SELECT still hears others
+    other.append("INBOX", None, None, MSG)
+    a.untagged_responses.clear()
+    a.noop()
+    assert a.untagged_responses.get("EXISTS") == [b"4"], a.untagged_responses
     assert other.create("Work")[0] == "OK"
     other.append("Work", None, None, MSG)
     a.select("Work")
@@ -216,9 +221,14 @@ def test_reselect_of_the_same_folder_sees_everything(petreld, tmp_path):
     assert uidvalidity(a) > old
     typ, data = a.uid("FETCH", "1:*", "(UID)")
     assert [re.search(rb"UID (\d+)", x).group(1) for x in data] == [b"1", b"2"], data
+    # the replaced folder got a new watch: it hears others too
+    other.append("Work", None, None, MSG)
+    a.untagged_responses.clear()
+    a.noop()
+    assert a.untagged_responses.get("EXISTS") == [b"3"], a.untagged_responses
     # EXAMINE of the same folder: read-only from the same handle.
     typ, data = a.select("Work", readonly=True)
-    assert typ == "OK" and data == [b"2"]
+    assert typ == "OK" and data == [b"3"]
     typ, data = a.store("1", "+FLAGS", r"(\Seen)")
     assert typ == "NO", (typ, data)
     for c in (a, other):

@@ -181,8 +181,16 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     }
     struct petrel_error err;
     struct mailbox *box = NULL;
+    struct mailbox_watch *keep_watch = NULL;
     if (previous != NULL && mailbox_is(previous, ns, name)) {
         box = previous;
+        /* The watch of a folder still in place stays: what it queued so
+         * far is taken now, and the sync below covers it. */
+        if (previous_watch != NULL && !mailbox_watch_lost(previous_watch)) {
+            (void)mailbox_watch_take_changed(previous_watch);
+            keep_watch = previous_watch;
+            previous_watch = NULL;
+        }
         if (!mailbox_sync(box, &err)) {
             mailbox_close(box);
             box = NULL;
@@ -196,6 +204,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     free(name);
     if (view == NULL) {
         mailbox_watch_free(previous_watch);
+        mailbox_watch_free(keep_watch);
         if (box != NULL)
             mailbox_close(box);
         imap_reply_storage_error(s, &err);
@@ -207,7 +216,8 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     s->state = IMAP_STATE_SELECTED;
     /* Watched from now on, so commands sync only after a change (NULL
      * without inotify: every command syncs, and IDLE polls). */
-    s->watch = mailbox_watch_new_native(s->ctx->watches, box, idle_changed, s);
+    s->watch = keep_watch != NULL ? keep_watch
+                                  : mailbox_watch_new_native(s->ctx->watches, box, idle_changed, s);
     mailbox_watch_free(previous_watch);
     struct mailbox_view_status st;
     mailbox_view_get_status(view, &st);

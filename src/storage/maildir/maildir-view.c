@@ -168,6 +168,7 @@ struct mailbox_view *mailbox_view_new(struct mailbox *box, struct petrel_error *
     struct mailbox_view *view = xcalloc(1, sizeof(*view));
     view->box = box;
     snapshot_all(view);
+    maildir_watch_view_synced(box);
     return view;
 }
 

@@ -498,6 +498,12 @@ bool mailbox_watch_is_native(const struct mailbox_watch *watch)
     return watch->native;
 }
 
+bool mailbox_watch_lost(struct mailbox_watch *watch)
+{
+    drain(watch->hub); /* a removal already done is in the queue */
+    return watch->lost;
+}
+
 void mailbox_watch_free(struct mailbox_watch *watch)
 {
     if (watch == NULL)
