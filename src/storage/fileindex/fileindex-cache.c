@@ -189,16 +189,27 @@ static const struct fi_cache_entry *map_get(const struct fi_cache *c, uint32_t u
 
 /* ---------- the file ---------- */
 
-static enum cache_open cache_open_file(struct fileindex *fi)
+/* The cache file as it is at cache_path, open in c->fd; *size_out: its size
+ * now. For a reader a descriptor already held is kept while the file still
+ * has a name: Petrel replaces the cache only by a rename over it (or
+ * removes it with its folder), which leaves the old inode with no link, so
+ * one fstat tells both "still current" and how far it grew. A writer
+ * (`writing`, under the exclusive lock) also compares the inode at the
+ * path, so that it never appends to a replaced file some other program
+ * kept a link to. */
+static enum cache_open cache_open_file(struct fileindex *fi, bool writing, uint64_t *size_out)
 {
     struct fi_cache *c = &fi->cache;
     struct stat st;
-    if (stat(fi->cache_path, &st) != 0) {
-        cache_close(c);
-        return CACHE_ABSENT;
+    *size_out = 0;
+    if (c->fd >= 0 && fstat(c->fd, &st) == 0 && st.st_nlink > 0) {
+        struct stat at;
+        if (!writing ||
+            (stat(fi->cache_path, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino)) {
+            *size_out = (uint64_t)st.st_size;
+            return c->header_bad ? CACHE_BAD : CACHE_OK;
+        }
     }
-    if (c->fd >= 0 && c->id.dev == st.st_dev && c->id.ino == st.st_ino)
-        return c->header_bad ? CACHE_BAD : CACHE_OK;
     cache_close(c);
     int fd = open(fi->cache_path, O_RDWR | O_CLOEXEC);
     if (fd < 0 && (errno == EACCES || errno == EROFS))
@@ -210,6 +221,7 @@ static enum cache_open cache_open_file(struct fileindex *fi)
     }
     c->fd = fd;
     fi_file_id_from_stat(&c->id, &st);
+    *size_out = (uint64_t)st.st_size;
     uint8_t h[FI_CACHE_HDR_SIZE];
     if (fi_pread_all(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
         memcmp(h, FI_CACHE_MAGIC, 8) != 0 || fi_crc32c(0, h, 28) != fi_get32(h + 28) ||
@@ -239,17 +251,14 @@ static bool record_valid(const uint8_t *p, size_t avail, uint64_t pos, uint32_t 
     return true;
 }
 
-/* Reads records after c->scanned into the map. With `locked` bytes after
- * the last valid record are classified: *corrupt when a valid record
- * follows (else they are a torn tail). */
-static bool cache_scan(struct fileindex *fi, bool locked, bool *corrupt)
+/* Reads records after c->scanned, up to `size` (the file's size as
+ * cache_open_file saw it), into the map. With `locked` bytes after the last
+ * valid record are classified: *corrupt when a valid record follows (else
+ * they are a torn tail). */
+static bool cache_scan(struct fileindex *fi, bool locked, uint64_t size, bool *corrupt)
 {
     struct fi_cache *c = &fi->cache;
     *corrupt = false;
-    struct stat st;
-    if (fstat(c->fd, &st) != 0)
-        return false;
-    uint64_t size = (uint64_t)st.st_size;
     if (size > fileindex_cache_ceiling + MAX_CACHE_REC)
         size = fileindex_cache_ceiling + MAX_CACHE_REC;
     uint8_t *buf = NULL;
@@ -397,7 +406,8 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
     if (locked || !c->checked || c->checked_at != fi->refreshes || c->fd < 0) {
         /* Once per refresh (a command's sync): has the file been replaced,
          * and what did other processes append? */
-        enum cache_open r = cache_open_file(fi);
+        uint64_t size;
+        enum cache_open r = cache_open_file(fi, locked, &size);
         if (r == CACHE_ABSENT)
             return NULL;
         if (r == CACHE_BAD) {
@@ -405,7 +415,7 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
             return NULL;
         }
         bool corrupt;
-        if (!cache_scan(fi, locked, &corrupt))
+        if (!cache_scan(fi, locked, size, &corrupt))
             return NULL;
         if (corrupt) {
             cache_drop(fi, "damaged record", DROP_LOCK_WAIT, NULL);
@@ -456,7 +466,8 @@ static bool cache_ready_locked(struct fileindex *fi, struct petrel_error *err)
     struct fi_cache *c = &fi->cache;
     uint64_t want = fi_current_cache_reset_id(fi);
     for (int attempt = 0; attempt < 3; attempt++) {
-        enum cache_open r = cache_open_file(fi);
+        uint64_t size;
+        enum cache_open r = cache_open_file(fi, true, &size);
         if (r == CACHE_BAD) {
             if (!cache_drop(fi, "bad header", fileindex_lock_timeout, err))
                 return false;
@@ -469,7 +480,7 @@ static bool cache_ready_locked(struct fileindex *fi, struct petrel_error *err)
             continue;
         }
         bool corrupt;
-        if (!cache_scan(fi, true, &corrupt))
+        if (!cache_scan(fi, true, size, &corrupt))
             return fi_io_error(err, "cannot read", fi->cache_path);
         if (corrupt) {
             if (!cache_drop(fi, "damaged record", fileindex_lock_timeout, err))
@@ -477,10 +488,8 @@ static bool cache_ready_locked(struct fileindex *fi, struct petrel_error *err)
             want = fi_current_cache_reset_id(fi);
             continue;
         }
-        struct stat st;
-        if (fstat(c->fd, &st) != 0)
-            return fi_io_error(err, "cannot stat", fi->cache_path);
-        if ((uint64_t)st.st_size > c->scanned && ftruncate(c->fd, (off_t)c->scanned) != 0)
+        /* Under the exclusive lock the size cannot have moved since. */
+        if (size > c->scanned && ftruncate(c->fd, (off_t)c->scanned) != 0)
             return fi_io_error(err, "cannot cut", fi->cache_path);
         return true;
     }
@@ -565,14 +574,10 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
     uint64_t old_size = 0;
     uint32_t *offs = NULL;
     size_t n = 0;
-    enum cache_open r = cache_open_file(fi);
-    if (r != CACHE_ABSENT) {
-        struct stat st;
-        if (fstat(c->fd, &st) == 0)
-            old_size = (uint64_t)st.st_size;
-    }
+    enum cache_open r = cache_open_file(fi, true, &old_size);
     bool corrupt = false;
-    if (r == CACHE_OK && c->generation == cur && cache_scan(fi, true, &corrupt) && !corrupt) {
+    if (r == CACHE_OK && c->generation == cur && cache_scan(fi, true, old_size, &corrupt) &&
+        !corrupt) {
         offs = xmalloc((c->used + 1) * sizeof(*offs));
         for (size_t i = 0; i < c->slot_count; i++) {
             const struct fi_cache_entry *e = &c->slots[i];
