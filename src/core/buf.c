@@ -33,6 +33,17 @@ void buf_append_char(struct buf *b, char c)
     buf_append(b, &c, 1);
 }
 
+void buf_append_uint(struct buf *b, unsigned long long v)
+{
+    char digits[20]; /* 2^64 - 1 has 20 */
+    size_t n = sizeof(digits);
+    do {
+        digits[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    buf_append(b, digits + n, sizeof(digits) - n);
+}
+
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -106,6 +106,9 @@ struct mailbox_info {
     uint64_t size_bytes;    /* stats: sum of physical sizes */
     uint64_t on_disk_count; /* stats: message files found on disk */
 };
+/* The folder's UIDVALIDITY as the handle last read it, without looking at
+ * the disk: after a mailbox_append, the one the new UID belongs to. */
+uint32_t mailbox_handle_uid_validity(const struct mailbox *box);
 /* Fills the info; with `stats` also counts files on disk. */
 bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
                       struct petrel_error *err);
@@ -315,6 +318,12 @@ struct mailbox_view_changes {
  * middle of a FETCH, STORE or SEARCH. */
 bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
                        struct petrel_error *err);
+/* The same without looking at the disk: takes in what the view's handle
+ * holds already, i.e. the session's own APPENDs and EXPUNGEs made through
+ * it (and whatever those commits took in under the lock). For when the
+ * folder's watch says nobody else changed anything; O(1) when nothing did. */
+bool mailbox_view_catch_up(struct mailbox_view *view, struct mailbox_view_changes *changes,
+                           struct petrel_error *err);
 void mailbox_view_changes_free(struct mailbox_view_changes *changes);
 /* Takes the session's own STORE results into the view at once (the server
  * answers them itself), so the next sync does not report them again. True
@@ -353,7 +362,9 @@ struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, st
  * polling watch always says yes), and forgets the answer. The hub's queued
  * events are read first, so a change whose writer has returned from its
  * system call (another session's, another process's) is never missed: a
- * "no" means a view sync would find nothing new. Does not run callbacks. */
+ * "no" means a view sync would find nothing new beyond what the handle
+ * holds already (the session's own changes: mailbox_view_catch_up). Does
+ * not run callbacks. */
 bool mailbox_watch_take_changed(struct mailbox_watch *watch);
 /* Whether the watch uses inotify (false: polling). */
 bool mailbox_watch_is_native(const struct mailbox_watch *watch);

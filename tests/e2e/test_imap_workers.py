@@ -305,3 +305,73 @@ def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path,
     s.close()
     for m in (a, b):
         m.logout()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_own_appends_and_expunges_are_reported_once(petreld, tmp_path, workers):
+    # A session's own APPEND and EXPUNGE reach its view from its handle (the
+    # watch takes their events as its own): each is reported once, in the
+    # command's reply, never again at the next NOOP; other sessions' changes
+    # are still reported, including one the own APPEND took in under the
+    # lock and a file another program drops into new/ right after it.
+    d = petreld(imap_overrides(tmp_path, extra={"workers": workers}))
+    a, b = selected(d), selected(d)
+    a.untagged_responses.clear()
+    typ, data = a.append("INBOX", None, None, MSG)
+    assert typ == "OK" and b"APPENDUID" in data[0], data
+    assert a.untagged_responses.get("EXISTS") == [b"1"], a.untagged_responses
+    a.untagged_responses.clear()
+    a.noop()
+    assert "EXISTS" not in a.untagged_responses, a.untagged_responses
+    b.untagged_responses.clear()
+    b.noop()
+    assert b.untagged_responses.get("EXISTS") == [b"1"], b.untagged_responses
+    # b appends, then a appends before syncing: a's reply counts both
+    b.append("INBOX", None, None, MSG)
+    a.untagged_responses.clear()
+    a.append("INBOX", None, None, MSG)
+    assert a.untagged_responses.get("EXISTS") == [b"3"], a.untagged_responses
+    a.untagged_responses.clear()
+    a.noop()
+    assert "EXISTS" not in a.untagged_responses, a.untagged_responses
+    # a's own EXPUNGE: answered once; b hears of it
+    b.noop()
+    a.store("1", "+FLAGS", r"(\Deleted)")
+    a.untagged_responses.clear()
+    typ, data = a.expunge()
+    assert typ == "OK" and data == [b"1"], (typ, data)
+    a.untagged_responses.clear()
+    a.noop()
+    assert not {"EXPUNGE", "EXISTS"} & set(a.untagged_responses), a.untagged_responses
+    b.untagged_responses.clear()
+    b.noop()
+    assert b.untagged_responses.get("EXPUNGE") == [b"1"], b.untagged_responses
+    # a file dropped into new/ by another program right after a's APPEND
+    a.append("INBOX", None, None, MSG)
+    maildir = tmp_path / "mail" / "alice" / "Maildir"
+    if not maildir.is_dir():
+        maildir = next(p.parent for p in tmp_path.rglob("cur") if p.parent.name == "Maildir")
+    (maildir / "new" / "1800000000.M2P2.other").write_bytes(MSG)
+    a.untagged_responses.clear()
+    a.noop()
+    assert a.untagged_responses.get("EXISTS") == [b"4"], a.untagged_responses
+    # IDLE of b wakes for a's APPEND and EXPUNGE
+    b.logout()
+    s, f = idling(d)
+    t0 = time.monotonic()
+    a.append("INBOX", None, None, MSG)
+    line = f.readline()
+    assert line.startswith(b"* ") and line.rstrip().endswith(b"EXISTS"), line
+    assert time.monotonic() - t0 < 1.0
+    a.store("1", "+FLAGS", r"(\Deleted)")
+    a.expunge()
+    t0 = time.monotonic()
+    while True:
+        line = f.readline()
+        if line.rstrip().endswith(b"EXPUNGE"):
+            break
+        assert line.startswith(b"* "), line
+    assert time.monotonic() - t0 < 1.0
+    s.sendall(b"DONE\r\n")
+    s.close()
+    a.logout()

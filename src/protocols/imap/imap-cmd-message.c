@@ -381,15 +381,21 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     struct fetch_message fm;
     memset(&fm, 0, sizeof(fm));
     size_t start = out->len;
-    buf_printf(out, "* %u FETCH (", seq);
+    /* The lines of a big FETCH are mostly these first items: appended
+     * directly, not through printf. */
+    buf_append_str(out, "* ");
+    buf_append_uint(out, seq);
+    buf_append_str(out, " FETCH (");
     const char *sep = "";
     unsigned a = items->attrs;
     if (uid_mode || (a & IMAP_FETCH_UID)) {
-        buf_printf(out, "UID %u", e->uid);
+        buf_append_str(out, "UID ");
+        buf_append_uint(out, e->uid);
         sep = " ";
     }
     if ((a & IMAP_FETCH_FLAGS) || flags_too) {
-        buf_printf(out, "%sFLAGS ", sep);
+        buf_append_str(out, sep);
+        buf_append_str(out, "FLAGS ");
         imap_append_flags(out, s, e->flags, e->keywords);
         sep = " ";
     }
@@ -862,10 +868,10 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             added[added_count++] = uid;
         }
     }
-    struct mailbox_info info;
     bool failed = !ok || bad != NULL || no != NULL;
-    bool have_info = !failed && mailbox_get_info(box, false, &info, &err);
-    if ((failed || !have_info) && added_count > 0) {
+    /* The UIDVALIDITY the new UIDs were given under, as committed. */
+    uint32_t uid_validity = mailbox_handle_uid_validity(box);
+    if (failed && added_count > 0) {
         struct mailbox_flags_update del = {MAILBOX_FLAGS_ADD, MAIL_FLAG_DELETED, NULL, 0};
         struct petrel_error rb;
         uint32_t *gone = NULL;
@@ -883,14 +889,14 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     else if (no != NULL) {
         if (*no != '\0')
             imap_reply_no(s, "%s", no);
-    } else if (!ok || !have_info) {
+    } else if (!ok) {
         imap_reply_storage_error(s, &err);
     } else {
         struct buf list = {0};
         for (size_t k = 0; k < added_count; k++)
             buf_printf(&list, "%s%u", k > 0 ? "," : "", added[k]);
         buf_append_char(&list, '\0');
-        imap_reply_ok(s, "[APPENDUID %u %s] APPEND completed.", info.uid_validity, list.data);
+        imap_reply_ok(s, "[APPENDUID %u %s] APPEND completed.", uid_validity, list.data);
         buf_free(&list);
     }
     free(added);

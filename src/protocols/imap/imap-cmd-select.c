@@ -27,7 +27,9 @@ void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t f
     buf_append_char(out, '(');
     for (size_t i = 0; i < sizeof(system_flags) / sizeof(system_flags[0]); i++) {
         if (flags & system_flags[i].bit) {
-            buf_printf(out, "%s%s", first ? "" : " ", system_flags[i].name);
+            if (!first)
+                buf_append_char(out, ' ');
+            buf_append_str(out, system_flags[i].name);
             first = false;
         }
     }
@@ -36,7 +38,9 @@ void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t f
             continue;
         const char *name = s->view != NULL ? mailbox_view_keyword_name(s->view, k) : NULL;
         if (name != NULL) {
-            buf_printf(out, "%s%s", first ? "" : " ", name);
+            if (!first)
+                buf_append_char(out, ' ');
+            buf_append_str(out, name);
             first = false;
         }
     }
@@ -95,12 +99,14 @@ void imap_selected_sync(struct imap_session *s)
     if (s->view == NULL)
         return;
     /* Four stats and an index check per command, or one read of the
-     * loop's inotify queue when the folder is watched. */
-    if (s->watch != NULL && !mailbox_watch_take_changed(s->watch))
-        return;
+     * loop's inotify queue when the folder is watched. When nobody else
+     * changed the folder, what is new to the view is the session's own
+     * APPEND or EXPUNGE, which its handle holds already. */
+    bool others = s->watch == NULL || mailbox_watch_take_changed(s->watch);
     struct mailbox_view_changes ch;
     struct petrel_error err;
-    if (!mailbox_view_sync(s->view, &ch, &err)) {
+    if (!(others ? mailbox_view_sync(s->view, &ch, &err)
+                 : mailbox_view_catch_up(s->view, &ch, &err))) {
         log_warn(IMAP_COMPONENT, "view sync failed", "session=%s error=\"%s\"", s->io.id,
                  err.message);
         return;

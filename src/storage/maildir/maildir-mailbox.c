@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <stdarg.h>
 #include <sys/time.h>
@@ -1144,6 +1145,11 @@ bool mailbox_sync(struct mailbox *box, struct petrel_error *err)
 
 /* ---------- reading ---------- */
 
+uint32_t mailbox_handle_uid_validity(const struct mailbox *box)
+{
+    return fileindex_get_header(box->index)->uid_validity;
+}
+
 bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
                       struct petrel_error *err)
 {
@@ -1529,7 +1535,9 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
     if (ok) {
         stamp_change_end(box, &stamp);
         struct petrel_error uerr;
-        if (!uidlist_note_append(box, uid, base.data, vsize, sync == APPEND_SYNC_EACH, &uerr))
+        bool uidlist_noted =
+            uidlist_note_append(box, uid, base.data, vsize, sync == APPEND_SYNC_EACH, &uerr);
+        if (!uidlist_noted)
             log_warn(COMPONENT, "dovecot-uidlist not updated", "folder=%s error=\"%s\"", box->dir,
                      uerr.message);
         else if (sync == APPEND_SYNC_JOURNAL)
@@ -1538,6 +1546,13 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         fileindex_txn_on_commit(txn, stamp_committed, &sc);
         ok = fileindex_txn_commit(txn, err);
         txn = NULL;
+        if (ok) {
+            /* The session's view takes the message from the handle. */
+            const char *slash = strrchr(dst, '/');
+            maildir_watch_expect(box, IN_CREATE, slash != NULL ? slash + 1 : dst);
+            if (uidlist_noted)
+                maildir_watch_expect_uidlist(box);
+        }
     }
     if (txn != NULL)
         fileindex_txn_rollback(txn);
@@ -1608,6 +1623,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
             continue;
         }
         done[done_count++] = r->uid;
+        maildir_watch_expect(box, IN_DELETE, name.data);
     }
     if (vanished) {
         stamp.ok = false;
@@ -1642,6 +1658,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         fileindex_txn_rollback(txn);
     }
     if (!ok) {
+        maildir_watch_distrust(box); /* files gone that the index still lists */
         free(done);
         return false;
     }

@@ -144,12 +144,18 @@ bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name
 
 /* ---------- own changes and the watch (maildir-watch.c) ---------- */
 
-/* A flag rename cur/<from> -> cur/<to> just made through `box` whose result
- * the caller puts into its view itself (IMAP STORE): box->own_watch takes
- * the two events it causes as its own and does not report them, and takes
- * index log growth as its own while the log has no more than `box`
- * applied. Any other event still reports a change. */
+/* A change to cur/<name> just made through `box` that causes the inotify
+ * event `mask` (IN_CREATE: an append's link; IN_DELETE: an expunge;
+ * IN_MOVED_FROM/IN_MOVED_TO: a flag rename): box->own_watch takes that
+ * event as its own and does not report it, and takes index log growth as
+ * its own while the log has no more than `box` applied. The session's view
+ * takes such changes from the handle (mailbox_view_note_flags,
+ * mailbox_view_catch_up). Any other event still reports a change. */
+void maildir_watch_expect(struct mailbox *box, uint32_t mask, const char *name);
+/* A flag rename cur/<from> -> cur/<to>: its two events (see above). */
 void maildir_watch_expect_rename(struct mailbox *box, const char *from, const char *to);
+/* A line appended to dovecot-uidlist through `box`: its IN_MODIFY. */
+void maildir_watch_expect_uidlist(struct mailbox *box);
 /* A change through `box` failed half way: box->own_watch reports a change
  * at its next question whatever the events say. */
 void maildir_watch_distrust(struct mailbox *box);

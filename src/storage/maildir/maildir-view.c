@@ -237,12 +237,15 @@ static void append_u32(uint32_t **arr, size_t *count, size_t *cap, uint32_t v)
     (*arr)[(*count)++] = v;
 }
 
-bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
-                       struct petrel_error *err)
+/* The difference between the view and the handle's index, taken into the
+ * view; with `refresh` the handle is brought up to date with the disk
+ * first. */
+static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_view_changes *changes,
+                      struct petrel_error *err)
 {
     memset(changes, 0, sizeof(*changes));
     struct mailbox *box = view->box;
-    if (!refresh_box(box, err))
+    if (refresh && !refresh_box(box, err))
         return false;
     struct fileindex *fi = box->index;
     if (fileindex_get_header(fi)->uid_validity != view->uid_validity) {
@@ -319,6 +322,18 @@ bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *c
     changes->exists = (uint32_t)view->count;
     maildir_watch_view_synced(box);
     return true;
+}
+
+bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
+                       struct petrel_error *err)
+{
+    return view_sync(view, true, changes, err);
+}
+
+bool mailbox_view_catch_up(struct mailbox_view *view, struct mailbox_view_changes *changes,
+                           struct petrel_error *err)
+{
+    return view_sync(view, false, changes, err);
 }
 
 void mailbox_view_changes_free(struct mailbox_view_changes *changes)

@@ -74,9 +74,10 @@ struct mailbox_watch_hub {
 
 #define WATCH_TARGETS 3 /* new/, cur/, the folder */
 
-/* An event the watch's own session causes (a flag rename in cur/). */
+/* An event the watch's own session causes in cur/ (a flag rename, the
+ * link of an append, the unlink of an expunge). */
 struct own_event {
-    uint32_t mask; /* IN_MOVED_FROM or IN_MOVED_TO */
+    uint32_t mask; /* IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE or IN_DELETE */
     char *name;
 };
 
@@ -91,6 +92,7 @@ struct mailbox_watch {
     struct own_event *own;
     size_t own_count;
     bool own_log;          /* index log growth may be its own */
+    bool own_uidlist;      /* an append to dovecot-uidlist is its own */
     bool log_check;        /* the log grew: compare it with the handle */
     bool distrust;         /* an own change failed half way */
     bool mark_valid;       /* foreign_mark holds */
@@ -183,6 +185,7 @@ static void own_clear(struct mailbox_watch *w)
         free(w->own[i].name);
     w->own_count = 0;
     w->own_log = false;
+    w->own_uidlist = false;
 }
 
 /* Whether `ev` on target `k` (0 new/, 1 cur/, 2 the folder) is one the
@@ -191,7 +194,8 @@ static bool own_event(struct mailbox_watch *w, size_t k, const struct inotify_ev
 {
     if (w->box == NULL || ev->len == 0)
         return false;
-    if (k == 1 && (ev->mask == IN_MOVED_FROM || ev->mask == IN_MOVED_TO)) {
+    if (k == 1 && (ev->mask == IN_MOVED_FROM || ev->mask == IN_MOVED_TO || ev->mask == IN_CREATE ||
+                   ev->mask == IN_DELETE)) {
         for (size_t i = 0; i < w->own_count; i++) {
             if (w->own[i].mask == ev->mask && strcmp(w->own[i].name, ev->name) == 0) {
                 free(w->own[i].name);
@@ -206,6 +210,10 @@ static bool own_event(struct mailbox_watch *w, size_t k, const struct inotify_ev
         w->log_check = true; /* settled at the question: grown past the handle? */
         return true;
     }
+    /* Another writer's append to the uidlist comes with its own file in
+     * cur/ and index log growth, which still report. */
+    if (k == 2 && w->own_uidlist && ev->mask == IN_MODIFY && strcmp(ev->name, MAILDIR_UIDLIST) == 0)
+        return true;
     return false;
 }
 
@@ -438,20 +446,31 @@ bool mailbox_watch_take_changed(struct mailbox_watch *watch)
     return changed;
 }
 
-void maildir_watch_expect_rename(struct mailbox *box, const char *from, const char *to)
+void maildir_watch_expect(struct mailbox *box, uint32_t mask, const char *name)
 {
     struct mailbox_watch *w = box->own_watch;
     if (w == NULL)
         return;
     w->own_log = true;
-    if (w->own_count + 2 > OWN_EVENTS_MAX) {
+    if (w->own_count + 1 > OWN_EVENTS_MAX) {
         w->distrust = true; /* too many to track: report as before */
         return;
     }
     if (w->own == NULL)
         w->own = xcalloc(OWN_EVENTS_MAX, sizeof(*w->own));
-    w->own[w->own_count++] = (struct own_event){IN_MOVED_FROM, xstrdup(from)};
-    w->own[w->own_count++] = (struct own_event){IN_MOVED_TO, xstrdup(to)};
+    w->own[w->own_count++] = (struct own_event){mask, xstrdup(name)};
+}
+
+void maildir_watch_expect_rename(struct mailbox *box, const char *from, const char *to)
+{
+    maildir_watch_expect(box, IN_MOVED_FROM, from);
+    maildir_watch_expect(box, IN_MOVED_TO, to);
+}
+
+void maildir_watch_expect_uidlist(struct mailbox *box)
+{
+    if (box->own_watch != NULL)
+        box->own_watch->own_uidlist = true;
 }
 
 void maildir_watch_distrust(struct mailbox *box)

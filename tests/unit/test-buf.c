@@ -1,0 +1,60 @@
+/* Unit tests for core/buf.h: growth, termination and number formatting. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "core/buf.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* buf_append_uint against printf for edges and a spread of values. */
+static void test_append_uint_matches_printf(void **state)
+{
+    (void)state;
+    const unsigned long long values[] = {
+        0, 1, 9, 10, 99, 100, 4294967295ull, 4294967296ull, 18446744073709551615ull};
+    struct buf b = {0};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "%llu", values[i]);
+        buf_reset(&b);
+        buf_append_uint(&b, values[i]);
+        assert_string_equal(b.data, want);
+        assert_int_equal(b.len, strlen(want));
+    }
+    unsigned long long v = 7;
+    for (int i = 0; i < 60; i++, v = v * 3 + 1) {
+        char want[32];
+        snprintf(want, sizeof(want), "%llu", v);
+        buf_reset(&b);
+        buf_append_uint(&b, v);
+        assert_string_equal(b.data, want);
+    }
+    buf_free(&b);
+}
+
+/* Appends go after what is there, and the buffer stays NUL-terminated. */
+static void test_append_uint_after_text(void **state)
+{
+    (void)state;
+    struct buf b = {0};
+    buf_append_str(&b, "* ");
+    buf_append_uint(&b, 42);
+    buf_append_str(&b, " FETCH (UID ");
+    buf_append_uint(&b, 4000000000u);
+    buf_append_char(&b, ')');
+    assert_string_equal(buf_cstr(&b), "* 42 FETCH (UID 4000000000)");
+    buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_append_uint_matches_printf),
+        cmocka_unit_test(test_append_uint_after_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
