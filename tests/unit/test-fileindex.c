@@ -1319,12 +1319,16 @@ static void test_cache_add_get_purge(void **state)
     expect_cached(fi, 1, "envelope", "env-1");
     expect_cached(fi, 3, "envelope", "env-3b");
     expect_cached(fi, 2, "envelope", NULL);
+    /* other still holds the replaced file open: it must notice the new one
+     * (the old has no link left) and read what is added there */
+    assert_true(fileindex_cache_add(fi, 1, "after-purge", "new-file", 8, &err));
     refresh_ok(other);
     expect_cached(other, 1, "x", "from-other");
     expect_cached(other, 4, "empty", "");
+    expect_cached(other, 1, "after-purge", "new-file");
     /* a second purge carries everything and reclaims nothing */
     assert_true(fileindex_cache_purge(other, &stats, &err));
-    assert_int_equal(stats.carried, 5);
+    assert_int_equal(stats.carried, 6);
     assert_int_equal(stats.reclaimed_bytes, 0);
     refresh_ok(fi);
     expect_cached(fi, 1, "bodystructure", "bs-1");
