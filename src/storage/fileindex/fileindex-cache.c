@@ -267,7 +267,7 @@ static bool cache_scan(struct fileindex *fi, bool locked, uint64_t size, bool *c
         size_t want = (size_t)(size - c->scanned);
         if (want > SCAN_CHUNK + MAX_CACHE_REC)
             want = SCAN_CHUNK + MAX_CACHE_REC;
-        if (want > cap) {
+        if (buf == NULL || want > cap) {
             buf = xrealloc(buf, want);
             cap = want;
         }
