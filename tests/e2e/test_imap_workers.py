@@ -246,6 +246,17 @@ def fetch_flags_of(m):
     return out
 
 
+def expect_delivery_reported(m, tmp_path, name, exists):
+    """Another program drops `name` into alice's new/; m's next NOOP reports it."""
+    maildir = tmp_path / "mail" / "alice" / "Maildir"
+    if not maildir.is_dir():
+        maildir = next(p.parent for p in tmp_path.rglob("cur") if p.parent.name == "Maildir")
+    (maildir / "new" / name).write_bytes(MSG)
+    m.untagged_responses.clear()
+    m.noop()
+    assert m.untagged_responses.get("EXISTS") == [str(exists).encode()], m.untagged_responses
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path, workers):
     # A session's own flag renames are not reported back to it as changes
@@ -280,13 +291,7 @@ def test_own_stores_are_quiet_but_others_changes_are_reported(petreld, tmp_path,
     assert "\\Flagged" in fetch_flags_of(a).get(2, ""), a.untagged_responses
     # a file dropped into new/ by another program right after a's STORE
     a.store("4", "+FLAGS", r"(\Draft)")
-    maildir = tmp_path / "mail" / "alice" / "Maildir"
-    if not maildir.is_dir():
-        maildir = next(p.parent for p in tmp_path.rglob("cur") if p.parent.name == "Maildir")
-    (maildir / "new" / "1800000000.M1P1.other").write_bytes(MSG)
-    a.untagged_responses.clear()
-    a.noop()
-    assert a.untagged_responses.get("EXISTS") == [b"5"], a.untagged_responses
+    expect_delivery_reported(a, tmp_path, "1800000000.M1P1.other", 5)
     # a keyword b creates reaches a with its name (a FLAGS update first)
     b.store("1", "+FLAGS", "($Work)")
     a.untagged_responses.clear()
@@ -348,13 +353,7 @@ def test_own_appends_and_expunges_are_reported_once(petreld, tmp_path, workers):
     assert b.untagged_responses.get("EXPUNGE") == [b"1"], b.untagged_responses
     # a file dropped into new/ by another program right after a's APPEND
     a.append("INBOX", None, None, MSG)
-    maildir = tmp_path / "mail" / "alice" / "Maildir"
-    if not maildir.is_dir():
-        maildir = next(p.parent for p in tmp_path.rglob("cur") if p.parent.name == "Maildir")
-    (maildir / "new" / "1800000000.M2P2.other").write_bytes(MSG)
-    a.untagged_responses.clear()
-    a.noop()
-    assert a.untagged_responses.get("EXISTS") == [b"4"], a.untagged_responses
+    expect_delivery_reported(a, tmp_path, "1800000000.M2P2.other", 4)
     # IDLE of b wakes for a's APPEND and EXPUNGE
     b.logout()
     s, f = idling(d)
