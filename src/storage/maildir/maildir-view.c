@@ -269,9 +269,10 @@ static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_vi
     }
     uint32_t old_max = view->count > 0 ? view->entries[view->count - 1].uid : 0;
     size_t n = fileindex_count(fi);
-    struct mailbox_view_entry *next = NULL;
+    /* The new view holds at most the index's records: one allocation. */
+    size_t next_cap = n > 0 ? n : 1;
+    struct mailbox_view_entry *next = xmalloc(next_cap * sizeof(*next));
     size_t next_count = 0;
-    size_t next_cap = 0;
     size_t expunged_cap = 0;
     size_t changed_cap = 0;
     size_t uids_cap = 0;
