@@ -35,6 +35,16 @@ static size_t output_pending(const struct mail_session_io *io)
     return n;
 }
 
+/* Empties the hold buffer once its bytes are handed on; a big one is freed
+ * rather than kept per session. */
+static void cork_release(struct mail_session_io *io)
+{
+    if (io->cork.cap > MAIL_CORK_KEEP)
+        buf_free(&io->cork);
+    else
+        buf_reset(&io->cork);
+}
+
 /* Hands what was held back to the bufferevent (`direct`: first try the
  * socket itself, when the connection is plain and nothing is queued). */
 static void uncork(struct mail_session_io *io, bool direct)
@@ -56,10 +66,7 @@ static void uncork(struct mail_session_io *io, bool direct)
     }
     if (left > 0)
         bufferevent_write(io->bev, p, left);
-    if (io->cork.cap > MAIL_CORK_KEEP)
-        buf_free(&io->cork);
-    else
-        buf_reset(&io->cork);
+    cork_release(io);
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)
@@ -182,10 +189,7 @@ static void write_direct(struct mail_session_io *io, const char *data, size_t le
     }
     if (sent < len)
         bufferevent_write(io->bev, data + sent, len - sent);
-    if (io->cork.cap > MAIL_CORK_KEEP)
-        buf_free(&io->cork);
-    else
-        buf_reset(&io->cork);
+    cork_release(io);
 }
 
 void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len)
