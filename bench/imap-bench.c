@@ -56,6 +56,15 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* User plus system CPU time this process used so far. */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
 static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -85,8 +94,6 @@ static int cmp_float(const void *a, const void *b)
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
 }
-
-
 
 /* VmRSS and RssAnon of a process, KiB; false when it is gone. */
 static bool read_rss(long pid, long *rss_kib, long *anon_kib)
@@ -252,16 +259,18 @@ static time_t gen_message(size_t user_index, uint32_t index, const char *user, e
     size_t text = rnd_between(&st, 1000, 6000);
     text_lines(out, &st, text);
     if (alternative) {
-        buf_printf(out, "\r\n--%s\r\nContent-Type: text/html; charset=utf-8\r\n"
-                        "Content-Transfer-Encoding: 7bit\r\n\r\n<html><body><p>\r\n",
+        buf_printf(out,
+                   "\r\n--%s\r\nContent-Type: text/html; charset=utf-8\r\n"
+                   "Content-Transfer-Encoding: 7bit\r\n\r\n<html><body><p>\r\n",
                    boundary);
         text_lines(out, &st, text + text / 2);
         buf_append_str(out, "</p></body></html>\r\n");
     } else {
         size_t raw = r < 97 ? rnd_between(&st, 15000, 120000) : rnd_between(&st, 150000, 600000);
-        buf_printf(out, "\r\n--%s\r\nContent-Type: application/pdf; name=\"doc%u.pdf\"\r\n"
-                        "Content-Disposition: attachment; filename=\"doc%u.pdf\"\r\n"
-                        "Content-Transfer-Encoding: base64\r\n\r\n",
+        buf_printf(out,
+                   "\r\n--%s\r\nContent-Type: application/pdf; name=\"doc%u.pdf\"\r\n"
+                   "Content-Disposition: attachment; filename=\"doc%u.pdf\"\r\n"
+                   "Content-Transfer-Encoding: base64\r\n\r\n",
                    boundary, index, index);
         base64_lines(out, &st, raw);
     }
@@ -382,8 +391,9 @@ static void conn_error(struct conn *c, const char *what, const char *line, size_
     fprintf(stderr, "imap-bench: ERROR conn %zu (user %s) %s\n  C: %s\n", c->index,
             users[c->user_index].user, what, c->cmd_text[0] != '\0' ? c->cmd_text : "(none)");
     for (unsigned i = 0; i < c->recent_n && i < RECENT_LINES; i++) {
-        unsigned slot = (c->recent_n - (c->recent_n < RECENT_LINES ? c->recent_n : RECENT_LINES) +
-                         i) % RECENT_LINES;
+        unsigned slot =
+            (c->recent_n - (c->recent_n < RECENT_LINES ? c->recent_n : RECENT_LINES) + i) %
+            RECENT_LINES;
         fprintf(stderr, "  S: %s\n", c->recent[slot]);
     }
     if (line != NULL)
@@ -674,8 +684,8 @@ static void run_once(int timeout_ms)
         if (c->fd < 0)
             continue;
         pfds[n].fd = c->fd;
-        pfds[n].events = (short)(c->state == CS_CONNECTING || c->out.len > c->out_off ? POLLOUT
-                                                                                       : POLLIN);
+        pfds[n].events =
+            (short)(c->state == CS_CONNECTING || c->out.len > c->out_off ? POLLOUT : POLLIN);
         if (c->state != CS_CONNECTING)
             pfds[n].events |= POLLIN;
         pfds[n].revents = 0;
@@ -776,8 +786,10 @@ static void setup_ready(struct conn *c)
             imap_date(when, idate, sizeof(idate));
             /* 80 % read, some answered or flagged, like a real INBOX */
             uint32_t f = (uint32_t)((c->user_index * 31 + i * 17) % 100);
-            const char *flags = f < 20 ? "()" : f < 30 ? "(\\Seen \\Answered)"
-                                            : f < 35 ? "(\\Seen \\Flagged)" : "(\\Seen)";
+            const char *flags = f < 20   ? "()"
+                                : f < 30 ? "(\\Seen \\Answered)"
+                                : f < 35 ? "(\\Seen \\Flagged)"
+                                         : "(\\Seen)";
             buf_printf(&c->out, " %s \"%s\" {%zu+}\r\n", flags, idate, msg_buf.len);
             buf_append(&c->out, msg_buf.data, msg_buf.len);
         }
@@ -843,8 +855,8 @@ static int run_setup(uint32_t messages, enum msg_sizes sizes)
 
 /* ---------- load ---------- */
 
-static uint32_t load_messages;  /* pre-filled messages: UIDs 1..load_messages */
-static size_t *msg_sizes;       /* [conn][message] sizes, for BODY[] checks */
+static uint32_t load_messages; /* pre-filled messages: UIDs 1..load_messages */
+static size_t *msg_sizes;      /* [conn][message] sizes, for BODY[] checks */
 static bool load_started, load_stopping;
 static double load_start, load_end;
 static unsigned long load_commands;
@@ -855,19 +867,19 @@ static struct {
     enum kind kind;
     unsigned weight;
 } mix[] = {
-    {K_NOOP, 16},         {K_FETCH_HDR, 14},      {K_FETCH_BODY, 14},
-    {K_STORE_SEEN, 10},   {K_STORE_UNSEEN, 10},   {K_FETCH_FLAGS, 8},
-    {K_APPEND, 6},        {K_STORE_DELETED, 6}, /* followed by EXPUNGE */
-    {K_IDLE, 6},          {K_SELECT, 4},
+    {K_NOOP, 16},       {K_FETCH_HDR, 14},    {K_FETCH_BODY, 14},
+    {K_STORE_SEEN, 10}, {K_STORE_UNSEEN, 10}, {K_FETCH_FLAGS, 8},
+    {K_APPEND, 6},      {K_STORE_DELETED, 6}, /* followed by EXPUNGE */
+    {K_IDLE, 6},        {K_SELECT, 4},
 };
 
 static const struct {
     const char *name;
     enum kind kind;
 } mix_names[] = {
-    {"noop", K_NOOP},        {"headers", K_FETCH_HDR},   {"body", K_FETCH_BODY},
-    {"seen", K_STORE_SEEN},  {"unseen", K_STORE_UNSEEN}, {"flags", K_FETCH_FLAGS},
-    {"append", K_APPEND},    {"expunge", K_STORE_DELETED}, {"idle", K_IDLE},
+    {"noop", K_NOOP},       {"headers", K_FETCH_HDR},     {"body", K_FETCH_BODY},
+    {"seen", K_STORE_SEEN}, {"unseen", K_STORE_UNSEEN},   {"flags", K_FETCH_FLAGS},
+    {"append", K_APPEND},   {"expunge", K_STORE_DELETED}, {"idle", K_IDLE},
     {"select", K_SELECT},
 };
 
@@ -1009,7 +1021,7 @@ static void load_ready(struct conn *c)
         return; /* logged out */
     }
     if (!load_started)
-        return; /* waiting for the others */
+        return;             /* waiting for the others */
     if (c->force_expunge) { /* also after the window: leave no \Deleted behind */
         load_send(c, K_EXPUNGE);
         return;
@@ -1132,8 +1144,10 @@ static int run_load(uint32_t messages, double seconds, size_t clients)
     load_started = true;
     load_start = now_s();
     load_end = load_start + seconds;
+    double cpu0 = cpu_seconds();
     while (now_s() < load_end)
         run_once(50);
+    double client_cpu = cpu_seconds() - cpu0;
     load_stopping = true;
     double stop = now_s();
     /* In-flight commands finish; then every client logs out. */
@@ -1153,6 +1167,11 @@ static int run_load(uint32_t messages, double seconds, size_t clients)
            login_secs, login.n ? login.lat[login.n / 2] * 1e3 : 0,
            login.n ? login.lat[(size_t)((double)login.n * 0.99)] * 1e3 : 0);
     print_stats(elapsed);
+    /* The generator shares the machine with petreld: what it costs is CPU
+     * petreld did not get. */
+    printf("client CPU %.1f s (%.0f %% of one core), %.1f us per command\n", client_cpu,
+           100.0 * client_cpu / elapsed,
+           load_commands > 0 ? client_cpu * 1e6 / (double)load_commands : 0.0);
     if (logged_out < clients)
         fprintf(stderr, "imap-bench: %zu clients did not finish LOGOUT\n", clients - logged_out);
     free(login.lat);
@@ -1248,8 +1267,8 @@ static int run_idle(size_t sessions, long pid)
 {
     raise_fd_limit(sessions + 64);
     long rss[6], anon[6];
-    const char *label[6] = {"baseline", "connected", "logged_in", "selected", "noop_checked",
-                            "closed"};
+    const char *label[6] = {"baseline", "connected",    "logged_in",
+                            "selected", "noop_checked", "closed"};
     mode = &idle_mode;
     measuring = true;
     /* Warm-up: one full session (first login creates the auth connection,
@@ -1296,21 +1315,20 @@ static int run_idle(size_t sessions, long pid)
         if (p == 5)
             sleep_s(1.0);
         read_rss(pid, &rss[p], &anon[p]);
-        printf("phase %-13s %6.2f s  VmRSS %8ld KiB  RssAnon %8ld KiB\n", label[p],
-               now_s() - ts, rss[p], anon[p]);
+        printf("phase %-13s %6.2f s  VmRSS %8ld KiB  RssAnon %8ld KiB\n", label[p], now_s() - ts,
+               rss[p], anon[p]);
         if (p == 1) /* the baseline row is printed after the first phase so the columns line up */
             printf("phase %-13s %6s    VmRSS %8ld KiB  RssAnon %8ld KiB\n", label[0], "", rss[0],
                    anon[0]);
     }
     double per = (double)(rss[3] - rss[0]) / (double)sessions;
-    printf("sessions=%zu seconds=%.1f errors=%lu rss_per_session_kib=%.1f "
-           "anon_per_session_kib=%.1f unauth_per_session_kib=%.1f login_per_session_kib=%.1f "
-           "select_per_session_kib=%.1f after_close_kib=%ld\n",
-           sessions, now_s() - t0, errors_total, per,
-           (double)(anon[3] - anon[0]) / (double)sessions,
-           (double)(rss[1] - rss[0]) / (double)sessions,
-           (double)(rss[2] - rss[1]) / (double)sessions,
-           (double)(rss[3] - rss[2]) / (double)sessions, rss[5] - rss[0]);
+    printf(
+        "sessions=%zu seconds=%.1f errors=%lu rss_per_session_kib=%.1f "
+        "anon_per_session_kib=%.1f unauth_per_session_kib=%.1f login_per_session_kib=%.1f "
+        "select_per_session_kib=%.1f after_close_kib=%ld\n",
+        sessions, now_s() - t0, errors_total, per, (double)(anon[3] - anon[0]) / (double)sessions,
+        (double)(rss[1] - rss[0]) / (double)sessions, (double)(rss[2] - rss[1]) / (double)sessions,
+        (double)(rss[3] - rss[2]) / (double)sessions, rss[5] - rss[0]);
     print_stats(now_s() - t0);
     return errors_total == 0 ? 0 : 1;
 }
