@@ -44,6 +44,19 @@ void buf_append_uint(struct buf *b, unsigned long long v)
     buf_append(b, digits + n, sizeof(digits) - n);
 }
 
+void buf_insert(struct buf *b, size_t at, const void *data, size_t len)
+{
+    if (at > b->len)
+        petrel_fatal("buf_insert past the end");
+    if (len == 0)
+        return;
+    buf_reserve(b, len);
+    memmove(b->data + at + len, b->data + at, b->len - at);
+    memcpy(b->data + at, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+}
+
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap)
 {
     va_list ap2;

@@ -21,6 +21,9 @@ void buf_append_char(struct buf *b, char c);
 /* Appends `v` in decimal: what buf_printf("%llu") gives, without the cost of
  * formatting (IMAP writes several numbers per FETCH line). */
 void buf_append_uint(struct buf *b, unsigned long long v);
+/* Inserts `len` bytes at offset `at` (at most b->len), moving what follows:
+ * for a length prefix known only after its content was appended. */
+void buf_insert(struct buf *b, size_t at, const void *data, size_t len);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_vprintf(struct buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 /* Empties the buffer, keeping its allocation. */

@@ -191,6 +191,12 @@ struct mailbox_message_data {
 struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t uid,
                                                   struct petrel_error *err);
 void mailbox_message_release(struct mailbox_message_data *msg);
+/* The file of message `uid` opened read-only (found as mailbox_message_open
+ * finds it), for a caller that hands the bytes on without reading them
+ * (sendfile); *size is the file's size now. The caller closes the
+ * descriptor. -1 with `err` set (NOT_FOUND when expunged) otherwise. */
+int mailbox_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
+                              struct petrel_error *err);
 /* Physical size and vsize from the index without opening the file;
  * NOT_FOUND when the index no longer holds `uid`. */
 bool mailbox_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,

@@ -7,6 +7,7 @@ changes, IDLE waking on another session's APPEND. Client: imaplib."""
 import imaplib
 import re
 import socket
+import ssl
 import threading
 import time
 
@@ -463,3 +464,66 @@ def test_id_enable_check_unselect_close(imapd):
     assert "EXPUNGE" not in m.untagged_responses
     assert m.status("INBOX", "(MESSAGES)")[1][0].endswith(b"(MESSAGES 1)")
     m.logout()
+
+
+def read_responses(f, until_tag):
+    """Reads IMAP responses up to and including the tagged one of
+    `until_tag`: a list of (line bytes with literals cut out, [literals])."""
+    out = []
+    while True:
+        line, literals = b"", []
+        while True:
+            part = f.readline()
+            assert part, "connection closed"
+            line += part
+            m = re.search(rb"\{(\d+)\}\r\n$", part)
+            if not m:
+                break
+            literals.append(f.read(int(m.group(1))))
+        out.append((line, literals))
+        if line.startswith(until_tag + b" "):
+            return out
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_body_from_the_file_keeps_order_and_bytes(petreld, tmp_path, pki, tls):
+    """BODY[] of a CRLF-stored message goes from the file (sendfile) on a
+    plain connection, the in-memory path under TLS and for LF-stored
+    messages: both must give the same bytes, in order with the other
+    replies of pipelined commands, also when the client reads late (the
+    socket fills and the rest of the file waits in the output queue)."""
+    d = petreld(imap_overrides(tmp_path, pki))
+    lines = [b"line %07d of a big message %s\r\n" % (i, b"x" * (i % 50)) for i in range(60000)]
+    big = b"Subject: big\r\n\r\n" + b"".join(lines)
+    m = login(d)
+    uids = [append(m, big), append(m, LF_MSG), append(m, MSG)]
+    m.logout()
+    host, port = addr(d, "listen_tls" if tls else "listen")
+    s = socket.create_connection((host, port), timeout=10)
+    if tls:
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+        s = ctx.wrap_socket(s, server_hostname=host)
+    f = s.makefile("rb")
+    assert f.readline().startswith(b"* OK")
+    s.sendall(b"l LOGIN alice wonderland\r\ns SELECT INBOX\r\n")
+    read_responses(f, b"s")
+    s.sendall(b"a1 FETCH 1:3 (UID BODY.PEEK[])\r\n"
+              b"a2 UID FETCH %d (BODY.PEEK[]<1000.5000>)\r\n"
+              b"a3 FETCH 1 (BODY.PEEK[] BODY.PEEK[HEADER.FIELDS (Subject)])\r\n"
+              b"a4 FETCH 3 (BODY.PEEK[]<10.20>)\r\n"
+              b"a5 NOOP\r\n" % uids[0])
+    time.sleep(0.5)  # the server's socket buffer fills before we read
+    got = read_responses(f, b"a5")
+    tagged = [line.split(b" ")[0] for line, _ in got if not line.startswith(b"*")]
+    assert tagged == [b"a1", b"a2", b"a3", b"a4", b"a5"], got
+    fetches = [(line, lit) for line, lit in got if line.startswith(b"* ")]
+    crlf_lf = LF_MSG.replace(b"\n", b"\r\n")
+    assert [lit for _, lit in fetches] == [
+        [big], [crlf_lf], [MSG], [big[1000:6000]], [big, b"Subject: big\r\n\r\n"], [MSG[10:30]]]
+    assert b"UID %d BODY[] {%d}\r\n)\r\n" % (uids[0], len(big)) in fetches[0][0]
+    assert b"BODY[]<1000> {5000}\r\n)\r\n" in fetches[3][0]
+    for line, _ in got:
+        assert not line.startswith(b"a") or b" OK " in line, line
+    s.sendall(b"z LOGOUT\r\n")
+    read_responses(f, b"z")
+    s.close()

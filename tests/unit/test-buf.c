@@ -50,11 +50,35 @@ static void test_append_uint_after_text(void **state)
     buf_free(&b);
 }
 
+/* An insert moves what follows and keeps the terminator, at every position. */
+static void test_insert(void **state)
+{
+    (void)state;
+    struct buf b = {0};
+    buf_insert(&b, 0, "abc", 3);
+    assert_string_equal(buf_cstr(&b), "abc");
+    buf_insert(&b, 3, "def", 3);
+    assert_string_equal(buf_cstr(&b), "abcdef");
+    buf_insert(&b, 0, "<", 1);
+    buf_insert(&b, 4, " {3}", 4);
+    assert_string_equal(buf_cstr(&b), "<abc {3}def");
+    buf_insert(&b, 2, "", 0);
+    assert_int_equal(b.len, 11);
+    /* Growth while inserting keeps the moved tail intact. */
+    for (int i = 0; i < 200; i++)
+        buf_insert(&b, 1, "0123456789", 10);
+    assert_int_equal(b.len, 2011);
+    assert_memory_equal(b.data, "<0123456789", 11);
+    assert_string_equal(b.data + 2001, "abc {3}def");
+    buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_uint_matches_printf),
         cmocka_unit_test(test_append_uint_after_text),
+        cmocka_unit_test(test_insert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,9 +13,11 @@
 #include <event2/bufferevent_ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAIL_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
 /* Writes at least this long go to the bufferevent at once (after what is
@@ -206,6 +208,41 @@ void mail_session_io_write(struct mail_session_io *io, const void *data, size_t 
         bufferevent_write(io->bev, data, len);
     }
     metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
+}
+
+bool mail_session_io_file_ready(const struct mail_session_io *io)
+{
+    return !io->tls && !io->closing && evbuffer_get_length(bufferevent_get_output(io->bev)) == 0;
+}
+
+void mail_session_io_write_file(struct mail_session_io *io, int fd, off_t offset, size_t len)
+{
+    metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
+    uncork(io, true); /* keeps the order */
+    struct evbuffer *output = bufferevent_get_output(io->bev);
+    if (len > 0 && evbuffer_get_length(output) == 0) {
+        ssize_t n;
+        do
+            n = sendfile(bufferevent_getfd(io->bev), fd, &offset, len);
+        while (n < 0 && errno == EINTR);
+        /* An error on the socket is the bufferevent's to find and report;
+         * a file shorter than promised leaves a remainder sendfile will
+         * never finish, which ends the connection in the write callback. */
+        if (n > 0)
+            len -= (size_t)n;
+    }
+    if (len == 0) {
+        close(fd);
+        return;
+    }
+    /* libevent owns `fd` from here (closes it with the segment); on a
+     * failure, which only allocation can cause, it is left alone rather
+     * than risk a second close. */
+    if (evbuffer_add_file(output, fd, offset, (ev_off_t)len) != 0) {
+        log_warn(mail_listeners_params(io->listeners)->component,
+                 "cannot queue a message file for the client", "session=%s", io->id);
+        mail_session_io_close_after_output(io);
+    }
 }
 
 void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, const char *fmt,

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 struct mail_session_io_ops {
     /* Input arrived (read it from bufferevent_get_input(io->bev)). */
@@ -110,6 +111,19 @@ void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on
 /* Queues bytes for the client (nothing for `len` 0) and counts them in the
  * listener set's bytes_out. */
 void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len);
+/* True when mail_session_io_write_file() may be used now: the connection
+ * is plain (TLS needs the bytes in memory) and nothing waits in the
+ * bufferevent, so a session never has more than one file queued (a FETCH
+ * of many messages cannot pile up descriptors). */
+bool mail_session_io_file_ready(const struct mail_session_io *io);
+/* After what was written before: `len` bytes of the file `fd` from
+ * `offset`, sent by the kernel from the page cache (sendfile) with no copy
+ * through this process; what the socket does not take at once waits in the
+ * bufferevent as a file segment. Takes `fd` (closed once sent, or with the
+ * connection). Only when mail_session_io_file_ready(). If the file turns
+ * out shorter, the connection is closed: the client was promised `len`
+ * bytes. */
+void mail_session_io_write_file(struct mail_session_io *io, int fd, off_t offset, size_t len);
 /* Queues one line: `prefix`, the formatted text (which must not contain CR
  * or LF), CRLF. */
 void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, const char *fmt,

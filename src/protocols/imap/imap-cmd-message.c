@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #define IMAP_MAX_APPEND_KEYWORDS 32
 
@@ -236,22 +238,23 @@ static void section_from_body(const struct imap_fetch_body *b, struct imap_secti
 
 /* The message's own header block, from the cache or (cached then) from
  * the file: clients fetch HEADER.FIELDS of whole folders, and the header
- * is a small part of most messages. */
+ * is a small part of most messages. The bytes stay valid until the next
+ * cache call on the folder or the release of `fm`. */
 static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
-                               struct buf *out)
+                               const char **block, size_t *len)
 {
-    size_t len = 0;
-    const void *cached = mailbox_cache_lookup(s->box, uid, "imap.hdr", &len);
+    const void *cached = mailbox_cache_lookup(s->box, uid, "imap.hdr", len);
     if (cached != NULL) {
-        buf_append(out, cached, len);
+        *block = cached;
         return true;
     }
     if (!fetch_load(s, uid, fm))
         return false;
     const struct message_range *h = &fm->parsed.parts[0].header;
-    buf_append(out, fm->parsed.data + h->start, h->len);
+    *block = fm->parsed.data + h->start;
+    *len = h->len;
     struct petrel_error err;
-    if (h->len > 0 && !mailbox_cache_store(s->box, uid, "imap.hdr", out->data, out->len, &err))
+    if (h->len > 0 && !mailbox_cache_store(s->box, uid, "imap.hdr", *block, *len, &err))
         log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
     return true;
 }
@@ -263,33 +266,44 @@ static bool header_only(const struct imap_fetch_body *b)
             b->text == IMAP_SECTION_HEADER_FIELDS_NOT);
 }
 
+/* " {n}\r\n" for a literal of n bytes into `dst`; returns its length. */
+#define LITERAL_PREFIX_MAX 26
+static size_t literal_prefix(char dst[LITERAL_PREFIX_MAX], size_t n)
+{
+    char digits[20]; /* 2^64 - 1 has 20 */
+    size_t d = sizeof(digits);
+    do {
+        digits[--d] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n != 0);
+    size_t len = 0;
+    dst[len++] = ' ';
+    dst[len++] = '{';
+    memcpy(dst + len, digits + d, sizeof(digits) - d);
+    len += sizeof(digits) - d;
+    memcpy(dst + len, "}\r\n", 3);
+    return len + 3;
+}
+
 /* HEADER / HEADER.FIELDS[.NOT] of the message, answered from its header
- * block alone. */
+ * block alone, straight into `out`: the literal's length is put in front
+ * once the bytes are there (this runs for every message of a folder a
+ * client lists, so nothing is parsed or copied twice). */
 static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
                               const struct imap_fetch_body *b, struct buf *out)
 {
-    struct buf header = {0};
-    if (!fetch_header_block(s, uid, fm, &header)) {
-        buf_free(&header);
+    const char *block = NULL;
+    size_t block_len = 0;
+    if (!fetch_header_block(s, uid, fm, &block, &block_len))
         return false;
-    }
-    struct message hdr_msg;
-    message_parse(header.data != NULL ? header.data : "", header.len, NULL, &hdr_msg);
     imap_fetch_body_name(b, out);
     struct imap_section sec;
     section_from_body(b, &sec);
-    struct buf bytes = {0};
-    struct petrel_error err;
-    if (imap_section_fetch(&hdr_msg, &sec, b->partial, b->partial_start, b->partial_count, &bytes,
-                           &err)) {
-        buf_printf(out, " {%zu}\r\n", bytes.len);
-        buf_append(out, bytes.data, bytes.len);
-    } else {
-        buf_append_str(out, " NIL");
-    }
-    buf_free(&bytes);
-    message_free(&hdr_msg);
-    buf_free(&header);
+    size_t at = out->len;
+    imap_section_fetch_header(block_len > 0 ? block : "", block_len, &sec, b->partial,
+                              b->partial_start, b->partial_count, out);
+    char prefix[LITERAL_PREFIX_MAX];
+    buf_insert(out, at, prefix, literal_prefix(prefix, out->len - at));
     return true;
 }
 
@@ -324,14 +338,64 @@ static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetc
     return true;
 }
 
+/* BODY[]<partial> as the last item of a message stored with CRLF line
+ * ends, on a connection that can take a file: the FETCH line so far leaves
+ * now and the bytes follow straight from the page cache (sendfile), never
+ * copied through this process; the caller's ")\r\n" goes after them.
+ * False when the message is gone; *handled false (nothing written) when the
+ * stored bytes are not the answer as they are. */
+static bool fetch_whole_file(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+                             const struct imap_fetch_body *b, struct buf *out, bool *handled)
+{
+    *handled = false;
+    uint64_t size = 0, vsize = 0, file_size = 0;
+    struct petrel_error err;
+    if (!mailbox_message_sizes(s->box, uid, &size, &vsize, &err) || size != vsize)
+        return true; /* the reading path converts, or finds it gone */
+    int fd = mailbox_message_open_file(s->box, uid, &file_size, &err);
+    if (fd < 0) {
+        fm->gone = true;
+        if (err.code != PETREL_ERR_NOT_FOUND)
+            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
+                     s->io.id, uid, err.message);
+        return false;
+    }
+    if (file_size != size) {
+        close(fd); /* changed behind the index's back: measured again by reading */
+        return true;
+    }
+    uint64_t from = 0, len = size;
+    if (b->partial) {
+        from = b->partial_start < len ? b->partial_start : len;
+        len -= from;
+        if (b->partial_count < len)
+            len = b->partial_count;
+    }
+    imap_fetch_body_name(b, out);
+    char prefix[LITERAL_PREFIX_MAX];
+    buf_append(out, prefix, literal_prefix(prefix, (size_t)len));
+    imap_send_raw(s, out->data, out->len);
+    buf_reset(out);
+    mail_session_io_write_file(&s->io, fd, (off_t)from, (size_t)len);
+    *handled = true;
+    return true;
+}
+
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
 static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
-                            const struct imap_fetch_body *b, struct buf *out, bool *unknown_cte)
+                            const struct imap_fetch_body *b, bool last, struct buf *out,
+                            bool *unknown_cte)
 {
     if (header_only(b) && !fm->have_parsed)
         return fetch_header_item(s, uid, fm, b, out);
     if (whole_message(b) && !fm->have_parsed) {
         bool handled;
+        if (last && fm->data == NULL && mail_session_io_file_ready(&s->io)) {
+            if (!fetch_whole_file(s, uid, fm, b, out, &handled))
+                return false;
+            if (handled)
+                return true;
+        }
         if (!fetch_whole_stored(s, uid, fm, b, out, &handled))
             return false;
         if (handled)
@@ -456,7 +520,8 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     }
     for (size_t i = 0; ok && i < items->body_count; i++) {
         buf_append_str(out, sep);
-        ok = fetch_body_item(s, e->uid, &fm, &items->bodies[i], out, unknown_cte);
+        ok = fetch_body_item(s, e->uid, &fm, &items->bodies[i], i + 1 == items->body_count, out,
+                             unknown_cte);
         sep = " ";
     }
     fetch_release(&fm);

@@ -224,6 +224,20 @@ bool imap_section_fetch(const struct message *msg, const struct imap_section *se
     return true;
 }
 
+void imap_section_fetch_header(const char *header, size_t len, const struct imap_section *section,
+                               bool partial, uint64_t start, uint64_t count, struct buf *out)
+{
+    struct emitter e = {out, partial ? start : 0, count, partial};
+    if (section->text == IMAP_SECTION_HEADER) {
+        emit_crlf(&e, header, 0, len);
+        return;
+    }
+    /* Only the bytes and the block's extent matter to the field walk. */
+    const struct message block = {.data = header, .len = len};
+    const struct message_range range = {.start = 0, .len = len};
+    emit_header_fields(&e, &block, &range, section);
+}
+
 uint64_t imap_section_rfc822_size(const struct message *msg)
 {
     if (msg->part_count == 0)
@@ -237,7 +251,8 @@ uint64_t imap_section_rfc822_size(const struct message *msg)
 /* ---- BINARY[section] ---- */
 
 static const struct message_part *binary_part(const struct message *msg, const unsigned *numbers,
-                                              size_t count, enum message_cte *cte, struct petrel_error *err)
+                                              size_t count, enum message_cte *cte,
+                                              struct petrel_error *err)
 {
     size_t part = count == 0 ? 0 : message_part_by_number(msg, numbers, count);
     if (part == MESSAGE_PART_NONE) {

@@ -51,6 +51,15 @@ bool imap_section_parse(const char *spec, size_t len, struct imap_section *out,
 bool imap_section_fetch(const struct message *msg, const struct imap_section *section, bool partial,
                         uint64_t start, uint64_t count, struct buf *out, struct petrel_error *err);
 
+/* HEADER, HEADER.FIELDS or HEADER.FIELDS.NOT of the top-level message
+ * (`section` has no part numbers) from its header block alone: `header` is
+ * the stored bytes of the block through the blank line that ends it (or to
+ * the end of the message when there is none), as message_parse() delimits
+ * parts[0].header. Appends exactly what imap_section_fetch() appends for the
+ * whole message, without parsing it. */
+void imap_section_fetch_header(const char *header, size_t len, const struct imap_section *section,
+                               bool partial, uint64_t start, uint64_t count, struct buf *out);
+
 /* BINARY[numbers]<start.count>: the part's content with its
  * Content-Transfer-Encoding undone (base64, quoted-printable; 7bit, 8bit and
  * binary as they are, in CRLF form). PETREL_ERR_UNSUPPORTED for an unknown

@@ -255,6 +255,26 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
     return &m->pub;
 }
 
+int mailbox_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
+                              struct petrel_error *err)
+{
+    if (!maildir_ensure_synced(box, err))
+        return -1;
+    struct fileindex_record rec;
+    struct buf path = {0};
+    int fd = maildir_message_fd(box, uid, &rec, &path, err);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_size < 0)) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path.data, strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0)
+        *size = (uint64_t)st.st_size;
+    buf_free(&path);
+    return fd;
+}
+
 void mailbox_message_release(struct mailbox_message_data *msg)
 {
     if (msg == NULL)
