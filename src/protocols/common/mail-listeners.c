@@ -10,11 +10,14 @@
 
 #include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define MAIL_MAX_LISTENERS 32
@@ -115,6 +118,13 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         (void)ignored;
         evutil_closesocket(fd);
         return;
+    }
+    if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
+        /* mail-session-io sends a command's replies in one write, so Nagle
+         * saves nothing; it would hold the short tagged reply that follows a
+         * message sent from its file until the client's delayed ACK. */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     if (ls->p.accept_fd != NULL) {
         ls->p.accept_fd(ls->p.accept_arg, fd, tls, sa);
