@@ -281,8 +281,10 @@ static size_t literal_prefix(char dst[LITERAL_PREFIX_MAX], size_t n)
     dst[len++] = '{';
     memcpy(dst + len, digits + d, sizeof(digits) - d);
     len += sizeof(digits) - d;
-    memcpy(dst + len, "}\r\n", 3);
-    return len + 3;
+    dst[len++] = '}';
+    dst[len++] = '\r';
+    dst[len++] = '\n';
+    return len; /* a length, not a C string */
 }
 
 /* HEADER / HEADER.FIELDS[.NOT] of the message, answered from its header
