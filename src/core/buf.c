@@ -33,15 +33,22 @@ void buf_append_char(struct buf *b, char c)
     buf_append(b, &c, 1);
 }
 
-void buf_append_uint(struct buf *b, unsigned long long v)
+size_t uint_to_digits(char out[UINT_DIGITS_MAX], unsigned long long v)
 {
-    char digits[20]; /* 2^64 - 1 has 20 */
+    char digits[UINT_DIGITS_MAX];
     size_t n = sizeof(digits);
     do {
         digits[--n] = (char)('0' + v % 10);
         v /= 10;
     } while (v != 0);
-    buf_append(b, digits + n, sizeof(digits) - n);
+    memcpy(out, digits + n, sizeof(digits) - n);
+    return sizeof(digits) - n;
+}
+
+void buf_append_uint(struct buf *b, unsigned long long v)
+{
+    char digits[UINT_DIGITS_MAX];
+    buf_append(b, digits, uint_to_digits(digits, v));
 }
 
 void buf_insert(struct buf *b, size_t at, const void *data, size_t len)

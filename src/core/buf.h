@@ -18,6 +18,10 @@ void buf_reserve(struct buf *b, size_t extra);
 void buf_append(struct buf *b, const void *data, size_t len);
 void buf_append_str(struct buf *b, const char *s);
 void buf_append_char(struct buf *b, char c);
+/* Digits of the largest unsigned long long (2^64 - 1). */
+#define UINT_DIGITS_MAX 20
+/* Writes `v` in decimal to `out` (no terminator); returns how many digits. */
+size_t uint_to_digits(char out[UINT_DIGITS_MAX], unsigned long long v);
 /* Appends `v` in decimal: what buf_printf("%llu") gives, without the cost of
  * formatting (IMAP writes several numbers per FETCH line). */
 void buf_append_uint(struct buf *b, unsigned long long v);

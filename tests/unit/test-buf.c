@@ -24,6 +24,10 @@ static void test_append_uint_matches_printf(void **state)
         buf_append_uint(&b, values[i]);
         assert_string_equal(b.data, want);
         assert_int_equal(b.len, strlen(want));
+        char digits[UINT_DIGITS_MAX];
+        size_t n = uint_to_digits(digits, values[i]);
+        assert_int_equal(n, strlen(want));
+        assert_memory_equal(digits, want, n);
     }
     unsigned long long v = 7;
     for (int i = 0; i < 60; i++, v = v * 3 + 1) {

@@ -267,20 +267,13 @@ static bool header_only(const struct imap_fetch_body *b)
 }
 
 /* " {n}\r\n" for a literal of n bytes into `dst`; returns its length. */
-#define LITERAL_PREFIX_MAX 26
+#define LITERAL_PREFIX_MAX (UINT_DIGITS_MAX + 5)
 static size_t literal_prefix(char dst[LITERAL_PREFIX_MAX], size_t n)
 {
-    char digits[20]; /* 2^64 - 1 has 20 */
-    size_t d = sizeof(digits);
-    do {
-        digits[--d] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n != 0);
     size_t len = 0;
     dst[len++] = ' ';
     dst[len++] = '{';
-    memcpy(dst + len, digits + d, sizeof(digits) - d);
-    len += sizeof(digits) - d;
+    len += uint_to_digits(dst + len, n);
     dst[len++] = '}';
     dst[len++] = '\r';
     dst[len++] = '\n';
