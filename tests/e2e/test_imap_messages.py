@@ -5,6 +5,7 @@ with COPYUID, EXPUNGE and UID EXPUNGE, and two sessions seeing each other's
 changes, IDLE waking on another session's APPEND. Client: imaplib."""
 
 import imaplib
+import os
 import re
 import socket
 import ssl
@@ -527,3 +528,47 @@ def test_body_from_the_file_keeps_order_and_bytes(petreld, tmp_path, pki, tls):
     s.sendall(b"z LOGOUT\r\n")
     read_responses(f, b"z")
     s.close()
+
+
+def open_message_files(d):
+    """Message files (in some cur/) petreld holds open now."""
+    names = []
+    for fd in os.listdir(f"/proc/{d.pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{d.pid}/fd/{fd}")
+        except OSError:
+            continue
+        if "/cur/" in target:
+            names.append(target)
+    return names
+
+
+def test_client_gone_mid_body_closes_the_file(petreld, tmp_path, pki):
+    """A body that waits in the output queue as a file segment holds the
+    message file open; a client that leaves before reading it must not
+    leave the descriptor behind."""
+    d = petreld(imap_overrides(tmp_path, pki))
+    big = b"Subject: big\r\n\r\n" + (b"y" * 998 + b"\r\n") * 20000
+    m = login(d)
+    append(m, big)
+    m.logout()
+    for _ in range(3):
+        s, f = raw(d)
+        s.sendall(b"l LOGIN alice wonderland\r\ns SELECT INBOX\r\n")
+        read_responses(f, b"s")
+        s.sendall(b"b FETCH 1 (BODY.PEEK[])\r\n")
+        deadline = time.time() + 5
+        while not open_message_files(d) and time.time() < deadline:
+            time.sleep(0.05)
+        assert open_message_files(d), "the body should still be queued from its file"
+        f.close()  # the socket stays open while its file object does
+        s.close()
+    deadline = time.time() + 10
+    while open_message_files(d) and time.time() < deadline:
+        time.sleep(0.1)
+    assert open_message_files(d) == []
+    # The server is fine and the message intact.
+    m = login(d)
+    m.select("INBOX")
+    assert m.fetch("1", "(BODY.PEEK[])")[1][0][1] == big
+    m.logout()
