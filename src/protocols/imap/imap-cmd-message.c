@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #define IMAP_MAX_APPEND_KEYWORDS 32
+/* Smaller bodies are read and leave with the rest of the reply in one
+ * send; sendfile would add a system call and a TCP segment to each. */
+#define FETCH_SENDFILE_MIN (64u * 1024)
 
 /* ---------- message sets ---------- */
 
@@ -345,7 +348,8 @@ static bool fetch_whole_file(struct imap_session *s, uint32_t uid, struct fetch_
     *handled = false;
     uint64_t size = 0, vsize = 0, file_size = 0;
     struct petrel_error err;
-    if (!mailbox_message_sizes(s->box, uid, &size, &vsize, &err) || size != vsize)
+    if (!mailbox_message_sizes(s->box, uid, &size, &vsize, &err) || size != vsize ||
+        size < FETCH_SENDFILE_MIN)
         return true; /* the reading path converts, or finds it gone */
     int fd = mailbox_message_open_file(s->box, uid, &file_size, &err);
     if (fd < 0) {
