@@ -23,11 +23,6 @@ void buf_append(struct buf *b, const void *data, size_t len)
     b->data[b->len] = '\0';
 }
 
-void buf_append_str(struct buf *b, const char *s)
-{
-    buf_append(b, s, strlen(s));
-}
-
 void buf_append_char(struct buf *b, char c)
 {
     buf_append(b, &c, 1);

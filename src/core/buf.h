@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 
 struct buf {
     char *data;
@@ -16,7 +17,12 @@ struct buf {
 /* Makes room for `extra` more bytes (plus the terminator). */
 void buf_reserve(struct buf *b, size_t extra);
 void buf_append(struct buf *b, const void *data, size_t len);
-void buf_append_str(struct buf *b, const char *s);
+/* Inline so that the length of a string literal is known when compiling
+ * (replies are assembled from many short literals). */
+static inline void buf_append_str(struct buf *b, const char *s)
+{
+    buf_append(b, s, strlen(s));
+}
 void buf_append_char(struct buf *b, char c);
 /* Digits of the largest unsigned long long (2^64 - 1). */
 #define UINT_DIGITS_MAX 20

@@ -568,8 +568,9 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
     }
     struct buf out = {0};
     bool some_gone = false, unknown_cte = false;
+    uint32_t seq = 0;
     for (size_t i = 0; i < count; i++) {
-        uint32_t seq = mailbox_view_seq(s->view, uids[i]);
+        seq = mailbox_view_seq_hint(s->view, uids[i], seq + 1);
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
         if (e == NULL)
             continue;

@@ -11,13 +11,20 @@
 #include <string.h>
 #include <strings.h>
 
+/* A system flag's name with its length, for appending without strlen. */
+#define SYSTEM_FLAG(bit, name)                                                                     \
+    {                                                                                              \
+        (bit), (name), sizeof(name) - 1                                                            \
+    }
+
 static const struct {
     uint32_t bit;
     const char *name;
+    size_t len;
 } system_flags[] = {
-    {MAIL_FLAG_ANSWERED, "\\Answered"}, {MAIL_FLAG_FLAGGED, "\\Flagged"},
-    {MAIL_FLAG_DELETED, "\\Deleted"},   {MAIL_FLAG_SEEN, "\\Seen"},
-    {MAIL_FLAG_DRAFT, "\\Draft"},
+    SYSTEM_FLAG(MAIL_FLAG_ANSWERED, "\\Answered"), SYSTEM_FLAG(MAIL_FLAG_FLAGGED, "\\Flagged"),
+    SYSTEM_FLAG(MAIL_FLAG_DELETED, "\\Deleted"),   SYSTEM_FLAG(MAIL_FLAG_SEEN, "\\Seen"),
+    SYSTEM_FLAG(MAIL_FLAG_DRAFT, "\\Draft"),
 };
 
 void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
@@ -29,13 +36,14 @@ void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t f
         if (flags & system_flags[i].bit) {
             if (!first)
                 buf_append_char(out, ' ');
-            buf_append_str(out, system_flags[i].name);
+            buf_append(out, system_flags[i].name, system_flags[i].len);
             first = false;
         }
     }
-    for (unsigned k = 0; k < 32; k++) {
-        if ((keywords & (1u << k)) == 0)
-            continue;
+    /* Only the set bits: most messages have no keyword at all. */
+    while (keywords != 0) {
+        unsigned k = (unsigned)__builtin_ctz(keywords);
+        keywords &= keywords - 1;
         const char *name = s->view != NULL ? mailbox_view_keyword_name(s->view, k) : NULL;
         if (name != NULL) {
             if (!first)

@@ -206,6 +206,13 @@ uint32_t mailbox_view_seq(const struct mailbox_view *view, uint32_t uid)
     return lo < view->count && view->entries[lo].uid == uid ? (uint32_t)(lo + 1) : 0;
 }
 
+uint32_t mailbox_view_seq_hint(const struct mailbox_view *view, uint32_t uid, uint32_t hint)
+{
+    if (hint >= 1 && hint <= view->count && view->entries[hint - 1].uid == uid)
+        return hint;
+    return mailbox_view_seq(view, uid);
+}
+
 const char *mailbox_view_keyword_name(const struct mailbox_view *view, unsigned idx)
 {
     return idx < MAILDIR_MAX_KEYWORDS ? view->keyword_names[idx] : NULL;
