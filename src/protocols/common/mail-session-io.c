@@ -330,11 +330,23 @@ enum mail_session_login mail_session_io_login(struct mail_session_io *io,
     return MAIL_SESSION_LOGIN_OK;
 }
 
+void mail_session_io_logout(struct mail_session_io *io)
+{
+    warden_client_session_disconnect(io->warden);
+    io->warden = NULL;
+    if (io->username == NULL || io->user_released)
+        return;
+    mail_listeners_user_remove(io->listeners, io->username);
+    io->user_released = true;
+}
+
 void mail_session_io_login_cancel(struct mail_session_io *io)
 {
     if (io->username == NULL)
         return;
-    mail_listeners_user_remove(io->listeners, io->username);
+    if (!io->user_released)
+        mail_listeners_user_remove(io->listeners, io->username);
+    io->user_released = false;
     free(io->username);
     io->username = NULL;
 }

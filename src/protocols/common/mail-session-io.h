@@ -87,7 +87,8 @@ struct mail_session_io {
      * when nothing else is queued: no write event to arm and disarm. */
     struct buf cork;
     bool corked;
-    bool *alive; /* while ops->input runs: cleared if the session is freed */
+    bool *alive;        /* while ops->input runs: cleared if the session is freed */
+    bool user_released; /* mail_session_io_logout(): not counted any more */
 };
 
 /* Takes `bev` (from the listener set's accept callback, on the loop of
@@ -152,6 +153,12 @@ enum mail_session_login {
 enum mail_session_login mail_session_io_login(struct mail_session_io *io,
                                               struct mail_storage *storage, const char *username,
                                               struct mail_user **user);
+/* The user leaves (IMAP LOGOUT, POP3 QUIT), before the protocol replies:
+ * the per-user count and the warden registration are released now, so a
+ * client that has seen the reply can log in again at once (the connection
+ * itself is freed a little later, maybe on another thread's loop).
+ * io->username stays for the session's logs and gauges. */
+void mail_session_io_logout(struct mail_session_io *io);
 /* Undoes an OK mail_session_io_login() the protocol could not complete. */
 void mail_session_io_login_cancel(struct mail_session_io *io);
 /* Registers the logged-in user's session with the warden as `service`

@@ -43,6 +43,7 @@ static void cmd_noop(struct imap_session *s, const struct imap_command *cmd)
 static void cmd_logout(struct imap_session *s, const struct imap_command *cmd)
 {
     (void)cmd;
+    mail_session_io_logout(&s->io);
     imap_send(s, "* BYE Logging out.");
     imap_reply_ok(s, "Logout completed.");
     s->state = IMAP_STATE_LOGOUT;

@@ -50,6 +50,7 @@ static void cmd_quit(struct pop3_session *s, const struct pop3_command *cmd)
              s->io.id, log_quote(uq, sizeof(uq), s->io.username), s->retrieved,
              (unsigned long long)s->retrieved_bytes, s->drop.deleted_count, expunged,
              ok ? "ok" : "failed");
+    mail_session_io_logout(&s->io);
     if (ok) {
         pop3_reply_ok(s, "Logging out, %zu messages deleted.", s->drop.deleted_count);
     } else {
