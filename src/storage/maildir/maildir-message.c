@@ -197,26 +197,38 @@ static uint64_t measure_vsize(const char *data, size_t size)
     return size + bare;
 }
 
+/* The file of `uid` opened (after the folder's sync), its record, its path
+ * for messages and its size now; -1 with `err` set otherwise. */
+static int open_sized(struct mailbox *box, uint32_t uid, struct fileindex_record *rec,
+                      struct buf *path, uint64_t *size, struct petrel_error *err)
+{
+    if (!maildir_ensure_synced(box, err))
+        return -1;
+    int fd = maildir_message_fd(box, uid, rec, path, err);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < 0) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path->data, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
 struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t uid,
                                                   struct petrel_error *err)
 {
-    if (!maildir_ensure_synced(box, err))
-        return NULL;
     struct fileindex_record rec;
     struct buf path = {0};
-    int fd = maildir_message_fd(box, uid, &rec, &path, err);
+    uint64_t file_size = 0;
+    int fd = open_sized(box, uid, &rec, &path, &file_size, err);
     if (fd < 0) {
         buf_free(&path);
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path.data, strerror(errno));
-        close(fd);
-        buf_free(&path);
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)file_size;
     struct message_data *m = xcalloc(1, sizeof(*m));
     bool ok = true;
     if (size > MESSAGE_READ_MAX) {
@@ -258,19 +270,9 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
 int mailbox_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
                               struct petrel_error *err)
 {
-    if (!maildir_ensure_synced(box, err))
-        return -1;
     struct fileindex_record rec;
     struct buf path = {0};
-    int fd = maildir_message_fd(box, uid, &rec, &path, err);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_size < 0)) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path.data, strerror(errno));
-        close(fd);
-        fd = -1;
-    }
-    if (fd >= 0)
-        *size = (uint64_t)st.st_size;
+    int fd = open_sized(box, uid, &rec, &path, size, err);
     buf_free(&path);
     return fd;
 }
