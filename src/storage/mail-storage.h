@@ -397,5 +397,13 @@ const void *mailbox_cache_lookup(struct mailbox *box, uint32_t uid, const char *
  * in the index. A full cache drops the value silently (an optimisation). */
 bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
                          size_t len, struct petrel_error *err);
+/* Like mailbox_cache_store, but queued in `box` (its own lookups see the
+ * value at once) and written with the others by mailbox_cache_flush: one
+ * lock and one write for a FETCH over many uncached messages. Other
+ * handles see queued values only after the flush; mailbox_close flushes. */
+bool mailbox_cache_queue(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err);
+/* Writes what mailbox_cache_queue queued (nothing queued: no I/O). */
+bool mailbox_cache_flush(struct mailbox *box, struct petrel_error *err);
 
 #endif

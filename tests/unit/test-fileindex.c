@@ -1340,6 +1340,70 @@ static void test_cache_add_get_purge(void **state)
     fileindex_close(fi);
 }
 
+/* Queued values: seen by their own handle at once, by others after the
+ * flush, written in one go; the queue flushes itself when full, keeps the
+ * order of calls with immediate adds, and is dropped when the index's
+ * cache identity moved before the flush. */
+static void test_cache_queue_flush(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create_open(fx, NULL);
+    append_n(fi, "q-", 300);
+    struct fileindex *other = open_ok(fx->dir, NULL);
+    struct petrel_error err;
+    assert_false(fileindex_cache_queue(fi, 0, "envelope", "x", 1, &err));
+    assert_false(fileindex_cache_queue(fi, 1, "bad field", "x", 1, &err));
+    assert_true(fileindex_cache_queue(fi, 1, "envelope", "q-1", 3, &err));
+    assert_true(fileindex_cache_queue(fi, 2, "envelope", "q-2", 3, &err));
+    assert_true(fileindex_cache_queue(fi, 1, "envelope", "q-1b", 4, &err)); /* replaces */
+    assert_true(fileindex_cache_queue(fi, 3, "empty", "", 0, &err));
+    expect_cached(fi, 1, "envelope", "q-1b");
+    expect_cached(fi, 3, "empty", "");
+    refresh_ok(other);
+    expect_cached(other, 1, "envelope", NULL);
+    assert_true(fileindex_cache_flush(fi, &err));
+    off_t size = file_size(file_in(fx, FI_CACHE_FILE));
+    assert_true(fileindex_cache_flush(fi, &err)); /* nothing queued: no write */
+    assert_int_equal(file_size(file_in(fx, FI_CACHE_FILE)), size);
+    refresh_ok(other);
+    expect_cached(other, 1, "envelope", "q-1b");
+    expect_cached(other, 2, "envelope", "q-2");
+    expect_cached(other, 3, "empty", "");
+    expect_cached(fi, 1, "envelope", "q-1b");
+
+    /* full queue: flushed without being asked */
+    char value[32];
+    for (uint32_t uid = 10; uid < 10 + 256; uid++) {
+        snprintf(value, sizeof(value), "auto-%u", uid);
+        assert_true(fileindex_cache_queue(fi, uid, "imap.hdr", value, strlen(value), &err));
+    }
+    refresh_ok(other);
+    for (uint32_t uid = 10; uid < 10 + 256; uid++) {
+        snprintf(value, sizeof(value), "auto-%u", uid);
+        expect_cached(other, uid, "imap.hdr", value);
+    }
+
+    /* an immediate add after a queued value of the same field wins */
+    assert_true(fileindex_cache_queue(fi, 4, "envelope", "queued", 6, &err));
+    assert_true(fileindex_cache_add(fi, 4, "envelope", "added", 5, &err));
+    expect_cached(fi, 4, "envelope", "added");
+    refresh_ok(other);
+    expect_cached(other, 4, "envelope", "added");
+
+    /* the cache identity moved (a purge by another handle): dropped */
+    assert_true(fileindex_cache_queue(fi, 5, "envelope", "stale", 5, &err));
+    struct fileindex_purge_stats stats;
+    assert_true(fileindex_cache_purge(other, &stats, &err));
+    refresh_ok(fi);
+    expect_cached(fi, 5, "envelope", NULL);
+    assert_true(fileindex_cache_flush(fi, &err));
+    refresh_ok(other);
+    expect_cached(other, 5, "envelope", NULL);
+    expect_cached(other, 4, "envelope", "added");
+    fileindex_close(other);
+    fileindex_close(fi);
+}
+
 static void test_cache_purge_interrupted(void **state)
 {
     struct fx *fx = *state;
@@ -1677,6 +1741,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_purge_interrupted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_reads_across_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_unreadable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_queue_flush, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_ceiling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_inside_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_damage, setup, teardown),

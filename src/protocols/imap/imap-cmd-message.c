@@ -216,7 +216,7 @@ static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_m
     else
         imap_bodystructure_append(&value, &fm->parsed, 0, strcmp(field, "imap.bodystructure") == 0);
     struct petrel_error err;
-    if (value.len > 0 && !mailbox_cache_store(s->box, uid, field, value.data, value.len, &err))
+    if (value.len > 0 && !mailbox_cache_queue(s->box, uid, field, value.data, value.len, &err))
         log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
     buf_append(out, value.data, value.len);
     buf_free(&value);
@@ -257,7 +257,7 @@ static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetc
     *block = fm->parsed.data + h->start;
     *len = h->len;
     struct petrel_error err;
-    if (h->len > 0 && !mailbox_cache_store(s->box, uid, "imap.hdr", *block, *len, &err))
+    if (h->len > 0 && !mailbox_cache_queue(s->box, uid, "imap.hdr", *block, *len, &err))
         log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
     return true;
 }
@@ -585,6 +585,10 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
     if (out.len > 0)
         imap_send_raw(s, out.data, out.len);
     buf_free(&out);
+    /* What the loop cached, under one lock and in one write. */
+    if (!mailbox_cache_flush(s->box, &err))
+        log_debug(IMAP_COMPONENT, "cache store failed", "session=%s error=\"%s\"", s->io.id,
+                  err.message);
     imap_fetch_items_free(&items);
     free(uids);
     if (unknown_cte)

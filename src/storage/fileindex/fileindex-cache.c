@@ -97,6 +97,7 @@ void fi_cache_free(struct fi_cache *c)
         free(c->fields[i]);
     buf_free(&c->data);
     buf_free(&c->window);
+    buf_free(&c->queued);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
 }
@@ -393,6 +394,21 @@ static const uint8_t *cache_window_record(struct fi_cache *c, uint32_t off, bool
     return (const uint8_t *)w->data;
 }
 
+/* The latest queued record of (uid, field), or NULL. */
+static const uint8_t *queued_find(const struct fi_cache *c, uint32_t uid, const char *field,
+                                  size_t flen)
+{
+    const uint8_t *found = NULL;
+    const uint8_t *q = (const uint8_t *)c->queued.data;
+    for (size_t at = 0; at < c->queued.len; at += fi_get32(q + at)) {
+        const uint8_t *rec = q + at;
+        if (fi_get32(rec + 12) == uid && fi_get16(rec + 16) == flen &&
+            memcmp(rec + CACHE_REC_HDR, field, flen) == 0)
+            found = rec;
+    }
+    return found;
+}
+
 const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *field, size_t *len)
 {
     struct fi_cache *c = &fi->cache;
@@ -402,6 +418,19 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
     buf_reset(&c->data);
     if (!valid_field(field, &flen))
         return NULL;
+    const uint8_t *queued = c->queued_reset_id == fi->st.view.hdr.cache_reset_id
+                                ? queued_find(c, uid, field, flen)
+                                : NULL;
+    if (queued != NULL) {
+        size_t data_len = fi_get32(queued + 20);
+        buf_reserve(&c->data, data_len);
+        memcpy(c->data.data, queued + CACHE_REC_HDR + flen, data_len);
+        c->data.len = data_len;
+        c->data.data[data_len] = '\0';
+        if (len != NULL)
+            *len = data_len;
+        return c->data.data;
+    }
     bool locked = fi->lock_mode == FI_LOCK_EXCLUSIVE;
     if (locked || !c->checked || c->checked_at != fi->refreshes || c->fd < 0) {
         /* Once per refresh (a command's sync): has the file been replaced,
@@ -496,16 +525,27 @@ static bool cache_ready_locked(struct fileindex *fi, struct petrel_error *err)
     return petrel_error_set(err, PETREL_ERR_IO, "cache keeps changing: %s", fi->cache_path);
 }
 
-bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
-                         size_t len, struct petrel_error *err)
+static bool valid_value(uint32_t uid, const char *field, const void *data, size_t len, size_t *flen,
+                        struct petrel_error *err)
 {
-    size_t flen;
-    if (!valid_field(field, &flen))
+    if (!valid_field(field, flen))
         return petrel_error_set(err, PETREL_ERR_INVALID, "bad cache field name");
     if (len > FI_MAX_CACHE_DATA || (data == NULL && len > 0))
         return petrel_error_set(err, PETREL_ERR_INVALID, "cache value too large (%zu bytes)", len);
     if (uid == 0)
         return petrel_error_set(err, PETREL_ERR_INVALID, "cache entry for uid 0");
+    return true;
+}
+
+bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err)
+{
+    size_t flen = 0;
+    if (!valid_value(uid, field, data, len, &flen, err))
+        return false;
+    /* Queued values go first, so that the later call's value is the one kept. */
+    if (fi->cache.queued_count > 0)
+        (void)fileindex_cache_flush(fi, NULL);
     if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err))
         return false;
     bool ok = fi_refresh_locked(fi, err) && cache_ready_locked(fi, err);
@@ -543,6 +583,105 @@ bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, 
         }
         free(rec);
     }
+    fi_unlock(fi);
+    return ok;
+}
+
+/* A flush happens on its own past either bound, so one FETCH over a whole
+ * folder neither holds the lock long nor keeps much in memory. */
+#define QUEUE_MAX_RECORDS 256u
+#define QUEUE_MAX_BYTES (1024u * 1024u)
+
+static void queue_clear(struct fi_cache *c)
+{
+    buf_reset(&c->queued);
+    c->queued_count = 0;
+}
+
+bool fileindex_cache_queue(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
+                           size_t len, struct petrel_error *err)
+{
+    size_t flen = 0;
+    if (!valid_value(uid, field, data, len, &flen, err))
+        return false;
+    struct fi_cache *c = &fi->cache;
+    uint64_t reset_id = fi->st.view.hdr.cache_reset_id;
+    if (c->queued_count > 0 && c->queued_reset_id != reset_id)
+        queue_clear(c); /* made for another index identity: its UIDs may name other messages */
+    c->queued_reset_id = reset_id;
+    size_t total = CACHE_REC_HDR + flen + len;
+    uint8_t hdr[CACHE_REC_HDR];
+    memset(hdr, 0, sizeof(hdr));
+    fi_put32(hdr, (uint32_t)total);
+    fi_put32(hdr + 12, uid);
+    fi_put16(hdr + 16, (uint16_t)flen);
+    fi_put32(hdr + 20, (uint32_t)len);
+    buf_reserve(&c->queued, total);
+    buf_append(&c->queued, hdr, sizeof(hdr));
+    buf_append(&c->queued, field, flen);
+    if (len > 0)
+        buf_append(&c->queued, data, len);
+    c->queued_count++;
+    if (c->queued_count >= QUEUE_MAX_RECORDS || c->queued.len >= QUEUE_MAX_BYTES)
+        return fileindex_cache_flush(fi, err);
+    return true;
+}
+
+bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err)
+{
+    struct fi_cache *c = &fi->cache;
+    if (c->queued_count == 0)
+        return true;
+    if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err)) {
+        queue_clear(c);
+        return false;
+    }
+    bool ok = fi_refresh_locked(fi, err) && cache_ready_locked(fi, err);
+    if (ok && fi->st.view.hdr.cache_reset_id != c->queued_reset_id) {
+        queue_clear(c); /* the index was replaced meanwhile */
+        fi_unlock(fi);
+        return true;
+    }
+    if (ok && c->scanned + c->queued.len > fileindex_cache_ceiling) {
+        if (!c->ceiling_logged)
+            log_warn(FI_COMPONENT, "index cache reached its size ceiling; purge it",
+                     "dir=%s size=%llu", fi->dir, (unsigned long long)c->scanned);
+        c->ceiling_logged = true;
+        queue_clear(c);
+        fi_unlock(fi);
+        return true; /* not cached: the cache is an optimisation */
+    }
+    uint8_t *q = (uint8_t *)c->queued.data;
+    size_t kept = 0;
+    for (size_t at = 0; ok && at < c->queued.len;) {
+        uint32_t total = fi_get32(q + at);
+        size_t flen = fi_get16(q + at + 16);
+        /* a name past the handle's field table is not cached, as in fileindex_cache_add */
+        if (field_id(c, (const char *)q + at + CACHE_REC_HDR, flen, true) != 0) {
+            if (kept != at)
+                memmove(q + kept, q + at, total);
+            fi_put32(q + kept + 8, (uint32_t)(c->scanned + kept));
+            fi_put32(q + kept + 4, fi_crc32c(0, q + kept + 8, total - 8));
+            kept += total;
+        }
+        at += total;
+    }
+    if (ok && kept > 0) {
+        if (!fs_pwrite_all(c->fd, q, kept, c->scanned)) {
+            ok = fi_io_error(err, "cannot append to", fi->cache_path);
+            if (ftruncate(c->fd, (off_t)c->scanned) != 0) {
+                /* the next writer cuts it */
+            }
+        } else {
+            for (size_t at = 0; at < kept; at += fi_get32(q + at)) {
+                size_t flen = fi_get16(q + at + 16);
+                uint16_t id = field_id(c, (const char *)q + at + CACHE_REC_HDR, flen, false);
+                map_put(c, fi_get32(q + at + 12), id, (uint32_t)(c->scanned + at));
+            }
+            c->scanned += kept;
+        }
+    }
+    queue_clear(c);
     fi_unlock(fi);
     return ok;
 }

@@ -277,6 +277,12 @@ struct fi_cache {
      * process is only a miss, and records are checked when read). */
     bool checked;
     uint64_t checked_at;
+    /* Records queued by fileindex_cache_queue, back to back, their offset
+     * and checksum filled in by the flush that writes them all at once;
+     * made for the index identity queued_reset_id. */
+    struct buf queued;
+    size_t queued_count;
+    uint64_t queued_reset_id;
 };
 
 struct fileindex {

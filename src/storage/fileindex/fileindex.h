@@ -157,6 +157,17 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
  * that reached its offset ceiling (4 GiB) stops caching until purged. */
 bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
                          size_t len, struct petrel_error *err);
+/* Like fileindex_cache_add, but the field is only queued in this handle
+ * (its own lookups see it at once) and written by fileindex_cache_flush
+ * with every other queued field under one lock and in one write; the queue
+ * also flushes itself past 256 fields or 1 MiB. Queued fields are
+ * dropped, not written, when the index's cache_reset_id moved meanwhile,
+ * and are lost with the handle unless flushed. */
+bool fileindex_cache_queue(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
+                           size_t len, struct petrel_error *err);
+/* Writes the queued fields (a no-op when none are queued). On failure the
+ * queue is dropped (nothing else is lost: the cache is an optimisation). */
+bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err);
 
 struct fileindex_purge_stats {
     uint64_t carried;         /* records moved to the new generation */

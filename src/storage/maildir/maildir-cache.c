@@ -54,8 +54,9 @@ const void *mailbox_cache_lookup(struct mailbox *box, uint32_t uid, const char *
     return v + TAG_BYTES;
 }
 
-bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
-                         size_t len, struct petrel_error *err)
+/* The value behind its tag, for fileindex_cache_add or _queue. */
+static bool store_tagged(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, bool queue, struct petrel_error *err)
 {
     const struct fileindex_record *r = fileindex_lookup_uid(box->index, uid);
     if (r == NULL)
@@ -66,7 +67,25 @@ bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, c
     put_tag(value, base_tag(r->filename));
     if (len > 0)
         memcpy(value + TAG_BYTES, data, len);
-    bool ok = fileindex_cache_add(box->index, uid, field, value, len + TAG_BYTES, err);
+    bool ok = queue ? fileindex_cache_queue(box->index, uid, field, value, len + TAG_BYTES, err)
+                    : fileindex_cache_add(box->index, uid, field, value, len + TAG_BYTES, err);
     free(value);
     return ok;
+}
+
+bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err)
+{
+    return store_tagged(box, uid, field, data, len, false, err);
+}
+
+bool mailbox_cache_queue(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err)
+{
+    return store_tagged(box, uid, field, data, len, true, err);
+}
+
+bool mailbox_cache_flush(struct mailbox *box, struct petrel_error *err)
+{
+    return fileindex_cache_flush(box->index, err);
 }

@@ -1096,8 +1096,13 @@ void mailbox_close(struct mailbox *box)
 {
     if (box == NULL)
         return;
-    if (box->index != NULL)
+    if (box->index != NULL) {
+        struct petrel_error err;
+        if (!fileindex_cache_flush(box->index, &err))
+            log_debug(COMPONENT, "cannot write queued cache values", "folder=%s error=\"%s\"",
+                      box->dir, err.message);
         fileindex_close(box->index);
+    }
     if (box->uidlist_loaded)
         uidlist_free(&box->uidlist);
     if (box->uidlist_fd >= 0)
