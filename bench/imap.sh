@@ -44,6 +44,12 @@
 #        BENCH_STRACE=1 (strace -c -f the imap petreld during the load run and
 #                      print system calls per command; strace slows petreld,
 #                      so the rates of that run are not comparable)
+#        BENCH_STRACE_CALLS=newfstatat,flock (with BENCH_STRACE=1: log those
+#                      calls with their arguments and count them per command
+#                      by argument pattern, to see where they come from)
+#        BENCH_SYSCOUNT=1 (count the imap petreld's system calls by kind with
+#                      perf's tracepoints during the load run: cheap enough
+#                      that the run's rate stays comparable)
 #        BENCH_MIX="noop=1,headers=2" (replaces the command mix; names: noop
 #                      headers body seen unseen flags append expunge idle select)
 #        BENCH_NICE=-10 (root: run in a session of its own whose scheduler
@@ -226,8 +232,20 @@ for sc in "${SCENARIOS[@]}"; do
       fi
       strace_pid=""
       if [ -n "${BENCH_STRACE:-}" ]; then
-        strace -c -f -o "$work/strace.txt" -p "$imap_pid" 2>/dev/null &
+        if [ -n "${BENCH_STRACE_CALLS:-}" ]; then
+          # every call of the named system calls, with their arguments, to see where they come from
+          strace -ff -qq ${BENCH_STRACE_STACKS:+-k} -e trace="$BENCH_STRACE_CALLS" -o "$work/strace.log" -p "$imap_pid" 2>/dev/null &
+        else
+          strace -c -f -o "$work/strace.txt" -p "$imap_pid" 2>/dev/null &
+        fi
         strace_pid=$!
+        sleep 0.5
+      fi
+      syscount_pid=""
+      if [ -n "${BENCH_SYSCOUNT:-}" ]; then
+        perf stat -x, -e 'syscalls:sys_enter_*' -o "$work/syscount.txt" -p "$imap_pid" \
+          2>/dev/null &
+        syscount_pid=$!
         sleep 0.5
       fi
       t0="$(cpu_ticks "$imap_pid")"
@@ -249,10 +267,26 @@ for sc in "${SCENARIOS[@]}"; do
         echo "perf report: $work/perf.txt"
       fi
       cmds="$(sed -n 's/.* commands=\([0-9]*\) .*/\1/p' <<<"$out")"
+      if [ -n "$syscount_pid" ]; then
+        kill -INT "$syscount_pid"
+        wait "$syscount_pid" || true
+        awk -F, -v n="${cmds:-0}" 'n > 0 && $1 ~ /^[0-9]+$/ && $1 > 0 {
+            sub(/syscalls:sys_enter_/, "", $3); all += $1
+            if ($1 / n >= 0.005) printf "  %-16s %7.3f per command\n", $3, $1 / n }
+          END { if (n > 0) printf "  %-16s %7.3f per command\n", "all", all / n }' \
+          "$work/syscount.txt" | sort -k2 -rn | head -25
+      fi
       if [ -n "$strace_pid" ]; then
         kill -INT "$strace_pid"
         wait "$strace_pid" || true
-        awk -v n="${cmds:-0}" 'n > 0 && $NF != "total" && $4 ~ /^[0-9]+$/ {
+        if [ -n "${BENCH_STRACE_CALLS:-}" ]; then
+          # per call and argument pattern (numbers and user names folded), per command
+          cat "$work"/strace.log.* | sed -E 's/[0-9]+/N/g; s/user[A-Za-z_N]*/USER/g; s/"[^"]*(Maildir|\/mail\/)/"MAIL/' |
+            sed -E 's/\) += .*$/)/' | sort | uniq -c | sort -rn | head -30 |
+            awk -v n="${cmds:-0}" 'n > 0 { c = $1; $1 = ""; printf "  %7.3f per command %s\n", c / n, $0 }'
+          echo "strace logs: $work/strace.log.*"
+        fi
+        [ -f "$work/strace.txt" ] && awk -v n="${cmds:-0}" 'n > 0 && $NF != "total" && $4 ~ /^[0-9]+$/ {
             if ($4 / n >= 0.005) printf "  %-16s %7.2f per command\n", $NF, $4 / n }
           n > 0 && $NF == "total" { printf "  %-16s %7.2f per command\n", "all", $4 / n }' \
           "$work/strace.txt" | sort -k2 -rn | head -25
