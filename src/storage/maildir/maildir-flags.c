@@ -8,6 +8,7 @@
  * between the two is healed by the next sync: the file name wins). */
 #include "storage/maildir/maildir-private.h"
 
+#include "core/fs-util.h"
 #include "core/xalloc.h"
 #include "storage/maildir/maildir-filename.h"
 
@@ -135,6 +136,7 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
     struct buf from = {0};
     struct buf to = {0};
     bool lost = false;
+    bool renamed = false;
     struct maildir_cur_change *change = maildir_cur_change_begin(box);
     for (size_t i = 0; i < n; i++) {
         const struct fileindex_record *r = fileindex_lookup_uid(box->index, want[i]);
@@ -155,6 +157,7 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
                 lost = true; /* expunged meanwhile: the next sync drops it */
                 continue;
             }
+            renamed = true;
             fileindex_txn_set_flags(txn, r->uid, flags, keywords);
         }
         done[done_count++] = r->uid;
@@ -163,8 +166,20 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
     buf_free(&from);
     buf_free(&to);
     free(want);
-    maildir_cur_change_commit_on(txn, change);
-    bool ok = fileindex_txn_commit(txn, err);
+    bool ok = true;
+    if (renamed && maildir_flag_renames_need_fsync(box)) {
+        char *cur = xasprintf("%s/cur", box->dir);
+        ok = fs_fsync_dir(cur, err);
+        free(cur);
+    }
+    if (ok) {
+        maildir_cur_change_commit_on(txn, change);
+        ok = fileindex_txn_commit(txn, err);
+    } else {
+        /* The renamed files now name flags the index does not: the next
+         * sync takes them from the names. */
+        fileindex_txn_rollback(txn);
+    }
     maildir_cur_change_drop(change);
     if (!ok)
         maildir_watch_distrust(box); /* renamed files the view does not know */

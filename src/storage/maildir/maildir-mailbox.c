@@ -1702,6 +1702,8 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
         if (ok)
             ok = fileindex_txn_set_flags(txn, uid, flags, mask);
         stamp_change_end(box, &stamp);
+        if (ok && maildir_flag_renames_need_fsync(box))
+            ok = fs_fsync_dir(box_path(box, "cur"), err);
     }
     if (ok) {
         struct stamp_commit sc = {box, &stamp};
@@ -1774,6 +1776,13 @@ bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err)
 bool maildir_fsync_enabled(const struct mailbox *box)
 {
     return fsync_enabled(box);
+}
+
+bool maildir_flag_renames_need_fsync(struct mailbox *box)
+{
+    /* "optimized" leaves flag-only changes unflushed by definition. */
+    return box->user->storage->index_settings.fsync == FILEINDEX_FSYNC_ALWAYS &&
+           append_sync_mode(box) == APPEND_SYNC_EACH;
 }
 
 void maildir_disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out)

@@ -105,6 +105,13 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err);
 /* The sync mailbox_open leaves to the first operation. */
 bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err);
 bool maildir_fsync_enabled(const struct mailbox *box);
+/* Whether flag renames in cur/ must be made durable by a directory fsync
+ * of their own before the index commit that records them: mail.fsync
+ * always on a file system whose journal does not carry them with that
+ * commit (ext4 made without one). Else a power loss can keep the index's
+ * new flags and lose the rename, and the next scan, which takes a file's
+ * name for what another program did, puts the old flags back. */
+bool maildir_flag_renames_need_fsync(struct mailbox *box);
 /* "<base>:2,<flags>" into out (reset first). */
 void maildir_disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out);
 /* Under the folder lock: the keyword mask of `names`, re-reading
