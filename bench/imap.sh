@@ -46,7 +46,9 @@
 #                      so the rates of that run are not comparable)
 #        BENCH_STRACE_CALLS=newfstatat,flock (with BENCH_STRACE=1: log those
 #                      calls with their arguments and count them per command
-#                      by argument pattern, to see where they come from)
+#                      by argument pattern, to see where they come from;
+#                      BENCH_STRACE_STACKS=1 adds each call's stack to the
+#                      logs in the work directory: use with BENCH_KEEP=1)
 #        BENCH_SYSCOUNT=1 (count the imap petreld's system calls by kind with
 #                      perf's tracepoints during the load run: cheap enough
 #                      that the run's rate stays comparable)
