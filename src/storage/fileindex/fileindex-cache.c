@@ -394,6 +394,20 @@ static const uint8_t *cache_window_record(struct fi_cache *c, uint32_t off, bool
     return (const uint8_t *)w->data;
 }
 
+/* The value of record `rec` (field name `flen` bytes), copied out so that
+ * it is NUL-terminated and outlives the window or the queue. */
+static const void *record_value(struct fi_cache *c, const uint8_t *rec, size_t flen, size_t *len)
+{
+    size_t data_len = fi_get32(rec + 20);
+    buf_reserve(&c->data, data_len);
+    memcpy(c->data.data, rec + CACHE_REC_HDR + flen, data_len);
+    c->data.len = data_len;
+    c->data.data[data_len] = '\0';
+    if (len != NULL)
+        *len = data_len;
+    return c->data.data;
+}
+
 /* The latest queued record of (uid, field), or NULL. */
 static const uint8_t *queued_find(const struct fi_cache *c, uint32_t uid, const char *field,
                                   size_t flen)
@@ -421,16 +435,8 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
     const uint8_t *queued = c->queued_reset_id == fi->st.view.hdr.cache_reset_id
                                 ? queued_find(c, uid, field, flen)
                                 : NULL;
-    if (queued != NULL) {
-        size_t data_len = fi_get32(queued + 20);
-        buf_reserve(&c->data, data_len);
-        memcpy(c->data.data, queued + CACHE_REC_HDR + flen, data_len);
-        c->data.len = data_len;
-        c->data.data[data_len] = '\0';
-        if (len != NULL)
-            *len = data_len;
-        return c->data.data;
-    }
+    if (queued != NULL)
+        return record_value(c, queued, flen, len);
     bool locked = fi->lock_mode == FI_LOCK_EXCLUSIVE;
     if (locked || !c->checked || c->checked_at != fi->refreshes || c->fd < 0) {
         /* Once per refresh (a command's sync): has the file been replaced,
@@ -477,15 +483,7 @@ const void *fileindex_cache_get(struct fileindex *fi, uint32_t uid, const char *
         cache_drop(fi, "record fails its checksum", DROP_LOCK_WAIT, NULL);
         return NULL;
     }
-    size_t data_len = fi_get32(rec + 20);
-    /* Copied out so the value is NUL-terminated and outlives the window. */
-    buf_reserve(&c->data, data_len);
-    memcpy(c->data.data, rec + CACHE_REC_HDR + flen, data_len);
-    c->data.len = data_len;
-    c->data.data[data_len] = '\0';
-    if (len != NULL)
-        *len = data_len;
-    return c->data.data;
+    return record_value(c, rec, flen, len);
 }
 
 /* Under the exclusive lock: a cache file of the index's generation, with
