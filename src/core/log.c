@@ -19,7 +19,7 @@ bool log_level_parse(const char *name, enum log_level *out)
         const char *name;
         enum log_level level;
     } names[] = {
-        {"debug", LOG_DEBUG}, {"info", LOG_INFO},   {"warn", LOG_WARN},
+        {"debug", LOG_DEBUG},  {"info", LOG_INFO},   {"warn", LOG_WARN},
         {"warning", LOG_WARN}, {"error", LOG_ERROR},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -46,27 +46,45 @@ const char *log_level_name(enum log_level level)
     return "info";
 }
 
+/* Session loops and delivery threads log while the main loop installs a
+ * reloaded table: the pointer is published with release/acquire (a reader
+ * sees a table whole), and the base level, which /debug/loglevel changes in
+ * place, is read and written atomically. */
 void log_install(struct log_levels *levels)
 {
-    live_levels = levels;
+    __atomic_store_n(&live_levels, levels, __ATOMIC_RELEASE);
 }
 
 struct log_levels *log_installed(void)
 {
-    return live_levels;
+    return __atomic_load_n(&live_levels, __ATOMIC_ACQUIRE);
+}
+
+enum log_level log_base_level(void)
+{
+    struct log_levels *levels = log_installed();
+    return levels == NULL ? LOG_INFO : __atomic_load_n(&levels->base, __ATOMIC_RELAXED);
+}
+
+void log_set_base_level(enum log_level level)
+{
+    struct log_levels *levels = log_installed();
+    if (levels != NULL)
+        __atomic_store_n(&levels->base, level, __ATOMIC_RELAXED);
 }
 
 enum log_level log_level_for(const char *component)
 {
-    if (live_levels == NULL)
+    struct log_levels *levels = log_installed();
+    if (levels == NULL)
         return LOG_INFO;
     if (component != NULL) {
-        for (size_t i = 0; i < live_levels->override_count; i++) {
-            if (strcmp(live_levels->overrides[i].component, component) == 0)
-                return live_levels->overrides[i].level;
+        for (size_t i = 0; i < levels->override_count; i++) {
+            if (strcmp(levels->overrides[i].component, component) == 0)
+                return levels->overrides[i].level;
         }
     }
-    return live_levels->base;
+    return __atomic_load_n(&levels->base, __ATOMIC_RELAXED);
 }
 
 bool log_enabled(enum log_level level, const char *component)

@@ -35,10 +35,18 @@ struct log_levels {
 bool log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
 
-/* Makes `levels` the live table (not copied; caller keeps it alive). */
+/* Makes `levels` the live table (not copied). Threads may be logging while
+ * it is swapped: a reload installs a new table rather than rewriting the
+ * live one, and a replaced table stays allocated until no other thread can
+ * still be reading it (the daemon frees them all at exit). */
 void log_install(struct log_levels *levels);
 /* Current live table, or NULL when none is installed. */
 struct log_levels *log_installed(void);
+/* The live table's base level (LOG_INFO when none is installed), and a
+ * change of it in place: one atomic store, so a thread logging meanwhile
+ * sees the old level or the new one. No-op when no table is installed. */
+enum log_level log_base_level(void);
+void log_set_base_level(enum log_level level);
 /* The level in force for `component` (its override, else the base). */
 enum log_level log_level_for(const char *component);
 bool log_enabled(enum log_level level, const char *component);

@@ -33,7 +33,11 @@
 struct petrel_context {
     struct event_base *base;
     struct petrel_config *config;
-    struct log_levels log_levels;
+    /* Every log level table installed so far, the live one last: a reload
+     * installs a new one while other threads may still be reading the old,
+     * so they are freed only at exit (one per SIGHUP, ~1.7 KB). */
+    struct log_levels **log_tables;
+    size_t log_table_count;
     struct metrics_registry *metrics;
     struct readiness *readiness;
     SSL_CTX *internal_tls;
@@ -147,6 +151,17 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
     drain_poll_cb(-1, 0, ctx);
 }
 
+/* A copy of `levels` made the live table. */
+static void install_log_levels(struct petrel_context *ctx, const struct log_levels *levels)
+{
+    struct log_levels *table = xmalloc(sizeof(*table));
+    *table = *levels;
+    ctx->log_tables =
+        xrealloc(ctx->log_tables, (ctx->log_table_count + 1) * sizeof(*ctx->log_tables));
+    ctx->log_tables[ctx->log_table_count++] = table;
+    log_install(table);
+}
+
 static void reload_log_levels(struct petrel_context *ctx)
 {
     struct petrel_error err;
@@ -157,12 +172,13 @@ static void reload_log_levels(struct petrel_context *ctx)
                   err.message);
         return;
     }
-    ctx->log_levels = fresh->log;
+    install_log_levels(ctx, &fresh->log);
     config_free(fresh);
     if (ctx->telemetry != NULL)
         telemetry_level_reloaded(ctx->telemetry);
-    log_info(COMPONENT, "log levels reloaded", "level=%s overrides=%zu",
-             log_level_name(ctx->log_levels.base), ctx->log_levels.override_count);
+    const struct log_levels *live = ctx->log_tables[ctx->log_table_count - 1];
+    log_info(COMPONENT, "log levels reloaded", "level=%s overrides=%zu", log_level_name(live->base),
+             live->override_count);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -258,6 +274,9 @@ static void context_free(struct petrel_context *ctx)
     if (ctx->base != NULL)
         event_base_free(ctx->base);
     log_install(NULL);
+    for (size_t i = 0; i < ctx->log_table_count; i++)
+        free(ctx->log_tables[i]);
+    free(ctx->log_tables);
     config_free(ctx->config);
 }
 
@@ -321,8 +340,7 @@ int daemon_run(const struct daemon_options *opts)
         return 0;
     }
 
-    ctx.log_levels = ctx.config->log;
-    log_install(&ctx.log_levels);
+    install_log_levels(&ctx, &ctx.config->log);
     signal(SIGPIPE, SIG_IGN);
     ctx.base = event_base_new();
     if (ctx.base == NULL)
@@ -385,8 +403,7 @@ int daemon_run(const struct daemon_options *opts)
     log_info(COMPONENT, "started",
              "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
              "lmtp=%s director=%s monitor=%s",
-             PETREL_VERSION,
-             ctx.config->file, telemetry_address(ctx.telemetry),
+             PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
              ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
              ctx.imap != NULL ? imap_server_address(ctx.imap) : "off",

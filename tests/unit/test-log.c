@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,76 @@ static void test_overrides_apply_per_component_and_live(void **state)
     levels.base = LOG_DEBUG;
     levels.override_count = 0;
     assert_true(log_enabled(LOG_DEBUG, "dict"));
+}
+
+/* Threads log while the main loop swaps tables (SIGHUP) and sets the base
+ * level (/debug/loglevel): a reader sees one table whole, so a component
+ * with the same override in every table always gets it, and the base is
+ * always one of the levels that were set. */
+struct reader_arg {
+    volatile int stop;
+    unsigned long wrong;
+    unsigned long reads;
+};
+
+static void *level_reader(void *p)
+{
+    struct reader_arg *a = p;
+    while (!a->stop) {
+        enum log_level imap = log_level_for("imap");
+        enum log_level base = log_level_for("nobody");
+        if (imap != LOG_DEBUG || (base != LOG_WARN && base != LOG_ERROR))
+            a->wrong++;
+        a->reads++;
+    }
+    return NULL;
+}
+
+static void fill_table(struct log_levels *t, unsigned variant)
+{
+    memset(t, 0, sizeof(*t));
+    t->base = variant % 2 == 0 ? LOG_WARN : LOG_ERROR;
+    /* differing overrides in front of the common one, of differing lengths */
+    size_t n = 1 + variant % (LOG_MAX_OVERRIDES - 1);
+    for (size_t i = 0; i < n - 1; i++) {
+        char *name = t->overrides[i].component;
+        size_t len = 1 + (variant + i) % 40; /* 1..40 of the 47 bytes */
+        memset(name, 'a' + (int)(i % 26), len);
+        name[len] = '\0';
+        t->overrides[i].level = LOG_INFO;
+    }
+    snprintf(t->overrides[n - 1].component, sizeof(t->overrides[n - 1].component), "imap");
+    t->overrides[n - 1].level = LOG_DEBUG;
+    t->override_count = n;
+}
+
+static void test_tables_swap_under_concurrent_readers(void **state)
+{
+    enum { TABLES = 2000 };
+    struct log_levels *tables = calloc(TABLES, sizeof(*tables));
+    assert_non_null(tables);
+    fill_table(&tables[0], 0);
+    log_install(&tables[0]);
+    struct reader_arg arg = {0};
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, level_reader, &arg), 0);
+    for (unsigned i = 1; i < TABLES; i++) {
+        fill_table(&tables[i], i);
+        log_install(&tables[i]);
+        log_set_base_level(i % 3 == 0 ? LOG_WARN : LOG_ERROR);
+        assert_true(log_base_level() == LOG_WARN || log_base_level() == LOG_ERROR);
+    }
+    log_set_base_level(LOG_WARN);
+    assert_int_equal(log_base_level(), LOG_WARN);
+    arg.stop = 1;
+    pthread_join(reader, NULL);
+    assert_true(arg.reads > 0);
+    assert_int_equal(arg.wrong, 0);
+    log_install(NULL);
+    assert_int_equal(log_base_level(), LOG_INFO);
+    log_set_base_level(LOG_DEBUG); /* no table: nothing to change */
+    assert_int_equal(log_level_for("imap"), LOG_INFO);
+    free(tables);
 }
 
 static void test_quote_leaves_simple_values_alone(void **state)
@@ -188,6 +259,7 @@ int main(void)
         cmocka_unit_test_teardown(test_level_values_follow_slog, uninstall),
         cmocka_unit_test_teardown(test_without_a_table_info_and_above_are_enabled, uninstall),
         cmocka_unit_test_teardown(test_overrides_apply_per_component_and_live, uninstall),
+        cmocka_unit_test_teardown(test_tables_swap_under_concurrent_readers, uninstall),
         cmocka_unit_test_teardown(test_quote_leaves_simple_values_alone, uninstall),
         cmocka_unit_test_teardown(test_quote_escapes_what_logfmt_needs, uninstall),
         cmocka_unit_test_teardown(test_quote_truncates_within_size, uninstall),

@@ -78,8 +78,7 @@ static void readyz_cancel(struct http_request *req, enum http_cancel_reason why,
     call->cancelled = true;
 }
 
-static void readyz_done(const struct readiness_result *results, size_t count, bool ready,
-                        void *ctx)
+static void readyz_done(const struct readiness_result *results, size_t count, bool ready, void *ctx)
 {
     struct readyz_call *call = ctx;
     if (!call->cancelled) {
@@ -136,10 +135,9 @@ static void revert_level(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct telemetry *t = arg;
-    struct log_levels *levels = log_installed();
-    if (levels != NULL) {
-        enum log_level from = levels->base;
-        levels->base = t->revert_to;
+    if (log_installed() != NULL) {
+        enum log_level from = log_base_level();
+        log_set_base_level(t->revert_to);
         log_info(COMPONENT, "log level reverted", "from=%s to=%s", log_level_name(from),
                  log_level_name(t->revert_to));
     }
@@ -163,19 +161,18 @@ static void handle_set_level(struct http_request *req, void *ctx)
         http_reply_error(req, 400, "%s", err.message);
     } else if (!log_level_parse(name, &level)) {
         http_reply_error(req, 400, "unknown level '%s' (debug, info, warn, error)", name);
-    } else if (ttl != NULL && (!duration_parse_ms(ttl, &ttl_ms) || ttl_ms <= 0 ||
-                               ttl_ms > 7LL * 86400 * 1000)) {
+    } else if (ttl != NULL &&
+               (!duration_parse_ms(ttl, &ttl_ms) || ttl_ms <= 0 || ttl_ms > 7LL * 86400 * 1000)) {
         http_reply_error(req, 400, "invalid ttl '%s' (a duration such as 30s, 5m, 1h)", ttl);
     } else {
-        struct log_levels *levels = log_installed();
-        enum log_level previous = levels->base;
+        enum log_level previous = log_base_level();
         if (t->revert_at != 0) {
             /* A new change replaces the pending revert; revert to the original level. */
             previous = t->revert_to;
             evtimer_del(t->revert_timer);
             t->revert_at = 0;
         }
-        levels->base = level;
+        log_set_base_level(level);
         if (ttl_ms > 0) {
             t->revert_to = previous;
             t->revert_at = time(NULL) + (time_t)((ttl_ms + 999) / 1000);
