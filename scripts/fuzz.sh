@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -49,6 +49,7 @@ max_len_of() {
     fuzz-dict-file) echo 65536 ;;
     fuzz-uidlist) echo 16384 ;;
     fuzz-uidlist-append) echo 16384 ;;
+    fuzz-fileindex) echo 1024 ;;
     fuzz-subscriptions) echo 8192 ;;
     fuzz-maildir-filename) echo 512 ;;
     fuzz-mailbox-name) echo 4096 ;;
@@ -75,6 +76,7 @@ dict_of() {
     fuzz-dict-file) echo "$ROOT/fuzz/dict/dict-file.dict" ;;
     fuzz-uidlist) echo "$ROOT/fuzz/dict/uidlist.dict" ;;
     fuzz-uidlist-append) echo "$ROOT/fuzz/dict/uidlist.dict" ;;
+    fuzz-fileindex) echo "$ROOT/fuzz/dict/fileindex.dict" ;;
     fuzz-subscriptions) echo "$ROOT/fuzz/dict/subscriptions.dict" ;;
     fuzz-maildir-filename) echo "$ROOT/fuzz/dict/maildir-filename.dict" ;;
     fuzz-mailbox-name) echo "$ROOT/fuzz/dict/mutf7.dict" ;;
