@@ -37,7 +37,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_STEPS 48
-#define MAX_FILE (256u * 1024u)
+#define MAX_FILE (64u * 1024u)
 
 static char *dir;
 static const char *const file_names[3] = {FI_BASE_FILE, FI_LOG_FILE, FI_CACHE_FILE};
@@ -59,6 +59,12 @@ static void clear_dir(void)
         unlink(p);
         free(p);
     }
+}
+
+static void remove_dir(void)
+{
+    clear_dir();
+    rmdir(dir);
 }
 
 static uint8_t *read_whole(const char *name, size_t *len)
@@ -93,8 +99,7 @@ static void write_whole(const char *name, const uint8_t *buf, size_t len)
 static void step(struct fileindex *fi, const uint8_t s[4])
 {
     size_t count = fileindex_count(fi);
-    const struct fileindex_record *r =
-        count > 0 ? fileindex_record_at(fi, s[1] % count) : NULL;
+    const struct fileindex_record *r = count > 0 ? fileindex_record_at(fi, s[1] % count) : NULL;
     struct fileindex_txn *txn = NULL;
     switch (s[0] % 8) {
     case 0: {
@@ -264,10 +269,16 @@ static void check_index(struct fileindex *fi)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (dir == NULL) {
-        char tmpl[] = "/tmp/fuzz-fileindex.XXXXXX";
-        if (mkdtemp(tmpl) == NULL)
+        /* tmpfs where there is one: every run creates and rewrites files */
+        char shm[] = "/dev/shm/fuzz-fileindex.XXXXXX";
+        char tmp[] = "/tmp/fuzz-fileindex.XXXXXX";
+        const char *made = mkdtemp(shm);
+        if (made == NULL)
+            made = mkdtemp(tmp);
+        if (made == NULL)
             abort();
-        dir = xstrdup(tmpl);
+        dir = xstrdup(made);
+        atexit(remove_dir);
     }
     if (size < 2)
         return 0;
