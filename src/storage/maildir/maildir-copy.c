@@ -193,7 +193,7 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
             s->cur_name = xstrdup(name.data);
         free(cur);
     }
-    if (ok && maildir_fsync_enabled(dst)) {
+    if (ok && maildir_cur_changes_need_fsync(dst)) {
         char *cur = xasprintf("%s/cur", dst->dir);
         ok = fs_fsync_dir(cur, err);
         free(cur);

@@ -1641,7 +1641,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         fileindex_txn_expunge(txn, done[i]);
     bool ok = true;
     if (done_count > 0) {
-        if (fsync_enabled(box)) {
+        if (maildir_cur_changes_need_fsync(box)) {
             char *cur = xasprintf("%s/cur", box->dir);
             fs_fsync_dir(cur, NULL);
             free(cur);
@@ -1778,11 +1778,16 @@ bool maildir_fsync_enabled(const struct mailbox *box)
     return fsync_enabled(box);
 }
 
+bool maildir_cur_changes_need_fsync(struct mailbox *box)
+{
+    return append_sync_mode(box) == APPEND_SYNC_EACH;
+}
+
 bool maildir_flag_renames_need_fsync(struct mailbox *box)
 {
     /* "optimized" leaves flag-only changes unflushed by definition. */
     return box->user->storage->index_settings.fsync == FILEINDEX_FSYNC_ALWAYS &&
-           append_sync_mode(box) == APPEND_SYNC_EACH;
+           maildir_cur_changes_need_fsync(box);
 }
 
 void maildir_disk_name(const char *base, uint32_t flags, uint32_t keywords, struct buf *out)

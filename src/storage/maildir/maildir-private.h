@@ -105,6 +105,12 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err);
 /* The sync mailbox_open leaves to the first operation. */
 bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err);
 bool maildir_fsync_enabled(const struct mailbox *box);
+/* Whether links, renames and unlinks in cur/ need a directory fsync of
+ * their own before the index commit that records them: mail.fsync is not
+ * "never" and the file system's journal does not carry them with that
+ * commit's fsync (ext4 made without one; XFS and ext3/ext4 with an active
+ * journal commit every earlier metadata change with it). */
+bool maildir_cur_changes_need_fsync(struct mailbox *box);
 /* Whether flag renames in cur/ must be made durable by a directory fsync
  * of their own before the index commit that records them: mail.fsync
  * always on a file system whose journal does not carry them with that

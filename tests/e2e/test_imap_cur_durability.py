@@ -1,5 +1,5 @@
-"""Flag changes under mail.fsync: always are durable where the file system
-needs it: on a file system whose journal does not carry a rename with the
+"""Changes to cur/ under mail.fsync: always are durable where the file
+system needs it. Flag changes: on a file system whose journal does not carry a rename with the
 index commit (ext4 made without one, as on this project's machines), STORE
 fsyncs cur/ after renaming the message files, before the index commit;
 a power loss could otherwise keep the index's new flags and lose the rename,
@@ -56,28 +56,41 @@ def metadata_journaled(path):
     return any(entry.startswith(name + "-") for entry in os.listdir("/proc/fs/jbd2"))
 
 
-def cur_fsyncs_during_store(d, store_args):
-    """fsync calls on INBOX's cur/ while one STORE runs."""
+def cur_fsyncs_during(d, command, folder="cur", prepare=None):
+    """fsync calls on the cur/ directory of INBOX (or on `folder`, a path
+    ending in the directory's name) while command(imap) runs on a selected
+    INBOX holding two messages; prepare(imap) runs before the tracing."""
     strace = shutil.which("strace")
     if strace is None:
         pytest.fail("strace is not installed (scripts/setup.sh installs it)")
     m = imaplib.IMAP4(*addr(d))
     m.login("alice", "wonderland")
+    m.create("Archive")
+    m.append("INBOX", None, None, MSG)
     m.append("INBOX", None, None, MSG)
     m.select("INBOX")
+    if prepare is not None:
+        prepare(m)
     out = subprocess.Popen([strace, "-f", "-qq", "-y", "-e", "trace=fsync,fdatasync",
                             "-p", str(d.pid)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # attached to every thread
-        typ, _ = m.store("1", *store_args)
-        assert typ == "OK"
+        command(m)
         time.sleep(0.3)
     finally:
         out.terminate()
         _, err = out.communicate(timeout=10)
     m.logout()
-    return [line for line in err.splitlines() if re.search(r"fsync\(\d+</[^>]*/cur>\)", line)]
+    pattern = re.compile(r"fsync\(\d+</[^>]*/" + re.escape(folder) + r">\)")
+    return [line for line in err.splitlines() if pattern.search(line)]
+
+
+def cur_fsyncs_during_store(d, store_args):
+    def store(m):
+        typ, _ = m.store("1", *store_args)
+        assert typ == "OK"
+    return cur_fsyncs_during(d, store)
 
 
 @pytest.fixture
@@ -106,3 +119,29 @@ def test_store_fsyncs_cur_where_the_file_system_needs_it(always_imapd, tmp_path)
 
 def test_store_under_optimized_does_not_flush(optimized_imapd):
     assert cur_fsyncs_during_store(optimized_imapd, ("+FLAGS", "(\\Seen)")) == []
+
+
+def test_expunge_and_copy_fsync_cur_only_where_the_journal_does_not(always_imapd, tmp_path):
+    """Unlinks (EXPUNGE) and links (COPY) in cur/: their own directory fsync
+    where the file system has no metadata journal, none where the index
+    commit's fsync commits them with the journal."""
+    (tmp_path / "mail").mkdir(exist_ok=True)
+    need = not metadata_journaled(tmp_path / "mail")
+
+    def delete(m):
+        assert m.store("1", "+FLAGS", "(\\Deleted)")[0] == "OK"
+
+    def expunge(m):
+        assert m.expunge()[0] == "OK"
+
+    def copy(m):
+        assert m.copy("1", "Archive")[0] == "OK"
+
+    expunged = cur_fsyncs_during(always_imapd, expunge, prepare=delete)
+    copied = cur_fsyncs_during(always_imapd, copy, folder=".Archive/cur")
+    if need:
+        assert expunged, "no fsync of cur/ after EXPUNGE on a file system without a journal"
+        assert copied, "no fsync of the target's cur/ after COPY without a journal"
+    else:
+        assert not expunged, expunged
+        assert not copied, copied
