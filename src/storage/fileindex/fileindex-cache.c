@@ -535,56 +535,6 @@ static bool valid_value(uint32_t uid, const char *field, const void *data, size_
     return true;
 }
 
-bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
-                         size_t len, struct petrel_error *err)
-{
-    size_t flen = 0;
-    if (!valid_value(uid, field, data, len, &flen, err))
-        return false;
-    /* Queued values go first, so that the later call's value is the one kept. */
-    if (fi->cache.queued_count > 0)
-        (void)fileindex_cache_flush(fi, NULL);
-    if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err))
-        return false;
-    bool ok = fi_refresh_locked(fi, err) && cache_ready_locked(fi, err);
-    struct fi_cache *c = &fi->cache;
-    size_t total = CACHE_REC_HDR + flen + len;
-    if (ok && c->scanned + total > fileindex_cache_ceiling) {
-        if (!c->ceiling_logged)
-            log_warn(FI_COMPONENT, "index cache reached its size ceiling; purge it",
-                     "dir=%s size=%llu", fi->dir, (unsigned long long)c->scanned);
-        c->ceiling_logged = true;
-        fi_unlock(fi);
-        return true; /* not cached: the cache is an optimisation */
-    }
-    uint16_t id = ok ? field_id(c, field, flen, true) : 0;
-    if (ok && id != 0) {
-        uint8_t *rec = xmalloc(total);
-        fi_put32(rec, (uint32_t)total);
-        fi_put32(rec + 8, (uint32_t)c->scanned);
-        fi_put32(rec + 12, uid);
-        fi_put16(rec + 16, (uint16_t)flen);
-        fi_put16(rec + 18, 0);
-        fi_put32(rec + 20, (uint32_t)len);
-        memcpy(rec + CACHE_REC_HDR, field, flen);
-        if (len > 0)
-            memcpy(rec + CACHE_REC_HDR + flen, data, len);
-        fi_put32(rec + 4, fi_crc32c(0, rec + 8, total - 8));
-        if (!fs_pwrite_all(c->fd, rec, total, c->scanned)) {
-            ok = fi_io_error(err, "cannot append to", fi->cache_path);
-            if (ftruncate(c->fd, (off_t)c->scanned) != 0) {
-                /* the next writer cuts it */
-            }
-        } else {
-            map_put(c, uid, id, (uint32_t)c->scanned);
-            c->scanned += total;
-        }
-        free(rec);
-    }
-    fi_unlock(fi);
-    return ok;
-}
-
 /* A flush happens on its own past either bound, so one FETCH over a whole
  * folder neither holds the lock long nor keeps much in memory. */
 #define QUEUE_MAX_RECORDS 256u
@@ -596,17 +546,11 @@ static void queue_clear(struct fi_cache *c)
     c->queued_count = 0;
 }
 
-bool fileindex_cache_queue(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
-                           size_t len, struct petrel_error *err)
+/* A record for (uid, field, data) at the end of the queue; its offset and
+ * checksum are filled in when it is written. */
+static void queue_record(struct fi_cache *c, uint32_t uid, const char *field, size_t flen,
+                         const void *data, size_t len)
 {
-    size_t flen = 0;
-    if (!valid_value(uid, field, data, len, &flen, err))
-        return false;
-    struct fi_cache *c = &fi->cache;
-    uint64_t reset_id = fi->st.view.hdr.cache_reset_id;
-    if (c->queued_count > 0 && c->queued_reset_id != reset_id)
-        queue_clear(c); /* made for another index identity: its UIDs may name other messages */
-    c->queued_reset_id = reset_id;
     size_t total = CACHE_REC_HDR + flen + len;
     uint8_t hdr[CACHE_REC_HDR];
     memset(hdr, 0, sizeof(hdr));
@@ -620,22 +564,20 @@ bool fileindex_cache_queue(struct fileindex *fi, uint32_t uid, const char *field
     if (len > 0)
         buf_append(&c->queued, data, len);
     c->queued_count++;
-    if (c->queued_count >= QUEUE_MAX_RECORDS || c->queued.len >= QUEUE_MAX_BYTES)
-        return fileindex_cache_flush(fi, err);
-    return true;
 }
 
-bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err)
+/* Appends the queued records under the exclusive lock, in one write, and
+ * empties the queue. `same_identity`: drop them instead when the index's
+ * cache_reset_id is no longer the one they were queued for. */
+static bool write_queue(struct fileindex *fi, bool same_identity, struct petrel_error *err)
 {
     struct fi_cache *c = &fi->cache;
-    if (c->queued_count == 0)
-        return true;
     if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err)) {
         queue_clear(c);
         return false;
     }
     bool ok = fi_refresh_locked(fi, err) && cache_ready_locked(fi, err);
-    if (ok && fi->st.view.hdr.cache_reset_id != c->queued_reset_id) {
+    if (ok && same_identity && fi->st.view.hdr.cache_reset_id != c->queued_reset_id) {
         queue_clear(c); /* the index was replaced meanwhile */
         fi_unlock(fi);
         return true;
@@ -654,7 +596,7 @@ bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err)
     for (size_t at = 0; ok && at < c->queued.len;) {
         uint32_t total = fi_get32(q + at);
         size_t flen = fi_get16(q + at + 16);
-        /* a name past the handle's field table is not cached, as in fileindex_cache_add */
+        /* a name past the handle's field table is not cached */
         if (field_id(c, (const char *)q + at + CACHE_REC_HDR, flen, true) != 0) {
             if (kept != at)
                 memmove(q + kept, q + at, total);
@@ -682,6 +624,43 @@ bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err)
     queue_clear(c);
     fi_unlock(fi);
     return ok;
+}
+
+bool fileindex_cache_add(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
+                         size_t len, struct petrel_error *err)
+{
+    size_t flen = 0;
+    if (!valid_value(uid, field, data, len, &flen, err))
+        return false;
+    /* Queued values go first, so that the later call's value is the one kept. */
+    if (fi->cache.queued_count > 0)
+        (void)fileindex_cache_flush(fi, NULL);
+    queue_record(&fi->cache, uid, field, flen, data, len);
+    return write_queue(fi, false, err);
+}
+
+bool fileindex_cache_queue(struct fileindex *fi, uint32_t uid, const char *field, const void *data,
+                           size_t len, struct petrel_error *err)
+{
+    size_t flen = 0;
+    if (!valid_value(uid, field, data, len, &flen, err))
+        return false;
+    struct fi_cache *c = &fi->cache;
+    uint64_t reset_id = fi->st.view.hdr.cache_reset_id;
+    if (c->queued_count > 0 && c->queued_reset_id != reset_id)
+        queue_clear(c); /* made for another index identity: its UIDs may name other messages */
+    c->queued_reset_id = reset_id;
+    queue_record(c, uid, field, flen, data, len);
+    if (c->queued_count >= QUEUE_MAX_RECORDS || c->queued.len >= QUEUE_MAX_BYTES)
+        return fileindex_cache_flush(fi, err);
+    return true;
+}
+
+bool fileindex_cache_flush(struct fileindex *fi, struct petrel_error *err)
+{
+    if (fi->cache.queued_count == 0)
+        return true;
+    return write_queue(fi, true, err);
 }
 
 static int cmp_off(const void *a, const void *b)
