@@ -5,7 +5,7 @@
  * appended).
  *   The first part is written to a file and read whole. The second part is
  *   appended to the same file (same inode), then:
- *   - when uidlist_read_appended() says yes, reading the grown file whole
+ *   - when uidlist_read_appended(AT_FDCWD, ) says yes, reading the grown file whole
  *     must succeed and give exactly the same list (header values, entries,
  *     extensions, next UID, size read);
  *   - when it says no, the list must be exactly as it was. */
@@ -72,16 +72,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct uidlist list, before, whole;
     struct petrel_error err;
-    if (!uidlist_read(path, &list, &err)) {
+    if (!uidlist_read(AT_FDCWD, path, &list, &err)) {
         close(fd);
         return 0;
     }
-    assert(uidlist_read(path, &before, &err));
+    assert(uidlist_read(AT_FDCWD, path, &before, &err));
     write_at(fd, more, more_len, (off_t)first);
     close(fd);
 
-    if (uidlist_read_appended(path, &list)) {
-        if (!uidlist_read(path, &whole, &err)) {
+    if (uidlist_read_appended(AT_FDCWD, path, &list)) {
+        if (!uidlist_read(AT_FDCWD, path, &whole, &err)) {
             fprintf(stderr, "appended read accepted what a whole read refuses: %s\n", err.message);
             abort();
         }

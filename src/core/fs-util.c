@@ -58,11 +58,26 @@ char *fs_dirname(const char *path)
     return xstrndup(path, (size_t)(slash - path));
 }
 
+const char *fs_at_name(int dir_fd, const char *path)
+{
+    if (dir_fd == AT_FDCWD)
+        return path;
+    const char *slash = strrchr(path, '/');
+    return slash != NULL ? slash + 1 : path;
+}
+
 bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync_data,
                      struct petrel_error *err)
 {
+    return fs_write_atomic_at(AT_FDCWD, path, data, len, fsync_data, err);
+}
+
+bool fs_write_atomic_at(int dir_fd, const char *path, const void *data, size_t len, bool fsync_data,
+                        struct petrel_error *err)
+{
     char *tmp = xasprintf("%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd =
+        openat(dir_fd, fs_at_name(dir_fd, tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         free(tmp);
@@ -92,11 +107,17 @@ bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync_
         goto fail;
     }
     fd = -1;
-    if (rename(tmp, path) != 0) {
+    if (renameat(dir_fd, fs_at_name(dir_fd, tmp), dir_fd, fs_at_name(dir_fd, path)) != 0) {
         petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", path, strerror(errno));
         goto fail;
     }
     free(tmp);
+    if (fsync_data && dir_fd != AT_FDCWD) {
+        if (fsync(dir_fd) == 0)
+            return true;
+        return petrel_error_set(err, PETREL_ERR_IO, "fsync the directory of %s: %s", path,
+                                strerror(errno));
+    }
     if (fsync_data) {
         char *dir = fs_dirname(path);
         bool ok = fs_fsync_dir(dir, err);
@@ -107,7 +128,7 @@ bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync_
 fail:
     if (fd >= 0)
         close(fd);
-    unlink(tmp);
+    unlinkat(dir_fd, fs_at_name(dir_fd, tmp), 0);
     free(tmp);
     return false;
 }
@@ -135,7 +156,13 @@ bool fs_pwrite_all(int fd, const void *data, size_t len, uint64_t offset)
 
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fs_read_file_at(AT_FDCWD, path, max, data, len, err);
+}
+
+bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size_t *len,
+                     struct petrel_error *err)
+{
+    int fd = openat(dir_fd, fs_at_name(dir_fd, path), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         return petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
                                 "cannot open %s: %s", path, strerror(errno));

@@ -18,12 +18,20 @@ bool fs_fsync_dir(const char *path, struct petrel_error *err);
  * `fsync`), rename, fsync the directory. */
 bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync,
                      struct petrel_error *err);
+/* The *_at variants reach the file through an open directory: with dir_fd
+ * AT_FDCWD they take `path` as it is; otherwise the file is `path`'s last
+ * component inside dir_fd, and `path` only names it in error messages. */
+const char *fs_at_name(int dir_fd, const char *path);
+bool fs_write_atomic_at(int dir_fd, const char *path, const void *data, size_t len, bool fsync,
+                        struct petrel_error *err);
 /* pwrite()s all `len` bytes at `offset`, retrying short writes and EINTR.
  * False with errno set on failure (a zero-byte write is EIO). */
 bool fs_pwrite_all(int fd, const void *data, size_t len, uint64_t offset);
 /* Reads a whole file (at most max bytes) into a fresh NUL-terminated
  * allocation. A missing file is PETREL_ERR_NOT_FOUND. */
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err);
+bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size_t *len,
+                     struct petrel_error *err);
 /* Removes a directory tree without following symbolic links. */
 bool fs_remove_tree(const char *path, struct petrel_error *err);
 /* The directory part of a path (fresh allocation; "." when none). */

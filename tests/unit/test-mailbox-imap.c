@@ -15,6 +15,7 @@
 #include "storage/maildir/maildir-private.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -718,6 +719,83 @@ static void test_recreated_folder_gets_greater_uidvalidity(void **state)
     }
 }
 
+/* Creating a folder builds its index through a handle of its own; a
+ * descriptor that handle did not open (0 when zero-initialised) must never
+ * be written: here descriptor 0 is a file that has to stay empty. */
+static void test_create_leaves_descriptor_zero_alone(void **state)
+{
+    struct fixture *f = *state;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/fd0", f->dir);
+    int file = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(file >= 0);
+    int saved = dup(0);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(file, 0), 0);
+    struct petrel_error err;
+    bool created = mail_folder_create(f->user, f->ns, "Fresh", &err);
+    struct stat st;
+    int r = fstat(0, &st);
+    struct stat named;
+    assert_int_equal(stat(path, &named), 0);
+    assert_int_equal(dup2(saved, 0), 0);
+    close(saved);
+    close(file);
+    assert_true(created);
+    assert_int_equal(r, 0);
+    assert_int_equal(st.st_ino, named.st_ino); /* still open as 0 */
+    assert_int_equal(st.st_size, 0);
+    struct mailbox *box = open_box(f, "Fresh");
+    uint32_t uid = append(box, crlf_msg, 0, NULL);
+    assert_message(box, uid, crlf_msg, MAILBOX_EOL_CRLF);
+    mailbox_close(box);
+}
+
+/* A handle reaches its folder's files through the directory it opened: when
+ * the folder is renamed and a new one takes the old name, what the handle
+ * does lands in the renamed folder, never in the new one. */
+static void test_renamed_folder_keeps_its_files(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    assert_true(mail_folder_create(f->user, f->ns, "Work", &err));
+    struct mailbox *box = open_box(f, "Work");
+    uint32_t u1 = append(box, crlf_msg, 0, NULL);
+    uint32_t u2 = append(box, lf_msg, 0, NULL);
+    assert_true(mail_folder_rename(f->user, f->ns, "Work", "Done", &err));
+    assert_true(mail_folder_create(f->user, f->ns, "Work", &err));
+
+    const char *kw[] = {"Later", NULL};
+    const struct mailbox_flags_update seen = {
+        .mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_SEEN, .keywords = kw};
+    assert_true(mailbox_update_flags(box, &u1, 1, &seen, NULL, NULL, NULL, NULL, &err));
+    uint32_t u3 = append(box, lf_msg, MAIL_FLAG_FLAGGED, NULL);
+    expunge(box, u2);
+    assert_message(box, u1, crlf_msg, MAILBOX_EOL_CRLF);
+    mailbox_close(box);
+
+    struct mailbox *done = open_box(f, "Done");
+    struct mailbox_info info;
+    assert_true(mailbox_get_info(done, false, &info, &err));
+    assert_int_equal(info.messages, 2);
+    struct find_ctx c = find(done, u1);
+    assert_non_null(strstr(c.name, ":2,Sa"));
+    assert_string_equal(c.keywords, "Later ");
+    c = find(done, u3);
+    assert_non_null(strstr(c.name, ":2,F"));
+    assert_message(done, u3, lf_msg, MAILBOX_EOL_LF);
+    mailbox_close(done);
+
+    struct mailbox *fresh = open_box(f, "Work");
+    assert_true(mailbox_get_info(fresh, false, &info, &err));
+    assert_int_equal(info.messages, 0);
+    mailbox_close(fresh);
+    char kwpath[192];
+    snprintf(kwpath, sizeof(kwpath), "%s/alice/Maildir/.Work/dovecot-keywords", f->dir);
+    struct stat st;
+    assert_true(stat(kwpath, &st) != 0 || st.st_size == 0);
+}
+
 /* ---------- cache ---------- */
 
 static void test_cache(void **state)
@@ -809,6 +887,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watch_take_changed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recreated_folder_gets_greater_uidvalidity, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_create_leaves_descriptor_zero_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_renamed_folder_keeps_its_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_ref_survives_eviction, setup, teardown),
     };

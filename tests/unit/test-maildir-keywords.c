@@ -1,5 +1,6 @@
 /* Unit tests for storage/maildir/maildir-keywords.h: Dovecot's file, bad
  * lines, slots, case-insensitive lookup, validity, write and mtime. */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -158,13 +159,13 @@ static void test_read_write(void **state)
     struct maildir_keywords kw;
     struct petrel_error err = {0};
     /* Missing file: empty, not an error. */
-    assert_true(maildir_keywords_read(t.path, &kw, &err));
+    assert_true(maildir_keywords_read(AT_FDCWD, t.path, &kw, &err));
     assert_null(kw.names[0]);
     /* Same bytes as Dovecot writes, slots in index order. */
     assert_int_equal(maildir_keywords_add(&kw, "$Junk", &err), 0);
     assert_int_equal(maildir_keywords_add(&kw, "$NonJunk", &err), 1);
     assert_int_equal(maildir_keywords_add(&kw, "kwthree", &err), 2);
-    assert_true(maildir_keywords_write(t.path, &kw, true, &err));
+    assert_true(maildir_keywords_write(AT_FDCWD, t.path, &kw, true, &err));
     assert_string_equal(read_all(t.path), dovecot_sample);
     maildir_keywords_free(&kw);
     /* Holes are kept; names stored with odd characters survive. */
@@ -172,7 +173,7 @@ static void test_read_write(void **state)
     assert_true(maildir_keywords_parse(odd, strlen(odd), &kw));
     struct stat before;
     assert_int_equal(stat(t.path, &before), 0);
-    assert_true(maildir_keywords_write(t.path, &kw, false, &err));
+    assert_true(maildir_keywords_write(AT_FDCWD, t.path, &kw, false, &err));
     assert_string_equal(read_all(t.path), odd);
     /* mtime moves forward even within the same second. */
     struct stat after;
@@ -180,7 +181,7 @@ static void test_read_write(void **state)
     assert_true(after.st_mtime > before.st_mtime);
     maildir_keywords_free(&kw);
     struct maildir_keywords back;
-    assert_true(maildir_keywords_read(t.path, &back, &err));
+    assert_true(maildir_keywords_read(AT_FDCWD, t.path, &back, &err));
     assert_string_equal(back.names[9], "with space");
     maildir_keywords_free(&back);
     /* Nothing left but the file. */
@@ -190,7 +191,7 @@ static void test_read_write(void **state)
     /* A name that would break the file is refused. */
     memset(&kw, 0, sizeof(kw));
     kw.names[0] = strdup("a\nb");
-    assert_false(maildir_keywords_write(t.path, &kw, false, &err));
+    assert_false(maildir_keywords_write(AT_FDCWD, t.path, &kw, false, &err));
     assert_int_equal(err.code, PETREL_ERR_INVALID);
     maildir_keywords_free(&kw);
     tmp_done(&t);

@@ -311,12 +311,12 @@ static void test_read_missing(void **state)
     (void)state;
     struct uidlist ul;
     struct petrel_error err = {0};
-    assert_false(uidlist_read("/nonexistent/petrel/dovecot-uidlist", &ul, &err));
+    assert_false(uidlist_read(AT_FDCWD, "/nonexistent/petrel/dovecot-uidlist", &ul, &err));
     assert_int_equal(err.code, PETREL_ERR_NOT_FOUND);
     struct tmp t;
     tmp_init(&t);
     write_file(t.path, "3 V1 N2\n1 :a\nbad\n");
-    assert_false(uidlist_read(t.path, &ul, &err));
+    assert_false(uidlist_read(AT_FDCWD, t.path, &ul, &err));
     assert_int_equal(err.code, PETREL_ERR_INVALID);
     char want[200];
     snprintf(want, sizeof(want), "%s:3: invalid data", t.path);
@@ -343,10 +343,10 @@ static void test_write_round_trip(void **state)
         struct uidlist ul;
         parse_ok(samples[i], &ul);
         struct petrel_error err = {0};
-        assert_true(uidlist_write(t.path, &ul, true, &err));
+        assert_true(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
         assert_string_equal(read_all(t.path), samples[i]);
         struct uidlist back;
-        assert_true(uidlist_read(t.path, &back, &err));
+        assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
         assert_int_equal(back.count, ul.count);
         assert_int_equal(back.file_size, strlen(samples[i]));
         uidlist_free(&back);
@@ -359,12 +359,12 @@ static void test_write_round_trip(void **state)
     ul.has_guid = true;
     memset(ul.guid, 0xab, 16);
     struct petrel_error err = {0};
-    assert_true(uidlist_write(t.path, &ul, false, &err));
+    assert_true(uidlist_write(AT_FDCWD, t.path, &ul, false, &err));
     assert_string_equal(read_all(t.path),
                         "3 V5 N9 Gabababababababababababababababab\n1 :a\n8 :b\n");
     uidlist_free(&ul);
     parse_ok("3 V5 N2 G00000000000000000000000000000001\n7 W1   S2 :x:2,S\n", &ul);
-    assert_true(uidlist_write(t.path, &ul, false, &err));
+    assert_true(uidlist_write(AT_FDCWD, t.path, &ul, false, &err));
     assert_string_equal(read_all(t.path), "3 V5 N8 G00000000000000000000000000000001\n"
                                           "7 W1 S2 :x\n");
     uidlist_free(&ul);
@@ -382,9 +382,9 @@ static void test_write_builds(void **state)
     ul.next_uid = 1;
     struct petrel_error err = {0};
     /* Without a GUID one is generated. */
-    assert_true(uidlist_write(t.path, &ul, true, &err));
+    assert_true(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     struct uidlist back;
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_true(back.has_guid);
     assert_int_equal(back.count, 0);
     uidlist_free(&back);
@@ -392,8 +392,8 @@ static void test_write_builds(void **state)
     uidlist_add(&ul, 9, "m9", NULL);
     assert_string_equal(ul.entries[0].base, "m3,S=5");
     ul.next_uid = 10;
-    assert_true(uidlist_write(t.path, &ul, true, &err));
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_int_equal(back.next_uid, 10);
     assert_int_equal(back.count, 2);
     assert_string_equal(back.entries[0].extensions, "W7");
@@ -407,26 +407,26 @@ static void test_write_builds(void **state)
     /* Invalid contents are refused, the file stays. */
     free(ul.entries[1].extensions);
     ul.entries[1].extensions = strdup("lower");
-    assert_false(uidlist_write(t.path, &ul, true, &err));
+    assert_false(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     assert_int_equal(err.code, PETREL_ERR_INVALID);
     free(ul.entries[1].extensions);
     ul.entries[1].extensions = strdup("W1 ");
-    assert_false(uidlist_write(t.path, &ul, true, &err));
+    assert_false(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     free(ul.entries[1].extensions);
     ul.entries[1].extensions = strdup("");
     free(ul.entries[1].base);
     ul.entries[1].base = strdup("a/b");
-    assert_false(uidlist_write(t.path, &ul, true, &err));
+    assert_false(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     free(ul.entries[1].base);
     ul.entries[1].base = strdup("m9");
     ul.extra_header = strdup("V5");
-    assert_false(uidlist_write(t.path, &ul, true, &err));
+    assert_false(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     free(ul.extra_header);
     ul.extra_header = NULL;
     ul.uid_validity = 0;
-    assert_false(uidlist_write(t.path, &ul, true, &err));
+    assert_false(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     ul.uid_validity = 5;
-    assert_true(uidlist_write(t.path, &ul, true, &err));
+    assert_true(uidlist_write(AT_FDCWD, t.path, &ul, true, &err));
     uidlist_free(&ul);
     tmp_done(&t);
 }
@@ -473,7 +473,7 @@ static void test_append(void **state)
     write_file(t.path, dovecot_sample);
     struct uidlist ul;
     struct petrel_error err = {0};
-    assert_true(uidlist_read(t.path, &ul, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &ul, &err));
     ino_t ino = inode_of(t.path);
 
     /* Plain append: same inode, header untouched (Dovecot's way). */
@@ -481,29 +481,29 @@ static void test_append(void **state)
     uidlist_add(&ul, 6, "new6", "W10");
     uidlist_add(&ul, 7, "new7", "");
     ul.next_uid = 8;
-    assert_true(uidlist_append(t.path, &ul, from, true, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, true, &err));
     assert_int_equal(inode_of(t.path), ino);
     char expect[2048];
     snprintf(expect, sizeof(expect), "%s6 W10 :new6\n7 :new7\n", dovecot_sample);
     assert_string_equal(read_all(t.path), expect);
     assert_int_equal(ul.file_size, strlen(expect));
     struct uidlist back;
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_int_equal(back.next_uid, 8);
     assert_int_equal(back.count, 7);
     uidlist_free(&back);
 
     /* Nothing new: no change. */
-    assert_true(uidlist_append(t.path, &ul, ul.count, true, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, ul.count, true, &err));
     assert_string_equal(read_all(t.path), expect);
 
     /* A next UID beyond what the lines imply needs the header: rewrite. */
     from = ul.count;
     uidlist_add(&ul, 8, "new8", "");
     ul.next_uid = 20;
-    assert_true(uidlist_append(t.path, &ul, from, false, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, false, &err));
     assert_true(inode_of(t.path) != ino);
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_int_equal(back.next_uid, 20);
     assert_int_equal(back.count, 8);
     assert_int_equal(back.file_size, ul.file_size);
@@ -517,9 +517,9 @@ static void test_append(void **state)
     from = ul.count;
     uidlist_add(&ul, 21, "new21", "");
     ul.next_uid = 22;
-    assert_true(uidlist_append(t.path, &ul, from, false, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, false, &err));
     assert_true(inode_of(t.path) != ino);
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_null(uidlist_find_base(&back, "other"));
     assert_int_equal(back.entries[back.count - 1].uid, 21);
     uidlist_free(&back);
@@ -527,10 +527,10 @@ static void test_append(void **state)
 
     /* A torn tail is never appended to. */
     write_file(t.path, "3 V1 N2 G00000000000000000000000000000001\n1 :a\n2 :b");
-    assert_true(uidlist_read(t.path, &ul, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &ul, &err));
     from = ul.count;
     uidlist_add(&ul, 2, "c", "");
-    assert_true(uidlist_append(t.path, &ul, from, false, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, false, &err));
     assert_string_equal(read_all(t.path),
                         "3 V1 N3 G00000000000000000000000000000001\n1 :a\n2 :c\n");
     uidlist_free(&ul);
@@ -541,9 +541,9 @@ static void test_append(void **state)
     ul.uid_validity = 9;
     ul.next_uid = 1;
     uidlist_add(&ul, 1, "x", "");
-    assert_true(uidlist_append(t.path, &ul, 0, true, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, 0, true, &err));
     assert_true(ul.has_guid);
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_int_equal(back.count, 1);
     assert_memory_equal(back.guid, ul.guid, 16);
     assert_int_equal(ul.file_size, back.file_size);
@@ -552,27 +552,27 @@ static void test_append(void **state)
     /* A version 1 file is upgraded on the first append. */
     uidlist_free(&ul);
     write_file(t.path, "1 5 3\n1 a\n2 b\n");
-    assert_true(uidlist_read(t.path, &ul, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &ul, &err));
     from = ul.count;
     uidlist_add(&ul, 3, "c", "");
-    assert_true(uidlist_append(t.path, &ul, from, false, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, false, &err));
     assert_int_equal(strncmp(read_all(t.path), "3 V5 N4 G", 9), 0);
     uidlist_free(&ul);
 
     /* A file whose next UID moved past ours (another writer) never goes back. */
     write_file(t.path, "3 V1 N2 G00000000000000000000000000000001\n1 :a\n");
-    assert_true(uidlist_read(t.path, &ul, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &ul, &err));
     write_file(t.path, "3 V1 N50 G00000000000000000000000000000001\n");
     from = ul.count;
     uidlist_add(&ul, 2, "b", "");
-    assert_true(uidlist_append(t.path, &ul, from, false, &err));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &ul, from, false, &err));
     assert_int_equal(ul.next_uid, 50);
-    assert_true(uidlist_read(t.path, &back, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &back, &err));
     assert_int_equal(back.next_uid, 50);
     uidlist_free(&back);
 
     /* Bad ranges are refused. */
-    assert_false(uidlist_append(t.path, &ul, ul.count + 1, false, &err));
+    assert_false(uidlist_append(AT_FDCWD, t.path, &ul, ul.count + 1, false, &err));
     assert_int_equal(err.code, PETREL_ERR_INVALID);
     uidlist_free(&ul);
     tmp_done(&t);
@@ -589,12 +589,12 @@ static void test_read_appended(void **state)
     write_file(t.path, dovecot_sample);
     struct uidlist mine, other;
     struct petrel_error err = {0};
-    assert_true(uidlist_read(t.path, &mine, &err));
-    assert_true(uidlist_read(t.path, &other, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &mine, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &other, &err));
     assert_true(mine.file_ino != 0);
 
     /* Nothing appended: in step already. */
-    assert_true(uidlist_read_appended(t.path, &mine));
+    assert_true(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 5);
 
     /* The other handle appends two lines. */
@@ -602,8 +602,8 @@ static void test_read_appended(void **state)
     uidlist_add(&other, 6, "new6", "W10");
     uidlist_add(&other, 7, "new7", "");
     other.next_uid = 8;
-    assert_true(uidlist_append(t.path, &other, from, false, &err));
-    assert_true(uidlist_read_appended(t.path, &mine));
+    assert_true(uidlist_append(AT_FDCWD, t.path, &other, from, false, &err));
+    assert_true(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 7);
     assert_int_equal(mine.next_uid, 8);
     assert_int_equal(mine.file_size, other.file_size);
@@ -616,11 +616,11 @@ static void test_read_appended(void **state)
     fputs("9 :new6\n", f);
     fclose(f);
     uint64_t size = mine.file_size;
-    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_false(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 7);
     assert_int_equal(mine.file_size, size);
     uidlist_free(&mine);
-    assert_true(uidlist_read(t.path, &mine, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &mine, &err));
     assert_int_equal(mine.count, 7); /* new6 now under UID 9 */
     assert_string_equal(uidlist_find_uid(&mine, 9)->base, "new6");
 
@@ -628,18 +628,18 @@ static void test_read_appended(void **state)
     f = fopen(t.path, "a");
     fputs("10 :torn", f);
     fclose(f);
-    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_false(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 7);
     f = fopen(t.path, "a");
     fputs("\n3 :old\n", f);
     fclose(f);
-    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_false(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 7);
 
     /* A replaced file (same size or not) is never read from the middle. */
     uidlist_free(&mine);
     write_file(t.path, dovecot_sample);
-    assert_true(uidlist_read(t.path, &mine, &err));
+    assert_true(uidlist_read(AT_FDCWD, t.path, &mine, &err));
     char *tmp_path = NULL;
     assert_true(asprintf(&tmp_path, "%s.new", t.path) > 0);
     char longer[2048];
@@ -647,7 +647,7 @@ static void test_read_appended(void **state)
     write_file(tmp_path, longer);
     assert_int_equal(rename(tmp_path, t.path), 0);
     free(tmp_path);
-    assert_false(uidlist_read_appended(t.path, &mine));
+    assert_false(uidlist_read_appended(AT_FDCWD, t.path, &mine));
     assert_int_equal(mine.count, 5);
 
     uidlist_free(&mine);

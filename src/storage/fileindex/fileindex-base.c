@@ -268,7 +268,7 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
         return petrel_error_set(err, PETREL_ERR_INVALID, "file names exceed the index format");
 
     char *tmp = NULL;
-    int fd = fi_tmp_create(fi->base_path, &tmp, err);
+    int fd = fi_tmp_create(fi, fi->base_path, &tmp, err);
     if (fd < 0)
         return false;
     struct out o = {.fd = fd, .off = FI_BASE_HDR_SIZE, .buf = xmalloc(WRITE_CHUNK)};
@@ -321,7 +321,7 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
     if (o.failed || !fs_pwrite_all(fd, h, sizeof(h), 0)) {
         fi_io_error(err, "cannot write", tmp);
         close(fd);
-        unlink(tmp);
+        unlinkat(fi->dir_fd, fi_name(fi, tmp), 0);
         free(tmp);
         return false;
     }

@@ -205,16 +205,16 @@ static enum cache_open cache_open_file(struct fileindex *fi, bool writing, uint6
     *size_out = 0;
     if (c->fd >= 0 && fstat(c->fd, &st) == 0 && st.st_nlink > 0) {
         struct stat at;
-        if (!writing ||
-            (stat(fi->cache_path, &at) == 0 && at.st_dev == st.st_dev && at.st_ino == st.st_ino)) {
+        if (!writing || (fstatat(fi->dir_fd, FI_CACHE_FILE, &at, 0) == 0 &&
+                         at.st_dev == st.st_dev && at.st_ino == st.st_ino)) {
             *size_out = (uint64_t)st.st_size;
             return c->header_bad ? CACHE_BAD : CACHE_OK;
         }
     }
     cache_close(c);
-    int fd = open(fi->cache_path, O_RDWR | O_CLOEXEC);
+    int fd = openat(fi->dir_fd, FI_CACHE_FILE, O_RDWR | O_CLOEXEC);
     if (fd < 0 && (errno == EACCES || errno == EROFS))
-        fd = open(fi->cache_path, O_RDONLY | O_CLOEXEC);
+        fd = openat(fi->dir_fd, FI_CACHE_FILE, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) != 0) {
         if (fd >= 0)
             close(fd);
@@ -338,7 +338,7 @@ static bool cache_drop(struct fileindex *fi, const char *why, double wait, struc
     }
     bool ok = fi_refresh_locked(fi, err);
     struct stat st;
-    if (ok && stat(fi->cache_path, &st) == 0 &&
+    if (ok && fstatat(fi->dir_fd, FI_CACHE_FILE, &st, 0) == 0 &&
         (st.st_dev != bad_id.dev || st.st_ino != bad_id.ino)) {
         /* someone replaced it meanwhile */
         cache_close(c);
@@ -704,7 +704,7 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
     }
     uint64_t gen = (cur > c->generation ? cur : c->generation) + 1;
     char *tmp = NULL;
-    int fd = fi_tmp_create(fi->cache_path, &tmp, err);
+    int fd = fi_tmp_create(fi, fi->cache_path, &tmp, err);
     bool ok = fd >= 0;
     struct buf out = {0};
     uint64_t written = 0;
@@ -751,7 +751,7 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
     buf_free(&out);
     if (fd >= 0 && !ok) {
         close(fd);
-        unlink(tmp);
+        unlinkat(fi->dir_fd, fi_name(fi, tmp), 0);
         free(tmp);
     } else if (ok) {
         ok = fi_tmp_install(fi, fd, tmp, fi->cache_path, err);

@@ -125,9 +125,9 @@ static bool open_lock_file(struct fileindex *fi, struct petrel_error *err)
 {
     if (fi->lock_fd >= 0)
         return true;
-    int fd = open(fi->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = openat(fi->dir_fd, FI_LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 && (errno == EACCES || errno == EROFS))
-        fd = open(fi->lock_path, O_RDONLY | O_CLOEXEC); /* read-only folder */
+        fd = openat(fi->dir_fd, FI_LOCK_FILE, O_RDONLY | O_CLOEXEC); /* read-only folder */
     if (fd < 0)
         return fi_io_error(err, "cannot open lock file", fi->lock_path);
     fi->lock_fd = fd;

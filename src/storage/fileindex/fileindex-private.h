@@ -287,6 +287,11 @@ struct fi_cache {
 
 struct fileindex {
     char *dir;
+    /* The index directory, open for the handle's life: every file of the
+     * index is reached relative to it (one path component to look up, not
+     * the whole path), and a handle keeps working on its own directory
+     * when the folder is renamed rather than half on a new one. */
+    int dir_fd;
     char *base_path;
     char *log_path;
     char *cache_path;
@@ -326,8 +331,13 @@ bool fi_sync_dir(const struct fileindex *fi);
 /* Writes `len` bytes as the whole content of `path` through a temporary file
  * (fsync, rename, directory fsync). Returns the open descriptor of the new
  * file (read-write) in *fd_out when not NULL. */
+/* The name within fi->dir of `path`, one of the handle's *_path strings or
+ * a name built from one: what the *at system calls take with fi->dir_fd
+ * (the full paths stay for messages). */
+const char *fi_name(const struct fileindex *fi, const char *path);
 /* Opens "<path>.tmp" for a new version of `path` (caller holds the lock). */
-int fi_tmp_create(const char *path, char **tmp_out, struct petrel_error *err);
+int fi_tmp_create(const struct fileindex *fi, const char *path, char **tmp_out,
+                  struct petrel_error *err);
 /* fsync, rename over `path`, directory fsync; frees `tmp`. On failure the
  * temporary file is removed and `fd` closed. */
 bool fi_tmp_install(struct fileindex *fi, int fd, char *tmp, const char *path,

@@ -199,18 +199,23 @@ bool fi_sync_dir(const struct fileindex *fi)
 {
     if (fi->set.fsync == FILEINDEX_FSYNC_NEVER)
         return true;
-    int fd = open(fi->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    bool ok = fsync(fd) == 0 || errno == EINVAL;
-    close(fd);
-    return ok;
+    return fsync(fi->dir_fd) == 0 || errno == EINVAL;
 }
 
-int fi_tmp_create(const char *path, char **tmp_out, struct petrel_error *err)
+const char *fi_name(const struct fileindex *fi, const char *path)
+{
+    size_t n = strlen(fi->dir);
+    /* Every path handed here was built as "<dir>/<name>". */
+    if (strncmp(path, fi->dir, n) == 0 && path[n] == '/')
+        return path + n + 1;
+    return path;
+}
+
+int fi_tmp_create(const struct fileindex *fi, const char *path, char **tmp_out,
+                  struct petrel_error *err)
 {
     char *tmp = xasprintf("%s.tmp", path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = openat(fi->dir_fd, fi_name(fi, tmp), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
         fi_io_error(err, "cannot create", tmp);
         free(tmp);
@@ -226,10 +231,10 @@ bool fi_tmp_install(struct fileindex *fi, int fd, char *tmp, const char *path,
     bool ok = true;
     if (!fi_sync(fi, fd, true))
         ok = fi_io_error(err, "cannot fsync", tmp);
-    if (ok && rename(tmp, path) != 0)
+    if (ok && renameat(fi->dir_fd, fi_name(fi, tmp), fi->dir_fd, fi_name(fi, path)) != 0)
         ok = fi_io_error(err, "cannot rename to", path);
     if (!ok) {
-        unlink(tmp);
+        unlinkat(fi->dir_fd, fi_name(fi, tmp), 0);
         close(fd);
     } else if (!fi_sync_dir(fi)) {
         /* The rename happened; a failed directory fsync only weakens
@@ -244,13 +249,13 @@ bool fi_replace_file(struct fileindex *fi, const char *path, const void *data, s
                      int *fd_out, struct petrel_error *err)
 {
     char *tmp = NULL;
-    int fd = fi_tmp_create(path, &tmp, err);
+    int fd = fi_tmp_create(fi, path, &tmp, err);
     if (fd < 0)
         return false;
     if (!fs_pwrite_all(fd, data, len, 0)) {
         fi_io_error(err, "cannot write", tmp);
         close(fd);
-        unlink(tmp);
+        unlinkat(fi->dir_fd, fi_name(fi, tmp), 0);
         free(tmp);
         return false;
     }

@@ -82,7 +82,16 @@ static struct fileindex *fi_alloc(const char *dir, const struct fileindex_settin
         petrel_error_set(err, PETREL_ERR_INVALID, "index directory name empty or too long");
         return NULL;
     }
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+        if (errno == ENOENT)
+            petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no index in %s", dir);
+        else
+            fi_io_error(err, "cannot open", dir);
+        return NULL;
+    }
     struct fileindex *fi = xcalloc(1, sizeof(*fi));
+    fi->dir_fd = dir_fd;
     fi->dir = xstrdup(dir);
     fi->base_path = xasprintf("%s/%s", dir, FI_BASE_FILE);
     fi->log_path = xasprintf("%s/%s", dir, FI_LOG_FILE);
@@ -105,6 +114,7 @@ static void fi_free(struct fileindex *fi)
     fi_state_free(&fi->st);
     if (fi->lock_fd >= 0)
         close(fi->lock_fd);
+    close(fi->dir_fd);
     free(fi->dir);
     free(fi->base_path);
     free(fi->log_path);
@@ -118,10 +128,10 @@ size_t fileindex_memory_bytes(const struct fileindex *fi)
     return fi->st.view.cap * sizeof(struct fileindex_record) + fi->st.view.names.bytes;
 }
 
-static bool exists(const char *path)
+static bool exists(const struct fileindex *fi, const char *name)
 {
     struct stat st;
-    return stat(path, &st) == 0;
+    return fstatat(fi->dir_fd, name, &st, 0) == 0;
 }
 
 /* ---------- loading ---------- */
@@ -141,11 +151,11 @@ static enum load_result load_once(struct fileindex *fi, struct fi_state *out, bo
                                   struct petrel_error *err)
 {
     fi_state_init(out);
-    int fd = open(fi->base_path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(fi->dir_fd, FI_BASE_FILE, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno != ENOENT)
             fi_io_error(err, "cannot open", fi->base_path);
-        else if (exists(fi->log_path))
+        else if (exists(fi, FI_LOG_FILE))
             petrel_error_set(err, PETREL_ERR_INVALID, "index base missing in %s", fi->dir);
         else
             petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no index in %s", fi->dir);
@@ -171,10 +181,10 @@ static enum load_result load_once(struct fileindex *fi, struct fi_state *out, bo
     if (info.version == FI_BASE_VERSION_NO_LINEAGE && !locked)
         return LOAD_RETRY;
 
-    int lfd = open(fi->log_path, O_RDWR | O_CLOEXEC);
+    int lfd = openat(fi->dir_fd, FI_LOG_FILE, O_RDWR | O_CLOEXEC);
     out->log_writable = lfd >= 0;
     if (lfd < 0 && (errno == EACCES || errno == EROFS))
-        lfd = open(fi->log_path, O_RDONLY | O_CLOEXEC);
+        lfd = openat(fi->dir_fd, FI_LOG_FILE, O_RDONLY | O_CLOEXEC);
     if (lfd < 0) {
         if (errno != ENOENT) {
             fi_io_error(err, "cannot open", fi->log_path);
@@ -271,7 +281,7 @@ static enum adopt_result try_adopt(struct fileindex *fi, struct fi_timing *t)
     if (s->version != FI_BASE_VERSION || s->log_stale || fi->need_reload ||
         s->view.names.bytes > FI_ADOPT_ARENA_MAX)
         return ADOPT_NO;
-    int fd = open(fi->base_path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(fi->dir_fd, FI_BASE_FILE, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ADOPT_NO;
     struct stat st;
@@ -301,7 +311,8 @@ static enum adopt_result try_adopt(struct fileindex *fi, struct fi_timing *t)
         info.hdr.cache_reset_id != h->cache_reset_id || info.hdr.uid_validity != h->uid_validity ||
         memcmp(info.hdr.guid, h->guid, 16) != 0)
         goto no;
-    lfd = open(fi->log_path, s->log_writable ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
+    lfd = openat(fi->dir_fd, FI_LOG_FILE,
+                 s->log_writable ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
     uint32_t log_version;
     uint64_t lineage;
     struct stat lst;
@@ -366,7 +377,7 @@ static bool refresh_apply(struct fileindex *fi, struct fi_timing *t, enum fi_rel
         return reload_into_handle(fi, FI_SITE_READ, t, err);
     }
     struct stat st;
-    if (stat(fi->base_path, &st) != 0) {
+    if (fstatat(fi->dir_fd, FI_BASE_FILE, &st, 0) != 0) {
         if (errno == ENOENT)
             return petrel_error_set(err, PETREL_ERR_INVALID, "index base disappeared in %s",
                                     fi->dir);
@@ -382,7 +393,7 @@ static bool refresh_apply(struct fileindex *fi, struct fi_timing *t, enum fi_rel
         *result = FI_RELOAD_FULL;
         return reload_into_handle(fi, FI_SITE_READ, t, err);
     }
-    if (stat(fi->log_path, &st) != 0 || !same_file(&fi->st.log_id, &st)) {
+    if (fstatat(fi->dir_fd, FI_LOG_FILE, &st, 0) != 0 || !same_file(&fi->st.log_id, &st)) {
         *result = FI_RELOAD_FULL;
         return reload_into_handle(fi, FI_SITE_READ, t, err);
     }
@@ -451,27 +462,24 @@ bool fileindex_log_grown(struct fileindex *fi)
 bool fileindex_create(const char *dir, const uint8_t guid[16], uint32_t uid_validity,
                       const struct fileindex_settings *set, struct petrel_error *err)
 {
+    if (dir == NULL || *dir == '\0' || strlen(dir) > FI_MAX_DIR)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "index directory name empty or too long");
+    struct stat st;
+    if (stat(dir, &st) != 0 && (errno != ENOENT || mkdir(dir, 0700) != 0))
+        return fi_io_error(err, "cannot create directory", dir);
     struct fileindex *fi = fi_alloc(dir, set, err);
     if (fi == NULL)
         return false;
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        if (errno != ENOENT || mkdir(dir, 0700) != 0) {
-            fi_io_error(err, "cannot create directory", dir);
-            fi_free(fi);
-            return false;
-        }
-    }
     if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err)) {
         fi_free(fi);
         return false;
     }
     bool ok = true;
-    if (exists(fi->base_path)) {
+    if (exists(fi, FI_BASE_FILE)) {
         ok = petrel_error_set(err, PETREL_ERR_EXISTS, "an index exists in %s", dir);
     } else {
         /* A cache left by an earlier index must not answer for this one. */
-        unlink(fi->cache_path);
+        unlinkat(fi->dir_fd, FI_CACHE_FILE, 0);
         struct fi_view v;
         memset(&v, 0, sizeof(v));
         memcpy(v.hdr.guid, guid, 16);
@@ -558,9 +566,9 @@ size_t fileindex_unseen(const struct fileindex *fi)
 static void keep_previous_log(struct fileindex *fi)
 {
     char *prev = xasprintf("%s.2", fi->log_path);
-    if (unlink(prev) != 0 && errno != ENOENT)
+    if (unlinkat(fi->dir_fd, fi_name(fi, prev), 0) != 0 && errno != ENOENT)
         log_debug(FI_COMPONENT, "cannot remove the previous index log", "path=%s", prev);
-    if (link(fi->log_path, prev) != 0) {
+    if (linkat(fi->dir_fd, FI_LOG_FILE, fi->dir_fd, fi_name(fi, prev), 0) != 0) {
         /* no hard links here: the last reader deletes the old log */
     }
     free(prev);

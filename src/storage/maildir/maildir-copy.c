@@ -65,7 +65,7 @@ static char **keyword_names(struct mailbox *box, uint32_t mask)
         if ((mask & (1u << k)) != 0 && box->keywords.names[k] == NULL) {
             struct maildir_keywords fresh;
             char *path = xasprintf("%s/%s", box->dir, MAILDIR_KEYWORDS);
-            if (maildir_keywords_read(path, &fresh, NULL)) {
+            if (maildir_keywords_read(box->dir_fd, path, &fresh, NULL)) {
                 maildir_keywords_free(&box->keywords);
                 box->keywords = fresh;
             }
@@ -82,9 +82,11 @@ static char **keyword_names(struct mailbox *box, uint32_t mask)
     return names;
 }
 
-static bool copy_bytes(int from, const char *to_path, bool durable, struct petrel_error *err)
+static bool copy_bytes(int from, struct mailbox *dst, const char *to_path, bool durable,
+                       struct petrel_error *err)
 {
-    int to = open(to_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int to = openat(dst->dir_fd, maildir_rel(dst, to_path), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                    0600);
     if (to < 0)
         return petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", to_path,
                                 strerror(errno));
@@ -112,7 +114,7 @@ static bool copy_bytes(int from, const char *to_path, bool durable, struct petre
     if (close(to) != 0 && ok)
         ok = petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", to_path, strerror(errno));
     if (!ok)
-        unlink(to_path);
+        unlinkat(dst->dir_fd, maildir_rel(dst, to_path), 0);
     return ok;
 }
 
@@ -132,17 +134,18 @@ static bool stage_one(struct mailbox *src, uint32_t uid, struct mailbox *dst, bo
             s->base = buf_steal(&base);
             s->tmp_path = xasprintf("%s/tmp/%s", dst->dir, s->base);
         }
-        if (link(path.data, s->tmp_path) == 0) {
+        if (linkat(src->dir_fd, maildir_rel(src, path.data), dst->dir_fd,
+                   maildir_rel(dst, s->tmp_path), 0) == 0) {
             ok = true;
         } else if (errno == ENOENT) {
             /* renamed since the open: look it up again */
         } else {
             /* Another file system (EXDEV), or links not allowed here. */
-            ok = copy_bytes(fd, s->tmp_path, maildir_fsync_enabled(dst), err);
+            ok = copy_bytes(fd, dst, s->tmp_path, maildir_fsync_enabled(dst), err);
             if (ok && s->rec.internal_date > 0) {
-                struct timeval tv[2] = {{(time_t)s->rec.internal_date, 0},
-                                        {(time_t)s->rec.internal_date, 0}};
-                utimes(s->tmp_path, tv);
+                struct timespec ts[2] = {{(time_t)s->rec.internal_date, 0},
+                                         {(time_t)s->rec.internal_date, 0}};
+                utimensat(dst->dir_fd, maildir_rel(dst, s->tmp_path), ts, 0);
             }
             close(fd);
             if (!ok)
@@ -187,16 +190,15 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
         s->rec.keywords = mask;
         maildir_disk_name(s->base, s->rec.flags, mask, &name);
         char *cur = xasprintf("%s/cur/%s", dst->dir, name.data);
-        if (rename(s->tmp_path, cur) != 0)
+        if (renameat(dst->dir_fd, maildir_rel(dst, s->tmp_path), dst->dir_fd,
+                     maildir_rel(dst, cur)) != 0)
             ok = petrel_error_set(err, PETREL_ERR_IO, "rename into cur/: %s", strerror(errno));
         else
             s->cur_name = xstrdup(name.data);
         free(cur);
     }
     if (ok && maildir_cur_changes_need_fsync(dst)) {
-        char *cur = xasprintf("%s/cur", dst->dir);
-        ok = fs_fsync_dir(cur, err);
-        free(cur);
+        ok = maildir_fsync_sub(dst, "cur", err);
     }
     for (size_t i = 0; ok && i < count; i++) {
         added[i] = staged[i].rec;
@@ -228,7 +230,7 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
         for (size_t i = 0; i < count; i++) {
             if (staged[i].cur_name != NULL) {
                 char *cur = xasprintf("%s/cur/%s", dst->dir, staged[i].cur_name);
-                unlink(cur);
+                unlinkat(dst->dir_fd, maildir_rel(dst, cur), 0);
                 free(cur);
             }
         }
@@ -259,7 +261,7 @@ bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
             continue;
         }
         if (s->tmp_path != NULL)
-            unlink(s->tmp_path);
+            unlinkat(dst->dir_fd, maildir_rel(dst, s->tmp_path), 0);
         staged_free(s);
         if (serr.code != PETREL_ERR_NOT_FOUND)
             ok = petrel_error_set(err, serr.code, "%s", serr.message);
@@ -272,7 +274,7 @@ bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
         if (ok)
             out[staged[i].index] = staged[i].rec.uid;
         if (staged[i].cur_name == NULL)
-            unlink(staged[i].tmp_path); /* never reached cur/ */
+            unlinkat(dst->dir_fd, maildir_rel(dst, staged[i].tmp_path), 0); /* never reached cur/ */
         staged_free(&staged[i]);
     }
     free(staged);

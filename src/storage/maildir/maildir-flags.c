@@ -168,9 +168,7 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
     free(want);
     bool ok = true;
     if (renamed && maildir_flag_renames_need_fsync(box)) {
-        char *cur = xasprintf("%s/cur", box->dir);
-        ok = fs_fsync_dir(cur, err);
-        free(cur);
+        ok = maildir_fsync_sub(box, "cur", err);
     }
     if (ok) {
         maildir_cur_change_commit_on(txn, change);

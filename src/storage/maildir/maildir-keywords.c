@@ -82,13 +82,14 @@ bool maildir_keywords_parse(const char *text, size_t len, struct maildir_keyword
     return all_good;
 }
 
-bool maildir_keywords_read(const char *path, struct maildir_keywords *out, struct petrel_error *err)
+bool maildir_keywords_read(int dir_fd, const char *path, struct maildir_keywords *out,
+                           struct petrel_error *err)
 {
     memset(out, 0, sizeof(*out));
     char *data;
     size_t len;
     struct petrel_error rerr;
-    if (!fs_read_file(path, KEYWORDS_MAX_FILE, &data, &len, &rerr)) {
+    if (!fs_read_file_at(dir_fd, path, KEYWORDS_MAX_FILE, &data, &len, &rerr)) {
         if (rerr.code == PETREL_ERR_NOT_FOUND)
             return true;
         if (err != NULL)
@@ -100,8 +101,8 @@ bool maildir_keywords_read(const char *path, struct maildir_keywords *out, struc
     return true;
 }
 
-bool maildir_keywords_write(const char *path, const struct maildir_keywords *kw, bool fsync,
-                            struct petrel_error *err)
+bool maildir_keywords_write(int dir_fd, const char *path, const struct maildir_keywords *kw,
+                            bool fsync, struct petrel_error *err)
 {
     struct buf text = {0};
     for (unsigned i = 0; i < MAILDIR_MAX_KEYWORDS; i++) {
@@ -115,20 +116,22 @@ bool maildir_keywords_write(const char *path, const struct maildir_keywords *kw,
         buf_printf(&text, "%u %s\n", i, name);
     }
     struct stat old;
-    bool had_old = stat(path, &old) == 0;
-    bool ok = fs_write_atomic(path, text.data != NULL ? text.data : "", text.len, fsync, err);
+    const char *file = fs_at_name(dir_fd, path);
+    bool had_old = fstatat(dir_fd, file, &old, 0) == 0;
+    bool ok =
+        fs_write_atomic_at(dir_fd, path, text.data != NULL ? text.data : "", text.len, fsync, err);
     buf_free(&text);
     if (!ok)
         return false;
     /* Move the mtime forward so readers that cache by mtime re-read. */
     struct stat now;
-    if (had_old && stat(path, &now) == 0 && now.st_mtime <= old.st_mtime) {
+    if (had_old && fstatat(dir_fd, file, &now, 0) == 0 && now.st_mtime <= old.st_mtime) {
         struct timespec times[2];
         times[0].tv_sec = 0;
         times[0].tv_nsec = UTIME_OMIT;
         times[1].tv_sec = old.st_mtime + 1;
         times[1].tv_nsec = 0;
-        if (utimensat(AT_FDCWD, path, times, 0) != 0)
+        if (utimensat(dir_fd, file, times, 0) != 0)
             return petrel_error_set(err, PETREL_ERR_IO, "utimensat %s: %s", path, strerror(errno));
     }
     return true;

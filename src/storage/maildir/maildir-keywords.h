@@ -18,14 +18,16 @@ struct maildir_keywords {
 };
 
 /* A missing file is an empty list (not an error). Bad lines are skipped.
- * Writing moves the file's mtime forward (Dovecot caches it by mtime). */
-bool maildir_keywords_read(const char *path, struct maildir_keywords *out,
+ * Writing moves the file's mtime forward (Dovecot caches it by mtime).
+ * The file is reached as fs_read_file_at does: `path` itself with dir_fd
+ * AT_FDCWD, else its last component in the open directory dir_fd. */
+bool maildir_keywords_read(int dir_fd, const char *path, struct maildir_keywords *out,
                            struct petrel_error *err);
 /* Parses file contents into a fresh list; false when some lines were
  * skipped (the list still holds the others). Names are kept as stored. */
 bool maildir_keywords_parse(const char *text, size_t len, struct maildir_keywords *out);
-bool maildir_keywords_write(const char *path, const struct maildir_keywords *kw, bool fsync,
-                            struct petrel_error *err);
+bool maildir_keywords_write(int dir_fd, const char *path, const struct maildir_keywords *kw,
+                            bool fsync, struct petrel_error *err);
 /* Index of `name` (case-insensitive), or -1. */
 int maildir_keywords_find(const struct maildir_keywords *kw, const char *name);
 /* Index of `name`, adding it in the first free slot; -1 when all 26 are used

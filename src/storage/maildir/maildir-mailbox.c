@@ -62,6 +62,53 @@ static const char *box_path(struct mailbox *box, const char *fmt, ...)
     return box->path.data;
 }
 
+const char *maildir_rel(const struct mailbox *box, const char *path)
+{
+    size_t n = strlen(box->dir);
+    if (strncmp(path, box->dir, n) == 0 && path[n] == '/')
+        return path + n + 1;
+    return path;
+}
+
+/* Like box_path, the name relative to box->dir_fd. */
+static const char *box_name(struct mailbox *box, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static const char *box_name(struct mailbox *box, const char *fmt, ...)
+{
+    buf_reset(&box->path);
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(&box->path, fmt, ap);
+    va_end(ap);
+    return box->path.data;
+}
+
+DIR *maildir_opendir_sub(struct mailbox *box, const char *sub)
+{
+    int fd = openat(box->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return d;
+}
+
+bool maildir_fsync_sub(struct mailbox *box, const char *sub, struct petrel_error *err)
+{
+    int fd = openat(box->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool ok = fd >= 0 && fsync(fd) == 0;
+    if (!ok)
+        petrel_error_set(err, PETREL_ERR_IO, "fsync %s/%s: %s", box->dir, sub, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 static bool fsync_enabled(const struct mailbox *box)
 {
     return box->user->storage->index_settings.fsync != FILEINDEX_FSYNC_NEVER;
@@ -81,7 +128,7 @@ static bool scan_dir(struct mailbox *box, const char *sub, bool in_new, struct s
                      struct petrel_error *err)
 {
     char *path = xasprintf("%s/%s", box->dir, sub);
-    DIR *d = opendir(path);
+    DIR *d = maildir_opendir_sub(box, sub);
     if (d == NULL) {
         bool missing = errno == ENOENT;
         petrel_error_set(err, PETREL_ERR_IO, "cannot read %s: %s", path, strerror(errno));
@@ -124,9 +171,10 @@ static bool scan_dir(struct mailbox *box, const char *sub, bool in_new, struct s
 }
 
 /* Size and virtual size (CRLF line endings) of a file without S=/W=. */
-static bool measure_file(const char *path, struct disk_file *f, struct petrel_error *err)
+static bool measure_file(struct mailbox *box, const char *path, struct disk_file *f,
+                         struct petrel_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(box->dir_fd, maildir_rel(box, path), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     uint64_t size = 0;
@@ -159,10 +207,11 @@ static bool measure_file(const char *path, struct disk_file *f, struct petrel_er
     return true;
 }
 
-static int64_t file_mtime(const char *path)
+static int64_t file_mtime(struct mailbox *box, const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 ? (int64_t)st.st_mtime : (int64_t)time(NULL);
+    return fstatat(box->dir_fd, maildir_rel(box, path), &st, 0) == 0 ? (int64_t)st.st_mtime
+                                                                     : (int64_t)time(NULL);
 }
 
 /* ---------- sync stamp ----------
@@ -216,7 +265,7 @@ static void stamp_capture(struct mailbox *box, struct dir_stamp *s)
     struct stat nw;
     memset(s, 0, sizeof(*s));
     clock_gettime(CLOCK_REALTIME, &s->taken);
-    s->ok = stat(box_path(box, "cur"), &cur) == 0 && stat(box_path(box, "new"), &nw) == 0;
+    s->ok = fstatat(box->dir_fd, "cur", &cur, 0) == 0 && fstatat(box->dir_fd, "new", &nw, 0) == 0;
     if (s->ok) {
         s->cur = cur.st_mtim;
         s->nw = nw.st_mtim;
@@ -267,7 +316,7 @@ static void stamp_remember(struct mailbox *box, const struct dir_stamp *s)
 static void stamp_forget(struct mailbox *box)
 {
     box->stamp_seen.ok = false;
-    unlink(box_path(box, MAILDIR_SYNC_STAMP));
+    unlinkat(box->dir_fd, MAILDIR_SYNC_STAMP, 0);
 }
 
 /* Whether the saved stamp describes the directories as `s` captured them. */
@@ -282,7 +331,7 @@ static bool stamp_saved_matches(struct mailbox *box, const struct dir_stamp *s)
     char now[STAMP_LEN + 1];
     if (!stamp_format(s, now))
         return false;
-    int fd = open(box_path(box, MAILDIR_SYNC_STAMP), O_RDONLY | O_CLOEXEC);
+    int fd = openat(box->dir_fd, MAILDIR_SYNC_STAMP, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
     char saved[STAMP_LEN + 1];
@@ -315,7 +364,6 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
         memset(text, '-', STAMP_LEN);
         text[STAMP_LEN - 1] = '\n';
     }
-    const char *path = box_path(box, MAILDIR_SYNC_STAMP);
     /* A hint only: losing it costs one rescan, so no fsync. The file stays
      * open between changes; one unlinked meanwhile (stamp_forget of any
      * process) is opened again, so the record lands where readers look. */
@@ -324,13 +372,14 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
     bool linked = false;
     for (int attempt = 0; attempt < 2 && !linked; attempt++) {
         if (box->stamp_fd < 0) {
-            box->stamp_fd = open(path, O_WRONLY | O_CLOEXEC | (valid ? O_CREAT : 0), 0600);
+            box->stamp_fd = openat(box->dir_fd, MAILDIR_SYNC_STAMP,
+                                   O_WRONLY | O_CLOEXEC | (valid ? O_CREAT : 0), 0600);
             if (box->stamp_fd < 0) {
                 if (valid || errno != ENOENT)
                     log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"",
                              box->dir, strerror(errno));
                 if (!valid)
-                    unlink(path);
+                    unlinkat(box->dir_fd, MAILDIR_SYNC_STAMP, 0);
                 return;
             }
         }
@@ -354,7 +403,7 @@ static void stamp_store(struct mailbox *box, const struct dir_stamp *s)
             log_warn(COMPONENT, "cannot write sync stamp", "folder=%s error=\"%s\"", box->dir,
                      w < 0 || w == STAMP_LEN ? strerror(errno) : "short write");
         /* Whatever is in it now must not be taken for current. */
-        unlink(path);
+        unlinkat(box->dir_fd, MAILDIR_SYNC_STAMP, 0);
         if (box->stamp_fd >= 0)
             close(box->stamp_fd);
         box->stamp_fd = -1;
@@ -390,7 +439,7 @@ static void stamp_change_end(struct mailbox *box, struct dir_stamp *s)
     if (!s->ok)
         return;
     struct stat cur;
-    s->ok = stat(box_path(box, "cur"), &cur) == 0;
+    s->ok = fstatat(box->dir_fd, "cur", &cur, 0) == 0;
     if (s->ok) {
         s->cur = cur.st_mtim;
         s->ino = (unsigned long long)cur.st_ino;
@@ -455,7 +504,8 @@ static bool uidlist_write_state(struct mailbox *box, uint32_t next_uid, const ui
         if (added[i].uid >= list.next_uid)
             list.next_uid = added[i].uid + 1;
     }
-    bool ok = uidlist_write(box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
+    bool ok =
+        uidlist_write(box->dir_fd, box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
     uidlist_free(&list);
     return ok;
 }
@@ -476,7 +526,8 @@ static bool uidlist_from_records(struct mailbox *box, const struct fileindex_hea
         snprintf(ext, sizeof(ext), "W%llu", (unsigned long long)records[i].vsize);
         uidlist_add(&list, records[i].uid, records[i].filename, ext);
     }
-    bool ok = uidlist_write(box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
+    bool ok =
+        uidlist_write(box->dir_fd, box_path(box, MAILDIR_UIDLIST), &list, fsync_enabled(box), err);
     uidlist_free(&list);
     return ok;
 }
@@ -487,16 +538,16 @@ static bool uidlist_from_records(struct mailbox *box, const struct fileindex_hea
 static bool uidlist_current(struct mailbox *box, const char *path, struct stat *st, bool *have_st,
                             struct petrel_error *err)
 {
-    *have_st = box->uidlist_loaded && stat(path, st) == 0;
+    *have_st = box->uidlist_loaded && fstatat(box->dir_fd, maildir_rel(box, path), st, 0) == 0;
     if (*have_st && ((uint64_t)st->st_size == box->uidlist.file_size ||
-                     uidlist_read_appended(path, &box->uidlist)))
+                     uidlist_read_appended(box->dir_fd, path, &box->uidlist)))
         return true;
     *have_st = false;
     if (box->uidlist_loaded)
         uidlist_free(&box->uidlist);
     box->uidlist_loaded = false;
     memset(&box->uidlist, 0, sizeof(box->uidlist));
-    if (!uidlist_read(path, &box->uidlist, err))
+    if (!uidlist_read(box->dir_fd, path, &box->uidlist, err))
         return false;
     box->uidlist_loaded = true;
     return true;
@@ -523,7 +574,7 @@ static void uidlist_keep_fd(struct mailbox *box, const char *path)
 {
     if (box->uidlist_fd >= 0)
         close(box->uidlist_fd);
-    box->uidlist_fd = open(path, O_RDWR | O_CLOEXEC);
+    box->uidlist_fd = openat(box->dir_fd, maildir_rel(box, path), O_RDWR | O_CLOEXEC);
     struct stat st;
     if (box->uidlist_fd >= 0 &&
         (fstat(box->uidlist_fd, &st) != 0 || (uint64_t)st.st_size != box->uidlist.file_size)) {
@@ -566,7 +617,7 @@ static bool uidlist_note_append(struct mailbox *box, uint32_t uid, const char *b
     int kept = uidlist_kept_fd(box, &st, have_st);
     path = box_path(box, MAILDIR_UIDLIST);
     bool ok = kept >= 0 ? uidlist_append_fd(kept, path, &box->uidlist, from, want_sync, err)
-                        : uidlist_append(path, &box->uidlist, from, want_sync, err);
+                        : uidlist_append(box->dir_fd, path, &box->uidlist, from, want_sync, err);
     if (ok && kept < 0)
         uidlist_keep_fd(box, path);
     if (!ok) {
@@ -611,7 +662,8 @@ static bool rename_in_cur(struct mailbox *box, const char *from_sub, const char 
 {
     char *src = xasprintf("%s/%s/%s", box->dir, from_sub, from);
     char *dst = xasprintf("%s/cur/%s", box->dir, to);
-    bool ok = strcmp(src, dst) == 0 || rename(src, dst) == 0;
+    bool ok = strcmp(src, dst) == 0 ||
+              renameat(box->dir_fd, maildir_rel(box, src), box->dir_fd, maildir_rel(box, dst)) == 0;
     if (!ok)
         petrel_error_set(err, errno == ENOENT ? PETREL_ERR_NOT_FOUND : PETREL_ERR_IO,
                          "rename %s: %s", src, strerror(errno));
@@ -649,7 +701,7 @@ static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
 {
     memset(ul, 0, sizeof(*ul));
     struct petrel_error uerr;
-    if (!uidlist_read(box_path(box, MAILDIR_UIDLIST), ul, &uerr))
+    if (!uidlist_read(box->dir_fd, box_path(box, MAILDIR_UIDLIST), ul, &uerr))
         return false;
     if (ul->uid_validity != fileindex_get_header(box->index)->uid_validity) {
         uidlist_free(ul);
@@ -667,7 +719,7 @@ static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
 static void clean_tmp(struct mailbox *box)
 {
     char *path = xasprintf("%s/tmp", box->dir);
-    DIR *d = opendir(path);
+    DIR *d = maildir_opendir_sub(box, "tmp");
     if (d != NULL) {
         time_t limit = time(NULL) - TMP_MAX_AGE_SECS;
         struct dirent *de;
@@ -758,8 +810,8 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         f = fresh[i];
         char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
         struct petrel_error merr;
-        int64_t mtime = file_mtime(path);
-        bool measured = (f->has_size && f->has_vsize) || measure_file(path, f, &merr);
+        int64_t mtime = file_mtime(box, path);
+        bool measured = (f->has_size && f->has_vsize) || measure_file(box, path, f, &merr);
         free(path);
         if (!measured)
             continue;
@@ -864,7 +916,7 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
     memset(&ul, 0, sizeof(ul));
     struct petrel_error uerr;
     petrel_error_clear(&uerr);
-    bool have_ul = uidlist_read(box_path(box, MAILDIR_UIDLIST), &ul, &uerr);
+    bool have_ul = uidlist_read(box->dir_fd, box_path(box, MAILDIR_UIDLIST), &ul, &uerr);
     if (!have_ul && uerr.code != PETREL_ERR_NOT_FOUND)
         log_warn(COMPONENT, "dovecot-uidlist unreadable, ignoring it", "error=\"%s\"",
                  uerr.message);
@@ -908,9 +960,9 @@ static bool rebuild_locked(struct mailbox *box, struct fileindex_txn *txn,
         if (prior == NULL || !usable) {
             char *path = xasprintf("%s/%s/%s", box->dir, f->in_new ? "new" : "cur", f->name);
             if (prior == NULL)
-                mtime = file_mtime(path);
+                mtime = file_mtime(box, path);
             struct petrel_error merr;
-            usable = usable || measure_file(path, f, &merr);
+            usable = usable || measure_file(box, path, f, &merr);
             free(path);
         }
         disk_name(f->base, f->flags, f->keywords, &name);
@@ -992,7 +1044,8 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
     struct uidlist ul;
     memset(&ul, 0, sizeof(ul));
     struct petrel_error uerr;
-    if (uidlist_read(box_path(box, MAILDIR_UIDLIST), &ul, &uerr) && ul.uid_validity != 0) {
+    if (uidlist_read(box->dir_fd, box_path(box, MAILDIR_UIDLIST), &ul, &uerr) &&
+        ul.uid_validity != 0) {
         uid_validity = ul.uid_validity;
         if (ul.has_guid)
             memcpy(guid, ul.guid, 16);
@@ -1049,7 +1102,17 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         buf_free(&dir);
         return NULL;
     }
+    int dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", name);
+        else
+            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", dir.data, strerror(errno));
+        buf_free(&dir);
+        return NULL;
+    }
     struct mailbox *box = xcalloc(1, sizeof(*box));
+    box->dir_fd = dir_fd;
     box->uidlist_fd = -1;
     box->stamp_fd = -1;
     box->user = user;
@@ -1077,14 +1140,15 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         static const char *const index_files[] = {"petrel.index", "petrel.index.log",
                                                   "petrel.index.log.2", "petrel.index.cache"};
         for (size_t i = 0; i < sizeof(index_files) / sizeof(index_files[0]); i++)
-            unlink(box_path(box, "%s", index_files[i]));
+            unlinkat(box->dir_fd, index_files[i], 0);
         ok = maildir_index_init(box, err);
         box->synced = ok;
     } else {
         ok = petrel_error_set(err, oerr.code, "%s", oerr.message);
     }
     if (ok)
-        ok = maildir_keywords_read(box_path(box, MAILDIR_KEYWORDS), &box->keywords, err);
+        ok = maildir_keywords_read(box->dir_fd, box_path(box, MAILDIR_KEYWORDS), &box->keywords,
+                                   err);
     if (!ok) {
         mailbox_close(box);
         return NULL;
@@ -1109,6 +1173,8 @@ void mailbox_close(struct mailbox *box)
         close(box->uidlist_fd);
     if (box->stamp_fd >= 0)
         close(box->stamp_fd);
+    if (box->dir_fd >= 0)
+        close(box->dir_fd);
     maildir_watch_forget_box(box);
     maildir_keywords_free(&box->keywords);
     buf_free(&box->path);
@@ -1175,7 +1241,7 @@ bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info
         info->size_bytes += fileindex_record_at(box->index, i)->size;
     static const char *const subs[] = {"cur", "new"};
     for (size_t s = 0; s < 2; s++) {
-        DIR *d = opendir(box_path(box, "%s", subs[s]));
+        DIR *d = maildir_opendir_sub(box, subs[s]);
         if (d == NULL)
             continue;
         struct dirent *de;
@@ -1236,7 +1302,7 @@ static bool resolve_keywords(struct mailbox *box, const char *const *names, uint
         return true;
     /* Under the folder lock: re-read, add what is missing, write once. */
     maildir_keywords_free(&box->keywords);
-    if (!maildir_keywords_read(box_path(box, MAILDIR_KEYWORDS), &box->keywords, err))
+    if (!maildir_keywords_read(box->dir_fd, box_path(box, MAILDIR_KEYWORDS), &box->keywords, err))
         return false;
     bool added = false;
     for (size_t i = 0; names[i] != NULL; i++) {
@@ -1250,7 +1316,7 @@ static bool resolve_keywords(struct mailbox *box, const char *const *names, uint
         *mask |= 1u << idx;
     }
     if (added)
-        return maildir_keywords_write(box_path(box, MAILDIR_KEYWORDS), &box->keywords,
+        return maildir_keywords_write(box->dir_fd, box_path(box, MAILDIR_KEYWORDS), &box->keywords,
                                       fsync_enabled(box), err);
     return true;
 }
@@ -1381,7 +1447,7 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
                               struct petrel_error *err)
 {
     m->tmp_path = NULL;
-    m->fd = named ? -1 : open(box_path(box, "tmp"), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    m->fd = named ? -1 : openat(box->dir_fd, "tmp", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (m->fd < 0) {
         if (!named && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
             return petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s/tmp: %s",
@@ -1407,15 +1473,17 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
 
 /* Names the file cur/<name>; on failure *errno_out says why (EEXIST: the
  * name is taken). */
-static bool new_message_link(struct new_message *m, const char *dst, int *errno_out)
+static bool new_message_link(struct mailbox *box, struct new_message *m, const char *dst,
+                             int *errno_out)
 {
     int r;
     if (m->tmp_path != NULL) {
-        r = link(m->tmp_path, dst);
+        r = linkat(box->dir_fd, maildir_rel(box, m->tmp_path), box->dir_fd, maildir_rel(box, dst),
+                   0);
     } else {
         char proc[64];
         snprintf(proc, sizeof(proc), "/proc/self/fd/%d", m->fd);
-        r = linkat(AT_FDCWD, proc, AT_FDCWD, dst, AT_SYMLINK_FOLLOW);
+        r = linkat(AT_FDCWD, proc, box->dir_fd, maildir_rel(box, dst), AT_SYMLINK_FOLLOW);
     }
     *errno_out = r == 0 ? 0 : errno;
     return r == 0;
@@ -1437,7 +1505,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         free(*dst);
         *dst = xasprintf("%s/cur/%s", box->dir, name.data);
         int e = 0;
-        if (new_message_link(m, *dst, &e)) {
+        if (new_message_link(box, m, *dst, &e)) {
             ok = true;
             break;
         }
@@ -1471,7 +1539,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
  * commit, which then makes it durable. */
 static void uidlist_write_out(struct mailbox *box)
 {
-    int fd = open(box_path(box, MAILDIR_UIDLIST), O_RDONLY | O_CLOEXEC);
+    int fd = openat(box->dir_fd, MAILDIR_UIDLIST, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     if (!write_out(fd))
@@ -1520,7 +1588,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         ok = append_link(box, &m, &base, flags, mask, data, len, vsize, sync, &dst, err);
     }
     if (ok && sync == APPEND_SYNC_EACH)
-        ok = fs_fsync_dir(box_path(box, "cur"), err);
+        ok = maildir_fsync_sub(box, "cur", err);
     uint32_t uid = 0;
     if (ok) {
         /* From here the message is in cur/: whatever happens next, a sync
@@ -1565,7 +1633,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         /* Reported as not saved, so it must not turn up later: out of cur/
          * again (an index record a failed commit left visible is dropped by
          * the next sync). */
-        unlink(dst);
+        unlinkat(box->dir_fd, maildir_rel(box, dst), 0);
     }
     new_message_discard(&m);
     free(dst);
@@ -1614,8 +1682,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         if (wanted != NULL && bsearch(&r->uid, wanted, uid_count, sizeof(*wanted), cmp_u32) == NULL)
             continue;
         disk_name(r->filename, r->flags, r->keywords, &name);
-        const char *path = box_path(box, "cur/%s", name.data);
-        if (unlink(path) != 0) {
+        if (unlinkat(box->dir_fd, box_name(box, "cur/%s", name.data), 0) != 0) {
             if (errno == ENOENT) {
                 /* Another program renamed (flags) or removed it since the
                  * last scan: not expunged here; the next sync sees which. */
@@ -1642,9 +1709,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
     bool ok = true;
     if (done_count > 0) {
         if (maildir_cur_changes_need_fsync(box)) {
-            char *cur = xasprintf("%s/cur", box->dir);
-            fs_fsync_dir(cur, NULL);
-            free(cur);
+            maildir_fsync_sub(box, "cur", NULL);
         }
         struct petrel_error uerr;
         /* Compacted while the folder lock is still held. */
@@ -1703,7 +1768,7 @@ bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
             ok = fileindex_txn_set_flags(txn, uid, flags, mask);
         stamp_change_end(box, &stamp);
         if (ok && maildir_flag_renames_need_fsync(box))
-            ok = fs_fsync_dir(box_path(box, "cur"), err);
+            ok = maildir_fsync_sub(box, "cur", err);
     }
     if (ok) {
         struct stamp_commit sc = {box, &stamp};

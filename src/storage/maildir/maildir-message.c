@@ -62,9 +62,7 @@ static bool snapshot_record(struct mailbox *box, uint32_t uid, struct fileindex_
 
 bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name)
 {
-    char *cur = xasprintf("%s/cur", box->dir);
-    DIR *d = opendir(cur);
-    free(cur);
+    DIR *d = maildir_opendir_sub(box, "cur");
     if (d == NULL)
         return false;
     size_t base_len = strlen(base);
@@ -91,7 +89,7 @@ static int open_by_base(struct mailbox *box, const char *base, struct buf *path)
     if (maildir_find_in_cur(box, base, &name)) {
         buf_reset(path);
         buf_printf(path, "%s/cur/%s", box->dir, name.data);
-        fd = open(path->data, O_RDONLY | O_CLOEXEC);
+        fd = openat(box->dir_fd, maildir_rel(box, path->data), O_RDONLY | O_CLOEXEC);
     }
     buf_free(&name);
     return fd;
@@ -117,7 +115,7 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
         maildir_disk_name(base.data, rec->flags, rec->keywords, &name);
         buf_reset(path);
         buf_printf(path, "%s/cur/%s", box->dir, name.data);
-        fd = open(path->data, O_RDONLY | O_CLOEXEC);
+        fd = openat(box->dir_fd, maildir_rel(box, path->data), O_RDONLY | O_CLOEXEC);
         if (fd >= 0)
             break;
         if (errno != ENOENT) {

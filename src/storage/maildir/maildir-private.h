@@ -9,6 +9,7 @@
 #include "storage/maildir/maildir-keywords.h"
 #include "storage/maildir/maildir-uidlist.h"
 
+#include <dirent.h>
 #include <time.h>
 
 #define MAILDIR_UIDLIST "dovecot-uidlist"
@@ -42,6 +43,11 @@ struct mailbox {
     const struct namespace_config *ns;
     char *name;
     char *dir;
+    /* `dir`, open for the handle's life (-1 until then). Files are reached
+     * relative to it: one path component to look up instead of the whole
+     * path, and a handle whose folder is renamed keeps working on its own
+     * directory rather than on whatever takes the old name. */
+    int dir_fd;
     struct fileindex *index;
     struct maildir_keywords keywords;
     /* The index header the keyword names were last read against. A new
@@ -85,6 +91,13 @@ struct mailbox {
  * with each level in modified UTF-7. Validates the name. */
 bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
                         struct buf *out, struct petrel_error *err);
+/* The name relative to box->dir_fd of `path`, which is box->dir followed by
+ * "/" and that name (as every path built for the folder is). */
+const char *maildir_rel(const struct mailbox *box, const char *path);
+/* Opens box->dir's subdirectory `sub` for reading; NULL with errno set. */
+DIR *maildir_opendir_sub(struct mailbox *box, const char *sub);
+/* fsyncs box->dir's subdirectory `sub`. */
+bool maildir_fsync_sub(struct mailbox *box, const char *sub, struct petrel_error *err);
 /* True for INBOX of the personal namespace. */
 bool maildir_is_inbox(const struct namespace_config *ns, const char *name);
 /* Creates cur/new/tmp (and maildirfolder unless `is_root`) under dir. */

@@ -353,11 +353,33 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
                                       strerror(errno));
         } else {
             ok = maildir_make_dirs(dir.data, false, err);
-            struct mailbox box = {.user = user, .ns = ns, .name = (char *)name, .dir = dir.data};
+            /* A handle only for building the index (the descriptors it
+             * keeps start closed: 0 is a descriptor). */
+            struct mailbox box = {.user = user,
+                                  .ns = ns,
+                                  .name = (char *)name,
+                                  .dir = dir.data,
+                                  .dir_fd = -1,
+                                  .uidlist_fd = -1,
+                                  .stamp_fd = -1};
+            if (ok) {
+                box.dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (box.dir_fd < 0)
+                    ok = petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", dir.data,
+                                          strerror(errno));
+            }
             if (ok)
                 ok = maildir_index_init(&box, err);
             if (box.index != NULL)
                 fileindex_close(box.index);
+            if (box.uidlist_loaded)
+                uidlist_free(&box.uidlist);
+            if (box.uidlist_fd >= 0)
+                close(box.uidlist_fd);
+            if (box.stamp_fd >= 0)
+                close(box.stamp_fd);
+            if (box.dir_fd >= 0)
+                close(box.dir_fd);
             maildir_keywords_free(&box.keywords);
             buf_free(&box.path);
             if (ok)

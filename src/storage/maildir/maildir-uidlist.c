@@ -425,20 +425,21 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
     return true;
 }
 
-bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *err)
+bool uidlist_read(int dir_fd, const char *path, struct uidlist *out, struct petrel_error *err)
 {
     memset(out, 0, sizeof(*out));
     struct stat before, after;
-    bool known = stat(path, &before) == 0;
+    const char *name = fs_at_name(dir_fd, path);
+    bool known = fstatat(dir_fd, name, &before, 0) == 0;
     char *data;
     size_t len;
-    if (!fs_read_file(path, UIDLIST_MAX_FILE, &data, &len, err))
+    if (!fs_read_file_at(dir_fd, path, UIDLIST_MAX_FILE, &data, &len, err))
         return false;
     bool ok = uidlist_parse(path, data, len, out, err);
     free(data);
     /* The identity counts only when the file read is the one stat saw on
      * both sides of the read (not replaced meanwhile). */
-    if (ok && known && stat(path, &after) == 0 && after.st_ino == before.st_ino &&
+    if (ok && known && fstatat(dir_fd, name, &after, 0) == 0 && after.st_ino == before.st_ino &&
         after.st_dev == before.st_dev && (uint64_t)after.st_size == (uint64_t)len) {
         out->file_dev = (uint64_t)after.st_dev;
         out->file_ino = (uint64_t)after.st_ino;
@@ -492,11 +493,11 @@ static bool add_appended_lines(const char *path, struct uidlist *list, const cha
     return true;
 }
 
-bool uidlist_read_appended(const char *path, struct uidlist *list)
+bool uidlist_read_appended(int dir_fd, const char *path, struct uidlist *list)
 {
     if (list->file_ino == 0 || list->file_size == 0 || list->version != 3)
         return false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dir_fd, fs_at_name(dir_fd, path), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
     struct stat st;
@@ -664,19 +665,20 @@ static void random_guid(uint8_t guid[16])
 }
 
 /* Writes the whole file; `size_out` gets its length. */
-static bool write_whole(const char *path, const struct uidlist *list, const uint8_t guid[16],
-                        bool fsync, uint64_t *size_out, struct petrel_error *err)
+static bool write_whole(int dir_fd, const char *path, const struct uidlist *list,
+                        const uint8_t guid[16], bool fsync, uint64_t *size_out,
+                        struct petrel_error *err)
 {
     struct buf text = {0};
     bool ok = format_all(list, guid, &text, err) &&
-              fs_write_atomic(path, text.data, text.len, fsync, err);
+              fs_write_atomic_at(dir_fd, path, text.data, text.len, fsync, err);
     if (ok && size_out != NULL)
         *size_out = text.len;
     buf_free(&text);
     return ok;
 }
 
-bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
+bool uidlist_write(int dir_fd, const char *path, const struct uidlist *list, bool fsync,
                    struct petrel_error *err)
 {
     uint8_t guid[16];
@@ -684,13 +686,13 @@ bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
         memcpy(guid, list->guid, sizeof(guid));
     else
         random_guid(guid);
-    return write_whole(path, list, guid, fsync, NULL, err);
+    return write_whole(dir_fd, path, list, guid, fsync, NULL, err);
 }
 
 /* Rewrites for uidlist_append, keeping a next UID the file already promised
  * (never lowers it) and stamping a GUID when the list has none. */
-static bool append_rewrite(const char *path, struct uidlist *list, const struct header *file_hdr,
-                           bool fsync, struct petrel_error *err)
+static bool append_rewrite(int dir_fd, const char *path, struct uidlist *list,
+                           const struct header *file_hdr, bool fsync, struct petrel_error *err)
 {
     if (file_hdr != NULL && file_hdr->uid_validity == list->uid_validity &&
         file_hdr->next_uid > list->next_uid)
@@ -703,7 +705,7 @@ static bool append_rewrite(const char *path, struct uidlist *list, const struct 
         list->has_guid = true;
     }
     uint64_t size = 0;
-    if (!write_whole(path, list, list->guid, fsync, &size, err))
+    if (!write_whole(dir_fd, path, list, list->guid, fsync, &size, err))
         return false;
     list->file_size = size;
     return true;
@@ -782,7 +784,7 @@ static bool append_lines(int fd, const char *path, struct uidlist *list, size_t 
     return ok;
 }
 
-bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fsync,
+bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t from, bool fsync,
                     struct petrel_error *err)
 {
     if (from > list->count)
@@ -791,11 +793,11 @@ bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fs
     if (!check_entries(list, from, err))
         return false;
     if (list->file_size == 0)
-        return append_rewrite(path, list, NULL, fsync, err);
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+        return append_rewrite(dir_fd, path, list, NULL, fsync, err);
+    int fd = openat(dir_fd, fs_at_name(dir_fd, path), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT)
-            return append_rewrite(path, list, NULL, fsync, err);
+            return append_rewrite(dir_fd, path, list, NULL, fsync, err);
         return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     }
     struct stat st;
@@ -820,7 +822,7 @@ bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fs
                       same_header(&h, list) && list->next_uid <= implied_next;
     if (!can_append) {
         close(fd);
-        bool ok = append_rewrite(path, list, have_hdr ? &h : NULL, fsync, err);
+        bool ok = append_rewrite(dir_fd, path, list, have_hdr ? &h : NULL, fsync, err);
         header_free(&h);
         return ok;
     }

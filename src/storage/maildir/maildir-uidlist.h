@@ -41,16 +41,19 @@ struct uidlist {
     unsigned version;
 };
 
+/* The calls that take `dir_fd` and `path` reach the file as fs_read_file_at
+ * does (core/fs-util.h): AT_FDCWD and the path, or the path's last component
+ * in the open directory dir_fd, the path then naming it in messages only. */
 /* Reads `path`. A missing file is PETREL_ERR_NOT_FOUND. Malformed lines make
  * the read fail with "path:line: message" (PETREL_ERR_INVALID) so callers
  * can rebuild instead of trusting a damaged map. */
-bool uidlist_read(const char *path, struct uidlist *out, struct petrel_error *err);
+bool uidlist_read(int dir_fd, const char *path, struct uidlist *out, struct petrel_error *err);
 /* Brings `list` (read from `path` by uidlist_read) up to date with lines
  * appended to the same file since, reading only those. False, with `list`
  * unchanged, when that is not possible (the file was replaced, shrank, is
  * version 1, or what follows is not a run of well-formed lines with higher
  * UIDs and new names): the caller reads the whole file instead. */
-bool uidlist_read_appended(const char *path, struct uidlist *list);
+bool uidlist_read_appended(int dir_fd, const char *path, struct uidlist *list);
 /* Parses text (tests, fuzzing). */
 bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlist *out,
                    struct petrel_error *err);
@@ -61,12 +64,12 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
 bool uidlist_format(const struct uidlist *list, struct buf *out, struct petrel_error *err);
 /* Writes the whole list (temp + fsync + rename; directory fsynced when
  * `fsync`). A list without a GUID gets a fresh random one in the file. */
-bool uidlist_write(const char *path, const struct uidlist *list, bool fsync,
+bool uidlist_write(int dir_fd, const char *path, const struct uidlist *list, bool fsync,
                    struct petrel_error *err);
 /* Appends entries [from, list->count) to the existing file after checking it
  * still has the size that was read (else rewrites), and updates the
  * header's next_uid by rewriting when needed. */
-bool uidlist_append(const char *path, struct uidlist *list, size_t from, bool fsync,
+bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t from, bool fsync,
                     struct petrel_error *err);
 /* Appends entries [from, list->count) at list->file_size through `fd`, an
  * open read-write descriptor of the very file `list` describes: the caller

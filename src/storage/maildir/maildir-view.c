@@ -76,7 +76,7 @@ static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
     }
     struct maildir_keywords fresh;
     char *path = xasprintf("%s/%s", box->dir, MAILDIR_KEYWORDS);
-    bool ok = maildir_keywords_read(path, &fresh, err);
+    bool ok = maildir_keywords_read(box->dir_fd, path, &fresh, err);
     free(path);
     if (!ok)
         return false;
