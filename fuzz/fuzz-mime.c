@@ -9,7 +9,8 @@
  *   1. message_parse(): every range inside the message; each part's header
  *      before its body; children inside their parent's body, in order and
  *      not overlapping; line and bare-LF counts agree with the bytes; the
- *      part count and depth within the limits.
+ *      part count and depth within the limits. message_header_block() gives
+ *      the root's header range and counts exactly as the parse did.
  *   2. ENVELOPE of every message node, BODY and BODYSTRUCTURE of the root:
  *      parentheses balance outside strings and literals.
  *   3. BODY[] equals RFC822.SIZE bytes; for every part, BODY[n] has the
@@ -258,6 +259,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct message m;
     message_parse(copy, len, &limits, &m);
     check_tree(&m, &limits);
+    /* The header block found without the parse is the parsed one. */
+    struct message_range hb = message_header_block(copy, len);
+    const struct message_range *ph = &m.parts[0].header;
+    assert(hb.start == ph->start && hb.len == ph->len && hb.lines == ph->lines &&
+           hb.bare_lf == ph->bare_lf);
     check_views(&m);
     check_sections(&m, &rng);
     message_free(&m);

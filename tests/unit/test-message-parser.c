@@ -475,6 +475,56 @@ static void test_many_boundaries_is_linear(void **state)
     buf_free(&b);
 }
 
+/* message_header_block is parts[0].header of a full parse, for line-end
+ * mixes, missing blank lines and bodies that look like headers, and for
+ * random byte strings made of the characters that matter. */
+static void assert_header_block_matches(const char *data, size_t len)
+{
+    struct message m;
+    message_parse(data, len, NULL, &m);
+    struct message_range hb = message_header_block(data, len);
+    assert_int_equal(hb.start, m.parts[0].header.start);
+    assert_int_equal(hb.len, m.parts[0].header.len);
+    assert_int_equal(hb.lines, m.parts[0].header.lines);
+    assert_int_equal(hb.bare_lf, m.parts[0].header.bare_lf);
+    message_free(&m);
+}
+
+static void test_header_block_without_parse(void **state)
+{
+    (void)state;
+    static const char *const cases[] = {
+        "",
+        "\r\n",
+        "\n",
+        "Subject: x\r\n\r\nbody\r\n",
+        "Subject: x\n\nbody\n",
+        "Subject: x\r\nFrom: y\r\n",
+        "Subject: x",
+        "Subject: x\r",
+        "Subject: x\r\r\nmore: y\r\n\r\nbody",
+        "Subject: x\n\r\nbody",
+        "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\npart\r\n--b--\r\n",
+        "Content-Type: multipart/mixed; boundary=b\r\n--b\r\nX: 1\r\n\r\n--b--\r\n",
+        "A: 1\r\n folded\r\n\tagain\r\n \r\nnot the end\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_header_block_matches(cases[i], strlen(cases[i]));
+    static const char alphabet[] = "\r\n\r\n :-ab\t";
+    uint32_t x = 2463534242u;
+    char text[64];
+    for (int round = 0; round < 20000; round++) {
+        size_t len = (size_t)(round % 64);
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            text[i] = alphabet[x % (sizeof(alphabet) - 1)];
+        }
+        assert_header_block_matches(text, len);
+    }
+}
+
 static void test_boundary_whitespace_and_prefix(void **state)
 {
     (void)state;
@@ -508,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_part_and_header_caps),
         cmocka_unit_test(test_many_boundaries_is_linear),
         cmocka_unit_test(test_boundary_whitespace_and_prefix),
+        cmocka_unit_test(test_header_block_without_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -251,13 +251,16 @@ static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetc
         *block = cached;
         return true;
     }
-    if (!fetch_load(s, uid, fm))
+    /* The header block alone needs no MIME parse: a multipart's whole
+     * tree would be walked only to find where the first blank line is. */
+    if (!fm->have_parsed && !fetch_open(s, uid, fm))
         return false;
-    const struct message_range *h = &fm->parsed.parts[0].header;
-    *block = fm->parsed.data + h->start;
-    *len = h->len;
+    struct message_range h = fm->have_parsed ? fm->parsed.parts[0].header
+                                             : message_header_block(fm->data->data, fm->data->size);
+    *block = fm->data->data + h.start;
+    *len = h.len;
     struct petrel_error err;
-    if (h->len > 0 && !mailbox_cache_queue(s->box, uid, "imap.hdr", *block, *len, &err))
+    if (h.len > 0 && !mailbox_cache_queue(s->box, uid, "imap.hdr", *block, *len, &err))
         log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", uid, err.message);
     return true;
 }

@@ -774,6 +774,32 @@ static void parse_part(struct parser *p, size_t index, struct part_end *end)
         clip_last_descendants(p, index, body_end.pos);
 }
 
+struct message_range message_header_block(const char *data, size_t len)
+{
+    /* The root has no enclosing boundary, so its header ends only at an
+     * empty line or the end; the counts follow consume_line. */
+    struct message_range r = {0, 0, 0, 0};
+    size_t pos = 0;
+    while (pos < len) {
+        const char *lf = memchr(data + pos, '\n', len - pos);
+        if (lf == NULL) {
+            pos = len;
+            break;
+        }
+        size_t at = (size_t)(lf - data);
+        bool cr = at > pos && data[at - 1] == '\r';
+        r.lines++;
+        if (!cr)
+            r.bare_lf++;
+        bool empty = at == pos || (cr && at - 1 == pos);
+        pos = at + 1;
+        if (empty)
+            break;
+    }
+    r.len = pos;
+    return r;
+}
+
 void message_parse(const char *data, size_t len, const struct message_limits *limits,
                    struct message *out)
 {

@@ -104,6 +104,11 @@ void message_parse(const char *data, size_t len, const struct message_limits *li
                    struct message *out);
 void message_free(struct message *msg);
 
+/* The root header block exactly as message_parse finds it (parts[0].header)
+ * without parsing anything else: from the start through the first empty
+ * line, or the whole message when there is none. */
+struct message_range message_header_block(const char *data, size_t len);
+
 /* The size of `range` in CRLF form (what IMAP reports). */
 size_t message_range_crlf_size(const struct message_range *range);
 
