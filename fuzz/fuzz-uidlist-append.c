@@ -5,7 +5,7 @@
  * appended).
  *   The first part is written to a file and read whole. The second part is
  *   appended to the same file (same inode), then:
- *   - when uidlist_read_appended(AT_FDCWD, ) says yes, reading the grown file whole
+ *   - when uidlist_read_appended() says yes, reading the grown file whole
  *     must succeed and give exactly the same list (header values, entries,
  *     extensions, next UID, size read);
  *   - when it says no, the list must be exactly as it was. */

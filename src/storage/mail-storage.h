@@ -89,7 +89,10 @@ void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
 /* The user whose folder this is (the handle holds a reference to it). */
 struct mail_user *mailbox_user(const struct mailbox *box);
-/* True when `box` is the folder `name` (as mailbox_open() takes it) of `ns`. */
+/* True when `box` is the folder `name` (as mailbox_open() takes it) of `ns`
+ * and that folder is still the directory the handle opened: false once it
+ * was deleted, renamed or replaced meanwhile (the handle keeps working on
+ * its own directory; a caller wanting the folder of that name opens anew). */
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name);
 /* Brings a handle that stays open between operations in line with the disk
  * (other programs' deliveries and renames, e.g. Dovecot's), as opening it

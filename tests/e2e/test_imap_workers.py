@@ -179,6 +179,32 @@ def test_watched_folder_sees_other_programs_changes(petreld, tmp_path):
         c.logout()
 
 
+def test_selected_folder_renamed_by_another_session(petreld, tmp_path):
+    """A session whose selected folder another session renames is told the
+    mailbox is gone ([CLOSED]) at its next command; its messages are in the
+    renamed folder, and a new folder that takes the old name starts empty
+    (the old session never writes into it)."""
+    d = petreld(imap_overrides(tmp_path, extra={"workers": 2}))
+    other = login(d)
+    assert other.create("Work")[0] == "OK"
+    assert other.append("Work", r"(\Flagged)", None, MSG)[0] == "OK"
+    w = selected(d, "Work")
+    assert other.rename("Work", "Done")[0] == "OK"
+    assert other.create("Work")[0] == "OK"
+    w.untagged_responses.clear()
+    w.noop()
+    assert b"CLOSED" in b" ".join(x for x in w.untagged_responses.get("OK", []) if x), \
+        w.untagged_responses
+    typ, data = w.select("Work")
+    assert typ == "OK" and data == [b"0"], (typ, data)
+    typ, data = w.select("Done")
+    assert typ == "OK" and data == [b"1"], (typ, data)
+    typ, data = w.fetch("1", "(FLAGS)")
+    assert b"\\Flagged" in data[0], data
+    for c in (w, other):
+        c.logout()
+
+
 def uidvalidity(m):
     return int(m.untagged_responses["UIDVALIDITY"][-1])
 

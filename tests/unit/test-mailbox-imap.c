@@ -762,8 +762,11 @@ static void test_renamed_folder_keeps_its_files(void **state)
     struct mailbox *box = open_box(f, "Work");
     uint32_t u1 = append(box, crlf_msg, 0, NULL);
     uint32_t u2 = append(box, lf_msg, 0, NULL);
+    assert_true(mailbox_is(box, f->ns, "Work"));
     assert_true(mail_folder_rename(f->user, f->ns, "Work", "Done", &err));
     assert_true(mail_folder_create(f->user, f->ns, "Work", &err));
+    /* the folder of that name is another one now */
+    assert_false(mailbox_is(box, f->ns, "Work"));
 
     const char *kw[] = {"Later", NULL};
     const struct mailbox_flags_update seen = {

@@ -84,6 +84,13 @@ static const char *box_name(struct mailbox *box, const char *fmt, ...)
     return box->path.data;
 }
 
+bool maildir_dir_current(const struct mailbox *box)
+{
+    struct stat st;
+    return stat(box->dir, &st) == 0 && (uint64_t)st.st_dev == box->dir_dev &&
+           (uint64_t)st.st_ino == box->dir_ino;
+}
+
 DIR *maildir_opendir_sub(struct mailbox *box, const char *sub)
 {
     int fd = openat(box->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -718,7 +725,6 @@ static bool uidlist_read_same_validity(struct mailbox *box, struct uidlist *ul)
 
 static void clean_tmp(struct mailbox *box)
 {
-    char *path = xasprintf("%s/tmp", box->dir);
     DIR *d = maildir_opendir_sub(box, "tmp");
     if (d != NULL) {
         time_t limit = time(NULL) - TMP_MAX_AGE_SECS;
@@ -735,7 +741,6 @@ static void clean_tmp(struct mailbox *box)
         }
         closedir(d);
     }
-    free(path);
 }
 
 static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
@@ -1111,8 +1116,17 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         buf_free(&dir);
         return NULL;
     }
+    struct stat dir_st;
+    if (fstat(dir_fd, &dir_st) != 0) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", dir.data, strerror(errno));
+        close(dir_fd);
+        buf_free(&dir);
+        return NULL;
+    }
     struct mailbox *box = xcalloc(1, sizeof(*box));
     box->dir_fd = dir_fd;
+    box->dir_dev = (uint64_t)dir_st.st_dev;
+    box->dir_ino = (uint64_t)dir_st.st_ino;
     box->uidlist_fd = -1;
     box->stamp_fd = -1;
     box->user = user;
@@ -1195,7 +1209,7 @@ struct mail_user *mailbox_user(const struct mailbox *box)
 
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
 {
-    return box->ns == ns && strcmp(box->name, name) == 0;
+    return box->ns == ns && strcmp(box->name, name) == 0 && maildir_dir_current(box);
 }
 
 /* The sync mailbox_open leaves to the first operation. */
@@ -1418,12 +1432,12 @@ static bool write_all_fd(int fd, const void *data, size_t len)
     return true;
 }
 
-static void new_message_discard(struct new_message *m)
+static void new_message_discard(struct mailbox *box, struct new_message *m)
 {
     if (m->fd >= 0)
         close(m->fd);
     if (m->tmp_path != NULL) {
-        unlink(m->tmp_path);
+        unlinkat(box->dir_fd, maildir_rel(box, m->tmp_path), 0);
         free(m->tmp_path);
     }
     m->fd = -1;
@@ -1453,7 +1467,8 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
             return petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s/tmp: %s",
                                     box->dir, strerror(errno));
         m->tmp_path = xasprintf("%s/tmp/%s", box->dir, base);
-        m->fd = open(m->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        m->fd = openat(box->dir_fd, maildir_rel(box, m->tmp_path),
+                       O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (m->fd < 0) {
             petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", m->tmp_path,
                              strerror(errno));
@@ -1465,7 +1480,7 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
     if (!write_all_fd(m->fd, data, len) || !new_message_settle(m->fd, sync)) {
         petrel_error_set(err, PETREL_ERR_IO, "cannot write a new message in %s/tmp: %s", box->dir,
                          strerror(errno));
-        new_message_discard(m);
+        new_message_discard(box, m);
         return false;
     }
     return true;
@@ -1521,7 +1536,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         }
         if (m->tmp_path != NULL || unlinkable) {
             /* A named file carries its base in tmp/ too: write it again. */
-            new_message_discard(m);
+            new_message_discard(box, m);
             if (!new_message_write(box, base->data, data, len, sync, true, m, err))
                 break;
         }
@@ -1635,7 +1650,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
          * the next sync). */
         unlinkat(box->dir_fd, maildir_rel(box, dst), 0);
     }
-    new_message_discard(&m);
+    new_message_discard(box, &m);
     free(dst);
     buf_free(&base);
     if (ok && uid_out != NULL)

@@ -48,6 +48,8 @@ struct mailbox {
      * path, and a handle whose folder is renamed keeps working on its own
      * directory rather than on whatever takes the old name. */
     int dir_fd;
+    uint64_t dir_dev; /* dir_fd's directory, to tell whether `dir` still names it */
+    uint64_t dir_ino;
     struct fileindex *index;
     struct maildir_keywords keywords;
     /* The index header the keyword names were last read against. A new
@@ -94,6 +96,10 @@ bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *n
 /* The name relative to box->dir_fd of `path`, which is box->dir followed by
  * "/" and that name (as every path built for the folder is). */
 const char *maildir_rel(const struct mailbox *box, const char *path);
+/* Whether box->dir still names the directory the handle holds: false once
+ * the folder was deleted, renamed or replaced (one stat of the path; the
+ * held descriptor keeps the old inode number from being reused). */
+bool maildir_dir_current(const struct mailbox *box);
 /* Opens box->dir's subdirectory `sub` for reading; NULL with errno set. */
 DIR *maildir_opendir_sub(struct mailbox *box, const char *sub);
 /* fsyncs box->dir's subdirectory `sub`. */

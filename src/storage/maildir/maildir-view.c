@@ -252,6 +252,13 @@ static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_vi
 {
     memset(changes, 0, sizeof(*changes));
     struct mailbox *box = view->box;
+    if (refresh && !maildir_dir_current(box)) {
+        /* Deleted, renamed or replaced: the handle still works on the old
+         * directory, but the folder of this name is another one now. */
+        changes->uidvalidity_changed = true;
+        changes->exists = (uint32_t)view->count;
+        return true;
+    }
     if (refresh && !refresh_box(box, err))
         return false;
     struct fileindex *fi = box->index;
