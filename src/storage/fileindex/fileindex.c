@@ -75,14 +75,17 @@ struct fileindex_txn {
 
 /* ---------- handles ---------- */
 
-static struct fileindex *fi_alloc(const char *dir, const struct fileindex_settings *set,
-                                  struct petrel_error *err)
+/* A handle on `dir`, or on the directory open as `held_fd` (duplicated)
+ * when that is not -1. */
+static struct fileindex *fi_alloc(const char *dir, int held_fd,
+                                  const struct fileindex_settings *set, struct petrel_error *err)
 {
     if (dir == NULL || *dir == '\0' || strlen(dir) > FI_MAX_DIR) {
         petrel_error_set(err, PETREL_ERR_INVALID, "index directory name empty or too long");
         return NULL;
     }
-    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir_fd = held_fd >= 0 ? fcntl(held_fd, F_DUPFD_CLOEXEC, 0)
+                              : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0) {
         if (errno == ENOENT)
             petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no index in %s", dir);
@@ -467,7 +470,7 @@ bool fileindex_create(const char *dir, const uint8_t guid[16], uint32_t uid_vali
     struct stat st;
     if (stat(dir, &st) != 0 && (errno != ENOENT || mkdir(dir, 0700) != 0))
         return fi_io_error(err, "cannot create directory", dir);
-    struct fileindex *fi = fi_alloc(dir, set, err);
+    struct fileindex *fi = fi_alloc(dir, -1, set, err);
     if (fi == NULL)
         return false;
     if (!fi_lock(fi, FI_LOCK_EXCLUSIVE, FI_SITE_WRITE, NULL, err)) {
@@ -506,7 +509,13 @@ bool fileindex_create(const char *dir, const uint8_t guid[16], uint32_t uid_vali
 struct fileindex *fileindex_open(const char *dir, const struct fileindex_settings *set,
                                  struct petrel_error *err)
 {
-    struct fileindex *fi = fi_alloc(dir, set, err);
+    return fileindex_open_in(dir, -1, set, err);
+}
+
+struct fileindex *fileindex_open_in(const char *dir, int dir_fd,
+                                    const struct fileindex_settings *set, struct petrel_error *err)
+{
+    struct fileindex *fi = fi_alloc(dir, dir_fd, set, err);
     if (fi == NULL)
         return NULL;
     struct fi_timing t = {.start = fi_now()};

@@ -86,6 +86,11 @@ bool fileindex_create(const char *dir, const uint8_t guid[16], uint32_t uid_vali
  * when damaged beyond a torn log tail (rebuild it), PETREL_ERR_IO otherwise. */
 struct fileindex *fileindex_open(const char *dir, const struct fileindex_settings *set,
                                  struct petrel_error *err);
+/* fileindex_open on the directory open as dir_fd (duplicated; the caller
+ * keeps its own), `dir` naming it in messages: the index is then of the
+ * very directory the caller holds, whatever its path names meanwhile. */
+struct fileindex *fileindex_open_in(const char *dir, int dir_fd,
+                                    const struct fileindex_settings *set, struct petrel_error *err);
 void fileindex_close(struct fileindex *fi);
 
 /* Brings the view up to date (see Concurrency above). */

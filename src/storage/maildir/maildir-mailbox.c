@@ -1064,7 +1064,7 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
     const struct fileindex_settings *set = &box->user->storage->index_settings;
     if (!fileindex_create(box->dir, guid, uid_validity, set, err) && err->code != PETREL_ERR_EXISTS)
         return false;
-    box->index = fileindex_open(box->dir, set, err);
+    box->index = fileindex_open_in(box->dir, box->dir_fd, set, err);
     if (box->index == NULL)
         return false;
     struct fileindex_txn *txn = fileindex_begin(box->index, err);
@@ -1136,7 +1136,7 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
     const struct fileindex_settings *set = &user->storage->index_settings;
     struct petrel_error oerr;
     petrel_error_clear(&oerr);
-    box->index = fileindex_open(box->dir, set, &oerr);
+    box->index = fileindex_open_in(box->dir, box->dir_fd, set, &oerr);
     bool ok;
     if (box->index != NULL) {
         /* The sync with the files on disk runs before the first operation
