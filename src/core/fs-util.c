@@ -66,6 +66,14 @@ const char *fs_at_name(int dir_fd, const char *path)
     return slash != NULL ? slash + 1 : path;
 }
 
+const char *fs_path_under(const char *dir, const char *path)
+{
+    size_t n = strlen(dir);
+    if (strncmp(path, dir, n) == 0 && path[n] == '/')
+        return path + n + 1;
+    return path;
+}
+
 bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync_data,
                      struct petrel_error *err)
 {

@@ -4,6 +4,7 @@
 #include "storage/fileindex/fileindex-private.h"
 
 #include "core/error.h"
+#include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -204,11 +205,7 @@ bool fi_sync_dir(const struct fileindex *fi)
 
 const char *fi_name(const struct fileindex *fi, const char *path)
 {
-    size_t n = strlen(fi->dir);
-    /* Every path handed here was built as "<dir>/<name>". */
-    if (strncmp(path, fi->dir, n) == 0 && path[n] == '/')
-        return path + n + 1;
-    return path;
+    return fs_path_under(fi->dir, path);
 }
 
 int fi_tmp_create(const struct fileindex *fi, const char *path, char **tmp_out,

@@ -64,24 +64,7 @@ static const char *box_path(struct mailbox *box, const char *fmt, ...)
 
 const char *maildir_rel(const struct mailbox *box, const char *path)
 {
-    size_t n = strlen(box->dir);
-    if (strncmp(path, box->dir, n) == 0 && path[n] == '/')
-        return path + n + 1;
-    return path;
-}
-
-/* Like box_path, the name relative to box->dir_fd. */
-static const char *box_name(struct mailbox *box, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static const char *box_name(struct mailbox *box, const char *fmt, ...)
-{
-    buf_reset(&box->path);
-    va_list ap;
-    va_start(ap, fmt);
-    buf_vprintf(&box->path, fmt, ap);
-    va_end(ap);
-    return box->path.data;
+    return fs_path_under(box->dir, path);
 }
 
 bool maildir_dir_current(const struct mailbox *box)
@@ -1697,7 +1680,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
         if (wanted != NULL && bsearch(&r->uid, wanted, uid_count, sizeof(*wanted), cmp_u32) == NULL)
             continue;
         disk_name(r->filename, r->flags, r->keywords, &name);
-        if (unlinkat(box->dir_fd, box_name(box, "cur/%s", name.data), 0) != 0) {
+        if (unlinkat(box->dir_fd, maildir_rel(box, box_path(box, "cur/%s", name.data)), 0) != 0) {
             if (errno == ENOENT) {
                 /* Another program renamed (flags) or removed it since the
                  * last scan: not expunged here; the next sync sees which. */
