@@ -38,7 +38,12 @@ bool fs_mkdir_p(const char *path, mode_t mode, struct petrel_error *err)
 
 bool fs_fsync_dir(const char *path, struct petrel_error *err)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fs_fsync_dir_at(AT_FDCWD, path, err);
+}
+
+bool fs_fsync_dir_at(int dir_fd, const char *path, struct petrel_error *err)
+{
+    int fd = openat(dir_fd, fs_at_name(dir_fd, path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     bool ok = fsync(fd) == 0;

@@ -22,6 +22,7 @@ bool fs_write_atomic(const char *path, const void *data, size_t len, bool fsync,
  * AT_FDCWD they take `path` as it is; otherwise the file is `path`'s last
  * component inside dir_fd, and `path` only names it in error messages. */
 const char *fs_at_name(int dir_fd, const char *path);
+bool fs_fsync_dir_at(int dir_fd, const char *path, struct petrel_error *err);
 /* The rest of `path` after "<dir>/" when it starts so (what a *at call takes
  * with a descriptor of `dir`), else `path` itself. */
 const char *fs_path_under(const char *dir, const char *path);

@@ -90,13 +90,7 @@ DIR *maildir_opendir_sub(struct mailbox *box, const char *sub)
 
 bool maildir_fsync_sub(struct mailbox *box, const char *sub, struct petrel_error *err)
 {
-    int fd = openat(box->dir_fd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    bool ok = fd >= 0 && fsync(fd) == 0;
-    if (!ok)
-        petrel_error_set(err, PETREL_ERR_IO, "fsync %s/%s: %s", box->dir, sub, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    return ok;
+    return fs_fsync_dir_at(box->dir_fd, box_path(box, "%s", sub), err);
 }
 
 static bool fsync_enabled(const struct mailbox *box)
