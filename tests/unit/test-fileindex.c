@@ -985,6 +985,7 @@ static void test_replace_all(void **state)
 /* ---------- processes ---------- */
 
 #define WRITERS 4
+#define WRITER_MIN_COMMITS 300
 
 static int writer_child(const char *dir, int id, double seconds)
 {
@@ -1006,7 +1007,10 @@ static int writer_child(const char *dir, int id, double seconds)
     size_t mine_count = 0;
     int n = 0;
     int rc = 0;
-    while (fi_now() < end && rc == 0) {
+    int commits = 0;
+    /* At least WRITER_MIN_COMMITS, however slowly a loaded machine runs us:
+     * that is several folds' worth of log. */
+    while ((fi_now() < end || commits < WRITER_MIN_COMMITS) && fi_now() < end + 60 && rc == 0) {
         struct fileindex_txn *t = fileindex_begin(fi, &err);
         if (t == NULL) {
             rc = 12;
@@ -1048,6 +1052,7 @@ static int writer_child(const char *dir, int id, double seconds)
             rc = 17;
             break;
         }
+        commits++;
         const struct fileindex_header *h = fileindex_get_header(fi);
         if (h->highest_modseq <= last_modseq || h->next_uid <= last_uid)
             rc = 18;
@@ -1066,12 +1071,20 @@ static int reader_child(const char *dir, double seconds)
     struct fileindex *fi = fileindex_open(dir, &set, &err);
     if (fi == NULL)
         return 20;
-    double end = fi_now() + seconds + 0.2;
+    /* Until the writers are all done (the parent says so), so the reader
+     * overlaps their folds however the machine schedules us. */
+    char done_path[600];
+    snprintf(done_path, sizeof(done_path), "%s/writers-done", dir);
+    double hard_end = fi_now() + seconds + 120;
     uint64_t last_modseq = 0;
     uint32_t last_next = 0;
     int rc = 0;
     long refreshes = 0;
-    while (fi_now() < end && rc == 0) {
+    bool last_round = false;
+    while (rc == 0 && fi_now() < hard_end) {
+        if (last_round)
+            break;
+        last_round = access(done_path, F_OK) == 0; /* one more refresh after it */
         if (!fileindex_refresh(fi, &err)) {
             fprintf(stderr, "reader: %s\n", err.message);
             rc = 21;
@@ -1128,6 +1141,13 @@ static void test_fork_concurrency(void **state)
         assert_true(WIFEXITED(status));
         if (WEXITSTATUS(status) != 0)
             fail_msg("child %d exited with %d", i, WEXITSTATUS(status));
+        if (i == WRITERS - 1) {
+            char done_path[600];
+            snprintf(done_path, sizeof(done_path), "%s/writers-done", fx->dir);
+            FILE *done = fopen(done_path, "w");
+            assert_non_null(done);
+            fclose(done);
+        }
     }
     fi = open_ok(fx->dir, NULL);
     check_invariants(fi);
