@@ -9,6 +9,9 @@
 #include "core/log.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +97,8 @@ static void test_overrides_apply_per_component_and_live(void **state)
  * with the same override in every table always gets it, and the base is
  * always one of the levels that were set. */
 struct reader_arg {
-    volatile int stop;
+    atomic_bool started; /* the reader has made its first read */
+    atomic_bool stop;
     unsigned long wrong;
     unsigned long reads;
 };
@@ -102,13 +106,14 @@ struct reader_arg {
 static void *level_reader(void *p)
 {
     struct reader_arg *a = p;
-    while (!a->stop) {
+    do {
         enum log_level imap = log_level_for("imap");
         enum log_level base = log_level_for("nobody");
         if (imap != LOG_DEBUG || (base != LOG_WARN && base != LOG_ERROR))
             a->wrong++;
         a->reads++;
-    }
+        atomic_store(&a->started, true);
+    } while (!atomic_load(&a->stop));
     return NULL;
 }
 
@@ -140,6 +145,10 @@ static void test_tables_swap_under_concurrent_readers(void **state)
     struct reader_arg arg = {0};
     pthread_t reader;
     assert_int_equal(pthread_create(&reader, NULL, level_reader, &arg), 0);
+    /* Swap only once the reader runs, so the swaps always meet reads
+     * however the threads are scheduled. */
+    while (!atomic_load(&arg.started))
+        sched_yield();
     for (unsigned i = 1; i < TABLES; i++) {
         fill_table(&tables[i], i);
         log_install(&tables[i]);
@@ -148,7 +157,7 @@ static void test_tables_swap_under_concurrent_readers(void **state)
     }
     log_set_base_level(LOG_WARN);
     assert_int_equal(log_base_level(), LOG_WARN);
-    arg.stop = 1;
+    atomic_store(&arg.stop, true);
     pthread_join(reader, NULL);
     assert_true(arg.reads > 0);
     assert_int_equal(arg.wrong, 0);
