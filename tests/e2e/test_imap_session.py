@@ -5,6 +5,7 @@ folder commands (NAMESPACE, LIST, LSUB, CREATE, DELETE, RENAME, SUBSCRIBE,
 STATUS) over the real storage. Client: Python's imaplib (plus raw sockets
 for malformed input)."""
 
+import base64
 import imaplib
 import socket
 import ssl
@@ -100,11 +101,33 @@ def test_three_failures_disconnect(imapd):
         m.noop()
 
 
-def test_authenticate_plain_with_initial_response(imapd):
+def test_authenticate_plain_with_continuation(imapd):
     m = connect(imapd)
     typ, _ = m.authenticate("PLAIN", lambda _: b"\0bob\0builder")
     assert typ == "OK" and m.state == "AUTH"
     m.logout()
+
+
+def test_authenticate_plain_with_initial_response(imapd):
+    """RFC 4959 SASL-IR: the credentials ride on the AUTHENTICATE line, so
+    the server answers with no continuation request at all (imaplib cannot
+    send this, hence the raw socket)."""
+    s, f = raw(imapd)
+    s.sendall(b"a0 CAPABILITY\r\n")
+    caps = f.readline()
+    assert b" SASL-IR" in caps, caps
+    assert f.readline().startswith(b"a0 OK")
+    s.sendall(b"a1 AUTHENTICATE PLAIN " + base64.b64encode(b"\0bob\0wrong") + b"\r\n")
+    line = f.readline()
+    assert line.startswith(b"a1 NO"), line
+    s.sendall(b"a2 AUTHENTICATE PLAIN " + base64.b64encode(b"\0bob\0builder") + b"\r\n")
+    line = f.readline()
+    while line.startswith(b"* "):
+        line = f.readline()
+    assert line.startswith(b"a2 OK"), line
+    s.sendall(b"a3 LOGOUT\r\n")
+    assert f.readline().startswith(b"* BYE")
+    s.close()
 
 
 def test_authenticate_login_multistep(imapd):

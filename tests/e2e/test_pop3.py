@@ -677,7 +677,18 @@ def test_dropped_connection_deletes_nothing(popd):
     assert r.cmd("DELE 1").startswith(b"+OK")
     assert r.cmd("DELE 2").startswith(b"+OK")
     r.close()  # no QUIT: RFC 1939 never enters UPDATE
-    time.sleep(0.3)
+    # The maildrop lock is held until the server has ended the dropped
+    # session: a new login succeeds only once that has happened.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            p = pop(popd)
+            break
+        except poplib.error_proto as e:
+            assert b"[IN-USE]" in e.args[0] and time.monotonic() < deadline, e
+            time.sleep(0.02)
+    assert p.stat()[0] == 2
+    p.quit()
     assert sorted(imap_bodies(popd)) == uids
 
 
@@ -912,8 +923,19 @@ def test_check_config_prints_the_pop3_section(tmp_path):
 
 
 def test_concurrent_clients(popd):
-    put(popd, MSG_CRLF, MSG_LF, MSG_DOTS)
+    """Six clients, two users, five sessions each at once: every session
+    sees each user's own maildrop, every message byte for byte (lines as
+    RFC 1939 gives them once poplib has removed the dot-stuffing), and the
+    same UIDLs every time."""
+    mailboxes = {"alice": (MSG_CRLF, MSG_LF, MSG_DOTS), "bob": (MSG_DOTS, MSG_CRLF)}
+    for user, messages in mailboxes.items():
+        put(popd, *messages, user=user)
+
+    def lines(message):
+        return message.replace(b"\r\n", b"\n").split(b"\n")[:-1]
+
     errors = []
+    uidls = {"alice": set(), "bob": set()}
 
     def client(n):
         try:
@@ -921,9 +943,14 @@ def test_concurrent_clients(popd):
                 user, pw = ("alice", "wonderland") if n % 2 == 0 else ("bob", "builder")
                 p = pop(popd, user, pw)
                 count, _ = p.stat()
+                expected = mailboxes[user]
+                if count != len(expected):
+                    errors.append(f"{user}: STAT {count}, expected {len(expected)}")
                 for i in range(1, count + 1):
-                    p.retr(i)
-                p.uidl()
+                    _, got, _ = p.retr(i)
+                    if got != lines(expected[i - 1]):
+                        errors.append(f"{user}: RETR {i} differs: {got!r}")
+                uidls[user].add(tuple(p.uidl()[1]))
                 p.quit()
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
@@ -934,6 +961,7 @@ def test_concurrent_clients(popd):
     for t in threads:
         t.join()
     assert not errors, errors
+    assert len(uidls["alice"]) == 1 and len(uidls["bob"]) == 1, uidls
 
 
 # ---------- the session registry (warden) ----------
