@@ -8,7 +8,7 @@ PACKAGES=(
   libsqlite3-dev libpq-dev libhiredis-dev libcrypt-dev libargon2-dev
   libcurl4-openssl-dev
   python3 python3-pytest openssl curl wrk whois apache2-utils argon2 swaks
-  redis-server redis-tools postgresql prometheus dovecot-imapd isync mutt strace
+  redis-server redis-tools postgresql prometheus dovecot-imapd dovecot-pop3d isync mutt strace
 )
 
 missing=()

@@ -86,6 +86,8 @@ def test_client_sees_list_extensions_advertised(imapd):
 def test_basic_list_shows_tree_children_and_special_use(tree):
     assert tree.ok('LIST "" "*"') == [
         '* LIST (\\HasNoChildren) "/" "INBOX"',
+        '* LIST (\\Noselect \\HasChildren) "/" "Archive"',
+        '* LIST (\\Noselect \\HasChildren) "/" "Archive/2026"',
         '* LIST (\\HasNoChildren) "/" "Archive/2026/Q1"',
         '* LIST (\\HasNoChildren \\Drafts) "/" "Drafts"',
         '* LIST (\\HasNoChildren) "/" "Lists"',
@@ -124,7 +126,7 @@ def test_lsub_is_unchanged(tree):
 def test_extended_list_without_options_reports_nonexistent_parents(tree):
     expected = [
         '* LIST () "/" "INBOX"',
-        '* LIST (\\NonExistent \\HasChildren) "/" "Archive"',
+        '* LIST (\\NonExistent) "/" "Archive"',
         '* LIST (\\Drafts) "/" "Drafts"',
         '* LIST () "/" "Lists"',
         '* LIST (\\Sent) "/" "Sent"',
@@ -171,6 +173,8 @@ def test_select_subscribed_lists_subscriptions_even_missing_ones(tree):
 def test_return_subscribed_marks_subscribed_folders(tree):
     assert tree.ok('LIST "" "*" RETURN (SUBSCRIBED)') == [
         '* LIST (\\Subscribed) "/" "INBOX"',
+        '* LIST (\\NonExistent) "/" "Archive"',
+        '* LIST (\\NonExistent) "/" "Archive/2026"',
         '* LIST () "/" "Archive/2026/Q1"',
         '* LIST (\\Drafts) "/" "Drafts"',
         '* LIST (\\Subscribed) "/" "Lists"',
@@ -246,7 +250,7 @@ def test_list_status_follows_each_selectable_folder(tree):
     assert tree.ok('LIST "" "%" RETURN (STATUS (MESSAGES UNSEEN))') == [
         '* LIST () "/" "INBOX"',
         '* STATUS "INBOX" (MESSAGES 1 UNSEEN 1)',
-        '* LIST (\\NonExistent \\HasChildren) "/" "Archive"',
+        '* LIST (\\NonExistent) "/" "Archive"',
         '* LIST (\\Drafts) "/" "Drafts"',
         '* STATUS "Drafts" (MESSAGES 0 UNSEEN 0)',
         '* LIST () "/" "Lists"',
@@ -303,6 +307,8 @@ def test_create_with_use_sets_an_override(tree, tmp_path):
     assert tree.ok("CREATE Plain (USE ())") == []
     assert tree.ok('LIST "" "*" RETURN (SPECIAL-USE)') == [
         '* LIST () "/" "INBOX"',
+        '* LIST (\\NonExistent) "/" "Archive"',
+        '* LIST (\\NonExistent) "/" "Archive/2026"',
         '* LIST () "/" "Archive/2026/Q1"',
         '* LIST (\\Drafts) "/" "Drafts"',
         '* LIST () "/" "Lists"',

@@ -599,8 +599,8 @@ def test_uidl_format_stable_across_sessions_and_rebuilds(popd, tmp_path):
     p = pop(popd)
     resp, listing, _ = p.uidl()
     first = [line.split()[1].decode() for line in listing]
-    assert first == ["%08X%08X" % (u, uidv) for u in uids]
-    assert p.uidl(2) == b"+OK 2 %08X%08X" % (uids[1], uidv)
+    assert first == ["%08x%08x" % (u, uidv) for u in uids]
+    assert p.uidl(2) == b"+OK 2 %08x%08x" % (uids[1], uidv)
     p.quit()
     # A new session, then an index rebuild through the API, then the index
     # files removed altogether: the ids stay.
@@ -627,12 +627,20 @@ def test_uidl_format_stable_across_sessions_and_rebuilds(popd, tmp_path):
     p.quit()
 
 
-def test_uidl_custom_format(petreld, tmp_path, pki):
-    d = petreld(pop3_overrides(tmp_path, pki, extra={"uidl_format": "%u.%v"}))
+@pytest.mark.parametrize("fmt, expect", [
+    ("%u.%v", lambda u, v: "%d.%d" % (u, v)),
+    ("%08xu%08xv", lambda u, v: "%08x%08x" % (u, v)),
+    # Dovecot's modifiers apply in the order written: U then X is hex in
+    # lower case, X then U upper case.
+    ("%08UXu-%XUv", lambda u, v: "%08x-%X" % (u, v)),
+    ("%Lu%03v", lambda u, v: "%d%03d" % (u, v)),
+])
+def test_uidl_custom_format(petreld, tmp_path, pki, fmt, expect):
+    d = petreld(pop3_overrides(tmp_path, pki, extra={"uidl_format": fmt}))
     uid, = put(d, MSG_CRLF)
     uidv = api(d).info("INBOX")["uid_validity"]
     p = pop(d)
-    assert p.uidl(1) == b"+OK 1 %d.%d" % (uid, uidv)
+    assert p.uidl(1) == b"+OK 1 " + expect(uid, uidv).encode()
     p.quit()
 
 

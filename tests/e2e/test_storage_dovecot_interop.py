@@ -1,4 +1,5 @@
-"""Maildir interoperability with the real Dovecot (Debian's dovecot-imapd).
+"""Maildir interoperability with the real Dovecot (Debian's dovecot-imapd and
+dovecot-pop3d).
 
 Direction A: Petrel writes a maildir through the API (folders, messages with
 flags and keywords, an expunge so UIDs have gaps); Dovecot then serves it and
@@ -28,6 +29,7 @@ import email.utils
 import imaplib
 import mailbox
 import os
+import poplib
 import pwd
 import re
 import grp
@@ -51,7 +53,7 @@ PASSWORD = "pass"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DOVECOT),
                                 reason="dovecot not installed (scripts/setup.sh installs "
-                                       "dovecot-imapd)")
+                                       "dovecot-imapd and dovecot-pop3d)")
 
 
 def _account(names, fallback):
@@ -80,7 +82,7 @@ def chown_tree(path, uid, gid):
 
 
 class Dovecot:
-    """One dovecot master (imap only) on 127.0.0.1:<free port>."""
+    """One dovecot master (IMAP and POP3) on 127.0.0.1:<free ports>."""
 
     def __init__(self, root, home_root):
         self.root = Path(root)
@@ -88,6 +90,7 @@ class Dovecot:
         self.uid, self.gid = _nobody()
         self.proc = None
         self.port = None
+        self.pop3_port = None
         self.log = self.root / "dovecot.log"
         (self.root / "run").mkdir(exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
@@ -102,8 +105,9 @@ log_path = {self.log}
 ssl = no
 disable_plaintext_auth = no
 auth_mechanisms = plain
-protocols = imap
+protocols = imap pop3
 listen = 127.0.0.1
+pop3_uidl_format = %08Xu%08Xv
 mail_location = maildir:~/Maildir
 first_valid_uid = 1
 first_valid_gid = 1
@@ -130,6 +134,15 @@ service imap-login {{
     port = 0
   }}
 }}
+service pop3-login {{
+  inet_listener pop3 {{
+    address = 127.0.0.1
+    port = {self.pop3_port}
+  }}
+  inet_listener pop3s {{
+    port = 0
+  }}
+}}
 service anvil {{
   chroot =
 }}
@@ -138,6 +151,7 @@ service anvil {{
     def start(self):
         for attempt in range(3):
             self.port = free_port()
+            self.pop3_port = free_port()
             conf = self.root / "dovecot.conf"
             conf.write_text(self.config())
             self.proc = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)],
@@ -182,6 +196,12 @@ service anvil {{
         m = imaplib.IMAP4("127.0.0.1", self.port, timeout=30)
         m.login(USER, PASSWORD)
         return m
+
+    def pop3(self):
+        p = poplib.POP3("127.0.0.1", self.pop3_port, timeout=30)
+        p.user(USER)
+        p.pass_(PASSWORD)
+        return p
 
     def errors(self):
         """Error/panic/fatal lines Dovecot logged (corrupted uidlist, ...)."""
@@ -620,3 +640,106 @@ def test_petrel_opens_dovecot_maildir(petreld, dovecot, workroot):
         m.logout()
     dv.stop()
     assert not dv.errors(), "\n".join(dv.errors())
+
+
+# ---------- POP3 UIDLs and LIST on the same maildir ----------
+
+def petrel_mail_config(home_root, tmp_path):
+    """mail_config plus auth, IMAP and POP3 with the Dovecot test user's
+    password, so both servers can be asked the same questions."""
+    passwd = tmp_path / "passwd"
+    passwd.write_text(f"{USER}:{{PLAIN}}{PASSWORD}::::::\n")
+    auth_port = free_port()
+    cfg = mail_config(home_root)
+    cfg["components"] = ["auth", "imap", "pop3", "backend-api"]
+    cfg["auth"] = {"listen": [f"127.0.0.1:{auth_port}"],
+                   "passdb": {"driver": "passwd-file", "path": str(passwd)}}
+    for proto in ("imap", "pop3"):
+        cfg[proto] = {"listen": [f"127.0.0.1:{free_port()}"],
+                      "auth_addr": f"127.0.0.1:{auth_port}"}
+    return cfg
+
+
+def listen_addr(d, section):
+    host, port = d.config[section]["listen"][0].rsplit(":", 1)
+    return host, int(port)
+
+
+# LIST commands both servers are asked (arguments after the command name).
+LIST_COMMANDS = [
+    ("LIST", '""', '"*"'), ("LIST", '""', '"%"'), ("LIST", '""', '"Dove/%"'),
+    ("LIST", '""', '"D*"'), ("LIST", '()', '""', '"%"'), ("LIST", '()', '""', '"*"'),
+    ("LIST", '""', '"*"', "RETURN", "(SUBSCRIBED)"),
+    ("LIST", '""', '"*"', "RETURN", "(CHILDREN)"),
+    ("LIST", "(SUBSCRIBED)", '""', '"*"'),
+    ("LSUB", '""', '"*"'), ("LSUB", '""', '"%"'),
+]
+
+
+def list_lines(m, command):
+    """LIST/LSUB replies as (attributes, delimiter, name, rest): a name may
+    be sent as an atom or as a quoted string (RFC 3501 astring), and
+    servers differ in that, not in meaning."""
+    typ, data = m._simple_command(*command)
+    assert typ == "OK", (command, data)
+    typ, data = m._untagged_response(typ, data, command[0])
+    out = []
+    for line in data:
+        if line is None:
+            continue
+        mt = re.match(rb'\(([^)]*)\) (NIL|"[^"]*") ("(?:[^"\\]|\\.)*"|[^ ]+)(.*)$', line)
+        assert mt, line
+        name = mt.group(3)
+        if name.startswith(b'"'):
+            name = re.sub(rb'\\(.)', rb"\1", name[1:-1])
+        rest = mt.group(4).replace(b'"CHILDINFO"', b"CHILDINFO")
+        out.append((tuple(sorted(mt.group(1).split())), mt.group(2), name, rest))
+    return sorted(out)
+
+
+def test_pop3_uidls_and_list_match_dovecot(petreld, dovecot, workroot, tmp_path):
+    """One maildir served by Dovecot and then by Petrel: a POP3 client that
+    leaves mail on the server sees the same UIDL strings from both (Dovecot
+    prints %08Xu%08Xv in lower case), and IMAP LIST shows the same folders
+    with the same attributes, including the \\Noselect parent that exists
+    only as the prefix of `Dove/Made`."""
+    home_root = workroot / "home"
+    uid_, gid_ = _nobody()
+    os.chown(home_root, uid_, gid_)
+    dv = dovecot().start()
+    m = dv.imap()
+    try:
+        for f in ("Dove/Made", "Work", "Work/Sub"):
+            ok(m.create(imap_quote(f)))
+        for f in ("Dove/Made", "Work/Sub"):
+            ok(m.subscribe(imap_quote(f)))
+        for i in range(4):
+            ok(m.append("INBOX", None, None, message(i, "INBOX")))
+        ok(m.select("INBOX"))
+        ok(m.store("2", "+FLAGS.SILENT", "(\\Deleted)"))
+        ok(m.expunge())
+        m.close()
+        dv_list = {cmd: list_lines(m, cmd) for cmd in LIST_COMMANDS}
+    finally:
+        m.logout()
+    p = dv.pop3()
+    dv_uidls = p.uidl()[1]
+    p.quit()
+    dv.stop()
+    assert not dv.errors(), "\n".join(dv.errors())
+    assert len(dv_uidls) == 3
+    assert ((b"\\HasChildren", b"\\Noselect"), b'"/"', b"Dove", b"") in dv_list[LIST_COMMANDS[0]]
+
+    d = petreld(petrel_mail_config(home_root, tmp_path))
+    p = poplib.POP3(*listen_addr(d, "pop3"), timeout=30)
+    p.user(USER)
+    p.pass_(PASSWORD)
+    assert p.uidl()[1] == dv_uidls
+    p.quit()
+    m = imaplib.IMAP4(*listen_addr(d, "imap"), timeout=30)
+    m.login(USER, PASSWORD)
+    try:
+        for cmd, lines in dv_list.items():
+            assert list_lines(m, cmd) == lines, cmd
+    finally:
+        m.logout()

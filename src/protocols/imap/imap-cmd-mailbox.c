@@ -455,8 +455,9 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
         if (q->ret_subscribed && list_subscribed(n, name))
             append_attr(&attrs, "\\Subscribed");
         bool children = has_children(n->names, n->count, name, n->ns->separator);
-        /* A hierarchy level shown to "%" is there because of its children. */
-        if (!q->extended || q->ret_children || (!selected && !q->recursive_match))
+        /* RFC 5258: extended LIST gives child attributes only when asked
+         * (RETURN (CHILDREN)), for \NonExistent levels too (as Dovecot). */
+        if (!q->extended || q->ret_children)
             append_attr(&attrs, children ? "\\HasChildren" : "\\HasNoChildren");
         const char *use = exists ? list_special_use(o, n, name) : "";
         if (*use != '\0')
@@ -508,10 +509,16 @@ static bool list_namespace(struct list_out *o, const struct namespace_config *ns
         if (!list_selected(o, &n, name))
             continue;
         char *full = full_name(ns, name);
-        if (list_matches(o, ns, full)) {
-            list_send(o, &n, name, true);
-        } else if (show_levels) {
-            /* Try each parent level: "a/b/c" shows "a" and "a/b" to "%". */
+        bool matched = list_matches(o, ns, full);
+        /* Levels of the hierarchy above a candidate that are not folders
+         * themselves: shown to "%" when the candidate is not matched (RFC
+         * 3501: the hierarchy must be visible), and for a plain listing
+         * also when it is, as \Noselect (\NonExistent) parents the way
+         * Dovecot lists "Dove" for "Dove/Made" to "*". Not for LSUB or
+         * RECURSIVEMATCH, where a matched child speaks for itself. */
+        bool plain_listing = !q->lsub && !q->sel_subscribed && !q->sel_special_use;
+        if (show_levels && (!matched || plain_listing)) {
+            /* Try each parent level: "a/b/c" shows "a" and "a/b". */
             for (char *sep = strchr(full + plen, ns->separator); sep != NULL;
                  sep = strchr(sep + 1, ns->separator)) {
                 *sep = '\0';
@@ -526,6 +533,8 @@ static bool list_namespace(struct list_out *o, const struct namespace_config *ns
                 *sep = ns->separator;
             }
         }
+        if (matched)
+            list_send(o, &n, name, true);
         free(full);
     }
     mail_folder_list_free(n.subs, n.sub_count);

@@ -1,7 +1,9 @@
 /* POP3 unique-id formats (see pop3-uidl.h). */
 #include "protocols/pop3/pop3-uidl.h"
 
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UIDL_MAX_WIDTH 20
@@ -31,11 +33,8 @@ static bool walk(const char *format, uint32_t uid, uint32_t uid_validity, struct
             len++;
             continue;
         }
-        bool zero = false;
-        if (*p == '0') {
-            zero = true;
+        if (*p == '0') /* zero padding: the only padding an id can have */
             p++;
-        }
         unsigned width = 0;
         int digits = 0;
         while (*p >= '0' && *p <= '9' && digits < 3) {
@@ -43,29 +42,48 @@ static bool walk(const char *format, uint32_t uid, uint32_t uid_validity, struct
             p++;
             digits++;
         }
+        /* Dovecot's var_expand modifiers, applied in the order written:
+         * X hexadecimal (lower case, as Dovecot prints it; x is taken too),
+         * U upper case, L lower case. */
+        char mods[8];
+        size_t nmods = 0;
         bool hex = false;
-        if (*p == 'X') {
-            hex = true;
+        while (*p == 'X' || *p == 'x' || *p == 'U' || *p == 'L') {
+            if (nmods == sizeof(mods))
+                return petrel_error_set(err, PETREL_ERR_INVALID, "too many modifiers");
+            mods[nmods++] = *p == 'x' ? 'X' : *p;
+            hex = hex || *p == 'X' || *p == 'x';
             p++;
         }
         if ((*p != 'u' && *p != 'v') || width > UIDL_MAX_WIDTH)
             return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "unknown variable (use %%u, %%v, %%Xu, %%08Xu, %%%%; "
-                                    "widths up to %d)",
+                                    "unknown variable (use %%u, %%v with an optional zero-padded "
+                                    "width up to %d and the modifiers X, U, L as in %%08Xu; "
+                                    "%%%% for a percent sign)",
                                     UIDL_MAX_WIDTH);
         uint32_t value = *p == 'u' ? uid : uid_validity;
         if (*p == 'u')
             *has_uid = true;
         if (out != NULL) {
-            char tmp[32];
-            if (hex)
-                snprintf(tmp, sizeof(tmp), zero ? "%0*X" : "%*X", (int)width, (unsigned)value);
-            else
-                snprintf(tmp, sizeof(tmp), zero ? "%0*u" : "%*u", (int)width, (unsigned)value);
-            /* A space-padded width would put spaces into the id: pad with zeros. */
-            for (char *t = tmp; *t == ' '; t++)
-                *t = '0';
-            buf_append_str(out, tmp);
+            char digits_buf[16];
+            snprintf(digits_buf, sizeof(digits_buf), "%u", (unsigned)value);
+            for (size_t m = 0; m < nmods; m++) {
+                if (mods[m] == 'X') {
+                    /* Applied to the decimal text, as Dovecot does. */
+                    unsigned long long v = strtoull(digits_buf, NULL, 10);
+                    snprintf(digits_buf, sizeof(digits_buf), "%llx", v);
+                } else {
+                    for (char *t = digits_buf; *t != '\0'; t++)
+                        *t = (char)(mods[m] == 'U' ? toupper((unsigned char)*t)
+                                                   : tolower((unsigned char)*t));
+                }
+            }
+            /* Padded with zeros whether or not the width asked for them: a
+             * space would not be allowed in the id. */
+            size_t got = strlen(digits_buf);
+            for (size_t pad = got; pad < width; pad++)
+                buf_append_char(out, '0');
+            buf_append_str(out, digits_buf);
         }
         size_t widest = hex ? 8 : 10;
         len += width > widest ? width : widest;

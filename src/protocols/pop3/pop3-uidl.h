@@ -5,10 +5,12 @@
  * UIDVALIDITY gives every message a new id (clients then download again
  * rather than skip mail).
  *
- * The format is a subset of Dovecot's pop3_uidl_format: literal characters
- * and the variables %u (UID) and %v (UIDVALIDITY), each optionally with a
- * zero-padded width and upper-case hex, e.g. the default "%08Xu%08Xv"
- * (Dovecot's default: "0000002A5F3B1C00"); "%%" is a percent sign. */
+ * The format is a subset of Dovecot's pop3_uidl_format, expanded as
+ * Dovecot 2.3's var_expand does: literal characters and the variables %u
+ * (UID) and %v (UIDVALIDITY), each optionally with a zero-padded width and
+ * the modifiers X (hexadecimal, lower case), U (upper case) and L (lower
+ * case) applied in the order written, e.g. the default "%08Xu%08Xv"
+ * (Dovecot's default: "0000002a5f3b1c00"); "%%" is a percent sign. */
 #ifndef PETREL_PROTOCOLS_POP3_UIDL_H
 #define PETREL_PROTOCOLS_POP3_UIDL_H
 
