@@ -147,8 +147,46 @@ def test_store_flags_and_unchangedsince(imapd):
     typ, data = m._simple_command("STORE", "1,3", f"(UNCHANGEDSINCE {modseqs[0]})",
                                   "+FLAGS", r"(\Flagged)")
     assert typ == "OK"
+    # RFC 7162 3.1.3: message 1's mod-sequence equals UNCHANGEDSINCE, so it
+    # is stored; message 3's is greater, so it is left alone and named in
+    # MODIFIED, and nothing else is.
     text = m.response("MODIFIED")
-    assert text[1] and b"3" in text[1][0], text
+    assert text[1] == [b"3"], text
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1:3", "(FLAGS)")
+    flags = [re.search(r"FLAGS \(([^)]*)\)", d.decode()).group(1).split() for d in data]
+    assert "\\Flagged" in flags[0] and "\\Flagged" not in flags[2], flags
+    assert "\\Flagged" not in flags[1], flags
+    # -FLAGS removes a keyword, and the keyword alone.
+    typ, data = m.store("1", "-FLAGS", r"($Label1)")
+    assert typ == "OK"
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1", "(FLAGS)")
+    assert "$Label1" not in data[0].decode() and "\\Seen" in data[0].decode(), data
+    m.logout()
+
+
+def test_store_nil_is_a_keyword(imapd):
+    """NIL is an atom, so `+FLAGS NIL` stores the keyword NIL, whatever its
+    spelling; Dovecot answers the same (FLAGS, PERMANENTFLAGS, FETCH)."""
+    m = login(imapd)
+    append(m)
+    m.select("INBOX")
+    typ, data = m._simple_command("STORE", "1", "+FLAGS", "NIL")
+    assert typ == "OK", data
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1", "(FLAGS)")
+    assert re.search(r"FLAGS \(([^)]*)\)", data[0].decode()).group(1).split() == ["NIL"], data
+    typ, data = m._simple_command("STORE", "1", "+FLAGS", "(NIL nil)")
+    assert typ == "OK", data
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1", "(FLAGS)")
+    assert re.search(r"FLAGS \(([^)]*)\)", data[0].decode()).group(1).split() == ["NIL"], data
+    typ, data = m._simple_command("STORE", "1", "-FLAGS", "nil")
+    assert typ == "OK", data
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1", "(FLAGS)")
+    assert re.search(r"FLAGS \(([^)]*)\)", data[0].decode()).group(1) == "", data
     m.logout()
 
 

@@ -116,7 +116,8 @@ static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint
     *kw_count = 0;
     for (size_t i = 0; i < n; i++) {
         const struct imap_arg *f = &items[i];
-        if (f->type != IMAP_ARG_ATOM) {
+        /* NIL is an atom too (RFC 3501 flag-keyword), so a keyword. */
+        if (f->type != IMAP_ARG_ATOM && f->type != IMAP_ARG_NIL) {
             imap_reply_bad(s, "Flags must be atoms.");
             return false;
         }
@@ -145,7 +146,8 @@ static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint
             imap_reply_no(s, "[LIMIT] Too many keywords.");
             return false;
         }
-        keywords[(*kw_count)++] = f->str;
+        /* Whatever its spelling, NIL is the keyword "NIL" (as Dovecot). */
+        keywords[(*kw_count)++] = f->type == IMAP_ARG_NIL ? "NIL" : f->str;
     }
     keywords[*kw_count] = NULL;
     return true;
