@@ -743,3 +743,68 @@ def test_pop3_uidls_and_list_match_dovecot(petreld, dovecot, workroot, tmp_path)
             assert list_lines(m, cmd) == lines, cmd
     finally:
         m.logout()
+
+
+# ---------- SEARCH on address fields, asked of both servers ----------
+
+SEARCH_FROMS = [
+    b"<user-from (comment)@ (comment) domain.org>",
+    b"\"Quoted, Name\" <q.name@Example.ORG>",
+    b"plain@host.example (Real Name)",
+    b"Group: one@g.example, \"Two\" <two@g.example>;",
+    b"=?utf-8?q?J=C3=BCrgen?= <juergen@example.de>",
+    b"Alice Example <alice@example.org>",
+]
+SEARCH_NEEDLES = [
+    "user-from@domain.org", "<user-from@domain.org>", "comment", "Quoted, Name",
+    "\"Quoted, Name\" <q.name@example.org>", "Quoted, Name <q.name", "q.name@example.org",
+    "plain@host.example", "Real Name", "Real Name <plain", "Group", "two@g.example",
+    "Two <two@g.example>", "Group: one@g.example", "Jürgen", "Jürgen <juergen",
+    "Alice Example <alice@", "example <alice", "e@example.org>", "(",
+]
+
+
+def search_table(m):
+    """{(key, needle): [message numbers]} for FROM and HEADER From."""
+    ok(m.select("INBOX"))
+    out = {}
+    for needle in SEARCH_NEEDLES:
+        for key in (("FROM",), ("HEADER", "From")):
+            m.literal = needle.encode()
+            typ, data = m.search("UTF-8", *key)
+            assert typ == "OK", (key, needle, data)
+            out[(key, needle)] = data[0].split()
+    return out
+
+
+def test_search_from_matches_dovecot(petreld, dovecot, workroot, tmp_path):
+    """SEARCH FROM/TO/CC/BCC compare the addresses written out anew
+    (comments inside an address and quoting gone), HEADER compares the
+    field as it is: the same messages match on Petrel and on Dovecot for
+    each of twenty needles (RFC 3501 leaves the matching to the server;
+    clients expect what Dovecot answers)."""
+    home_root = workroot / "home"
+    uid_, gid_ = _nobody()
+    os.chown(home_root, uid_, gid_)
+    dv = dovecot().start()
+    m = dv.imap()
+    try:
+        for frm in SEARCH_FROMS:
+            ok(m.append("INBOX", None, None, b"From: " + frm + b"\r\nSubject: s\r\n\r\nbody\r\n"))
+        expected = search_table(m)
+    finally:
+        m.logout()
+    dv.stop()
+    assert expected[(("FROM",), "user-from@domain.org")] == [b"1"]
+
+    d = petreld(petrel_mail_config(tmp_path / "petrel-home", tmp_path))
+    m = imaplib.IMAP4(*listen_addr(d, "imap"), timeout=30)
+    m.login(USER, PASSWORD)
+    try:
+        for frm in SEARCH_FROMS:
+            ok(m.append("INBOX", None, None, b"From: " + frm + b"\r\nSubject: s\r\n\r\nbody\r\n"))
+        got = search_table(m)
+    finally:
+        m.logout()
+    differing = {k: (got[k], v) for k, v in expected.items() if got[k] != v}
+    assert not differing, differing

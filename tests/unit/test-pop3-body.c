@@ -140,11 +140,17 @@ static void uidl_bad(const char *format, const char *message)
 static void test_uidl_formats(void **state)
 {
     (void)state;
-    uidl(POP3_UIDL_DEFAULT_FORMAT, 42, 1600000000, "0000002A5F5E1000");
-    uidl("%08Xu%08Xv", UINT32_MAX, UINT32_MAX, "FFFFFFFFFFFFFFFF");
+    /* Dovecot 2.3 prints %X in lower case (its var_expand's "%llx"). */
+    uidl(POP3_UIDL_DEFAULT_FORMAT, 42, 1600000000, "0000002a5f5e1000");
+    uidl("%08Xu%08Xv", UINT32_MAX, UINT32_MAX, "ffffffffffffffff");
     uidl("%u", 7, 9, "7");
     uidl("%u.%v", 7, 9, "7.9");
-    uidl("%Xu-%Xv", 255, 16, "FF-10");
+    uidl("%Xu-%Xv", 255, 16, "ff-10");
+    uidl("%xu-%xv", 255, 16, "ff-10");
+    /* Modifiers apply in the order written. */
+    uidl("%XUu-%UXv", 255, 16, "FF-10");
+    uidl("%08XUu%08XUv", 42, 1600000000, "0000002A5F5E1000");
+    uidl("%LXu%Lv", 171, 3, "ab3");
     uidl("%5u", 42, 0, "00042");
     uidl("%%%u%%", 1, 0, "%1%");
     uidl("UID%020u", 1, 0, "UID00000000000000000001");
@@ -152,6 +158,8 @@ static void test_uidl_formats(void **state)
     uidl_bad("%v", "needs %u");
     uidl_bad("%", "unknown variable");
     uidl_bad("%x", "unknown variable");
+    uidl_bad("%XXXXXXXXXu", "too many modifiers");
+    uidl_bad("%Qu", "unknown variable");
     uidl_bad("%08Xz", "unknown variable");
     uidl_bad("%021u", "unknown variable");
     uidl_bad("a b%u", "printable");

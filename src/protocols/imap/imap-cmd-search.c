@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/utf8.h"
 #include "core/xalloc.h"
+#include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-search.h"
 #include "storage/maildir/maildir-filename.h"
 #include "storage/message/message-date.h"
@@ -76,9 +77,14 @@ static void unload(struct search_ctx *c)
 }
 
 /* Any field `name` of the top-level header whose unfolded value holds
- * `needle`; an empty needle matches when the field exists. */
-static bool header_has(struct search_ctx *c, const char *name, const char *needle,
-                       size_t needle_len)
+ * `needle`; an empty needle matches when the field exists. With
+ * `as_addresses` (FROM, TO, CC, BCC) the value is compared as its
+ * addresses written out anew ("name <local@domain>", RFC 5322 comments
+ * inside addresses and quoting gone: imap_envelope_address_text), so
+ * `FROM user@domain.org` finds `<user (comment)@ (comment) domain.org>`;
+ * HEADER compares the value itself. Both as Dovecot does. */
+static bool header_has(struct search_ctx *c, const char *name, bool as_addresses,
+                       const char *needle, size_t needle_len)
 {
     if (!load(c))
         return false;
@@ -91,7 +97,15 @@ static bool header_has(struct search_ctx *c, const char *name, const char *needl
             continue;
         struct buf v = {0}, decoded = {0};
         message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
-        message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
+        if (as_addresses) {
+            struct buf text = {0};
+            imap_envelope_address_text(&text, v.data != NULL ? v.data : "", v.len);
+            buf_reset(&decoded);
+            message_header_decode(text.data != NULL ? text.data : "", text.len, &decoded);
+            buf_free(&text);
+        } else {
+            message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
+        }
         found =
             contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, needle_len);
         buf_free(&v);
@@ -239,17 +253,17 @@ static bool eval(struct search_ctx *c, const struct imap_search_node *n)
     case IMAP_SEARCH_UNKEYWORD:
         return !has_keyword(c, n->str);
     case IMAP_SEARCH_BCC:
-        return header_has(c, "Bcc", n->str, n->str_len);
+        return header_has(c, "Bcc", true, n->str, n->str_len);
     case IMAP_SEARCH_CC:
-        return header_has(c, "Cc", n->str, n->str_len);
+        return header_has(c, "Cc", true, n->str, n->str_len);
     case IMAP_SEARCH_FROM:
-        return header_has(c, "From", n->str, n->str_len);
+        return header_has(c, "From", true, n->str, n->str_len);
     case IMAP_SEARCH_TO:
-        return header_has(c, "To", n->str, n->str_len);
+        return header_has(c, "To", true, n->str, n->str_len);
     case IMAP_SEARCH_SUBJECT:
-        return header_has(c, "Subject", n->str, n->str_len);
+        return header_has(c, "Subject", false, n->str, n->str_len);
     case IMAP_SEARCH_HEADER:
-        return header_has(c, n->header_name, n->str, n->str_len);
+        return header_has(c, n->header_name, false, n->str, n->str_len);
     case IMAP_SEARCH_BODY:
         return body_has(c, n->str, n->str_len);
     case IMAP_SEARCH_TEXT:

@@ -1,6 +1,7 @@
 /* IMAP ENVELOPE rendering (see imap-envelope.h). */
 #include "protocols/imap/imap-envelope.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -42,6 +43,8 @@ struct addr_parser {
     bool have_comment;
     struct buf list; /* rendered addresses */
     size_t count;
+    bool as_text;       /* "name <mailbox@host>" for searching, not IMAP lists */
+    bool in_group_text; /* as_text: inside "group:" awaiting its ";" */
 };
 
 static bool is_blank(char c)
@@ -155,9 +158,70 @@ static void read_domain(struct addr_parser *ap, struct buf *domain)
     }
 }
 
+/* A display name as Dovecot's message_address_write() puts it: as it is
+ * when it is one RFC 5322 atom (encoded words are), otherwise quoted. */
+static void append_display_name(struct buf *o, const struct buf *name)
+{
+    bool quote = false;
+    for (size_t i = 0; i < name->len && !quote; i++) {
+        unsigned char c = (unsigned char)name->data[i];
+        quote = c < 0x80 && !isalnum(c) && strchr("!#$%&'*+-/=?^_`{|}~", c) == NULL;
+    }
+    if (!quote) {
+        buf_append(o, name->data, name->len);
+        return;
+    }
+    buf_append_char(o, '"');
+    for (size_t i = 0; i < name->len; i++) {
+        if (name->data[i] == '"' || name->data[i] == '\\')
+            buf_append_char(o, '\\');
+        buf_append_char(o, name->data[i]);
+    }
+    buf_append_char(o, '"');
+}
+
+/* The text form of one parsed address (or group marker), as a search
+ * compares it, the way Dovecot's message_address_write() renders it:
+ * "name <mailbox@host>" (a comment standing in for a missing name),
+ * "<mailbox@host>" without either, groups as "name: ...;"; comments inside
+ * the address, quoting and folding gone. */
+static void append_address_text(struct addr_parser *ap, const struct buf *name,
+                                const struct buf *mailbox, const struct buf *host)
+{
+    struct buf *o = &ap->list;
+    if (mailbox == NULL && host == NULL && name == NULL) {
+        if (ap->in_group_text) /* the end of a group */
+            buf_append_char(o, ';');
+        ap->in_group_text = false;
+        return;
+    }
+    if (o->len > 0 && o->data[o->len - 1] != ':')
+        buf_append_str(o, ", ");
+    if (host == NULL) { /* the start of a group: its name is the mailbox */
+        buf_append(o, mailbox->data, mailbox->len);
+        buf_append_char(o, ':');
+        ap->in_group_text = true;
+        return;
+    }
+    if (name != NULL && name->len > 0) {
+        append_display_name(o, name);
+        buf_append_char(o, ' ');
+    }
+    buf_append_char(o, '<');
+    buf_append(o, mailbox->data, mailbox->len);
+    buf_append_char(o, '@');
+    buf_append(o, host->data, host->len);
+    buf_append_char(o, '>');
+}
+
 static void append_address(struct addr_parser *ap, const struct buf *name, const struct buf *route,
                            const struct buf *mailbox, const struct buf *host)
 {
+    if (ap->as_text) {
+        append_address_text(ap, name, mailbox, host);
+        ap->count++;
+        return;
+    }
     struct buf *o = &ap->list;
     buf_append_char(o, '(');
     imap_envelope_append_nstring(o, name != NULL && name->len > 0 ? name->data : NULL,
@@ -265,19 +329,12 @@ static void parse_address(struct addr_parser *ap, bool in_group)
     buf_free(&domain);
 }
 
+static void parse_address_list(struct addr_parser *ap);
+
 void imap_envelope_append_addresses(struct buf *out, const char *value, size_t len)
 {
     struct addr_parser ap = {.s = value, .len = len};
-    while (ap.i < ap.len) {
-        skip_cfws(&ap);
-        if (ap.i >= ap.len)
-            break;
-        if (ap.s[ap.i] == ',' || ap.s[ap.i] == ';') {
-            ap.i++;
-            continue;
-        }
-        parse_address(&ap, false);
-    }
+    parse_address_list(&ap);
     if (ap.count == 0) {
         buf_append_str(out, "NIL");
     } else {
@@ -287,6 +344,30 @@ void imap_envelope_append_addresses(struct buf *out, const char *value, size_t l
     }
     buf_free(&ap.comment);
     buf_free(&ap.list);
+}
+
+void imap_envelope_address_text(struct buf *out, const char *value, size_t len)
+{
+    struct addr_parser ap = {.s = value, .len = len, .as_text = true};
+    parse_address_list(&ap);
+    buf_append(out, ap.list.data, ap.list.len);
+    buf_free(&ap.comment);
+    buf_free(&ap.list);
+}
+
+/* Every address of the list into ap->list. */
+static void parse_address_list(struct addr_parser *ap)
+{
+    while (ap->i < ap->len) {
+        skip_cfws(ap);
+        if (ap->i >= ap->len)
+            break;
+        if (ap->s[ap->i] == ',' || ap->s[ap->i] == ';') {
+            ap->i++;
+            continue;
+        }
+        parse_address(ap, false);
+    }
 }
 
 /* ---- the envelope ---- */

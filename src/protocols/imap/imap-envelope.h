@@ -22,6 +22,14 @@ void imap_envelope_append(struct buf *out, const char *data, const struct messag
  * it holds no address: `value` is an unfolded header value. */
 void imap_envelope_append_addresses(struct buf *out, const char *value, size_t len);
 
+/* Appends the addresses of an unfolded header value as text, the form a
+ * SEARCH FROM/TO/CC/BCC compares (as Dovecot does): "name <mailbox@host>"
+ * (the name quoted unless it is one atom; a comment stands in for a
+ * missing name) or "<mailbox@host>", separated by ", ", groups as
+ * "name: ...;"; comments inside an address, quoting and white space around
+ * its parts are gone. */
+void imap_envelope_address_text(struct buf *out, const char *value, size_t len);
+
 /* Appends `s` as an IMAP nstring: NIL for NULL, a quoted string when it can
  * be one, otherwise a literal (8-bit, CR, LF or NUL bytes). */
 void imap_envelope_append_nstring(struct buf *out, const char *s, size_t len);
