@@ -301,6 +301,36 @@ def test_big_append_50mb(imapd):
     m.logout()
 
 
+def test_search_date_boundaries(imapd):
+    """RFC 3501 6.4.4: BEFORE is strictly before the day, ON the day itself,
+    SINCE the day or later, times of day disregarded; the SENT forms the
+    same on the Date header. Messages sit on the first and last second of
+    the boundary day and of the days around it."""
+    m = login(imapd)
+    stamps = ["14-Jun-2026 23:59:59", "15-Jun-2026 00:00:00", "15-Jun-2026 12:00:00",
+              "15-Jun-2026 23:59:59", "16-Jun-2026 00:00:00"]
+    sent = ["Sun, 14 Jun 2026 23:59:59 +0000", "Mon, 15 Jun 2026 00:00:00 +0000",
+            "Mon, 15 Jun 2026 12:00:00 +0000", "Mon, 15 Jun 2026 23:59:59 +0000",
+            "Tue, 16 Jun 2026 00:00:00 +0000"]
+    for stamp, date in zip(stamps, sent):
+        append(m, b"From: a@example.org\r\nDate: " + date.encode() + b"\r\nSubject: d\r\n\r\nx\r\n",
+               date=f'"{stamp} +0000"')
+    m.select("INBOX")
+
+    def search(*crit):
+        typ, data = m.search(None, *crit)
+        assert typ == "OK", data
+        return data[0].split()
+    for prefix in ("", "SENT"):
+        assert search(prefix + "BEFORE", "15-Jun-2026") == [b"1"], prefix
+        assert search(prefix + "ON", "15-Jun-2026") == [b"2", b"3", b"4"], prefix
+        assert search(prefix + "SINCE", "15-Jun-2026") == [b"2", b"3", b"4", b"5"], prefix
+        assert search(prefix + "SINCE", "16-Jun-2026") == [b"5"], prefix
+        assert search(prefix + "BEFORE", "16-Jun-2026") == [b"1", b"2", b"3", b"4"], prefix
+        assert search(prefix + "ON", "13-Jun-2026") == [], prefix
+    m.logout()
+
+
 def test_fetch_and_store_errors(imapd):
     m = login(imapd)
     append(m)
