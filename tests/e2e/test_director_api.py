@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import free_port, http_request, run_petreld, run_petrelctl, wait_for
-from ringproto import RingClient, route, user_hash
+from ringproto import RingClient, _md5_prefix, route, user_hash
 
 TOKEN = "director-test-token"
 
@@ -134,6 +134,30 @@ def test_map_user_is_the_hash_ring_and_503_without_backends(director):
     d.add("10.9.0.1", 143, tag="blue", vhosts=10)
     assert d.get("/api/director/map?user=demo&tag=blue").json()["backend"] == "10.9.0.1"
     assert d.get("/api/director/map?user=demo&tag=red").status == 503
+
+
+def test_map_user_wraps_past_the_last_point(director):
+    """A user whose hash lies past the highest point goes to the owner of
+    the lowest point (the ring wraps), and one at or below the lowest point
+    to that same owner: with five points in all, users on both sides of the
+    wrap are picked from their hashes (computed here with hashlib)."""
+    d = director()
+    backends = [{"ip": "10.0.1.1", "port": 143, "tag": "", "vhosts": 2, "up": True},
+                {"ip": "10.0.1.2", "port": 143, "tag": "", "vhosts": 3, "up": True}]
+    for b in backends:
+        d.add(b["ip"], b["port"], vhosts=b["vhosts"])
+    points = sorted((_md5_prefix(f"{b['ip']}-{i}".encode()), b["ip"])
+                    for b in backends for i in range(b["vhosts"]))
+    lowest_owner = points[0][1]
+    past_last = [u for u in (f"wrap{n}@example.com" for n in range(2000))
+                 if user_hash(u) > points[-1][0]][:5]
+    before_first = [u for u in (f"low{n}@example.com" for n in range(2000))
+                    if user_hash(u) <= points[0][0]][:5]
+    assert len(past_last) == 5 and len(before_first) == 5
+    for user in past_last + before_first:
+        r = d.get(f"/api/director/map?user={user}")
+        assert r.status == 200, r
+        assert r.json()["backend"] == lowest_owner == route(backends, user), user
 
 
 # ---------- authentication ----------
