@@ -142,12 +142,21 @@ def test_map_user_wraps_past_the_last_point(director):
     to that same owner: with five points in all, users on both sides of the
     wrap are picked from their hashes (computed here with hashlib)."""
     d = director()
-    backends = [{"ip": "10.0.1.1", "port": 143, "tag": "", "vhosts": 2, "up": True},
-                {"ip": "10.0.1.2", "port": 143, "tag": "", "vhosts": 3, "up": True}]
+
+    def ring_of(backends):
+        return sorted((_md5_prefix(f"{b['ip']}-{i}".encode()), b["ip"])
+                      for b in backends for i in range(b["vhosts"]))
+    # Two backends whose points put different owners at both ends of the
+    # ring, so a lookup that stopped at the last point would answer wrong.
+    for n in range(2, 200):
+        backends = [{"ip": "10.0.1.1", "port": 143, "tag": "", "vhosts": 2, "up": True},
+                    {"ip": f"10.0.1.{n}", "port": 143, "tag": "", "vhosts": 3, "up": True}]
+        points = ring_of(backends)
+        if points[0][1] != points[-1][1]:
+            break
+    assert points[0][1] != points[-1][1]
     for b in backends:
         d.add(b["ip"], b["port"], vhosts=b["vhosts"])
-    points = sorted((_md5_prefix(f"{b['ip']}-{i}".encode()), b["ip"])
-                    for b in backends for i in range(b["vhosts"]))
     lowest_owner = points[0][1]
     past_last = [u for u in (f"wrap{n}@example.com" for n in range(2000))
                  if user_hash(u) > points[-1][0]][:5]
