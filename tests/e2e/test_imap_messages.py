@@ -331,6 +331,53 @@ def test_search_date_boundaries(imapd):
     m.logout()
 
 
+def test_condstore_search_modseq_and_first_enabling_fetch(imapd):
+    """RFC 7162 3.1: the first CONDSTORE-enabling command while a folder is
+    selected sends OK [HIGHESTMODSEQ] before its own responses. 3.1.5 with
+    RFC 4731: with RETURN (MIN) or (MAX) alone the MODSEQ is that of the
+    message returned; with ALL or COUNT the highest of all matches
+    (Dovecot answers the same on this sequence)."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    s, f = raw(imapd)
+    s.sendall(b"a1 LOGIN alice wonderland\r\na2 SELECT INBOX\r\n")
+    while not f.readline().startswith(b"a2 OK"):
+        pass
+    s.sendall(b"a3 FETCH 1 (MODSEQ)\r\n")
+    first = f.readline()
+    assert first.startswith(b"* OK [HIGHESTMODSEQ "), first
+    assert f.readline().startswith(b"* 1 FETCH (MODSEQ ("), first
+    assert f.readline().startswith(b"a3 OK")
+    s.sendall(b"a4 FETCH 1 (MODSEQ)\r\n")
+    assert f.readline().startswith(b"* 1 FETCH (MODSEQ (")  # only the first time
+    assert f.readline().startswith(b"a4 OK")
+    s.sendall(b"a5 LOGOUT\r\n")
+    s.close()
+
+    m.select("INBOX")
+    m.store("3", "+FLAGS", r"(\Seen)")
+    m.store("1", "+FLAGS", r"(\Flagged)")
+    m.untagged_responses.clear()
+    typ, data = m.fetch("1:3", "(MODSEQ)")
+    modseq = [int(re.search(r"MODSEQ \((\d+)\)", d.decode()).group(1)) for d in data]
+    assert modseq[0] > modseq[2] > modseq[1], modseq
+
+    def esearch(ret):
+        typ, data = m._simple_command("SEARCH", "RETURN", ret, "MODSEQ", "1")
+        assert typ == "OK", data
+        return m.untagged_responses.pop("ESEARCH")[0].decode()
+    assert esearch("(MIN)").endswith(f"MIN 1 MODSEQ {modseq[0]}")
+    assert esearch("(MAX)").endswith(f"MAX 3 MODSEQ {modseq[2]}")
+    assert esearch("(MIN MAX)").endswith(f"MIN 1 MAX 3 MODSEQ {modseq[0]}")
+    assert esearch("(COUNT)").endswith(f"COUNT 3 MODSEQ {modseq[0]}")
+    assert esearch("()").endswith(f"ALL 1:3 MODSEQ {modseq[0]}")
+    # The message in the middle is the oldest: MAX of 1:2 is it.
+    typ, data = m._simple_command("SEARCH", "RETURN", "(MAX)", "1:2", "MODSEQ", "1")
+    assert m.untagged_responses.pop("ESEARCH")[0].decode().endswith(f"MAX 2 MODSEQ {modseq[1]}")
+    m.logout()
+
+
 def test_fetch_and_store_errors(imapd):
     m = login(imapd)
     append(m)

@@ -94,8 +94,9 @@ static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
         condstore = condstore || imap_arg_atom_equals(&cmd->args[i], "CONDSTORE");
     }
     bool newly = condstore && !s->condstore;
-    s->condstore = s->condstore || condstore;
     imap_send(s, "* ENABLED%s", newly ? " CONDSTORE" : "");
+    if (newly)
+        imap_condstore_enable(s);
     imap_reply_ok(s, "Enabled.");
 }
 

@@ -558,7 +558,7 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
         return;
     }
     if (items.changedsince || (items.attrs & IMAP_FETCH_MODSEQ))
-        s->condstore = true;
+        imap_condstore_enable(s);
     /* Non-PEEK body items set \Seen first, so the FLAGS sent are current. */
     bool seen_changed = false;
     if (imap_fetch_items_set_seen(&items) && !s->readonly && count > 0) {
@@ -624,7 +624,7 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
             imap_reply_bad(s, "Bad UNCHANGEDSINCE value.");
             return;
         }
-        s->condstore = true;
+        imap_condstore_enable(s);
         i = 2;
     }
     if (argc != i + 2 || args[i].type != IMAP_ARG_ATOM) {

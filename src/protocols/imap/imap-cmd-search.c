@@ -335,8 +335,11 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         return;
     }
     struct search_ctx c = {.s = s, .needs = imap_search_needs(&prog)};
+    if (c.needs & IMAP_SEARCH_NEEDS_MODSEQ)
+        imap_condstore_enable(s);
     uint32_t *hits = NULL;
-    size_t hit_count = 0, cap = 0;
+    uint64_t *hit_modseqs = NULL;
+    size_t hit_count = 0, cap = 0, modseq_cap = 0;
     uint64_t max_modseq = 0;
     bool modseq_used = c.needs & IMAP_SEARCH_NEEDS_MODSEQ;
     for (uint32_t seq = 1; seq <= n; seq++) {
@@ -347,6 +350,8 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         if (!match)
             continue;
         hits = xgrow(hits, &cap, hit_count + 1, sizeof(uint32_t));
+        hit_modseqs = xgrow(hit_modseqs, &modseq_cap, hit_count + 1, sizeof(uint64_t));
+        hit_modseqs[hit_count] = c.e->modseq;
         hits[hit_count++] = uid_mode ? c.e->uid : seq;
         if (c.e->modseq > max_modseq)
             max_modseq = c.e->modseq;
@@ -369,8 +374,20 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         }
         if (r & IMAP_SEARCH_RETURN_COUNT)
             buf_printf(&out, " COUNT %zu", hit_count);
-        if (modseq_used && hit_count > 0)
-            buf_printf(&out, " MODSEQ %llu", (unsigned long long)max_modseq);
+        if (modseq_used && hit_count > 0) {
+            /* RFC 7162 3.1.5 with RFC 4731: with only MIN and/or MAX the
+             * mod-sequence is that of the message(s) returned, otherwise
+             * the highest of all matches. */
+            uint64_t modseq = max_modseq;
+            if (!(r & (IMAP_SEARCH_RETURN_ALL | IMAP_SEARCH_RETURN_COUNT))) {
+                modseq = 0;
+                if ((r & IMAP_SEARCH_RETURN_MIN) && hit_modseqs[0] > modseq)
+                    modseq = hit_modseqs[0];
+                if ((r & IMAP_SEARCH_RETURN_MAX) && hit_modseqs[hit_count - 1] > modseq)
+                    modseq = hit_modseqs[hit_count - 1];
+            }
+            buf_printf(&out, " MODSEQ %llu", (unsigned long long)modseq);
+        }
     } else {
         buf_append_str(&out, "* SEARCH");
         for (size_t i = 0; i < hit_count; i++)
@@ -382,6 +399,7 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
     imap_send_raw(s, out.data, out.len);
     buf_free(&out);
     free(hits);
+    free(hit_modseqs);
     imap_search_program_free(&prog);
     imap_reply_ok(s, "SEARCH completed.");
 }

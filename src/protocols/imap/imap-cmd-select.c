@@ -86,6 +86,18 @@ static void send_flags_lists(struct imap_session *s)
 
 static void idle_changed(void *ctx);
 
+void imap_condstore_enable(struct imap_session *s)
+{
+    if (s->condstore)
+        return;
+    s->condstore = true;
+    if (s->view == NULL)
+        return;
+    struct mailbox_view_status st;
+    mailbox_view_get_status(s->view, &st);
+    imap_send(s, "* OK [HIGHESTMODSEQ %llu] Highest.", (unsigned long long)st.highest_modseq);
+}
+
 void imap_selected_close(struct imap_session *s)
 {
     if (s->watch != NULL)

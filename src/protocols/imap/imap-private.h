@@ -157,6 +157,10 @@ void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t
  * `allow_expunge`; otherwise nothing is synced), EXISTS, FLAGS, FETCH
  * (FLAGS). Closes the folder when UIDVALIDITY changed. */
 void imap_selected_sync(struct imap_session *s);
+/* A CONDSTORE-enabling command (RFC 7162 3.1): the first one while a
+ * folder is selected sends "* OK [HIGHESTMODSEQ n]" before its own
+ * responses, as SELECT would have. */
+void imap_condstore_enable(struct imap_session *s);
 /* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
 void imap_selected_close(struct imap_session *s);
 /* "(\Seen \Flagged $Junk)" for a view entry. */
