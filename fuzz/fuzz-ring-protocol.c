@@ -269,7 +269,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct director_config dcfg;
     director_config_defaults(&dcfg);
     struct director_peers *peers = director_peers_new(cfg.self, 4);
-    h.sync = director_sync_new(base, h.st, peers, &dcfg);
+    h.sync = director_sync_new(base, h.st, peers, &dcfg, NULL);
     director_state_backend_add(h.st, "10.0.0.1", 143, "", 12, NULL, NULL);
     director_state_backend_add(h.st, "10.0.0.2", 143, "blue", 6, NULL, NULL);
     size_t start = 0;
