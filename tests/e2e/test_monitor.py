@@ -22,6 +22,7 @@ import pytest
 
 from conftest import free_port, http_request, run_petreld, wait_for
 from monitor_fakes import FakeBackend, FakeDirector, ring_line
+from ringproto import SECRET
 
 # Short timings: a normal poll every 500 ms, rapid probes 50 ms apart.
 FAST = {
@@ -63,10 +64,12 @@ def monitor_yaml(settings):
 @pytest.fixture
 def monitor(petreld, tmp_path):
     """Factory: monitor(director, **settings) -> a running petreld with only
-    the monitor component, its file written from FAST + settings."""
+    the monitor component, its file written from FAST + settings; the ring
+    secret comes from DIRECTOR_RING_SECRET (env may replace it)."""
     count = [0]
 
     def start(director, env=None, **settings):
+        env = {"DIRECTOR_RING_SECRET": SECRET, **(env or {})}
         cfg = dict(FAST)
         cfg["director_addr"] = director.addr
         cfg.update(settings)
@@ -553,13 +556,17 @@ def test_with_the_real_director(petreld, fakes, tmp_path):
     a = fakes(FakeBackend("imap", ip="127.0.0.2", port=port))
     b = fakes(FakeBackend("imap", ip="127.0.0.3", port=port))
     ring, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    secret = tmp_path / "ring.secret"
+    secret.write_text(SECRET + "\n")
     cfg = dict(FAST)
-    cfg.update({"director_addr": ring, "imap_port": port, "imap_tls": False, "tags": CREDS})
+    cfg.update({"director_addr": ring, "imap_port": port, "imap_tls": False, "tags": CREDS,
+                "director_secret_file": str(secret)})
     path = tmp_path / "monitor.yaml"
     path.write_text(monitor_yaml(cfg))
     d = petreld({"components": ["director", "monitor"],
                  "monitor": {"config_file": str(path)},
-                 "director": {"api": {"listen": api}, "ring": {"listen": ring},
+                 "director": {"api": {"listen": api},
+                              "ring": {"listen": ring, "secret_file": str(secret)},
                               "backends": [{"ip": "127.0.0.2", "port": 10143, "tag": "",
                                             "vhosts": 100}]}},
                 env={"DIRECTOR_API_TOKEN": "secret"})
@@ -642,8 +649,11 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
     backend = petreld(backend_cfg)
 
     ring, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    secret = tmp_path / "ring.secret"
+    secret.write_text(SECRET + "\n")
     cfg = dict(FAST)
     cfg.update({"director_addr": ring, "imap_port": imap_tls_port, "imap_tls": True,
+                "director_secret_file": str(secret),
                 "tls_ca_file": str(pki / "ca.pem"),
                 "tags": {"gold": {"user": "probe", "password": "probe-secret"},
                          "": {"user": "nobody", "password": "wrong"}}})
@@ -651,7 +661,8 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
     path.write_text(monitor_yaml(cfg))
     d = petreld({"components": ["director", "monitor"],
                  "monitor": {"config_file": str(path)},
-                 "director": {"api": {"listen": api}, "ring": {"listen": ring},
+                 "director": {"api": {"listen": api},
+                              "ring": {"listen": ring, "secret_file": str(secret)},
                               "backends": [{"ip": "127.0.0.1", "port": 10143, "tag": "gold",
                                             "vhosts": 100}]}},
                 env={"DIRECTOR_API_TOKEN": "secret"})
