@@ -320,6 +320,7 @@ class FakeDirector:
         self.server_secret = server_secret if server_secret is not None else secret
         self.version = version or ("1\t1" if secret is not None else "1\t0")
         self.auth_failures = 0  # AUTH lines with a wrong proof, or HELLO without AUTH
+        self.auth_wrong_proof = 0  # of those: AUTH lines whose proof is wrong
         self.auth_ok = 0
         self.lock = threading.Lock()
         self.received = []    # (time, fields) of every line after HELLO
@@ -448,6 +449,7 @@ class FakeDirector:
                 if not ok:
                     with self.lock:
                         self.auth_failures += 1
+                        self.auth_wrong_proof += auth[0] == "AUTH"
                     conn.sendall(ring_line("ERROR", "authentication failed"))
                     conn.close()
                     return

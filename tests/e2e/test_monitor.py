@@ -486,6 +486,49 @@ def test_wrong_ring_version_is_refused(monitor, fakes):
     assert any(c["name"] == "monitor-director" and not c["ok"] for c in r.json()["checks"])
 
 
+# ---------- ring authentication ----------
+
+def test_monitor_authenticates_and_checks_the_director(monitor, fakes):
+    """The monitor proves the ring secret (AUTH) and requires the director's
+    proof (AUTH-OK) before it takes the backend list: an impostor that cannot
+    prove the secret, or a director that offers no challenge, gets no
+    reports and the monitor is not ready."""
+    good = fakes(FakeDirector({"127.0.0.2": {}}))
+    d = monitor(good, imap_tls=False)
+    wait_for(lambda: good.connections() >= 1, timeout=10, what="an authenticated monitor")
+    assert good.auth_ok >= 1 and good.auth_failures == 0
+
+    impostor = fakes(FakeDirector({"127.0.0.2": {}}, server_secret="not-the-ring-secret-000"))
+    d = monitor(impostor, imap_tls=False)
+    wait_for(lambda: "the director's proof does not match the ring secret" in d.stderr(),
+             timeout=10, what="the impostor refused")
+    assert metric(d, "petrel_monitor_director_connected") == 0
+    assert impostor.reports() == []
+
+    old = fakes(FakeDirector({"127.0.0.2": {}}, secret=None))
+    d = monitor(old, imap_tls=False)
+    wait_for(lambda: "the director does not authenticate" in d.stderr(), timeout=10,
+             what="a director without a challenge refused")
+    assert old.connections() == 0  # no HELLO was sent
+
+
+def test_monitor_with_a_wrong_secret_is_refused(monitor, fakes):
+    director = fakes(FakeDirector({"127.0.0.2": {}}))
+    d = monitor(director, env={"DIRECTOR_RING_SECRET": "the-wrong-ring-secret-12"},
+                imap_tls=False)
+    wait_for(lambda: director.auth_wrong_proof >= 2, timeout=10, what="refused AUTH lines")
+    assert director.connections() == 0
+    wait_for(lambda: "authentication failed" in d.stderr(), timeout=10, what="the refusal logged")
+    assert "the-wrong-ring-secret-12" not in d.stderr()
+
+
+def test_monitor_without_a_secret_talks_to_an_unauthenticated_director(monitor, fakes):
+    director = fakes(FakeDirector({"127.0.0.2": {}}, secret=None))
+    d = monitor(director, env={"DIRECTOR_RING_SECRET": ""}, imap_tls=False)
+    wait_for(lambda: director.connections() >= 1, timeout=10, what="an anonymous monitor")
+    assert "director link not authenticated" in d.stderr()
+
+
 def test_readiness_and_metrics_exposition(monitor, fakes, tmp_path):
     port = free_port()
     fakes(FakeBackend("imap", ip="127.0.0.2", port=port))
