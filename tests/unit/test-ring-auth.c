@@ -62,8 +62,9 @@ static void test_check_refuses_every_near_miss(void **state)
         p[i] = p[i] == '0' ? '1' : '0';
         assert_false(ring_auth_check(SECRET, n, RING_AUTH_CLIENT, SN, CN, p));
     }
-    assert_false(ring_auth_check(SECRET, n, RING_AUTH_CLIENT, SN, CN,
-                                 "F49061AB1CA78BE8DEB02FFEA5232778C14DBB08219463B3754419EB742E9904"));
+    assert_false(
+        ring_auth_check(SECRET, n, RING_AUTH_CLIENT, SN, CN,
+                        "F49061AB1CA78BE8DEB02FFEA5232778C14DBB08219463B3754419EB742E9904"));
     assert_false(ring_auth_check(SECRET, n, RING_AUTH_CLIENT, SN, CN, ""));
     assert_false(ring_auth_check(SECRET, n, RING_AUTH_CLIENT, SN, CN, CLIENT_PROOF "0"));
 }
@@ -123,7 +124,8 @@ static void test_auth_lines_decode_and_roundtrip(void **state)
         "AUTH\thmac-sha256\t" CN,
         "AUTH\t\t" CN "\t" CLIENT_PROOF,
         "AUTH\thmac-sha256\tzz" CN "\t" CLIENT_PROOF,
-        "AUTH\thmac-sha256\t" CN "\tF49061AB1CA78BE8DEB02FFEA5232778C14DBB08219463B3754419EB742E9904",
+        "AUTH\thmac-sha256\t" CN
+        "\tF49061AB1CA78BE8DEB02FFEA5232778C14DBB08219463B3754419EB742E9904",
         "AUTH\thmac-sha256\t" CN "\t" CLIENT_PROOF "00",
         "AUTH-OK",
         "AUTH-OK\tnot-a-proof",

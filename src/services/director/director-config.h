@@ -37,8 +37,8 @@ struct director_config {
     char *ring_listen;
     char *self; /* ring identity "<ip>:<port>"; "" = derived at start */
     char **ring_allowed_nets;
-    char *ring_secret_file; /* shared ring secret (ring-auth.h); "" = none */
-    char *ring_secret_env;  /* variable holding it (or `<name>_FILE` naming its file) */
+    char *ring_secret_file;          /* shared ring secret (ring-auth.h); "" = none */
+    char *ring_secret_env;           /* variable holding it (or `<name>_FILE` naming its file) */
     bool ring_allow_unauthenticated; /* accept clients that do not authenticate */
     int64_t ring_auth_timeout_ms;    /* accept -> authenticated, else closed */
     int64_t ring_handshake_timeout_ms;

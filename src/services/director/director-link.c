@@ -33,7 +33,7 @@ struct director_link {
     struct director_link_callbacks cb;
     char addr[64];
     char *self;
-    char *secret; /* "" = this director does not authenticate */
+    char *secret;                           /* "" = this director does not authenticate */
     char nonce[RING_AUTH_HEX_LEN + 1];      /* ours, for this connection */
     char peer_nonce[RING_AUTH_HEX_LEN + 1]; /* the peer's, from its VERSION */
     bool awaiting_auth_ok;
@@ -174,8 +174,8 @@ static void handle_line(struct director_link *link, char *text, size_t len)
             fail(link, "AUTH-OK expected from the peer");
             return;
         }
-        if (!ring_auth_check(link->secret, strlen(link->secret), RING_AUTH_SERVER,
-                             link->peer_nonce, link->nonce, m.auth_ok.proof)) {
+        if (!ring_auth_check(link->secret, strlen(link->secret), RING_AUTH_SERVER, link->peer_nonce,
+                             link->nonce, m.auth_ok.proof)) {
             log_warn(COMPONENT, "peer failed authentication",
                      "peer=%s reason=\"its AUTH-OK proof does not match our ring secret\"",
                      link->addr);

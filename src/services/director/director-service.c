@@ -231,7 +231,9 @@ struct director_service *director_service_start(const struct service_env *env,
              director_api_address(svc->api), ring_server_address(svc->ring), self,
              director_backends_count(director_state_backends(svc->state)),
              director_peers_count(svc->peers), token[0] != '\0' ? "token" : "off",
-             secret[0] == '\0' ? "off" : cfg->ring_allow_unauthenticated ? "optional" : RING_AUTH_MECH);
+             secret[0] == '\0'                 ? "off"
+             : cfg->ring_allow_unauthenticated ? "optional"
+                                               : RING_AUTH_MECH);
     free(token);
     ring_secret_free(secret);
     return svc;

@@ -52,8 +52,8 @@ void ring_auth_proof(const char *secret, size_t secret_len, enum ring_auth_role 
     n += RING_AUTH_HEX_LEN;
     unsigned char mac[EVP_MAX_MD_SIZE];
     size_t mac_len = 0;
-    if (EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, secret, secret_len, msg, n, mac,
-                  sizeof(mac), &mac_len) == NULL ||
+    if (EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, secret, secret_len, msg, n, mac, sizeof(mac),
+                  &mac_len) == NULL ||
         mac_len * 2 != RING_AUTH_HEX_LEN)
         petrel_fatal("HMAC-SHA256 is not available from OpenSSL");
     to_hex(mac, mac_len, out);

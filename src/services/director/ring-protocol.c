@@ -38,10 +38,10 @@ static const char *const outcome_names[] = {"sticky", "assigned", "killing", "no
                                             "bad_request"};
 static const char *const proto_names[] = {"imap", "imaps", "pop3", "pop3s", "lmtp"};
 static const char *const verbs[] = {
-    "VERSION",       "HELLO",      "HOST",      "DONE",        "RING-CHANGE",   "USER-MOVED",
-    "USER-KICKED",   "LOOKUP",     "LOOKUP-OK", "LOOKUP-FAIL", "SESSION-START", "SESSION-END",
-    "BACKEND-FLUSH", "BACKEND-UP", "PING",      "PONG",        "ERROR",         "USER",
-    "AUTH",          "AUTH-OK",
+    "VERSION",       "HELLO",       "HOST",          "DONE",       "RING-CHANGE",
+    "USER-MOVED",    "USER-KICKED", "LOOKUP",        "LOOKUP-OK",  "LOOKUP-FAIL",
+    "SESSION-START", "SESSION-END", "BACKEND-FLUSH", "BACKEND-UP", "PING",
+    "PONG",          "ERROR",       "USER",          "AUTH",       "AUTH-OK",
 };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))

@@ -49,7 +49,8 @@ struct ring_conn {
     enum conn_state state;
     enum ring_kind kind;
     bool authenticated;
-    char nonce[RING_AUTH_HEX_LEN + 1]; /* this connection's challenge ("" without a secret) */
+    /* this connection's challenge ("" without a secret) */
+    char nonce[RING_AUTH_HEX_LEN + 1];
     bool closing; /* no more reading; freed once its output has left */
     bool dead;    /* freed by the reaper (never inside a callback of its own) */
     bool throttled;
@@ -243,9 +244,8 @@ static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct ring_conn *conn = arg;
     if (conn->srv->secret[0] != '\0' && !conn->authenticated) {
-        log_warn(COMPONENT, "ring client not authenticated in time",
-                 "peer=%s auth_timeout_ms=%lld", conn->peer,
-                 (long long)conn->srv->cfg->ring_auth_timeout_ms);
+        log_warn(COMPONENT, "ring client not authenticated in time", "peer=%s auth_timeout_ms=%lld",
+                 conn->peer, (long long)conn->srv->cfg->ring_auth_timeout_ms);
         close_with_error(conn, "authentication timeout: VERSION and AUTH expected");
         return;
     }
@@ -281,8 +281,7 @@ static void send_greeting(struct ring_conn *conn)
  * secret or the proofs), ERROR, close. */
 static void auth_refused(struct ring_conn *conn, const char *reason, const char *client_text)
 {
-    log_warn(COMPONENT, "ring authentication failed", "peer=%s reason=\"%s\"", conn->peer,
-             reason);
+    log_warn(COMPONENT, "ring authentication failed", "peer=%s reason=\"%s\"", conn->peer, reason);
     close_with_error(conn, client_text);
 }
 

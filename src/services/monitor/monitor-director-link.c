@@ -34,7 +34,7 @@ struct monitor_link {
     char *address;
     struct net_addr addr;
     char *name;
-    char *secret; /* "" = anonymous */
+    char *secret;                               /* "" = anonymous */
     char nonce[RING_AUTH_HEX_LEN + 1];          /* ours, per connection */
     char director_nonce[RING_AUTH_HEX_LEN + 1]; /* from the director's VERSION */
     bool awaiting_auth_ok;
