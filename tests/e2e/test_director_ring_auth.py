@@ -268,3 +268,27 @@ def test_directors_with_different_secrets_do_not_link(petreld):
     other = next(m for m in ring["members"] if not m["self"])
     assert other["link"]["state"] == "reconnecting"
     assert "a-different-ring-secret-4242" not in a.d.stderr() + b.d.stderr()
+
+
+def test_defaults_loopback_allow_list_and_secret_never_printed(tmp_path):
+    def check_config(cfg):
+        path = tmp_path / "petrel.yaml"
+        path.write_text(to_yaml(cfg) + "\n")
+        proc = run_petreld(["-c", str(path), "--check-config"],
+                           env={"DIRECTOR_RING_SECRET": SECRET})
+        assert proc.returncode == 0, proc.stderr
+        assert SECRET not in proc.stdout + proc.stderr
+        return proc.stdout.split("\n  ring:\n", 1)[1].split("\n  user_expire:", 1)[0]
+
+    cfg = merge(default_config(), director_cfg())
+    ring = check_config(cfg)
+    nets = ring.split("allowed_nets:", 1)[1]
+    nets = nets[:nets.index("handshake_timeout")]
+    assert "127.0.0.0/8" in nets and "::1/128" in nets
+    assert "10.96.0.0/12" not in nets and "10.244.0.0/16" not in nets
+    secret_file = tmp_path / "ring.secret"
+    secret_file.write_text(SECRET + "\n")
+    cfg["director"]["ring"]["secret_file"] = str(secret_file)
+    ring = check_config(cfg)
+    assert str(secret_file) in ring and "allow_unauthenticated: false" in ring
+    assert "auth_timeout: 5000ms" in ring
