@@ -12,6 +12,8 @@ each on the next director round the ring) through the admin API. For each
 change it measures the time from sending the HTTP request until a monitor
 client connected to every OTHER director's ring port has received the
 RING-CHANGE. Prints one line: count, p50, p90, p99 and max in ms."""
+import hashlib
+import hmac
 import json
 import os
 import select
@@ -22,6 +24,12 @@ import time
 import urllib.request
 
 TOKEN = "bench-token-0123456789abcdef0123456789abcdef"
+RING_SECRET = "bench-ring-secret-0123456789abcdef"  # the directors' DIRECTOR_RING_SECRET
+
+
+def proof(role, server_nonce, client_nonce):
+    msg = b"\0".join([b"petrel-ring-auth", role, server_nonce, client_nonce])
+    return hmac.new(RING_SECRET.encode(), msg, hashlib.sha256).hexdigest().encode()
 
 
 def port_free_on(ips):
@@ -57,8 +65,15 @@ class Monitor:
     def __init__(self, addr):
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.sock.sendall(b"VERSION\tpetrel-ring\t1\t0\nHELLO\tmonitor\tbench\n")
         self.buf = b""
+        while b"\n" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        version, self.buf = self.buf.split(b"\n", 1)
+        server_nonce = version.split(b"nonce=", 1)[1].split(b"\t", 1)[0]
+        client_nonce = os.urandom(32).hex().encode()
+        self.sock.sendall(b"VERSION\tpetrel-ring\t1\t1\nAUTH\thmac-sha256\t" + client_nonce
+                          + b"\t" + proof(b"client", server_nonce, client_nonce)
+                          + b"\nHELLO\tmonitor\tbench\n")
         while b"DONE\n" not in self.buf:
             self.buf += self.sock.recv(65536)
         self.buf = self.buf.split(b"DONE\n", 1)[1]
@@ -106,7 +121,8 @@ director:
 """)
             log = open(os.path.join(work, f"director-{ip}.log"), "wb")
             procs.append(subprocess.Popen([petreld, "-c", path], stdout=log, stderr=log,
-                                          env=dict(os.environ, DIRECTOR_API_TOKEN=TOKEN)))
+                                          env=dict(os.environ, DIRECTOR_API_TOKEN=TOKEN,
+                                                   DIRECTOR_RING_SECRET=RING_SECRET)))
         apis = [f"{ip}:{api_port}" for ip in ips]
         deadline = time.monotonic() + 30
         while True:

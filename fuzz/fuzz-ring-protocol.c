@@ -15,7 +15,9 @@
  *      peer sync's receive path (per-origin watermarks: a change is applied
  *      once), HOST merged by last-writer-wins and USER lines merged as a
  *      joining director would, flush, expiry on a clock that moves with the
- *      input): outcomes are
+ *      input; AUTH and AUTH-OK checked against a fixed secret and nonce, the
+ *      constant-time check agreeing with a plain comparison of the expected
+ *      proof): outcomes are
  *      consistent (a backend for sticky/assigned, a reason for
  *      bad_request), session counts never go negative, the user table
  *      stays within its limit, and everything is freed at the end. */
@@ -24,6 +26,7 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-sync.h"
+#include "services/director/ring-auth.h"
 #include "services/director/ring-hash.h"
 #include "services/director/ring-protocol.h"
 
@@ -198,6 +201,25 @@ static void apply(struct harness *h, const struct ring_msg *m)
             assert(u->backend->state == RING_STATE_UP || u->backend->state == RING_STATE_FLUSH);
         break;
     }
+    case RING_MSG_VERSION:
+        assert(m->version.nonce == NULL || ring_auth_hex_valid(m->version.nonce));
+        break;
+    case RING_MSG_AUTH:
+    case RING_MSG_AUTH_OK: {
+        static const char secret[] = "fuzz-ring-secret-0123456789";
+        static const char fixed[] =
+            "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        bool client = m->type == RING_MSG_AUTH;
+        const char *cn = client ? m->auth.nonce : fixed;
+        const char *proof = client ? m->auth.proof : m->auth_ok.proof;
+        enum ring_auth_role role = client ? RING_AUTH_CLIENT : RING_AUTH_SERVER;
+        char want[RING_AUTH_HEX_LEN + 1];
+        ring_auth_proof(secret, sizeof(secret) - 1, role, fixed, cn, want);
+        assert(ring_auth_check(secret, sizeof(secret) - 1, role, fixed, cn, proof) ==
+               (strcmp(want, proof) == 0));
+        assert(ring_auth_check(secret, sizeof(secret) - 1, role, fixed, cn, want));
+        break;
+    }
     case RING_MSG_PING:
         h->now_ms += 30000; /* time passes: mappings and kills expire */
         director_state_expire(h->st);
@@ -269,7 +291,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct director_config dcfg;
     director_config_defaults(&dcfg);
     struct director_peers *peers = director_peers_new(cfg.self, 4);
-    h.sync = director_sync_new(base, h.st, peers, &dcfg);
+    h.sync = director_sync_new(base, h.st, peers, &dcfg, NULL);
     director_state_backend_add(h.st, "10.0.0.1", 143, "", 12, NULL, NULL);
     director_state_backend_add(h.st, "10.0.0.2", 143, "blue", 6, NULL, NULL);
     size_t start = 0;

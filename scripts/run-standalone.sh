@@ -21,6 +21,12 @@ if [ ! -f var/tls/imap.pem ]; then
     -keyout var/tls/imap.key -out var/tls/imap.pem 2>/dev/null
 fi
 
+if [ ! -s var/ring.secret ]; then
+  # The director's ring secret, proven by the monitor (director.ring.secret_file
+  # and the monitor's director_secret_file name this file).
+  (umask 077 && openssl rand -hex 32 > var/ring.secret)
+fi
+
 cmd=(build/petreld -c "$CONFIG")
 if [ "$(id -u)" -eq 0 ]; then
   chown -R "$RUN_AS" var

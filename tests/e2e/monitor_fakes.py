@@ -8,18 +8,22 @@
   so a test can check exactly how many probes the monitor made. It can speak
   implicit TLS.
 - FakeDirector: the director's ring port speaking the grammar of
-  docs/ring-protocol.md: VERSION, the HOST handshake, RING-CHANGE pushes, and
-  the director's reaction to BACKEND-FLUSH/BACKEND-UP (a RING-CHANGE echo). It
-  records every line the monitor sends.
+  docs/ring-protocol.md: VERSION with the authentication challenge, AUTH /
+  AUTH-OK (HMAC-SHA256 computed here with hmac/hashlib), the HOST handshake,
+  RING-CHANGE pushes, and the director's reaction to BACKEND-FLUSH/BACKEND-UP
+  (a RING-CHANGE echo). It records every line the monitor sends.
 
 Only the standard library; every server runs in daemon threads and binds
 loopback addresses only.
 """
 
+import os
 import socket
 import ssl
 import threading
 import time
+
+from ringproto import SECRET, auth_proof
 
 
 def _escape(field):
@@ -301,13 +305,23 @@ class FakeDirector:
     """The director's ring port. `backends` maps ip -> dict(port, tag, vhosts,
     state). Each monitor connection gets the HOST handshake; BACKEND-FLUSH and
     BACKEND-UP change the state and are echoed to every connection as
-    RING-CHANGE, as the real director does."""
+    RING-CHANGE, as the real director does. With a `secret` (the default) its
+    VERSION carries a challenge and a monitor must answer with AUTH before
+    HELLO; `secret=None` is an old (1.0) director without authentication;
+    `server_secret` makes it prove another secret than it checks (a director
+    impostor that recorded a proof)."""
 
-    def __init__(self, backends=None, answer_ping=True, react=True, version="1\t0"):
+    def __init__(self, backends=None, answer_ping=True, react=True, version=None,
+                 secret=SECRET, server_secret=None):
         self.backends = {ip: dict(b) for ip, b in (backends or {}).items()}
         self.answer_ping = answer_ping
         self.react = react
-        self.version = version
+        self.secret = secret
+        self.server_secret = server_secret if server_secret is not None else secret
+        self.version = version or ("1\t1" if secret is not None else "1\t0")
+        self.auth_failures = 0  # AUTH lines with a wrong proof, or HELLO without AUTH
+        self.auth_wrong_proof = 0  # of those: AUTH lines whose proof is wrong
+        self.auth_ok = 0
         self.lock = threading.Lock()
         self.received = []    # (time, fields) of every line after HELLO
         self.hellos = []      # HELLO fields per connection
@@ -423,9 +437,27 @@ class FakeDirector:
         conn.settimeout(None)
         f = conn.makefile("rb")
         try:
-            conn.sendall(("VERSION\tpetrel-ring\t%s\n" % self.version).encode())
+            nonce = os.urandom(32).hex()
+            challenge = ("\tauth=hmac-sha256\tnonce=" + nonce) if self.secret is not None else ""
+            conn.sendall(("VERSION\tpetrel-ring\t%s%s\n" % (self.version, challenge)).encode())
             version = f.readline()
             hello = f.readline()
+            if self.secret is not None:
+                auth = hello.decode().rstrip("\n").split("\t")
+                ok = (len(auth) == 4 and auth[0] == "AUTH"
+                      and auth[3] == auth_proof(self.secret, "client", nonce, auth[2]))
+                if not ok:
+                    with self.lock:
+                        self.auth_failures += 1
+                        self.auth_wrong_proof += auth[0] == "AUTH"
+                    conn.sendall(ring_line("ERROR", "authentication failed"))
+                    conn.close()
+                    return
+                with self.lock:
+                    self.auth_ok += 1
+                conn.sendall(ring_line("AUTH-OK",
+                                       auth_proof(self.server_secret, "server", nonce, auth[2])))
+                hello = f.readline()
             if not version.startswith(b"VERSION\tpetrel-ring\t1\t") or not hello.startswith(b"HELLO\t"):
                 conn.sendall(ring_line("ERROR", "bad handshake"))
                 conn.close()

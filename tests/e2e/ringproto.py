@@ -5,9 +5,15 @@ the C code), so tests can check where users must go."""
 
 import bisect
 import hashlib
+import hmac
 import ipaddress
+import os
 import socket
 import time
+
+# The ring secret the e2e directors are started with (DIRECTOR_RING_SECRET)
+# and RingClient proves by default.
+SECRET = "e2e-ring-secret-3f9c2a71d04b"
 
 _ESC = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _UNESC = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
@@ -63,25 +69,80 @@ def route(backends, user, tag=""):
     return ring[i % len(ring)][4]
 
 
+# ---------- authentication (docs/ring-protocol.md#authentication) ----------
+
+def auth_proof(secret, role, server_nonce, client_nonce):
+    """HMAC-SHA256 proof computed here with hmac/hashlib, not by Petrel."""
+    if isinstance(secret, str):
+        secret = secret.encode()
+    msg = (b"petrel-ring-auth\0" + role.encode() + b"\0" + server_nonce.encode() + b"\0"
+           + client_nonce.encode())
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
+
+
+def params(fields):
+    """The key=value parameters of a line's fields."""
+    return dict(f.split("=", 1) for f in fields if "=" in f)
+
+
+def answer_challenge(version_fields, secret=SECRET, client_nonce=None):
+    """VERSION and AUTH (bytes) answering a director's VERSION line."""
+    server_nonce = params(version_fields[4:])["nonce"]
+    client_nonce = client_nonce or os.urandom(32).hex()
+    return (encode("VERSION", "petrel-ring", 1, 1)
+            + encode("AUTH", "hmac-sha256", client_nonce,
+                     auth_proof(secret, "client", server_nonce, client_nonce)))
+
+
 # ---------- the client ----------
 
 class RingClient:
-    """One connection. `hello=False` stops after the director's VERSION."""
+    """One connection. `hello=False` stops after the director's VERSION (kept
+    in self.version); `secret=None` says HELLO without authenticating."""
 
-    def __init__(self, addr, kind="login", name="pytest", timeout=10, hello=True):
+    def __init__(self, addr, kind="login", name="pytest", timeout=10, hello=True,
+                 secret=SECRET):
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.buf = b""
         self.hosts = []
         self.users = []  # USER lines (a `director` client's handshake)
         self.skipped = []  # pushes read while waiting for a reply
+        self.secret = secret
+        self.version = None
         if hello:
             self.handshake(kind, name)
 
+    def read_version(self):
+        if self.version is None:
+            self.version = self.recv()
+            assert self.version[:2] == ["VERSION", "petrel-ring"], self.version
+        return self.version
+
+    def authenticate(self, secret=None, client_nonce=None, minor=1):
+        """VERSION and AUTH; checks the director's AUTH-OK proof and returns
+        the AUTH-OK line (or whatever came instead, e.g. ERROR)."""
+        secret = self.secret if secret is None else secret
+        challenge = params(self.read_version()[4:])
+        assert challenge.get("auth") == "hmac-sha256", self.version
+        server_nonce = challenge["nonce"]
+        self.send("VERSION", "petrel-ring", 1, minor)
+        client_nonce = client_nonce or os.urandom(32).hex()
+        self.send("AUTH", "hmac-sha256", client_nonce,
+                  auth_proof(secret, "client", server_nonce, client_nonce))
+        line = self.recv()
+        if line[0] == "AUTH-OK":
+            assert line[1] == auth_proof(secret, "server", server_nonce, client_nonce), \
+                "the director's proof does not match"
+        return line
+
     def handshake(self, kind, name):
-        version = self.recv()
-        assert version[:2] == ["VERSION", "petrel-ring"], version
-        self.send("VERSION", "petrel-ring", 1, 0)
+        if self.secret is not None:
+            ok = self.authenticate()
+            assert ok[0] == "AUTH-OK", ok
+        else:
+            self.read_version()
+            self.send("VERSION", "petrel-ring", 1, 1)
         self.send("HELLO", kind, name)
         while True:
             line = self.recv()

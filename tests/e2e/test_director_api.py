@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import free_port, http_request, run_petreld, run_petrelctl, wait_for
-from ringproto import RingClient, _md5_prefix, route, user_hash
+from ringproto import SECRET, RingClient, _md5_prefix, answer_challenge, route, user_hash
 
 TOKEN = "director-test-token"
 
@@ -72,6 +72,7 @@ class Director:
 def director(petreld):
     def start(backends=None, env=None, token=TOKEN, **sections):
         e = {"DIRECTOR_API_TOKEN": token} if token else {}
+        e["DIRECTOR_RING_SECRET"] = SECRET
         e.update(env or {})
         return Director(petreld(director_config(backends, **sections), env=e), token=token)
     return start
@@ -575,16 +576,14 @@ def test_ring_protocol_errors(director):
     c.recv()
     c.send("VERSION", "dovecot-director", 1, 0)
     assert c.recv()[0] == "ERROR" and c.closed()
-    # a client that never says HELLO
+    # a client that authenticates and never says HELLO
     c = RingClient(d.ring, hello=False)
-    c.recv()
-    c.send("VERSION", "petrel-ring", 1, 0)
+    assert c.authenticate()[0] == "AUTH-OK"
     assert c.recv(timeout=5) == ["ERROR", "handshake timeout: VERSION and HELLO expected"]
     assert c.closed()
     # a newer minor version is fine
     c = RingClient(d.ring, hello=False)
-    c.recv()
-    c.send("VERSION", "petrel-ring", 1, 9)
+    assert c.authenticate(minor=9)[0] == "AUTH-OK"
     c.send("HELLO", "login", "future")
     assert c.recv()[0] == "HOST"
     assert c.recv() == ["DONE"]
@@ -642,7 +641,11 @@ def test_a_client_that_does_not_read_its_pushes_is_dropped(director):
     lazy.setsockopt(sk.SOL_SOCKET, sk.SO_RCVBUF, 4096)
     host, port = d.ring.rsplit(":", 1)
     lazy.connect((host, int(port)))
-    lazy.sendall(b"VERSION\tpetrel-ring\t1\t0\nHELLO\tlogin\tlazy\n")  # and never reads
+    version = b""
+    while not version.endswith(b"\n"):
+        version += lazy.recv(1)
+    lazy.sendall(answer_challenge(version.decode().rstrip("\n").split("\t"))
+                 + b"HELLO\tlogin\tlazy\n")  # and never reads
     mon = RingClient(d.ring, "monitor", "flapper", timeout=30)
     stop = threading.Event()
 
@@ -965,8 +968,11 @@ def test_the_monitor_flushes_and_restores_a_backend(director, petreld, tmp_path)
     port = lmtp.port
     d = director(backends=[{"ip": "127.0.0.1", "port": 10024}])
     monitor_file = tmp_path / "monitor.yaml"
+    secret_file = tmp_path / "ring.secret"
+    secret_file.write_text(SECRET + "\n")
     monitor_file.write_text(
-        f"director_addr: {d.ring}\npoll_imap: false\npoll_lmtp: true\nlmtp_port: {port}\n"
+        f"director_addr: {d.ring}\ndirector_secret_file: {secret_file}\n"
+        f"poll_imap: false\npoll_lmtp: true\nlmtp_port: {port}\n"
         "interval: 200ms\ntimeout: 500ms\nretry_count: 1\nrapid_rounds: 2\n"
         "rapid_fails_needed: 1\nrapid_interval: 100ms\n")
     try:

@@ -9,6 +9,7 @@ when it comes back.
 Real petreld processes and real sockets; ports picked free at run time (one
 ring port and one API port free on every address used: the topology check
 reaches a peer at its ring ip and this replica's API port)."""
+import os
 import signal
 import socket
 import threading
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from conftest import free_port, http_request, wait_for
-from ringproto import RingClient, route, user_hash
+from ringproto import SECRET, RingClient, auth_proof, route, user_hash
 
 TOKEN = "ring-test-token"
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
@@ -73,13 +74,16 @@ BACKENDS = [{"ip": "10.0.0.1", "port": 143}, {"ip": "10.0.0.2", "port": 143}]
 
 @pytest.fixture
 def ring(petreld):
-    """ring(n, peers=True) -> [Replica]: n directors on 127.0.0.1..n."""
-    def start(n=3, peers=True, backends=BACKENDS):
+    """ring(n, peers=True) -> [Replica]: n directors on 127.0.0.1..n, each
+    with the ring secret secrets[i] (default: all SECRET; None: no secret and
+    ring.allow_unauthenticated)."""
+    def start(n=3, peers=True, backends=BACKENDS, secrets=None):
         ips = IPS[:n]
         api_port = port_free_on(ips)
         ring_port = port_free_on(ips)
         reps = []
         for ip in ips:
+            secret = secrets[len(reps)] if secrets is not None else SECRET
             cfg = {
                 "components": ["director"],
                 "director": {
@@ -91,7 +95,12 @@ def ring(petreld):
                     "backends": backends,
                 },
             }
-            d = petreld(cfg, env={"DIRECTOR_API_TOKEN": TOKEN})
+            env = {"DIRECTOR_API_TOKEN": TOKEN}
+            if secret is None:
+                cfg["director"]["ring"]["allow_unauthenticated"] = True
+            else:
+                env["DIRECTOR_RING_SECRET"] = secret
+            d = petreld(cfg, env=env)
             reps.append(Replica(d, ip, api_port, ring_port))
         return reps
     return start
@@ -391,8 +400,9 @@ def test_peer_protocol_handshake_dedup_and_errors(ring):
 # ---------- a peer gone silent ----------
 
 class SilentPeer:
-    """A ring listener that completes the director handshake (VERSION, DONE)
-    and then never answers again, like a peer behind a partition."""
+    """A ring listener that completes the director handshake (VERSION with
+    its challenge, AUTH-OK, DONE) and then never answers again, like a peer
+    behind a partition."""
 
     def __init__(self, ip):
         self.srv = socket.socket()
@@ -417,14 +427,19 @@ class SilentPeer:
 
     def _serve(self, c):
         try:
-            c.sendall(b"VERSION\tpetrel-ring\t1\t0\n")
+            nonce = os.urandom(32).hex()
+            c.sendall(f"VERSION\tpetrel-ring\t1\t1\tauth=hmac-sha256\tnonce={nonce}\n".encode())
             buf = b""
             while b"HELLO" not in buf:
                 data = c.recv(4096)
                 if not data:
                     return
                 buf += data
-            c.sendall(b"DONE\n")
+            auth = next(ln for ln in buf.decode().split("\n") if ln.startswith("AUTH\t"))
+            _, _, client_nonce, proof = auth.split("\t")
+            assert proof == auth_proof(SECRET, "client", nonce, client_nonce)
+            c.sendall(f"AUTH-OK\t{auth_proof(SECRET, 'server', nonce, client_nonce)}\n"
+                      "DONE\n".encode())
             while not self.stop:
                 data = c.recv(4096)
                 if not data:
@@ -450,7 +465,7 @@ def test_a_silent_peer_is_dropped_by_the_keepalive(petreld):
             "ring": {"listen": f"127.0.0.1:{ring_port}", "ping_interval": "200ms",
                      "peer_timeout": "300ms", "reconnect_min": "50ms", "reconnect_max": "100ms"},
             "peers": [fake.addr]}}
-        d = petreld(cfg, env={"DIRECTOR_API_TOKEN": TOKEN})
+        d = petreld(cfg, env={"DIRECTOR_API_TOKEN": TOKEN, "DIRECTOR_RING_SECRET": SECRET})
         a = Replica(d, "127.0.0.1", api_port, ring_port)
 
         def link_state():

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import free_port, http_request, run_petreld, wait_for
 from monitor_fakes import FakeBackend, FakeDirector, ring_line
+from ringproto import SECRET
 
 # Short timings: a normal poll every 500 ms, rapid probes 50 ms apart.
 FAST = {
@@ -63,10 +64,12 @@ def monitor_yaml(settings):
 @pytest.fixture
 def monitor(petreld, tmp_path):
     """Factory: monitor(director, **settings) -> a running petreld with only
-    the monitor component, its file written from FAST + settings."""
+    the monitor component, its file written from FAST + settings; the ring
+    secret comes from DIRECTOR_RING_SECRET (env may replace it)."""
     count = [0]
 
     def start(director, env=None, **settings):
+        env = {"DIRECTOR_RING_SECRET": SECRET, **(env or {})}
         cfg = dict(FAST)
         cfg["director_addr"] = director.addr
         cfg.update(settings)
@@ -483,6 +486,49 @@ def test_wrong_ring_version_is_refused(monitor, fakes):
     assert any(c["name"] == "monitor-director" and not c["ok"] for c in r.json()["checks"])
 
 
+# ---------- ring authentication ----------
+
+def test_monitor_authenticates_and_checks_the_director(monitor, fakes):
+    """The monitor proves the ring secret (AUTH) and requires the director's
+    proof (AUTH-OK) before it takes the backend list: an impostor that cannot
+    prove the secret, or a director that offers no challenge, gets no
+    reports and the monitor is not ready."""
+    good = fakes(FakeDirector({"127.0.0.2": {}}))
+    d = monitor(good, imap_tls=False)
+    wait_for(lambda: good.connections() >= 1, timeout=10, what="an authenticated monitor")
+    assert good.auth_ok >= 1 and good.auth_failures == 0
+
+    impostor = fakes(FakeDirector({"127.0.0.2": {}}, server_secret="not-the-ring-secret-000"))
+    d = monitor(impostor, imap_tls=False)
+    wait_for(lambda: "the director's proof does not match the ring secret" in d.stderr(),
+             timeout=10, what="the impostor refused")
+    assert metric(d, "petrel_monitor_director_connected") == 0
+    assert impostor.reports() == []
+
+    old = fakes(FakeDirector({"127.0.0.2": {}}, secret=None))
+    d = monitor(old, imap_tls=False)
+    wait_for(lambda: "the director does not authenticate" in d.stderr(), timeout=10,
+             what="a director without a challenge refused")
+    assert old.connections() == 0  # no HELLO was sent
+
+
+def test_monitor_with_a_wrong_secret_is_refused(monitor, fakes):
+    director = fakes(FakeDirector({"127.0.0.2": {}}))
+    d = monitor(director, env={"DIRECTOR_RING_SECRET": "the-wrong-ring-secret-12"},
+                imap_tls=False)
+    wait_for(lambda: director.auth_wrong_proof >= 2, timeout=10, what="refused AUTH lines")
+    assert director.connections() == 0
+    wait_for(lambda: "authentication failed" in d.stderr(), timeout=10, what="the refusal logged")
+    assert "the-wrong-ring-secret-12" not in d.stderr()
+
+
+def test_monitor_without_a_secret_talks_to_an_unauthenticated_director(monitor, fakes):
+    director = fakes(FakeDirector({"127.0.0.2": {}}, secret=None))
+    d = monitor(director, env={"DIRECTOR_RING_SECRET": ""}, imap_tls=False)
+    wait_for(lambda: director.connections() >= 1, timeout=10, what="an anonymous monitor")
+    assert "director link not authenticated" in d.stderr()
+
+
 def test_readiness_and_metrics_exposition(monitor, fakes, tmp_path):
     port = free_port()
     fakes(FakeBackend("imap", ip="127.0.0.2", port=port))
@@ -553,13 +599,17 @@ def test_with_the_real_director(petreld, fakes, tmp_path):
     a = fakes(FakeBackend("imap", ip="127.0.0.2", port=port))
     b = fakes(FakeBackend("imap", ip="127.0.0.3", port=port))
     ring, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    secret = tmp_path / "ring.secret"
+    secret.write_text(SECRET + "\n")
     cfg = dict(FAST)
-    cfg.update({"director_addr": ring, "imap_port": port, "imap_tls": False, "tags": CREDS})
+    cfg.update({"director_addr": ring, "imap_port": port, "imap_tls": False, "tags": CREDS,
+                "director_secret_file": str(secret)})
     path = tmp_path / "monitor.yaml"
     path.write_text(monitor_yaml(cfg))
     d = petreld({"components": ["director", "monitor"],
                  "monitor": {"config_file": str(path)},
-                 "director": {"api": {"listen": api}, "ring": {"listen": ring},
+                 "director": {"api": {"listen": api},
+                              "ring": {"listen": ring, "secret_file": str(secret)},
                               "backends": [{"ip": "127.0.0.2", "port": 10143, "tag": "",
                                             "vhosts": 100}]}},
                 env={"DIRECTOR_API_TOKEN": "secret"})
@@ -642,8 +692,11 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
     backend = petreld(backend_cfg)
 
     ring, api = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    secret = tmp_path / "ring.secret"
+    secret.write_text(SECRET + "\n")
     cfg = dict(FAST)
     cfg.update({"director_addr": ring, "imap_port": imap_tls_port, "imap_tls": True,
+                "director_secret_file": str(secret),
                 "tls_ca_file": str(pki / "ca.pem"),
                 "tags": {"gold": {"user": "probe", "password": "probe-secret"},
                          "": {"user": "nobody", "password": "wrong"}}})
@@ -651,7 +704,8 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
     path.write_text(monitor_yaml(cfg))
     d = petreld({"components": ["director", "monitor"],
                  "monitor": {"config_file": str(path)},
-                 "director": {"api": {"listen": api}, "ring": {"listen": ring},
+                 "director": {"api": {"listen": api},
+                              "ring": {"listen": ring, "secret_file": str(secret)},
                               "backends": [{"ip": "127.0.0.1", "port": 10143, "tag": "gold",
                                             "vhosts": 100}]}},
                 env={"DIRECTOR_API_TOKEN": "secret"})

@@ -7,6 +7,7 @@ monitor probes the backend the director routes to, and the operator commands
 of the README work against it."""
 
 import imaplib
+import os
 import poplib
 import re
 import shutil
@@ -48,6 +49,8 @@ class Standalone:
         shutil.copy(ROOT / "examples" / "standalone-passwd", workdir / "examples")
         (workdir / "examples" / "monitor.yaml").write_text(monitor)
         (workdir / "var" / "tls").mkdir(parents=True)
+        # The ring secret scripts/run-standalone.sh writes on first start.
+        (workdir / "var" / "ring.secret").write_text(os.urandom(32).hex() + "\n")
         shutil.copy(pki / "server.pem", workdir / "var" / "tls" / "imap.pem")
         shutil.copy(pki / "server.key", workdir / "var" / "tls" / "imap.key")
         self.config = workdir / "standalone.yaml"

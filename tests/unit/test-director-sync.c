@@ -218,7 +218,7 @@ static void test_receive_applies_once_per_origin_seq(void **state)
     director_config_defaults(&cfg);
     struct director_state *st = new_state("127.0.0.1:9102");
     struct director_peers *peers = director_peers_new("127.0.0.1:9102", 8);
-    struct director_sync *sync = director_sync_new(base, st, peers, &cfg);
+    struct director_sync *sync = director_sync_new(base, st, peers, &cfg, NULL);
     struct heard h = {0};
     struct director_observer obs = {
         .backend_changed = on_backend, .user_moved = on_moved, .user_kicked = on_kicked, .ctx = &h};
@@ -312,7 +312,7 @@ static void test_origins_are_bounded(void **state)
     director_config_defaults(&cfg);
     struct director_state *st = new_state("127.0.0.1:9102");
     struct director_peers *peers = director_peers_new("127.0.0.1:9102", 8);
-    struct director_sync *sync = director_sync_new(base, st, peers, &cfg);
+    struct director_sync *sync = director_sync_new(base, st, peers, &cfg, NULL);
     struct petrel_error err;
     char origin[64];
     for (int i = 0; i <= DIRECTOR_MAX_PEERS + 1; i++) {

@@ -284,7 +284,7 @@ static void test_write_roundtrip(void **state)
     struct buf v = {0};
     ring_write_version(&v);
     ring_write_hello(&v, RING_KIND_MONITOR, "mon\t1");
-    assert_string_equal(v.data, "VERSION\tpetrel-ring\t1\t0\nHELLO\tmonitor\tmon\\t1\n");
+    assert_string_equal(v.data, "VERSION\tpetrel-ring\t1\t1\nHELLO\tmonitor\tmon\\t1\n");
     buf_free(&v);
 }
 

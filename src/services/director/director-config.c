@@ -5,6 +5,7 @@
 #include "core/yaml-print.h"
 #include "net/cidr.h"
 #include "net/sockaddr.h"
+#include "services/director/ring-auth.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -26,6 +27,11 @@ static char **strv(const char *const *items)
     return v;
 }
 
+/* The ring port answers loopback only until the operator names the
+ * cluster's networks: a wide default would let every pod on the network
+ * try the ring port (docs/decisions.md). */
+static const char *const ring_default_nets[] = {"127.0.0.0/8", "::1/128", NULL};
+
 void director_config_defaults(struct director_config *cfg)
 {
     static const char *const nets[] = {"127.0.0.0/8", "10.96.0.0/12", "10.244.0.0/16", NULL};
@@ -39,7 +45,10 @@ void director_config_defaults(struct director_config *cfg)
     cfg->api_max_connections = 1024;
     cfg->ring_listen = xstrdup(":9102");
     cfg->self = xstrdup("");
-    cfg->ring_allowed_nets = strv(nets);
+    cfg->ring_allowed_nets = strv(ring_default_nets);
+    cfg->ring_secret_file = xstrdup("");
+    cfg->ring_secret_env = xstrdup("DIRECTOR_RING_SECRET");
+    cfg->ring_auth_timeout_ms = 5000;
     cfg->ring_handshake_timeout_ms = 10000;
     cfg->ring_max_clients = 1024;
     cfg->ring_max_line = 8192;
@@ -79,6 +88,8 @@ void director_config_free(struct director_config *cfg)
     free(cfg->ring_listen);
     free(cfg->self);
     cfg_strv_free(cfg->ring_allowed_nets);
+    free(cfg->ring_secret_file);
+    free(cfg->ring_secret_env);
     cfg_strv_free(cfg->peers);
     free_backends(cfg);
     memset(cfg, 0, sizeof(*cfg));
@@ -198,6 +209,10 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
     static const char *const keys[] = {"listen",
                                        "self",
                                        "allowed_nets",
+                                       "secret_file",
+                                       "secret_env",
+                                       "allow_unauthenticated",
+                                       "auth_timeout",
                                        "handshake_timeout",
                                        "max_clients",
                                        "max_line",
@@ -216,6 +231,10 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_string(ctx, node, p, "self", &cfg->self) ||
         !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->ring_allowed_nets, NULL) ||
         !check_nets(ctx, node, p, cfg->ring_allowed_nets) ||
+        !cfg_string(ctx, node, p, "secret_file", &cfg->ring_secret_file) ||
+        !cfg_string(ctx, node, p, "secret_env", &cfg->ring_secret_env) ||
+        !cfg_bool(ctx, node, p, "allow_unauthenticated", &cfg->ring_allow_unauthenticated) ||
+        !cfg_duration_ms(ctx, node, p, "auth_timeout", 100, 600000, &cfg->ring_auth_timeout_ms) ||
         !cfg_duration_ms(ctx, node, p, "handshake_timeout", 100, 3600000,
                          &cfg->ring_handshake_timeout_ms) ||
         !cfg_int(ctx, node, p, "max_clients", 1, 1000000, &cfg->ring_max_clients) ||
@@ -233,6 +252,9 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
             ctx, ynode_get(node, "reconnect_max") != NULL ? ynode_get(node, "reconnect_max") : node,
             P ".ring.reconnect_max", "must not be below reconnect_min (%lldms)",
             (long long)cfg->ring_reconnect_min_ms);
+    if (cfg->ring_secret_env[0] == '\0')
+        return cfg_fail(ctx, ynode_get(node, "secret_env"), P ".ring.secret_env",
+                        "must name an environment variable");
     char ip[46];
     unsigned port;
     if (cfg->self[0] != '\0' && !director_parse_addr(cfg->self, ip, &port))
@@ -380,6 +402,27 @@ bool director_config_token(const struct director_config *cfg, char **out, struct
     return true;
 }
 
+/* ---------- the ring secret ---------- */
+
+bool director_config_ring_secret(const struct director_config *cfg, char **out,
+                                 struct petrel_error *err)
+{
+    if (!ring_secret_load(cfg->ring_secret_file, cfg->ring_secret_env, P ".ring.secret_file", out,
+                          err))
+        return false;
+    if ((*out)[0] != '\0' || cfg->ring_allow_unauthenticated)
+        return true;
+    ring_secret_free(*out);
+    *out = NULL;
+    return petrel_error_set(
+        err, PETREL_ERR_INVALID,
+        P ".ring: no ring secret: set director.ring.secret_file (or %s / %s_FILE) to a file "
+          "holding a shared secret of at least %d bytes, or set "
+          "director.ring.allow_unauthenticated: true to let anyone in ring.allowed_nets "
+          "change the ring",
+        cfg->ring_secret_env, cfg->ring_secret_env, RING_SECRET_MIN);
+}
+
 /* ---------- printing ---------- */
 
 void director_config_print(const struct director_config *cfg, FILE *out)
@@ -397,6 +440,11 @@ void director_config_print(const struct director_config *cfg, FILE *out)
     yaml_put_kv(out, "    ", "listen", cfg->ring_listen);
     yaml_put_kv(out, "    ", "self", cfg->self);
     yaml_put_list(out, "    ", "allowed_nets", cfg->ring_allowed_nets);
+    yaml_put_kv(out, "    ", "secret_file", cfg->ring_secret_file);
+    yaml_put_kv(out, "    ", "secret_env", cfg->ring_secret_env);
+    fprintf(out, "    allow_unauthenticated: %s\n    auth_timeout: %lldms\n",
+            cfg->ring_allow_unauthenticated ? "true" : "false",
+            (long long)cfg->ring_auth_timeout_ms);
     fprintf(out,
             "    handshake_timeout: %lldms\n    max_clients: %lld\n    max_line: %lld\n"
             "    max_output: %lld\n    max_sessions_per_client: %lld\n",

@@ -37,6 +37,10 @@ struct director_config {
     char *ring_listen;
     char *self; /* ring identity "<ip>:<port>"; "" = derived at start */
     char **ring_allowed_nets;
+    char *ring_secret_file;          /* shared ring secret (ring-auth.h); "" = none */
+    char *ring_secret_env;           /* variable holding it (or `<name>_FILE` naming its file) */
+    bool ring_allow_unauthenticated; /* accept clients that do not authenticate */
+    int64_t ring_auth_timeout_ms;    /* accept -> authenticated, else closed */
     int64_t ring_handshake_timeout_ms;
     int64_t ring_max_clients;
     int64_t ring_max_line;
@@ -73,6 +77,15 @@ void director_config_print(const struct director_config *cfg, FILE *out);
  * space trimmed. *out is a fresh string ("" = authentication off). False
  * when a named file cannot be read. */
 bool director_config_token(const struct director_config *cfg, char **out, struct petrel_error *err);
+
+/* The ring secret (ring_secret_load): `ring_secret_file`, else the file
+ * named by `<ring_secret_env>_FILE`, else the variable `ring_secret_env`.
+ * *out is fresh ("" = none; free with ring_secret_free). False when a named
+ * file cannot be read or the secret is too short; also when there is no
+ * secret and `ring_allow_unauthenticated` is false (the director must not
+ * start with an open ring port unless the configuration says so). */
+bool director_config_ring_secret(const struct director_config *cfg, char **out,
+                                 struct petrel_error *err);
 
 /* Splits a ring address "<ip>:<port>" / "[<ip6>]:<port>" into canonical ip
  * text and port; false when it is not one. */

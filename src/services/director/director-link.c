@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "services/director/ring-auth.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -32,6 +33,10 @@ struct director_link {
     struct director_link_callbacks cb;
     char addr[64];
     char *self;
+    char *secret;                           /* "" = this director does not authenticate */
+    char nonce[RING_AUTH_HEX_LEN + 1];      /* ours, for this connection */
+    char peer_nonce[RING_AUTH_HEX_LEN + 1]; /* the peer's, from its VERSION */
+    bool awaiting_auth_ok;
     enum link_state state;
     struct bufferevent *bev;
     struct event *timer; /* retry wait, or the connect + handshake deadline */
@@ -89,6 +94,43 @@ static void fail(struct director_link *link, const char *why)
         link->cb.lost(link, why, link->cb.ctx);
 }
 
+static void send_hello(struct director_link *link)
+{
+    ring_write_hello(&link->out, RING_KIND_DIRECTOR, link->self);
+    bufferevent_write(link->bev, link->out.data, link->out.len);
+    buf_reset(&link->out);
+}
+
+/* The peer's VERSION arrived and this director has a secret: answer the
+ * challenge (AUTH) and say HELLO; the peer's AUTH-OK must prove it knows
+ * the secret too before its handshake lines count. A peer that offers no
+ * challenge is refused: talking to it anonymously would let anyone who
+ * can take its address feed this director a ring state. */
+static void authenticate(struct director_link *link, const struct ring_msg *version)
+{
+    if (version->version.auth == NULL || strcmp(version->version.auth, RING_AUTH_MECH) != 0 ||
+        version->version.nonce == NULL) {
+        fail(link, "the peer does not authenticate (no auth=" RING_AUTH_MECH
+                   " in its VERSION): give it the same director.ring.secret_file");
+        return;
+    }
+    if (!ring_auth_nonce(link->nonce)) {
+        fail(link, "no random bytes for the authentication nonce");
+        return;
+    }
+    snprintf(link->peer_nonce, sizeof(link->peer_nonce), "%s", version->version.nonce);
+    char proof[RING_AUTH_HEX_LEN + 1];
+    ring_auth_proof(link->secret, strlen(link->secret), RING_AUTH_CLIENT, link->peer_nonce,
+                    link->nonce, proof);
+    struct ring_msg m = {.type = RING_MSG_AUTH};
+    m.auth.mech = RING_AUTH_MECH;
+    m.auth.nonce = link->nonce;
+    m.auth.proof = proof;
+    ring_msg_write(&link->out, &m);
+    link->awaiting_auth_ok = true;
+    send_hello(link);
+}
+
 static void handle_line(struct director_link *link, char *text, size_t len)
 {
     struct ring_line fields;
@@ -104,8 +146,11 @@ static void handle_line(struct director_link *link, char *text, size_t len)
         char text_q[300];
         log_warn(COMPONENT, "peer reports an error", "peer=%s error=%s", link->addr,
                  log_quote(text_q, sizeof(text_q), m.error.text));
-        if (link->state == HANDSHAKE)
-            fail(link, "the peer refused the handshake");
+        if (link->state == HANDSHAKE) {
+            char why[400];
+            snprintf(why, sizeof(why), "the peer refused the handshake: %.300s", m.error.text);
+            fail(link, why);
+        }
         return;
     }
     if (link->state == CONNECTED) {
@@ -120,6 +165,24 @@ static void handle_line(struct director_link *link, char *text, size_t len)
             return;
         }
         link->got_version = true;
+        if (link->secret[0] != '\0')
+            authenticate(link, &m);
+        return;
+    }
+    if (link->awaiting_auth_ok) {
+        if (m.type != RING_MSG_AUTH_OK) {
+            fail(link, "AUTH-OK expected from the peer");
+            return;
+        }
+        if (!ring_auth_check(link->secret, strlen(link->secret), RING_AUTH_SERVER, link->peer_nonce,
+                             link->nonce, m.auth_ok.proof)) {
+            log_warn(COMPONENT, "peer failed authentication",
+                     "peer=%s reason=\"its AUTH-OK proof does not match our ring secret\"",
+                     link->addr);
+            fail(link, "the peer's proof does not match the ring secret");
+            return;
+        }
+        link->awaiting_auth_ok = false;
         return;
     }
     if (m.type == RING_MSG_HOST || m.type == RING_MSG_USER) {
@@ -174,9 +237,13 @@ static void event_cb(struct bufferevent *bev, short what, void *ctx)
     if (what & BEV_EVENT_CONNECTED) {
         link->state = HANDSHAKE;
         ring_write_version(&link->out);
-        ring_write_hello(&link->out, RING_KIND_DIRECTOR, link->self);
-        bufferevent_write(link->bev, link->out.data, link->out.len);
-        buf_reset(&link->out);
+        if (link->secret[0] == '\0') {
+            send_hello(link); /* anonymous: the peer must allow it */
+        } else {
+            /* AUTH and HELLO follow the peer's VERSION (its challenge) */
+            bufferevent_write(link->bev, link->out.data, link->out.len);
+            buf_reset(&link->out);
+        }
         return;
     }
     if (what & BEV_EVENT_EOF)
@@ -195,6 +262,7 @@ static void dial(struct director_link *link)
     }
     link->bev = bufferevent_socket_new(link->base, -1, BEV_OPT_CLOSE_ON_FREE);
     link->got_version = false;
+    link->awaiting_auth_ok = false;
     link->state = CONNECTING;
     bufferevent_setcb(link->bev, read_cb, NULL, event_cb, link);
     bufferevent_enable(link->bev, EV_READ | EV_WRITE);
@@ -231,6 +299,8 @@ struct director_link *director_link_new(struct event_base *base, const char *add
     link->cfg = *cfg;
     link->self = xstrdup(cfg->self);
     link->cfg.self = link->self;
+    link->secret = xstrdup(cfg->secret != NULL ? cfg->secret : "");
+    link->cfg.secret = link->secret;
     link->cb = *cb;
     snprintf(link->addr, sizeof(link->addr), "%s", addr);
     link->timer = evtimer_new(base, timer_cb, link);
@@ -249,6 +319,7 @@ void director_link_free(struct director_link *link)
     buf_free(&link->line);
     buf_free(&link->out);
     free(link->self);
+    ring_secret_free(link->secret);
     free(link);
 }
 

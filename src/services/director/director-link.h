@@ -11,6 +11,11 @@
  * the peer and drops the connection when no answer comes within the
  * handshake timeout (a peer gone silent: a partition, not a crash).
  *
+ * With a secret the link answers the peer's challenge (AUTH, ring-auth.h)
+ * and requires the peer's AUTH-OK proof before it takes any handshake line;
+ * a peer that offers no challenge or proves another secret is refused (and
+ * redialled like any failure). Without one it sends HELLO anonymously.
+ *
  * Lines sent while the link is not connected are dropped: the next
  * handshake resynchronises (each side dials the other, so each receives
  * the other's full state). A peer that does not read (queued output over
@@ -26,7 +31,8 @@
 #include <stdint.h>
 
 struct director_link_config {
-    const char *self; /* this director's ring address (HELLO name), copied */
+    const char *self;   /* this director's ring address (HELLO name), copied */
+    const char *secret; /* the ring secret, copied; NULL or "" = dial anonymously */
     int64_t reconnect_min_ms;
     int64_t reconnect_max_ms;
     int64_t handshake_timeout_ms; /* connect + handshake, and the wait for a PONG */

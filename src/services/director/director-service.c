@@ -9,6 +9,7 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-sync.h"
+#include "services/director/ring-auth.h"
 #include "services/director/ring-server.h"
 
 #include <event2/event.h>
@@ -169,8 +170,13 @@ struct director_service *director_service_start(const struct service_env *env,
                                                 struct petrel_error *err)
 {
     char *token = NULL;
+    char *secret = NULL;
     if (!director_config_token(cfg, &token, err))
         return NULL;
+    if (!director_config_ring_secret(cfg, &secret, err)) {
+        free(token);
+        return NULL;
+    }
     struct director_service *svc = xcalloc(1, sizeof(*svc));
     svc->cfg = cfg;
     svc->metrics = env->metrics;
@@ -185,7 +191,7 @@ struct director_service *director_service_start(const struct service_env *env,
         .max_tag = (size_t)cfg->max_tag,
     };
     svc->state = director_state_new(&sc, NULL, NULL);
-    svc->ring = ring_server_start(env->base, svc->state, cfg, env->metrics, err);
+    svc->ring = ring_server_start(env->base, svc->state, cfg, secret, env->metrics, err);
     if (svc->ring == NULL)
         goto fail;
     char self[128];
@@ -195,7 +201,7 @@ struct director_service *director_service_start(const struct service_env *env,
     svc->peers = director_peers_new(self, DIRECTOR_MAX_PEERS);
     if (!add_initial(svc, err))
         goto fail;
-    svc->sync = director_sync_new(env->base, svc->state, svc->peers, cfg);
+    svc->sync = director_sync_new(env->base, svc->state, svc->peers, cfg, secret);
     ring_server_set_peer_handler(svc->ring, peer_change, svc->sync);
     svc->api = director_api_start(env, cfg, token, svc->state, svc->peers, svc->sync, err);
     if (svc->api == NULL)
@@ -212,14 +218,28 @@ struct director_service *director_service_start(const struct service_env *env,
         log_warn(COMPONENT, "admin API authentication disabled",
                  "reason=\"%s is empty\" hint=\"set it (or %s_FILE, or director.api.token_file)\"",
                  cfg->token_env, cfg->token_env);
-    log_info(COMPONENT, "listening", "api=%s ring=%s self=%s backends=%zu peers=%zu auth=%s",
+    if (secret[0] == '\0')
+        log_warn(COMPONENT, "ring authentication disabled",
+                 "reason=\"director.ring.allow_unauthenticated is true and there is no ring "
+                 "secret\" hint=\"anyone in director.ring.allowed_nets can change the ring\"");
+    else if (cfg->ring_allow_unauthenticated)
+        log_warn(COMPONENT, "ring accepts unauthenticated clients",
+                 "reason=\"director.ring.allow_unauthenticated is true\" hint=\"remove it once "
+                 "every peer, monitor and login proxy has the ring secret\"");
+    log_info(COMPONENT, "listening",
+             "api=%s ring=%s self=%s backends=%zu peers=%zu auth=%s ring_auth=%s",
              director_api_address(svc->api), ring_server_address(svc->ring), self,
              director_backends_count(director_state_backends(svc->state)),
-             director_peers_count(svc->peers), token[0] != '\0' ? "token" : "off");
+             director_peers_count(svc->peers), token[0] != '\0' ? "token" : "off",
+             secret[0] == '\0'                 ? "off"
+             : cfg->ring_allow_unauthenticated ? "optional"
+                                               : RING_AUTH_MECH);
     free(token);
+    ring_secret_free(secret);
     return svc;
 fail:
     free(token);
+    ring_secret_free(secret);
     director_service_free(svc);
     return NULL;
 }

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "services/director/director-link.h"
+#include "services/director/ring-auth.h"
 #include "services/director/director-watermarks.h"
 
 #include <stdio.h>
@@ -18,6 +19,7 @@ struct director_sync {
     struct director_state *state;
     struct director_peers *peers;
     const struct director_config *cfg;
+    char *secret; /* the ring secret the links authenticate with; "" = none */
     struct director_observer observer;
     struct director_watermarks *watermarks;
     struct director_tombstones *tombstones;
@@ -184,6 +186,7 @@ static struct director_link *link_new(struct director_sync *sync, const char *ad
 {
     struct director_link_config lc = {
         .self = director_state_self(sync->state),
+        .secret = sync->secret,
         .reconnect_min_ms = sync->cfg->ring_reconnect_min_ms,
         .reconnect_max_ms = sync->cfg->ring_reconnect_max_ms,
         .handshake_timeout_ms = sync->cfg->ring_peer_timeout_ms,
@@ -268,9 +271,10 @@ void director_sync_refresh(struct director_sync *sync)
 
 struct director_sync *director_sync_new(struct event_base *base, struct director_state *state,
                                         struct director_peers *peers,
-                                        const struct director_config *cfg)
+                                        const struct director_config *cfg, const char *secret)
 {
     struct director_sync *sync = xcalloc(1, sizeof(*sync));
+    sync->secret = xstrdup(secret != NULL ? secret : "");
     sync->base = base;
     sync->state = state;
     sync->peers = peers;
@@ -295,6 +299,7 @@ void director_sync_free(struct director_sync *sync)
     director_watermarks_free(sync->watermarks);
     director_tombstones_free(sync->tombstones);
     buf_free(&sync->out);
+    ring_secret_free(sync->secret);
     free(sync);
 }
 

@@ -51,10 +51,12 @@ struct director_link_info {
     int64_t since_ms; /* connected since (unix ms), 0 while reconnecting */
 };
 
-/* Subscribes to the state and dials the neighbours at once. */
+/* Subscribes to the state and dials the neighbours at once. The links
+ * authenticate with `secret` (copied; NULL or "" = they dial anonymously,
+ * director-link.h). */
 struct director_sync *director_sync_new(struct event_base *base, struct director_state *state,
                                         struct director_peers *peers,
-                                        const struct director_config *cfg);
+                                        const struct director_config *cfg, const char *secret);
 /* Closes the links, unsubscribes, frees. */
 void director_sync_free(struct director_sync *sync);
 

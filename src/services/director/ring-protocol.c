@@ -38,9 +38,10 @@ static const char *const outcome_names[] = {"sticky", "assigned", "killing", "no
                                             "bad_request"};
 static const char *const proto_names[] = {"imap", "imaps", "pop3", "pop3s", "lmtp"};
 static const char *const verbs[] = {
-    "VERSION",       "HELLO",      "HOST",      "DONE",        "RING-CHANGE",   "USER-MOVED",
-    "USER-KICKED",   "LOOKUP",     "LOOKUP-OK", "LOOKUP-FAIL", "SESSION-START", "SESSION-END",
-    "BACKEND-FLUSH", "BACKEND-UP", "PING",      "PONG",        "ERROR",         "USER",
+    "VERSION",       "HELLO",       "HOST",          "DONE",       "RING-CHANGE",
+    "USER-MOVED",    "USER-KICKED", "LOOKUP",        "LOOKUP-OK",  "LOOKUP-FAIL",
+    "SESSION-START", "SESSION-END", "BACKEND-FLUSH", "BACKEND-UP", "PING",
+    "PONG",          "ERROR",       "USER",          "AUTH",       "AUTH-OK",
 };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -150,6 +151,17 @@ bool ring_ip_valid(const char *ip)
     if (strchr(ip, ':') != NULL)
         return inet_pton(AF_INET6, ip, addr) == 1;
     return inet_pton(AF_INET, ip, addr) == 1;
+}
+
+bool ring_auth_hex_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s[n] != '\0'; n++) {
+        bool hex = (s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f');
+        if (!hex || n == RING_AUTH_HEX_LEN)
+            return false;
+    }
+    return n == RING_AUTH_HEX_LEN;
 }
 
 /* Plain decimal digits, at most `max`. */
@@ -323,6 +335,36 @@ static bool decode_version(struct decoder *d, struct ring_msg *m)
         return false;
     m->version.major = major;
     m->version.minor = minor;
+    m->version.auth = param(d, 4, "auth");
+    m->version.nonce = param(d, 4, "nonce");
+    if (m->version.auth != NULL &&
+        (m->version.auth[0] == '\0' || strlen(m->version.auth) > RING_NAME_MAX))
+        return bad(d, "auth mechanism", 4);
+    if (m->version.nonce != NULL && !ring_auth_hex_valid(m->version.nonce))
+        return bad(d, "nonce", 4);
+    return true;
+}
+
+static bool decode_auth(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 4) || !get_name(d, 1, false, "auth mechanism", &m->auth.mech))
+        return false;
+    if (!ring_auth_hex_valid(d->line->fields[2]))
+        return bad(d, "nonce", 2);
+    if (!ring_auth_hex_valid(d->line->fields[3]))
+        return bad(d, "proof", 3);
+    m->auth.nonce = d->line->fields[2];
+    m->auth.proof = d->line->fields[3];
+    return true;
+}
+
+static bool decode_auth_ok(struct decoder *d, struct ring_msg *m)
+{
+    if (!need_fields(d, 2))
+        return false;
+    if (!ring_auth_hex_valid(d->line->fields[1]))
+        return bad(d, "proof", 1);
+    m->auth_ok.proof = d->line->fields[1];
     return true;
 }
 
@@ -512,6 +554,10 @@ bool ring_msg_decode(const struct ring_line *line, struct ring_msg *out, struct 
         return true;
     case RING_MSG_USER:
         return decode_user(&d, out);
+    case RING_MSG_AUTH:
+        return decode_auth(&d, out);
+    case RING_MSG_AUTH_OK:
+        return decode_auth_ok(&d, out);
     }
     return petrel_error_set(err, PETREL_ERR_INVALID, "unknown command");
 }
@@ -540,6 +586,10 @@ void ring_msg_write(struct buf *out, const struct ring_msg *m)
         line_fields_add(out, RING_PROTOCOL_NAME);
         line_fields_add_uint(out, m->version.major);
         line_fields_add_uint(out, m->version.minor);
+        if (m->version.auth != NULL)
+            line_fields_add_param(out, "auth", m->version.auth);
+        if (m->version.nonce != NULL)
+            line_fields_add_param(out, "nonce", m->version.nonce);
         break;
     case RING_MSG_HELLO:
         line_fields_add(out, ring_kind_name(m->hello.kind));
@@ -625,6 +675,14 @@ void ring_msg_write(struct buf *out, const struct ring_msg *m)
         line_fields_add_uint(out, m->user.port);
         line_fields_add_uint(out, (uint64_t)(m->user.expires_at > 0 ? m->user.expires_at : 0));
         line_fields_add(out, m->user.weak ? "1" : "0");
+        break;
+    case RING_MSG_AUTH:
+        line_fields_add(out, m->auth.mech);
+        line_fields_add(out, m->auth.nonce);
+        line_fields_add(out, m->auth.proof);
+        break;
+    case RING_MSG_AUTH_OK:
+        line_fields_add(out, m->auth_ok.proof);
         break;
     }
     buf_append_char(out, '\n');

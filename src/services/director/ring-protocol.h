@@ -6,10 +6,14 @@
  * escaped so it can hold any byte but NUL (`\\`, `\t`, `\n`, `\r`). The
  * first field is the verb; positional fields follow, then optional
  * `key=value` parameters (a receiver ignores parameters it does not know).
- * Both sides' first line is `VERSION petrel-ring <major> <minor>`; the
- * client's second line is `HELLO <kind> <name>`. Messages:
+ * Both sides' first line is `VERSION petrel-ring <major> <minor>`; a
+ * director with a ring secret adds `auth=hmac-sha256 nonce=<hex>` to its
+ * own and the client answers with AUTH before HELLO (ring-auth.h); the
+ * client's last handshake line is `HELLO <kind> <name>`. Messages:
  *
- *   VERSION       petrel-ring <major> <minor>                       both
+ *   VERSION       petrel-ring <major> <minor> [auth=] [nonce=]      both
+ *   AUTH          <mech> <client nonce> <client proof>              client -> director
+ *   AUTH-OK       <director proof>                                  director -> client
  *   HELLO         <kind> <name>                                     client -> director
  *   HOST          <ip> <port> <tag> <vhosts> <state> <last_updown>  director -> client (handshake)
  *   DONE                                                            end of the handshake
@@ -42,7 +46,13 @@
 
 #define RING_PROTOCOL_NAME "petrel-ring"
 #define RING_VERSION_MAJOR 1
-#define RING_VERSION_MINOR 0
+#define RING_VERSION_MINOR 1 /* 1.1: AUTH, AUTH-OK, VERSION auth= nonce= */
+
+/* Authentication (docs/ring-protocol.md#authentication): the one mechanism,
+ * and the sizes of its nonces and proofs as lower-case hex on the wire. */
+#define RING_AUTH_MECH "hmac-sha256"
+#define RING_AUTH_NONCE_BYTES 32
+#define RING_AUTH_HEX_LEN 64 /* a nonce (32 bytes) or a proof (SHA-256) in hex */
 
 #define RING_LINE_MAX_DEFAULT 8192 /* escaped bytes per line without the LF */
 #define RING_MAX_FIELDS 64         /* fields per line, verb included */
@@ -100,7 +110,9 @@ enum ring_msg_type {
     RING_MSG_PING,
     RING_MSG_PONG,
     RING_MSG_ERROR,
-    RING_MSG_USER, /* director to director handshake: one user mapping */
+    RING_MSG_USER,    /* director to director handshake: one user mapping */
+    RING_MSG_AUTH,    /* client's answer to the director's challenge */
+    RING_MSG_AUTH_OK, /* the director's proof: authentication succeeded */
 };
 
 /* A backend as HOST and RING-CHANGE carry it. `ip` is a valid IPv4/IPv6
@@ -119,7 +131,17 @@ struct ring_msg {
     union {
         struct {
             unsigned major, minor;
-        } version; /* the protocol name is checked by the decoder */
+            const char *auth;  /* `auth=` mechanism offered by a director; NULL when absent */
+            const char *nonce; /* `nonce=`: RING_AUTH_HEX_LEN lower-case hex; NULL when absent */
+        } version;             /* the protocol name is checked by the decoder */
+        struct {
+            const char *mech;  /* 1..RING_NAME_MAX bytes (the director accepts RING_AUTH_MECH) */
+            const char *nonce; /* the client's nonce, RING_AUTH_HEX_LEN lower-case hex */
+            const char *proof; /* the client's proof, RING_AUTH_HEX_LEN lower-case hex */
+        } auth;
+        struct {
+            const char *proof; /* the director's proof, RING_AUTH_HEX_LEN lower-case hex */
+        } auth_ok;
         struct {
             enum ring_kind kind;
             const char *name;
@@ -239,6 +261,9 @@ bool ring_outcome_parse(const char *s, enum ring_outcome *out);
 const char *ring_protocol_name(enum ring_session_protocol proto);
 bool ring_protocol_parse(const char *s, enum ring_session_protocol *out);
 const char *ring_msg_verb(enum ring_msg_type type);
+
+/* Exactly RING_AUTH_HEX_LEN lower-case hex digits (a nonce or a proof). */
+bool ring_auth_hex_valid(const char *s);
 
 /* Request and session ids: 1..RING_ID_MAX bytes of [A-Za-z0-9_.-]. */
 bool ring_id_valid(const char *id);

@@ -1,10 +1,16 @@
 /* The ring-protocol listener (ring-server.h). One connection per client:
  *
- *   WAIT_VERSION --VERSION--> WAIT_HELLO --HELLO--> READY (HOST lines, DONE sent)
+ *   WAIT_VERSION --VERSION--> WAIT_AUTH --AUTH ok--> WAIT_HELLO --HELLO--> READY
+ *                     |                                  ^        (HOST lines, DONE sent)
+ *                     +---- no secret configured --------+
  *
- * anything unexpected before READY, a malformed line or a too-long line
- * sends ERROR and closes. In READY the client's kind decides which
- * requests it may send and which pushes it receives. */
+ * With a ring secret the director's VERSION carries a fresh nonce and only
+ * AUTH (ring-auth.h) is taken until the client has proven the secret; HELLO
+ * in WAIT_AUTH is accepted only with ring.allow_unauthenticated. Anything
+ * unexpected before READY, a malformed line or a too-long line sends ERROR
+ * and closes; a connection not authenticated within ring.auth_timeout is
+ * closed. In READY the client's kind decides which requests it may send and
+ * which pushes it receives. */
 #include "services/director/ring-server.h"
 
 #include "core/buf.h"
@@ -13,6 +19,7 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/sockaddr.h"
+#include "services/director/ring-auth.h"
 #include "services/director/ring-protocol.h"
 
 #include <event2/buffer.h>
@@ -31,7 +38,7 @@
  * requests can never make it exceed max_output and be dropped. */
 #define READ_PAUSE_OUTPUT (64 * 1024)
 
-enum conn_state { WAIT_VERSION, WAIT_HELLO, READY };
+enum conn_state { WAIT_VERSION, WAIT_AUTH, WAIT_HELLO, READY };
 
 struct ring_conn {
     struct ring_server *srv;
@@ -41,6 +48,9 @@ struct ring_conn {
     char name[RING_NAME_MAX + 1];
     enum conn_state state;
     enum ring_kind kind;
+    bool authenticated;
+    /* this connection's challenge ("" without a secret) */
+    char nonce[RING_AUTH_HEX_LEN + 1];
     bool closing; /* no more reading; freed once its output has left */
     bool dead;    /* freed by the reaper (never inside a callback of its own) */
     bool throttled;
@@ -64,6 +74,7 @@ struct ring_server {
     struct metric_series *lookup_seconds[RING_OUTCOME_COUNT];
     ring_peer_change_fn peer_fn;
     void *peer_ctx;
+    char *secret; /* "" = no authentication (ring.allow_unauthenticated) */
 };
 
 /* Lookups take microseconds: finer buckets than the request latencies. */
@@ -221,11 +232,89 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
 
 /* ---------- the handshake ---------- */
 
+static void arm_timer(struct ring_conn *conn, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(conn->handshake_timer, &tv);
+}
+
 static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    close_with_error(arg, "handshake timeout: VERSION and HELLO expected");
+    struct ring_conn *conn = arg;
+    if (conn->srv->secret[0] != '\0' && !conn->authenticated) {
+        log_warn(COMPONENT, "ring client not authenticated in time", "peer=%s auth_timeout_ms=%lld",
+                 conn->peer, (long long)conn->srv->cfg->ring_auth_timeout_ms);
+        close_with_error(conn, "authentication timeout: VERSION and AUTH expected");
+        return;
+    }
+    close_with_error(conn, "handshake timeout: VERSION and HELLO expected");
+}
+
+/* The first line of every connection: VERSION, with the challenge when the
+ * director has a secret; the unauthenticated phase gets the shorter of the
+ * two timeouts. */
+static void send_greeting(struct ring_conn *conn)
+{
+    struct ring_server *srv = conn->srv;
+    struct ring_msg m = {.type = RING_MSG_VERSION};
+    m.version.major = RING_VERSION_MAJOR;
+    m.version.minor = RING_VERSION_MINOR;
+    if (srv->secret[0] != '\0') {
+        if (!ring_auth_nonce(conn->nonce)) {
+            log_error(COMPONENT, "no random bytes for a ring challenge", "peer=%s", conn->peer);
+            close_with_error(conn, "internal error: cannot make a challenge");
+            return;
+        }
+        m.version.auth = RING_AUTH_MECH;
+        m.version.nonce = conn->nonce;
+        int64_t ms = srv->cfg->ring_auth_timeout_ms;
+        if (ms > srv->cfg->ring_handshake_timeout_ms)
+            ms = srv->cfg->ring_handshake_timeout_ms;
+        arm_timer(conn, ms);
+    }
+    send_msg(conn, &m);
+}
+
+/* Refuses a client that failed authentication: one log line (never the
+ * secret or the proofs), ERROR, close. */
+static void auth_refused(struct ring_conn *conn, const char *reason, const char *client_text)
+{
+    log_warn(COMPONENT, "ring authentication failed", "peer=%s reason=\"%s\"", conn->peer, reason);
+    close_with_error(conn, client_text);
+}
+
+static void handle_auth(struct ring_conn *conn, const struct ring_msg *m)
+{
+    struct ring_server *srv = conn->srv;
+    if (strcmp(m->auth.mech, RING_AUTH_MECH) != 0) {
+        auth_refused(conn, "unsupported mechanism",
+                     "authentication failed: unsupported mechanism (" RING_AUTH_MECH " expected)");
+        return;
+    }
+    /* Our own nonce sent back: a reflection attempt (the role label in the
+     * MAC would defeat it anyway; refuse it plainly). */
+    if (strcmp(m->auth.nonce, conn->nonce) == 0) {
+        auth_refused(conn, "the client nonce repeats the director's",
+                     "authentication failed: the client nonce must be fresh");
+        return;
+    }
+    size_t len = strlen(srv->secret);
+    if (!ring_auth_check(srv->secret, len, RING_AUTH_CLIENT, conn->nonce, m->auth.nonce,
+                         m->auth.proof)) {
+        auth_refused(conn, "wrong proof (another secret, or none)", "authentication failed");
+        return;
+    }
+    char proof[RING_AUTH_HEX_LEN + 1];
+    ring_auth_proof(srv->secret, len, RING_AUTH_SERVER, conn->nonce, m->auth.nonce, proof);
+    struct ring_msg ok = {.type = RING_MSG_AUTH_OK};
+    ok.auth_ok.proof = proof;
+    send_msg(conn, &ok);
+    conn->authenticated = true;
+    conn->state = WAIT_HELLO;
+    arm_timer(conn, srv->cfg->ring_handshake_timeout_ms);
+    log_debug(COMPONENT, "ring client authenticated", "peer=%s", conn->peer);
 }
 
 static void add_user_line(const struct director_user *u, void *ctx)
@@ -274,7 +363,24 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
             close_with_error(conn, text);
             return;
         }
-        conn->state = WAIT_HELLO;
+        conn->state = conn->srv->secret[0] != '\0' ? WAIT_AUTH : WAIT_HELLO;
+        return;
+    }
+    if (conn->state == WAIT_AUTH) {
+        if (m->type == RING_MSG_AUTH) {
+            handle_auth(conn, m);
+            return;
+        }
+        if (m->type != RING_MSG_HELLO || !conn->srv->cfg->ring_allow_unauthenticated) {
+            auth_refused(conn, m->type == RING_MSG_HELLO ? "HELLO without AUTH" : "no AUTH",
+                         "authentication required: AUTH expected after VERSION");
+            return;
+        }
+        /* ring.allow_unauthenticated: an anonymous client goes on */
+    } else if (m->type == RING_MSG_AUTH) {
+        close_with_error(conn, conn->authenticated
+                                   ? "AUTH already done: HELLO expected"
+                                   : "AUTH not expected: this director has no ring secret");
         return;
     }
     if (m->type != RING_MSG_HELLO) {
@@ -288,8 +394,9 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
     if (conn->kind == RING_KIND_LOGIN)
         conn->sessions = smap_new();
     char name_q[300];
-    log_info(COMPONENT, "ring client connected", "peer=%s kind=%s name=%s", conn->peer,
-             ring_kind_name(conn->kind), log_quote(name_q, sizeof(name_q), conn->name));
+    log_info(COMPONENT, "ring client connected", "peer=%s kind=%s name=%s auth=%s", conn->peer,
+             ring_kind_name(conn->kind), log_quote(name_q, sizeof(name_q), conn->name),
+             conn->authenticated ? RING_AUTH_MECH : "none");
     send_hosts(conn);
 }
 
@@ -616,21 +723,22 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     srv->conn_count++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
-    ring_write_version(&srv->out);
-    send_out(conn);
+    send_greeting(conn);
 }
 
 /* ---------- life cycle ---------- */
 
 struct ring_server *ring_server_start(struct event_base *base, struct director_state *state,
-                                      const struct director_config *cfg,
+                                      const struct director_config *cfg, const char *secret,
                                       struct metrics_registry *metrics, struct petrel_error *err)
 {
     struct ring_server *srv = xcalloc(1, sizeof(*srv));
     srv->base = base;
     srv->state = state;
     srv->cfg = cfg;
+    srv->secret = xstrdup(secret != NULL ? secret : "");
     if (!cidr_list_parse((const char *const *)cfg->ring_allowed_nets, &srv->allowed, err)) {
+        ring_secret_free(srv->secret);
         free(srv);
         return NULL;
     }
@@ -646,6 +754,7 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
     int fd = net_listen(cfg->ring_listen, false, err);
     if (fd < 0) {
         cidr_list_free(&srv->allowed);
+        ring_secret_free(srv->secret);
         free(srv);
         return NULL;
     }
@@ -654,6 +763,7 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
     if (srv->listener == NULL) {
         close(fd);
         cidr_list_free(&srv->allowed);
+        ring_secret_free(srv->secret);
         free(srv);
         petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", cfg->ring_listen);
         return NULL;
@@ -704,5 +814,6 @@ void ring_server_free(struct ring_server *srv)
     cidr_list_free(&srv->allowed);
     buf_free(&srv->line);
     buf_free(&srv->out);
+    ring_secret_free(srv->secret);
     free(srv);
 }

@@ -1,6 +1,7 @@
 /* The director's ring-protocol listener (docs/ring-protocol.md), default
  * :9102: accepts login proxies, the monitor and peer directors, runs the
- * VERSION/HELLO/HOST handshake, answers LOOKUPs, counts reported sessions,
+ * VERSION/AUTH/HELLO/HOST handshake (a client proves the ring secret
+ * before anything else is taken), answers LOOKUPs, counts reported sessions,
  * applies the monitor's BACKEND-FLUSH/BACKEND-UP, and pushes every state
  * change (it observes the director state) to the login and monitor clients
  * that receive it. A peer director's connection gets HOST and USER lines in
@@ -23,9 +24,13 @@
 
 struct ring_server;
 
-/* Binds cfg->ring_listen and subscribes to the state. */
+/* Binds cfg->ring_listen and subscribes to the state. `secret` (copied)
+ * is the ring secret clients must prove (ring-auth.h); NULL or "" turns
+ * authentication off (only with cfg->ring_allow_unauthenticated, which
+ * the caller checks). With a secret, cfg->ring_allow_unauthenticated still
+ * lets clients that skip AUTH in (a migration setting). */
 struct ring_server *ring_server_start(struct event_base *base, struct director_state *state,
-                                      const struct director_config *cfg,
+                                      const struct director_config *cfg, const char *secret,
                                       struct metrics_registry *metrics, struct petrel_error *err);
 /* Receives the RING-CHANGE, USER-MOVED and USER-KICKED lines peer
  * directors send (`sender` is the peer's HELLO name); false with err when

@@ -14,6 +14,8 @@ void monitor_config_defaults(struct monitor_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->director_addr = xstrdup("127.0.0.1:9102");
+    cfg->director_secret_file = xstrdup("");
+    cfg->director_secret_env = xstrdup("DIRECTOR_RING_SECRET");
     cfg->poll_imap = true;
     cfg->imap_port = 993;
     cfg->imap_tls = true;
@@ -59,6 +61,8 @@ void monitor_config_free(struct monitor_config *cfg)
     free(cfg->config_file);
     free(cfg->file);
     free(cfg->director_addr);
+    free(cfg->director_secret_file);
+    free(cfg->director_secret_env);
     free(cfg->tls_ca_file);
     free_tags(cfg);
     memset(cfg, 0, sizeof(*cfg));
@@ -214,6 +218,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
                       struct monitor_config *cfg)
 {
     static const char *const keys[] = {"director_addr",
+                                       "director_secret_file",
+                                       "director_secret_env",
                                        "poll_imap",
                                        "imap_port",
                                        "imap_tls",
@@ -241,6 +247,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
         return false;
     if (!cfg_string(ctx, root, "", "director_addr", &cfg->director_addr) ||
         !check_director_addr(ctx, root, cfg->director_addr) ||
+        !cfg_string(ctx, root, "", "director_secret_file", &cfg->director_secret_file) ||
+        !cfg_string(ctx, root, "", "director_secret_env", &cfg->director_secret_env) ||
         !cfg_bool(ctx, root, "", "poll_imap", &cfg->poll_imap) ||
         !cfg_int(ctx, root, "", "imap_port", 1, 65535, &cfg->imap_port) ||
         !read_tls_flag(ctx, root, "imap_tls", cfg->imap_port, 993, &cfg->imap_tls) ||
@@ -270,6 +278,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root,
         free(cfg->tls_ca_file);
         cfg->tls_ca_file = NULL;
     }
+    if (cfg->director_secret_env[0] == '\0')
+        return cfg_fail(ctx, ynode_get(root, "director_secret_env"), "director_secret_env",
+                        "must name an environment variable");
     if (cfg->rapid_rounds > 0 && cfg->rapid_fails_needed > cfg->rapid_rounds) {
         const struct ynode *n = ynode_get(root, "rapid_fails_needed");
         return cfg_fail(ctx, n != NULL ? n : ynode_get(root, "rapid_rounds"), "rapid_fails_needed",
@@ -357,6 +368,8 @@ void monitor_config_print(const struct monitor_config *cfg, FILE *out)
     yaml_put_str(out, cfg->file);
     fputs(":\n", out);
     yaml_put_kv(out, p, "director_addr", cfg->director_addr);
+    yaml_put_kv(out, p, "director_secret_file", cfg->director_secret_file);
+    yaml_put_kv(out, p, "director_secret_env", cfg->director_secret_env);
     fprintf(out, "%spoll_imap: %s\n%simap_port: %lld\n%simap_tls: %s\n", p, yes_no(cfg->poll_imap),
             p, (long long)cfg->imap_port, p, yes_no(cfg->imap_tls));
     fprintf(out, "%spoll_pop3: %s\n%spop3_port: %lld\n%spop3_tls: %s\n", p, yes_no(cfg->poll_pop3),

@@ -44,6 +44,8 @@ struct monitor_config {
     /* the monitor file; `file` is set once monitor_config_load() succeeded */
     char *file;
     char *director_addr;
+    char *director_secret_file; /* the director's ring secret; "" = see director_secret_env */
+    char *director_secret_env;  /* variable holding it (or `<name>_FILE` naming its file) */
     bool poll_imap;
     int64_t imap_port;
     bool imap_tls; /* resolved: the `imap_tls` key, else imap_port == 993 */

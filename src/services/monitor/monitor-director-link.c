@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "services/director/ring-auth.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -33,6 +34,10 @@ struct monitor_link {
     char *address;
     struct net_addr addr;
     char *name;
+    char *secret;                               /* "" = anonymous */
+    char nonce[RING_AUTH_HEX_LEN + 1];          /* ours, per connection */
+    char director_nonce[RING_AUTH_HEX_LEN + 1]; /* from the director's VERSION */
+    bool awaiting_auth_ok;
     size_t max_line;
     int64_t reconnect_min_ms;
     int64_t reconnect_max_ms;
@@ -95,6 +100,7 @@ static void link_close(struct monitor_link *l)
     }
     evtimer_del(l->watch);
     l->got_version = false;
+    l->awaiting_auth_ok = false;
     l->hosts_begun = false;
     l->host_count = 0;
     l->ping_out = false;
@@ -136,6 +142,42 @@ static void begin_hosts(struct monitor_link *l)
         l->ev.hosts_begin(l->ctx);
 }
 
+static void send_hello(struct monitor_link *l)
+{
+    buf_reset(&l->out);
+    ring_write_hello(&l->out, RING_KIND_MONITOR, l->name);
+    bufferevent_write(l->bev, l->out.data, l->out.len);
+}
+
+/* The director's VERSION with a secret configured: AUTH and HELLO. False
+ * when the link failed (a director that offers no challenge is refused, so
+ * a stranger on its address cannot feed this monitor a backend list). */
+static bool authenticate(struct monitor_link *l, const struct ring_msg *version)
+{
+    if (version->version.auth == NULL || strcmp(version->version.auth, RING_AUTH_MECH) != 0 ||
+        version->version.nonce == NULL) {
+        link_fail(l, "the director does not authenticate (no auth=" RING_AUTH_MECH
+                     " in its VERSION) but this monitor has a ring secret");
+        return false;
+    }
+    if (!ring_auth_nonce(l->nonce)) {
+        link_fail(l, "no random bytes for the authentication nonce");
+        return false;
+    }
+    snprintf(l->director_nonce, sizeof(l->director_nonce), "%s", version->version.nonce);
+    char proof[RING_AUTH_HEX_LEN + 1];
+    ring_auth_proof(l->secret, strlen(l->secret), RING_AUTH_CLIENT, l->director_nonce, l->nonce,
+                    proof);
+    struct ring_msg m = {.type = RING_MSG_AUTH};
+    m.auth.mech = RING_AUTH_MECH;
+    m.auth.nonce = l->nonce;
+    m.auth.proof = proof;
+    send_msg(l, &m);
+    send_hello(l);
+    l->awaiting_auth_ok = true;
+    return true;
+}
+
 /* Handles one decoded message. False when the link failed (closed). */
 static bool handle(struct monitor_link *l, const struct ring_msg *m)
 {
@@ -155,6 +197,25 @@ static bool handle(struct monitor_link *l, const struct ring_msg *m)
             return false;
         }
         l->got_version = true;
+        return l->secret[0] == '\0' || authenticate(l, m);
+    }
+    if (l->awaiting_auth_ok) {
+        if (m->type == RING_MSG_ERROR) {
+            char reason[REASON_MAX];
+            snprintf(reason, sizeof(reason), "the director refused: %.150s", m->error.text);
+            link_fail(l, reason);
+            return false;
+        }
+        if (m->type != RING_MSG_AUTH_OK) {
+            link_fail(l, "AUTH-OK expected from the director");
+            return false;
+        }
+        if (!ring_auth_check(l->secret, strlen(l->secret), RING_AUTH_SERVER, l->director_nonce,
+                             l->nonce, m->auth_ok.proof)) {
+            link_fail(l, "the director's proof does not match the ring secret");
+            return false;
+        }
+        l->awaiting_auth_ok = false;
         return true;
     }
     switch (m->type) {
@@ -313,10 +374,12 @@ static void connect_now(struct monitor_link *l)
     bufferevent_setcb(l->bev, read_cb, NULL, event_cb, l);
     bufferevent_enable(l->bev, EV_READ | EV_WRITE);
     l->state = LINK_CONNECTING;
-    /* Both lines go at once; the director does not make us wait for its VERSION. */
+    /* Anonymous: both lines go at once, the director does not make us wait
+     * for its VERSION. With a secret, AUTH and HELLO follow its challenge. */
     buf_reset(&l->out);
     ring_write_version(&l->out);
-    ring_write_hello(&l->out, RING_KIND_MONITOR, l->name);
+    if (l->secret[0] == '\0')
+        ring_write_hello(&l->out, RING_KIND_MONITOR, l->name);
     bufferevent_write(l->bev, l->out.data, l->out.len);
     arm_watch(l);
     if (bufferevent_socket_connect(l->bev, (struct sockaddr *)&l->addr.ss, (int)l->addr.len) < 0)
@@ -344,6 +407,7 @@ struct monitor_link *monitor_link_new(struct event_base *base,
     l->addr = addr;
     l->name = xstrndup(opts->name != NULL && *opts->name != '\0' ? opts->name : "petrel-monitor",
                        RING_NAME_MAX);
+    l->secret = xstrdup(opts->secret != NULL ? opts->secret : "");
     l->max_line = opts->max_line;
     l->reconnect_min_ms = opts->reconnect_min_ms;
     l->reconnect_max_ms = opts->reconnect_max_ms;
@@ -371,6 +435,7 @@ void monitor_link_free(struct monitor_link *l)
     buf_free(&l->out);
     free(l->address);
     free(l->name);
+    ring_secret_free(l->secret);
     free(l);
 }
 

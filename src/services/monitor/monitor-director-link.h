@@ -1,7 +1,11 @@
 /* The monitor's connection to the director's ring port
  * (docs/ring-protocol.md): connect, say `VERSION` and `HELLO monitor
  * <name>`, read the HOST handshake up to `DONE`, follow `RING-CHANGE`
- * pushes, send `BACKEND-FLUSH` / `BACKEND-UP`. Lines are coded with the
+ * pushes, send `BACKEND-FLUSH` / `BACKEND-UP`. With a secret it answers
+ * the director's challenge with AUTH before HELLO and requires the
+ * director's AUTH-OK proof before it takes any HOST line (ring-auth.h); a
+ * director that offers no challenge, or proves another secret, is treated
+ * as a failed connection. Lines are coded with the
  * director's codec (services/director/ring-protocol.h).
  *
  * The link reconnects by itself: after a refused or broken connection, a
@@ -43,6 +47,7 @@ struct monitor_link_options {
     int64_t reconnect_min_ms;
     int64_t reconnect_max_ms;
     int64_t ping_interval_ms;
+    const char *secret; /* the ring secret, copied; NULL or "" = HELLO anonymously */
 };
 
 struct monitor_link;

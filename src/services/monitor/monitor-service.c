@@ -19,6 +19,7 @@
 #include "core/metrics.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
+#include "services/director/ring-auth.h"
 #include "services/monitor/monitor-backend-state.h"
 #include "services/monitor/monitor-director-link.h"
 #include "services/monitor/monitor-probe.h"
@@ -490,6 +491,13 @@ struct monitor_service *monitor_service_start(const struct service_env *env,
                                               const struct monitor_config *cfg,
                                               struct petrel_error *err)
 {
+    /* The director's ring secret: without one the link says HELLO
+     * anonymously, which only a director with
+     * director.ring.allow_unauthenticated accepts. */
+    char *secret = NULL;
+    if (!ring_secret_load(cfg->director_secret_file, cfg->director_secret_env,
+                          "monitor: director_secret_file", &secret, err))
+        return NULL;
     struct monitor_service *svc = xcalloc(1, sizeof(*svc));
     svc->base = env->base;
     svc->cfg = cfg;
@@ -501,6 +509,7 @@ struct monitor_service *monitor_service_start(const struct service_env *env,
         svc->tls = monitor_probe_tls_ctx(cfg->tls_ca_file, err);
         if (svc->tls == NULL) {
             petrel_error_prefix(err, "monitor: tls_ca_file: ");
+            ring_secret_free(secret);
             free(svc);
             return NULL;
         }
@@ -521,6 +530,7 @@ struct monitor_service *monitor_service_start(const struct service_env *env,
         .reconnect_min_ms = cfg->reconnect_min_ms,
         .reconnect_max_ms = cfg->reconnect_max_ms,
         .ping_interval_ms = cfg->ping_interval_ms,
+        .secret = secret,
     };
     static const struct monitor_link_events events = {
         .hosts_begin = on_hosts_begin,
@@ -530,6 +540,12 @@ struct monitor_service *monitor_service_start(const struct service_env *env,
         .lost = on_lost,
     };
     svc->link = monitor_link_new(env->base, &lo, &events, svc, err);
+    if (secret[0] == '\0')
+        log_warn(COMPONENT, "director link not authenticated",
+                 "hint=\"set director_secret_file (or %s / %s_FILE); only a director with "
+                 "director.ring.allow_unauthenticated accepts this monitor\"",
+                 cfg->director_secret_env, cfg->director_secret_env);
+    ring_secret_free(secret);
     if (svc->link == NULL) {
         petrel_error_prefix(err, "monitor: director_addr: ");
         monitor_service_free(svc);
