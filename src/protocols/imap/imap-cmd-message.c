@@ -566,7 +566,10 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
         struct mailbox_flags_result *res = NULL;
         size_t res_count = 0;
         if (mailbox_update_flags(s->box, uids, count, &upd, &res, &res_count, NULL, NULL, &err)) {
-            mailbox_view_note_flags(s->view, res, res_count);
+            /* The view adopts keyword names others created meanwhile:
+             * announce them before a FETCH shows them. */
+            if (mailbox_view_note_flags(s->view, res, res_count))
+                imap_selected_send_flags(s);
             seen_changed = true;
         }
         free(res);
@@ -675,8 +678,10 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
         imap_reply_storage_error(s, &err);
         return;
     }
+    /* New keywords: FLAGS first. Not a sync, which could send other
+     * sessions' EXPUNGEs in the middle of a STORE (RFC 3501 7.4.1). */
     if (mailbox_view_note_flags(s->view, res, res_count))
-        imap_selected_sync(s); /* new keywords: FLAGS first */
+        imap_selected_send_flags(s);
     struct buf out = {0};
     for (size_t k = 0; k < res_count; k++) {
         uint32_t seq = mailbox_view_seq(s->view, res[k].uid);

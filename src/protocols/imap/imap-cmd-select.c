@@ -55,7 +55,7 @@ void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t f
     buf_append_char(out, ')');
 }
 
-static void send_flags_lists(struct imap_session *s)
+void imap_selected_send_flags(struct imap_session *s)
 {
     struct buf line = {0};
     buf_append_str(&line, "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft");
@@ -151,7 +151,7 @@ void imap_selected_sync(struct imap_session *s)
         imap_send_raw(s, out.data, out.len);
     buf_reset(&out);
     if (ch.keywords_changed)
-        send_flags_lists(s);
+        imap_selected_send_flags(s);
     for (size_t i = 0; i < ch.changed_count; i++) {
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, ch.changed_seqs[i]);
         if (e == NULL)
@@ -247,7 +247,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     mailbox_watch_free(previous_watch);
     struct mailbox_view_status st;
     mailbox_view_get_status(view, &st);
-    send_flags_lists(s);
+    imap_selected_send_flags(s);
     struct buf out = {0};
     buf_printf(&out, "* %u EXISTS\r\n* 0 RECENT\r\n", st.messages);
     if (st.first_unseen_seq > 0)

@@ -163,6 +163,10 @@ void imap_selected_sync(struct imap_session *s);
 void imap_condstore_enable(struct imap_session *s);
 /* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
 void imap_selected_close(struct imap_session *s);
+/* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" for the selected
+ * folder: at SELECT, and again before any response that uses a keyword
+ * the session has not been told of (RFC 3501 7.2.6). */
+void imap_selected_send_flags(struct imap_session *s);
 /* "(\Seen \Flagged $Junk)" for a view entry. */
 void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
                        uint32_t keywords);

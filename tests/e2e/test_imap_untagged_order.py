@@ -1,0 +1,149 @@
+"""What a session is told, and when, while other sessions change the
+folder it has selected (RFC 3501 7.2.6, 7.4.1, 5.5): a keyword is
+announced in FLAGS and PERMANENTFLAGS before any response uses it, and no
+EXPUNGE arrives while a FETCH, STORE or SEARCH is answered, even when the
+STORE creates a keyword. Raw sockets, so the order of lines is what is
+checked."""
+
+import re
+import socket
+
+import pytest
+
+from test_imap_session import addr, imap_overrides
+from test_imap_messages import MSG, append, login
+
+
+@pytest.fixture
+def imapd(petreld, tmp_path):
+    return petreld(imap_overrides(tmp_path))
+
+
+class Session:
+    """One raw IMAP connection: run() sends a command and returns the
+    untagged lines that came before its tagged completion."""
+
+    def __init__(self, d, user="alice", password="wonderland"):
+        self.sock = socket.create_connection(addr(d), timeout=10)
+        self.f = self.sock.makefile("rb")
+        assert self.f.readline().startswith(b"* OK")
+        self.n = 0
+        self.run(f"LOGIN {user} {password}")
+
+    def run(self, command, expect=b"OK"):
+        self.n += 1
+        tag = b"t%d" % self.n
+        self.sock.sendall(tag + b" " + command.encode() + b"\r\n")
+        lines = []
+        while True:
+            line = self.f.readline()
+            assert line, "connection closed"
+            if line.startswith(tag + b" "):
+                assert line.startswith(tag + b" " + expect), (command, line, lines)
+                return lines
+            lines.append(line.rstrip(b"\r\n"))
+
+    def close(self):
+        self.sock.close()
+
+
+def flags_announced(lines, keyword):
+    """Index of the FLAGS line naming `keyword` and whether PERMANENTFLAGS
+    names it too; -1 when none does."""
+    for i, line in enumerate(lines):
+        if line.startswith(b"* FLAGS (") and keyword in line[9:].rstrip(b")").split():
+            perm = any(b"PERMANENTFLAGS" in ln and keyword in ln for ln in lines[i:])
+            return i, perm
+    return -1, False
+
+
+def first_use(lines, keyword):
+    for i, line in enumerate(lines):
+        if line.startswith(b"* ") and b" FETCH " in line and re.search(
+                rb"FLAGS \([^)]*" + re.escape(keyword) + rb"[ )]", line):
+            return i
+    return None
+
+
+def test_own_store_announces_a_new_keyword_first(imapd):
+    m = login(imapd)
+    append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    lines = s.run("STORE 1 +FLAGS ($Fresh)")
+    at, perm = flags_announced(lines, b"$Fresh")
+    use = first_use(lines, b"$Fresh")
+    assert use is not None and 0 <= at < use and perm, lines
+    s.close()
+    m.logout()
+
+
+def test_another_sessions_keyword_is_announced_before_it_is_shown(imapd):
+    m = login(imapd)
+    for _ in range(2):
+        append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.store("1", "+FLAGS", "($ByOther)")
+    lines = s.run("NOOP")
+    at, perm = flags_announced(lines, b"$ByOther")
+    use = first_use(lines, b"$ByOther")
+    assert use is not None and 0 <= at < use and perm, lines
+    # A FETCH that sets \Seen takes in names others created meanwhile: it
+    # announces them before any later response could show them.
+    m.store("2", "+FLAGS", "($Second)")
+    lines = s.run("FETCH 1 (BODY[TEXT])")
+    lines += s.run("NOOP")
+    at, perm = flags_announced(lines, b"$Second")
+    use = first_use(lines, b"$Second")
+    assert use is not None and 0 <= at < use and perm, lines
+    s.close()
+    m.logout()
+
+
+@pytest.mark.parametrize("command", ["STORE 1 +FLAGS ($Brand)", "STORE 1 +FLAGS (\\Seen)",
+                                     "FETCH 1:* (FLAGS)", "SEARCH ALL", "UID STORE 1 +FLAGS ($x)"])
+def test_no_expunge_while_a_fetch_store_or_search_is_answered(imapd, command):
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.store("3", "+FLAGS", "(\\Deleted)")
+    m.expunge()
+    lines = s.run(command)
+    assert not [ln for ln in lines if ln.endswith(b" EXPUNGE")], lines
+    # The next command that may carry it does.
+    lines = s.run("NOOP")
+    assert b"* 3 EXPUNGE" in lines, lines
+    s.close()
+    m.logout()
+
+
+def test_pipelined_store_gets_no_expunge_before_its_tagged_reply(imapd):
+    """RFC 3501 5.5: commands sent without waiting; the expunge by another
+    session must not come before the STORE's tagged OK, whichever command
+    carries it afterwards."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.store("2", "+FLAGS", "(\\Deleted)")
+    m.expunge()
+    s.sock.sendall(b"p1 STORE 1 +FLAGS ($Piped)\r\np2 FETCH 1 (FLAGS)\r\np3 NOOP\r\n")
+    seen = []
+    while True:
+        line = s.f.readline()
+        assert line
+        seen.append(line.rstrip(b"\r\n"))
+        if line.startswith(b"p3 "):
+            break
+    tags = {ln.split()[0]: i for i, ln in enumerate(seen) if ln.startswith(b"p")}
+    expunges = [i for i, ln in enumerate(seen) if ln.endswith(b" EXPUNGE")]
+    assert expunges and all(i > tags[b"p2"] for i in expunges), seen
+    s.close()
+    m.logout()
