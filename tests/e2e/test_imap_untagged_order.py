@@ -147,3 +147,22 @@ def test_pipelined_store_gets_no_expunge_before_its_tagged_reply(imapd):
     assert expunges and all(i > tags[b"p2"] for i in expunges), seen
     s.close()
     m.logout()
+
+
+def test_nothing_but_the_tagged_ok_follows_bye(imapd):
+    """RFC 3501 7.1.5: at LOGOUT, other sessions' expunges and flag changes
+    are not reported after * BYE."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.store("1", "+FLAGS", "(\\Flagged)")
+    m.store("3", "+FLAGS", "(\\Deleted)")
+    m.expunge()
+    lines = s.run("LOGOUT")
+    assert lines and lines[0].startswith(b"* BYE"), lines
+    assert lines == lines[:1], lines
+    s.close()
+    m.logout()

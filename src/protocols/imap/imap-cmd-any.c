@@ -44,9 +44,12 @@ static void cmd_logout(struct imap_session *s, const struct imap_command *cmd)
 {
     (void)cmd;
     mail_session_io_logout(&s->io);
+    /* Nothing but the tagged OK may follow BYE (RFC 3501 7.1.5): the
+     * folder goes first, so the reply carries no updates. */
+    imap_selected_close(s);
+    s->state = IMAP_STATE_LOGOUT;
     imap_send(s, "* BYE Logging out.");
     imap_reply_ok(s, "Logout completed.");
-    s->state = IMAP_STATE_LOGOUT;
     imap_session_close_after_output(s);
 }
 
