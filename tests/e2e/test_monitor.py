@@ -157,11 +157,12 @@ def test_failing_backend_flushed_after_threshold_and_up_on_recovery(monitor, fak
     assert times[7] - times[3] < times[2] - times[0] + 0.5
     wait_for(lambda: backend_states(d) == {"127.0.0.2": "flush"}, what="state flush")
 
-    # A flush backend is polled at the normal interval, never rapidly again,
-    # and no second BACKEND-FLUSH is sent.
-    time.sleep(2.0)
-    after = be.accepted("reject", after=t_flush)
-    assert 2 <= after <= 6, after
+    # A flush backend is polled at the normal interval (500 ms), never
+    # rapidly (50 ms) again, and no second BACKEND-FLUSH is sent.
+    wait_for(lambda: be.accepted("reject", after=t_flush) >= 3, timeout=15,
+             what="polls of the flushed backend")
+    polls = [t for t in be.times("reject") if t > t_flush][:3]
+    assert min(b - a for a, b in zip(polls, polls[1:])) > 0.3, polls
     assert len(director.reports("BACKEND-FLUSH")) == 1
 
     t_ok = time.monotonic()
@@ -193,7 +194,10 @@ def test_rapid_failures_below_threshold_do_not_flush(monitor, fakes):
     start = time.monotonic()
     be.then(*["reject"] * 5)
     wait_for(lambda: be.accepted("ok", after=start) >= 3 + 2, timeout=20, what="rapid phase")
-    time.sleep(1.0)
+    # The poll after the rapid phase is the clock: by then a flush would
+    # have been reported.
+    wait_for(lambda: be.accepted("ok", after=start) >= 3 + 2 + 1, timeout=20,
+             what="the poll after the rapid phase")
     assert not director.reports()
     assert backend_states(d) == {"127.0.0.2": "up"}
     # The next poll after the rapid phase came at the normal interval.
@@ -339,7 +343,9 @@ def test_connect_only_without_credentials(monitor, fakes):
     monitor(director, imap_port=port_imap, imap_tls=False, poll_pop3=True, pop3_port=port_pop3,
             tags={"gold": {"user": "gold-probe", "password": "g"}})
     wait_for(lambda: imap.count() >= 2 and pop3.count() >= 2, timeout=15, what="probes")
-    time.sleep(0.3)
+    # Each probe ends with its goodbye: wait for the last one's.
+    wait_for(lambda: imap.lines and imap.lines[-1].endswith("LOGOUT") and pop3.lines
+             and pop3.lines[-1] == "QUIT", timeout=15, what="the probes' goodbyes")
     assert imap.logins == [] and pop3.logins == []
     assert all(line.endswith("LOGOUT") for line in imap.lines)
     assert set(pop3.lines) == {"QUIT"}
@@ -363,9 +369,13 @@ def test_follows_ring_changes(monitor, fakes):
 
     director.push("down", "127.0.0.3")
     wait_for(lambda: set(backend_states(d)) == {"127.0.0.2"}, what="removed")
-    time.sleep(0.2)
+    # The other backend's polls are the clock: after its next one, a probe
+    # of the removed one that was under way has ended; after two more,
+    # none has started.
+    base = a.count()
+    wait_for(lambda: a.count() >= base + 1, timeout=15, what="next poll")
     n = b.count()
-    time.sleep(1.5)
+    wait_for(lambda: a.count() >= base + 3, timeout=15, what="two more polls")
     assert b.count() == n  # no longer probed
     assert a.count() >= 3
 
@@ -431,11 +441,16 @@ def test_unanswered_ping_reconnects(monitor, fakes):
     assert any(f[0] == "PING" for _, f in director.received)
     assert "the director did not answer PING" in d.stderr()
 
-    # Answered: the link stays.
+    # Answered: the link stays. PINGs are the clock: once three more came
+    # on the link in use, and were answered, it has not been replaced.
     director.answer_ping = True
-    time.sleep(0.5)
+
+    def pings():
+        return sum(1 for _, f in director.received if f[0] == "PING")
+    wait_for(lambda: pings() >= 1, what="a PING")
     n = director.connections()
-    time.sleep(1.5)
+    p = pings()
+    wait_for(lambda: pings() >= p + 3, timeout=10, what="three answered PINGs")
     assert director.connections() == n
     assert be.count() >= 1
 
@@ -450,14 +465,16 @@ def test_limits_max_backends_and_director_line(monitor, fakes):
     d = monitor(director, imap_port=port, imap_tls=False, tags=CREDS, max_backends=3,
                 max_line_length=1024)
     wait_for(lambda: len(backend_states(d)) == 3, timeout=15, what="three backends")
-    time.sleep(1.0)
+    # Two polls of each of the three are the clock for the other two.
+    wait_for(lambda: all(s.count() >= 2 for s in servers[:3]), timeout=15, what="polls")
     assert set(backend_states(d)) == set(ips[:3])
     assert sum(1 for s in servers if s.count() > 0) == 3
     assert "backend limit reached" in d.stderr()
 
     # An unknown verb (a newer minor version of the protocol) is ignored.
     director.send_raw(ring_line("NEW-THING", "x"))
-    time.sleep(0.5)
+    polled = servers[0].count()
+    wait_for(lambda: servers[0].count() >= polled + 2, timeout=15, what="polls after the line")
     assert director.connections() == 1
     assert not any(f[0] == "ERROR" for _, f in director.received)
 
@@ -663,9 +680,11 @@ def test_with_the_real_director(petreld, fakes, tmp_path):
     r = http_request(api, "DELETE", "/api/director/backends/127.0.0.3", token="secret")
     assert r.status == 200, r
     wait_for(lambda: set(backend_states(d)) == {"127.0.0.2"}, what="removed from the monitor")
-    time.sleep(0.2)
+    # 127.0.0.2's polls are the clock (as in test_follows_ring_changes).
+    base = a.count()
+    wait_for(lambda: a.count() >= base + 1, timeout=15, what="next poll")
     n = b.count()
-    time.sleep(1.5)
+    wait_for(lambda: a.count() >= base + 3, timeout=15, what="two more polls")
     assert b.count() == n
 
 
