@@ -166,3 +166,48 @@ def test_nothing_but_the_tagged_ok_follows_bye(imapd):
     assert lines == lines[:1], lines
     s.close()
     m.logout()
+
+
+def test_fetch_of_a_message_expunged_elsewhere_answers_nil_and_ok(imapd):
+    """RFC 2180 4.1.3, as Dovecot answers: a message another session
+    expunged is still in this session's view until it is told; a FETCH of
+    its contents gets NIL for them and the command completes with
+    OK [EXPUNGEISSUED], the other messages answered in full."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.store("2", "+FLAGS", "(\\Deleted)")
+    m.expunge()
+    lines = s.run("FETCH 2 (UID FLAGS)")
+    assert len(lines) == 1 and lines[0].startswith(b"* 2 FETCH (UID 2 FLAGS ("), lines
+    s.n += 1
+    tag = b"t%d" % s.n
+    s.sock.sendall(tag + b" FETCH 1:3 (UID BODY.PEEK[HEADER.FIELDS (SUBJECT)] BODY.PEEK[] "
+                         b"ENVELOPE BINARY.SIZE[1])\r\n")
+    got = []
+    while True:
+        line = s.f.readline()
+        m_lit = re.search(rb"\{(\d+)\}\r\n$", line)
+        while m_lit:
+            line += s.f.read(int(m_lit.group(1)))
+            nxt = s.f.readline()
+            line += nxt
+            m_lit = re.search(rb"\{(\d+)\}\r\n$", nxt)
+        got.append(line)
+        if line.startswith(tag):
+            break
+    assert got[-1].startswith(tag + b" OK [EXPUNGEISSUED]"), got[-1]
+    fetches = got[:-1]
+    assert [f.split()[1] for f in fetches] == [b"1", b"2", b"3"], fetches
+    # The items in the order the answer for a present message has them.
+    assert fetches[1] == (b"* 2 FETCH (UID 2 ENVELOPE NIL BODY[HEADER.FIELDS (SUBJECT)] NIL "
+                          b"BODY[] NIL BINARY.SIZE[1] 0)\r\n"), fetches[1]
+    for f in (fetches[0], fetches[2]):
+        assert b"Subject:" in f and b"BODY[] {" in f and b"ENVELOPE (" in f, f
+    # The expunge itself arrives with the next command that may carry it.
+    assert b"* 2 EXPUNGE" in s.run("NOOP")
+    s.close()
+    m.logout()

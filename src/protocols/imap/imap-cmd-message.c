@@ -441,8 +441,38 @@ static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_m
     return true;
 }
 
+/* The items of a message another session expunged since our view, as
+ * Dovecot answers them: what the view knows (UID, FLAGS, dates, size,
+ * MODSEQ) as usual, every item that needs the message's bytes as NIL
+ * (BINARY.SIZE as 0). RFC 2180 4.1.3 with an OK [EXPUNGEISSUED]: clients
+ * keep their session instead of taking a failed FETCH. */
+static void fetch_contents_gone(const struct imap_fetch_items *items, const char *sep,
+                                struct buf *out)
+{
+    static const struct {
+        unsigned attr;
+        const char *name;
+    } whole[] = {{IMAP_FETCH_ENVELOPE, "ENVELOPE"},   {IMAP_FETCH_BODYSTRUCTURE, "BODYSTRUCTURE"},
+                 {IMAP_FETCH_BODY, "BODY"},           {IMAP_FETCH_RFC822, "RFC822"},
+                 {IMAP_FETCH_RFC822_HEADER, "RFC822.HEADER"},
+                 {IMAP_FETCH_RFC822_TEXT, "RFC822.TEXT"}};
+    for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++) {
+        if ((items->attrs & whole[i].attr) == 0)
+            continue;
+        buf_printf(out, "%s%s NIL", sep, whole[i].name);
+        sep = " ";
+    }
+    for (size_t i = 0; i < items->body_count; i++) {
+        const struct imap_fetch_body *b = &items->bodies[i];
+        buf_append_str(out, sep);
+        imap_fetch_body_name(b, out);
+        buf_append_str(out, b->kind == IMAP_FETCH_BINARY_SIZE ? " 0" : " NIL");
+        sep = " ";
+    }
+}
+
 static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fetch_items *items,
-                      bool uid_mode, bool flags_too, struct buf *out, bool *some_gone,
+                      bool uid_mode, bool flags_too, bool gone, struct buf *out, bool *some_gone,
                       bool *unknown_cte)
 {
     const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
@@ -479,6 +509,11 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     if ((a & IMAP_FETCH_MODSEQ) || items->changedsince) {
         buf_printf(out, "%sMODSEQ (%llu)", sep, (unsigned long long)e->modseq);
         sep = " ";
+    }
+    if (gone) {
+        fetch_contents_gone(items, sep, out);
+        buf_append_str(out, ")\r\n");
+        return;
     }
     bool ok = true;
     if (ok && (a & IMAP_FETCH_ENVELOPE)) {
@@ -530,9 +565,11 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     }
     fetch_release(&fm);
     if (!ok) {
-        /* Expunged by another session since our view: leave it out. */
+        /* Expunged by another session since our view: answered again
+         * without its contents. */
         out->len = start;
         *some_gone = true;
+        fetch_one(s, seq, items, uid_mode, flags_too, true, out, some_gone, unknown_cte);
         return;
     }
     buf_append_str(out, ")\r\n");
@@ -584,7 +621,8 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
             continue;
         if (items.changedsince && e->modseq <= items.changedsince_modseq)
             continue;
-        fetch_one(s, seq, &items, uid_mode, seen_changed, &out, &some_gone, &unknown_cte);
+        fetch_one(s, seq, &items, uid_mode, seen_changed, false, &out, &some_gone,
+                  &unknown_cte);
         if (out.len >= 256 * 1024) {
             imap_send_raw(s, out.data, out.len);
             buf_reset(&out);
@@ -602,7 +640,7 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
     if (unknown_cte)
         imap_reply_no(s, "[UNKNOWN-CTE] A part has an unknown Content-Transfer-Encoding.");
     else if (some_gone)
-        imap_reply_no(s, "[EXPUNGEISSUED] Some messages were expunged meanwhile.");
+        imap_reply_ok(s, "[EXPUNGEISSUED] Some messages were already expunged.");
     else
         imap_reply_ok(s, "FETCH completed.");
 }
