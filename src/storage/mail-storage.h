@@ -106,9 +106,22 @@ struct mailbox_info {
     uint64_t highest_modseq;
     uint32_t messages;
     uint32_t unseen;
+    uint32_t recent;        /* at or above the \Recent mark (mailbox_recent_claim) */
     uint64_t size_bytes;    /* stats: sum of physical sizes */
     uint64_t on_disk_count; /* stats: message files found on disk */
 };
+/* \Recent (RFC 3501 2.3.2). The folder keeps a mark: the first UID no
+ * read-write session has been told of (absent: 1, so each message of a
+ * folder Petrel has not served yet is recent once, as with Dovecot).
+ * mailbox_recent_claim() is for a read-write session about to report new
+ * messages: under the folder lock it reads the mark into *first, moves it
+ * to the index's next UID and gives that in *until, so the messages with
+ * UIDs in [*first, *until) are recent for this caller and for no other
+ * session. mailbox_recent_peek() only reads the mark (EXAMINE: recent
+ * messages are shown but stay recent for the next session). */
+bool mailbox_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
+                          struct petrel_error *err);
+uint32_t mailbox_recent_peek(struct mailbox *box);
 /* The folder's UIDVALIDITY as the handle last read it, without looking at
  * the disk: after a mailbox_append, the one the new UID belongs to. */
 uint32_t mailbox_handle_uid_validity(const struct mailbox *box);

@@ -279,7 +279,7 @@ def test_list_status_matches_the_status_command(tree):
     status = tree.ok(f"STATUS INBOX ({items})")
     lines = tree.ok(f'LIST "" "INBOX" RETURN (STATUS ({items}))')
     assert lines == ['* LIST () "/" "INBOX"', status[0]]
-    assert status[0].startswith('* STATUS "INBOX" (MESSAGES 1 RECENT 0 UIDNEXT 2 UIDVALIDITY ')
+    assert status[0].startswith('* STATUS "INBOX" (MESSAGES 1 RECENT 1 UIDNEXT 2 UIDVALIDITY ')
 
 
 # ---------- SPECIAL-USE ----------

@@ -211,3 +211,68 @@ def test_fetch_of_a_message_expunged_elsewhere_answers_nil_and_ok(imapd):
     assert b"* 2 EXPUNGE" in s.run("NOOP")
     s.close()
     m.logout()
+
+
+# ---------- \Recent (RFC 3501 2.3.2, 6.3.1, 7.3.2) ----------
+
+def recent_of(lines):
+    found = [int(ln.split()[1]) for ln in lines if ln.endswith(b" RECENT")]
+    return found[-1] if found else None
+
+
+def flags_by_seq(lines):
+    out = {}
+    for ln in lines:
+        m = re.match(rb"\* (\d+) FETCH \(.*FLAGS \(([^)]*)\)", ln)
+        if m:
+            out[int(m.group(1))] = m.group(2).split()
+    return out
+
+
+def test_each_new_message_is_recent_for_exactly_one_session(imapd):
+    """Dovecot 2.3 gives the same counts and flags for this sequence."""
+    m = login(imapd)
+    m.create("Copies")
+    append(m, box="Copies")
+    m.logout()
+    m = login(imapd)
+    append(m)
+    append(m)
+    a, b, c = Session(imapd), Session(imapd), Session(imapd)
+    # STATUS counts what no session has been told of; EXAMINE shows the
+    # recent messages without taking them.
+    assert b'RECENT 2' in c.run("STATUS INBOX (RECENT)")[0]
+    assert recent_of(c.run("EXAMINE INBOX")) == 2
+    assert flags_by_seq(c.run("FETCH 1:2 (FLAGS)")) == {1: [b"\\Recent"], 2: [b"\\Recent"]}
+    # The first read-write session takes them; the next sees none.
+    assert recent_of(a.run("SELECT INBOX")) == 2
+    assert recent_of(b.run("SELECT INBOX")) == 0
+    assert m.status("INBOX", "(RECENT)")[1][0].endswith(b" (RECENT 0)")
+    assert flags_by_seq(a.run("FETCH 1:2 (FLAGS)")) == {1: [b"\\Recent"], 2: [b"\\Recent"]}
+    assert flags_by_seq(b.run("FETCH 1:2 (FLAGS)")) == {1: [], 2: []}
+    # A message arriving while both are selected goes to whichever syncs
+    # first, and only to it.
+    append(m)
+    first, second = a.run("NOOP"), b.run("NOOP")
+    assert b"* 3 EXISTS" in first and b"* 3 EXISTS" in second
+    assert recent_of(first) == 3 and recent_of(second) is None
+    assert a.run("SEARCH RECENT") == [b"* SEARCH 1 2 3"]
+    assert b.run("SEARCH RECENT") == [b"* SEARCH"]
+    assert b.run("SEARCH OLD") == [b"* SEARCH 1 2 3"]
+    a.run("STORE 2 +FLAGS.SILENT (\\Seen)")
+    assert a.run("SEARCH NEW") == [b"* SEARCH 1 3"]
+    # An expunge lowers the count; \Recent cannot be stored.
+    a.run("STORE 1 +FLAGS.SILENT (\\Deleted)")
+    lines = a.run("EXPUNGE")
+    assert b"* 1 EXPUNGE" in lines and recent_of(lines) == 2, lines
+    a.run("STORE 1 +FLAGS (\\Recent)", expect=b"BAD")
+    # A re-SELECT starts over: what this session was told of is old now.
+    assert recent_of(a.run("SELECT INBOX")) == 0
+    # COPY: the copies are recent for the next session to select the
+    # destination.
+    a.run("COPY 1:2 Copies")
+    assert recent_of(b.run("SELECT Copies")) == 3
+    assert recent_of(a.run("SELECT Copies")) == 0
+    for s in (a, b, c):
+        s.close()
+    m.logout()

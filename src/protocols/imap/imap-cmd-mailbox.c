@@ -193,7 +193,7 @@ static bool status_send(struct imap_session *s, const struct namespace_config *n
         if (imap_arg_atom_equals(it, "MESSAGES"))
             buf_printf(&line, "MESSAGES %u", info.messages);
         else if (imap_arg_atom_equals(it, "RECENT"))
-            buf_append_str(&line, "RECENT 0");
+            buf_printf(&line, "RECENT %u", info.recent);
         else if (imap_arg_atom_equals(it, "UIDNEXT"))
             buf_printf(&line, "UIDNEXT %u", info.next_uid);
         else if (imap_arg_atom_equals(it, "UIDVALIDITY"))

@@ -494,7 +494,7 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     if ((a & IMAP_FETCH_FLAGS) || flags_too) {
         buf_append_str(out, sep);
         buf_append_str(out, "FLAGS ");
-        imap_append_flags(out, s, e->flags, e->keywords);
+        imap_append_flags(out, s, e->uid, e->flags, e->keywords);
         sep = " ";
     }
     if (a & IMAP_FETCH_INTERNALDATE) {
@@ -729,7 +729,7 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
         if (uid_mode)
             buf_printf(&out, "UID %u ", res[k].uid);
         buf_append_str(&out, "FLAGS ");
-        imap_append_flags(&out, s, res[k].flags, res[k].keywords);
+        imap_append_flags(&out, s, res[k].uid, res[k].flags, res[k].keywords);
         if (s->condstore)
             buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)res[k].modseq);
         buf_append_str(&out, ")\r\n");

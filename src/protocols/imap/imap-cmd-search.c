@@ -242,12 +242,12 @@ static bool eval(struct search_ctx *c, const struct imap_search_node *n)
         return !(fl & MAIL_FLAG_FLAGGED);
     case IMAP_SEARCH_UNSEEN:
         return !(fl & MAIL_FLAG_SEEN);
-    /* \Recent is not kept (IMAP4rev2): nothing is recent, everything old. */
     case IMAP_SEARCH_NEW:
+        return imap_recent_has(c->s, c->e->uid) && !(fl & MAIL_FLAG_SEEN);
     case IMAP_SEARCH_RECENT:
-        return false;
+        return imap_recent_has(c->s, c->e->uid);
     case IMAP_SEARCH_OLD:
-        return true;
+        return !imap_recent_has(c->s, c->e->uid);
     case IMAP_SEARCH_KEYWORD:
         return has_keyword(c, n->str);
     case IMAP_SEARCH_UNKEYWORD:

@@ -27,11 +27,79 @@ static const struct {
     SYSTEM_FLAG(MAIL_FLAG_DRAFT, "\\Draft"),
 };
 
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
-                       uint32_t keywords)
+/* ---------- \Recent ---------- */
+
+bool imap_recent_has(const struct imap_session *s, uint32_t uid)
+{
+    for (size_t i = s->recent_count; i > 0; i--) { /* newest ranges last */
+        if (uid >= s->recent[i - 1].lo && uid < s->recent[i - 1].hi)
+            return true;
+    }
+    return false;
+}
+
+/* Takes the folder's newly arrived messages as recent: a read-write
+ * session claims them (no other session will see them as recent), a
+ * read-only one sees whatever nobody has claimed yet. */
+static void recent_take(struct imap_session *s)
+{
+    if (s->readonly) {
+        uint32_t mark = mailbox_recent_peek(s->box);
+        s->recent = xgrow(s->recent, &s->recent_cap, 1, sizeof(*s->recent));
+        s->recent[0] = (struct imap_recent_range){mark, UINT32_MAX};
+        s->recent_count = 1;
+        return;
+    }
+    uint32_t first, until;
+    struct petrel_error err;
+    if (!mailbox_recent_claim(s->box, &first, &until, &err)) {
+        log_warn(IMAP_COMPONENT, "recent claim failed", "session=%s error=\"%s\"", s->io.id,
+                 err.message);
+        return;
+    }
+    if (until <= first)
+        return;
+    if (s->recent_count > 0 && s->recent[s->recent_count - 1].hi == first) {
+        s->recent[s->recent_count - 1].hi = until;
+        return;
+    }
+    s->recent = xgrow(s->recent, &s->recent_cap, s->recent_count + 1, sizeof(*s->recent));
+    s->recent[s->recent_count++] = (struct imap_recent_range){first, until};
+}
+
+/* Sequence position of the first view entry with a UID >= `uid`. */
+static size_t view_lower_bound(const struct mailbox_view *view, uint32_t uid)
+{
+    size_t lo = 0, hi = mailbox_view_count(view);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (mailbox_view_at(view, (uint32_t)(mid + 1))->uid < uid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Messages of the view recent for this session (UIDs are below
+ * UINT32_MAX, so the open-ended read-only range misses none). */
+static uint32_t recent_in_view(const struct imap_session *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->recent_count; i++)
+        n += view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
+    return (uint32_t)n;
+}
+
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
+                       uint32_t flags, uint32_t keywords)
 {
     bool first = true;
     buf_append_char(out, '(');
+    if (s->recent_count > 0 && imap_recent_has(s, uid)) {
+        buf_append_str(out, "\\Recent");
+        first = false;
+    }
     for (size_t i = 0; i < sizeof(system_flags) / sizeof(system_flags[0]); i++) {
         if (flags & system_flags[i].bit) {
             if (!first)
@@ -110,6 +178,8 @@ void imap_selected_close(struct imap_session *s)
     s->view = NULL;
     s->box = NULL;
     s->idling = false;
+    s->recent_count = 0;
+    s->recent_reported = 0;
     if (s->state == IMAP_STATE_SELECTED)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
@@ -145,8 +215,14 @@ void imap_selected_sync(struct imap_session *s)
     }
     for (size_t i = 0; i < ch.expunged_count; i++)
         buf_printf(&out, "* %u EXPUNGE\r\n", ch.expunged_seqs[i]);
+    if (ch.new_count > 0)
+        recent_take(s);
     if (ch.new_count > 0 || ch.expunged_count > 0)
         buf_printf(&out, "* %u EXISTS\r\n", ch.exists);
+    uint32_t recent = recent_in_view(s);
+    if (recent != s->recent_reported) /* as Dovecot: only a change */
+        buf_printf(&out, "* %u RECENT\r\n", recent);
+    s->recent_reported = recent;
     if (out.len > 0)
         imap_send_raw(s, out.data, out.len);
     buf_reset(&out);
@@ -157,7 +233,7 @@ void imap_selected_sync(struct imap_session *s)
         if (e == NULL)
             continue;
         buf_printf(&out, "* %u FETCH (UID %u FLAGS ", ch.changed_seqs[i], e->uid);
-        imap_append_flags(&out, s, e->flags, e->keywords);
+        imap_append_flags(&out, s, e->uid, e->flags, e->keywords);
         if (s->condstore)
             buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
         buf_append_str(&out, ")\r\n");
@@ -240,6 +316,9 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     s->view = view;
     s->readonly = readonly;
     s->state = IMAP_STATE_SELECTED;
+    s->recent_count = 0;
+    recent_take(s);
+    s->recent_reported = recent_in_view(s);
     /* Watched from now on, so commands sync only after a change (NULL
      * without inotify: every command syncs, and IDLE polls). */
     s->watch = keep_watch != NULL ? keep_watch
@@ -249,7 +328,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     mailbox_view_get_status(view, &st);
     imap_selected_send_flags(s);
     struct buf out = {0};
-    buf_printf(&out, "* %u EXISTS\r\n* 0 RECENT\r\n", st.messages);
+    buf_printf(&out, "* %u EXISTS\r\n* %u RECENT\r\n", st.messages, s->recent_reported);
     if (st.first_unseen_seq > 0)
         buf_printf(&out, "* OK [UNSEEN %u] First unseen.\r\n", st.first_unseen_seq);
     buf_printf(&out,

@@ -61,6 +61,16 @@ struct imap_session {
     struct mailbox_watch *watch;
     bool readonly; /* EXAMINE */
     bool idling;   /* IDLE: waiting for DONE */
+    /* \Recent (imap-cmd-select.c): the UID ranges of the selected folder
+     * that are recent for this session, and the count last reported. */
+    struct imap_recent_range *recent;
+    size_t recent_count;
+    size_t recent_cap;
+    uint32_t recent_reported;
+};
+
+struct imap_recent_range {
+    uint32_t lo, hi; /* UIDs lo .. hi-1 */
 };
 
 struct imap_server_metrics {
@@ -167,9 +177,15 @@ void imap_selected_close(struct imap_session *s);
  * folder: at SELECT, and again before any response that uses a keyword
  * the session has not been told of (RFC 3501 7.2.6). */
 void imap_selected_send_flags(struct imap_session *s);
-/* "(\Seen \Flagged $Junk)" for a view entry. */
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t flags,
-                       uint32_t keywords);
+/* "(\Seen \Flagged $Junk)" for a view entry, with \Recent when the
+ * message is recent for this session. */
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
+                       uint32_t flags, uint32_t keywords);
+/* Whether message `uid` of the selected folder is \Recent for this
+ * session (RFC 3501 2.3.2: exactly one read-write session gets each new
+ * message as recent; EXAMINE shows the folder's recent messages without
+ * taking them). */
+bool imap_recent_has(const struct imap_session *s, uint32_t uid);
 /* The IDLE line "DONE" (or anything else) while idling. */
 void imap_idle_line(struct imap_session *s, const char *line, size_t len);
 /* Maps a storage error to a tagged NO with the right response code. */

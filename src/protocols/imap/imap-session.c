@@ -156,6 +156,7 @@ void imap_session_free(struct imap_session *s)
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
     imap_selected_close(s);
+    free(s->recent);
     mail_user_unref(s->user);
     if (s->io.username != NULL)
         metric_gauge_add(ctx->m.sessions_auth, -1);

@@ -1226,6 +1226,7 @@ bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info
     size_t n = fileindex_count(box->index);
     info->messages = (uint32_t)n;
     info->unseen = (uint32_t)fileindex_unseen(box->index);
+    info->recent = maildir_recent_count(box);
     if (!stats)
         return true;
     for (size_t i = 0; i < n; i++)

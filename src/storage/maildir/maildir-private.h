@@ -123,6 +123,9 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err);
 
 /* The sync mailbox_open leaves to the first operation. */
 bool maildir_ensure_synced(struct mailbox *box, struct petrel_error *err);
+/* Messages of the handle's index with a UID at or above the \Recent mark
+ * (maildir-recent.c): STATUS RECENT. */
+uint32_t maildir_recent_count(struct mailbox *box);
 bool maildir_fsync_enabled(const struct mailbox *box);
 /* Whether links, renames and unlinks in cur/ need a directory fsync of
  * their own before the index commit that records them: mail.fsync is not
