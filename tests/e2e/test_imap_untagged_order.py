@@ -33,7 +33,8 @@ class Session:
     def run(self, command, expect=b"OK"):
         self.n += 1
         tag = b"t%d" % self.n
-        self.sock.sendall(tag + b" " + command.encode() + b"\r\n")
+        data = command if isinstance(command, bytes) else command.encode()
+        self.sock.sendall(tag + b" " + data + b"\r\n")
         lines = []
         while True:
             line = self.f.readline()
@@ -276,3 +277,34 @@ def test_each_new_message_is_recent_for_exactly_one_session(imapd):
     for s in (a, b, c):
         s.close()
     m.logout()
+
+
+# ---------- UTF8=ACCEPT mailbox names (RFC 6855 3) ----------
+
+def test_utf8_accept_names_travel_as_utf8(imapd):
+    s = Session(imapd)
+    s.run('CREATE "Gr&APwA3w-e"')
+    # Not before SELECT is over: names already sent would be read anew.
+    s.run("SELECT INBOX")
+    s.run("ENABLE UTF8=ACCEPT", expect=b"BAD")
+    s.run("UNSELECT")
+    assert s.run("ENABLE UTF8=ACCEPT") == [b"* ENABLED UTF8=ACCEPT"]
+    assert s.run("ENABLE UTF8=ACCEPT") == [b"* ENABLED"]
+    lines = s.run('LIST "" "Gr*"')
+    assert lines == ['* LIST (\\HasNoChildren) "/" "Grüße"'.encode()], lines
+    s.run('CREATE "Straße/Übung"'.encode())
+    lines = s.run('LIST "" "Stra*"'.encode())
+    assert [ln.split(b'"/" ')[1] for ln in lines] == ['"Straße"'.encode(), '"Straße/Übung"'.encode()]
+    assert s.run('STATUS "Grüße" (MESSAGES)'.encode()) == [
+        '* STATUS "Grüße" (MESSAGES 0)'.encode()]
+    # "&" is just a character now: no modified UTF-7 decoding.
+    s.run('CREATE "R&D"')
+    assert s.run('LIST "" "R&D"') == [b'* LIST (\\HasNoChildren) "/" "R&D"']
+    s.run(b'CREATE "bad \xff name"', expect=b"BAD")
+    s.close()
+    # A client without UTF8=ACCEPT still sees modified UTF-7.
+    t = Session(imapd)
+    names = [ln.split(b'"/" ')[1] for ln in t.run('LIST "" "*"')]
+    assert b'"Gr&APwA3w-e"' in names and b'"Stra&AN8-e/&ANw-bung"' in names, names
+    assert b'"R&-D"' in names, names
+    t.close()

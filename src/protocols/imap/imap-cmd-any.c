@@ -88,16 +88,25 @@ static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "ENABLE needs capability names.");
         return;
     }
-    bool condstore = false;
+    bool condstore = false, utf8 = false;
     for (size_t i = 0; i < cmd->arg_count; i++) {
         if (cmd->args[i].type != IMAP_ARG_ATOM) {
             imap_reply_bad(s, "ENABLE takes atoms.");
             return;
         }
         condstore = condstore || imap_arg_atom_equals(&cmd->args[i], "CONDSTORE");
+        utf8 = utf8 || imap_arg_atom_equals(&cmd->args[i], "UTF8=ACCEPT");
+    }
+    /* RFC 6855 3: names already sent in modified UTF-7 would be read
+     * differently by a client that switches with a folder selected. */
+    if (utf8 && !s->utf8_accept && s->state == IMAP_STATE_SELECTED) {
+        imap_reply_bad(s, "ENABLE UTF8=ACCEPT before SELECT.");
+        return;
     }
     bool newly = condstore && !s->condstore;
-    imap_send(s, "* ENABLED%s", newly ? " CONDSTORE" : "");
+    bool newly_utf8 = utf8 && !s->utf8_accept;
+    s->utf8_accept = s->utf8_accept || utf8;
+    imap_send(s, "* ENABLED%s%s", newly ? " CONDSTORE" : "", newly_utf8 ? " UTF8=ACCEPT" : "");
     if (newly)
         imap_condstore_enable(s);
     imap_reply_ok(s, "Enabled.");

@@ -8,6 +8,7 @@
 #include "protocols/imap/imap-private.h"
 
 #include "core/log.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "storage/mailbox-name.h"
 #include "storage/special-use.h"
@@ -61,7 +62,14 @@ static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
         return false;
     }
     struct buf utf8 = {0};
-    if (!mailbox_name_from_mutf7(wire, &utf8)) {
+    if (s->utf8_accept) {
+        /* RFC 6855 3: names are UTF-8 now, with no modified UTF-7 decoding. */
+        if (!utf8_valid(wire, arg->len)) {
+            imap_reply_bad(s, "Mailbox name is not valid UTF-8.");
+            return false;
+        }
+        buf_append(&utf8, wire, arg->len);
+    } else if (!mailbox_name_from_mutf7(wire, &utf8)) {
         buf_free(&utf8);
         imap_reply_no(s, "[CANNOT] Mailbox name is not valid modified UTF-7.");
         return false;
@@ -100,13 +108,20 @@ bool imap_resolve_folder(struct imap_session *s, const struct imap_arg *arg,
     return true;
 }
 
-/* The wire form of a namespace folder name. */
-static void append_wire_name(struct buf *out, const struct namespace_config *ns, const char *name)
+/* The wire form of a namespace folder name: modified UTF-7, or UTF-8 in a
+ * quoted string once the client enabled UTF8=ACCEPT (RFC 6855 3). */
+static void append_wire_name(struct buf *out, const struct imap_session *s,
+                             const struct namespace_config *ns, const char *name)
 {
     struct buf full = {0};
     buf_append_str(&full, ns->prefix);
     buf_append_str(&full, name);
     buf_append_char(&full, '\0');
+    if (s->utf8_accept) {
+        imap_append_utf8_string(out, full.data, full.len - 1);
+        buf_free(&full);
+        return;
+    }
     struct buf mutf7 = {0};
     if (!mailbox_name_to_mutf7(full.data, &mutf7))
         buf_append(&mutf7, full.data, full.len - 1);
@@ -184,7 +199,7 @@ static bool status_send(struct imap_session *s, const struct namespace_config *n
     mailbox_close(box);
     struct buf line = {0};
     buf_append_str(&line, "* STATUS ");
-    append_wire_name(&line, ns, name);
+    append_wire_name(&line, s, ns, name);
     buf_append_str(&line, " (");
     for (size_t i = 0; i < items->count; i++) {
         const struct imap_arg *it = &items->list[i];
@@ -326,6 +341,7 @@ struct list_query {
     bool status_want_size;
     char **patterns; /* full-name patterns (reference joined), UTF-8 */
     size_t pattern_count;
+    bool utf8; /* UTF8=ACCEPT: patterns come in UTF-8, not modified UTF-7 */
 };
 
 /* One namespace's folders while a LIST runs. */
@@ -468,7 +484,7 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
     buf_append(&line, attrs.data, attrs.len);
     buf_printf(&line, ") \"%s%c\" ",
                n->ns->separator == '"' || n->ns->separator == '\\' ? "\\" : "", n->ns->separator);
-    append_wire_name(&line, n->ns, name);
+    append_wire_name(&line, o->s, n->ns, name);
     if (!q->lsub && list_childinfo(o, n, name))
         buf_append_str(&line, " (\"CHILDINFO\" (\"SUBSCRIBED\"))");
     buf_append_str(&line, "\r\n");
@@ -589,7 +605,7 @@ static void list_add_pattern(struct list_query *q, const char *ref, const char *
     buf_append_str(&joined, pat);
     buf_append_char(&joined, '\0');
     struct buf pattern = {0};
-    if (!mailbox_name_from_mutf7(joined.data, &pattern)) {
+    if (q->utf8 || !mailbox_name_from_mutf7(joined.data, &pattern)) {
         buf_reset(&pattern);
         buf_append(&pattern, joined.data, joined.len - 1);
     }
@@ -687,7 +703,7 @@ static void list_root(struct imap_session *s)
 
 static void list_common(struct imap_session *s, const struct imap_command *cmd, bool lsub)
 {
-    struct list_query q = {.lsub = lsub, .sel_subscribed = lsub};
+    struct list_query q = {.lsub = lsub, .sel_subscribed = lsub, .utf8 = s->utf8_accept};
     if (!list_parse(s, cmd, &q))
         return;
     if (q.root) {

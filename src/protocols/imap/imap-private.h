@@ -134,6 +134,9 @@ void imap_capabilities(const struct imap_session *s, struct buf *out);
 bool imap_session_login(struct imap_session *s, const char *username);
 /* Writes `text` as an IMAP string (quoted when safe, else a literal). */
 void imap_append_string(struct buf *out, const char *text, size_t len);
+/* The same for a session that enabled UTF8=ACCEPT: valid UTF-8 goes in a
+ * quoted string too (RFC 6855 3), anything else as imap_append_string. */
+void imap_append_utf8_string(struct buf *out, const char *text, size_t len);
 
 /* ---------- commands ---------- */
 

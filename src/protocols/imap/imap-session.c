@@ -3,6 +3,7 @@
 #include "protocols/imap/imap-private.h"
 
 #include "core/log.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
 
@@ -111,6 +112,26 @@ void imap_reply_bad(struct imap_session *s, const char *fmt, ...)
     va_start(ap, fmt);
     reply_tagged(s, "BAD", "bad", fmt, ap);
     va_end(ap);
+}
+
+void imap_append_utf8_string(struct buf *out, const char *text, size_t len)
+{
+    bool quotable = len < 1024 && utf8_valid(text, len);
+    for (size_t i = 0; quotable && i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        quotable = c >= 0x20 && c != 0x7f;
+    }
+    if (!quotable) {
+        imap_append_string(out, text, len);
+        return;
+    }
+    buf_append_char(out, '"');
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '"' || text[i] == '\\')
+            buf_append_char(out, '\\');
+        buf_append_char(out, text[i]);
+    }
+    buf_append_char(out, '"');
 }
 
 void imap_append_string(struct buf *out, const char *text, size_t len)
