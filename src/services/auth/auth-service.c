@@ -91,9 +91,9 @@ struct auth_req {
 struct auth_conn {
     struct auth_service *svc;
     struct line_conn *lc;
-    bool ip_trusted;   /* the peer may name the client's address (ip=) */
-    bool ip_warned;    /* an ignored ip= has been logged for this connection */
-    char peer_ip[64];  /* the peer's own address, "" for a Unix socket */
+    bool ip_trusted;  /* the peer may name the client's address (ip=) */
+    bool ip_warned;   /* an ignored ip= has been logged for this connection */
+    char peer_ip[64]; /* the peer's own address, "" for a Unix socket */
     struct auth_req *reqs;
     size_t pending;
 };
@@ -339,8 +339,7 @@ static void *conn_open(void *ctx, struct line_conn *lc)
     if (strncmp(peer, "unix", 4) == 0) {
         conn->ip_trusted = true;
     } else if (net_addr_parse(peer, &addr, NULL)) {
-        net_addr_format_ip((const struct sockaddr *)&addr.ss, conn->peer_ip,
-                           sizeof(conn->peer_ip));
+        net_addr_format_ip((const struct sockaddr *)&addr.ss, conn->peer_ip, sizeof(conn->peer_ip));
         conn->ip_trusted =
             cidr_list_match(&conn->svc->trusted_clients, (const struct sockaddr *)&addr.ss);
     }
@@ -357,10 +356,25 @@ static char *request_ip(struct auth_conn *conn, const struct auth_line *line, si
     if (v != NULL && !conn->ip_warned) {
         conn->ip_warned = true;
         char ip_q[128];
-        log_warn(COMPONENT, "ignoring ip= from a peer not in auth.trusted_clients",
-                 "peer=%s ip=%s", line_conn_peer(conn->lc), log_quote(ip_q, sizeof(ip_q), v));
+        log_warn(COMPONENT, "ignoring ip= from a peer not in auth.trusted_clients", "peer=%s ip=%s",
+                 line_conn_peer(conn->lc), log_quote(ip_q, sizeof(ip_q), v));
     }
     return conn->peer_ip[0] != '\0' ? xstrdup(conn->peer_ip) : NULL;
+}
+
+/* Whether `ip` is in auth.trusted_networks (no per-address penalty). */
+static bool ip_in_trusted_networks(const struct auth_service *svc, const char *ip)
+{
+    if (ip == NULL)
+        return false;
+    struct net_addr addr;
+    char text[80];
+    if (strchr(ip, ':') != NULL)
+        snprintf(text, sizeof(text), "[%.64s]:0", ip);
+    else
+        snprintf(text, sizeof(text), "%.64s:0", ip);
+    return net_addr_parse(text, &addr, NULL) &&
+           cidr_list_match(&svc->trusted_networks, (const struct sockaddr *)&addr.ss);
 }
 
 /* Requests held by an asynchronous step stay alive without their
@@ -773,8 +787,8 @@ static void login_limited(struct auth_req *r, const char *which)
 {
     struct auth_service *svc = r->svc;
     char user_q[300], ip_q[128];
-    log_info(COMPONENT, "login refused: too many failed logins", "limit=%s user=%s ip=%s",
-             which, log_quote(user_q, sizeof(user_q), r->username),
+    log_info(COMPONENT, "login refused: too many failed logins", "limit=%s user=%s ip=%s", which,
+             log_quote(user_q, sizeof(user_q), r->username),
              log_quote(ip_q, sizeof(ip_q), r->ip != NULL ? r->ip : "-"));
     wipe_free(r->password);
     r->password = NULL;
@@ -843,16 +857,6 @@ static void login_start(struct auth_req *r)
         login_failed(r, "invalid username");
         return;
     }
-    if (r->ip != NULL) {
-        struct net_addr addr;
-        char text[80];
-        snprintf(text, sizeof(text), "%.64s:0", r->ip);
-        if (strchr(r->ip, ':') != NULL)
-            snprintf(text, sizeof(text), "[%.64s]:0", r->ip);
-        r->trusted_ip = net_addr_parse(text, &addr, NULL) &&
-                        cidr_list_match(&r->svc->trusted_networks,
-                                        (const struct sockaddr *)&addr.ss);
-    }
     if (r->ip == NULL || r->trusted_ip) {
         admit(r, 0);
         return;
@@ -890,6 +894,7 @@ static void handle_verify(struct auth_conn *conn, const struct auth_line *line)
     r->password = xstrdup(line->fields[3]);
     r->service = param_dup(line, 4, "service");
     r->ip = request_ip(conn, line, 4);
+    r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     login_start(r);
 }
 
@@ -940,6 +945,7 @@ static void handle_auth(struct auth_conn *conn, const struct auth_line *line)
     struct auth_req *r = req_new(conn, VERB_AUTH, id);
     r->service = param_dup(line, 3, "service");
     r->ip = request_ip(conn, line, 3);
+    r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     sasl_exchange_init(&r->sasl, mech);
     sasl_advance(r, auth_line_param(line, 3, "resp"));
 }
@@ -1075,8 +1081,7 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->inflight_ip = smap_new();
     svc->inflight_user = smap_new();
     svc->user_penalty = auth_penalty_local_store(&cfg->penalty);
-    if (!cidr_list_parse((const char *const *)cfg->trusted_networks, &svc->trusted_networks,
-                         err) ||
+    if (!cidr_list_parse((const char *const *)cfg->trusted_networks, &svc->trusted_networks, err) ||
         !cidr_list_parse((const char *const *)cfg->trusted_clients, &svc->trusted_clients, err))
         goto fail;
     metrics_add_collector(env->metrics, collect_cache_gauges, svc);

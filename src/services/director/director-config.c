@@ -168,10 +168,15 @@ static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const
 static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                      struct director_config *cfg)
 {
-    static const char *const keys[] = {
-        "listen",          "allowed_nets",   "token_env",       "token_file",
-        "request_timeout", "max_body_bytes", "max_connections", "allow_unauthenticated_remote",
-        NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "token_env",
+                                       "token_file",
+                                       "request_timeout",
+                                       "max_body_bytes",
+                                       "max_connections",
+                                       "allow_unauthenticated_remote",
+                                       NULL};
     const char *p = P ".api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
