@@ -91,7 +91,7 @@ struct auth_req {
 struct auth_conn {
     struct auth_service *svc;
     struct line_conn *lc;
-    bool ip_trusted;  /* the peer may name the client's address (ip=) */
+    bool may_name_ip; /* the peer may name the client's address (ip=) */
     bool ip_warned;   /* an ignored ip= has been logged for this connection */
     char peer_ip[64]; /* the peer's own address, "" for a Unix socket */
     struct auth_req *reqs;
@@ -337,10 +337,10 @@ static void *conn_open(void *ctx, struct line_conn *lc)
     const char *peer = line_conn_peer(lc);
     struct net_addr addr;
     if (strncmp(peer, "unix", 4) == 0) {
-        conn->ip_trusted = true;
+        conn->may_name_ip = true;
     } else if (net_addr_parse(peer, &addr, NULL)) {
         net_addr_format_ip((const struct sockaddr *)&addr.ss, conn->peer_ip, sizeof(conn->peer_ip));
-        conn->ip_trusted =
+        conn->may_name_ip =
             cidr_list_match(&conn->svc->trusted_clients, (const struct sockaddr *)&addr.ss);
     }
     return conn;
@@ -351,7 +351,7 @@ static void *conn_open(void *ctx, struct line_conn *lc)
 static char *request_ip(struct auth_conn *conn, const struct auth_line *line, size_t first)
 {
     const char *v = auth_line_param(line, first, "ip");
-    if (conn->ip_trusted)
+    if (conn->may_name_ip)
         return v != NULL && *v != '\0' ? xstrdup(v) : NULL;
     if (v != NULL && !conn->ip_warned) {
         conn->ip_warned = true;

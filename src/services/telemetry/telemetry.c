@@ -172,8 +172,11 @@ static bool may_set_level(struct telemetry *t, struct http_request *req)
     const char *auth = http_request_header(req, "Authorization");
     if (!t->token_set || auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
         return false;
+    const char *token = auth + 7;
+    while (*token == ' ')
+        token++;
     unsigned char digest[32];
-    return sha256_of(auth + 7, strlen(auth + 7), digest) &&
+    return sha256_of(token, strlen(token), digest) &&
            CRYPTO_memcmp(digest, t->token_digest, sizeof(digest)) == 0;
 }
 
