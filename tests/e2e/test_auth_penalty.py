@@ -154,3 +154,23 @@ def test_ip_param_from_a_trusted_peer_is_believed(petreld, tmp_path):
     assert checked(timed(d, "dave", "s3cret", "192.0.2.7")[0])  # TCP, not trusted
     d2 = auth_daemon(petreld, tmp_path)
     assert timed(d2, "dave", "s3cret", "192.0.2.7")[0][0] == "OK"
+
+
+def test_user_counts_are_shared_through_the_warden(petreld, tmp_path):
+    # two auth instances on one warden: failures for a user on one count on
+    # the other, under the warden key "user:<name>"
+    warden_addr = f"127.0.0.1:{free_port()}"
+    petreld({"components": ["warden"], "warden_service": {"listen": [warden_addr]}})
+    a1 = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                     warden_addr=warden_addr, max_failures_per_user=3)
+    a2 = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                     warden_addr=warden_addr, max_failures_per_user=3)
+    for i in range(3):
+        assert checked(timed(a1, "bob", "wrong", f"198.51.100.{i + 1}")[0])
+    with AuthConn(warden_addr) as w:
+        def count():
+            w.send("PENALTY-GET", "1", "user:bob")
+            return w.read()
+        wait_for(lambda: count() == ["PENALTY", "1", "3"], what="bob's three failures in the warden")
+    assert limited(timed(a2, "bob", "builder", "198.51.100.9")[0])
+    assert timed(a2, "alice", "wonderland", "198.51.100.9")[0][0] == "OK"

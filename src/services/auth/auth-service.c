@@ -68,6 +68,7 @@ struct auth_req {
     int64_t check_started_ms; /* login_process(): the failure delay counts from here */
     bool trusted_ip;          /* ip is in auth.trusted_networks: no per-IP penalty */
     unsigned ip_failures;     /* the IP's failures when the attempt was admitted */
+    char *user_key;           /* "user:<name>": the user's count in the penalty store */
     bool reserved;            /* holds a slot in the in-flight counts (admit()) */
     struct event *timer;
     bool replied_in_timer; /* the timer sends the prepared failure reply */
@@ -124,8 +125,9 @@ struct auth_service {
     struct auth_db *userdb; /* NULL: the passdb answers USER and ITERATE */
     struct worker_pool *pool;
     struct auth_cache *cache;
+    /* Failure counts per IP, and per user under keys "user:<name>" (an
+     * address never starts so): in this process, or in the warden. */
     struct auth_penalty_store penalty;
-    struct auth_penalty_store user_penalty; /* failures per user name, in this process */
     struct cidr_list trusted_networks;
     struct cidr_list trusted_clients;
     /* Attempts being checked right now per IP and per user: counted with
@@ -274,6 +276,7 @@ static void req_free(struct auth_req *r)
     wipe_free(r->password);
     free(r->service);
     free(r->ip);
+    free(r->user_key);
     sasl_exchange_free(&r->sasl);
     userdb_entry_free(r->entry);
     free(r->error);
@@ -470,7 +473,7 @@ static void login_failed(struct auth_req *r, const char *why)
     if (r->ip != NULL && !r->trusted_ip)
         svc->penalty.ops->inc(svc->penalty.store, r->ip, now_ms());
     if (r->username != NULL && r->reserved)
-        svc->user_penalty.ops->inc(svc->user_penalty.store, r->username, now_ms());
+        svc->penalty.ops->inc(svc->penalty.store, r->user_key, now_ms());
     release(r);
     /* Counted from the start of the check, so whether a password was hashed
      * (a known user) or not (an unknown one) does not show in the timing.
@@ -805,23 +808,14 @@ static void login_limited(struct auth_req *r, const char *which)
     evtimer_add(r->timer, &tv);
 }
 
-static void user_failures_cb(unsigned failures, void *ctx)
-{
-    *(unsigned *)ctx = failures;
-}
-
-/* The IP's failures are known: admit the attempt (check the password at
- * once) or refuse it because the IP or the user is at its limit. */
-static void admit(struct auth_req *r, unsigned ip_failures)
+/* Both counts are known: admit the attempt (check the password at once)
+ * or refuse it because the IP or the user is at its limit. */
+static void admit(struct auth_req *r, unsigned user_failures)
 {
     struct auth_service *svc = r->svc;
     const struct auth_penalty_config *pc = &svc->cfg->penalty;
-    unsigned user_failures = 0;
-    /* The in-process store answers at once. */
-    svc->user_penalty.ops->get(svc->user_penalty.store, r->username, now_ms(), user_failures_cb,
-                               &user_failures);
     if (!r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0 &&
-        (int64_t)ip_failures + inflight_get(svc->inflight_ip, r->ip) >= pc->max_ip_failures) {
+        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip) >= pc->max_ip_failures) {
         login_limited(r, "ip");
         return;
     }
@@ -831,7 +825,6 @@ static void admit(struct auth_req *r, unsigned ip_failures)
         login_limited(r, "user");
         return;
     }
-    r->ip_failures = ip_failures;
     r->reserved = true;
     if (r->ip != NULL && !r->trusted_ip)
         inflight_add(svc->inflight_ip, r->ip);
@@ -839,7 +832,7 @@ static void admit(struct auth_req *r, unsigned ip_failures)
     login_process(r);
 }
 
-static void penalty_answer(unsigned failures, void *ctx)
+static void user_penalty_answer(unsigned failures, void *ctx)
 {
     struct auth_req *r = ctx;
     if (r->conn == NULL) { /* the client left while we asked */
@@ -850,15 +843,34 @@ static void penalty_answer(unsigned failures, void *ctx)
     admit(r, failures);
 }
 
-/* Username and password known: look up the IP's failures, then admit. */
+static void ask_user_failures(struct auth_req *r)
+{
+    r->state = REQ_PENALTY;
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->user_key, now_ms(), user_penalty_answer, r);
+}
+
+static void penalty_answer(unsigned failures, void *ctx)
+{
+    struct auth_req *r = ctx;
+    if (r->conn == NULL) { /* the client left while we asked */
+        req_free(r);
+        return;
+    }
+    r->ip_failures = failures;
+    ask_user_failures(r);
+}
+
+/* Username and password known: look up the IP's and the user's failures,
+ * then admit. */
 static void login_start(struct auth_req *r)
 {
     if (!auth_username_valid(r->username)) {
         login_failed(r, "invalid username");
         return;
     }
+    r->user_key = xasprintf("user:%s", r->username);
     if (r->ip == NULL || r->trusted_ip) {
-        admit(r, 0);
+        ask_user_failures(r);
         return;
     }
     r->state = REQ_PENALTY;
@@ -1080,7 +1092,6 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->cache = auth_cache_new(&cfg->cache);
     svc->inflight_ip = smap_new();
     svc->inflight_user = smap_new();
-    svc->user_penalty = auth_penalty_local_store(&cfg->penalty);
     if (!cidr_list_parse((const char *const *)cfg->trusted_networks, &svc->trusted_networks, err) ||
         !cidr_list_parse((const char *const *)cfg->trusted_clients, &svc->trusted_clients, err))
         goto fail;
@@ -1178,8 +1189,6 @@ void auth_service_free(struct auth_service *svc)
     auth_cache_free(svc->cache);
     if (svc->penalty.ops != NULL)
         svc->penalty.ops->free(svc->penalty.store);
-    if (svc->user_penalty.ops != NULL)
-        svc->user_penalty.ops->free(svc->user_penalty.store);
     cidr_list_free(&svc->trusted_networks);
     cidr_list_free(&svc->trusted_clients);
     if (svc->inflight_ip != NULL)
