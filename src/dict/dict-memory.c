@@ -105,6 +105,19 @@ static void memory_iterate_deinit(struct dict_iterate *head)
     free(it);
 }
 
+/* What the batch itself has written to a key so far, for the checks below. */
+struct pending_value {
+    bool deleted;
+    const char *value; /* NULL: deleted, or the stored value is to be used */
+    size_t len;
+    char number[32]; /* an atomic-inc's result */
+};
+
+static void pending_free(void *p)
+{
+    free(p);
+}
+
 static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_t count,
                           int64_t expire_secs, dict_commit_cb *cb, void *ctx)
 {
@@ -112,41 +125,62 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
     int64_t now = dict_now();
     /* Validate everything first so that a failure applies nothing. The
      * batch may touch a key twice, so counters are checked against the
-     * value the batch itself would have written. */
-    static const char unset_marker = 'u';
+     * value the batch itself would have written; an increment past the
+     * 64-bit range fails the batch as the file, sql and kvstore drivers do
+     * (the sum would be undefined behaviour in C, and a silent wrap would
+     * turn a quota counter negative). */
     struct smap *pending = smap_new();
     for (size_t i = 0; i < count; i++) {
         const struct dict_tx_op *op = &ops[i];
-        if (op->kind == DICT_OP_SET) {
-            smap_put(pending, op->key, (void *)op);
-        } else if (op->kind == DICT_OP_UNSET) {
-            smap_put(pending, op->key, (void *)&unset_marker);
-        } else {
-            const struct dict_tx_op *prior = smap_get(pending, op->key);
-            const char *value = NULL;
-            size_t len = 0;
-            if (prior != NULL && (const void *)prior != (const void *)&unset_marker &&
-                prior->kind == DICT_OP_SET) {
-                value = prior->value;
-                len = prior->value_len;
-            } else if (prior == NULL) {
-                struct dict_mem_entry *e = smap_get(md->map, op->key);
-                if (e != NULL && !expired(e, now)) {
-                    value = e->value;
-                    len = e->len;
-                }
+        struct pending_value *pv = smap_get(pending, op->key);
+        if (op->kind == DICT_OP_SET || op->kind == DICT_OP_UNSET) {
+            if (pv == NULL) {
+                pv = xcalloc(1, sizeof(*pv));
+                smap_put(pending, op->key, pv);
             }
-            int64_t v;
-            if (value != NULL && !dict_parse_counter(value, len, &v)) {
-                smap_free(pending, NULL);
-                char msg[128];
-                snprintf(msg, sizeof(msg), "atomic-inc: value of %.80s is not an integer", op->key);
-                cb(DICT_COMMIT_FAILED, msg, ctx);
-                return;
+            pv->deleted = op->kind == DICT_OP_UNSET;
+            pv->value = pv->deleted ? NULL : op->value;
+            pv->len = pv->deleted ? 0 : op->value_len;
+            continue;
+        }
+        const char *value = NULL;
+        size_t len = 0;
+        if (pv != NULL) {
+            value = pv->value;
+            len = pv->len;
+        } else {
+            struct dict_mem_entry *e = smap_get(md->map, op->key);
+            if (e != NULL && !expired(e, now)) {
+                value = e->value;
+                len = e->len;
             }
         }
+        if (value == NULL)
+            continue; /* not found: the rest of the batch still applies */
+        int64_t v;
+        int64_t sum;
+        char msg[160];
+        if (!dict_parse_counter(value, len, &v))
+            snprintf(msg, sizeof(msg), "atomic-inc: value of %.80s is not an integer", op->key);
+        else if (__builtin_add_overflow(v, op->delta, &sum))
+            snprintf(msg, sizeof(msg), "atomic-inc: %.80s would overflow a 64-bit integer",
+                     op->key);
+        else {
+            if (pv == NULL) {
+                pv = xcalloc(1, sizeof(*pv));
+                smap_put(pending, op->key, pv);
+            }
+            int n = snprintf(pv->number, sizeof(pv->number), "%" PRId64, sum);
+            pv->deleted = false;
+            pv->value = pv->number;
+            pv->len = (size_t)n;
+            continue;
+        }
+        smap_free(pending, pending_free);
+        cb(DICT_COMMIT_FAILED, msg, ctx);
+        return;
     }
-    smap_free(pending, NULL);
+    smap_free(pending, pending_free);
 
     enum dict_commit_result result = DICT_COMMIT_OK;
     for (size_t i = 0; i < count; i++) {
@@ -168,12 +202,14 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
         } else {
             struct dict_mem_entry *e = smap_get(md->map, op->key);
             int64_t v;
-            if (e == NULL || expired(e, now) || !dict_parse_counter(e->value, e->len, &v)) {
-                result = DICT_COMMIT_NOT_FOUND;
+            int64_t sum;
+            if (e == NULL || expired(e, now) || !dict_parse_counter(e->value, e->len, &v) ||
+                __builtin_add_overflow(v, op->delta, &sum)) {
+                result = DICT_COMMIT_NOT_FOUND; /* the checks above make the last two impossible */
                 continue;
             }
             char text[32];
-            int n = snprintf(text, sizeof(text), "%" PRId64, v + op->delta);
+            int n = snprintf(text, sizeof(text), "%" PRId64, sum);
             free(e->value);
             e->value = xstrndup(text, (size_t)n);
             e->len = (size_t)n;

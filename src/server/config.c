@@ -18,7 +18,11 @@ static void defaults(struct petrel_config *cfg)
     cfg->shutdown_timeout_ms = 10000;
     cfg->telemetry.listen = xstrdup(":8080");
     cfg->telemetry.readiness_deadline_ms = 800;
-    cfg->backend_api.listen = xstrdup(":9105");
+    cfg->telemetry.token_env = xstrdup("TELEMETRY_TOKEN");
+    /* Loopback by default (the spec says ":9105"): the operator API must
+     * not be reachable from other hosts until someone chooses so
+     * (docs/decisions.md). */
+    cfg->backend_api.listen = xstrdup("127.0.0.1:9105");
     cfg->backend_api.token_env = xstrdup("BACKEND_API_TOKEN");
     cfg->backend_api.auth_master_addr = xstrdup("");
     cfg->backend_api.request_timeout_ms = 30000;
@@ -45,6 +49,7 @@ void config_free(struct petrel_config *cfg)
     free(cfg->group);
     free(cfg->telemetry.listen);
     cfg_strv_free(cfg->telemetry.allowed_nets);
+    free(cfg->telemetry.token_env);
     for (size_t i = 0; i < cfg->telemetry.check_count; i++) {
         free(cfg->telemetry.checks[i].name);
         free(cfg->telemetry.checks[i].tcp);
@@ -142,8 +147,13 @@ static bool read_log(const struct cfg_ctx *ctx, const struct ynode *root, struct
 static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
                            struct telemetry_config *t)
 {
-    static const char *const keys[] = {"listen", "allowed_nets", "readiness_checks",
-                                       "readiness_deadline", NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "readiness_checks",
+                                       "readiness_deadline",
+                                       "token_env",
+                                       "allow_unauthenticated_remote",
+                                       NULL};
     if (!cfg_expect_map(ctx, node, "telemetry") || !cfg_check_keys(ctx, node, "telemetry", keys))
         return false;
     if (!cfg_string(ctx, node, "telemetry", "listen", &t->listen) ||
@@ -152,7 +162,10 @@ static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
                          &t->allowed_nets, NULL) ||
         !check_nets(ctx, node, "telemetry", "allowed_nets", t->allowed_nets) ||
         !cfg_duration_ms(ctx, node, "telemetry", "readiness_deadline", 10, 60000,
-                         &t->readiness_deadline_ms))
+                         &t->readiness_deadline_ms) ||
+        !cfg_string(ctx, node, "telemetry", "token_env", &t->token_env) ||
+        !cfg_bool(ctx, node, "telemetry", "allow_unauthenticated_remote",
+                  &t->allow_unauthenticated_remote))
         return false;
     const struct ynode *checks = ynode_get(node, "readiness_checks");
     if (checks == NULL)
@@ -207,11 +220,17 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
 {
     static const char *const keys[] = {"listen",          "allowed_nets",   "token_env",
                                        "auth_master_addr", "request_timeout", "stream_timeout",
-                                       "max_body_bytes",  "max_connections", NULL};
+                                       "max_body_bytes",  "max_connections",
+                                       "allow_unauthenticated_remote", NULL};
     const char *p = "backend_api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
+    const struct ynode *listen = ynode_get(node, "listen");
+    if (listen != NULL)
+        b->listen_line = listen->line;
     return cfg_string(ctx, node, p, "listen", &b->listen) &&
+           cfg_bool(ctx, node, p, "allow_unauthenticated_remote",
+                    &b->allow_unauthenticated_remote) &&
            check_address(ctx, node, p, "listen", b->listen) &&
            cfg_string_list(ctx, node, p, "allowed_nets", CONFIG_MAX_LIST, &b->allowed_nets,
                            NULL) &&
@@ -407,6 +426,9 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "listen", cfg->telemetry.listen);
     yaml_put_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);
     fprintf(out, "  readiness_deadline: %lldms\n", (long long)cfg->telemetry.readiness_deadline_ms);
+    yaml_put_kv(out, "  ", "token_env", cfg->telemetry.token_env);
+    fprintf(out, "  allow_unauthenticated_remote: %s\n",
+            cfg->telemetry.allow_unauthenticated_remote ? "true" : "false");
     fprintf(out, "  readiness_checks:%s\n", cfg->telemetry.check_count == 0 ? " []" : "");
     for (size_t i = 0; i < cfg->telemetry.check_count; i++) {
         yaml_put_kv(out, "    - ", "name", cfg->telemetry.checks[i].name);
@@ -433,6 +455,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             "  max_connections: %lld\n",
             (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
             (long long)b->max_body_bytes, (long long)b->max_connections);
+    fprintf(out, "  allow_unauthenticated_remote: %s\n",
+            b->allow_unauthenticated_remote ? "true" : "false");
     auth_config_print(&cfg->auth, out);
     imap_config_print(&cfg->imap, out);
     lmtp_config_print(&cfg->lmtp, out);

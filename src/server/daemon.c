@@ -5,6 +5,7 @@
 #include "core/xalloc.h"
 #include "net/readiness.h"
 #include "net/tls.h"
+#include "server/config-exposure.h"
 #include "server/config.h"
 #include "server/privileges.h"
 #include "protocols/imap/imap-server.h"
@@ -329,6 +330,13 @@ int daemon_run(const struct daemon_options *opts)
      * component list is final. */
     if (config_has_component(ctx.config, "monitor") &&
         !monitor_config_load(&ctx.config->monitor, &err)) {
+        fprintf(stderr, "petreld: %s\n", err.message);
+        config_free(ctx.config);
+        return 2;
+    }
+    /* An operator API reachable from other hosts without a token is a
+     * configuration error, once the component list is final. */
+    if (!config_check_exposure(ctx.config, &err)) {
         fprintf(stderr, "petreld: %s\n", err.message);
         config_free(ctx.config);
         return 2;

@@ -5,6 +5,7 @@
 #include "storage/fileindex/fileindex.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,9 +278,45 @@ bool mail_username_validate(const char *user, struct petrel_error *err)
     return true;
 }
 
+/* A domain for %d: dot-separated labels of letters, digits, '-' and '_'
+ * (RFC 1035's letter-digit-hyphen plus the underscore some sites use), each
+ * 1..63 bytes and not starting or ending with '-', 253 bytes in all. No
+ * empty label, so no "..", no leading or trailing dot, and never a '/'. */
+static bool valid_domain(const char *domain, struct petrel_error *err)
+{
+    size_t len = strlen(domain);
+    if (len == 0 || len > 253)
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "the domain of the user must be 1 to 253 bytes");
+    size_t label = 0;
+    for (const char *p = domain;; p++) {
+        if (*p == '.' || *p == '\0') {
+            if (label == 0 || label > 63 || p[-1] == '-' || p[-(ptrdiff_t)label] == '-')
+                return petrel_error_set(err, PETREL_ERR_INVALID,
+                                        "the domain of the user is not a valid domain name");
+            if (*p == '\0')
+                return true;
+            label = 0;
+            continue;
+        }
+        unsigned char c = (unsigned char)*p;
+        if (!isalnum(c) && c != '-' && c != '_')
+            return petrel_error_set(err, PETREL_ERR_INVALID,
+                                    "the domain of the user is not a valid domain name");
+        label++;
+    }
+}
+
 bool mail_template_expand(const char *template, const char *user, const char *home,
                           struct buf *out, struct petrel_error *err)
 {
+    /* Every value put into the path is checked, not only the whole user
+     * name: "escape@.." is a valid user name but its %d is "..", which a
+     * template like "/var/mail/%d/%n" would turn into a path outside the
+     * mail root. The literal text of the template is configuration and is
+     * trusted. */
+    if (!mail_username_validate(user, err))
+        return false;
     const char *at = strchr(user, '@');
     for (const char *p = template; *p != '\0'; p++) {
         if (*p != '%') {
@@ -292,14 +329,22 @@ bool mail_template_expand(const char *template, const char *user, const char *ho
             buf_append_str(out, user);
             break;
         case 'n':
+            /* the local part is a prefix of a valid user name, so it has
+             * no '/' and no leading '.'; it must not be empty ("@x") */
+            if (at == user)
+                return petrel_error_set(err, PETREL_ERR_INVALID,
+                                        "the local part of the user is empty");
             if (at != NULL)
                 buf_append(out, user, (size_t)(at - user));
             else
                 buf_append_str(out, user);
             break;
         case 'd':
-            if (at != NULL)
+            if (at != NULL) {
+                if (!valid_domain(at + 1, err))
+                    return false;
                 buf_append_str(out, at + 1);
+            }
             break;
         case 'h':
             if (home == NULL)

@@ -627,6 +627,37 @@ def test_atomic_inc_non_integer_fails(dct):
     assert dct.get("shared/text") == b"abc"
 
 
+def overflow_error(text):
+    return "overflow" in text or "out of range" in text
+
+
+def test_atomic_inc_overflow_fails_and_changes_nothing(dct):
+    # every driver refuses an increment past the signed 64-bit range (the
+    # memory driver once wrapped 2**63-1 + 1 to a negative number); PostgreSQL
+    # words it "bigint out of range"
+    dct.set("shared/big", str(2**63 - 2))
+    assert dct.inc("shared/big", 1).json() == {"result": 1, "status": "ok"}
+    assert dct.get("shared/big") == str(2**63 - 1).encode()
+    body = assert_error(dct.inc("shared/big", 1), 500)
+    assert body["result"] == -1 and overflow_error(body["error"]), body
+    assert dct.get("shared/big") == str(2**63 - 1).encode()
+    dct.set("shared/small", str(-(2**63)))
+    body = assert_error(dct.inc("shared/small", -1), 500)
+    assert body["result"] == -1 and overflow_error(body["error"]), body
+    assert dct.get("shared/small") == str(-(2**63)).encode()
+    # an overflow reached only through the batch's own earlier inc fails it all
+    dct.set("shared/m", str(2**63 - 10))
+    r = dct.batch([
+        {"kind": "atomic-inc", "key": "shared/m", "delta": 5},
+        {"kind": "set", "key": "shared/z", "value": b64("z")},
+        {"kind": "atomic-inc", "key": "shared/m", "delta": 5},
+    ])
+    body = assert_error(r, 500)
+    assert body["result"] == -1 and overflow_error(body["error"]), body
+    assert dct.get("shared/m") == str(2**63 - 10).encode()
+    assert dct.get("shared/z") is None
+
+
 def test_commit_batch_applies_everything(dct):
     dct.set("shared/old", "x")
     dct.set("shared/n", "41")

@@ -1047,6 +1047,28 @@ def test_invalid_user_names_400(store, user):
     assert not (store.tmp / "mail").exists() or os.listdir(store.tmp / "mail") == []
 
 
+def test_home_template_domain_cannot_escape_the_mail_root(petreld, tmp_path):
+    # with home /root/mail/%d/%n, user "escape@.." once expanded to
+    # /root/mail/../escape and got a maildir outside the mail root
+    root = tmp_path / "root"
+    (root / "mail").mkdir(parents=True)
+    d = petreld({"mail": {"home": f"{root}/mail/%d/%n", "fsync": "always",
+                          "namespaces": [personal_ns()]}})
+    store = Store(d, tmp_path)
+    for user in ("escape@..", "escape@.", "escape@", "escape@a/../..", "escape@a..b",
+                 "@example.com"):
+        for path, extra in (("folder/create", {"folder": "X"}), ("folder/list", {}),
+                            ("mail/append", {"folder": "INBOX", "message": "eA=="})):
+            err = store.error(path, {"user": user, **extra}, 400)
+            assert any(w in err for w in ("domain", "local part", "must not contain")), (user, err)
+    assert sorted(os.listdir(root)) == ["mail"], os.listdir(root)
+    assert os.listdir(root / "mail") == []
+    # a real domain still gets its own directory under the root
+    store.create("Work", user="carol@example.com")
+    assert (root / "mail" / "example.com" / "carol" / "Maildir" / ".Work").is_dir()
+    assert sorted(os.listdir(root)) == ["mail"]
+
+
 def test_user_required_400(store):
     for path in ("folder/list", "user/info", "user/usage", "specialuse/list"):
         store.error(path, {}, 400)

@@ -80,7 +80,11 @@ static void assert_defaults(const struct petrel_config *cfg)
     assert_true(cfg->internal_tls.require_client_cert);
     assert_null(cfg->internal_tls.cert_file);
 
-    assert_string_equal(cfg->backend_api.listen, ":9105");
+    /* loopback, not the spec's ":9105" (docs/decisions.md) */
+    assert_string_equal(cfg->backend_api.listen, "127.0.0.1:9105");
+    assert_false(cfg->backend_api.allow_unauthenticated_remote);
+    assert_string_equal(cfg->telemetry.token_env, "TELEMETRY_TOKEN");
+    assert_false(cfg->telemetry.allow_unauthenticated_remote);
     assert_null(cfg->backend_api.allowed_nets);
     assert_string_equal(cfg->backend_api.token_env, "BACKEND_API_TOKEN");
     assert_string_equal(cfg->backend_api.auth_master_addr, "");

@@ -200,6 +200,12 @@ static void test_requests_round_trip(void **state)
     pen.verb = WARDEN_PENALTY_INC;
     pen.id = "-";
     round_trip(&pen);
+    /* an account's failures, from any address */
+    pen.ip = "user:j\xc3\xb6rg@example.org";
+    round_trip(&pen);
+    pen.verb = WARDEN_PENALTY_GET;
+    pen.id = "11";
+    round_trip(&pen);
 }
 
 static void test_request_errors(void **state)
@@ -227,6 +233,10 @@ static void test_request_errors(void **state)
     expect_request_error("COUNT\t1\tby=host", "by", true);
     expect_request_error("PENALTY-GET\t1\tlocalhost", "IP", true);
     expect_request_error("PENALTY-INC\t1\t", "IP", true);
+    expect_request_error("PENALTY-GET\t1\tuser:", "user:<user>", true);
+    expect_request_error("PENALTY-GET\t1\tuser:a\\nb", "user:<user>", true);
+    expect_request_error("PENALTY-INC\t1\tuser:\xff", "user:<user>", true);
+    expect_request_error("PENALTY-INC\t1\tusr:bob", "IP", true);
 
     /* Session ids at the limit and one past it. */
     char line[200], sid[WARDEN_SESSION_ID_MAX + 2];

@@ -3,6 +3,7 @@
 
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
+#include "net/cidr.h"
 #include "net/listen-config.h"
 #include "net/sockaddr.h"
 #include "services/auth/auth-sasl.h"
@@ -45,7 +46,11 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->penalty.max_delay_ms = 15000;
     cfg->penalty.decay_ms = 300 * 1000;
     cfg->penalty.max_tracked_ips = 100000;
+    cfg->penalty.max_ip_failures = 20;
+    cfg->penalty.max_user_failures = 20;
     cfg->warden_addr = xstrdup("");
+    cfg->trusted_networks = xcalloc(1, sizeof(char *));
+    cfg->trusted_clients = strv(nets);
 }
 
 void auth_config_free(struct auth_config *cfg)
@@ -54,6 +59,8 @@ void auth_config_free(struct auth_config *cfg)
     cfg_strv_free(cfg->allowed_nets);
     cfg_strv_free(cfg->mechanisms);
     free(cfg->warden_addr);
+    cfg_strv_free(cfg->trusted_networks);
+    cfg_strv_free(cfg->trusted_clients);
     auth_db_config_free(&cfg->passdb);
     auth_db_config_free(&cfg->userdb);
     memset(cfg, 0, sizeof(*cfg));
@@ -65,6 +72,34 @@ static const struct ynode *item_node(const struct ynode *map, const char *key, s
     if (list != NULL && list->type == YNODE_SEQ && i < list->count)
         return list->items[i];
     return list;
+}
+
+static bool read_nets(const struct cfg_ctx *ctx, const struct ynode *node, const char *key,
+                      char ***out)
+{
+    char full[64];
+    snprintf(full, sizeof(full), "auth.%s", key);
+    if (!cfg_string_list(ctx, node, "auth", key, 1024, out, NULL))
+        return false;
+    for (size_t i = 0; (*out)[i] != NULL; i++) {
+        struct cidr c;
+        struct petrel_error e;
+        if (!cidr_parse((*out)[i], &c, &e))
+            return cfg_fail(ctx, item_node(node, key, i), full, "%s", e.message);
+    }
+    return true;
+}
+
+/* The limits on failed logins and whom they spare. */
+static bool read_penalty_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                struct auth_config *cfg)
+{
+    return cfg_int(ctx, node, "auth", "max_failures_per_ip", 0, 1000000,
+                   &cfg->penalty.max_ip_failures) &&
+           cfg_int(ctx, node, "auth", "max_failures_per_user", 0, 1000000,
+                   &cfg->penalty.max_user_failures) &&
+           read_nets(ctx, node, "trusted_networks", &cfg->trusted_networks) &&
+           read_nets(ctx, node, "trusted_clients", &cfg->trusted_clients);
 }
 
 /* After listen_config_read_addresses(): the component listens somewhere. */
@@ -112,6 +147,10 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "failure_delay_max",
                                        "failure_decay",
                                        "penalty_max_ips",
+                                       "max_failures_per_ip",
+                                       "max_failures_per_user",
+                                       "trusted_networks",
+                                       "trusted_clients",
                                        "warden_addr",
                                        "passdb",
                                        "userdb",
@@ -142,7 +181,8 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                          &cfg->penalty.max_delay_ms) ||
         !cfg_duration_ms(ctx, node, p, "failure_decay", 1000, 86400000, &cfg->penalty.decay_ms) ||
         !cfg_int(ctx, node, p, "penalty_max_ips", 1, 100000000, &cfg->penalty.max_tracked_ips) ||
-        !cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr))
+        !cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr) ||
+        !read_penalty_limits(ctx, node, cfg))
         return false;
     struct net_addr warden;
     struct petrel_error warden_err;
@@ -192,6 +232,10 @@ void auth_config_print(const struct auth_config *cfg, FILE *out)
             (long long)cfg->penalty.max_delay_ms, (long long)cfg->penalty.decay_ms,
             (long long)cfg->penalty.max_tracked_ips);
     yaml_put_kv(out, "  ", "warden_addr", cfg->warden_addr);
+    fprintf(out, "  max_failures_per_ip: %lld\n  max_failures_per_user: %lld\n",
+            (long long)cfg->penalty.max_ip_failures, (long long)cfg->penalty.max_user_failures);
+    yaml_put_list(out, "  ", "trusted_networks", cfg->trusted_networks);
+    yaml_put_list(out, "  ", "trusted_clients", cfg->trusted_clients);
     if (cfg->has_passdb) {
         fputs("  passdb:\n", out);
         auth_db_config_print(&cfg->passdb, "    ", out);

@@ -1,6 +1,9 @@
-/* Failed-login protection: failures are counted per client IP and every
- * later attempt from that IP waits before it is processed, the wait
- * doubling per failure up to a cap; counts decay after a quiet period.
+/* Failed-login protection: failures are counted per client IP (and, by the
+ * auth service, per user). Only a failure is delayed: its reply waits the
+ * failure delay plus a penalty that doubles with the IP's earlier failures
+ * up to a cap, while a correct password is answered at once. A count
+ * resets after a quiet period; while it is at the configured maximum,
+ * further attempts are refused without checking the password. 
  * Where the counts live is pluggable: this module keeps them in the
  * process (auth_penalty_local_store); the warden (a separate component)
  * provides a store shared by every auth instance through the same hooks. */
@@ -14,6 +17,8 @@ struct auth_penalty_config {
     int64_t max_delay_ms;     /* cap of the wait before an attempt */
     int64_t decay_ms;         /* a quiet IP's count resets after this */
     int64_t max_tracked_ips;  /* local store size; the oldest entry goes first */
+    int64_t max_ip_failures;   /* attempts refused unchecked at this count; 0 = no limit */
+    int64_t max_user_failures; /* the same per user name; 0 = no limit */
 };
 
 typedef void auth_penalty_get_cb(unsigned failures, void *ctx);
@@ -34,8 +39,9 @@ struct auth_penalty_store {
 /* The in-process store. */
 struct auth_penalty_store auth_penalty_local_store(const struct auth_penalty_config *cfg);
 
-/* How long an attempt from an IP with `failures` earlier failures waits:
- * 0 for none, then failure_delay * 2^(failures-1), capped at max_delay. */
+/* The penalty added to the failure reply of an IP with `failures` earlier
+ * failures: 0 for none, then failure_delay * 2^(failures-1), capped at
+ * max_delay. */
 int64_t auth_penalty_delay_ms(const struct auth_penalty_config *cfg, unsigned failures);
 
 #endif

@@ -7,7 +7,10 @@
 #include "core/log.h"
 #include "core/worker-pool.h"
 #include "core/xalloc.h"
+#include "core/sorted-map.h"
+#include "net/cidr.h"
 #include "net/line-server.h"
+#include "net/sockaddr.h"
 #include "services/auth/auth-protocol.h"
 #include "services/auth/auth-sasl.h"
 #include "services/warden/warden-penalty-store.h"
@@ -21,12 +24,21 @@
 #define COMPONENT "auth"
 #define REASON_FAILED "authentication failed"
 #define REASON_TEMP "temporary authentication failure"
+#define REASON_LIMITED "too many failed logins, try again later"
 
 enum auth_verb { VERB_VERIFY, VERB_AUTH, VERB_USER, VERB_ITERATE, VERB_COUNT };
 static const char *const verb_names[VERB_COUNT] = {"VERIFY", "AUTH", "USER", "ITERATE"};
 
-enum req_result { RESULT_OK, RESULT_FAIL, RESULT_NOT_FOUND, RESULT_ERROR, RESULT_COUNT };
-static const char *const result_names[RESULT_COUNT] = {"ok", "fail", "not_found", "error"};
+enum req_result {
+    RESULT_OK,
+    RESULT_FAIL,
+    RESULT_NOT_FOUND,
+    RESULT_ERROR,
+    RESULT_LIMITED,
+    RESULT_COUNT
+};
+static const char *const result_names[RESULT_COUNT] = {"ok", "fail", "not_found", "error",
+                                                       "limited"};
 
 /* Where a request stands; decides what closing its connection does. */
 enum req_state {
@@ -54,6 +66,10 @@ struct auth_req {
     struct sasl_exchange sasl;
     struct timespec started;
     int64_t check_started_ms; /* login_process(): the failure delay counts from here */
+    bool trusted_ip;          /* ip is in auth.trusted_networks: no per-IP penalty */
+    unsigned ip_failures;     /* the IP's failures when the attempt was admitted */
+    char *user_key;           /* "user:<name>": the user's count in the penalty store */
+    bool reserved;            /* holds a slot in the in-flight counts (admit()) */
     struct event *timer;
     bool replied_in_timer; /* the timer sends the prepared failure reply */
     /* Filled on the worker; read on the loop after `done`. */
@@ -76,6 +92,9 @@ struct auth_req {
 struct auth_conn {
     struct auth_service *svc;
     struct line_conn *lc;
+    bool may_name_ip; /* the peer may name the client's address (ip=) */
+    bool ip_warned;   /* an ignored ip= has been logged for this connection */
+    char peer_ip[64]; /* the peer's own address, "" for a Unix socket */
     struct auth_req *reqs;
     size_t pending;
 };
@@ -106,7 +125,16 @@ struct auth_service {
     struct auth_db *userdb; /* NULL: the passdb answers USER and ITERATE */
     struct worker_pool *pool;
     struct auth_cache *cache;
+    /* Failure counts per IP, and per user under keys "user:<name>" (an
+     * address never starts so): in this process, or in the warden. */
     struct auth_penalty_store penalty;
+    struct cidr_list trusted_networks;
+    struct cidr_list trusted_clients;
+    /* Attempts being checked right now per IP and per user: counted with
+     * the stored failures, so parallel connections cannot all be admitted
+     * before the first of their failures is counted. */
+    struct smap *inflight_ip;
+    struct smap *inflight_user;
     bool mech_allowed[3];
     struct auth_metrics m;
 };
@@ -236,8 +264,11 @@ static void req_unlink(struct auth_req *r)
     r->conn = NULL;
 }
 
+static void release(struct auth_req *r);
+
 static void req_free(struct auth_req *r)
 {
+    release(r);
     req_unlink(r);
     if (r->timer != NULL)
         event_free(r->timer);
@@ -245,6 +276,7 @@ static void req_free(struct auth_req *r)
     wipe_free(r->password);
     free(r->service);
     free(r->ip);
+    free(r->user_key);
     sasl_exchange_free(&r->sasl);
     userdb_entry_free(r->entry);
     free(r->error);
@@ -301,7 +333,51 @@ static void *conn_open(void *ctx, struct line_conn *lc)
     struct auth_conn *conn = xcalloc(1, sizeof(*conn));
     conn->svc = ctx;
     conn->lc = lc;
+    /* Only a Unix-socket peer (a local process the socket's mode admits)
+     * or a TCP peer in auth.trusted_clients may say which address a login
+     * comes from; anyone else could otherwise spread guesses over made-up
+     * addresses or borrow an address in a user's allow_nets. */
+    const char *peer = line_conn_peer(lc);
+    struct net_addr addr;
+    if (strncmp(peer, "unix", 4) == 0) {
+        conn->may_name_ip = true;
+    } else if (net_addr_parse(peer, &addr, NULL)) {
+        net_addr_format_ip((const struct sockaddr *)&addr.ss, conn->peer_ip, sizeof(conn->peer_ip));
+        conn->may_name_ip =
+            cidr_list_match(&conn->svc->trusted_clients, (const struct sockaddr *)&addr.ss);
+    }
     return conn;
+}
+
+/* The address a login is counted against: the client's ip= from a trusted
+ * peer, the peer's own address otherwise. */
+static char *request_ip(struct auth_conn *conn, const struct auth_line *line, size_t first)
+{
+    const char *v = auth_line_param(line, first, "ip");
+    if (conn->may_name_ip)
+        return v != NULL && *v != '\0' ? xstrdup(v) : NULL;
+    if (v != NULL && !conn->ip_warned) {
+        conn->ip_warned = true;
+        char ip_q[128];
+        log_warn(COMPONENT, "ignoring ip= from a peer not in auth.trusted_clients", "peer=%s ip=%s",
+                 line_conn_peer(conn->lc), log_quote(ip_q, sizeof(ip_q), v));
+    }
+    return conn->peer_ip[0] != '\0' ? xstrdup(conn->peer_ip) : NULL;
+}
+
+/* Whether `ip` is in auth.trusted_networks (no per-address penalty). */
+static bool ip_in_trusted_networks(const struct auth_service *svc, const char *ip)
+{
+    if (ip == NULL)
+        return false;
+    struct net_addr addr;
+    char text[80];
+    if (strchr(ip, ':') != NULL)
+        snprintf(text, sizeof(text), "[%.64s]:0", ip);
+    else
+        snprintf(text, sizeof(text), "%.64s:0", ip);
+    return net_addr_parse(text, &addr, NULL) &&
+           cidr_list_match(&svc->trusted_networks, (const struct sockaddr *)&addr.ss);
 }
 
 /* Requests held by an asynchronous step stay alive without their
@@ -394,11 +470,19 @@ static void login_failed(struct auth_req *r, const char *why)
     /* Not needed any more: do not keep it through the delay. */
     wipe_free(r->password);
     r->password = NULL;
-    if (r->ip != NULL)
+    if (r->ip != NULL && !r->trusted_ip)
         svc->penalty.ops->inc(svc->penalty.store, r->ip, now_ms());
+    if (r->username != NULL && r->reserved)
+        svc->penalty.ops->inc(svc->penalty.store, r->user_key, now_ms());
+    release(r);
     /* Counted from the start of the check, so whether a password was hashed
-     * (a known user) or not (an unknown one) does not show in the timing. */
-    int64_t delay = svc->cfg->penalty.failure_delay_ms;
+     * (a known user) or not (an unknown one) does not show in the timing.
+     * The IP's earlier failures add their penalty here, to the failure
+     * only: a correct password is never held back. A trusted network
+     * (monitor, proxy) waits for nothing. */
+    int64_t delay = r->trusted_ip ? 0
+                                  : svc->cfg->penalty.failure_delay_ms +
+                                        auth_penalty_delay_ms(&svc->cfg->penalty, r->ip_failures);
     if (delay > 0 && r->check_started_ms != 0)
         delay -= now_ms() - r->check_started_ms;
     if (delay <= 0 || r->conn == NULL) {
@@ -420,6 +504,7 @@ static void login_succeeded(struct auth_req *r, const struct userdb_entry *e)
         login_failed(r, "client address not in the user's allow_nets");
         return;
     }
+    release(r);
     if (log_enabled(LOG_DEBUG, COMPONENT)) {
         char user_q[300], service_q[128], ip_q[128];
         log_debug(COMPONENT, "authenticated", "verb=%s user=%s service=%s ip=%s",
@@ -653,14 +738,115 @@ static void login_process(struct auth_req *r)
     submit(r);
 }
 
-static void penalty_timer_cb(evutil_socket_t fd, short what, void *arg)
+/* ---------- admission: failure counts and limits ---------- */
+
+static unsigned inflight_get(struct smap *map, const char *key)
+{
+    unsigned *n = smap_get(map, key);
+    return n != NULL ? *n : 0;
+}
+
+static void inflight_add(struct smap *map, const char *key)
+{
+    unsigned *n = smap_get(map, key);
+    if (n == NULL) {
+        n = xcalloc(1, sizeof(*n));
+        smap_put(map, key, n);
+    }
+    (*n)++;
+}
+
+static void inflight_sub(struct smap *map, const char *key)
+{
+    unsigned *n = smap_get(map, key);
+    if (n != NULL && --*n == 0)
+        free(smap_remove(map, key));
+}
+
+/* Gives back the slot admit() took, once the attempt's outcome is known
+ * (its failure, if any, is counted by then). */
+static void release(struct auth_req *r)
+{
+    if (!r->reserved)
+        return;
+    r->reserved = false;
+    if (r->ip != NULL && !r->trusted_ip)
+        inflight_sub(r->svc->inflight_ip, r->ip);
+    inflight_sub(r->svc->inflight_user, r->username);
+}
+
+static void limited_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct auth_req *r = arg;
-    event_free(r->timer);
-    r->timer = NULL;
+    send_fail(r->conn, r->id, r->username, REASON_LIMITED, true);
+    finish(r, RESULT_LIMITED);
+}
+
+/* Over a limit: refused without looking at the password, as a temporary
+ * failure (the client may try again later), after the failure delay. */
+static void login_limited(struct auth_req *r, const char *which)
+{
+    struct auth_service *svc = r->svc;
+    char user_q[300], ip_q[128];
+    log_info(COMPONENT, "login refused: too many failed logins", "limit=%s user=%s ip=%s", which,
+             log_quote(user_q, sizeof(user_q), r->username),
+             log_quote(ip_q, sizeof(ip_q), r->ip != NULL ? r->ip : "-"));
+    wipe_free(r->password);
+    r->password = NULL;
+    int64_t delay = r->trusted_ip ? 0 : svc->cfg->penalty.failure_delay_ms;
+    if (delay <= 0 || r->conn == NULL) {
+        limited_timer_cb(-1, 0, r);
+        return;
+    }
+    r->state = REQ_DELAYED;
+    r->timer = evtimer_new(svc->base, limited_timer_cb, r);
+    if (r->timer == NULL)
+        petrel_fatal("out of memory creating an auth timer");
+    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)((delay % 1000) * 1000)};
+    evtimer_add(r->timer, &tv);
+}
+
+/* Both counts are known: admit the attempt (check the password at once)
+ * or refuse it because the IP or the user is at its limit. */
+static void admit(struct auth_req *r, unsigned user_failures)
+{
+    struct auth_service *svc = r->svc;
+    const struct auth_penalty_config *pc = &svc->cfg->penalty;
+    if (!r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0 &&
+        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip) >= pc->max_ip_failures) {
+        login_limited(r, "ip");
+        return;
+    }
+    if (pc->max_user_failures > 0 &&
+        (int64_t)user_failures + inflight_get(svc->inflight_user, r->username) >=
+            pc->max_user_failures) {
+        login_limited(r, "user");
+        return;
+    }
+    r->reserved = true;
+    if (r->ip != NULL && !r->trusted_ip)
+        inflight_add(svc->inflight_ip, r->ip);
+    inflight_add(svc->inflight_user, r->username);
     login_process(r);
+}
+
+static void user_penalty_answer(unsigned failures, void *ctx)
+{
+    struct auth_req *r = ctx;
+    if (r->conn == NULL) { /* the client left while we asked */
+        req_free(r);
+        return;
+    }
+    r->state = REQ_ACTIVE;
+    admit(r, failures);
+}
+
+static void ask_user_failures(struct auth_req *r)
+{
+    r->state = REQ_PENALTY;
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->user_key, now_ms(), user_penalty_answer, r);
 }
 
 static void penalty_answer(unsigned failures, void *ctx)
@@ -670,28 +856,21 @@ static void penalty_answer(unsigned failures, void *ctx)
         req_free(r);
         return;
     }
-    int64_t wait = auth_penalty_delay_ms(&r->svc->cfg->penalty, failures);
-    if (wait <= 0) {
-        login_process(r);
-        return;
-    }
-    r->state = REQ_DELAYED;
-    r->timer = evtimer_new(r->svc->base, penalty_timer_cb, r);
-    if (r->timer == NULL)
-        petrel_fatal("out of memory creating an auth timer");
-    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
-    evtimer_add(r->timer, &tv);
+    r->ip_failures = failures;
+    ask_user_failures(r);
 }
 
-/* Username and password known: apply the IP's penalty, then process. */
+/* Username and password known: look up the IP's and the user's failures,
+ * then admit. */
 static void login_start(struct auth_req *r)
 {
     if (!auth_username_valid(r->username)) {
         login_failed(r, "invalid username");
         return;
     }
-    if (r->ip == NULL) {
-        login_process(r);
+    r->user_key = xasprintf("user:%s", r->username);
+    if (r->ip == NULL || r->trusted_ip) {
+        ask_user_failures(r);
         return;
     }
     r->state = REQ_PENALTY;
@@ -726,7 +905,8 @@ static void handle_verify(struct auth_conn *conn, const struct auth_line *line)
     r->username = xstrdup(line->fields[2]);
     r->password = xstrdup(line->fields[3]);
     r->service = param_dup(line, 4, "service");
-    r->ip = param_dup(line, 4, "ip");
+    r->ip = request_ip(conn, line, 4);
+    r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     login_start(r);
 }
 
@@ -776,7 +956,8 @@ static void handle_auth(struct auth_conn *conn, const struct auth_line *line)
     }
     struct auth_req *r = req_new(conn, VERB_AUTH, id);
     r->service = param_dup(line, 3, "service");
-    r->ip = param_dup(line, 3, "ip");
+    r->ip = request_ip(conn, line, 3);
+    r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     sasl_exchange_init(&r->sasl, mech);
     sasl_advance(r, auth_line_param(line, 3, "resp"));
 }
@@ -909,6 +1090,11 @@ struct auth_service *auth_service_start(const struct service_env *env,
         svc->mech_allowed[sasl_mech_parse(cfg->mechanisms[i])] = true;
     svc->mech_allowed[SASL_MECH_UNKNOWN] = false;
     svc->cache = auth_cache_new(&cfg->cache);
+    svc->inflight_ip = smap_new();
+    svc->inflight_user = smap_new();
+    if (!cidr_list_parse((const char *const *)cfg->trusted_networks, &svc->trusted_networks, err) ||
+        !cidr_list_parse((const char *const *)cfg->trusted_clients, &svc->trusted_clients, err))
+        goto fail;
     metrics_add_collector(env->metrics, collect_cache_gauges, svc);
     unsigned threads = worker_count(cfg);
     svc->server_cfg = (struct line_server_config){
@@ -1003,5 +1189,11 @@ void auth_service_free(struct auth_service *svc)
     auth_cache_free(svc->cache);
     if (svc->penalty.ops != NULL)
         svc->penalty.ops->free(svc->penalty.store);
+    cidr_list_free(&svc->trusted_networks);
+    cidr_list_free(&svc->trusted_clients);
+    if (svc->inflight_ip != NULL)
+        smap_free(svc->inflight_ip, free);
+    if (svc->inflight_user != NULL)
+        smap_free(svc->inflight_user, free);
     free(svc);
 }

@@ -34,6 +34,12 @@ struct auth_config {
     struct auth_cache_config cache;
     struct auth_penalty_config penalty;
     char *warden_addr; /* "" = failure counts in this process; else shared in the warden */
+    /* Client addresses exempt from the per-address delays and limit (the
+     * monitor, proxies that do not pass the client's address on). */
+    char **trusted_networks;
+    /* TCP peers whose `ip=` is believed; for others the peer's own address
+     * is used. Unix-socket peers are always believed. */
+    char **trusted_clients;
     bool has_passdb;
     struct auth_db_config passdb;
     bool has_userdb; /* without one, the passdb's records answer USER */

@@ -34,7 +34,12 @@ struct backend_api *backend_api_start(const struct service_env *env,
         return NULL;
     }
     const char *token = getenv(cfg->token_env);
-    if (token == NULL || *token == '\0')
+    if ((token == NULL || *token == '\0') && cfg->allow_unauthenticated_remote)
+        log_warn(COMPONENT, "API authentication disabled on a listener other hosts may reach",
+                 "reason=\"%s is empty and backend_api.allow_unauthenticated_remote is set\" "
+                 "listen=%s",
+                 cfg->token_env, cfg->listen);
+    else if (token == NULL || *token == '\0')
         log_warn(COMPONENT, "API authentication disabled",
                  "reason=\"%s is empty\" hint=\"set it in production\"", cfg->token_env);
     struct http_server_options opts = {

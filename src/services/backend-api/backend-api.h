@@ -28,6 +28,9 @@ struct backend_api_config {
     int64_t stream_timeout_ms;
     int64_t max_body_bytes;
     int64_t max_connections;
+    /* Start on a non-loopback address without a token (else refused). */
+    bool allow_unauthenticated_remote;
+    int listen_line; /* not a key: where `listen` was set, for errors (0 = default) */
 };
 
 struct backend_api;

@@ -36,7 +36,7 @@ void director_config_defaults(struct director_config *cfg)
 {
     static const char *const nets[] = {"127.0.0.0/8", "10.96.0.0/12", "10.244.0.0/16", NULL};
     memset(cfg, 0, sizeof(*cfg));
-    cfg->api_listen = xstrdup(":9103");
+    cfg->api_listen = xstrdup("127.0.0.1:9103");
     cfg->api_allowed_nets = strv(nets);
     cfg->token_env = xstrdup("DIRECTOR_API_TOKEN");
     cfg->token_file = xstrdup("");
@@ -179,9 +179,15 @@ static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const
 static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                      struct director_config *cfg)
 {
-    static const char *const keys[] = {
-        "listen",          "allowed_nets",   "token_env",       "token_file",
-        "request_timeout", "max_body_bytes", "max_connections", NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "token_env",
+                                       "token_file",
+                                       "request_timeout",
+                                       "max_body_bytes",
+                                       "max_connections",
+                                       "allow_unauthenticated_remote",
+                                       NULL};
     const char *p = P ".api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -195,8 +201,13 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                          &cfg->api_request_timeout_ms) ||
         !cfg_int(ctx, node, p, "max_body_bytes", 1024, 16 * 1024 * 1024,
                  &cfg->api_max_body_bytes) ||
-        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections))
+        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections) ||
+        !cfg_bool(ctx, node, p, "allow_unauthenticated_remote",
+                  &cfg->api_allow_unauthenticated_remote))
         return false;
+    const struct ynode *listen = ynode_get(node, "listen");
+    if (listen != NULL)
+        cfg->api_listen_line = listen->line;
     if (cfg->token_env[0] == '\0')
         return cfg_fail(ctx, ynode_get(node, "token_env"), P ".api.token_env",
                         "must name an environment variable");
@@ -436,6 +447,8 @@ void director_config_print(const struct director_config *cfg, FILE *out)
             "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n",
             (long long)cfg->api_request_timeout_ms, (long long)cfg->api_max_body_bytes,
             (long long)cfg->api_max_connections);
+    fprintf(out, "    allow_unauthenticated_remote: %s\n",
+            cfg->api_allow_unauthenticated_remote ? "true" : "false");
     fputs("  ring:\n", out);
     yaml_put_kv(out, "    ", "listen", cfg->ring_listen);
     yaml_put_kv(out, "    ", "self", cfg->self);

@@ -33,6 +33,9 @@ struct director_config {
     int64_t api_request_timeout_ms;
     int64_t api_max_body_bytes;
     int64_t api_max_connections;
+    /* Start the API on a non-loopback address without a token (else refused). */
+    bool api_allow_unauthenticated_remote;
+    int api_listen_line; /* not a key: where api.listen was set (0 = default) */
     /* ring: */
     char *ring_listen;
     char *self; /* ring identity "<ip>:<port>"; "" = derived at start */

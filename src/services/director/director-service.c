@@ -214,7 +214,12 @@ struct director_service *director_service_start(const struct service_env *env,
                       false, NULL, NULL);
     readiness_add_tcp(env->readiness, "director-api-listener", director_api_address(svc->api),
                       false, NULL, NULL);
-    if (token[0] == '\0')
+    if (token[0] == '\0' && cfg->api_allow_unauthenticated_remote)
+        log_warn(COMPONENT, "admin API authentication disabled on a listener other hosts may reach",
+                 "reason=\"%s is empty and director.api.allow_unauthenticated_remote is set\" "
+                 "listen=%s",
+                 cfg->token_env, cfg->api_listen);
+    else if (token[0] == '\0')
         log_warn(COMPONENT, "admin API authentication disabled",
                  "reason=\"%s is empty\" hint=\"set it (or %s_FILE, or director.api.token_file)\"",
                  cfg->token_env, cfg->token_env);

@@ -7,6 +7,11 @@
 #include "core/xalloc.h"
 #include "net/http-server.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <strings.h>
+#include <sys/socket.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +26,10 @@ struct telemetry {
     struct event *refresh_timer; /* keeps petrel_readiness_check current between probes */
     struct http_server *http;
     struct cidr_list allowed;
+    struct cidr_list loopback; /* peers that may change the log level without a token */
+    bool token_set;
+    unsigned char token_digest[32]; /* SHA-256 of telemetry.token_env's value */
+    bool allow_unauthenticated_remote;
     int64_t deadline_ms;
     struct metric_family *log_level_gauge;
     struct event *revert_timer;
@@ -144,9 +153,44 @@ static void revert_level(evutil_socket_t fd, short what, void *arg)
     t->revert_at = 0;
 }
 
+static bool sha256_of(const char *data, size_t len, unsigned char out[32])
+{
+    unsigned int n = 0;
+    return EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 && n == 32;
+}
+
+/* Changing the log level is an operator's act: allowed from a loopback
+ * peer, with the bearer token, or from anywhere when the configuration
+ * says so. The token is compared by digest, in constant time. */
+static bool may_set_level(struct telemetry *t, struct http_request *req)
+{
+    if (t->allow_unauthenticated_remote)
+        return true;
+    const struct sockaddr *peer = http_request_peer(req);
+    if (peer != NULL && (peer->sa_family == AF_UNIX || cidr_list_match(&t->loopback, peer)))
+        return true;
+    const char *auth = http_request_header(req, "Authorization");
+    if (!t->token_set || auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
+        return false;
+    const char *token = auth + 7;
+    while (*token == ' ')
+        token++;
+    unsigned char digest[32];
+    return sha256_of(token, strlen(token), digest) &&
+           CRYPTO_memcmp(digest, t->token_digest, sizeof(digest)) == 0;
+}
+
 static void handle_set_level(struct http_request *req, void *ctx)
 {
     struct telemetry *t = ctx;
+    if (!may_set_level(t, req)) {
+        log_warn(COMPONENT, "log level change refused", "peer=%s", http_request_peer_ip(req));
+        http_reply_error(req, t->token_set ? 401 : 403,
+                         "changing the log level needs a loopback peer%s, or "
+                         "telemetry.allow_unauthenticated_remote",
+                         t->token_set ? " or the bearer token" : " (no telemetry token is set)");
+        return;
+    }
     json_t *body = http_request_json(req);
     if (body == NULL)
         return;
@@ -193,9 +237,24 @@ struct telemetry *telemetry_start(const struct service_env *env, const struct te
     struct telemetry *t = xcalloc(1, sizeof(*t));
     t->env = env;
     t->deadline_ms = cfg->readiness_deadline_ms > 0 ? cfg->readiness_deadline_ms : 800;
-    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &t->allowed, err)) {
+    static const char *const loopback[] = {"127.0.0.0/8", "::1/128", NULL};
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &t->allowed, err) ||
+        !cidr_list_parse(loopback, &t->loopback, err)) {
+        cidr_list_free(&t->allowed);
         free(t);
         return NULL;
+    }
+    t->allow_unauthenticated_remote = cfg->allow_unauthenticated_remote;
+    const char *token = cfg->token_env != NULL ? getenv(cfg->token_env) : NULL;
+    if (token != NULL && *token != '\0') {
+        if (!sha256_of(token, strlen(token), t->token_digest)) {
+            cidr_list_free(&t->allowed);
+            cidr_list_free(&t->loopback);
+            free(t);
+            petrel_error_set(err, PETREL_ERR_IO, "telemetry: cannot hash the token");
+            return NULL;
+        }
+        t->token_set = true;
     }
     static const char *const labels[] = {"level", NULL};
     t->log_level_gauge = metrics_gauge(
@@ -274,5 +333,6 @@ void telemetry_free(struct telemetry *t)
     event_free(t->revert_timer);
     event_free(t->refresh_timer);
     cidr_list_free(&t->allowed);
+    cidr_list_free(&t->loopback);
     free(t);
 }

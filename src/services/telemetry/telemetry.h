@@ -1,6 +1,9 @@
 /* The telemetry listener every petreld process serves (default :8080):
  * GET /healthz, GET /readyz, GET /metrics, GET|POST /debug/loglevel.
- * Never published to mail clients; optional allow-list, no token. */
+ * Never published to mail clients; optional allow-list. The GETs are
+ * readable by whoever the allow-list admits; POST /debug/loglevel (it
+ * changes what the process logs) needs a loopback peer, the bearer token
+ * of telemetry.token_env, or telemetry.allow_unauthenticated_remote. */
 #ifndef PETREL_SERVICES_TELEMETRY_H
 #define PETREL_SERVICES_TELEMETRY_H
 
@@ -24,6 +27,10 @@ struct telemetry_config {
     struct readiness_check_config *checks; /* operator-declared dependency checks */
     size_t check_count;
     int64_t readiness_deadline_ms;
+    /* POST /debug/loglevel: loopback peers, a bearer token from this
+     * variable, or anyone when allow_unauthenticated_remote is set. */
+    char *token_env;
+    bool allow_unauthenticated_remote;
 };
 
 struct telemetry;

@@ -618,7 +618,7 @@ struct warden_client_request *warden_client_penalty_get(struct warden_client *c,
 
 void warden_client_penalty_inc(struct warden_client *c, const char *ip)
 {
-    if (ip == NULL || !warden_ip_valid(ip, false))
+    if (ip == NULL || !warden_penalty_key_valid(ip))
         return;
     struct warden_request wire = {.verb = WARDEN_PENALTY_INC, .id = "-", .ip = ip};
     send_oneway(c, &wire);

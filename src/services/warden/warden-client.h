@@ -121,7 +121,8 @@ struct warden_client_request *warden_client_list(struct warden_client *c, const 
 struct warden_client_request *warden_client_count(struct warden_client *c, const char *by,
                                                   const char *service, const char *user,
                                                   warden_client_cb *cb, void *ctx);
-/* PENALTY-GET: failures of `ip` that have not decayed yet. */
+/* PENALTY-GET: failures of `ip` (or of "user:<user>") that have not
+ * decayed yet. */
 struct warden_client_request *warden_client_penalty_get(struct warden_client *c, const char *ip,
                                                         warden_client_cb *cb, void *ctx);
 /* PENALTY-INC: one more failure for `ip` (fire-and-forget; dropped while

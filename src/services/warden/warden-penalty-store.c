@@ -21,11 +21,22 @@ struct get_call {
     char ip[64];
 };
 
+static void local_count(unsigned failures, void *ctx)
+{
+    *(unsigned *)ctx = failures;
+}
+
 static void got(const struct warden_client_reply *reply, void *arg)
 {
     struct get_call *call = arg;
     if (reply->status == WARDEN_CLIENT_OK) {
-        call->cb(reply->failures, call->ctx);
+        /* This instance's own failures are counted locally at once, while
+         * their PENALTY-INC may still be on its way: the larger count wins,
+         * so a burst of parallel attempts cannot slip under the limit. */
+        unsigned mine = 0;
+        struct auth_penalty_store *local = &call->store->local;
+        local->ops->get(local->store, call->ip, call->now_ms, local_count, &mine);
+        call->cb(reply->failures > mine ? reply->failures : mine, call->ctx);
     } else {
         struct auth_penalty_store *local = &call->store->local;
         local->ops->get(local->store, call->ip, call->now_ms, call->cb, call->ctx);

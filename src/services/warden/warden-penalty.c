@@ -80,22 +80,22 @@ void warden_penalty_free(struct warden_penalty *p)
     free(p);
 }
 
-/* The canonical text of `ip`, or a copy of it when it is not an address
- * (the protocol layer validates; this keeps the module safe on its own). */
-static void canonical(const char *ip, char *out, size_t size)
+/* The canonical text of `ip` in `out`, or `ip` itself when it is not an
+ * address (a "user:<name>" key; the protocol layer validates). */
+static const char *canonical(const char *ip, char *out, size_t size)
 {
     unsigned char addr[16];
     if (inet_pton(AF_INET, ip, addr) == 1 && inet_ntop(AF_INET, addr, out, (socklen_t)size))
-        return;
+        return out;
     if (inet_pton(AF_INET6, ip, addr) == 1) {
         /* An IPv4-mapped address counts as the IPv4 address itself. */
         static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         if (memcmp(addr, mapped, 12) == 0 && inet_ntop(AF_INET, addr + 12, out, (socklen_t)size))
-            return;
+            return out;
         if (inet_ntop(AF_INET6, addr, out, (socklen_t)size))
-            return;
+            return out;
     }
-    snprintf(out, size, "%s", ip);
+    return ip;
 }
 
 static bool decayed(const struct warden_penalty *p, const struct entry *e, int64_t now_ms)
@@ -106,8 +106,8 @@ static bool decayed(const struct warden_penalty *p, const struct entry *e, int64
 unsigned warden_penalty_get(struct warden_penalty *p, const char *ip, int64_t now_ms,
                             enum warden_penalty_lookup *result)
 {
-    char key[INET6_ADDRSTRLEN + 8];
-    canonical(ip, key, sizeof(key));
+    char buf[INET6_ADDRSTRLEN + 8];
+    const char *key = canonical(ip, buf, sizeof(buf));
     struct entry *e = smap_get(p->by_ip, key);
     enum warden_penalty_lookup r = WARDEN_PENALTY_HIT;
     unsigned failures = 0;
@@ -126,8 +126,8 @@ unsigned warden_penalty_get(struct warden_penalty *p, const char *ip, int64_t no
 
 unsigned warden_penalty_inc(struct warden_penalty *p, const char *ip, int64_t now_ms)
 {
-    char key[INET6_ADDRSTRLEN + 8];
-    canonical(ip, key, sizeof(key));
+    char buf[INET6_ADDRSTRLEN + 8];
+    const char *key = canonical(ip, buf, sizeof(buf));
     struct entry *e = smap_get(p->by_ip, key);
     if (e != NULL && decayed(p, e, now_ms)) {
         drop(p, e);

@@ -1,5 +1,6 @@
-/* The warden's auth penalties: failed logins counted per client IP, shared
- * by every auth instance that asks the warden (PENALTY-GET, PENALTY-INC).
+/* The warden's auth penalties: failed logins counted per client IP (and
+ * per user, under keys "user:<name>"), shared by every auth instance that
+ * asks the warden (PENALTY-GET, PENALTY-INC).
  * A count decays to nothing after `decay_ms` without a new failure (the
  * same rule as the auth service's own in-process store). The table holds
  * at most `max_ips` addresses: when it is full, decayed entries go first,

@@ -95,6 +95,13 @@ bool warden_ip_valid(const char *ip, bool allow_empty)
     return inet_pton(AF_INET, ip, addr) == 1 || inet_pton(AF_INET6, ip, addr) == 1;
 }
 
+bool warden_penalty_key_valid(const char *key)
+{
+    if (strncmp(key, "user:", 5) == 0)
+        return warden_user_valid(key + 5);
+    return warden_ip_valid(key, false);
+}
+
 bool warden_instance_valid(const char *instance)
 {
     size_t n = 0;
@@ -224,13 +231,13 @@ static bool read_by(const struct warden_line *line, struct warden_request *out,
     return true;
 }
 
-static bool read_ip(const struct warden_line *line, struct warden_request *out, const char *usage,
-                    struct petrel_error *err)
+static bool read_penalty_key(const struct warden_line *line, struct warden_request *out,
+                             const char *usage, struct petrel_error *err)
 {
     if (!need_fields(line, 3, usage, err))
         return false;
-    if (!warden_ip_valid(line->fields[2], false))
-        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid IP address");
+    if (!warden_penalty_key_valid(line->fields[2]))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid IP address (or user:<user>)");
     out->ip = line->fields[2];
     return true;
 }
@@ -268,9 +275,9 @@ bool warden_request_read(const struct warden_line *line, struct warden_request *
     case WARDEN_COUNT:
         return read_by(line, out, err) && read_filters(line, out, err);
     case WARDEN_PENALTY_GET:
-        return read_ip(line, out, "PENALTY-GET <id> <ip>", err);
+        return read_penalty_key(line, out, "PENALTY-GET <id> <ip>|user:<user>", err);
     case WARDEN_PENALTY_INC:
-        return read_ip(line, out, "PENALTY-INC <id> <ip>", err);
+        return read_penalty_key(line, out, "PENALTY-INC <id> <ip>|user:<user>", err);
     case WARDEN_VERB_COUNT:
         break;
     }

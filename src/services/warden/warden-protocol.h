@@ -13,8 +13,8 @@
  *                                              <connected-at> ... DONE <id> <count>
  *   COUNT       <id> [by=protocol|user] [service=] [user=]
  *                                           -> ITEM <id> <key> <count> ... DONE <id> <total>
- *   PENALTY-GET <id> <ip>                                      -> PENALTY <id> <failures>
- *   PENALTY-INC <id> <ip>                                      -> PENALTY <id> <failures>
+ *   PENALTY-GET <id> <ip>|user:<user>                          -> PENALTY <id> <failures>
+ *   PENALTY-INC <id> <ip>|user:<user>                          -> PENALTY <id> <failures>
  *   any                                                        -> ERROR <id> <reason>
  *
  * Parameters after the positional fields are `key=value`; unknown ones are
@@ -81,6 +81,9 @@ extern const char *const warden_services[];
 bool warden_user_valid(const char *user);
 /* "" or an IPv4/IPv6 address in text form. */
 bool warden_ip_valid(const char *ip, bool allow_empty);
+/* A penalty key: an IP address, or "user:" and a valid user name (the
+ * failed logins of one account, from any address). */
+bool warden_penalty_key_valid(const char *key);
 /* Instance names: 1..WARDEN_INSTANCE_MAX printable bytes (no control
  * characters, no space). */
 bool warden_instance_valid(const char *instance);
@@ -120,7 +123,7 @@ struct warden_request {
     /* CONNECT, DISCONNECT (session_id only) */
     const char *session_id;
     const char *user;    /* also the LIST/COUNT filter (NULL: any) */
-    const char *ip;      /* also PENALTY-GET/INC */
+    const char *ip;      /* also PENALTY-GET/INC: an IP or "user:<user>" */
     const char *service; /* also the LIST/COUNT filter (NULL: any) */
     int64_t connected_at;
     /* COUNT */
