@@ -17,7 +17,7 @@ SECTIONS = {
     "backend_api": (("backend_api",), "BACKEND_API_TOKEN", {}),
     "director.api": (("director", "api"), "DIRECTOR_API_TOKEN",
                      {"components": ["director"],
-                      "director": {"ring": {}}}),
+                      "director": {"ring": {"allow_unauthenticated": True}}}),
 }
 
 
@@ -100,7 +100,8 @@ def test_default_listeners_are_loopback_only(petreld):
         pytest.skip("port 9105 or 9103 is in use on this host")
     d = petreld({"components": ["backend-api", "director"],
                  "backend_api": {"listen": None},
-                 "director": {"ring": {"listen": f"127.0.0.1:{free_port()}"}}})
+                 "director": {"ring": {"listen": f"127.0.0.1:{free_port()}",
+                                       "allow_unauthenticated": True}}})
     for port in (9105, 9103):
         # 127.0.0.1 only, never 0.0.0.0 (00000000) or ::
         assert listening_addresses(port) == {"0100007F"}, (port, listening_addresses(port))
