@@ -115,7 +115,7 @@ static bool scan_dir(struct mailbox *box, const char *sub, bool in_new, struct s
     DIR *d = maildir_opendir_sub(box, sub);
     if (d == NULL) {
         bool missing = errno == ENOENT;
-        petrel_error_set(err, PETREL_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot read %s: %s", path, strerror(errno));
         free(path);
         return missing; /* a missing new/ or cur/ is just empty */
     }
@@ -160,7 +160,7 @@ static bool measure_file(struct mailbox *box, const char *path, struct disk_file
 {
     int fd = openat(box->dir_fd, maildir_rel(box, path), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
     uint64_t size = 0;
     uint64_t bare_lf = 0;
     char prev = '\0';
@@ -171,7 +171,7 @@ static bool measure_file(struct mailbox *box, const char *path, struct disk_file
             continue;
         if (r < 0) {
             close(fd);
-            return petrel_error_set(err, PETREL_ERR_IO, "read %s: %s", path, strerror(errno));
+            return petrel_error_set_errno(err, errno, "read %s: %s", path, strerror(errno));
         }
         if (r == 0)
             break;
@@ -1089,13 +1089,13 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         if (errno == ENOENT || errno == ENOTDIR)
             petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", name);
         else
-            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", dir.data, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot open %s: %s", dir.data, strerror(errno));
         buf_free(&dir);
         return NULL;
     }
     struct stat dir_st;
     if (fstat(dir_fd, &dir_st) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", dir.data, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot stat %s: %s", dir.data, strerror(errno));
         close(dir_fd);
         buf_free(&dir);
         return NULL;
@@ -1441,22 +1441,22 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
     m->fd = named ? -1 : openat(box->dir_fd, "tmp", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (m->fd < 0) {
         if (!named && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-            return petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s/tmp: %s",
-                                    box->dir, strerror(errno));
+            return petrel_error_set_errno(err, errno, "cannot create a file in %s/tmp: %s",
+                                          box->dir, strerror(errno));
         m->tmp_path = xasprintf("%s/tmp/%s", box->dir, base);
         m->fd = openat(box->dir_fd, maildir_rel(box, m->tmp_path),
                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (m->fd < 0) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", m->tmp_path,
-                             strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot create %s: %s", m->tmp_path,
+                                   strerror(errno));
             free(m->tmp_path);
             m->tmp_path = NULL;
             return false;
         }
     }
     if (!write_all_fd(m->fd, data, len) || !new_message_settle(m->fd, sync)) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot write a new message in %s/tmp: %s", box->dir,
-                         strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot write a new message in %s/tmp: %s", box->dir,
+                               strerror(errno));
         new_message_discard(box, m);
         return false;
     }
@@ -1503,8 +1503,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         }
         bool unlinkable = m->tmp_path == NULL && (e == ENOENT || e == EPERM || e == EXDEV);
         if (e != EEXIST && !unlinkable) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot link into %s/cur: %s", box->dir,
-                             strerror(e));
+            petrel_error_set_errno(err, e, "cannot link into %s/cur: %s", box->dir, strerror(e));
             break;
         }
         if (e == EEXIST) {

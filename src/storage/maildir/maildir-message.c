@@ -119,7 +119,7 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
         if (fd >= 0)
             break;
         if (errno != ENOENT) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path->data, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot open %s: %s", path->data, strerror(errno));
             goto out;
         }
         if (attempt > 0) {
@@ -207,7 +207,7 @@ static int open_sized(struct mailbox *box, uint32_t uid, struct fileindex_record
         return -1;
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path->data, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot stat %s: %s", path->data, strerror(errno));
         close(fd);
         return -1;
     }
@@ -235,8 +235,8 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
         m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (m->map == MAP_FAILED) {
             m->map = NULL;
-            ok = petrel_error_set(err, PETREL_ERR_IO, "cannot map %s: %s", path.data,
-                                  strerror(errno));
+            ok =
+                petrel_error_set_errno(err, errno, "cannot map %s: %s", path.data, strerror(errno));
         } else {
             m->map_len = size;
             m->pub.data = m->map;
@@ -245,7 +245,7 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
         }
     } else {
         ok = read_all(fd, size, &m->heap, &size) ||
-             petrel_error_set(err, PETREL_ERR_IO, "read %s: %s", path.data, strerror(errno));
+             petrel_error_set_errno(err, errno, "read %s: %s", path.data, strerror(errno));
         m->pub.data = m->heap;
     }
     close(fd);
