@@ -722,7 +722,12 @@ static void clean_tmp(struct mailbox *box)
 
 static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
 {
-    clean_tmp(box);
+    /* A read-only folder is taken as it is: its files stay where they are
+     * (messages in new/ are read from there) and only this handle's view
+     * learns of them. */
+    bool ro = box->read_only;
+    if (!ro)
+        clean_tmp(box);
     struct smap *files = smap_new();
     bool ok = scan_dir(box, "cur", false, files, err) && scan_dir(box, "new", true, files, err);
     struct buf name = {0};
@@ -742,7 +747,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         uint32_t flags = f->in_new ? r->flags : f->flags;
         uint32_t keywords = f->in_new ? r->keywords : f->keywords;
         disk_name(r->filename, flags, keywords, &name);
-        if (f->in_new || strcmp(f->name, name.data) != 0) {
+        if (!ro && (f->in_new || strcmp(f->name, name.data) != 0)) {
             if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
                 continue; /* vanished meanwhile: the next sync sees it */
         }
@@ -798,7 +803,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         if (!measured)
             continue;
         disk_name(f->base, f->flags, f->keywords, &name);
-        if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
+        if (!ro && !rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
             continue;
         struct fileindex_record rec = {
             .uid = f->uid >= next_uid ? f->uid : 0,
@@ -825,7 +830,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         }
         uidlist_free(&ul);
     }
-    if (ok && changed)
+    if (ok && changed && !ro)
         ok = uidlist_write_state(box, next_uid, gone, gone_count, added, added_count, err);
     free(added);
     free(gone);
@@ -839,9 +844,11 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
 {
     if (!force && stamp_current(box))
         return true;
-    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    bool in_memory = false;
+    struct fileindex_txn *txn = fileindex_begin_sync(box->index, &in_memory, err);
     if (txn == NULL)
         return false;
+    box->read_only = in_memory;
     /* Looked at without the lock, the stamp may have been behind a writer
      * that was between its change to cur/ and its commit; Petrel's writers
      * stamp before they unlock, so under the lock it is the last word. */
@@ -856,7 +863,7 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
         ok = fileindex_txn_commit(txn, err);
     else
         fileindex_txn_rollback(txn);
-    if (ok)
+    if (ok && !box->read_only)
         stamp_store_scanned(box, &stamp);
     return ok;
 }
@@ -1182,6 +1189,11 @@ const char *mailbox_name(const struct mailbox *box)
 struct mail_user *mailbox_user(const struct mailbox *box)
 {
     return box->user;
+}
+
+bool mailbox_is_read_only(const struct mailbox *box)
+{
+    return box->read_only || fileindex_read_only(box->index);
 }
 
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
