@@ -14,6 +14,7 @@ Stops the flood early if VmRSS grows past 4 GiB (an unbounded server).
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -21,13 +22,34 @@ import socket
 import ssl
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
-from conftest import free_port, to_yaml  # noqa: E402
+_ports = set()
+
+
+def free_port():
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _ports:
+            _ports.add(port)
+            return port
+
+
+def to_yaml(obj, indent=0):
+    """Enough YAML for the configuration below (JSON scalars and lists)."""
+    pad = "  " * indent
+    lines = []
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(to_yaml(value, indent + 1))
+        else:
+            lines.append(f"{pad}{key}: {json.dumps(value)}")
+    return "\n".join(lines)
 
 
 def rss_kb(pid):
