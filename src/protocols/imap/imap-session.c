@@ -62,6 +62,10 @@ bool imap_session_output_full(struct imap_session *s)
  * idle_timeout however much it had pipelined. */
 void imap_session_wait_output(struct imap_session *s)
 {
+    /* Set once per wait: input arriving meanwhile must not restart the
+     * clock of a client that sends but never reads. */
+    if (s->io.output_waiting)
+        return;
     mail_session_io_wait_output(&s->io);
     mail_session_io_set_timeout(&s->io, s->ctx->cfg->login.idle_timeout_ms, true);
 }
