@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--pipelined", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--command", default="FETCH 1:* BODY.PEEK[]",
+                    help="the command pipelined (e.g. CAPABILITY: answers between commands)")
     a = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="imap-flood-")
@@ -152,7 +154,7 @@ def main():
         pid = proc.pid
         before = rss_kb(pid)
         s.setblocking(False)
-        flood = b"".join(b"f%d FETCH 1:* BODY.PEEK[]\r\n" % i for i in range(a.pipelined))
+        flood = b"".join(b"f%d %s\r\n" % (i, a.command.encode()) for i in range(a.pipelined))
         sent = 0
         peak = before
         start = time.monotonic()
@@ -176,7 +178,7 @@ def main():
         busy = cpu(pid) - c0
         after = rss_kb(pid)
         print(f"build={a.build} tls={a.tls} messages={a.messages}x{a.size_mb}MB "
-              f"pipelined={a.pipelined} (sent {sent}/{len(flood)} bytes of commands)")
+              f"pipelined={a.pipelined} x {a.command!r} (sent {sent}/{len(flood)} bytes)")
         print(f"VmRSS before={before // 1024} MB peak={peak // 1024} MB "
               f"(+{(peak - before) // 1024} MB) 2s after disconnect={after // 1024} MB")
         print(f"CPU during flood {cpu_flood:.1f}s; in the 3rd second after disconnect "

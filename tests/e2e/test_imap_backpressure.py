@@ -19,6 +19,7 @@ MESSAGES = 10
 MESSAGE_SIZE = 1024 * 1024
 PIPELINED = 100         # 100 x FETCH 1:* of 10 MB: a 1 GB answer
 RSS_BOUND_KB = 64 * 1024  # extra VmRSS allowed during the attack
+SMALL_BOUND_KB = 10 * 1024  # the same for pipelined small commands (today: ~3 MB)
 
 
 def status_kb(pid, key):
@@ -234,3 +235,37 @@ def test_large_fetch_byte_exact(imapd, mode):
         bodies = [part[1] for part in data if isinstance(part, tuple)]
         assert bodies == [msgs[4]] * 3
         m.logout()
+
+
+def test_pipelined_small_commands_without_reading_are_bounded(petreld, tmp_path):
+    """Between commands too: a client that pipelines cheap commands (each
+    CAPABILITY answer is ~15 times its command) as fast as it can and reads
+    nothing holds a bounded amount of petreld's memory: petreld stops
+    reading its input once its answers wait, and TCP pushes back. (ASan's
+    quarantine is kept small here so VmRSS follows live memory, not the
+    churn of freed buffers.)"""
+    asan = os.environ.get("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
+    d = petreld(imap_overrides(tmp_path), env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=1"})
+    pid = d.pid
+    s, _f = slow_client(d, "plain")
+    base = status_kb(pid, "VmRSS")
+    chunk = b"".join(b"c%d CAPABILITY\r\n" % i for i in range(4000))
+    s.setblocking(False)
+    sent = 0
+    peak = base
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        try:
+            sent += s.send(chunk)
+        except BlockingIOError:
+            time.sleep(0.05)
+        peak = max(peak, status_kb(pid, "VmRSS"))
+        if peak - base > SMALL_BOUND_KB:
+            break
+    reset(s)
+    print(f"pipelined CAPABILITY: sent {sent} bytes, VmRSS +{peak - base} kB")
+    assert peak - base <= SMALL_BOUND_KB, (
+        f"VmRSS grew by {peak - base} kB after {sent} bytes of pipelined CAPABILITY")
+    m = login(d)
+    assert m.noop()[0] == "OK"
+    m.logout()
