@@ -236,11 +236,6 @@ void mail_session_io_set_output_limits(struct mail_session_io *io, size_t high, 
     apply_output_limits(io);
 }
 
-size_t mail_session_io_output_pending(const struct mail_session_io *io)
-{
-    return output_pending(io);
-}
-
 void mail_session_io_wait_output(struct mail_session_io *io)
 {
     io->output_waiting = true;

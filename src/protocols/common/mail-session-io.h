@@ -130,9 +130,6 @@ bool mail_session_io_output_full(const struct mail_session_io *io);
 /* Asks for one ops->drained call once the output is down to the low-water
  * mark (with output limits set; call it when mail_session_io_output_full()). */
 void mail_session_io_wait_output(struct mail_session_io *io);
-/* Bytes queued and not yet handed to the kernel (hold buffer, bufferevent,
- * the socket bufferevent under a TLS filter). */
-size_t mail_session_io_output_pending(const struct mail_session_io *io);
 /* Queues bytes for the client (nothing for `len` 0) and counts them in the
  * listener set's bytes_out. */
 void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len);
