@@ -42,12 +42,16 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
     va_end(ap);
 }
 
-static void set_timeout(struct imap_session *s)
+/* login_timeout before login, idle_timeout after. */
+static int64_t state_timeout_ms(const struct imap_session *s)
 {
     const struct mail_login_config *cfg = &s->ctx->cfg->login;
-    int64_t ms =
-        s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
-    mail_session_io_set_timeout(&s->io, ms, false);
+    return s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+}
+
+static void set_timeout(struct imap_session *s)
+{
+    mail_session_io_set_timeout(&s->io, state_timeout_ms(s), false);
 }
 
 static void process_input(struct imap_session *s);
@@ -59,7 +63,8 @@ bool imap_session_output_full(struct imap_session *s)
 
 /* While the session waits on the client to read, the inactivity timeout
  * counts on the output: a client that never reads is closed after
- * idle_timeout however much it had pipelined. */
+ * idle_timeout (login_timeout before login) however much it had
+ * pipelined. */
 void imap_session_wait_output(struct imap_session *s)
 {
     /* Set once per wait: input arriving meanwhile must not restart the
@@ -67,7 +72,7 @@ void imap_session_wait_output(struct imap_session *s)
     if (s->io.output_waiting)
         return;
     mail_session_io_wait_output(&s->io);
-    mail_session_io_set_timeout(&s->io, s->ctx->cfg->login.idle_timeout_ms, true);
+    mail_session_io_set_timeout(&s->io, state_timeout_ms(s), true);
 }
 
 static void command_done(struct imap_session *s, const char *result)
