@@ -1,5 +1,6 @@
 #include "core/error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,21 @@ bool petrel_error_set(struct petrel_error *err, enum petrel_error_code code, con
     if (err == NULL)
         return false;
     err->code = code;
+    err->sys_errno = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+bool petrel_error_set_errno(struct petrel_error *err, int errnum, const char *fmt, ...)
+{
+    if (err == NULL)
+        return false;
+    err->code = errnum == EACCES || errnum == EPERM || errnum == EROFS ? PETREL_ERR_PERMISSION
+                                                                       : PETREL_ERR_IO;
+    err->sys_errno = errnum;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
@@ -35,6 +51,7 @@ void petrel_error_clear(struct petrel_error *err)
     if (err == NULL)
         return;
     err->code = PETREL_OK;
+    err->sys_errno = 0;
     err->message[0] = '\0';
 }
 

@@ -22,11 +22,21 @@ enum petrel_error_code {
 struct petrel_error {
     enum petrel_error_code code;
     char message[512];
+    /* The errno behind an _IO or _PERMISSION error from a system call
+     * (petrel_error_set_errno), 0 otherwise: what a front end needs to
+     * tell a full disk (ENOSPC, EDQUOT) or a passing shortage (EMFILE,
+     * ENOMEM) from a fault. */
+    int sys_errno;
 };
 
 /* Sets code and message; a NULL `err` is ignored. Always returns false so
  * callers can `return petrel_error_set(...)`. */
 bool petrel_error_set(struct petrel_error *err, enum petrel_error_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* As petrel_error_set() for a failed system call: the code from `errnum`
+ * (EACCES, EPERM, EROFS: _PERMISSION; anything else: _IO), and
+ * err->sys_errno = errnum. */
+bool petrel_error_set_errno(struct petrel_error *err, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepends context ("while X: ") to an existing message. */
 void petrel_error_prefix(struct petrel_error *err, const char *fmt, ...)

@@ -22,7 +22,7 @@ bool fs_mkdir_p(const char *path, mode_t mode, struct petrel_error *err)
         char saved = copy[i];
         copy[i] = '\0';
         if (mkdir(copy, mode) != 0 && errno != EEXIST) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", copy, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot create %s: %s", copy, strerror(errno));
             free(copy);
             return false;
         }
@@ -45,10 +45,10 @@ bool fs_fsync_dir_at(int dir_fd, const char *path, struct petrel_error *err)
 {
     int fd = openat(dir_fd, fs_at_name(dir_fd, path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
     bool ok = fsync(fd) == 0;
     if (!ok)
-        petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", path, strerror(errno));
+        petrel_error_set_errno(err, errno, "fsync %s: %s", path, strerror(errno));
     close(fd);
     return ok;
 }
@@ -92,7 +92,7 @@ bool fs_write_atomic_at(int dir_fd, const char *path, const void *data, size_t l
     int fd =
         openat(dir_fd, fs_at_name(dir_fd, tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot create %s: %s", tmp, strerror(errno));
         free(tmp);
         return false;
     }
@@ -103,33 +103,33 @@ bool fs_write_atomic_at(int dir_fd, const char *path, const void *data, size_t l
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            petrel_error_set(err, PETREL_ERR_IO, "write %s: %s", tmp,
-                             w < 0 ? strerror(errno) : "short write");
+            petrel_error_set_errno(err, w < 0 ? errno : ENOSPC, "write %s: %s", tmp,
+                                   w < 0 ? strerror(errno) : "short write");
             goto fail;
         }
         p += w;
         left -= (size_t)w;
     }
     if (fsync_data && fsync(fd) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", tmp, strerror(errno));
+        petrel_error_set_errno(err, errno, "fsync %s: %s", tmp, strerror(errno));
         goto fail;
     }
     if (close(fd) != 0) {
         fd = -1;
-        petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", tmp, strerror(errno));
+        petrel_error_set_errno(err, errno, "close %s: %s", tmp, strerror(errno));
         goto fail;
     }
     fd = -1;
     if (renameat(dir_fd, fs_at_name(dir_fd, tmp), dir_fd, fs_at_name(dir_fd, path)) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", path, strerror(errno));
+        petrel_error_set_errno(err, errno, "rename %s: %s", path, strerror(errno));
         goto fail;
     }
     free(tmp);
     if (fsync_data && dir_fd != AT_FDCWD) {
         if (fsync(dir_fd) == 0)
             return true;
-        return petrel_error_set(err, PETREL_ERR_IO, "fsync the directory of %s: %s", path,
-                                strerror(errno));
+        return petrel_error_set_errno(err, errno, "fsync the directory of %s: %s", path,
+                                      strerror(errno));
     }
     if (fsync_data) {
         char *dir = fs_dirname(path);
@@ -210,17 +210,17 @@ static bool remove_at(int parent, const char *name, struct petrel_error *err)
     if (fd < 0) {
         if (errno == ENOTDIR || errno == ELOOP) {
             if (unlinkat(parent, name, 0) != 0 && errno != ENOENT)
-                return petrel_error_set(err, PETREL_ERR_IO, "unlink %s: %s", name, strerror(errno));
+                return petrel_error_set_errno(err, errno, "unlink %s: %s", name, strerror(errno));
             return true;
         }
         if (errno == ENOENT)
             return true;
-        return petrel_error_set(err, PETREL_ERR_IO, "open %s: %s", name, strerror(errno));
+        return petrel_error_set_errno(err, errno, "open %s: %s", name, strerror(errno));
     }
     DIR *dir = fdopendir(fd);
     if (dir == NULL) {
         close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "opendir %s: %s", name, strerror(errno));
+        return petrel_error_set_errno(err, errno, "opendir %s: %s", name, strerror(errno));
     }
     bool ok = true;
     struct dirent *de;
@@ -231,7 +231,7 @@ static bool remove_at(int parent, const char *name, struct petrel_error *err)
     }
     closedir(dir);
     if (ok && unlinkat(parent, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "rmdir %s: %s", name, strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "rmdir %s: %s", name, strerror(errno));
     return ok;
 }
 

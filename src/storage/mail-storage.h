@@ -94,6 +94,10 @@ struct mail_user *mailbox_user(const struct mailbox *box);
  * was deleted, renamed or replaced meanwhile (the handle keeps working on
  * its own directory; a caller wanting the folder of that name opens anew). */
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name);
+/* True when the folder could not be written at its last sync (a read-only
+ * maildir): the handle then holds what it found in memory only, and every
+ * change is refused with PERMISSION. */
+bool mailbox_is_read_only(const struct mailbox *box);
 /* Brings a handle that stays open between operations in line with the disk
  * (other programs' deliveries and renames, e.g. Dovecot's), as opening it
  * again would: cheap when the directories did not change. */

@@ -14,9 +14,8 @@
 #define SPECIAL_USE_FILE "petrel-special-use"
 #define SPECIAL_USE_MAX_BYTES (1024 * 1024)
 
-static const char *const attrs[] = {"\\All",       "\\Archive", "\\Drafts", "\\Flagged",
-                                    "\\Important", "\\Junk",    "\\Sent",   "\\Trash",
-                                    NULL};
+static const char *const attrs[] = {"\\All",  "\\Archive", "\\Drafts", "\\Flagged", "\\Important",
+                                    "\\Junk", "\\Sent",    "\\Trash",  NULL};
 
 bool special_use_attr_valid(const char *attr)
 {
@@ -153,9 +152,8 @@ bool special_use_get(struct mail_user *user, const char *folder, const char **at
 }
 
 /* Locked read-modify-write of the overrides file. */
-static bool modify(struct mail_user *user,
-                   bool (*change)(struct special_use_list *list, void *ctx), void *ctx,
-                   struct petrel_error *err)
+static bool modify(struct mail_user *user, bool (*change)(struct special_use_list *list, void *ctx),
+                   void *ctx, struct petrel_error *err)
 {
     struct buf path = {0};
     if (!file_path(user, &path, err)) {
@@ -168,11 +166,9 @@ static bool modify(struct mail_user *user,
     char *lock_path = xasprintf("%s.lock", path.data);
     int lock = ok ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
     if (ok && lock < 0)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", lock_path,
-                              strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "cannot open %s: %s", lock_path, strerror(errno));
     if (ok && flock(lock, LOCK_EX) != 0)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", lock_path,
-                              strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "cannot lock %s: %s", lock_path, strerror(errno));
     struct special_use_list list;
     memset(&list, 0, sizeof(list));
     if (ok)
@@ -269,8 +265,8 @@ static bool change_rename(struct special_use_list *list, void *ctx)
     return changed;
 }
 
-bool special_use_folder_renamed(struct mail_user *user, const char *old_name,
-                                const char *new_name, char separator, struct petrel_error *err)
+bool special_use_folder_renamed(struct mail_user *user, const char *old_name, const char *new_name,
+                                char separator, struct petrel_error *err)
 {
     struct rename_args a = {old_name, new_name, separator, false};
     return modify(user, change_rename, &a, err);

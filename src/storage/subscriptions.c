@@ -356,14 +356,14 @@ static int lock_take(const char *lock_path, bool *created, struct petrel_error *
                 continue; /* released meanwhile */
         }
         if (fd < 0) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot open %s: %s", lock_path, strerror(errno));
             return -1;
         }
         int rc;
         while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
             ;
         if (rc != 0) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", lock_path, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot lock %s: %s", lock_path, strerror(errno));
             close(fd);
             return -1;
         }

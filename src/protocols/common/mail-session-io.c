@@ -71,23 +71,46 @@ static void uncork(struct mail_session_io *io, bool direct)
     cork_release(io);
 }
 
+/* Runs `fn` (ops->input or ops->drained) with what it writes held back and
+ * sent in one go at its end. False when the session freed itself. */
+static bool run_corked(struct mail_session_io *io, void (*fn)(void *owner))
+{
+    bool alive = true;
+    io->alive = &alive;
+    io->corked = true;
+    fn(io->owner);
+    if (!alive)
+        return false; /* the session freed itself */
+    io->alive = NULL;
+    io->corked = false;
+    uncork(io, true);
+    return true;
+}
+
+/* An owner waiting for the output to drain, and nothing left queued: the
+ * hold buffer went straight to the socket, so no write callback will come
+ * to wake it. */
+static bool wake_now(const struct mail_session_io *io)
+{
+    return io->output_waiting && !io->closing &&
+           evbuffer_get_length(bufferevent_get_output(io->bev)) <= io->output_low_water;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct mail_session_io *io = arg;
-    if (io->ops->drained != NULL) {
+    if (io->ops->drained != NULL && io->output_high_water == 0) {
         io->ops->input(io->owner);
         return;
     }
-    bool alive = true;
-    io->alive = &alive;
-    io->corked = true;
-    io->ops->input(io->owner);
-    if (!alive)
-        return; /* the session freed itself */
-    io->alive = NULL;
-    io->corked = false;
-    uncork(io, true);
+    if (!run_corked(io, io->ops->input))
+        return;
+    while (wake_now(io)) {
+        io->output_waiting = false;
+        if (!run_corked(io, io->ops->drained))
+            return;
+    }
 }
 
 static void write_cb(struct bufferevent *bev, void *arg)
@@ -95,8 +118,19 @@ static void write_cb(struct bufferevent *bev, void *arg)
     (void)bev;
     struct mail_session_io *io = arg;
     if (!io->closing) {
-        if (io->ops->drained != NULL)
+        if (io->ops->drained == NULL)
+            return;
+        if (io->output_high_water == 0) {
             io->ops->drained(io->owner);
+            return;
+        }
+        /* The callback runs at the low-water mark after every write: the
+         * owner hears of it once per wait. */
+        while (wake_now(io)) {
+            io->output_waiting = false;
+            if (!run_corked(io, io->ops->drained))
+                return;
+        }
         return;
     }
     if (output_pending(io) == 0)
@@ -108,6 +142,15 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     struct mail_session_io *io = arg;
     if (what & BEV_EVENT_TIMEOUT) {
+        if (what & BEV_EVENT_WRITING) {
+            /* The output made no progress for the whole timeout (libevent
+             * has stopped writing): a goodbye would not leave either, and
+             * a close after the output would wait for ever. */
+            log_info(mail_listeners_params(io->listeners)->component,
+                     "closing: the client reads nothing", "session=%s peer=%s", io->id, io->peer);
+            io->ops->free(io->owner);
+            return;
+        }
         if (!io->closing)
             io->ops->timeout(io->owner);
         return;
@@ -126,6 +169,23 @@ static void apply_timeout(struct mail_session_io *io)
         bufferevent_set_timeouts(io->bev, &tv, NULL);
 }
 
+/* The output bound on the current bufferevents: the write callback (and
+ * with it ops->drained) runs once the output is down to the low-water mark;
+ * under a STARTTLS filter the socket bufferevent below takes at most
+ * MAIL_TLS_UNDER_HIGH bytes, so what the session queued stays in the top
+ * buffer, where mail_session_io_output_full() sees it, rather than moving
+ * below as ciphertext at once. */
+#define MAIL_TLS_UNDER_HIGH (64u * 1024)
+static void apply_output_limits(struct mail_session_io *io)
+{
+    if (io->output_high_water == 0)
+        return;
+    bufferevent_setwatermark(io->bev, EV_WRITE, io->output_low_water, 0);
+    struct bufferevent *under = bufferevent_get_underlying(io->bev);
+    if (under != NULL)
+        bufferevent_setwatermark(under, EV_WRITE, 0, MAIL_TLS_UNDER_HIGH);
+}
+
 /* Callbacks, write step and watermark on the current top bufferevent. */
 static void setup_bev(struct mail_session_io *io)
 {
@@ -133,6 +193,7 @@ static void setup_bev(struct mail_session_io *io)
     bufferevent_set_max_single_write(io->bev, io->max_single_write);
     if (io->input_high_water > 0)
         bufferevent_setwatermark(io->bev, EV_READ, 0, io->input_high_water);
+    apply_output_limits(io);
     apply_timeout(io);
     bufferevent_enable(io->bev, EV_READ | EV_WRITE);
 }
@@ -166,6 +227,28 @@ void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on
     io->timeout_ms = ms;
     io->timeout_on_output = on_output;
     apply_timeout(io);
+}
+
+void mail_session_io_set_output_limits(struct mail_session_io *io, size_t high, size_t low)
+{
+    io->output_high_water = high;
+    io->output_low_water = low < high ? low : high / 2;
+    apply_output_limits(io);
+}
+
+void mail_session_io_wait_output(struct mail_session_io *io)
+{
+    io->output_waiting = true;
+}
+
+bool mail_session_io_output_full(const struct mail_session_io *io)
+{
+    if (io->output_high_water == 0)
+        return false;
+    /* The top buffer and the hold buffer: what lies below a STARTTLS
+     * filter is capped by MAIL_TLS_UNDER_HIGH and drains on its own. */
+    return io->cork.len + evbuffer_get_length(bufferevent_get_output(io->bev)) >=
+           io->output_high_water;
 }
 
 /* A big write while input is handled on a plain connection with nothing
@@ -296,6 +379,12 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
 {
     io->closing = true;
     bufferevent_disable(io->bev, EV_READ);
+    /* A client that reads nothing more must not keep a closing session for
+     * ever: the timeout now counts on the output (see event_cb). */
+    if (io->timeout_ms > 0) {
+        io->timeout_on_output = true;
+        apply_timeout(io);
+    }
     /* The write callback frees the session once the output has left; with
      * nothing queued (or under TLS, where the socket below drains later, or
      * with replies held back, which may leave without the bufferevent) a

@@ -17,7 +17,8 @@
  * The callbacks run from the loop only, never inside a call into this
  * module, so the session may free itself in them.
  *
- * For an owner without ops->drained, what it writes while handling input
+ * For an owner without ops->drained, or with an output bound
+ * (mail_session_io_set_output_limits), what it writes while handling input
  * is held back until ops->input returns and then sent with one system
  * call, directly on the socket when nothing is queued and the connection
  * is plain (replies of one command mostly fit; larger writes and whatever
@@ -81,6 +82,9 @@ struct mail_session_io {
     size_t input_high_water;
     int64_t timeout_ms;
     bool timeout_on_output;
+    size_t output_high_water; /* 0: no bound (mail_session_io_set_output_limits) */
+    size_t output_low_water;
+    bool output_waiting; /* mail_session_io_wait_output(): ops->drained wanted */
     struct warden_client_session *warden;
     /* Replies written while ops->input runs (owners without ops->drained)
      * wait here and leave in one send at its end, straight to the socket
@@ -105,10 +109,27 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
  * hold across STARTTLS. */
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
                             size_t input_high_water);
-/* The inactivity timeout: on input (no bytes from the client for `ms`),
- * or with `on_output` on the output making no progress (a long response
- * to a slow reader). Kept across STARTTLS. */
+/* The inactivity timeout: on input (no bytes from the client for `ms`:
+ * ops->timeout), or with `on_output` on the output making no progress (a
+ * long response to a client that stopped reading: the session is freed at
+ * once, since nothing more would reach the client). Kept across STARTTLS. */
 void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output);
+/* Bounds the output for an owner that produces it step by step (IMAP):
+ * mail_session_io_output_full() turns true once `high` bytes wait unsent;
+ * the owner then stops producing, calls mail_session_io_wait_output() and
+ * returns, and ops->drained (required) runs once the output is back down
+ * to `low` bytes, the moment to go on. Reading goes on meanwhile (bounded
+ * by `input_high_water`); what the owner writes in ops->input and in
+ * ops->drained is held back and sent at its end, as for owners without
+ * ops->drained. Kept across STARTTLS. */
+void mail_session_io_set_output_limits(struct mail_session_io *io, size_t high, size_t low);
+/* True when the owner should stop producing output until ops->drained:
+ * the unsent bytes of this session reached the `high` bound (never true
+ * without mail_session_io_set_output_limits()). */
+bool mail_session_io_output_full(const struct mail_session_io *io);
+/* Asks for one ops->drained call once the output is down to the low-water
+ * mark (with output limits set; call it when mail_session_io_output_full()). */
+void mail_session_io_wait_output(struct mail_session_io *io);
 /* Queues bytes for the client (nothing for `len` 0) and counts them in the
  * listener set's bytes_out. */
 void mail_session_io_write(struct mail_session_io *io, const void *data, size_t len);

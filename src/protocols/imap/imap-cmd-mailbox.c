@@ -14,6 +14,7 @@
 #include "storage/special-use.h"
 #include "storage/subscription-store.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,6 +37,44 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
     case PETREL_ERR_INVALID:
     case PETREL_ERR_UNSUPPORTED:
         imap_reply_no(s, "[CANNOT] %s", err->message);
+        return;
+    case PETREL_ERR_PERMISSION:
+        /* RFC 5530 NOPERM; the path stays in the log, not with the client. */
+        log_warn(IMAP_COMPONENT, "storage refused access", "session=%s command=%s error=\"%s\"",
+                 s->io.id, s->command, err->message);
+        imap_reply_no(s, "[NOPERM] The mail store does not allow this.");
+        return;
+    case PETREL_ERR_UNAVAILABLE:
+        imap_reply_no(s, "[UNAVAILABLE] Try again later.");
+        return;
+    default:
+        break;
+    }
+    /* System errors by their cause (RFC 5530, as Dovecot maps them): a full
+     * disk or quota is the user's OVERQUOTA, a passing shortage of
+     * descriptors or memory UNAVAILABLE, a size the file system cannot hold
+     * LIMIT; anything else is ours. */
+    switch (err->sys_errno) {
+    case ENOSPC:
+    case EDQUOT:
+        log_warn(IMAP_COMPONENT, "storage full", "session=%s command=%s error=\"%s\"", s->io.id,
+                 s->command, err->message);
+        imap_reply_no(s, "[OVERQUOTA] Not enough disk space.");
+        return;
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+        log_warn(IMAP_COMPONENT, "storage short of resources", "session=%s command=%s error=\"%s\"",
+                 s->io.id, s->command, err->message);
+        imap_reply_no(s, "[UNAVAILABLE] Temporarily out of resources; try again later.");
+        return;
+    case EFBIG:
+    case EMLINK:
+    case ENAMETOOLONG:
+        log_warn(IMAP_COMPONENT, "storage limit", "session=%s command=%s error=\"%s\"", s->io.id,
+                 s->command, err->message);
+        imap_reply_no(s, "[LIMIT] A storage limit was reached.");
         return;
     default:
         log_error(IMAP_COMPONENT, "storage error", "session=%s command=%s error=\"%s\"", s->io.id,

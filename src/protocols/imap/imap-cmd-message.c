@@ -17,6 +17,7 @@
 #include "storage/message/message-parser.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -27,6 +28,13 @@
 /* Smaller bodies are read and leave with the rest of the reply in one
  * send; sendfile would add a system call and a TCP segment to each. */
 #define FETCH_SENDFILE_MIN (64u * 1024)
+/* Bytes of a streamed literal read from the file per step. */
+#define FETCH_STREAM_STEP (64u * 1024)
+/* FETCH lines gathered before they are handed to the connection. */
+#define FETCH_BATCH (256u * 1024)
+/* Folder cache field: "0" when the message file holds no NUL byte (its
+ * bytes may go out by sendfile as they are), "1" when it does. */
+#define FETCH_CACHE_NUL "imap.nul"
 
 /* ---------- message sets ---------- */
 
@@ -154,6 +162,50 @@ static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint
 }
 
 /* ---------- FETCH ---------- */
+
+/* RFC 3501 forbids NUL in a literal that is not a literal8: BODY[] and the
+ * other non-binary items carry 0x80 in its place, as Dovecot does (one
+ * byte for one, so RFC822.SIZE and the announced length still hold).
+ * BINARY[] carries the bytes as they are. True when a byte was replaced. */
+static bool replace_nul(char *data, size_t len)
+{
+    bool any = false;
+    char *p = data, *end = data + len;
+    while (p < end && (p = memchr(p, '\0', (size_t)(end - p))) != NULL) {
+        *p++ = (char)0x80;
+        any = true;
+    }
+    return any;
+}
+
+/* A literal sent from the message file a step at a time as the output
+ * drains (BODY[] of a large message): never held whole in memory. */
+struct fetch_stream {
+    int fd;
+    uint32_t uid;
+    uint64_t pos;  /* next file offset to send */
+    uint64_t left; /* bytes of the literal still to send */
+    bool whole;    /* the whole file: whether it holds a NUL is learnt */
+    bool saw_nul;
+};
+
+/* A FETCH in progress: produced message by message, stopping while the
+ * client has not taken what was sent (s->fetch while it waits). */
+struct imap_fetch_state {
+    uint32_t *uids;
+    size_t count;
+    size_t next; /* index into uids of the next message */
+    uint32_t seq;
+    struct imap_fetch_items items;
+    bool uid_mode;
+    bool seen_changed;
+    bool some_gone;
+    bool unknown_cte;
+    struct buf out; /* FETCH lines not handed on yet */
+    bool streaming; /* `stream` is open: the current message's last item */
+    struct fetch_stream stream;
+    char *chunk; /* FETCH_STREAM_STEP bytes, while streaming */
+};
 
 struct fetch_message {
     struct mailbox_message_data *data; /* opened on demand */
@@ -305,6 +357,7 @@ static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch
     size_t at = out->len;
     imap_section_fetch_header(block_len > 0 ? block : "", block_len, &sec, b->partial,
                               b->partial_start, b->partial_count, out);
+    replace_nul(out->data + at, out->len - at);
     char prefix[LITERAL_PREFIX_MAX];
     buf_insert(out, at, prefix, literal_prefix(prefix, out->len - at));
     return true;
@@ -336,19 +389,25 @@ static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetc
     }
     imap_fetch_body_name(b, out);
     buf_printf(out, " {%zu}\r\n", len);
+    size_t at = out->len;
     buf_append(out, fm->data->data + from, len);
+    replace_nul(out->data + at, len);
     *handled = true;
     return true;
 }
 
-/* BODY[]<partial> as the last item of a message stored with CRLF line
- * ends, on a connection that can take a file: the FETCH line so far leaves
- * now and the bytes follow straight from the page cache (sendfile), never
- * copied through this process; the caller's ")\r\n" goes after them.
- * False when the message is gone; *handled false (nothing written) when the
- * stored bytes are not the answer as they are. */
-static bool fetch_whole_file(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
-                             const struct imap_fetch_body *b, struct buf *out, bool *handled)
+/* BODY[]<partial> as the last item of a large message stored with CRLF
+ * line ends: the stored bytes are the answer, and they never pass through
+ * memory whole. The FETCH line so far leaves now; on a plain connection
+ * with nothing queued, and a file known to hold no NUL, the bytes follow
+ * straight from the page cache (sendfile) and the caller's ")\r\n" after
+ * them; otherwise (TLS, output queued, NUL or not known yet) `st` streams
+ * them from the file a step at a time as the output drains, and writes
+ * the ")\r\n" itself. False when the message is gone; *handled false
+ * (nothing written) when the stored bytes are not the answer as they are. */
+static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
+                             struct fetch_message *fm, const struct imap_fetch_body *b,
+                             struct buf *out, bool *handled)
 {
     *handled = false;
     uint64_t size = 0, vsize = 0, file_size = 0;
@@ -375,27 +434,89 @@ static bool fetch_whole_file(struct imap_session *s, uint32_t uid, struct fetch_
         if (b->partial_count < len)
             len = b->partial_count;
     }
+    size_t nul_len = 0;
+    const char *nul = mailbox_cache_lookup(s->box, uid, FETCH_CACHE_NUL, &nul_len);
+    bool nul_free = nul != NULL && nul_len == 1 && nul[0] == '0';
     imap_fetch_body_name(b, out);
     char prefix[LITERAL_PREFIX_MAX];
     buf_append(out, prefix, literal_prefix(prefix, (size_t)len));
     imap_send_raw(s, out->data, out->len);
     buf_reset(out);
-    mail_session_io_write_file(&s->io, fd, (off_t)from, (size_t)len);
     *handled = true;
+    if (nul_free && mail_session_io_file_ready(&s->io)) {
+        mail_session_io_write_file(&s->io, fd, (off_t)from, (size_t)len);
+        return true;
+    }
+    st->stream = (struct fetch_stream){
+        .fd = fd, .uid = uid, .pos = from, .left = len, .whole = from == 0 && len == size};
+    st->streaming = true;
     return true;
 }
 
+enum stream_result { STREAM_DONE, STREAM_WAIT, STREAM_FAILED };
+
+static void stream_close(struct imap_fetch_state *st)
+{
+    if (st->streaming)
+        close(st->stream.fd);
+    st->streaming = false;
+    free(st->chunk);
+    st->chunk = NULL;
+}
+
+/* Sends the streamed literal on until it is complete (then the closing
+ * ")\r\n" is queued in st->out) or the output is full. FAILED when the file
+ * ended early: the client was promised the bytes, so the connection must
+ * end. */
+static enum stream_result stream_pump(struct imap_session *s, struct imap_fetch_state *st)
+{
+    struct fetch_stream *fs = &st->stream;
+    while (fs->left > 0) {
+        if (imap_session_output_full(s))
+            return STREAM_WAIT;
+        if (st->chunk == NULL)
+            st->chunk = xmalloc(FETCH_STREAM_STEP);
+        size_t want = fs->left < FETCH_STREAM_STEP ? (size_t)fs->left : FETCH_STREAM_STEP;
+        ssize_t n;
+        do
+            n = pread(fs->fd, st->chunk, want, (off_t)fs->pos);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0) {
+            log_warn(IMAP_COMPONENT, "message file ended early; closing",
+                     "session=%s uid=%u error=\"%s\"", s->io.id, fs->uid,
+                     n < 0 ? strerror(errno) : "short file");
+            stream_close(st);
+            return STREAM_FAILED;
+        }
+        if (replace_nul(st->chunk, (size_t)n))
+            fs->saw_nul = true;
+        imap_send_raw(s, st->chunk, (size_t)n);
+        fs->pos += (uint64_t)n;
+        fs->left -= (uint64_t)n;
+    }
+    if (fs->whole) {
+        struct petrel_error err;
+        if (!mailbox_cache_queue(s->box, fs->uid, FETCH_CACHE_NUL, fs->saw_nul ? "1" : "0", 1,
+                                 &err))
+            log_debug(IMAP_COMPONENT, "cache store failed", "uid=%u error=\"%s\"", fs->uid,
+                      err.message);
+    }
+    stream_close(st);
+    buf_append_str(&st->out, ")\r\n");
+    return STREAM_DONE;
+}
+
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
-static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
-                            const struct imap_fetch_body *b, bool last, struct buf *out,
-                            bool *unknown_cte)
+static bool fetch_body_item(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
+                            struct fetch_message *fm, const struct imap_fetch_body *b, bool last,
+                            struct buf *out, bool *unknown_cte)
 {
     if (header_only(b) && !fm->have_parsed)
         return fetch_header_item(s, uid, fm, b, out);
     if (whole_message(b) && !fm->have_parsed) {
         bool handled;
-        if (last && fm->data == NULL && mail_session_io_file_ready(&s->io)) {
-            if (!fetch_whole_file(s, uid, fm, b, out, &handled))
+        if (last && fm->data == NULL && !s->io.closing) {
+            if (!fetch_whole_file(s, st, uid, fm, b, out, &handled))
                 return false;
             if (handled)
                 return true;
@@ -428,6 +549,8 @@ static bool fetch_body_item(struct imap_session *s, uint32_t uid, struct fetch_m
         }
         if (ok) {
             bool binary = b->kind == IMAP_FETCH_BINARY_SECTION;
+            if (!binary)
+                replace_nul(bytes.data, bytes.len);
             buf_printf(out, " %s{%zu}\r\n", binary ? "~" : "", bytes.len);
             buf_append(out, bytes.data, bytes.len);
         }
@@ -471,10 +594,13 @@ static void fetch_contents_gone(const struct imap_fetch_items *items, const char
     }
 }
 
-static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fetch_items *items,
-                      bool uid_mode, bool flags_too, bool gone, struct buf *out, bool *some_gone,
-                      bool *unknown_cte)
+static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint32_t seq,
+                      bool gone)
 {
+    const struct imap_fetch_items *items = &st->items;
+    bool uid_mode = st->uid_mode, flags_too = st->seen_changed;
+    struct buf *out = &st->out;
+    bool *some_gone = &st->some_gone, *unknown_cte = &st->unknown_cte;
     const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
     struct fetch_message fm;
     memset(&fm, 0, sizeof(fm));
@@ -549,9 +675,10 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
         sec.text = rfc822[i].text;
         struct buf bytes = {0};
         struct petrel_error err;
-        if (imap_section_fetch(&fm.parsed, &sec, false, 0, 0, &bytes, &err))
+        if (imap_section_fetch(&fm.parsed, &sec, false, 0, 0, &bytes, &err)) {
+            replace_nul(bytes.data, bytes.len);
             buf_printf(out, "%s%s {%zu}\r\n", sep, rfc822[i].name, bytes.len);
-        else
+        } else
             buf_printf(out, "%s%s {0}\r\n", sep, rfc822[i].name);
         buf_append(out, bytes.data, bytes.len);
         buf_free(&bytes);
@@ -559,17 +686,19 @@ static void fetch_one(struct imap_session *s, uint32_t seq, const struct imap_fe
     }
     for (size_t i = 0; ok && i < items->body_count; i++) {
         buf_append_str(out, sep);
-        ok = fetch_body_item(s, e->uid, &fm, &items->bodies[i], i + 1 == items->body_count, out,
+        ok = fetch_body_item(s, st, e->uid, &fm, &items->bodies[i], i + 1 == items->body_count, out,
                              unknown_cte);
         sep = " ";
     }
     fetch_release(&fm);
+    if (st->streaming)
+        return; /* the stream ends the line */
     if (!ok) {
         /* Expunged by another session since our view: answered again
          * without its contents. */
         out->len = start;
         *some_gone = true;
-        fetch_one(s, seq, items, uid_mode, flags_too, true, out, some_gone, unknown_cte);
+        fetch_one(s, st, seq, true);
         return;
     }
     buf_append_str(out, ")\r\n");
@@ -611,32 +740,98 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
         }
         free(res);
     }
-    struct buf out = {0};
-    bool some_gone = false, unknown_cte = false;
-    uint32_t seq = 0;
-    for (size_t i = 0; i < count; i++) {
-        seq = mailbox_view_seq_hint(s->view, uids[i], seq + 1);
-        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+    struct imap_fetch_state *st = xcalloc(1, sizeof(*st));
+    st->uids = uids;
+    st->count = count;
+    st->items = items;
+    st->uid_mode = uid_mode;
+    st->seen_changed = seen_changed;
+    s->fetch = st;
+    imap_fetch_continue(s);
+}
+
+static void fetch_state_free(struct imap_fetch_state *st)
+{
+    stream_close(st);
+    buf_free(&st->out);
+    imap_fetch_items_free(&st->items);
+    free(st->uids);
+    free(st);
+}
+
+bool imap_fetch_abort(struct imap_session *s)
+{
+    struct imap_fetch_state *st = s->fetch;
+    if (st == NULL)
+        return false;
+    bool in_literal = st->streaming;
+    s->fetch = NULL;
+    fetch_state_free(st);
+    return in_literal;
+}
+
+static void fetch_flush(struct imap_session *s, struct imap_fetch_state *st)
+{
+    if (st->out.len > 0)
+        imap_send_raw(s, st->out.data, st->out.len);
+    if (st->out.cap > FETCH_BATCH * 2)
+        buf_free(&st->out);
+    else
+        buf_reset(&st->out);
+}
+
+/* Waits for the client to read: the session stays busy (no next command)
+ * and imap-session.c calls imap_fetch_continue() once the output drained. */
+static void fetch_wait(struct imap_session *s, struct imap_fetch_state *st)
+{
+    fetch_flush(s, st);
+    s->busy = true;
+    imap_session_wait_output(s);
+}
+
+void imap_fetch_continue(struct imap_session *s)
+{
+    struct imap_fetch_state *st = s->fetch;
+    for (;;) {
+        if (st->streaming) {
+            enum stream_result r = stream_pump(s, st);
+            if (r == STREAM_WAIT) {
+                fetch_wait(s, st);
+                return;
+            }
+            if (r == STREAM_FAILED) {
+                imap_fetch_abort(s);
+                s->state = IMAP_STATE_LOGOUT;
+                imap_session_close_after_output(s);
+                return;
+            }
+        }
+        if (st->next >= st->count || s->io.closing)
+            break;
+        if (st->out.len >= FETCH_BATCH)
+            fetch_flush(s, st);
+        if (imap_session_output_full(s)) {
+            fetch_wait(s, st);
+            return;
+        }
+        uint32_t uid = st->uids[st->next++];
+        st->seq = mailbox_view_seq_hint(s->view, uid, st->seq + 1);
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, st->seq);
         if (e == NULL)
             continue;
-        if (items.changedsince && e->modseq <= items.changedsince_modseq)
+        if (st->items.changedsince && e->modseq <= st->items.changedsince_modseq)
             continue;
-        fetch_one(s, seq, &items, uid_mode, seen_changed, false, &out, &some_gone,
-                  &unknown_cte);
-        if (out.len >= 256 * 1024) {
-            imap_send_raw(s, out.data, out.len);
-            buf_reset(&out);
-        }
+        fetch_one(s, st, st->seq, false);
     }
-    if (out.len > 0)
-        imap_send_raw(s, out.data, out.len);
-    buf_free(&out);
+    fetch_flush(s, st);
     /* What the loop cached, under one lock and in one write. */
+    struct petrel_error err;
     if (!mailbox_cache_flush(s->box, &err))
         log_debug(IMAP_COMPONENT, "cache store failed", "session=%s error=\"%s\"", s->io.id,
                   err.message);
-    imap_fetch_items_free(&items);
-    free(uids);
+    bool unknown_cte = st->unknown_cte, some_gone = st->some_gone;
+    s->fetch = NULL;
+    fetch_state_free(st);
     if (unknown_cte)
         imap_reply_no(s, "[UNKNOWN-CTE] A part has an unknown Content-Transfer-Encoding.");
     else if (some_gone)

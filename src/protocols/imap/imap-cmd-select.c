@@ -312,6 +312,9 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         imap_reply_storage_error(s, &err);
         return;
     }
+    /* A folder the server may not write opens read-only, as for EXAMINE
+     * (RFC 3501 allows SELECT to answer [READ-ONLY]). */
+    readonly = readonly || mailbox_is_read_only(box);
     s->box = box;
     s->view = view;
     s->readonly = readonly;

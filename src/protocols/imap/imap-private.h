@@ -61,6 +61,9 @@ struct imap_session {
     struct mailbox_watch *watch;
     bool readonly; /* EXAMINE */
     bool idling;   /* IDLE: waiting for DONE */
+    /* a FETCH produced message by message as the output drains
+     * (imap-cmd-message.c); the session is busy meanwhile */
+    struct imap_fetch_state *fetch;
     /* \Recent (imap-cmd-select.c): the UID ranges of the selected folder
      * that are recent for this session, and the count last reported. */
     struct imap_recent_range *recent;
@@ -124,6 +127,12 @@ void imap_reply_no(struct imap_session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void imap_reply_bad(struct imap_session *s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* True when the client has not taken enough of what was sent: the caller
+ * (a command producing a long answer) stops, and the session waits for the
+ * output to drain (the inactivity timeout then counts on the output) and
+ * calls imap_fetch_continue() or reads the next command. */
+bool imap_session_output_full(struct imap_session *s);
+void imap_session_wait_output(struct imap_session *s);
 /* Closes after the output has drained ("* BYE" already sent by the caller). */
 void imap_session_close_after_output(struct imap_session *s);
 /* The CAPABILITY list for the session's state (without the "CAPABILITY" word). */
@@ -161,6 +170,13 @@ extern const struct imap_command_def imap_commands_mailbox[]; /* imap-cmd-mailbo
 extern const struct imap_command_def imap_commands_select[];  /* imap-cmd-select.c */
 extern const struct imap_command_def imap_commands_message[]; /* imap-cmd-message.c */
 extern const struct imap_command_def imap_commands_search[];  /* imap-cmd-search.c */
+/* A FETCH waiting for the output (s->fetch): produces the next messages,
+ * and ends the command with its tagged reply once all are out. */
+void imap_fetch_continue(struct imap_session *s);
+/* Drops a waiting FETCH (session closing or freed); true when it stopped
+ * inside a literal, where nothing else may be sent (the connection must
+ * close without a BYE). */
+bool imap_fetch_abort(struct imap_session *s);
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
 

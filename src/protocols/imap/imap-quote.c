@@ -29,7 +29,11 @@ void imap_quote_string(struct buf *out, const char *s, size_t len, unsigned flag
 {
     if (!quotable(s, len, flags)) {
         buf_printf(out, "{%zu}\r\n", len);
+        size_t at = out->len;
         buf_append(out, s, len);
+        /* No NUL in a literal (RFC 3501): 0x80 stands in, as in BODY[]. */
+        for (char *p = out->data + at; (p = memchr(p, '\0', out->len - (size_t)(p - out->data)));)
+            *p++ = (char)0x80;
         return;
     }
     buf_append_char(out, '"');

@@ -16,7 +16,8 @@
 #define IMAP_QUOTE_MAX_QUOTED 1024
 
 /* A quoted string when the bytes allow it (no CR, LF or NUL; 7-bit unless
- * IMAP_QUOTE_UTF8; not over IMAP_QUOTE_MAX_QUOTED), else a literal "{n}\r\n". */
+ * IMAP_QUOTE_UTF8; not over IMAP_QUOTE_MAX_QUOTED), else a literal "{n}\r\n"
+ * (a NUL byte in it goes out as 0x80: RFC 3501 allows none in a literal). */
 void imap_quote_string(struct buf *out, const char *s, size_t len, unsigned flags);
 /* NIL for a NULL `s`, else as imap_quote_string(). */
 void imap_quote_nstring(struct buf *out, const char *s, size_t len, unsigned flags);

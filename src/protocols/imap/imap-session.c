@@ -16,6 +16,12 @@
 
 #define IMAP_PREAUTH_MAX_LITERAL 16384 /* LOGIN/AUTHENTICATE arguments */
 #define IMAP_MAX_SINGLE_WRITE (256 * 1024)
+/* Unsent output above which a session produces nothing more (no next
+ * command, no next message of a FETCH) until it is back under the low mark:
+ * a client that pipelines commands and does not read holds at most this
+ * much (plus one FETCH step) instead of every answer. */
+#define IMAP_OUTPUT_HIGH_WATER (256 * 1024)
+#define IMAP_OUTPUT_LOW_WATER (64 * 1024)
 
 static const struct imap_command_def *const command_tables[] = {
     imap_commands_any,    imap_commands_login,   imap_commands_mailbox,
@@ -37,15 +43,38 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
     va_end(ap);
 }
 
-static void set_timeout(struct imap_session *s)
+/* login_timeout before login, idle_timeout after. */
+static int64_t state_timeout_ms(const struct imap_session *s)
 {
     const struct mail_login_config *cfg = &s->ctx->cfg->login;
-    int64_t ms =
-        s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
-    mail_session_io_set_timeout(&s->io, ms, false);
+    return s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+}
+
+static void set_timeout(struct imap_session *s)
+{
+    mail_session_io_set_timeout(&s->io, state_timeout_ms(s), false);
 }
 
 static void process_input(struct imap_session *s);
+
+bool imap_session_output_full(struct imap_session *s)
+{
+    return mail_session_io_output_full(&s->io);
+}
+
+/* While the session waits on the client to read, the inactivity timeout
+ * counts on the output: a client that never reads is closed after
+ * idle_timeout (login_timeout before login) however much it had
+ * pipelined. */
+void imap_session_wait_output(struct imap_session *s)
+{
+    /* Set once per wait: input arriving meanwhile must not restart the
+     * clock of a client that sends but never reads. */
+    if (s->io.output_waiting)
+        return;
+    mail_session_io_wait_output(&s->io);
+    mail_session_io_set_timeout(&s->io, state_timeout_ms(s), true);
+}
 
 static void command_done(struct imap_session *s, const char *result)
 {
@@ -143,7 +172,11 @@ void imap_append_string(struct buf *out, const char *text, size_t len)
     }
     if (!quotable) {
         buf_printf(out, "{%zu}\r\n", len);
+        size_t at = out->len;
         buf_append(out, text, len);
+        /* No NUL in a literal (RFC 3501): 0x80 stands in, as in BODY[]. */
+        for (char *p = out->data + at; (p = memchr(p, '\0', out->len - (size_t)(p - out->data)));)
+            *p++ = (char)0x80;
         return;
     }
     buf_append_char(out, '"');
@@ -166,7 +199,10 @@ void imap_session_shutdown(struct imap_session *s, const char *reason)
 {
     if (s->io.closing)
         return;
-    imap_send(s, "* BYE %s", reason);
+    /* Inside a literal a BYE line would read as message bytes: the answer
+     * is cut off by closing instead. */
+    if (!imap_fetch_abort(s))
+        imap_send(s, "* BYE %s", reason);
     s->state = IMAP_STATE_LOGOUT;
     imap_session_close_after_output(s);
 }
@@ -176,6 +212,7 @@ void imap_session_free(struct imap_session *s)
     const struct imap_server_ctx *ctx = s->ctx;
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
+    imap_fetch_abort(s); /* a disconnected client's FETCH stops here */
     imap_selected_close(s);
     free(s->recent);
     mail_user_unref(s->user);
@@ -187,6 +224,16 @@ void imap_session_free(struct imap_session *s)
     imap_parser_free(s->parser);
     mail_session_io_free(&s->io); /* also the warden registration and the user count */
     free(s);
+}
+
+/* Stop reading when this much input waits unparsed (a client pipelining
+ * while its answers wait to be read): TCP pushes back instead of the
+ * buffer growing. Room for a whole line, which IDLE and AUTHENTICATE read
+ * as one piece. */
+static size_t input_high_water(const struct imap_server_ctx *ctx)
+{
+    size_t n = (size_t)ctx->cfg->max_line_length * 2 + 2;
+    return n < 65536 ? 65536 : n;
 }
 
 static bool peer_is_loopback(const struct sockaddr *sa)
@@ -203,6 +250,7 @@ static bool peer_is_loopback(const struct sockaddr *sa)
 }
 
 static void session_input(void *arg);
+static void session_drained(void *arg);
 static void session_timeout(void *arg);
 static void session_shutdown(void *arg)
 {
@@ -215,6 +263,7 @@ static void session_free(void *arg)
 
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
+    .drained = session_drained,
     .timeout = session_timeout,
     .shutdown = session_shutdown,
     .free = session_free,
@@ -241,7 +290,8 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
     set_timeout(s);
     /* libevent's 16 KiB per pass would take ~50 loop passes for one 800 KB
      * BODY[]; larger steps keep big fetches from stalling other sessions. */
-    mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE, 0);
+    mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE, input_high_water(ctx));
+    mail_session_io_set_output_limits(&s->io, IMAP_OUTPUT_HIGH_WATER, IMAP_OUTPUT_LOW_WATER);
     struct buf caps = {0};
     imap_capabilities(s, &caps);
     imap_send(s, "* OK [CAPABILITY %s] Petrel ready.", caps.data);
@@ -317,6 +367,11 @@ static void parse_error(struct imap_session *s, const struct imap_parse_error *e
 static void process_input(struct imap_session *s)
 {
     while (!s->busy && !s->io.closing) {
+        if (imap_session_output_full(s)) {
+            /* The client is not reading: no next command until it does. */
+            imap_session_wait_output(s);
+            return;
+        }
         /* Looked up each round: STARTTLS replaces the bufferevent. */
         struct evbuffer *in = bufferevent_get_input(s->io.bev);
         if (s->idling) {
@@ -376,10 +431,23 @@ static void session_input(void *arg)
     process_input(arg);
 }
 
+/* The output is down to the low-water mark after a wait. */
+static void session_drained(void *arg)
+{
+    struct imap_session *s = arg;
+    set_timeout(s);
+    if (s->fetch != NULL)
+        imap_fetch_continue(s); /* ends with the tagged reply, then reads on */
+    else
+        process_input(s);
+}
+
 static void session_timeout(void *arg)
 {
     struct imap_session *s = arg;
-    imap_send(s, "* BYE Disconnected for inactivity.");
+    log_debug(IMAP_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
+    if (!imap_fetch_abort(s))
+        imap_send(s, "* BYE Disconnected for inactivity.");
     s->state = IMAP_STATE_LOGOUT;
     imap_session_close_after_output(s);
 }

@@ -134,14 +134,14 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
         return bad(err, "shorter than its header");
     ssize_t n = fi_pread_all(fd, hdr, sizeof(hdr), 0);
     if (n < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot read index base: %s", strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot read index base: %s", strerror(errno));
     if (n != (ssize_t)sizeof(hdr) || !fi_base_parse_header(hdr, file_size, info, err))
         return n == (ssize_t)sizeof(hdr) ? false : bad(err, "short read");
     if (file_size > SIZE_MAX)
         return bad(err, "too large");
     uint8_t *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (map == MAP_FAILED)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot map index base: %s", strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot map index base: %s", strerror(errno));
     size_t count = info->count;
     const uint8_t *recs = map + FI_BASE_HDR_SIZE;
     size_t strings_off = FI_BASE_HDR_SIZE + count * FI_BASE_REC_SIZE;

@@ -91,7 +91,7 @@ bool fi_log_read_header(int fd, uint32_t *version, uint64_t *lineage, struct pet
     uint8_t h[FI_LOG_HDR_SIZE];
     ssize_t n = fi_pread_all(fd, h, sizeof(h), 0);
     if (n < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot read index log: %s", strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot read index log: %s", strerror(errno));
     if (n != (ssize_t)sizeof(h))
         return bad(err, "shorter than its header");
     if (memcmp(h, FI_LOG_MAGIC, 8) != 0)
@@ -313,7 +313,7 @@ static enum fi_tail classify_tail(struct reader *r, uint64_t pos, struct petrel_
 {
     struct stat st;
     if (fstat(r->fd, &st) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat index log: %s", strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot stat index log: %s", strerror(errno));
         return FI_TAIL_CORRUPT;
     }
     uint64_t size = (uint64_t)st.st_size;
@@ -326,7 +326,7 @@ static enum fi_tail classify_tail(struct reader *r, uint64_t pos, struct petrel_
     const uint8_t *p = NULL;
     ssize_t got = reader_get(r, pos, (size_t)(size - pos), &p);
     if (got < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot read index log: %s", strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot read index log: %s", strerror(errno));
         return FI_TAIL_CORRUPT;
     }
     size_t avail = (size_t)got;
@@ -354,7 +354,7 @@ bool fi_log_replay(int fd, uint64_t from, uint64_t limit, bool classify, struct 
         const uint8_t *p = NULL;
         ssize_t got = reader_get(&r, pos, FI_TXN_HDR_SIZE, &p);
         if (got < 0) {
-            ok = petrel_error_set(err, PETREL_ERR_IO, "cannot read index log: %s", strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "cannot read index log: %s", strerror(errno));
             break;
         }
         if (got == 0)
@@ -365,8 +365,8 @@ bool fi_log_replay(int fd, uint64_t from, uint64_t limit, bool classify, struct 
         if (sane) {
             got = reader_get(&r, pos, len, &p);
             if (got < 0) {
-                ok = petrel_error_set(err, PETREL_ERR_IO, "cannot read index log: %s",
-                                      strerror(errno));
+                ok = petrel_error_set_errno(err, errno, "cannot read index log: %s",
+                                            strerror(errno));
                 break;
             }
         }

@@ -178,7 +178,7 @@ bool fi_file_id_equal(const struct fi_file_id *a, const struct fi_file_id *b)
 
 bool fi_io_error(struct petrel_error *err, const char *what, const char *path)
 {
-    return petrel_error_set(err, PETREL_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+    return petrel_error_set_errno(err, errno, "%s %s: %s", what, path, strerror(errno));
 }
 
 bool fi_sync(const struct fileindex *fi, int fd, bool important)

@@ -69,6 +69,7 @@ struct fileindex_txn {
     uint8_t *gone_bits;
     size_t gone_count;
     struct fi_view *staged;       /* replace_all */
+    bool in_memory;               /* fileindex_begin_sync on a read-only log */
     void (*on_commit)(void *arg); /* after a successful commit, still locked */
     void *on_commit_arg;
 };
@@ -738,7 +739,7 @@ static bool prepare_log(struct fileindex *fi, struct petrel_error *err)
     return true;
 }
 
-struct fileindex_txn *fileindex_begin(struct fileindex *fi, struct petrel_error *err)
+static struct fileindex_txn *begin(struct fileindex *fi, bool memory_ok, struct petrel_error *err)
 {
     if (fi->txn != NULL) {
         petrel_error_set(err, PETREL_ERR_CONFLICT, "a transaction is already open on %s", fi->dir);
@@ -750,7 +751,8 @@ struct fileindex_txn *fileindex_begin(struct fileindex *fi, struct petrel_error 
     enum fi_reload result;
     bool ok = refresh_internal(fi, &t, &result, err);
     fi_metric_reload(fi, ok ? result : FI_RELOAD_ERROR);
-    if (ok)
+    bool in_memory = ok && memory_ok && !fi->st.log_writable;
+    if (ok && !in_memory)
         ok = prepare_log(fi, err);
     if (!ok) {
         fi_unlock(fi);
@@ -758,11 +760,30 @@ struct fileindex_txn *fileindex_begin(struct fileindex *fi, struct petrel_error 
     }
     struct fileindex_txn *txn = xcalloc(1, sizeof(*txn));
     txn->fi = fi;
+    txn->in_memory = in_memory;
     txn_reset_ops(txn);
     txn->next_uid = fi->st.view.hdr.next_uid;
     txn->modseq = fi->st.view.hdr.highest_modseq;
     txn->cache_reset_id = fi->st.view.hdr.cache_reset_id;
     fi->txn = txn;
+    return txn;
+}
+
+struct fileindex_txn *fileindex_begin(struct fileindex *fi, struct petrel_error *err)
+{
+    return begin(fi, false, err);
+}
+
+bool fileindex_read_only(const struct fileindex *fi)
+{
+    return !fi->st.log_writable;
+}
+
+struct fileindex_txn *fileindex_begin_sync(struct fileindex *fi, bool *in_memory,
+                                           struct petrel_error *err)
+{
+    struct fileindex_txn *txn = begin(fi, true, err);
+    *in_memory = txn != NULL && txn->in_memory;
     return txn;
 }
 
@@ -1041,7 +1062,21 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
     size_t body_len = t->ops.len - FI_TXN_HDR_SIZE;
     bool stamp = s->version != FI_BASE_VERSION;
     bool ok = true;
-    if (t->staged != NULL || stamp || t->ops.len > FI_MAX_TXN) {
+    if (t->in_memory) {
+        /* The log cannot be written: this handle's view takes the changes
+         * and nobody else sees them; nothing on disk changes, so a refresh
+         * keeps them (a reload from disk would drop them, and the next sync
+         * would find the same news again). */
+        if (t->staged != NULL) {
+            ok = petrel_error_set(err, PETREL_ERR_PERMISSION, "index log is read-only: %s",
+                                  fi->log_path);
+        } else if (changed) {
+            ok = fi_log_apply(&s->view, body, body_len, err);
+            if (!ok)
+                fi->need_reload = true;
+            fi_view_compact(&s->view);
+        }
+    } else if (t->staged != NULL || stamp || t->ops.len > FI_MAX_TXN) {
         /* Written as a new base. */
         ok = fi_log_apply(target, body, body_len, err);
         fi_view_compact(target);

@@ -111,9 +111,19 @@ const struct fileindex_record *fileindex_lookup_uid(const struct fileindex *fi, 
 /* Number of records without MAIL_FLAG_SEEN. */
 size_t fileindex_unseen(const struct fileindex *fi);
 
+/* True when this handle found the index log not writable (a read-only
+ * folder): only fileindex_begin_sync() can change its view then. */
+bool fileindex_read_only(const struct fileindex *fi);
 /* Starts a write: takes the folder lock exclusively (waiting up to 30 s) and
  * refreshes. Only one transaction per handle at a time. */
 struct fileindex_txn *fileindex_begin(struct fileindex *fi, struct petrel_error *err);
+/* As fileindex_begin() for a transaction that brings the index in line
+ * with the folder's files (a sync): when the index log may not be written
+ * (a read-only folder), the transaction is still granted, *in_memory is
+ * set, and its commit changes only this handle's view (nothing is
+ * written; replace_all is refused). */
+struct fileindex_txn *fileindex_begin_sync(struct fileindex *fi, bool *in_memory,
+                                           struct petrel_error *err);
 /* Appends a message. uid 0 assigns next_uid; a given uid must be >= next_uid
  * (rebuild keeping UIDs). Returns the UID. The record's modseq is set by the
  * index. */

@@ -88,8 +88,7 @@ static bool copy_bytes(int from, struct mailbox *dst, const char *to_path, bool 
     int to = openat(dst->dir_fd, maildir_rel(dst, to_path), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                     0600);
     if (to < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", to_path,
-                                strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot create %s: %s", to_path, strerror(errno));
     char chunk[65536];
     uint64_t off = 0;
     bool ok = true;
@@ -98,21 +97,21 @@ static bool copy_bytes(int from, struct mailbox *dst, const char *to_path, bool 
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            ok = petrel_error_set(err, PETREL_ERR_IO, "read: %s", strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "read: %s", strerror(errno));
             break;
         }
         if (r == 0)
             break;
         if (!fs_pwrite_all(to, chunk, (size_t)r, off)) {
-            ok = petrel_error_set(err, PETREL_ERR_IO, "write %s: %s", to_path, strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "write %s: %s", to_path, strerror(errno));
             break;
         }
         off += (uint64_t)r;
     }
     if (ok && durable && fsync(to) != 0)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "fsync %s: %s", to_path, strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "fsync %s: %s", to_path, strerror(errno));
     if (close(to) != 0 && ok)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", to_path, strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "close %s: %s", to_path, strerror(errno));
     if (!ok)
         unlinkat(dst->dir_fd, maildir_rel(dst, to_path), 0);
     return ok;
@@ -192,7 +191,7 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
         char *cur = xasprintf("%s/cur/%s", dst->dir, name.data);
         if (renameat(dst->dir_fd, maildir_rel(dst, s->tmp_path), dst->dir_fd,
                      maildir_rel(dst, cur)) != 0)
-            ok = petrel_error_set(err, PETREL_ERR_IO, "rename into cur/: %s", strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "rename into cur/: %s", strerror(errno));
         else
             s->cur_name = xstrdup(name.data);
         free(cur);

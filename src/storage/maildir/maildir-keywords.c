@@ -132,7 +132,7 @@ bool maildir_keywords_write(int dir_fd, const char *path, const struct maildir_k
         times[1].tv_sec = old.st_mtime + 1;
         times[1].tv_nsec = 0;
         if (utimensat(dir_fd, file, times, 0) != 0)
-            return petrel_error_set(err, PETREL_ERR_IO, "utimensat %s: %s", path, strerror(errno));
+            return petrel_error_set_errno(err, errno, "utimensat %s: %s", path, strerror(errno));
     }
     return true;
 }

@@ -115,7 +115,7 @@ static bool scan_dir(struct mailbox *box, const char *sub, bool in_new, struct s
     DIR *d = maildir_opendir_sub(box, sub);
     if (d == NULL) {
         bool missing = errno == ENOENT;
-        petrel_error_set(err, PETREL_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot read %s: %s", path, strerror(errno));
         free(path);
         return missing; /* a missing new/ or cur/ is just empty */
     }
@@ -160,7 +160,7 @@ static bool measure_file(struct mailbox *box, const char *path, struct disk_file
 {
     int fd = openat(box->dir_fd, maildir_rel(box, path), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
     uint64_t size = 0;
     uint64_t bare_lf = 0;
     char prev = '\0';
@@ -171,7 +171,7 @@ static bool measure_file(struct mailbox *box, const char *path, struct disk_file
             continue;
         if (r < 0) {
             close(fd);
-            return petrel_error_set(err, PETREL_ERR_IO, "read %s: %s", path, strerror(errno));
+            return petrel_error_set_errno(err, errno, "read %s: %s", path, strerror(errno));
         }
         if (r == 0)
             break;
@@ -722,7 +722,12 @@ static void clean_tmp(struct mailbox *box)
 
 static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct petrel_error *err)
 {
-    clean_tmp(box);
+    /* A read-only folder is taken as it is: its files stay where they are
+     * (messages in new/ are read from there) and only this handle's view
+     * learns of them. */
+    bool ro = box->read_only;
+    if (!ro)
+        clean_tmp(box);
     struct smap *files = smap_new();
     bool ok = scan_dir(box, "cur", false, files, err) && scan_dir(box, "new", true, files, err);
     struct buf name = {0};
@@ -742,7 +747,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         uint32_t flags = f->in_new ? r->flags : f->flags;
         uint32_t keywords = f->in_new ? r->keywords : f->keywords;
         disk_name(r->filename, flags, keywords, &name);
-        if (f->in_new || strcmp(f->name, name.data) != 0) {
+        if (!ro && (f->in_new || strcmp(f->name, name.data) != 0)) {
             if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
                 continue; /* vanished meanwhile: the next sync sees it */
         }
@@ -798,7 +803,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         if (!measured)
             continue;
         disk_name(f->base, f->flags, f->keywords, &name);
-        if (!rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
+        if (!ro && !rename_in_cur(box, f->in_new ? "new" : "cur", f->name, name.data, err))
             continue;
         struct fileindex_record rec = {
             .uid = f->uid >= next_uid ? f->uid : 0,
@@ -825,7 +830,7 @@ static bool sync_locked(struct mailbox *box, struct fileindex_txn *txn, struct p
         }
         uidlist_free(&ul);
     }
-    if (ok && changed)
+    if (ok && changed && !ro)
         ok = uidlist_write_state(box, next_uid, gone, gone_count, added, added_count, err);
     free(added);
     free(gone);
@@ -839,9 +844,11 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
 {
     if (!force && stamp_current(box))
         return true;
-    struct fileindex_txn *txn = fileindex_begin(box->index, err);
+    bool in_memory = false;
+    struct fileindex_txn *txn = fileindex_begin_sync(box->index, &in_memory, err);
     if (txn == NULL)
         return false;
+    box->read_only = in_memory;
     /* Looked at without the lock, the stamp may have been behind a writer
      * that was between its change to cur/ and its commit; Petrel's writers
      * stamp before they unlock, so under the lock it is the last word. */
@@ -856,7 +863,7 @@ bool maildir_sync(struct mailbox *box, bool force, struct petrel_error *err)
         ok = fileindex_txn_commit(txn, err);
     else
         fileindex_txn_rollback(txn);
-    if (ok)
+    if (ok && !box->read_only)
         stamp_store_scanned(box, &stamp);
     return ok;
 }
@@ -1089,13 +1096,13 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         if (errno == ENOENT || errno == ENOTDIR)
             petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found: %s", name);
         else
-            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", dir.data, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot open %s: %s", dir.data, strerror(errno));
         buf_free(&dir);
         return NULL;
     }
     struct stat dir_st;
     if (fstat(dir_fd, &dir_st) != 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", dir.data, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot stat %s: %s", dir.data, strerror(errno));
         close(dir_fd);
         buf_free(&dir);
         return NULL;
@@ -1182,6 +1189,11 @@ const char *mailbox_name(const struct mailbox *box)
 struct mail_user *mailbox_user(const struct mailbox *box)
 {
     return box->user;
+}
+
+bool mailbox_is_read_only(const struct mailbox *box)
+{
+    return box->read_only || fileindex_read_only(box->index);
 }
 
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
@@ -1442,22 +1454,22 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
     m->fd = named ? -1 : openat(box->dir_fd, "tmp", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (m->fd < 0) {
         if (!named && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
-            return petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s/tmp: %s",
-                                    box->dir, strerror(errno));
+            return petrel_error_set_errno(err, errno, "cannot create a file in %s/tmp: %s",
+                                          box->dir, strerror(errno));
         m->tmp_path = xasprintf("%s/tmp/%s", box->dir, base);
         m->fd = openat(box->dir_fd, maildir_rel(box, m->tmp_path),
                        O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (m->fd < 0) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", m->tmp_path,
-                             strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot create %s: %s", m->tmp_path,
+                                   strerror(errno));
             free(m->tmp_path);
             m->tmp_path = NULL;
             return false;
         }
     }
     if (!write_all_fd(m->fd, data, len) || !new_message_settle(m->fd, sync)) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot write a new message in %s/tmp: %s", box->dir,
-                         strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot write a new message in %s/tmp: %s", box->dir,
+                               strerror(errno));
         new_message_discard(box, m);
         return false;
     }
@@ -1504,8 +1516,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         }
         bool unlinkable = m->tmp_path == NULL && (e == ENOENT || e == EPERM || e == EXDEV);
         if (e != EEXIST && !unlinkable) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot link into %s/cur: %s", box->dir,
-                             strerror(e));
+            petrel_error_set_errno(err, e, "cannot link into %s/cur: %s", box->dir, strerror(e));
             break;
         }
         if (e == EEXIST) {

@@ -60,9 +60,9 @@ static bool snapshot_record(struct mailbox *box, uint32_t uid, struct fileindex_
     return true;
 }
 
-bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name)
+static bool find_in_sub(struct mailbox *box, const char *sub, const char *base, struct buf *name)
 {
-    DIR *d = maildir_opendir_sub(box, "cur");
+    DIR *d = maildir_opendir_sub(box, sub);
     if (d == NULL)
         return false;
     size_t base_len = strlen(base);
@@ -81,14 +81,19 @@ bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name
     return found;
 }
 
-/* A file in cur/ whose base name is `base`, opened; -1 when there is none. */
-static int open_by_base(struct mailbox *box, const char *base, struct buf *path)
+bool maildir_find_in_cur(struct mailbox *box, const char *base, struct buf *name)
+{
+    return find_in_sub(box, "cur", base, name);
+}
+
+/* A file in `sub` whose base name is `base`, opened; -1 when there is none. */
+static int open_by_base(struct mailbox *box, const char *sub, const char *base, struct buf *path)
 {
     struct buf name = {0};
     int fd = -1;
-    if (maildir_find_in_cur(box, base, &name)) {
+    if (find_in_sub(box, sub, base, &name)) {
         buf_reset(path);
-        buf_printf(path, "%s/cur/%s", box->dir, name.data);
+        buf_printf(path, "%s/%s/%s", box->dir, sub, name.data);
         fd = openat(box->dir_fd, maildir_rel(box, path->data), O_RDONLY | O_CLOEXEC);
     }
     buf_free(&name);
@@ -118,8 +123,16 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
         fd = openat(box->dir_fd, maildir_rel(box, path->data), O_RDONLY | O_CLOEXEC);
         if (fd >= 0)
             break;
+        if (errno == ENOENT && box->read_only) {
+            /* Nothing moves in a read-only folder: it is in new/, where
+             * its sync found it. */
+            fd = open_by_base(box, "new", base.data, path);
+            if (fd >= 0)
+                break;
+            errno = ENOENT;
+        }
         if (errno != ENOENT) {
-            petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path->data, strerror(errno));
+            petrel_error_set_errno(err, errno, "cannot open %s: %s", path->data, strerror(errno));
             goto out;
         }
         if (attempt > 0) {
@@ -133,7 +146,7 @@ int maildir_message_fd(struct mailbox *box, uint32_t uid, struct fileindex_recor
             break; /* expunged */
     }
     if (fd < 0 && known)
-        fd = open_by_base(box, base.data, path);
+        fd = open_by_base(box, "cur", base.data, path);
     if (fd < 0)
         petrel_error_set(err, PETREL_ERR_NOT_FOUND, "message UID %u expunged", uid);
 out:
@@ -207,7 +220,7 @@ static int open_sized(struct mailbox *box, uint32_t uid, struct fileindex_record
         return -1;
     struct stat st;
     if (fstat(fd, &st) != 0 || st.st_size < 0) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot stat %s: %s", path->data, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot stat %s: %s", path->data, strerror(errno));
         close(fd);
         return -1;
     }
@@ -235,8 +248,8 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
         m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (m->map == MAP_FAILED) {
             m->map = NULL;
-            ok = petrel_error_set(err, PETREL_ERR_IO, "cannot map %s: %s", path.data,
-                                  strerror(errno));
+            ok =
+                petrel_error_set_errno(err, errno, "cannot map %s: %s", path.data, strerror(errno));
         } else {
             m->map_len = size;
             m->pub.data = m->map;
@@ -245,7 +258,7 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
         }
     } else {
         ok = read_all(fd, size, &m->heap, &size) ||
-             petrel_error_set(err, PETREL_ERR_IO, "read %s: %s", path.data, strerror(errno));
+             petrel_error_set_errno(err, errno, "read %s: %s", path.data, strerror(errno));
         m->pub.data = m->heap;
     }
     close(fd);

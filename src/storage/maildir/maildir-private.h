@@ -77,6 +77,10 @@ struct mailbox {
      * renames are not reported to it (maildir_watch_expect_rename). */
     struct mailbox_watch *own_watch;
     bool synced; /* the sync opening owes was done (see mailbox_open) */
+    /* The folder is read-only to this process (its index log cannot be
+     * written): the last sync kept what it found in this handle's index
+     * view only, moved nothing from new/ and wrote no dovecot-uidlist. */
+    bool read_only;
     /* cur/ and new/ as this process last saw the sync stamp vouch for them:
      * while they stay so, the stamp file need not be read again. */
     struct {

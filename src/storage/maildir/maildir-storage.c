@@ -214,8 +214,8 @@ bool maildir_make_dirs(const char *dir, bool is_root, struct petrel_error *err)
         buf_printf(&path, "%s/maildirfolder", dir);
         int fd = open(path.data, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd < 0)
-            ok = petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", path.data,
-                                  strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "cannot create %s: %s", path.data,
+                                        strerror(errno));
         else
             close(fd);
     }
@@ -272,7 +272,7 @@ bool mail_folder_list(struct mail_user *user, const struct namespace_config *ns,
     size_t cap = 0;
     DIR *dir = opendir(root.data);
     if (dir == NULL && errno != ENOENT) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot list %s: %s", root.data, strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot list %s: %s", root.data, strerror(errno));
         buf_free(&root);
         return false;
     }
@@ -349,8 +349,8 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
             if (errno == EEXIST)
                 ok = petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: %s", name);
             else
-                ok = petrel_error_set(err, PETREL_ERR_IO, "cannot create %s: %s", dir.data,
-                                      strerror(errno));
+                ok = petrel_error_set_errno(err, errno, "cannot create %s: %s", dir.data,
+                                            strerror(errno));
         } else {
             ok = maildir_make_dirs(dir.data, false, err);
             /* A handle only for building the index (the descriptors it
@@ -365,8 +365,8 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
             if (ok) {
                 box.dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (box.dir_fd < 0)
-                    ok = petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", dir.data,
-                                          strerror(errno));
+                    ok = petrel_error_set_errno(err, errno, "cannot open %s: %s", dir.data,
+                                                strerror(errno));
             }
             if (ok)
                 ok = maildir_index_init(&box, err);
@@ -485,7 +485,7 @@ bool mail_folder_rename(struct mail_user *user, const struct namespace_config *n
             ok = petrel_error_set(err, PETREL_ERR_EXISTS, "a child of %s already exists", new_name);
     }
     if (ok && rename(old_dir.data, new_dir.data) != 0)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "rename %s: %s", old_name, strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "rename %s: %s", old_name, strerror(errno));
     for (size_t i = 0; ok && i < nchildren; i++) {
         buf_reset(&from);
         buf_reset(&to);

@@ -772,10 +772,10 @@ static bool append_lines(int fd, const char *path, struct uidlist *list, size_t 
             if (ftruncate(fd, (off_t)list->file_size) != 0) {
                 /* nothing more to do: readers ignore an unterminated line */
             }
-            ok = petrel_error_set(err, PETREL_ERR_IO, "append to %s: %s", path,
-                                  e != 0 ? strerror(e) : "short write");
+            ok = petrel_error_set_errno(err, e, "append to %s: %s", path,
+                                        e != 0 ? strerror(e) : "short write");
         } else if (fsync && fdatasync(fd) != 0) {
-            ok = petrel_error_set(err, PETREL_ERR_IO, "fdatasync %s: %s", path, strerror(errno));
+            ok = petrel_error_set_errno(err, errno, "fdatasync %s: %s", path, strerror(errno));
         }
     }
     if (ok)
@@ -798,13 +798,13 @@ bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t f
     if (fd < 0) {
         if (errno == ENOENT)
             return append_rewrite(dir_fd, path, list, NULL, fsync, err);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "fstat %s: %s", path, strerror(e));
+        return petrel_error_set_errno(err, e, "fstat %s: %s", path, strerror(e));
     }
     struct buf first = {0};
     struct header h;
@@ -829,7 +829,7 @@ bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t f
     header_free(&h);
     bool ok = append_lines(fd, path, list, from, fsync, err);
     if (close(fd) != 0 && ok)
-        ok = petrel_error_set(err, PETREL_ERR_IO, "close %s: %s", path, strerror(errno));
+        ok = petrel_error_set_errno(err, errno, "close %s: %s", path, strerror(errno));
     return ok;
 }
 
