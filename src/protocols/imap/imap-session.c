@@ -335,6 +335,12 @@ static void process_input(struct imap_session *s)
         case IMAP_PARSE_NEED_MORE:
             if (consumed == 0)
                 return;
+            /* Bytes of a command taken with nothing to answer: a literal's
+             * end waits for its CRLF, which the client may hold under Nagle
+             * until our ACK comes (issue 20 item 13). */
+            if (consumed == avail && imap_parser_in_command(s->parser) &&
+                imap_parser_literal_remaining(s->parser) == 0)
+                mail_session_io_ack_now(&s->io);
             break;
         case IMAP_PARSE_LITERAL_CONTINUATION:
             imap_send(s, "+ OK");
