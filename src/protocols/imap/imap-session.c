@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "protocols/imap/imap-literal-spool.h"
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
@@ -381,6 +382,7 @@ bool imap_session_login(struct imap_session *s, const char *username)
     /* Between commands the parser holds nothing: switch to the full limits. */
     imap_parser_free(s->parser);
     s->parser = imap_parser_new(&ctx->limits);
+    imap_literal_spool_attach(s); /* big APPEND literals go to a file */
     metric_gauge_add(ctx->m.sessions_unauth, -1);
     metric_gauge_add(ctx->m.sessions_auth, 1);
     set_timeout(s);
