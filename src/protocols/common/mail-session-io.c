@@ -9,10 +9,10 @@
 #include "net/sockaddr.h"
 
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,13 +154,6 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
     net_addr_format_ip(peer, io->peer_ip, sizeof(io->peer_ip));
     net_addr_format(peer, io->peer, sizeof(io->peer));
     mail_listeners_attach(set, io);
-    /* Replies are whole lines written once per command: Nagle would only
-     * hold a small one (a "+ OK" continuation) for the client's delayed ACK
-     * (as Dovecot, nginx: TCP_NODELAY on every accepted socket). */
-    if (peer->sa_family == AF_INET || peer->sa_family == AF_INET6) {
-        int one = 1;
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
 }
 
 void mail_session_io_ack_now(struct mail_session_io *io)

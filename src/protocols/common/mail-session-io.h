@@ -101,7 +101,7 @@ void mail_session_io_ack_now(struct mail_session_io *io);
 
 /* Takes `bev` (from the listener set's accept callback, on the loop of
  * `set`) for `owner`: links the connection into `set` (giving it an id),
- * records the peer and the time; TCP_NODELAY on a TCP socket. Nothing is read or written until
+ * records the peer and the time. Nothing is read or written until
  * mail_session_io_enable(). Runs on the set's loop thread, as do all the
  * calls below. */
 void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *set,

@@ -11,6 +11,8 @@ void lmtp_spool_init(struct lmtp_spool *sp)
 {
     memset(sp, 0, sizeof(*sp));
     sp->fd = -1;
+    sp->threshold = LMTP_SPOOL_THRESHOLD;
+    sp->write_min = 64 * 1024;
 }
 
 static void spool_fail(struct lmtp_spool *sp, const char *dir, int e)
@@ -26,10 +28,10 @@ void lmtp_spool_settle(struct lmtp_spool *sp, const char *dir, bool final)
         buf_reset(&sp->mem);
         return;
     }
-    if (sp->fd < 0 && sp->mem.len <= LMTP_SPOOL_THRESHOLD)
+    if (sp->fd < 0 && sp->mem.len <= sp->threshold)
         return;
-    /* Written in pieces of at least 64 KiB (not every decoded chunk). */
-    if (!final && sp->mem.len < 64 * 1024)
+    /* Written in pieces of at least write_min (not every decoded chunk). */
+    if (!final && sp->fd >= 0 && sp->mem.len < sp->write_min)
         return;
     if (sp->fd < 0) {
         bool linkable;

@@ -18,10 +18,12 @@
 #define LMTP_SPOOL_THRESHOLD (128u * 1024)
 
 struct lmtp_spool {
-    struct buf mem; /* bytes not in the file (yet) */
-    int fd;         /* -1 until the message went over the threshold */
-    uint64_t filed; /* bytes in the file */
-    bool failed;    /* the file could not be made or written: `err` */
+    size_t threshold; /* LMTP_SPOOL_THRESHOLD (smaller in the fuzzer) */
+    size_t write_min; /* bytes gathered per write to the file (64 KiB) */
+    struct buf mem;   /* bytes not in the file (yet) */
+    int fd;           /* -1 until the message went over the threshold */
+    uint64_t filed;   /* bytes in the file */
+    bool failed;      /* the file could not be made or written: `err` */
     struct petrel_error err;
 };
 
