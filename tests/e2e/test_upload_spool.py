@@ -369,3 +369,57 @@ def test_lmtp_small_message_stays_in_memory(petreld, tmp_path):
     s.close()
     stored = stored_messages(tmp_path, "alice")
     assert len(stored) == 1 and stored[0].endswith(msg)
+
+
+def test_spooled_uploads_survive_kill_and_half_ones_leave_nothing(petreld, tmp_path):
+    """A spooled APPEND answered OK and a spooled DATA answered 250 are on
+    disk after kill -9; uploads cut in the middle by the kill leave nothing
+    in new/, cur/ or tmp/."""
+    cfg = lmtp_overrides(tmp_path, pop3=False)
+    d = petreld(cfg)
+    appended = message(1, 1024 * 1024 + 3)
+    # A raw client: imaplib would turn the bare CRs into CRLF.
+    i = socket.create_connection(lmtp_addr(d, "imap"), timeout=30)
+    assert read_line(i).startswith(b"* OK")
+    i.sendall(b"l LOGIN alice wonderland\r\na APPEND INBOX {%d+}\r\n" % len(appended) +
+              appended + b"\r\n")
+    while not (line := read_line(i)).startswith(b"a "):
+        pass
+    assert line.startswith(b"a OK"), line
+    i.close()
+    delivered = lmtp_message(2, 1024 * 1024 + 7)
+    s = lmtp_start(d, ["bob@example.org"])
+    s.sendall(dot_stuffed(delivered) + b".\r\n")
+    assert read_line(s).startswith(b"250")
+    s.close()
+
+    # Half uploads in flight when the process dies.
+    big = message(3, 4 * 1024 * 1024)
+    i = socket.create_connection(lmtp_addr(d, "imap"), timeout=30)
+    assert read_line(i).startswith(b"* OK")
+    i.sendall(b"l LOGIN alice wonderland\r\n")
+    while not read_line(i).startswith(b"l OK"):
+        pass
+    i.sendall(b"a APPEND INBOX {%d}\r\n" % len(big))
+    assert read_line(i).startswith(b"+")
+    i.sendall(big[:len(big) // 2])
+    s = lmtp_start(d, ["bob@example.org"])
+    s.sendall(dot_stuffed(lmtp_message(4, 4 * 1024 * 1024))[:2 * 1024 * 1024])
+    wait_taken(d.proc.pid, [i, s])
+    d.proc.kill()
+    d.wait()
+    i.close()
+    s.close()
+
+    d = petreld(cfg)
+    m = imaplib.IMAP4(*lmtp_addr(d, "imap"))
+    m.login("alice", "wonderland")
+    typ, data = m.select("INBOX")
+    assert data == [b"1"], data
+    assert m.fetch("1", "(BODY.PEEK[])")[1][0][1] == appended
+    m.logout()
+    stored = stored_messages(tmp_path, "bob")
+    assert len(stored) == 1 and stored[0].endswith(delivered)
+    for user in ("alice", "bob"):
+        f = files_in(maildir(tmp_path, user))
+        assert f["new"] == [] and f["tmp"] == [] and len(f["cur"]) == 1, (user, f)
