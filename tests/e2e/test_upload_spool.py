@@ -425,3 +425,22 @@ def test_spooled_uploads_survive_kill_and_half_ones_leave_nothing(petreld, tmp_p
     for user in ("alice", "bob"):
         f = files_in(maildir(tmp_path, user))
         assert f["new"] == [] and f["tmp"] == [] and len(f["cur"]) == 1, (user, f)
+
+
+def test_lmtp_temp_dir_config(tmp_path):
+    """lmtp.temp_dir: an absolute path, printed by --check-config; anything
+    else is an error naming the key."""
+    import re
+    from conftest import run_petreld, to_yaml
+    path = tmp_path / "cfg.yaml"
+    for value, ok in (("relative/spool", False), ("", False), ("/srv/petrel-spool", True)):
+        cfg = lmtp_overrides(tmp_path, {"temp_dir": value}, pop3=False)
+        path.write_text(to_yaml(cfg) + "\n")
+        proc = run_petreld(["-c", str(path), "--check-config"])
+        if ok:
+            assert proc.returncode == 0, proc.stderr
+            assert 'temp_dir: "/srv/petrel-spool"' in proc.stdout + proc.stderr
+        else:
+            assert proc.returncode == 2, (value, proc.stderr)
+            assert re.search(r"cfg\.yaml:\d+: lmtp\.temp_dir: an absolute directory path",
+                             proc.stderr), proc.stderr
