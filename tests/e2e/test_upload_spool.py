@@ -444,3 +444,56 @@ def test_lmtp_temp_dir_config(tmp_path):
             assert proc.returncode == 2, (value, proc.stderr)
             assert re.search(r"cfg\.yaml:\d+: lmtp\.temp_dir: an absolute directory path",
                              proc.stderr), proc.stderr
+
+
+def test_multiappend_spooled_and_all_or_nothing(petreld, tmp_path):
+    """MULTIAPPEND (RFC 3502) with spooled and in-memory literals, literal8
+    with NUL bytes among them; a refused message takes the ones before it
+    out again."""
+    d = petreld(imap_overrides(tmp_path))
+    big1, big2 = message(11, 300 * 1024), message(12, 2 * 1024 * 1024 + 1)
+    small = b"Subject: small\r\n\r\nsmall one\r\n"
+    # NUL and 8-bit bytes, no bare CR or LF (IMAP would present those as CRLF).
+    binary = (b"Subject: bin\r\n\r\n" +
+              bytes(b for b in range(256) if b not in (10, 13)) * 1024 + b"\r\n")
+    s = socket.create_connection(imap_addr(d), timeout=30)
+    assert read_line(s).startswith(b"* OK")
+    s.sendall(b"l LOGIN alice wonderland\r\n")
+    while not read_line(s).startswith(b"l OK"):
+        pass
+
+    def command(tag, parts):
+        """parts: bytes of the command line and literals, each literal
+        after its synchronising announcement's continuation."""
+        s.sendall(parts[0])
+        for p in parts[1:]:
+            line = read_line(s)
+            if not line.startswith(b"+"):
+                return line
+            s.sendall(p)
+        while not (line := read_line(s)).startswith(tag + b" "):
+            pass
+        return line
+
+    line = command(b"a", [b"a APPEND INBOX {%d}\r\n" % len(big1),
+                          big1 + b" (\\Flagged) {%d}\r\n" % len(small),
+                          small + b" ~{%d}\r\n" % len(binary),
+                          binary + b" {%d}\r\n" % len(big2), big2 + b"\r\n"])
+    assert line.startswith(b"a OK [APPENDUID ") and (b" 1:4]" in line or b" 1,2,3,4]" in line), \
+        line
+    # A NUL byte in a plain (not literal8) literal: NO, and nothing stays.
+    line = command(b"b", [b"b APPEND INBOX {%d}\r\n" % len(big1),
+                          big1 + b" {%d}\r\n" % len(binary), binary + b"\r\n"])
+    assert line.startswith(b"b NO"), line
+    s.sendall(b"z LOGOUT\r\n")
+    s.close()
+    m = imaplib.IMAP4(*imap_addr(d))
+    m.login("alice", "wonderland")
+    typ, data = m.select("INBOX")
+    assert data == [b"4"], data
+    for seq, want in enumerate((big1, small, binary, big2), start=1):
+        typ, data = m.fetch(str(seq), "(BINARY.PEEK[])" if want is binary else "(BODY.PEEK[])")
+        assert typ == "OK" and data[0][1] == want, f"message {seq} differs"
+    m.logout()
+    f = files_in(maildir(tmp_path))
+    assert len(f["cur"]) == 4 and f["new"] == [] and f["tmp"] == [], f
