@@ -4,8 +4,8 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "protocols/imap/imap-literal-spool.h"
 #include "net/sockaddr.h"
+#include "protocols/imap/imap-literal-spool.h"
 
 #include <event2/buffer.h>
 #include <stdarg.h>
@@ -338,7 +338,7 @@ static void process_input(struct imap_session *s)
                 return;
             /* Bytes of a command taken with nothing to answer: a literal's
              * end waits for its CRLF, which the client may hold under Nagle
-             * until our ACK comes (issue 20 item 13). */
+             * until our ACK comes, 40 ms later without this. */
             if (consumed == avail && imap_parser_in_command(s->parser) &&
                 imap_parser_literal_remaining(s->parser) == 0)
                 mail_session_io_ack_now(&s->io);
