@@ -158,10 +158,14 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
 
 void mail_session_io_ack_now(struct mail_session_io *io)
 {
+#ifdef TCP_QUICKACK
     if (strcmp(io->peer_ip, "unix") == 0) /* no ACKs to hurry */
         return;
     int one = 1;
     setsockopt(bufferevent_getfd(io->bev), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+#else
+    (void)io; /* Linux only; elsewhere the kernel's own ACK timing */
+#endif
 }
 
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
