@@ -13,7 +13,13 @@
  *   2. The same bytes fed in pseudo-random pieces, each in its own exact-size
  *      allocation so ASan sees any over-read, and (for shorter inputs) byte by
  *      byte: the transcripts must be identical.
- *   3. Every command's arguments go through the sequence-set, FETCH, SEARCH
+ *   3. The same bytes fed in pieces with a literal sink (imap_literal_sink)
+ *      that spools every literal over 2 bytes at an odd argument place:
+ *      the transcript (spooled bytes read back) must be identical, every
+ *      spool gets exactly its literal's bytes and is closed exactly once;
+ *      and once more with a small in-memory limit for what the sink
+ *      declines (any result, but spools balanced).
+ *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH
  *      and date parsers; whatever they accept must satisfy their invariants
  *      (sorted merged ranges that format and parse back to the same set,
  *      date-times that format and parse back to the same instant), and every
@@ -172,6 +178,49 @@ static void check_grammar(const struct imap_command *c)
     }
 }
 
+/* A spool of the fuzzing sink: the bytes in memory, counted. */
+struct fuzz_spool {
+    struct buf data;
+    uint64_t size;
+};
+
+struct fuzz_sink_state {
+    size_t opened;
+    size_t closed;
+};
+
+static void *sink_open(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                       bool literal8)
+{
+    struct fuzz_sink_state *st = ctx;
+    (void)literal8;
+    assert(command != NULL && command[0] != '\0');
+    if ((arg_index & 1) == 0)
+        return NULL;
+    struct fuzz_spool *sp = calloc(1, sizeof(*sp));
+    sp->size = size;
+    st->opened++;
+    return sp;
+}
+
+static void sink_write(void *ctx, void *spool, const void *data, size_t len)
+{
+    (void)ctx;
+    struct fuzz_spool *sp = spool;
+    assert(len > 0 && sp->data.len + len <= sp->size);
+    buf_append(&sp->data, data, len);
+}
+
+static void sink_close(void *ctx, void *spool)
+{
+    struct fuzz_sink_state *st = ctx;
+    struct fuzz_spool *sp = spool;
+    st->closed++;
+    assert(st->closed <= st->opened);
+    buf_free(&sp->data);
+    free(sp);
+}
+
 static void describe_args(struct buf *t, const struct imap_arg *args, size_t count, size_t depth,
                           const struct imap_parser_limits *lim)
 {
@@ -184,6 +233,13 @@ static void describe_args(struct buf *t, const struct imap_arg *args, size_t cou
             buf_append_char(t, '(');
             describe_args(t, a->list, a->count, depth + 1, lim);
             buf_append_char(t, ')');
+        } else if (a->spool != NULL) {
+            /* Spooled: all of the literal went to the sink, none to memory. */
+            const struct fuzz_spool *sp = a->spool;
+            assert(a->type == IMAP_ARG_LITERAL && a->str == NULL);
+            assert(sp->size == a->len && sp->data.len == a->len && a->len <= lim->max_literal);
+            buf_printf(t, "%zu:", a->len);
+            buf_append(t, sp->data.data, sp->data.len);
         } else {
             assert(a->str != NULL && a->str[a->len] == '\0');
             if (a->type == IMAP_ARG_LITERAL)
@@ -199,9 +255,11 @@ static void describe_args(struct buf *t, const struct imap_arg *args, size_t cou
 /* Feeds `len` bytes in pieces chosen by `rng` (NULL: all at once, `step`
  * bytes at a time when non-zero) and returns the transcript. */
 static void run(const char *in, size_t len, const struct imap_parser_limits *lim, uint32_t *rng,
-                size_t step, bool check, struct buf *t)
+                size_t step, bool check, const struct imap_literal_sink *sink, struct buf *t)
 {
     struct imap_parser *p = imap_parser_new(lim);
+    if (sink != NULL)
+        imap_parser_set_sink(p, sink);
     size_t pos = 0;
     bool fatal = false;
     while (pos < len && !fatal) {
@@ -284,13 +342,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     lim.max_depth = (sel >> 5) == 0 ? 32 : (size_t)(sel >> 5);
 
     struct buf whole = {0};
-    run(in, len, &lim, NULL, 0, true, &whole);
+    run(in, len, &lim, NULL, 0, true, NULL, &whole);
     struct buf pieces = {0};
-    run(in, len, &lim, &seed, 0, false, &pieces);
+    uint32_t seed2 = seed;
+    run(in, len, &lim, &seed, 0, false, NULL, &pieces);
     assert(whole.len == pieces.len && memcmp(whole.data, pieces.data, whole.len) == 0);
+
+    struct fuzz_sink_state st = {0};
+    struct imap_literal_sink sink = {
+        .threshold = 2,
+        .max_memory = UINT64_MAX,
+        .open = sink_open,
+        .write = sink_write,
+        .close = sink_close,
+        .ctx = &st,
+    };
+    struct buf spooled = {0};
+    run(in, len, &lim, &seed2, 0, false, &sink, &spooled);
+    assert(st.opened == st.closed);
+    assert(whole.len == spooled.len && memcmp(whole.data, spooled.data, whole.len) == 0);
+    buf_free(&spooled);
+    /* What the sink declines is refused over a small memory limit. */
+    sink.max_memory = 5;
+    run(in, len, &lim, NULL, 0, false, &sink, &spooled);
+    assert(st.opened == st.closed);
+    buf_free(&spooled);
+
     if (len <= 4096) {
         struct buf bytes = {0};
-        run(in, len, &lim, NULL, 1, false, &bytes);
+        run(in, len, &lim, NULL, 1, false, NULL, &bytes);
         assert(whole.len == bytes.len && memcmp(whole.data, bytes.data, whole.len) == 0);
         buf_free(&bytes);
     }

@@ -17,16 +17,22 @@
  *   - the DATA decoder gives the same message, end position, size and
  *     too_big verdict fed at once, byte by byte and in random pieces (each
  *     in an exact-size allocation), and the same as a plain reference
- *     implementation of RFC 5321 4.5.2 over the whole input. */
+ *     implementation of RFC 5321 4.5.2 over the whole input;
+ *   - the same decoded through the DATA spool (lmtp-spool.h, with a tiny
+ *     threshold so it goes to an unnamed file in /tmp): the file plus what
+ *     is left in memory is the same message, and memory never holds more
+ *     than the threshold (before a file) or one write's worth (after). */
 #include "core/buf.h"
 #include "protocols/lmtp/lmtp-data.h"
 #include "protocols/lmtp/lmtp-parser.h"
 #include "protocols/lmtp/lmtp-recipient.h"
+#include "protocols/lmtp/lmtp-spool.h"
 
 #include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -162,6 +168,51 @@ static void run_data(const char *in, size_t len, uint64_t max, uint32_t *rng, si
     assert(d.too_big || r->out.len == d.size);
 }
 
+/* As run_data (random pieces), through a spool with a threshold of
+ * `threshold` bytes: the message read back from the file and memory. */
+static void run_spooled(const char *in, size_t len, uint64_t max, uint32_t seed, size_t threshold,
+                        struct data_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->end = SIZE_MAX;
+    struct lmtp_spool sp;
+    lmtp_spool_init(&sp);
+    sp.threshold = threshold;
+    sp.write_min = threshold / 2 + 1;
+    struct lmtp_data d;
+    lmtp_data_init(&d, &sp.mem, max);
+    size_t pos = 0;
+    bool done = false;
+    while (pos < len && !done) {
+        uint32_t x = rng_next(&seed);
+        size_t piece = (x & 3) == 0 ? 1 : (x >> 2) % 700 + 1;
+        if (piece > len - pos)
+            piece = len - pos;
+        size_t used = SIZE_MAX;
+        done = lmtp_data_feed(&d, in + pos, piece, &used);
+        assert(used <= piece);
+        pos += used;
+        lmtp_spool_settle(&sp, "/tmp", done);
+        assert(sp.failed || (sp.fd < 0 ? sp.mem.len <= threshold : sp.mem.len < sp.write_min));
+        if (done)
+            r->end = pos;
+    }
+    lmtp_spool_settle(&sp, "/tmp", true);
+    assert(!sp.failed);
+    assert(sp.fd < 0 || sp.mem.len == 0);
+    if (sp.fd >= 0) {
+        buf_reserve(&r->out, (size_t)sp.filed);
+        ssize_t n = pread(sp.fd, r->out.data, (size_t)sp.filed, 0);
+        assert(n >= 0 && (uint64_t)n == sp.filed);
+        r->out.len = (size_t)n;
+    } else {
+        buf_append(&r->out, sp.mem.data, sp.mem.len);
+    }
+    r->size = d.size;
+    r->too_big = d.too_big;
+    lmtp_spool_free(&sp);
+}
+
 /* RFC 5321 4.5.2 on the whole input: lines end at CRLF; "." alone ends the
  * data; a leading dot is dropped. A last line without CRLF is what the
  * streaming decoder has emitted so far ("." and ".\r" not yet). */
@@ -213,6 +264,15 @@ static void check_data(const char *in, size_t len, uint64_t max, uint32_t seed, 
         assert(whole.out.len == 0 ||
                memcmp(others[i]->out.data, whole.out.data, whole.out.len) == 0);
     }
+    struct data_result spooled;
+    run_spooled(in, len, max, seed, 1 + seed % 64, &spooled);
+    assert(spooled.end == whole.end && spooled.size == whole.size);
+    assert(spooled.too_big == whole.too_big);
+    if (!whole.too_big)
+        assert(
+            spooled.out.len == whole.out.len &&
+            (whole.out.len == 0 || memcmp(spooled.out.data, whole.out.data, whole.out.len) == 0));
+    buf_free(&spooled.out);
     struct buf ref = {0};
     size_t ref_end = SIZE_MAX;
     reference(in, len, &ref, &ref_end);

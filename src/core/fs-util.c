@@ -239,3 +239,26 @@ bool fs_remove_tree(const char *path, struct petrel_error *err)
 {
     return remove_at(AT_FDCWD, path, err);
 }
+
+int fs_tmpfile_open(const char *dir, bool *linkable, struct petrel_error *err)
+{
+    *linkable = true;
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        return fd;
+    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+        petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s: %s", dir,
+                         strerror(errno));
+        return -1;
+    }
+    *linkable = false;
+    char *path = xasprintf("%s/.petrel-spool.XXXXXX", dir);
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0)
+        petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s: %s", dir,
+                         strerror(errno));
+    else
+        unlink(path);
+    free(path);
+    return fd;
+}

@@ -12,6 +12,12 @@
 
 /* mkdir -p with `mode` for every created level. */
 bool fs_mkdir_p(const char *path, mode_t mode, struct petrel_error *err);
+/* A new empty file in `dir` with no name (O_TMPFILE, or where the file
+ * system has none a mkstemp name unlinked at once), open read-write, mode
+ * 0600: it goes with its last descriptor, also when the process is killed,
+ * so nothing is left to clean. *linkable: an O_TMPFILE one, which linkat()
+ * (through /proc/self/fd) can still give a name. -1 with `err` set. */
+int fs_tmpfile_open(const char *dir, bool *linkable, struct petrel_error *err);
 /* fsyncs a directory (so a rename or create in it is durable). */
 bool fs_fsync_dir(const char *path, struct petrel_error *err);
 /* Writes `len` bytes to `path` through "<path>.tmp.<pid>": write, fsync (when

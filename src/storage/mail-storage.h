@@ -158,6 +158,25 @@ bool mailbox_foreach(struct mailbox *box, size_t limit,
 bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
                     const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
                     struct petrel_error *err);
+/* Saving a message that arrived in pieces (a large IMAP APPEND literal,
+ * LMTP DATA) without holding it in memory: the front end writes the bytes
+ * as they come into a spool file, then saves from it.
+ *
+ * mail_user_spool_open(): an unnamed file (O_TMPFILE, read-write, 0600) in
+ * the tmp/ of the user's INBOX (created if missing); it has no name, so a
+ * crash or a disconnect (close) leaves nothing behind. -1 with `err`. */
+int mail_user_spool_open(struct mail_user *user, struct petrel_error *err);
+/* mailbox_append() of the bytes `prefix` (may be NULL with 0) followed by
+ * `len` bytes of the file `fd` from `offset` (not moved; the caller keeps
+ * and closes `fd`). When the file is exactly the message and still unnamed
+ * (a spool file from above, no prefix) and sits on the folder's file
+ * system, it becomes the message by a hard link into cur/ (no copy);
+ * otherwise the bytes are copied in the kernel (copy_file_range, a reflink
+ * where possible). Such a linked file must not be written again: the
+ * caller only closes it. INVALID when the file is shorter than `len`. */
+bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
+                         uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
+                         int64_t internal_date, uint32_t *uid_out, struct petrel_error *err);
 /* Expunges \Deleted messages (only `uids` when given). Per-message failures
  * are logged and skipped; *expunged (caller frees) lists what went. */
 bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,

@@ -434,6 +434,152 @@ static void test_arg_helpers(void **state)
     imap_parser_free(p);
 }
 
+/* ---------- the literal sink (large APPEND literals go to a spool) ---------- */
+
+struct test_spool {
+    struct buf data;
+    uint64_t size;
+    char command[16];
+    size_t arg_index;
+};
+
+struct test_sink {
+    size_t opened, closed;
+    bool accept; /* spool APPEND literals after the first argument */
+};
+
+static void *test_sink_open(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                            bool literal8)
+{
+    struct test_sink *st = ctx;
+    (void)literal8;
+    if (!st->accept || strcmp(command, "APPEND") != 0 || arg_index == 0)
+        return NULL;
+    struct test_spool *sp = calloc(1, sizeof(*sp));
+    sp->size = size;
+    snprintf(sp->command, sizeof(sp->command), "%s", command);
+    sp->arg_index = arg_index;
+    st->opened++;
+    return sp;
+}
+
+static void test_sink_write(void *ctx, void *spool, const void *data, size_t len)
+{
+    (void)ctx;
+    struct test_spool *sp = spool;
+    assert_true(sp->data.len + len <= sp->size);
+    buf_append(&sp->data, data, len);
+}
+
+static void test_sink_close(void *ctx, void *spool)
+{
+    struct test_sink *st = ctx;
+    struct test_spool *sp = spool;
+    st->closed++;
+    buf_free(&sp->data);
+    free(sp);
+}
+
+/* Feeds `in` in 3-byte pieces, answering continuations; the last result. */
+static enum imap_parse_result feed_pieces(struct imap_parser *p, const char *in, size_t len,
+                                          size_t *continuations)
+{
+    enum imap_parse_result r = IMAP_PARSE_NEED_MORE;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t piece = len - pos < 3 ? len - pos : 3;
+        size_t used = 0;
+        r = imap_parser_feed(p, in + pos, piece, &used);
+        pos += used;
+        if (r == IMAP_PARSE_LITERAL_CONTINUATION)
+            (*continuations)++;
+        else if (r != IMAP_PARSE_NEED_MORE)
+            return r;
+    }
+    return r;
+}
+
+static void test_literal_sink(void **state)
+{
+    (void)state;
+    struct test_sink st = {.accept = true};
+    struct imap_literal_sink sink = {.threshold = 4,
+                                     .max_memory = 8,
+                                     .open = test_sink_open,
+                                     .write = test_sink_write,
+                                     .close = test_sink_close,
+                                     .ctx = &st};
+    struct imap_parser *p = imap_parser_new(NULL);
+    imap_parser_set_sink(p, &sink);
+    /* MULTIAPPEND: the big literals go to spools, the small one and the
+     * mailbox name (argument 0, even when big) stay in memory. */
+    static const char in[] = "a APPEND {6}\r\nINBOX1 (\\Seen) {10}\r\n0123456789 {3+}\r\nabc"
+                             " ~{7}\r\nx\0y\r\nzz\r\n";
+    size_t cont = 0;
+    assert_int_equal(feed_pieces(p, in, sizeof(in) - 1, &cont), IMAP_PARSE_COMMAND);
+    assert_int_equal(cont, 3);
+    const struct imap_command *c = imap_parser_command(p);
+    assert_int_equal(c->arg_count, 5);
+    assert_null(c->args[0].spool);
+    assert_memory_equal(c->args[0].str, "INBOX1", 7);
+    const struct test_spool *sp = c->args[2].spool;
+    assert_non_null(sp);
+    assert_null(c->args[2].str);
+    assert_int_equal(c->args[2].len, 10);
+    assert_int_equal(sp->arg_index, 2);
+    assert_memory_equal(sp->data.data, "0123456789", 10);
+    assert_null(c->args[3].spool);
+    assert_memory_equal(c->args[3].str, "abc", 4);
+    sp = c->args[4].spool;
+    assert_non_null(sp);
+    assert_true(c->args[4].literal8);
+    assert_int_equal(sp->data.len, 7);
+    assert_memory_equal(sp->data.data, "x\0y\r\nzz", 7);
+    assert_int_equal(st.opened, 2);
+    assert_int_equal(st.closed, 0);
+    /* The next command frees the spools of this one. */
+    size_t used = 0;
+    assert_int_equal(imap_parser_feed(p, "b NOOP\r\n", 8, &used), IMAP_PARSE_COMMAND);
+    assert_int_equal(st.closed, 2);
+
+    /* A literal the sink declines is refused over max_memory: synchronising
+     * before the continuation, non-synchronising after its bytes. */
+    static const char big[] = "c SEARCH TEXT {9}\r\n";
+    cont = 0;
+    assert_int_equal(feed_pieces(p, big, sizeof(big) - 1, &cont), IMAP_PARSE_ERROR);
+    assert_int_equal(cont, 0);
+    const struct imap_parse_error *e = imap_parser_error(p);
+    assert_int_equal(e->code, IMAP_PARSE_ERR_TOO_BIG);
+    assert_false(e->fatal);
+    assert_string_equal(e->tag, "c");
+    static const char big_plus[] = "d SEARCH TEXT {9+}\r\n123456789 ALL\r\ne NOOP\r\n";
+    cont = 0;
+    assert_int_equal(feed_pieces(p, big_plus, sizeof(big_plus) - 1 - 8, &cont), IMAP_PARSE_ERROR);
+    e = imap_parser_error(p);
+    assert_int_equal(e->code, IMAP_PARSE_ERR_TOO_BIG);
+    assert_false(e->fatal);
+    assert_string_equal(e->tag, "d");
+    assert_int_equal(feed_pieces(p, "e NOOP\r\n", 8, &cont), IMAP_PARSE_COMMAND);
+    assert_string_equal(imap_parser_command(p)->tag, "e");
+    /* In memory up to max_memory when declined. */
+    assert_int_equal(feed_pieces(p, "f SEARCH TEXT {8}\r\n12345678\r\n", 29, &cont),
+                     IMAP_PARSE_COMMAND);
+    assert_memory_equal(imap_parser_command(p)->args[1].str, "12345678", 9);
+
+    /* A command abandoned in the middle of a spooled literal: the spool is
+     * closed by reset (STARTTLS, logout) and by free. */
+    static const char half[] = "g APPEND INBOX {20}\r\n0123456789";
+    assert_int_equal(feed_pieces(p, half, sizeof(half) - 1, &cont), IMAP_PARSE_NEED_MORE);
+    assert_int_equal(st.opened, 3);
+    assert_int_equal(imap_parser_literal_remaining(p), 10);
+    imap_parser_reset(p);
+    assert_int_equal(st.closed, 3);
+    assert_int_equal(feed_pieces(p, half, sizeof(half) - 1, &cont), IMAP_PARSE_NEED_MORE);
+    imap_parser_free(p);
+    assert_int_equal(st.opened, 4);
+    assert_int_equal(st.closed, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_literal_limits),  cmocka_unit_test(test_line_limit),
         cmocka_unit_test(test_arg_limits),      cmocka_unit_test(test_broken_corpus),
         cmocka_unit_test(test_pipelining),      cmocka_unit_test(test_arg_helpers),
+        cmocka_unit_test(test_literal_sink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

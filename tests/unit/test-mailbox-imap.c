@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "core/fs-util.h"
 #include "core/xalloc.h"
 #include "storage/mail-storage.h"
 #include "storage/maildir/maildir-filename.h"
@@ -878,6 +879,97 @@ static void test_user_ref_survives_eviction(void **state)
     mail_user_unref(held);
 }
 
+/* ---------- appending from a file (spooled uploads) ---------- */
+
+static int spool_with(const char *dir, const char *text)
+{
+    struct petrel_error err;
+    bool linkable;
+    int fd = fs_tmpfile_open(dir, &linkable, &err);
+    if (fd < 0)
+        return -1;
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    return fd;
+}
+
+static ino_t stored_inode(struct fixture *f, struct mailbox *box, uint32_t uid)
+{
+    struct find_ctx c = find(box, uid);
+    char *path = xasprintf("%s/alice/Maildir/cur/%s", f->dir, c.name);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    free(path);
+    return st.st_ino;
+}
+
+static void test_append_file(void **state)
+{
+    struct fixture *f = *state;
+    struct mailbox *box = open_box(f, "INBOX");
+    struct petrel_error err;
+    /* The user's spool is an unnamed file in INBOX's tmp/: it becomes the
+     * message by a link (same inode), bare LFs and all. */
+    int fd = mail_user_spool_open(f->user, &err);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, lf_msg, strlen(lf_msg)), (ssize_t)strlen(lf_msg));
+    uint32_t uid1 = 0;
+    assert_true(mailbox_append_file(box, NULL, 0, fd, 0, strlen(lf_msg), 0, NULL, 0, &uid1, &err));
+    assert_message(box, uid1, lf_msg, MAILBOX_EOL_LF);
+    uint64_t size = 0, vsize = 0;
+    assert_true(mailbox_message_sizes(box, uid1, &size, &vsize, &err));
+    assert_int_equal(size, strlen(lf_msg));
+    assert_int_equal(vsize, strlen(lf_msg) + 5); /* five bare LFs */
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_nlink, 1);
+    assert_int_equal(stored_inode(f, box, uid1), st.st_ino);
+    /* Linked once, the file is a message: a second save copies it. */
+    uint32_t uid2 = 0;
+    assert_true(mailbox_append_file(box, NULL, 0, fd, 0, strlen(lf_msg), MAIL_FLAG_SEEN, NULL, 0,
+                                    &uid2, &err));
+    assert_message(box, uid2, lf_msg, MAILBOX_EOL_LF);
+    assert_true(stored_inode(f, box, uid2) != st.st_ino);
+    /* A prefix and a range of the file: copied, prefix first. */
+    static const char prefix[] = "X-Trace: one\r\n";
+    uint32_t uid3 = 0;
+    assert_true(mailbox_append_file(box, prefix, strlen(prefix), fd, 33, strlen(lf_msg) - 33, 0,
+                                    NULL, 0, &uid3, &err));
+    char *want = xasprintf("%s%s", prefix, lf_msg + 33);
+    assert_message(box, uid3, want, MAILBOX_EOL_MIXED);
+    free(want);
+    /* A file shorter than promised: refused, nothing added. */
+    uint32_t uid4 = 0;
+    assert_false(
+        mailbox_append_file(box, NULL, 0, fd, 0, strlen(lf_msg) + 1, 0, NULL, 0, &uid4, &err));
+    assert_int_equal(err.code, PETREL_ERR_INVALID);
+    close(fd);
+    /* A spool on another file system (tmpfs) cannot be linked: copied. */
+    struct stat shm, home;
+    fd = stat("/dev/shm", &shm) == 0 && stat(f->dir, &home) == 0 && shm.st_dev != home.st_dev
+             ? spool_with("/dev/shm", crlf_msg)
+             : -1;
+    if (fd >= 0) {
+        uint32_t uid5 = 0;
+        assert_true(
+            mailbox_append_file(box, NULL, 0, fd, 0, strlen(crlf_msg), 0, NULL, 0, &uid5, &err));
+        assert_message(box, uid5, crlf_msg, MAILBOX_EOL_CRLF);
+        close(fd);
+    }
+    struct mailbox_info info;
+    assert_true(mailbox_get_info(box, false, &info, &err));
+    assert_int_equal(info.messages, fd >= 0 ? 4 : 3);
+    /* Nothing named was left in tmp/. */
+    char *tmp = xasprintf("%s/alice/Maildir/tmp", f->dir);
+    DIR *d = opendir(tmp);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        assert_true(de->d_name[0] == '.');
+    closedir(d);
+    free(tmp);
+    mailbox_close(box);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -894,6 +986,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_renamed_folder_keeps_its_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_user_ref_survives_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_file, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

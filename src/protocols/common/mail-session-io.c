@@ -11,8 +11,11 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -212,6 +215,18 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
     net_addr_format_ip(peer, io->peer_ip, sizeof(io->peer_ip));
     net_addr_format(peer, io->peer, sizeof(io->peer));
     mail_listeners_attach(set, io);
+}
+
+void mail_session_io_ack_now(struct mail_session_io *io)
+{
+#ifdef TCP_QUICKACK
+    if (strcmp(io->peer_ip, "unix") == 0) /* no ACKs to hurry */
+        return;
+    int one = 1;
+    setsockopt(bufferevent_getfd(io->bev), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));
+#else
+    (void)io; /* Linux only; elsewhere the kernel's own ACK timing */
+#endif
 }
 
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,

@@ -95,6 +95,14 @@ struct mail_session_io {
     bool user_released; /* mail_session_io_logout(): not counted any more */
 };
 
+/* Sends the ACK of what was read now instead of after the kernel's
+ * delayed-ACK timer (~40 ms), for a reader that took bytes, answers
+ * nothing and waits for more of the same command: a client that wrote the
+ * command's end as a separate small segment (imaplib sends a literal and
+ * its closing CRLF in two writes) holds it under Nagle until that ACK.
+ * Cheap (one setsockopt); nothing on a Unix socket. */
+void mail_session_io_ack_now(struct mail_session_io *io);
+
 /* Takes `bev` (from the listener set's accept callback, on the loop of
  * `set`) for `owner`: links the connection into `set` (giving it an id),
  * records the peer and the time. Nothing is read or written until

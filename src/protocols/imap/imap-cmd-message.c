@@ -10,6 +10,7 @@
 #include "protocols/imap/imap-date.h"
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-fetch-items.h"
+#include "protocols/imap/imap-literal-spool.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-section.h"
 #include "protocols/imap/imap-seqset.h"
@@ -1163,7 +1164,14 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             break;
         }
         const struct imap_arg *msg = &cmd->args[i++];
-        if (!msg->literal8 && memchr(msg->str, '\0', msg->len) != NULL) {
+        const struct imap_literal_spool *spool = msg->spool;
+        if (spool != NULL && spool->failed) {
+            ok = false;
+            err = spool->err;
+            break;
+        }
+        if (!msg->literal8 &&
+            (spool != NULL ? spool->has_nul : memchr(msg->str, '\0', msg->len) != NULL)) {
             /* RFC 3516: NUL bytes travel only in a literal8 (~{n}). */
             no = "NUL bytes in a message need APPEND with a literal8 (~{n}).";
             break;
@@ -1173,8 +1181,11 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             break;
         }
         uint32_t uid = 0;
-        ok = mailbox_append(box, msg->str, msg->len, flags, kw_count > 0 ? keywords : NULL, date,
-                            &uid, &err);
+        const char *const *kw = kw_count > 0 ? keywords : NULL;
+        /* A spooled literal is saved from its file (linked when it can be). */
+        ok = spool != NULL ? mailbox_append_file(box, NULL, 0, spool->fd, 0, msg->len, flags, kw,
+                                                 date, &uid, &err)
+                           : mailbox_append(box, msg->str, msg->len, flags, kw, date, &uid, &err);
         if (ok) {
             added = xgrow(added, &added_cap, added_count + 1, sizeof(uint32_t));
             added[added_count++] = uid;

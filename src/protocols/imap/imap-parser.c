@@ -22,6 +22,7 @@ struct token {
     size_t off; /* into the text buffer (atoms, quoted strings) */
     size_t len;
     char *literal;   /* literal bytes, owned */
+    void *spool;     /* or the sink's spool that took them, owned */
     size_t children; /* OPEN: direct children */
 };
 
@@ -68,6 +69,8 @@ struct imap_parser {
     size_t args_cap;
     struct imap_command command;
     struct imap_parse_error error;
+    struct imap_literal_sink sink;
+    bool have_sink;
 };
 
 struct literal_announcement {
@@ -104,7 +107,17 @@ static void free_literals(struct imap_parser *p)
     for (size_t i = 0; i < p->token_count; i++) {
         free(p->tokens[i].literal);
         p->tokens[i].literal = NULL;
+        if (p->tokens[i].spool != NULL)
+            p->sink.close(p->sink.ctx, p->tokens[i].spool);
+        p->tokens[i].spool = NULL;
     }
+}
+
+void imap_parser_set_sink(struct imap_parser *p, const struct imap_literal_sink *sink)
+{
+    p->have_sink = sink != NULL;
+    if (sink != NULL)
+        p->sink = *sink;
 }
 
 void imap_parser_reset(struct imap_parser *p)
@@ -511,6 +524,7 @@ static void layout(struct imap_parser *p, size_t *ti, struct imap_arg *dest, siz
             a->literal8 = t->literal8;
             a->str = t->literal;
             a->len = t->len;
+            a->spool = t->spool;
             break;
         case TOK_OPEN: {
             a->type = IMAP_ARG_LIST;
@@ -580,10 +594,27 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
         return report_error(p, false);
     }
-    /* One allocation of the announced size (plus the terminator). */
     t->len = (size_t)ann.size;
-    t->literal = xmalloc(t->len + 1);
-    t->literal[t->len] = '\0';
+    if (p->have_sink && ann.size > p->sink.threshold) {
+        size_t index = p->top_count - 1; /* a list counts from its "(" */
+        t->spool =
+            p->sink.open(p->sink.ctx, p->text.data + p->name_off, index, ann.size, t->literal8);
+        if (t->spool == NULL && ann.size > p->sink.max_memory) {
+            set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
+            if (!ann.non_sync)
+                return report_error(p, false);
+            /* Its bytes are on the way: skipped, then the rest of the line. */
+            p->skip_remaining = ann.size;
+            p->state = ST_SKIP_LITERAL;
+            p->tail_len = 0;
+            return IMAP_PARSE_NEED_MORE;
+        }
+    }
+    /* Else one allocation of the announced size (plus the terminator). */
+    if (t->spool == NULL) {
+        t->literal = xmalloc(t->len + 1);
+        t->literal[t->len] = '\0';
+    }
     p->literal_token = t;
     p->literal_got = 0;
     p->state = ST_LITERAL;
@@ -633,7 +664,10 @@ static void feed_literal(struct imap_parser *p, const char *d, size_t len, size_
     struct token *t = p->literal_token;
     uint64_t want = (uint64_t)t->len - p->literal_got;
     size_t n = len - *pos < want ? len - *pos : (size_t)want;
-    memcpy(t->literal + p->literal_got, d + *pos, n);
+    if (t->spool != NULL)
+        p->sink.write(p->sink.ctx, t->spool, d + *pos, n);
+    else
+        memcpy(t->literal + p->literal_got, d + *pos, n);
     p->literal_got += n;
     *pos += n;
     if (p->literal_got == t->len) {

@@ -44,8 +44,9 @@ enum imap_arg_type {
 struct imap_arg {
     enum imap_arg_type type;
     bool literal8;   /* announced as ~{n} */
-    const char *str; /* NUL-terminated after `len` bytes; NULL for a list */
+    const char *str; /* NUL-terminated after `len` bytes; NULL for a list or a spooled literal */
     size_t len;
+    void *spool; /* a literal whose `len` bytes went to the sink's spool (str NULL) */
     const struct imap_arg *list; /* children of a list */
     size_t count;
 };
@@ -79,6 +80,32 @@ struct imap_parse_error {
 };
 
 struct imap_parser;
+
+/* Where large literals go instead of memory: a literal over `threshold`
+ * bytes is offered to open() when announced (after the size checks); a
+ * spool it returns receives the literal's bytes through write() as they
+ * are fed, and the argument carries it (imap_arg.spool, str NULL). NULL
+ * keeps the literal in memory, and a literal over `max_memory` kept in
+ * memory is refused instead ([TOOBIG], the command's bytes consumed).
+ * write() cannot fail the parse: a spool that could not take the bytes
+ * remembers it and the command answers. The parser owns the spools: each
+ * goes to close() when its command's storage is freed (the next feed
+ * after COMMAND or ERROR, imap_parser_reset(), imap_parser_free()). */
+struct imap_literal_sink {
+    uint64_t threshold;
+    uint64_t max_memory;
+    /* `command` upper-cased ("APPEND"), `arg_index` the literal's place
+     * among the command's top-level arguments (0: the first after the
+     * name; inside a list, the list's place). */
+    void *(*open)(void *ctx, const char *command, size_t arg_index, uint64_t size, bool literal8);
+    void (*write)(void *ctx, void *spool, const void *data, size_t len);
+    void (*close)(void *ctx, void *spool);
+    void *ctx;
+};
+
+/* Sets (or with NULL removes) the sink for literals announced from now on;
+ * `sink` is copied. */
+void imap_parser_set_sink(struct imap_parser *p, const struct imap_literal_sink *sink);
 
 /* A parser with `limits` (NULL: the defaults). Never NULL. */
 struct imap_parser *imap_parser_new(const struct imap_parser_limits *limits);

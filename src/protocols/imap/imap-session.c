@@ -6,6 +6,7 @@
 #include "core/utf8.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "protocols/imap/imap-literal-spool.h"
 
 #include <event2/buffer.h>
 #include <stdarg.h>
@@ -412,6 +413,12 @@ static void process_input(struct imap_session *s)
         case IMAP_PARSE_NEED_MORE:
             if (consumed == 0)
                 return;
+            /* Bytes of a command taken with nothing to answer: a literal's
+             * end waits for its CRLF, which the client may hold under Nagle
+             * until our ACK comes, 40 ms later without this. */
+            if (consumed == avail && imap_parser_in_command(s->parser) &&
+                imap_parser_literal_remaining(s->parser) == 0)
+                mail_session_io_ack_now(&s->io);
             break;
         case IMAP_PARSE_LITERAL_CONTINUATION:
             imap_send(s, "+ OK");
@@ -465,6 +472,7 @@ bool imap_session_login(struct imap_session *s, const char *username)
     /* Between commands the parser holds nothing: switch to the full limits. */
     imap_parser_free(s->parser);
     s->parser = imap_parser_new(&ctx->limits);
+    imap_literal_spool_attach(s); /* big APPEND literals go to a file */
     metric_gauge_add(ctx->m.sessions_unauth, -1);
     metric_gauge_add(ctx->m.sessions_auth, 1);
     set_timeout(s);

@@ -196,8 +196,8 @@ static void cmd_data(struct lmtp_session *s)
         lmtp_session_error(s);
         return;
     }
-    buf_reset(&s->message);
-    lmtp_data_init(&s->data, &s->message, (uint64_t)ctx_of(s)->cfg->max_message_size);
+    lmtp_spool_free(&s->message);
+    lmtp_data_init(&s->data, &s->message.mem, (uint64_t)ctx_of(s)->cfg->max_message_size);
     s->in_data = true;
     lmtp_reply(s, "354 OK, end data with <CR><LF>.<CR><LF>");
 }
@@ -224,8 +224,11 @@ static struct lmtp_delivery *delivery_new(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = ctx_of(s);
     struct lmtp_delivery *d = xcalloc(1, sizeof(*d));
-    d->len = s->message.len;
-    d->data = buf_steal(&s->message);
+    /* All of it in the spool file (settled at the end), or all in memory. */
+    d->fd = s->message.fd;
+    s->message.fd = -1;
+    d->len = d->fd >= 0 ? (size_t)s->message.filed : s->message.mem.len;
+    d->data = d->fd >= 0 ? NULL : buf_steal(&s->message.mem);
     d->return_path = xstrdup(s->sender);
     if (ctx->cfg->add_received_header) {
         char date[64];
@@ -286,6 +289,17 @@ void lmtp_command_data_done(struct lmtp_session *s)
             lmtp_reply(s, "552 5.3.4 <%s> Message too big", s->rcpts[i].name.address);
             metric_add(metric_series_get(ctx->m.deliveries, values), 1);
         }
+        lmtp_session_reset_transaction(s);
+        if (s->stopping)
+            lmtp_session_shutdown(s);
+        return;
+    }
+    if (s->message.failed) {
+        log_error(LMTP_COMPONENT, "message not spooled", "session=%s error=\"%s\"", s->id,
+                  s->message.err.message);
+        for (size_t i = 0; i < s->rcpt_count; i++)
+            lmtp_reply(s, "451 4.3.0 <%s> Temporary failure, message not stored",
+                       s->rcpts[i].name.address);
         lmtp_session_reset_transaction(s);
         if (s->stopping)
             lmtp_session_shutdown(s);

@@ -33,6 +33,8 @@ void lmtp_config_defaults(struct lmtp_config *cfg)
     cfg->auth_timeout_ms = 30 * 1000;
     cfg->delivery_threads = 8;
     cfg->delivery_queue = 1024;
+    /* On disk (a tmpfs /tmp would hold the spooled bytes in memory again). */
+    cfg->temp_dir = xstrdup("/var/tmp");
 }
 
 void lmtp_config_free(struct lmtp_config *cfg)
@@ -45,6 +47,7 @@ void lmtp_config_free(struct lmtp_config *cfg)
     free(cfg->hostname);
     free(cfg->recipient_delimiter);
     free(cfg->username_format);
+    free(cfg->temp_dir);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -137,7 +140,8 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         "tls_key_file",    "auth_addr",           "hostname",         "recipient_delimiter",
         "username_format", "add_received_header", "max_message_size", "max_recipients",
         "max_line_length", "max_connections",     "max_errors",       "command_timeout",
-        "auth_timeout",    "delivery_threads",    "delivery_queue",   NULL};
+        "auth_timeout",    "delivery_threads",    "delivery_queue",   "temp_dir",
+        NULL};
     const char *p = "lmtp";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -166,6 +170,11 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_int(ctx, node, p, "delivery_threads", 1, 64, &cfg->delivery_threads) ||
         !cfg_int(ctx, node, p, "delivery_queue", 1, 1000000, &cfg->delivery_queue))
         return false;
+    if (!cfg_string(ctx, node, p, "temp_dir", &cfg->temp_dir))
+        return false;
+    if (cfg->temp_dir[0] != '/')
+        return cfg_fail(ctx, ynode_get(node, "temp_dir"), "lmtp.temp_dir",
+                        "an absolute directory path");
     if (strlen(cfg->hostname) > 255 || strpbrk(cfg->hostname, " \t\r\n") != NULL)
         return cfg_fail(ctx, ynode_get(node, "hostname"), "lmtp.hostname",
                         "a host name without spaces, at most 255 characters");
@@ -206,4 +215,5 @@ void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
             (long long)cfg->max_connections, (long long)cfg->max_errors,
             (long long)cfg->command_timeout_ms, (long long)cfg->auth_timeout_ms,
             (long long)cfg->delivery_threads, (long long)cfg->delivery_queue);
+    yaml_put_kv(out, "  ", "temp_dir", cfg->temp_dir);
 }

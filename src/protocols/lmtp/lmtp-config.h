@@ -28,6 +28,7 @@ struct lmtp_config {
     int64_t auth_timeout_ms;    /* one userdb lookup */
     int64_t delivery_threads;   /* storage writes run on these */
     int64_t delivery_queue;     /* deliveries waiting for a thread */
+    char *temp_dir;             /* where large DATA is spooled (absolute; lmtp-spool.h) */
 };
 
 void lmtp_config_defaults(struct lmtp_config *cfg);

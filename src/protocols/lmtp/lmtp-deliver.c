@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double elapsed(const struct timespec *t0)
 {
@@ -19,11 +20,12 @@ void lmtp_deliver_compose(const struct lmtp_delivery *d, const struct lmtp_deliv
                           struct buf *out)
 {
     buf_reset(out);
-    buf_reserve(out, d->len + 512);
+    buf_reserve(out, (d->fd >= 0 ? 0 : d->len) + 512);
     buf_printf(out, "Return-Path: <%s>\r\nDelivered-To: %s\r\n", d->return_path, r->address);
     if (d->received_head != NULL)
         buf_printf(out, "%s\r\n\tfor <%s>; %s\r\n", d->received_head, r->address, d->date);
-    buf_append(out, d->data, d->len);
+    if (d->fd < 0)
+        buf_append(out, d->data, d->len);
 }
 
 /* The detail folder when it exists in the personal namespace, else INBOX.
@@ -61,7 +63,11 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
     struct mailbox *box = user != NULL ? open_target(folders, user, r->detail, &r->err) : NULL;
     if (box != NULL) {
         lmtp_deliver_compose(d, r, msg);
-        r->ok = mailbox_append(box, msg->data, msg->len, 0, NULL, 0, &r->uid, &r->err);
+        /* A spooled message is copied from its file by the kernel, after
+         * this recipient's trace headers. */
+        r->ok = d->fd >= 0 ? mailbox_append_file(box, msg->data, msg->len, d->fd, 0, d->len, 0,
+                                                 NULL, 0, &r->uid, &r->err)
+                           : mailbox_append(box, msg->data, msg->len, 0, NULL, 0, &r->uid, &r->err);
         if (r->ok)
             r->folder = xstrdup(mailbox_name(box));
         lmtp_folder_cache_put(folders, box, r->ok);
@@ -91,6 +97,8 @@ void lmtp_delivery_free(struct lmtp_delivery *d)
     }
     free(d->rcpts);
     free(d->data);
+    if (d->fd >= 0)
+        close(d->fd);
     free(d->return_path);
     free(d->received_head);
     free(d->date);

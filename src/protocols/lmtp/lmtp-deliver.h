@@ -8,7 +8,7 @@
  *
  * Per recipient: the user from the storage, the folder named by the
  * address detail when it exists in the personal namespace (else INBOX),
- * and one mailbox_append of
+ * and one mailbox_append (mailbox_append_file from a spooled message) of
  *     Return-Path: <sender>
  *     Delivered-To: <recipient address>
  *     Received: ... for <recipient address>; <date>     (when configured)
@@ -41,8 +41,9 @@ struct lmtp_delivery_rcpt {
 };
 
 struct lmtp_delivery {
-    char *data; /* the message as received (owned) */
+    char *data; /* the message as received (owned), or NULL with `fd` */
     size_t len;
+    int fd;              /* -1, or the spool file holding the `len` bytes (owned; lmtp-spool.h) */
     char *return_path;   /* the sender as written into Return-Path, without brackets */
     char *received_head; /* "Received: from ... with LMTP id ..." (no CRLF), or NULL */
     char *date;          /* RFC 5322 date for the Received header */
@@ -55,7 +56,8 @@ struct lmtp_delivery {
 void lmtp_deliver(struct mail_storage *storage, struct lmtp_folder_cache *folders,
                   struct lmtp_delivery *d);
 
-/* The bytes stored for recipient `r`: trace headers, then the message. */
+/* The bytes stored for recipient `r`: trace headers, then the message
+ * (the headers alone when the message is in `fd`). */
 void lmtp_deliver_compose(const struct lmtp_delivery *d, const struct lmtp_delivery_rcpt *r,
                           struct buf *out);
 

@@ -14,6 +14,7 @@
 #include "protocols/lmtp/lmtp-deliver.h"
 #include "protocols/lmtp/lmtp-parser.h"
 #include "protocols/lmtp/lmtp-recipient.h"
+#include "protocols/lmtp/lmtp-spool.h"
 #include "services/auth/auth-client.h"
 
 #include <event2/bufferevent.h>
@@ -69,8 +70,8 @@ struct lmtp_session {
     /* DATA */
     bool in_data;
     struct lmtp_data data;
-    struct buf message;
-    struct lmtp_job *job; /* the delivery in progress */
+    struct lmtp_spool message; /* in memory, or in lmtp.temp_dir once large */
+    struct lmtp_job *job;      /* the delivery in progress */
 };
 
 struct lmtp_server_metrics {
@@ -137,7 +138,7 @@ void lmtp_session_reset_transaction(struct lmtp_session *s);
 
 /* Runs one command line (without CRLF; modified in place). */
 void lmtp_command_run(struct lmtp_session *s, char *line, size_t len);
-/* The DATA stream: the message is complete in s->message. */
+/* The DATA stream: the message is complete in s->message (settled). */
 void lmtp_command_data_done(struct lmtp_session *s);
 /* A delivery finished: one reply per recipient, metrics, next command. */
 void lmtp_session_delivered(struct lmtp_session *s, struct lmtp_delivery *d);

@@ -119,7 +119,7 @@ void lmtp_session_reset_transaction(struct lmtp_session *s)
     }
     s->rcpt_count = 0;
     s->in_data = false;
-    buf_free(&s->message);
+    lmtp_spool_free(&s->message);
 }
 
 void lmtp_session_free(struct lmtp_session *s)
@@ -158,6 +158,7 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
     struct lmtp_session *s = xcalloc(1, sizeof(*s));
     s->server = srv;
     s->bev = bev;
+    lmtp_spool_init(&s->message);
     net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
     net_addr_format(peer, s->peer, sizeof(s->peer));
     snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
@@ -243,6 +244,8 @@ static void read_data(struct lmtp_session *s, struct evbuffer *in)
         size_t used = 0;
         bool done = lmtp_data_feed(&s->data, data, chunk, &used);
         evbuffer_drain(in, used);
+        /* Large messages go to a file as they come, not into memory. */
+        lmtp_spool_settle(&s->message, ctx->cfg->temp_dir, done);
         metric_add(ctx->m.bytes_in, (double)used);
         if (done) {
             s->in_data = false;

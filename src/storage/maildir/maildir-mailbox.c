@@ -1402,7 +1402,24 @@ static bool write_out(int fd)
 struct new_message {
     int fd;
     char *tmp_path; /* the named fallback only */
+    bool is_source; /* fd is the caller's file itself (a copy of its descriptor) */
 };
+
+/* Where a new message's bytes come from: `data` (in memory), then, with
+ * fd >= 0, `flen` bytes of the file `fd` from `foff` (a spooled upload).
+ * `linkable`: the file holds exactly the message (no `data`, from offset
+ * 0, nothing after) and is an unnamed O_TMPFILE on which nothing else
+ * depends, so it may itself be linked into cur/ instead of copied. */
+struct append_source {
+    const char *data;
+    size_t len;
+    int fd;
+    uint64_t foff;
+    uint64_t flen;
+    bool linkable;
+};
+
+#define APPEND_COPY_CHUNK (64 * 1024)
 
 static bool write_all_fd(int fd, const void *data, size_t len)
 {
@@ -1422,6 +1439,64 @@ static bool write_all_fd(int fd, const void *data, size_t len)
     return true;
 }
 
+/* Appends `len` bytes of `in` from `off` to `out` at its current offset:
+ * in the kernel (copy_file_range: no copy through this process; a
+ * reflink where the file system can), else through a small buffer. */
+static bool copy_fd_range(int in, uint64_t off, uint64_t len, int out)
+{
+    bool kernel = true;
+    char *chunk = NULL;
+    bool ok = true;
+    while (ok && len > 0) {
+        size_t step = len < (1u << 30) ? (size_t)len : (1u << 30);
+        if (kernel) {
+            loff_t pos = (loff_t)off;
+            ssize_t n = copy_file_range(in, &pos, out, NULL, step, 0);
+            if (n > 0) {
+                off += (uint64_t)n;
+                len -= (uint64_t)n;
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n == 0) {
+                errno = EIO; /* the file is shorter than promised */
+                ok = false;
+                break;
+            }
+            if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP &&
+                errno != EBADF) {
+                ok = false;
+                break;
+            }
+            kernel = false;
+            chunk = xmalloc(APPEND_COPY_CHUNK);
+        }
+        size_t want = step < APPEND_COPY_CHUNK ? step : APPEND_COPY_CHUNK;
+        ssize_t n = pread(in, chunk, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;
+            ok = false;
+            break;
+        }
+        ok = write_all_fd(out, chunk, (size_t)n);
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    free(chunk);
+    return ok;
+}
+
+static bool write_source(int fd, const struct append_source *src)
+{
+    if (src->len > 0 && !write_all_fd(fd, src->data, src->len))
+        return false;
+    return src->fd < 0 || src->flen == 0 || copy_fd_range(src->fd, src->foff, src->flen, fd);
+}
+
 static void new_message_discard(struct mailbox *box, struct new_message *m)
 {
     if (m->fd >= 0)
@@ -1432,6 +1507,7 @@ static void new_message_discard(struct mailbox *box, struct new_message *m)
     }
     m->fd = -1;
     m->tmp_path = NULL;
+    m->is_source = false;
 }
 
 /* Puts the written bytes on disk as `sync` wants before the file is linked. */
@@ -1445,12 +1521,24 @@ static bool new_message_settle(int fd, enum append_sync sync)
 }
 
 /* Writes the bytes into a new file in tmp/: anonymous when it can be, else
- * named tmp/<base>. */
-static bool new_message_write(struct mailbox *box, const char *base, const void *data, size_t len,
-                              enum append_sync sync, bool named, struct new_message *m,
-                              struct petrel_error *err)
+ * named tmp/<base>. A linkable source is the new file itself (unless
+ * `named`): only put on disk. */
+static bool new_message_write(struct mailbox *box, const char *base,
+                              const struct append_source *src, enum append_sync sync, bool named,
+                              struct new_message *m, struct petrel_error *err)
 {
     m->tmp_path = NULL;
+    m->is_source = false;
+    if (src->linkable && !named) {
+        m->fd = fcntl(src->fd, F_DUPFD_CLOEXEC, 0);
+        if (m->fd < 0 || !new_message_settle(m->fd, sync)) {
+            petrel_error_set(err, PETREL_ERR_IO, "cannot write a new message: %s", strerror(errno));
+            new_message_discard(box, m);
+            return false;
+        }
+        m->is_source = true;
+        return true;
+    }
     m->fd = named ? -1 : openat(box->dir_fd, "tmp", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (m->fd < 0) {
         if (!named && errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
@@ -1467,7 +1555,7 @@ static bool new_message_write(struct mailbox *box, const char *base, const void 
             return false;
         }
     }
-    if (!write_all_fd(m->fd, data, len) || !new_message_settle(m->fd, sync)) {
+    if (!write_source(m->fd, src) || !new_message_settle(m->fd, sync)) {
         petrel_error_set_errno(err, errno, "cannot write a new message in %s/tmp: %s", box->dir,
                                strerror(errno));
         new_message_discard(box, m);
@@ -1499,8 +1587,8 @@ static bool new_message_link(struct mailbox *box, struct new_message *m, const c
  * falling back to a named tmp file when an anonymous one cannot be linked.
  * *dst is the linked path. */
 static bool append_link(struct mailbox *box, struct new_message *m, struct buf *base,
-                        uint32_t flags, uint32_t mask, const void *data, size_t len, uint64_t vsize,
-                        enum append_sync sync, char **dst, struct petrel_error *err)
+                        uint32_t flags, uint32_t mask, const struct append_source *src,
+                        uint64_t vsize, enum append_sync sync, char **dst, struct petrel_error *err)
 {
     struct buf name = {0};
     bool ok = false;
@@ -1519,14 +1607,23 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
             petrel_error_set_errno(err, e, "cannot link into %s/cur: %s", box->dir, strerror(e));
             break;
         }
+        uint64_t size = (uint64_t)src->len + (src->fd >= 0 ? src->flen : 0);
         if (e == EEXIST) {
             buf_reset(base);
-            maildir_filename_new_base(box->user->storage->names, len, vsize, base);
+            maildir_filename_new_base(box->user->storage->names, size, vsize, base);
         }
-        if (m->tmp_path != NULL || unlinkable) {
+        if (unlinkable && m->is_source) {
+            /* The caller's file lives elsewhere (another file system):
+             * copied into an anonymous file of this folder instead. */
+            struct append_source copy = *src;
+            copy.linkable = false;
+            new_message_discard(box, m);
+            if (!new_message_write(box, base->data, &copy, sync, false, m, err))
+                break;
+        } else if (m->tmp_path != NULL || unlinkable) {
             /* A named file carries its base in tmp/ too: write it again. */
             new_message_discard(box, m);
-            if (!new_message_write(box, base->data, data, len, sync, true, m, err))
+            if (!new_message_write(box, base->data, src, sync, true, m, err))
                 break;
         }
         petrel_error_set(err, PETREL_ERR_IO, "cannot find a free name in %s/cur", box->dir);
@@ -1552,22 +1649,60 @@ static void uidlist_write_out(struct mailbox *box)
     close(fd);
 }
 
-bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
-                    const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
-                    struct petrel_error *err)
+/* The vsize of the source: its bytes with every bare LF counted twice,
+ * reading the file part in chunks. False on a read error or a file
+ * shorter than promised. */
+static bool source_vsize(const struct append_source *src, uint64_t *vsize)
 {
-    if ((uint64_t)len > MAX_MESSAGE_BYTES)
+    *vsize = virtual_size(src->data, src->len);
+    if (src->fd < 0 || src->flen == 0)
+        return true;
+    char prev = src->len > 0 ? src->data[src->len - 1] : '\0';
+    char *chunk = xmalloc(APPEND_COPY_CHUNK);
+    uint64_t off = src->foff, left = src->flen;
+    bool ok = true;
+    while (left > 0) {
+        size_t want = left < APPEND_COPY_CHUNK ? (size_t)left : APPEND_COPY_CHUNK;
+        ssize_t n = pread(src->fd, chunk, want, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            ok = false;
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            if (chunk[i] == '\n' && prev != '\r')
+                (*vsize)++;
+            prev = chunk[i];
+        }
+        *vsize += (uint64_t)n;
+        off += (uint64_t)n;
+        left -= (uint64_t)n;
+    }
+    free(chunk);
+    return ok;
+}
+
+static bool append_source(struct mailbox *box, const struct append_source *src, uint32_t flags,
+                          const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
+                          struct petrel_error *err)
+{
+    uint64_t len = (uint64_t)src->len + (src->fd >= 0 ? src->flen : 0);
+    if (len > MAX_MESSAGE_BYTES)
         return petrel_error_set(err, PETREL_ERR_INVALID, "message too large");
     if ((flags & ~MAIL_FLAG_ALL) != 0)
         return petrel_error_set(err, PETREL_ERR_INVALID, "unknown flag bits");
     if (!ensure_synced(box, err))
         return false;
-    uint64_t vsize = virtual_size(data, len);
+    uint64_t vsize = 0;
+    if (!source_vsize(src, &vsize))
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot read the message to save: %s",
+                                errno != 0 ? strerror(errno) : "file too short");
     struct buf base = {0};
     maildir_filename_new_base(box->user->storage->names, len, vsize, &base);
     enum append_sync sync = append_sync_mode(box);
     struct new_message m;
-    if (!new_message_write(box, base.data, data, len, sync, false, &m, err)) {
+    if (!new_message_write(box, base.data, src, sync, false, &m, err)) {
         buf_free(&base);
         return false;
     }
@@ -1589,7 +1724,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
         ok = resolve_keywords(box, keywords, &mask, err);
     if (ok) {
         stamp_change_begin(box, &stamp);
-        ok = append_link(box, &m, &base, flags, mask, data, len, vsize, sync, &dst, err);
+        ok = append_link(box, &m, &base, flags, mask, src, vsize, sync, &dst, err);
     }
     if (ok && sync == APPEND_SYNC_EACH)
         ok = maildir_fsync_sub(box, "cur", err);
@@ -1645,6 +1780,35 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
     if (ok && uid_out != NULL)
         *uid_out = uid;
     return ok;
+}
+
+bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
+                    const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
+                    struct petrel_error *err)
+{
+    struct append_source src = {.data = data, .len = len, .fd = -1};
+    return append_source(box, &src, flags, keywords, internal_date, uid_out, err);
+}
+
+bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
+                         uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
+                         int64_t internal_date, uint32_t *uid_out, struct petrel_error *err)
+{
+    struct append_source src = {
+        .data = prefix, .len = prefix_len, .fd = fd, .foff = offset, .flen = len};
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return petrel_error_set(err, PETREL_ERR_IO, "cannot read the message to save: %s",
+                                strerror(errno));
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size < offset + len)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "the message file is shorter than %llu",
+                                (unsigned long long)(offset + len));
+    /* Only an unnamed file that is exactly the message becomes it: a
+     * named one belongs to somebody, and a linked one is a message
+     * already (two messages never share a file). */
+    src.linkable = prefix_len == 0 && offset == 0 && S_ISREG(st.st_mode) &&
+                   (uint64_t)st.st_size == len && st.st_nlink == 0;
+    return append_source(box, &src, flags, keywords, internal_date, uid_out, err);
 }
 
 static int cmp_u32(const void *a, const void *b)

@@ -134,6 +134,22 @@ bool mail_user_namespace_root(const struct mail_user *user, const struct namespa
     return mail_template_expand(ns->location + 8, user->name, user->home, out, err);
 }
 
+int mail_user_spool_open(struct mail_user *user, struct petrel_error *err)
+{
+    const struct namespace_config *ns = mail_user_namespace(user, "personal", err);
+    if (ns == NULL)
+        return -1;
+    struct buf dir = {0};
+    int fd = -1;
+    if (mail_user_namespace_root(user, ns, &dir, err) && maildir_make_dirs(dir.data, true, err)) {
+        buf_append_str(&dir, "/tmp");
+        bool linkable;
+        fd = fs_tmpfile_open(dir.data, &linkable, err);
+    }
+    buf_free(&dir);
+    return fd;
+}
+
 const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,
                                                    struct petrel_error *err)
 {
