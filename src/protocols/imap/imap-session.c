@@ -40,7 +40,9 @@ static void set_timeout(struct imap_session *s)
 {
     const struct mail_login_config *cfg = &s->ctx->cfg->login;
     int64_t ms =
-        s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+        s->state == IMAP_STATE_NOT_AUTHENTICATED
+            ? mail_listeners_login_timeout(s->ctx->listeners, cfg->login_timeout_ms)
+            : cfg->idle_timeout_ms;
     mail_session_io_set_timeout(&s->io, ms, false);
 }
 

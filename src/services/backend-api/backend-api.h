@@ -28,6 +28,7 @@ struct backend_api_config {
     int64_t stream_timeout_ms;
     int64_t max_body_bytes;
     int64_t max_connections;
+    int64_t max_connections_per_ip; /* 0 = no cap */
 };
 
 struct backend_api;

@@ -37,6 +37,7 @@ void director_config_defaults(struct director_config *cfg)
     cfg->api_request_timeout_ms = 30000;
     cfg->api_max_body_bytes = 64 * 1024;
     cfg->api_max_connections = 1024;
+    cfg->api_max_connections_per_ip = 128;
     cfg->ring_listen = xstrdup(":9102");
     cfg->self = xstrdup("");
     cfg->ring_allowed_nets = strv(nets);
@@ -170,7 +171,7 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
 {
     static const char *const keys[] = {
         "listen",          "allowed_nets",   "token_env",       "token_file",
-        "request_timeout", "max_body_bytes", "max_connections", NULL};
+        "request_timeout", "max_body_bytes", "max_connections", "max_connections_per_ip", NULL};
     const char *p = P ".api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -184,7 +185,9 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                          &cfg->api_request_timeout_ms) ||
         !cfg_int(ctx, node, p, "max_body_bytes", 1024, 16 * 1024 * 1024,
                  &cfg->api_max_body_bytes) ||
-        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections))
+        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections) ||
+        !cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
+                 &cfg->api_max_connections_per_ip))
         return false;
     if (cfg->token_env[0] == '\0')
         return cfg_fail(ctx, ynode_get(node, "token_env"), P ".api.token_env",
@@ -390,9 +393,10 @@ void director_config_print(const struct director_config *cfg, FILE *out)
     yaml_put_kv(out, "    ", "token_env", cfg->token_env);
     yaml_put_kv(out, "    ", "token_file", cfg->token_file);
     fprintf(out,
-            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n",
+            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n"
+            "    max_connections_per_ip: %lld\n",
             (long long)cfg->api_request_timeout_ms, (long long)cfg->api_max_body_bytes,
-            (long long)cfg->api_max_connections);
+            (long long)cfg->api_max_connections, (long long)cfg->api_max_connections_per_ip);
     fputs("  ring:\n", out);
     yaml_put_kv(out, "    ", "listen", cfg->ring_listen);
     yaml_put_kv(out, "    ", "self", cfg->self);

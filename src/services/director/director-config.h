@@ -33,6 +33,7 @@ struct director_config {
     int64_t api_request_timeout_ms;
     int64_t api_max_body_bytes;
     int64_t api_max_connections;
+    int64_t api_max_connections_per_ip; /* 0 = no cap */
     /* ring: */
     char *ring_listen;
     char *self; /* ring identity "<ip>:<port>"; "" = derived at start */
