@@ -33,10 +33,10 @@ struct line_conn {
     struct line_conn *prev;
     char peer[64];
     struct sockaddr_storage addr; /* for the per-address count */
-    void *state;    /* the owner's */
-    bool closing;   /* free once the output has drained */
-    bool throttled; /* reading paused until the output has drained */
-    bool established; /* a line was answered without closing */
+    void *state;                  /* the owner's */
+    bool closing;                 /* free once the output has drained */
+    bool throttled;               /* reading paused until the output has drained */
+    bool established;             /* a line was answered without closing */
 };
 
 struct listener {

@@ -44,7 +44,7 @@ struct line_server_config {
     int64_t socket_mode;             /* permissions of Unix sockets */
     int64_t max_connections;
     int64_t max_connections_per_ip; /* TCP connections from one address; 0: no cap */
-    size_t max_line;         /* longest line, without its LF */
+    size_t max_line;                /* longest line, without its LF */
     /* A new connection must send a line within this; 0: the idle timeout
      * applies from the start. */
     int64_t handshake_timeout_ms;

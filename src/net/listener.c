@@ -116,10 +116,10 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
                      a.outsider ? "the limit for addresses outside the allowed networks"
                      : cfg->limit_key != NULL ? cfg->limit_key
                                               : "max_connections_per_ip");
-            log_warn(cfg->component, msg, "peer=%s limit=%lld refusals_not_logged=%u", ip,
-                     (long long)conn_limits_max_per_ip(a.outsider ? cfg->outsider_limits
-                                                                  : cfg->limits),
-                     skipped);
+            log_warn(
+                cfg->component, msg, "peer=%s limit=%lld refusals_not_logged=%u", ip,
+                (long long)conn_limits_max_per_ip(a.outsider ? cfg->outsider_limits : cfg->limits),
+                skipped);
         }
         refuse(fd, cfg->per_ip_reply);
         return;

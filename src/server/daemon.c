@@ -245,8 +245,8 @@ static void raise_fd_limit(const struct petrel_config *cfg)
                  "nofile=%llu nofile_before=%llu connections_configured=%llu reserve=%d", have,
                  (unsigned long long)before, need - FD_RESERVE, FD_RESERVE);
     else
-        log_debug(COMPONENT, "descriptor limit", "nofile=%llu nofile_before=%llu needed=%llu",
-                  have, (unsigned long long)before, need);
+        log_debug(COMPONENT, "descriptor limit", "nofile=%llu nofile_before=%llu needed=%llu", have,
+                  (unsigned long long)before, need);
 }
 
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)

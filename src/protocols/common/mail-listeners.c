@@ -169,8 +169,8 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
                      "peer=%s limit=%lld refusals_not_logged=%u", ip,
                      (long long)ls->p.cfg->max_connections, skipped);
         }
-        ssize_t ignored = send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply),
-                               MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t ignored =
+            send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply), MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)ignored;
         evutil_closesocket(fd);
         return;

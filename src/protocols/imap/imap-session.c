@@ -39,10 +39,9 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
 static void set_timeout(struct imap_session *s)
 {
     const struct mail_login_config *cfg = &s->ctx->cfg->login;
-    int64_t ms =
-        s->state == IMAP_STATE_NOT_AUTHENTICATED
-            ? mail_listeners_login_timeout(s->ctx->listeners, cfg->login_timeout_ms)
-            : cfg->idle_timeout_ms;
+    int64_t ms = s->state == IMAP_STATE_NOT_AUTHENTICATED
+                     ? mail_listeners_login_timeout(s->ctx->listeners, cfg->login_timeout_ms)
+                     : cfg->idle_timeout_ms;
     mail_session_io_set_timeout(&s->io, ms, false);
 }
 

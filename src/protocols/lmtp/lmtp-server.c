@@ -174,9 +174,9 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     const struct sockaddr *sa = a->peer;
     if (srv->session_count >= (size_t)srv->ctx.cfg->max_connections) {
         char line[320];
-        int n = snprintf(line, sizeof(line),
-                         "421 4.3.2 %s Too many connections, try again later\r\n",
-                         srv->ctx.hostname);
+        int n =
+            snprintf(line, sizeof(line), "421 4.3.2 %s Too many connections, try again later\r\n",
+                     srv->ctx.hostname);
         ssize_t ignored = send(fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)ignored;
         evutil_closesocket(fd);

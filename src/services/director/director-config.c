@@ -170,8 +170,9 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                      struct director_config *cfg)
 {
     static const char *const keys[] = {
-        "listen",          "allowed_nets",   "token_env",       "token_file",
-        "request_timeout", "max_body_bytes", "max_connections", "max_connections_per_ip", NULL};
+        "listen",          "allowed_nets",           "token_env",
+        "token_file",      "request_timeout",        "max_body_bytes",
+        "max_connections", "max_connections_per_ip", NULL};
     const char *p = P ".api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
