@@ -142,8 +142,10 @@ def test_out_of_descriptors_pauses_accepting_without_spinning(petreld):
         time.sleep(2.0)  # measuring a rate over a period: the period is the point
         used = cpu_seconds(d.pid) - before
         elapsed = time.monotonic() - t0
-        assert used < 0.25 * elapsed, f"petreld used {used:.2f}s of CPU in {elapsed:.1f}s"
         lines = accept_errors(d)
+        print(f"\nout of descriptors: {used:.2f}s CPU in {elapsed:.1f}s, "
+              f"{len(lines)} accept error lines")
+        assert used < 0.1 * elapsed, f"petreld used {used:.2f}s of CPU in {elapsed:.1f}s"
         assert 1 <= len(lines) <= 3, (len(lines), lines[:5])
         assert "out of file descriptors" in lines[0], lines[0]
     finally:
