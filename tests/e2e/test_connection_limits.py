@@ -256,7 +256,9 @@ def imap_config(tmp_path, extra=None):
         "auth": {"listen": [f"127.0.0.1:{auth_port}"],
                  "passdb": {"driver": "passwd-file", "path": str(passwd)}},
         "imap": {"listen": [f"127.0.0.1:{free_port()}"], "auth_addr": f"127.0.0.1:{auth_port}",
-                 "workers": 2, "max_connections": 150},
+                 "workers": 2, "max_connections": 150,
+                 # Loopback is exempt by default; the attacker here is 127.0.0.1.
+                 "per_ip_limit_exempt_nets": []},
     }
     cfg["imap"].update(extra or {})
     return cfg

@@ -23,7 +23,10 @@ void mail_login_config_defaults(struct mail_login_config *cfg, const struct mail
     cfg->max_connections = 10000;
     cfg->max_connections_per_user = sec->max_connections_per_user;
     cfg->max_connections_per_ip = 100;
-    cfg->per_ip_limit_exempt_nets = xcalloc(1, sizeof(char *));
+    /* Webmail on the same host brings every user from loopback. */
+    cfg->per_ip_limit_exempt_nets = xcalloc(3, sizeof(char *));
+    cfg->per_ip_limit_exempt_nets[0] = xstrdup("127.0.0.0/8");
+    cfg->per_ip_limit_exempt_nets[1] = xstrdup("::1/128");
     cfg->login_timeout_ms = 60 * 1000;
     cfg->idle_timeout_ms = sec->idle_timeout_ms;
     cfg->auth_timeout_ms = 30 * 1000;
