@@ -290,6 +290,27 @@ def test_many_pre_login_imap_connections_from_one_address(petreld, tmp_path):
         close_all(attack)
 
 
+def test_pressed_imap_shortens_the_login_timeout(petreld, tmp_path):
+    d = petreld(imap_config(tmp_path, {"max_connections": 4, "login_timeout": "30s"}))
+    addr = d.config["imap"]["listen"][0]
+    held = [connect_from("127.0.0.1", addr) for _ in range(2)]
+    try:
+        for s in held:
+            assert s.makefile("rb").readline().startswith(b"* OK")
+        # The third connection makes 3/4 of max_connections: 10 s to log in.
+        s = connect_from("127.0.0.2", addr, timeout=25)
+        f = s.makefile("rb")
+        assert f.readline().startswith(b"* OK")
+        t0 = time.monotonic()
+        rest = f.read()  # until petreld closes it
+        waited = time.monotonic() - t0
+        s.close()
+        assert b"BYE" in rest, rest
+        assert 8 < waited < 20, waited
+    finally:
+        close_all(held)
+
+
 def test_per_ip_limit_exempt_nets(petreld, tmp_path):
     d = petreld(imap_config(tmp_path, {"max_connections_per_ip": 5,
                                        "per_ip_limit_exempt_nets": ["127.0.0.2/32"]}))
