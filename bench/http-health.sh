@@ -133,6 +133,7 @@ telemetry:
 backend_api:
   listen: 127.0.0.1:$api_port
   allowed_nets: [127.0.0.0/8]
+  max_connections_per_ip: 0  # BENCH_CONNECTIONS may exceed the default 128 from 127.0.0.1
   token_env: PETREL_BENCH_TOKEN
 EOF
   PETREL_BENCH_TOKEN="$1" nice -n "$NICE" taskset -c "$SERVER_CPU" "$PETRELD" -c "$WORK/petrel.yaml" \

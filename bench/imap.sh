@@ -192,6 +192,7 @@ imap:
   listen: ["127.0.0.1:$port"]
   auth_addr: "127.0.0.1:$auth_port"
   max_connections: $((IDLE_SESSIONS + 1000))
+  max_connections_per_ip: 0  # every client is 127.0.0.1 here
 YAML
   [ -n "$WORKERS" ] && echo "  workers: $WORKERS" >>"$work/imap.yaml"
   nice -n "$NICE" taskset -c "$SERVER_CPU" "$PETRELD" -c "$work/imap.yaml" 2>>"$work/imap.log" &

@@ -275,6 +275,7 @@ enum chunk_state {
     CHUNK_DATA_CR,
     CHUNK_DATA_LF,
     CHUNK_TRAILER,
+    CHUNK_TRAILER_LF,
     CHUNK_DONE,
 };
 
@@ -316,8 +317,10 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
             } else if (c == '\r') {
                 st->state = CHUNK_SIZE_LF;
             } else if (c == '\n') {
-                st->state = CHUNK_SIZE_LF;
-                continue; /* handle LF in the next state */
+                /* A bare LF: a proxy in front may frame the body differently
+                 * (request smuggling), so only CRLF ends a chunk line. */
+                *consumed = i;
+                return fail(err, 400, "chunk line not ended by CRLF");
             } else {
                 *consumed = i;
                 return fail(err, 400, "malformed chunk size");
@@ -327,8 +330,8 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
         }
         case CHUNK_EXT:
             if (c == '\n') {
-                st->state = CHUNK_SIZE_LF;
-                continue; /* handle LF in the next state */
+                *consumed = i;
+                return fail(err, 400, "chunk line not ended by CRLF");
             }
             if (++st->line_len > CHUNK_MAX_LINE) {
                 *consumed = i;
@@ -370,8 +373,6 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
             if (c == '\r') {
                 st->state = CHUNK_DATA_LF;
                 i++;
-            } else if (c == '\n') {
-                st->state = CHUNK_DATA_LF;
             } else {
                 *consumed = i;
                 return fail(err, 400, "missing CRLF after chunk data");
@@ -388,23 +389,38 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
             st->remaining = 0;
             break;
         case CHUNK_TRAILER:
-            /* Trailer lines are skipped; an empty line ends the body. */
+            /* Trailer lines are skipped; an empty line ends the body. Each
+             * ends in CRLF, as the chunk lines do. */
             if (c == '\n') {
-                bool empty = st->line_len == 0;
-                st->line_len = 0;
+                *consumed = i;
+                return fail(err, 400, "chunk trailer line not ended by CRLF");
+            }
+            if (c == '\r') {
+                st->state = CHUNK_TRAILER_LF;
                 i++;
-                if (empty) {
-                    st->state = CHUNK_DONE;
-                    result = HTTP_PARSE_OK;
-                }
                 break;
             }
-            if (c != '\r' && ++st->line_len > CHUNK_MAX_LINE) {
+            if (++st->line_len > CHUNK_MAX_LINE) {
                 *consumed = i;
                 return fail(err, 431, "chunk trailer too long");
             }
             i++;
             break;
+        case CHUNK_TRAILER_LF: {
+            if (c != '\n') {
+                *consumed = i;
+                return fail(err, 400, "chunk trailer line not ended by CRLF");
+            }
+            bool empty = st->line_len == 0;
+            st->line_len = 0;
+            i++;
+            st->state = CHUNK_TRAILER;
+            if (empty) {
+                st->state = CHUNK_DONE;
+                result = HTTP_PARSE_OK;
+            }
+            break;
+        }
         default:
             result = HTTP_PARSE_OK;
             break;

@@ -4,7 +4,9 @@
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/conn-limits.h"
 #include "net/http-router.h"
+#include "net/listener.h"
 #include "net/sockaddr.h"
 
 #include <arpa/inet.h>
@@ -31,11 +33,27 @@
 #define HTTP_MAX_PARAMS 8
 #define HTTP_STREAM_HIGH_WATER (256 * 1024)
 #define HTTP_HEAD_READ_TIMEOUT_MS 30000
+/* The head timeout (and keep-alive idle) once 3/4 of max_connections are
+ * taken, and always for clients outside allowed_nets: nginx shortens its
+ * timeouts the same way when connections run short. */
+#define HTTP_PRESSED_TIMEOUT_MS 5000
 #define HTTP_WRITE_TIMEOUT_S 60
 #define HTTP_LINGER_MS 2000
+/* The next pipelined request of a connection is not started while more
+ * than this of earlier replies waits to be sent: a client that pipelines
+ * and never reads holds one reply in memory, not thousands. */
+#define HTTP_PIPELINE_OUTPUT_MAX (256 * 1024)
+/* Input read ahead of the request being handled: a head fits, pipelined
+ * requests beyond wait in the kernel. */
+#define HTTP_INPUT_MAX (2 * HTTP_MAX_HEAD)
+/* Clients outside allowed_nets only ever get a public route or 403: a
+ * couple of connections each, and few in all. */
+#define HTTP_OUTSIDER_PER_IP 2
+#define HTTP_OUTSIDER_MAX 64
+#define HTTP_DEFAULT_PER_IP 128
 
 struct listener {
-    struct evconnlistener *evl;
+    struct net_listener *nl;
     char address[128];
 };
 
@@ -52,6 +70,8 @@ struct http_conn {
     bool close_when_flushed;
     bool head_timer_armed; /* the current request's head has started arriving */
     bool lingering;        /* reply sent, write side shut, draining input */
+    bool outsider;         /* outside allowed_nets: public routes or 403 only */
+    bool output_wait;      /* reading paused until earlier replies have left */
     struct http_conn *prev;
     struct http_conn *next;
 };
@@ -105,6 +125,9 @@ struct http_server {
     unsigned char token_digest[32];
     EVP_MD *sha256; /* fetched once: EVP_sha256() would make every digest fetch it */
     struct cidr_list allowed;
+    struct conn_limits *limits;
+    struct conn_limits *outsider_limits;
+    size_t outsider_count;
     SSL_CTX *tls;
     struct metric_family *request_seconds;
     struct http_router router;
@@ -262,6 +285,15 @@ struct http_server *http_server_new(struct event_base *base,
     srv->stream_timeout_ms = opts->stream_timeout_ms > 0 ? opts->stream_timeout_ms : 300000;
     srv->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 60000;
     srv->max_connections = opts->max_connections != 0 ? opts->max_connections : 4096;
+    struct conn_limits_config lc = {
+        .max_per_ip = opts->max_connections_per_ip == 0 ? HTTP_DEFAULT_PER_IP
+                      : opts->max_connections_per_ip < 0 ? 0
+                                                         : opts->max_connections_per_ip,
+        .exempt = opts->per_ip_exempt_nets,
+    };
+    srv->limits = conn_limits_new(&lc);
+    struct conn_limits_config olc = {.max_per_ip = HTTP_OUTSIDER_PER_IP, .exempt = NULL};
+    srv->outsider_limits = conn_limits_new(&olc);
     srv->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
     if (srv->sha256 == NULL)
         petrel_fatal("SHA256 is not available");
@@ -310,27 +342,42 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
 static void set_listeners_enabled(struct http_server *srv, bool enabled)
 {
     for (size_t i = 0; i < srv->listener_count; i++) {
-        if (srv->listeners[i].evl == NULL)
-            continue;
-        if (enabled)
-            evconnlistener_enable(srv->listeners[i].evl);
-        else
-            evconnlistener_disable(srv->listeners[i].evl);
+        if (srv->listeners[i].nl != NULL)
+            net_listener_set_enabled(srv->listeners[i].nl, enabled);
     }
     srv->listeners_paused = !enabled;
 }
 
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *arg)
+static bool under_pressure(const struct http_server *srv)
 {
-    (void)evl;
+    return srv->conn_count * 4 >= srv->max_connections * 3;
+}
+
+/* How long a request head may take to arrive (and a keep-alive connection
+ * may stay idle when the server is pressed). */
+static int64_t head_timeout_ms(const struct http_conn *conn)
+{
+    if (conn->outsider || under_pressure(conn->srv))
+        return HTTP_PRESSED_TIMEOUT_MS;
+    return HTTP_HEAD_READ_TIMEOUT_MS;
+}
+
+static void accept_cb(void *arg, struct net_listener *l, const struct net_accepted *a)
+{
+    (void)l;
     struct http_server *srv = arg;
-    if (srv->stopping) {
+    evutil_socket_t fd = a->fd;
+    const struct sockaddr *sa = a->peer;
+    int socklen = a->peer_len;
+    struct conn_limits *counted = a->outsider ? srv->outsider_limits : srv->limits;
+    if (srv->stopping || (a->outsider && srv->outsider_count >= HTTP_OUTSIDER_MAX)) {
+        conn_limits_release(counted, sa);
         close(fd);
         return;
     }
     struct http_conn *conn = xcalloc(1, sizeof(*conn));
     conn->srv = srv;
+    conn->outsider = a->outsider;
     if (socklen > 0 && (size_t)socklen <= sizeof(conn->peer))
         memcpy(&conn->peer, sa, (size_t)socklen);
     net_addr_format_ip((struct sockaddr *)&conn->peer, conn->peer_ip, sizeof(conn->peer_ip));
@@ -341,6 +388,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     if (srv->tls != NULL) {
         SSL *ssl = SSL_new(srv->tls);
         if (ssl == NULL) {
+            conn_limits_release(counted, sa);
             close(fd);
             free(conn);
             return;
@@ -353,22 +401,26 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         conn->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     }
     if (conn->bev == NULL) {
+        conn_limits_release(counted, sa);
         close(fd);
         free(conn);
         return;
     }
     conn->timer = evtimer_new(srv->base, conn_timer_cb, conn);
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
+    bufferevent_setwatermark(conn->bev, EV_READ, 0, HTTP_INPUT_MAX);
     struct timeval wt = {.tv_sec = HTTP_WRITE_TIMEOUT_S, .tv_usec = 0};
     bufferevent_set_timeouts(conn->bev, NULL, &wt);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
-    struct timeval idle = ms_to_tv(HTTP_HEAD_READ_TIMEOUT_MS);
-    evtimer_add(conn->timer, &idle);
     conn->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->conn_count++;
+    if (conn->outsider)
+        srv->outsider_count++;
+    struct timeval idle = ms_to_tv(head_timeout_ms(conn));
+    evtimer_add(conn->timer, &idle);
     if (srv->conn_count >= srv->max_connections)
         set_listeners_enabled(srv, false);
 }
@@ -378,18 +430,31 @@ bool http_server_listen(struct http_server *srv, const char *addr, struct petrel
     int fd = net_listen(addr, false, err);
     if (fd < 0)
         return false;
-    struct evconnlistener *evl =
-        evconnlistener_new(srv->base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (evl == NULL) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s: evconnlistener failed",
-                                addr);
-    }
+    char allowed_key[96], limit_key[96];
+    snprintf(allowed_key, sizeof(allowed_key), "%s allowed_nets", srv->name);
+    snprintf(limit_key, sizeof(limit_key), "%s max_connections_per_ip", srv->name);
+    /* Clients outside allowed_nets are let in as outsiders, a couple per
+     * address, for the public routes (health) and a clear 403. */
+    struct net_listener_config lcfg = {
+        .component = srv->name,
+        .allowed_key = allowed_key,
+        .limit_key = limit_key,
+        .allowed = srv->allowed.count > 0 ? &srv->allowed : NULL,
+        .limits = srv->limits,
+        .outsider_limits = srv->outsider_limits,
+        .accept = accept_cb,
+        .arg = srv,
+    };
+    struct net_listener *nl = net_listener_new(srv->base, fd, &lcfg, err);
+    if (nl == NULL)
+        return false;
     srv->listeners = xgrow(srv->listeners, &srv->listener_cap, srv->listener_count + 1,
                            sizeof(*srv->listeners));
     struct listener *l = &srv->listeners[srv->listener_count++];
-    l->evl = evl;
-    net_bound_address(fd, l->address, sizeof(l->address));
+    l->nl = nl;
+    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(nl));
+    if (srv->listeners_paused)
+        net_listener_set_enabled(nl, false);
     return true;
 }
 
@@ -402,10 +467,8 @@ void http_server_stop_accepting(struct http_server *srv)
 {
     srv->stopping = true;
     for (size_t i = 0; i < srv->listener_count; i++) {
-        if (srv->listeners[i].evl != NULL) {
-            evconnlistener_free(srv->listeners[i].evl);
-            srv->listeners[i].evl = NULL;
-        }
+        net_listener_free(srv->listeners[i].nl);
+        srv->listeners[i].nl = NULL;
     }
     /* Idle keep-alive connections go now; busy ones close after their reply. */
     struct http_conn *conn = srv->conns;
@@ -485,7 +548,10 @@ static void request_detach(struct http_request *req)
         return;
     }
     conn->state = CONN_READ_HEAD;
-    struct timeval idle = ms_to_tv(conn->srv->idle_timeout_ms);
+    int64_t idle_ms = conn->srv->idle_timeout_ms;
+    if (under_pressure(conn->srv) && idle_ms > HTTP_PRESSED_TIMEOUT_MS)
+        idle_ms = HTTP_PRESSED_TIMEOUT_MS;
+    struct timeval idle = ms_to_tv(idle_ms);
     evtimer_add(conn->timer, &idle);
     /* Pipelined requests already buffered are handled from a deferred callback. */
     if (evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
@@ -762,6 +828,10 @@ static void conn_free(struct http_conn *conn)
     if (conn->next != NULL)
         conn->next->prev = conn->prev;
     srv->conn_count--;
+    if (conn->outsider)
+        srv->outsider_count--;
+    conn_limits_release(conn->outsider ? srv->outsider_limits : srv->limits,
+                        (const struct sockaddr *)&conn->peer);
     event_free(conn->timer);
     bufferevent_free(conn->bev);
     free(conn);
@@ -866,7 +936,7 @@ static void conn_read_head(struct http_conn *conn)
     if (!conn->head_timer_armed) {
         /* First bytes of a request: head and body must arrive in time. */
         conn->head_timer_armed = true;
-        struct timeval tv = ms_to_tv(HTTP_HEAD_READ_TIMEOUT_MS);
+        struct timeval tv = ms_to_tv(head_timeout_ms(conn));
         evtimer_add(conn->timer, &tv);
     }
     size_t look = avail < HTTP_MAX_HEAD ? avail : HTTP_MAX_HEAD;
@@ -897,7 +967,7 @@ static void conn_read_head(struct http_conn *conn)
     evbuffer_drain(in, head_len);
     req->method = req->head.method;
     req->head_only = req->method == HTTP_HEAD;
-    req->keep_alive = req->head.keep_alive;
+    req->keep_alive = req->head.keep_alive && !conn->outsider;
     clock_gettime(CLOCK_MONOTONIC, &req->start);
     if (!http_target_parse(req->head.target.ptr, req->head.target.len, &req->target)) {
         req->keep_alive = false;
@@ -981,6 +1051,15 @@ static void conn_process(struct http_conn *conn)
         size_t before_len = evbuffer_get_length(bufferevent_get_input(conn->bev));
         switch (conn->state) {
         case CONN_READ_HEAD:
+            if (before_len > 0 &&
+                evbuffer_get_length(bufferevent_get_output(conn->bev)) > HTTP_PIPELINE_OUTPUT_MAX) {
+                /* Earlier replies have not left: the next request waits
+                 * (and the client's further input in the kernel) until
+                 * conn_write_cb sees the output drained. */
+                conn->output_wait = true;
+                bufferevent_disable(conn->bev, EV_READ);
+                return;
+            }
             conn_read_head(conn);
             break;
         case CONN_READ_BODY:
@@ -1023,6 +1102,12 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
             return;
         }
         conn_free(conn);
+        return;
+    }
+    if (conn->output_wait) {
+        conn->output_wait = false;
+        bufferevent_enable(bev, EV_READ);
+        conn_process(conn);
         return;
     }
     struct http_request *req = conn->req;
@@ -1150,10 +1235,8 @@ void http_server_free(struct http_server *srv)
     if (srv == NULL)
         return;
     srv->stopping = true;
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        if (srv->listeners[i].evl != NULL)
-            evconnlistener_free(srv->listeners[i].evl);
-    }
+    for (size_t i = 0; i < srv->listener_count; i++)
+        net_listener_free(srv->listeners[i].nl);
     free(srv->listeners);
     while (srv->conns != NULL) {
         struct http_conn *conn = srv->conns;
@@ -1169,6 +1252,8 @@ void http_server_free(struct http_server *srv)
         srv->cleanups[i - 1].fn(srv->cleanups[i - 1].ctx);
     free(srv->cleanups);
     cidr_list_free(&srv->allowed);
+    conn_limits_free(srv->limits);
+    conn_limits_free(srv->outsider_limits);
     EVP_MD_free(srv->sha256);
     if (srv->tls != NULL)
         SSL_CTX_free(srv->tls);

@@ -1,6 +1,16 @@
 /* HTTP/1.1 server for Petrel's JSON APIs (backend-plane API, director admin
  * API, telemetry), on one libevent event_base.
  *
+ * At accept (net/listener.h): a client outside `allowed_nets` is let in
+ * only as an "outsider", at most 2 connections per address and 64 in all,
+ * with a 5 s head timeout and no keep-alive, to reach the public routes
+ * or get its 403; at most max_connections_per_ip connections per address;
+ * accepting pauses briefly when descriptors run out, and while
+ * max_connections are open. Once 3/4 of max_connections are open, heads
+ * must arrive (and keep-alive connections idle at most) within 5 s instead
+ * of 30 s. A pipelined request is not started while more than 256 KiB of
+ * earlier replies wait to be sent; input is read at most 128 KiB ahead.
+ *
  * What every request gets before its handler runs, in this order:
  *   1. parsing with bounded head, target and body sizes (431/414/413), JSON
  *      error bodies for every failure;
@@ -42,6 +52,10 @@ struct http_server_options {
     int64_t stream_timeout_ms;   /* default 5 min */
     int64_t idle_timeout_ms;     /* keep-alive idle, default 60 s */
     size_t max_connections;      /* default 4096 */
+    /* Connections from one address (net/conn-limits.h): 0 the default
+     * (128), negative no cap. */
+    int64_t max_connections_per_ip;
+    const struct cidr_list *per_ip_exempt_nets; /* not capped; may be NULL */
     const char *token;           /* bearer token; NULL or "" disables token auth */
     const struct cidr_list *allowed_nets; /* NULL or empty: every client allowed */
     SSL_CTX *tls;                /* NULL: plain HTTP; the server takes a reference */

@@ -6,6 +6,8 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/cidr.h"
+#include "net/conn-limits.h"
+#include "net/listener.h"
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
@@ -30,13 +32,15 @@ struct line_conn {
     struct line_conn *next;
     struct line_conn *prev;
     char peer[64];
-    void *state;    /* the owner's */
-    bool closing;   /* free once the output has drained */
-    bool throttled; /* reading paused until the output has drained */
+    struct sockaddr_storage addr; /* for the per-address count */
+    void *state;                  /* the owner's */
+    bool closing;                 /* free once the output has drained */
+    bool throttled;               /* reading paused until the output has drained */
+    bool established;             /* a line was answered without closing */
 };
 
 struct listener {
-    struct evconnlistener *evl;
+    struct net_listener *nl;
     char address[128];
 };
 
@@ -48,6 +52,7 @@ struct line_server {
     struct listener listeners[MAX_LISTENERS];
     size_t listener_count;
     struct cidr_list allowed;
+    struct conn_limits *limits;
     struct line_conn *conns;
     size_t conn_count;
 };
@@ -86,8 +91,26 @@ static void conn_free(struct line_conn *conn)
         conn->next->prev = conn->prev;
     srv->conn_count--;
     count_connections(srv);
+    conn_limits_release(srv->limits, (const struct sockaddr *)&conn->addr);
     bufferevent_free(conn->bev);
     free(conn);
+}
+
+static void set_read_timeout(struct line_conn *conn, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    bufferevent_set_timeouts(conn->bev, ms > 0 ? &tv : NULL, NULL);
+}
+
+/* The first line answered without closing makes the connection a client's:
+ * from then on only the idle timeout applies (auth clients keep one
+ * connection for good, a warden client's registrations live with it). */
+static void mark_established(struct line_conn *conn)
+{
+    if (conn->established || conn->closing)
+        return;
+    conn->established = true;
+    set_read_timeout(conn, conn->srv->cfg->idle_timeout_ms);
 }
 
 void line_conn_write(struct line_conn *conn, const void *data, size_t len)
@@ -145,6 +168,7 @@ static void read_lines(struct line_conn *conn, struct bufferevent *bev)
         conn->srv->ops->line(conn->state, line, len);
         explicit_bzero(line, len); /* it may have held a password */
         free(line);
+        mark_established(conn);
     }
 }
 
@@ -176,52 +200,71 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
     struct line_conn *conn = ctx;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
         if (what & BEV_EVENT_TIMEOUT)
-            log_debug(conn->srv->cfg->component, "idle connection closed", "peer=%s", conn->peer);
+            log_debug(conn->srv->cfg->component,
+                      conn->established ? "idle connection closed"
+                                        : "connection closed: no request within handshake_timeout",
+                      "peer=%s", conn->peer);
         conn_free(conn);
     }
 }
 
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *ctx)
+/* At max_connections, the connection that has waited longest without
+ * sending a request makes room (nginx drains its reusable connections the
+ * same way): idle sockets cannot lock clients out. NULL when every
+ * connection is a client's. */
+static struct line_conn *oldest_unestablished(const struct line_server *srv)
 {
-    (void)evl;
-    (void)socklen;
-    struct line_server *srv = ctx;
-    const struct line_server_config *cfg = srv->cfg;
-    char peer[64];
-    net_addr_format(sa, peer, sizeof(peer));
-    if (sa->sa_family != AF_UNIX && !cidr_list_match(&srv->allowed, sa)) {
-        char msg[96];
-        snprintf(msg, sizeof(msg), "connection refused: address not in %s.allowed_nets",
-                 cfg->section);
-        log_warn(cfg->component, msg, "peer=%s", peer);
-        evutil_closesocket(fd);
-        return;
+    struct line_conn *found = NULL;
+    for (struct line_conn *c = srv->conns; c != NULL; c = c->next) {
+        if (!c->established && !c->closing)
+            found = c; /* the list is newest first */
     }
+    return found;
+}
+
+static void accept_cb(void *arg, struct net_listener *l, const struct net_accepted *a)
+{
+    struct line_server *srv = arg;
+    const struct line_server_config *cfg = srv->cfg;
+    evutil_socket_t fd = a->fd;
+    char peer[64];
+    net_addr_format(a->peer, peer, sizeof(peer));
     if (srv->conn_count >= (size_t)cfg->max_connections) {
-        log_warn(cfg->component, "connection refused: max_connections reached",
-                 "peer=%s limit=%lld", peer, (long long)cfg->max_connections);
-        evutil_closesocket(fd);
-        return;
+        struct line_conn *victim = oldest_unestablished(srv);
+        if (victim == NULL) {
+            unsigned skipped = 0;
+            if (net_listener_log_refusal(l, &skipped))
+                log_warn(cfg->component, "connection refused: max_connections reached",
+                         "peer=%s limit=%lld refusals_not_logged=%u", peer,
+                         (long long)cfg->max_connections, skipped);
+            conn_limits_release(srv->limits, a->peer);
+            evutil_closesocket(fd);
+            return;
+        }
+        log_debug(cfg->component, "max_connections reached: closing a connection without request",
+                  "peer=%s", victim->peer);
+        conn_free(victim);
     }
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
         log_warn(cfg->component, "connection refused: cannot set it up", "peer=%s", peer);
+        conn_limits_release(srv->limits, a->peer);
         evutil_closesocket(fd);
         return;
     }
     struct line_conn *conn = xcalloc(1, sizeof(*conn));
     conn->srv = srv;
     snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
+    if (a->peer_len > 0 && (size_t)a->peer_len <= sizeof(conn->addr))
+        memcpy(&conn->addr, a->peer, (size_t)a->peer_len);
+    else
+        conn->addr.ss_family = AF_UNSPEC;
     conn->bev = bev;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     /* Reading stops once a line without LF could not be a valid one. */
     bufferevent_setwatermark(bev, EV_READ, 0, cfg->max_line + 2);
-    if (cfg->idle_timeout_ms > 0) {
-        struct timeval tv = {(time_t)(cfg->idle_timeout_ms / 1000),
-                             (suseconds_t)((cfg->idle_timeout_ms % 1000) * 1000)};
-        bufferevent_set_timeouts(bev, &tv, NULL);
-    }
+    set_read_timeout(conn, cfg->handshake_timeout_ms > 0 ? cfg->handshake_timeout_ms
+                                                         : cfg->idle_timeout_ms);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     conn->next = srv->conns;
     if (srv->conns != NULL)
@@ -249,12 +292,23 @@ static bool listen_on(struct line_server *srv, const char *addr, struct petrel_e
         return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
                                 strerror(errno));
     }
-    l->evl = evconnlistener_new(srv->base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (l->evl == NULL) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
-    }
-    net_bound_address(fd, l->address, sizeof(l->address));
+    char allowed_key[64], limit_key[64];
+    snprintf(allowed_key, sizeof(allowed_key), "%s.allowed_nets", srv->cfg->section);
+    snprintf(limit_key, sizeof(limit_key), "%s.max_connections_per_ip", srv->cfg->section);
+    /* An empty allowed_nets admits no TCP client (only the Unix sockets). */
+    struct net_listener_config lcfg = {
+        .component = srv->cfg->component,
+        .allowed_key = allowed_key,
+        .limit_key = limit_key,
+        .allowed = &srv->allowed,
+        .limits = srv->limits,
+        .accept = accept_cb,
+        .arg = srv,
+    };
+    l->nl = net_listener_new(srv->base, fd, &lcfg, err);
+    if (l->nl == NULL)
+        return false;
+    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(l->nl));
     srv->listener_count++;
     return true;
 }
@@ -286,10 +340,8 @@ const char *line_server_address(const struct line_server *srv)
 void line_server_stop_accepting(struct line_server *srv)
 {
     for (size_t i = 0; i < srv->listener_count; i++) {
-        if (srv->listeners[i].evl != NULL) {
-            evconnlistener_free(srv->listeners[i].evl);
-            srv->listeners[i].evl = NULL;
-        }
+        net_listener_free(srv->listeners[i].nl);
+        srv->listeners[i].nl = NULL;
     }
 }
 
@@ -308,6 +360,8 @@ struct line_server *line_server_new(struct event_base *base, const struct line_s
         free(srv);
         return NULL;
     }
+    struct conn_limits_config lc = {.max_per_ip = cfg->max_connections_per_ip, .exempt = NULL};
+    srv->limits = conn_limits_new(&lc);
     return srv;
 }
 
@@ -325,5 +379,6 @@ void line_server_free(struct line_server *srv)
     while (srv->conns != NULL)
         conn_free(srv->conns);
     cidr_list_free(&srv->allowed);
+    conn_limits_free(srv->limits);
     free(srv);
 }

@@ -4,15 +4,22 @@
  *
  * It listens on TCP and Unix sockets ("host:port", "unix:/path"; a Unix
  * socket gets `socket_mode`), admits TCP clients from `allowed_nets` (a
- * Unix-socket client is governed by the socket's mode) up to
- * `max_connections`, and reads each connection's input as LF-terminated
+ * Unix-socket client is governed by the socket's mode; both checked at
+ * accept, net/listener.h, which also pauses accepting when descriptors run
+ * out), at most `max_connections_per_ip` from one address, up to
+ * `max_connections`. A connection that has not sent a line within
+ * `handshake_timeout_ms` is closed; once a line was answered without
+ * closing, only `idle_timeout_ms` applies. At max_connections the oldest
+ * connection that has not sent a line yet is closed to make room, so idle
+ * sockets cannot lock clients out; only when every connection has sent a
+ * request is a newcomer refused. It reads each connection's input as LF-terminated
  * lines of at most `max_line` bytes, handing each to the owner. A line over
  * the limit goes to ops->bad_input. A client that sends without reading is
  * not read from while more than 1 MiB of output waits for it. Lines are
  * wiped after use (they may hold passwords). The gauges the owner passes
  * count open and accepted connections.
  *
- * Connections close on EOF, a read or write error, the idle timeout, or
+ * Connections close on EOF, a read or write error, a timeout, or
  * line_conn_close() (after the output has drained); ops->close then frees
  * the owner's state. Nothing is closed under a running ops callback. */
 #ifndef PETREL_NET_LINE_SERVER_H
@@ -36,8 +43,14 @@ struct line_server_config {
     const char *const *allowed_nets; /* CIDRs of admitted TCP clients, NULL-terminated */
     int64_t socket_mode;             /* permissions of Unix sockets */
     int64_t max_connections;
-    size_t max_line;         /* longest line, without its LF */
-    int64_t idle_timeout_ms; /* a connection silent this long is closed; 0: never */
+    int64_t max_connections_per_ip; /* TCP connections from one address; 0: no cap */
+    size_t max_line;                /* longest line, without its LF */
+    /* A new connection must send a line within this; 0: the idle timeout
+     * applies from the start. */
+    int64_t handshake_timeout_ms;
+    /* After the first line answered: a connection silent this long is
+     * closed; 0: never. */
+    int64_t idle_timeout_ms;
     /* After line_conn_close(), read away input still in the kernel before
      * closing, so the close is a FIN and the last reply is not destroyed by
      * a reset. */

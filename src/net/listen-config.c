@@ -37,20 +37,26 @@ bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode 
     return true;
 }
 
-bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node,
-                             const char *section, char ***nets)
+bool listen_config_read_nets_key(const struct cfg_ctx *ctx, const struct ynode *node,
+                                 const char *section, const char *key, char ***nets)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "%s.allowed_nets", section);
-    if (!cfg_string_list(ctx, node, section, "allowed_nets", NETS_MAX, nets, NULL))
+    char path[96];
+    snprintf(path, sizeof(path), "%s.%s", section, key);
+    if (!cfg_string_list(ctx, node, section, key, NETS_MAX, nets, NULL))
         return false;
     for (size_t i = 0; *nets != NULL && (*nets)[i] != NULL; i++) {
         struct petrel_error e;
         struct cidr c;
         if (!cidr_parse((*nets)[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, "allowed_nets", i), path, "%s", e.message);
+            return cfg_fail(ctx, item_node(node, key, i), path, "%s", e.message);
     }
     return true;
+}
+
+bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node,
+                             const char *section, char ***nets)
+{
+    return listen_config_read_nets_key(ctx, node, section, "allowed_nets", nets);
 }
 
 bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
@@ -73,4 +79,13 @@ bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynod
     }
     *mode = value;
     return true;
+}
+
+bool listen_config_read_client_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                      const char *section, int64_t *max_per_ip,
+                                      int64_t *handshake_timeout_ms)
+{
+    return cfg_int(ctx, node, section, "max_connections_per_ip", 0, 1000000, max_per_ip) &&
+           cfg_duration_ms(ctx, node, section, "handshake_timeout", 0, 3600000,
+                           handshake_timeout_ms);
 }

@@ -1,5 +1,6 @@
 /* The listener keys of a line-protocol server's configuration section
- * (`listen`, `allowed_nets`, `socket_mode`; docs/configuration.md), read
+ * (`listen`, `allowed_nets`, `socket_mode`, `max_connections_per_ip`,
+ * `handshake_timeout`; docs/configuration.md), read
  * the same way for the auth service and the warden. Errors follow
  * core/cfg-read.h: `file:line: <section>.<key>: message`, pointing at the
  * offending list item when there is one. */
@@ -21,9 +22,19 @@ bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode 
  * is there) and checks each. */
 bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node,
                              const char *section, char ***nets);
+/* The same for a list of CIDRs under another key. */
+bool listen_config_read_nets_key(const struct cfg_ctx *ctx, const struct ynode *node,
+                                 const char *section, const char *key, char ***nets);
 /* Reads `socket_mode`, octal text such as "0660" (0-0777), into *mode;
  * absent: *mode is kept. */
 bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
                                     const char *section, int64_t *mode);
+
+/* Reads `max_connections_per_ip` (0 = no cap, up to 1000000) and
+ * `handshake_timeout` (a duration, 0 = none, up to 1 h); absent keys keep
+ * their values. */
+bool listen_config_read_client_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                      const char *section, int64_t *max_per_ip,
+                                      int64_t *handshake_timeout_ms);
 
 #endif

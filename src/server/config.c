@@ -29,6 +29,7 @@ static void defaults(struct petrel_config *cfg)
     cfg->backend_api.stream_timeout_ms = 300000;
     cfg->backend_api.max_body_bytes = 1024 * 1024;
     cfg->backend_api.max_connections = 4096;
+    cfg->backend_api.max_connections_per_ip = 128;
     auth_config_defaults(&cfg->auth);
     imap_config_defaults(&cfg->imap);
     lmtp_config_defaults(&cfg->lmtp);
@@ -221,7 +222,8 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
     static const char *const keys[] = {"listen",          "allowed_nets",   "token_env",
                                        "auth_master_addr", "request_timeout", "stream_timeout",
                                        "max_body_bytes",  "max_connections",
-                                       "allow_unauthenticated_remote", NULL};
+                                       "max_connections_per_ip", "allow_unauthenticated_remote",
+                                       NULL};
     const char *p = "backend_api";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -242,7 +244,9 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
            cfg_duration_ms(ctx, node, p, "stream_timeout", 100, 86400000,
                            &b->stream_timeout_ms) &&
            cfg_int(ctx, node, p, "max_body_bytes", 1024, 64 * 1024 * 1024, &b->max_body_bytes) &&
-           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &b->max_connections);
+           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &b->max_connections) &&
+           cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
+                   &b->max_connections_per_ip);
 }
 
 static bool valid_component(const char *name)
@@ -452,9 +456,10 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
     fprintf(out,
             "  request_timeout: %lldms\n  stream_timeout: %lldms\n  max_body_bytes: %lld\n"
-            "  max_connections: %lld\n",
+            "  max_connections: %lld\n  max_connections_per_ip: %lld\n",
             (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
-            (long long)b->max_body_bytes, (long long)b->max_connections);
+            (long long)b->max_body_bytes, (long long)b->max_connections,
+            (long long)b->max_connections_per_ip);
     fprintf(out, "  allow_unauthenticated_remote: %s\n",
             b->allow_unauthenticated_remote ? "true" : "false");
     auth_config_print(&cfg->auth, out);

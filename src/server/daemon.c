@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define COMPONENT "petreld"
@@ -192,6 +193,63 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
         begin_shutdown(ctx, sig == SIGTERM ? "TERM" : "INT");
 }
 
+/* Descriptors kept aside for what is not a client connection: listeners,
+ * log and data files, index files, connections to the auth service, the
+ * warden and the dict back ends. */
+#define FD_RESERVE 256
+
+/* The sum of max_connections over the listeners this process runs. */
+static unsigned long long configured_connections(const struct petrel_config *cfg)
+{
+    unsigned long long n = 4096; /* telemetry (the HTTP server's default) */
+    if (config_has_component(cfg, "backend-api"))
+        n += (unsigned long long)cfg->backend_api.max_connections;
+    if (config_has_component(cfg, "auth"))
+        n += (unsigned long long)cfg->auth.max_connections;
+    if (config_has_component(cfg, "warden"))
+        n += (unsigned long long)cfg->warden.max_connections;
+    if (config_has_component(cfg, "imap"))
+        n += (unsigned long long)cfg->imap.login.max_connections;
+    if (config_has_component(cfg, "pop3"))
+        n += (unsigned long long)cfg->pop3.login.max_connections;
+    if (config_has_component(cfg, "lmtp"))
+        n += (unsigned long long)cfg->lmtp.max_connections;
+    if (config_has_component(cfg, "director"))
+        n += (unsigned long long)cfg->director.api_max_connections +
+             (unsigned long long)cfg->director.ring_max_clients;
+    return n;
+}
+
+/* Raises the descriptor limit to the hard limit (as nginx's
+ * worker_rlimit_nofile and HAProxy's automatic ulimit-n do) and says so
+ * when the configured connection limits cannot all be open at once. Not
+ * fatal: when descriptors run out, the listeners pause accepting for a
+ * moment (net/listener.h) rather than spin, and open connections go on. */
+static void raise_fd_limit(const struct petrel_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t before = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl.rlim_cur = rl.rlim_max;
+    }
+    unsigned long long need = configured_connections(cfg) + FD_RESERVE;
+    unsigned long long have = (unsigned long long)rl.rlim_cur;
+    if (rl.rlim_cur != RLIM_INFINITY && need > have)
+        log_warn(COMPONENT,
+                 "the descriptor limit is below what the configured max_connections may need: "
+                 "accepting will pause whenever descriptors run out; raise the hard limit "
+                 "(ulimit -Hn, systemd LimitNOFILE=) or lower max_connections",
+                 "nofile=%llu nofile_before=%llu connections_configured=%llu reserve=%d", have,
+                 (unsigned long long)before, need - FD_RESERVE, FD_RESERVE);
+    else
+        log_debug(COMPONENT, "descriptor limit", "nofile=%llu nofile_before=%llu needed=%llu", have,
+                  (unsigned long long)before, need);
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
@@ -349,6 +407,7 @@ int daemon_run(const struct daemon_options *opts)
     }
 
     install_log_levels(&ctx, &ctx.config->log);
+    raise_fd_limit(ctx.config);
     signal(SIGPIPE, SIG_IGN);
     ctx.base = event_base_new();
     if (ctx.base == NULL)

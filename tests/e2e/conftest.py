@@ -263,6 +263,7 @@ class Daemon:
         self.stderr_path = self.workdir / f"{name}.stderr"
         self.proc = None
         self.returncode = None
+        self.preexec = None  # e.g. a resource limit for the child (set before start)
         self.write_config()
 
     # addresses
@@ -287,7 +288,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [str(PETRELD), "-c", str(self.config_path)] + self.args,
             stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,
-            env=self.env, cwd=self.workdir)
+            env=self.env, cwd=self.workdir, preexec_fn=self.preexec)
         if wait:
             self.wait_healthy(timeout)
         return self

@@ -116,6 +116,8 @@ static void test_every_key_is_read_and_printed(void **state)
                        "  disable_plaintext_auth: false\n"
                        "  max_connections: 7\n"
                        "  max_connections_per_user: 0\n"
+                       "  max_connections_per_ip: 3\n"
+                       "  per_ip_limit_exempt_nets: [\"10.0.0.0/8\"]\n"
                        "  login_timeout: 2s\n"
                        "  idle_timeout: 1h30m\n"
                        "  auth_timeout: 250ms\n";
@@ -136,6 +138,9 @@ static void test_every_key_is_read_and_printed(void **state)
                                  "--\n"
                                  "  max_connections: 7\n"
                                  "  max_connections_per_user: 0\n"
+                                 "  max_connections_per_ip: 3\n"
+                                 "  per_ip_limit_exempt_nets:\n"
+                                 "    - \"10.0.0.0/8\"\n"
                                  "--\n"
                                  "  login_timeout: 2000ms\n"
                                  "  idle_timeout: 5400000ms\n"
@@ -165,6 +170,11 @@ static void test_bounds(void **state)
                  "t.yaml:2: mail.max_connections: 0 is out of range [1, 10000000]");
     expect_error("mail:\n  max_connections_per_user: 100001\n", true,
                  "t.yaml:2: mail.max_connections_per_user: 100001 is out of range [0, 100000]");
+    expect_error("mail:\n  max_connections_per_ip: -1\n", true,
+                 "t.yaml:2: mail.max_connections_per_ip: -1 is out of range [0, 10000000]");
+    expect_error("mail:\n  per_ip_limit_exempt_nets: [\"10.0.0.1/8\"]\n", true,
+                 "t.yaml:2: mail.per_ip_limit_exempt_nets: '10.0.0.1/8' has host bits set "
+                 "beyond the prefix");
     expect_error("mail:\n  login_timeout: 999ms\n", true,
                  "t.yaml:2: mail.login_timeout: duration out of range [1000ms, 3600000ms]");
     /* The section's own minimum. */

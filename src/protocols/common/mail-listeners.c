@@ -3,13 +3,16 @@
 #include "protocols/common/mail-listeners.h"
 
 #include "core/sorted-map.h"
+#include "core/log.h"
 #include "core/xalloc.h"
+#include "net/conn-limits.h"
+#include "net/listener.h"
 #include "net/sockaddr.h"
 #include "net/tls.h"
 #include "protocols/common/mail-session-io.h"
 
+#include <arpa/inet.h>
 #include <event2/bufferevent_ssl.h>
-#include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -21,9 +24,12 @@
 #include <unistd.h>
 
 #define MAIL_MAX_LISTENERS 32
+/* The login timeout once 3/4 of max_connections are taken (nginx-style:
+ * idle pre-login connections make room sooner when slots run short). */
+#define MAIL_PRESSED_LOGIN_TIMEOUT_MS 10000
 
 struct mail_listener {
-    struct evconnlistener *evl;
+    struct net_listener *nl;
     char address[128];
     bool tls;
 };
@@ -40,6 +46,8 @@ struct mail_listeners {
     SSL_CTX *tls;
     struct mail_listener listeners[MAIL_MAX_LISTENERS];
     size_t listener_count;
+    struct cidr_list exempt;
+    struct conn_limits *per_ip; /* thread-safe itself */
     struct mail_session_set main_set;
     /* Shared by every loop's sessions. Never held while calling out (a
      * metric, a session callback). */
@@ -59,6 +67,13 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
     ls->main_set.base = params->base;
     ls->per_user = smap_new();
     const struct mail_login_config *cfg = params->cfg;
+    if (!cidr_list_parse((const char *const *)cfg->per_ip_limit_exempt_nets, &ls->exempt, err)) {
+        mail_listeners_free(ls);
+        return NULL;
+    }
+    struct conn_limits_config lc = {.max_per_ip = cfg->max_connections_per_ip,
+                                    .exempt = &ls->exempt};
+    ls->per_ip = conn_limits_new(&lc);
     if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
         struct tls_server_options topts = {
             .cert_file = cfg->tls_cert_file,
@@ -91,21 +106,52 @@ struct bufferevent *mail_listeners_bufferevent(struct mail_listeners *ls, struct
     return bev;
 }
 
-void mail_listeners_release(struct mail_listeners *ls)
+static void release_total(struct mail_listeners *ls)
 {
     pthread_mutex_lock(&ls->lock);
     ls->session_count--;
     pthread_mutex_unlock(&ls->lock);
 }
 
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *arg)
+void mail_listeners_release(struct mail_listeners *ls, const struct sockaddr *peer)
 {
-    (void)socklen;
+    conn_limits_release(ls->per_ip, peer);
+    release_total(ls);
+}
+
+/* The per-address count of a session, from the IP text it kept. */
+static void release_ip_text(struct mail_listeners *ls, const char *ip)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1)
+        v4->sin_family = AF_INET;
+    else if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1)
+        v6->sin6_family = AF_INET6;
+    else
+        return; /* "unix": never counted */
+    conn_limits_release(ls->per_ip, (const struct sockaddr *)&ss);
+}
+
+int64_t mail_listeners_login_timeout(const struct mail_listeners *ls, int64_t configured_ms)
+{
+    size_t open = mail_listeners_sessions(ls);
+    size_t max = (size_t)ls->p.cfg->max_connections;
+    if (open * 4 >= max * 3 && configured_ms > MAIL_PRESSED_LOGIN_TIMEOUT_MS)
+        return MAIL_PRESSED_LOGIN_TIMEOUT_MS;
+    return configured_ms;
+}
+
+static void accept_cb(void *arg, struct net_listener *l, const struct net_accepted *a)
+{
     struct mail_listeners *ls = arg;
+    evutil_socket_t fd = a->fd;
+    const struct sockaddr *sa = a->peer;
     bool tls = false;
     for (size_t i = 0; i < ls->listener_count; i++) {
-        if (ls->listeners[i].evl == evl)
+        if (ls->listeners[i].nl == l)
             tls = ls->listeners[i].tls;
     }
     pthread_mutex_lock(&ls->lock);
@@ -114,7 +160,17 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
         ls->session_count++; /* until the session's detach (or a release) */
     pthread_mutex_unlock(&ls->lock);
     if (full) {
-        ssize_t ignored = write(fd, ls->p.busy_reply, strlen(ls->p.busy_reply));
+        conn_limits_release(ls->per_ip, sa);
+        unsigned skipped = 0;
+        if (net_listener_log_refusal(l, &skipped)) {
+            char ip[64];
+            net_addr_format_ip(sa, ip, sizeof(ip));
+            log_warn(ls->p.component, "connection refused: max_connections reached",
+                     "peer=%s limit=%lld refusals_not_logged=%u", ip,
+                     (long long)ls->p.cfg->max_connections, skipped);
+        }
+        ssize_t ignored =
+            send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply), MSG_DONTWAIT | MSG_NOSIGNAL);
         (void)ignored;
         evutil_closesocket(fd);
         return;
@@ -132,7 +188,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     }
     struct bufferevent *bev = mail_listeners_bufferevent(ls, ls->p.base, fd, tls);
     if (bev == NULL) {
-        mail_listeners_release(ls);
+        mail_listeners_release(ls, sa);
         return;
     }
     ls->p.accept(ls->p.accept_arg, bev, tls, sa);
@@ -147,13 +203,22 @@ static bool listen_on(struct mail_listeners *ls, const char *addr, bool tls,
     if (fd < 0)
         return false;
     struct mail_listener *l = &ls->listeners[ls->listener_count];
-    l->evl = evconnlistener_new(ls->p.base, accept_cb, ls, LEV_OPT_CLOSE_ON_FREE, -1, fd);
-    if (l->evl == NULL) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", addr);
-    }
+    char limit_key[64];
+    snprintf(limit_key, sizeof(limit_key), "%s.max_connections_per_ip", ls->p.component);
+    struct net_listener_config lcfg = {
+        .component = ls->p.component,
+        .limit_key = limit_key,
+        .allowed = NULL, /* mail ports are open to the world */
+        .limits = ls->per_ip,
+        .per_ip_reply = ls->p.per_ip_reply,
+        .accept = accept_cb,
+        .arg = ls,
+    };
+    l->nl = net_listener_new(ls->p.base, fd, &lcfg, err);
+    if (l->nl == NULL)
+        return false;
     l->tls = tls;
-    net_bound_address(fd, l->address, sizeof(l->address));
+    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(l->nl));
     ls->listener_count++;
     return true;
 }
@@ -187,10 +252,8 @@ void mail_listeners_add_readiness(const struct mail_listeners *ls, struct readin
 void mail_listeners_close(struct mail_listeners *ls)
 {
     for (size_t i = 0; i < ls->listener_count; i++) {
-        if (ls->listeners[i].evl != NULL) {
-            evconnlistener_free(ls->listeners[i].evl);
-            ls->listeners[i].evl = NULL;
-        }
+        net_listener_free(ls->listeners[i].nl);
+        ls->listeners[i].nl = NULL;
     }
 }
 
@@ -216,6 +279,8 @@ void mail_listeners_free(struct mail_listeners *ls)
     if (ls->tls != NULL)
         SSL_CTX_free(ls->tls);
     smap_free(ls->per_user, NULL);
+    conn_limits_free(ls->per_ip);
+    cidr_list_free(&ls->exempt);
     pthread_mutex_destroy(&ls->lock);
     free(ls);
 }
@@ -335,7 +400,8 @@ void mail_listeners_detach(struct mail_session_set *set, struct mail_session_io 
         io->next->prev = io->prev;
     io->next = io->prev = NULL;
     set->count--;
-    mail_listeners_release(set->listeners);
+    release_ip_text(set->listeners, io->peer_ip);
+    release_total(set->listeners);
 }
 
 bool mail_listeners_user_add(struct mail_listeners *ls, const char *username)

@@ -1,7 +1,9 @@
 /* The listener set of a mail protocol server (imap, pop3): the plain and
  * implicit-TLS listeners of a `struct mail_login_config`, the TLS context
  * loaded from its certificate (also the one STARTTLS/STLS uses), accepting
- * under max_connections, the list of open connections
+ * under max_connections and max_connections_per_ip (counted from accept to
+ * close; net/listener.h also pauses accepting when descriptors run out),
+ * the list of open connections
  * (protocols/common/mail-session-io.h), session ids and the per-user
  * session counts behind max_connections_per_user.
  *
@@ -58,6 +60,9 @@ struct mail_listeners_params {
     /* Written in clear text (even on a TLS port: no handshake is spent on
      * a refusal) to a connection over max_connections, which is closed. */
     const char *busy_reply;
+    /* The same for a connection over max_connections_per_ip (the listener
+     * writes it, net/listener.h); NULL: closed without a word. */
+    const char *per_ip_reply;
     struct metric_series *connections_total; /* +1 per connection opened */
     struct metric_series *bytes_out;         /* bytes written by mail_session_io_write() */
     mail_listeners_accept_fn *accept;
@@ -106,9 +111,13 @@ void mail_listeners_instance(const struct mail_listeners *ls, char *out, size_t 
  * when libevent fails. Any thread, for its own loop. */
 struct bufferevent *mail_listeners_bufferevent(struct mail_listeners *ls, struct event_base *base,
                                                int fd, bool tls);
-/* Gives back the count of an accepted descriptor that never became a
+/* Gives back the counts (max_connections and, for `peer`,
+ * max_connections_per_ip) of an accepted descriptor that never became a
  * session (closed by the caller). */
-void mail_listeners_release(struct mail_listeners *ls);
+void mail_listeners_release(struct mail_listeners *ls, const struct sockaddr *peer);
+/* The login timeout to apply now: `configured_ms`, or 10 s when 3/4 of
+ * max_connections are open (pre-login connections make room sooner). */
+int64_t mail_listeners_login_timeout(const struct mail_listeners *ls, int64_t configured_ms);
 
 /* ---------- open connections ---------- */
 

@@ -3,6 +3,7 @@
 
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
+#include "net/listen-config.h"
 #include "net/sockaddr.h"
 
 #include <stdlib.h>
@@ -21,6 +22,11 @@ void mail_login_config_defaults(struct mail_login_config *cfg, const struct mail
     cfg->disable_plaintext_auth = true;
     cfg->max_connections = 10000;
     cfg->max_connections_per_user = sec->max_connections_per_user;
+    cfg->max_connections_per_ip = 100;
+    /* Webmail on the same host brings every user from loopback. */
+    cfg->per_ip_limit_exempt_nets = xcalloc(3, sizeof(char *));
+    cfg->per_ip_limit_exempt_nets[0] = xstrdup("127.0.0.0/8");
+    cfg->per_ip_limit_exempt_nets[1] = xstrdup("::1/128");
     cfg->login_timeout_ms = 60 * 1000;
     cfg->idle_timeout_ms = sec->idle_timeout_ms;
     cfg->auth_timeout_ms = 30 * 1000;
@@ -30,6 +36,7 @@ void mail_login_config_free(struct mail_login_config *cfg)
 {
     cfg_strv_free(cfg->listen);
     cfg_strv_free(cfg->listen_tls);
+    cfg_strv_free(cfg->per_ip_limit_exempt_nets);
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->auth_addr);
@@ -92,7 +99,11 @@ bool mail_login_config_read_limits(const struct cfg_ctx *ctx, const struct ynode
     const char *p = sec->name;
     return cfg_int(ctx, node, p, "max_connections", 1, 10000000, &cfg->max_connections) &&
            cfg_int(ctx, node, p, "max_connections_per_user", 0, 100000,
-                   &cfg->max_connections_per_user);
+                   &cfg->max_connections_per_user) &&
+           cfg_int(ctx, node, p, "max_connections_per_ip", 0, 10000000,
+                   &cfg->max_connections_per_ip) &&
+           listen_config_read_nets_key(ctx, node, p, "per_ip_limit_exempt_nets",
+                                       &cfg->per_ip_limit_exempt_nets);
 }
 
 bool mail_login_config_read_timeouts(const struct cfg_ctx *ctx, const struct ynode *node,
@@ -144,8 +155,12 @@ void mail_login_config_print_endpoints(const struct mail_login_config *cfg, FILE
 
 void mail_login_config_print_limits(const struct mail_login_config *cfg, FILE *out)
 {
-    fprintf(out, "  max_connections: %lld\n  max_connections_per_user: %lld\n",
-            (long long)cfg->max_connections, (long long)cfg->max_connections_per_user);
+    fprintf(out,
+            "  max_connections: %lld\n  max_connections_per_user: %lld\n"
+            "  max_connections_per_ip: %lld\n",
+            (long long)cfg->max_connections, (long long)cfg->max_connections_per_user,
+            (long long)cfg->max_connections_per_ip);
+    yaml_put_list(out, "  ", "per_ip_limit_exempt_nets", cfg->per_ip_limit_exempt_nets);
 }
 
 void mail_login_config_print_timeouts(const struct mail_login_config *cfg, FILE *out)

@@ -29,6 +29,8 @@ struct mail_login_config {
     bool disable_plaintext_auth; /* refuse plaintext logins on plain connections from elsewhere */
     int64_t max_connections;
     int64_t max_connections_per_user; /* 0 = no limit */
+    int64_t max_connections_per_ip;   /* 0 = no limit */
+    char **per_ip_limit_exempt_nets;  /* CIDRs not counted per address */
     int64_t login_timeout_ms;         /* before authentication */
     int64_t idle_timeout_ms;          /* authenticated, between commands */
     int64_t auth_timeout_ms;          /* one call to the auth service (or the warden) */
@@ -46,8 +48,9 @@ struct mail_login_section {
 /* The keys read here, for the section's list of allowed keys. */
 #define MAIL_LOGIN_CONFIG_KEYS                                                                     \
     "listen", "listen_tls", "tls_cert_file", "tls_key_file", "auth_addr", "warden_addr",           \
-        "disable_plaintext_auth", "max_connections", "max_connections_per_user", "login_timeout",  \
-        "idle_timeout", "auth_timeout"
+        "disable_plaintext_auth", "max_connections", "max_connections_per_user",                   \
+        "max_connections_per_ip", "per_ip_limit_exempt_nets", "login_timeout", "idle_timeout",     \
+        "auth_timeout"
 
 /* Fills `cfg` with the defaults (one plain listener `sec->listen`, the auth
  * service on 127.0.0.1:10200, no warden, plaintext refused off secure
@@ -62,8 +65,9 @@ void mail_login_config_defaults(struct mail_login_config *cfg,
 bool mail_login_config_read_endpoints(const struct cfg_ctx *ctx, const struct ynode *node,
                                       const struct mail_login_section *sec,
                                       struct mail_login_config *cfg);
-/* Reads max_connections (1..10000000) and max_connections_per_user
- * (0..100000). */
+/* Reads max_connections (1..10000000), max_connections_per_user
+ * (0..100000), max_connections_per_ip (0..10000000) and
+ * per_ip_limit_exempt_nets (CIDRs). */
 bool mail_login_config_read_limits(const struct cfg_ctx *ctx, const struct ynode *node,
                                    const struct mail_login_section *sec,
                                    struct mail_login_config *cfg);

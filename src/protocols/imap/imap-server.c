@@ -107,6 +107,7 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
         .base = env->base,
         .cfg = &cfg->login,
         .busy_reply = "* BYE Too many connections, try again later\r\n",
+        .per_ip_reply = "* BYE Too many connections from your address\r\n",
         .connections_total = srv->ctx.m.connections_total,
         .bytes_out = srv->ctx.m.bytes_out,
         .accept = accept_cb,

@@ -48,7 +48,9 @@ void imap_send(struct imap_session *s, const char *fmt, ...)
 static int64_t state_timeout_ms(const struct imap_session *s)
 {
     const struct mail_login_config *cfg = &s->ctx->cfg->login;
-    return s->state == IMAP_STATE_NOT_AUTHENTICATED ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+    return s->state == IMAP_STATE_NOT_AUTHENTICATED
+               ? mail_listeners_login_timeout(s->ctx->listeners, cfg->login_timeout_ms)
+               : cfg->idle_timeout_ms;
 }
 
 static void set_timeout(struct imap_session *s)

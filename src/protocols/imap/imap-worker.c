@@ -54,7 +54,7 @@ static void drop_queue(struct imap_worker *w, struct handoff *h)
     while (h != NULL) {
         struct handoff *next = h->next;
         close(h->fd);
-        mail_listeners_release(w->ctx.listeners);
+        mail_listeners_release(w->ctx.listeners, (const struct sockaddr *)&h->peer);
         free(h);
         h = next;
     }
@@ -67,7 +67,7 @@ static void start_sessions(struct imap_worker *w, struct handoff *h)
         struct bufferevent *bev =
             mail_listeners_bufferevent(w->ctx.listeners, w->ctx.base, h->fd, h->tls);
         if (bev == NULL)
-            mail_listeners_release(w->ctx.listeners);
+            mail_listeners_release(w->ctx.listeners, (const struct sockaddr *)&h->peer);
         else
             imap_session_start(&w->ctx, bev, h->tls, (const struct sockaddr *)&h->peer);
         free(h);

@@ -17,8 +17,12 @@ void lmtp_config_defaults(struct lmtp_config *cfg)
     /* LMTP has no authentication: loopback only unless configured. */
     cfg->listen = xcalloc(2, sizeof(char *));
     cfg->listen[0] = xstrdup("127.0.0.1:24");
-    cfg->allowed_nets = xcalloc(1, sizeof(char *));
-    cfg->socket_mode = 0666;
+    /* Postfix's own LMTP/pipe sockets live in its private/ directory; ours
+     * gets the group's permission at most, and TCP clients from loopback. */
+    cfg->allowed_nets = xcalloc(3, sizeof(char *));
+    cfg->allowed_nets[0] = xstrdup("127.0.0.0/8");
+    cfg->allowed_nets[1] = xstrdup("::1/128");
+    cfg->socket_mode = 0660;
     cfg->auth_addr = xstrdup("127.0.0.1:10200");
     cfg->hostname = xstrdup("");
     cfg->recipient_delimiter = xstrdup("+");

@@ -9,8 +9,9 @@
 #include <stdio.h>
 
 struct lmtp_config {
-    char **listen;       /* "host:port" and "unix:/path" (NULL-terminated) */
-    char **allowed_nets; /* TCP clients allowed (empty: any); Unix sockets always */
+    char **listen; /* "host:port" and "unix:/path" (NULL-terminated) */
+    char *
+        *allowed_nets; /* TCP clients allowed (default loopback; empty: any); Unix sockets always */
     int64_t socket_mode; /* permissions of Unix sockets */
     char *tls_cert_file; /* STARTTLS offered when set */
     char *tls_key_file;

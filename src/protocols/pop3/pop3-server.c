@@ -68,6 +68,7 @@ struct pop3_server *pop3_server_start(const struct service_env *env, const struc
         .base = env->base,
         .cfg = &cfg->login,
         .busy_reply = "-ERR [SYS/TEMP] Too many connections, try again later.\r\n",
+        .per_ip_reply = "-ERR [SYS/TEMP] Too many connections from your address.\r\n",
         .connections_total = srv->ctx.m.connections_total,
         .bytes_out = srv->ctx.m.bytes_out,
         .accept = accept_cb,

@@ -36,9 +36,11 @@ void pop3_send_raw(struct pop3_session *s, const void *data, size_t len)
  * the inactivity limit then applies to the output making no progress. */
 static void set_timeout(struct pop3_session *s)
 {
-    const struct mail_login_config *cfg = &pop3_server_context(s->server)->cfg->login;
-    int64_t ms =
-        s->state == POP3_STATE_AUTHORIZATION ? cfg->login_timeout_ms : cfg->idle_timeout_ms;
+    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
+    const struct mail_login_config *cfg = &ctx->cfg->login;
+    int64_t ms = s->state == POP3_STATE_AUTHORIZATION
+                     ? mail_listeners_login_timeout(ctx->listeners, cfg->login_timeout_ms)
+                     : cfg->idle_timeout_ms;
     mail_session_io_set_timeout(&s->io, ms, s->stream != NULL);
 }
 

@@ -36,7 +36,9 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->worker_threads = 0; /* one per CPU */
     cfg->max_queue = 1024;
     cfg->max_connections = 1024;
+    cfg->max_connections_per_ip = 128;
     cfg->max_pending_per_connection = 4096;
+    cfg->handshake_timeout_ms = 10000;
     cfg->idle_timeout_ms = 0;
     cfg->mechanisms = strv(mechs);
     cfg->cache.max_bytes = 10 * 1024 * 1024;
@@ -137,7 +139,9 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "worker_threads",
                                        "max_queue",
                                        "max_connections",
+                                       "max_connections_per_ip",
                                        "max_pending_per_connection",
+                                       "handshake_timeout",
                                        "idle_timeout",
                                        "mechanisms",
                                        "cache_size",
@@ -169,6 +173,8 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
         !cfg_int(ctx, node, p, "max_pending_per_connection", 1, 100000,
                  &cfg->max_pending_per_connection) ||
+        !listen_config_read_client_limits(ctx, node, p, &cfg->max_connections_per_ip,
+                                          &cfg->handshake_timeout_ms) ||
         !cfg_duration_ms(ctx, node, p, "idle_timeout", 0, 86400000, &cfg->idle_timeout_ms) ||
         !cfg_string_list(ctx, node, p, "mechanisms", 8, &cfg->mechanisms, NULL) ||
         !check_mechanisms(ctx, node, cfg->mechanisms) ||
@@ -218,9 +224,11 @@ void auth_config_print(const struct auth_config *cfg, FILE *out)
     fprintf(out, "  socket_mode: \"%04llo\"\n", (unsigned long long)cfg->socket_mode);
     fprintf(out,
             "  worker_threads: %lld\n  max_queue: %lld\n  max_connections: %lld\n"
-            "  max_pending_per_connection: %lld\n  idle_timeout: %lldms\n",
+            "  max_connections_per_ip: %lld\n  max_pending_per_connection: %lld\n"
+            "  handshake_timeout: %lldms\n  idle_timeout: %lldms\n",
             (long long)cfg->worker_threads, (long long)cfg->max_queue,
-            (long long)cfg->max_connections, (long long)cfg->max_pending_per_connection,
+            (long long)cfg->max_connections, (long long)cfg->max_connections_per_ip,
+            (long long)cfg->max_pending_per_connection, (long long)cfg->handshake_timeout_ms,
             (long long)cfg->idle_timeout_ms);
     yaml_put_list(out, "  ", "mechanisms", cfg->mechanisms);
     fprintf(out,

@@ -28,7 +28,9 @@ struct auth_config {
     int64_t worker_threads;
     int64_t max_queue;
     int64_t max_connections;
+    int64_t max_connections_per_ip; /* 0 = no cap */
     int64_t max_pending_per_connection;
+    int64_t handshake_timeout_ms; /* until the first request; 0 = none */
     int64_t idle_timeout_ms;
     char **mechanisms; /* SASL mechanisms offered: PLAIN, LOGIN */
     struct auth_cache_config cache;

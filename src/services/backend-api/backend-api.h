@@ -31,6 +31,7 @@ struct backend_api_config {
     /* Start on a non-loopback address without a token (else refused). */
     bool allow_unauthenticated_remote;
     int listen_line; /* not a key: where `listen` was set, for errors (0 = default) */
+    int64_t max_connections_per_ip; /* 0 = no cap */
 };
 
 struct backend_api;

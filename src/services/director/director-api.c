@@ -173,6 +173,8 @@ struct director_api *director_api_start(const struct service_env *env,
         .max_body = (size_t)cfg->api_max_body_bytes,
         .timeout_ms = cfg->api_request_timeout_ms,
         .max_connections = (size_t)cfg->api_max_connections,
+        .max_connections_per_ip =
+            cfg->api_max_connections_per_ip > 0 ? cfg->api_max_connections_per_ip : -1,
         .token = token,
         .allowed_nets = &api->allowed,
         .tls = NULL,

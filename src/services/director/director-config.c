@@ -43,6 +43,7 @@ void director_config_defaults(struct director_config *cfg)
     cfg->api_request_timeout_ms = 30000;
     cfg->api_max_body_bytes = 64 * 1024;
     cfg->api_max_connections = 1024;
+    cfg->api_max_connections_per_ip = 128;
     cfg->ring_listen = xstrdup(":9102");
     cfg->self = xstrdup("");
     cfg->ring_allowed_nets = strv(ring_default_nets);
@@ -186,6 +187,7 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
                                        "request_timeout",
                                        "max_body_bytes",
                                        "max_connections",
+                                       "max_connections_per_ip",
                                        "allow_unauthenticated_remote",
                                        NULL};
     const char *p = P ".api";
@@ -202,6 +204,8 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_int(ctx, node, p, "max_body_bytes", 1024, 16 * 1024 * 1024,
                  &cfg->api_max_body_bytes) ||
         !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections) ||
+        !cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
+                 &cfg->api_max_connections_per_ip) ||
         !cfg_bool(ctx, node, p, "allow_unauthenticated_remote",
                   &cfg->api_allow_unauthenticated_remote))
         return false;
@@ -444,9 +448,10 @@ void director_config_print(const struct director_config *cfg, FILE *out)
     yaml_put_kv(out, "    ", "token_env", cfg->token_env);
     yaml_put_kv(out, "    ", "token_file", cfg->token_file);
     fprintf(out,
-            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n",
+            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n"
+            "    max_connections_per_ip: %lld\n",
             (long long)cfg->api_request_timeout_ms, (long long)cfg->api_max_body_bytes,
-            (long long)cfg->api_max_connections);
+            (long long)cfg->api_max_connections, (long long)cfg->api_max_connections_per_ip);
     fprintf(out, "    allow_unauthenticated_remote: %s\n",
             cfg->api_allow_unauthenticated_remote ? "true" : "false");
     fputs("  ring:\n", out);

@@ -36,6 +36,7 @@ struct director_config {
     /* Start the API on a non-loopback address without a token (else refused). */
     bool api_allow_unauthenticated_remote;
     int api_listen_line; /* not a key: where api.listen was set (0 = default) */
+    int64_t api_max_connections_per_ip; /* 0 = no cap */
     /* ring: */
     char *ring_listen;
     char *self; /* ring identity "<ip>:<port>"; "" = derived at start */

@@ -18,6 +18,7 @@
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 #include "net/cidr.h"
+#include "net/listener.h"
 #include "net/sockaddr.h"
 #include "services/director/ring-auth.h"
 #include "services/director/ring-protocol.h"
@@ -62,7 +63,7 @@ struct ring_server {
     struct event_base *base;
     struct director_state *state;
     const struct director_config *cfg;
-    struct evconnlistener *listener;
+    struct net_listener *listener;
     char address[128];
     struct cidr_list allowed;
     struct ring_conn *conns;
@@ -683,23 +684,19 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *ctx)
     }
 }
 
-static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa,
-                      int socklen, void *ctx)
+/* Past net/listener.h's check of director.ring.allowed_nets. */
+static void accept_cb(void *ctx, struct net_listener *l, const struct net_accepted *a)
 {
-    (void)evl;
-    (void)socklen;
     struct ring_server *srv = ctx;
+    evutil_socket_t fd = a->fd;
     char peer[64];
-    net_addr_format(sa, peer, sizeof(peer));
-    if (!cidr_list_match(&srv->allowed, sa)) {
-        log_warn(COMPONENT, "ring connection refused: address not in director.ring.allowed_nets",
-                 "peer=%s", peer);
-        evutil_closesocket(fd);
-        return;
-    }
+    net_addr_format(a->peer, peer, sizeof(peer));
     if (srv->conn_count >= (size_t)srv->cfg->ring_max_clients) {
-        log_warn(COMPONENT, "ring connection refused: director.ring.max_clients reached",
-                 "peer=%s limit=%lld", peer, (long long)srv->cfg->ring_max_clients);
+        unsigned skipped = 0;
+        if (net_listener_log_refusal(l, &skipped))
+            log_warn(COMPONENT, "ring connection refused: director.ring.max_clients reached",
+                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
+                     (long long)srv->cfg->ring_max_clients, skipped);
         evutil_closesocket(fd);
         return;
     }
@@ -759,13 +756,18 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         return NULL;
     }
     net_bound_address(fd, srv->address, sizeof(srv->address));
-    srv->listener = evconnlistener_new(base, accept_cb, srv, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    struct net_listener_config lcfg = {
+        .component = COMPONENT,
+        .allowed_key = "director.ring.allowed_nets",
+        .allowed = &srv->allowed, /* empty: nobody */
+        .accept = accept_cb,
+        .arg = srv,
+    };
+    srv->listener = net_listener_new(base, fd, &lcfg, err);
     if (srv->listener == NULL) {
-        close(fd);
         cidr_list_free(&srv->allowed);
         ring_secret_free(srv->secret);
         free(srv);
-        petrel_error_set(err, PETREL_ERR_IO, "cannot listen on %s", cfg->ring_listen);
         return NULL;
     }
     srv->reaper = event_new(base, -1, 0, reap_cb, srv);
@@ -790,10 +792,8 @@ const char *ring_server_address(const struct ring_server *srv)
 
 void ring_server_stop_accepting(struct ring_server *srv)
 {
-    if (srv->listener != NULL) {
-        evconnlistener_free(srv->listener);
-        srv->listener = NULL;
-    }
+    net_listener_free(srv->listener);
+    srv->listener = NULL;
 }
 
 size_t ring_server_client_count(const struct ring_server *srv)

@@ -32,6 +32,8 @@ void warden_config_defaults(struct warden_config *cfg)
     cfg->allowed_nets = strv(nets);
     cfg->socket_mode = 0666;
     cfg->max_connections = 1024;
+    cfg->max_connections_per_ip = 128;
+    cfg->handshake_timeout_ms = 10000;
     cfg->max_sessions = 1000000;
     cfg->max_line_length = 16384;
     cfg->penalty_decay_ms = 300 * 1000;
@@ -60,9 +62,17 @@ static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *no
 bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                         struct warden_config *cfg)
 {
-    static const char *const keys[] = {"listen",          "allowed_nets",    "socket_mode",
-                                       "max_connections", "max_sessions",    "max_line_length",
-                                       "penalty_decay",   "penalty_max_ips", NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "socket_mode",
+                                       "max_connections",
+                                       "max_connections_per_ip",
+                                       "handshake_timeout",
+                                       "max_sessions",
+                                       "max_line_length",
+                                       "penalty_decay",
+                                       "penalty_max_ips",
+                                       NULL};
     const char *p = SECTION;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -73,6 +83,8 @@ bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, boo
            listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) &&
            listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) &&
            cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) &&
+           listen_config_read_client_limits(ctx, node, p, &cfg->max_connections_per_ip,
+                                            &cfg->handshake_timeout_ms) &&
            cfg_int(ctx, node, p, "max_sessions", 1, 100000000, &cfg->max_sessions) &&
            cfg_int(ctx, node, p, "max_line_length", WARDEN_LINE_MIN, WARDEN_LINE_MAX,
                    &cfg->max_line_length) &&
@@ -87,9 +99,11 @@ void warden_config_print(const struct warden_config *cfg, FILE *out)
     yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
     fprintf(out, "  socket_mode: \"%04llo\"\n", (unsigned long long)cfg->socket_mode);
     fprintf(out,
-            "  max_connections: %lld\n  max_sessions: %lld\n  max_line_length: %lld\n"
+            "  max_connections: %lld\n  max_connections_per_ip: %lld\n"
+            "  handshake_timeout: %lldms\n  max_sessions: %lld\n  max_line_length: %lld\n"
             "  penalty_decay: %lldms\n  penalty_max_ips: %lld\n",
-            (long long)cfg->max_connections, (long long)cfg->max_sessions,
+            (long long)cfg->max_connections, (long long)cfg->max_connections_per_ip,
+            (long long)cfg->handshake_timeout_ms, (long long)cfg->max_sessions,
             (long long)cfg->max_line_length, (long long)cfg->penalty_decay_ms,
             (long long)cfg->penalty_max_ips);
 }

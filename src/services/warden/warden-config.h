@@ -16,6 +16,8 @@ struct warden_config {
     char **allowed_nets; /* TCP clients allowed to connect */
     int64_t socket_mode; /* permissions of Unix sockets */
     int64_t max_connections;
+    int64_t max_connections_per_ip; /* 0 = no cap */
+    int64_t handshake_timeout_ms;   /* until the first request; 0 = none */
     int64_t max_sessions;
     int64_t max_line_length;
     int64_t penalty_decay_ms;
