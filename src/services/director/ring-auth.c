@@ -94,6 +94,16 @@ static bool read_file(const char *path, const char *what, char **out, struct pet
                                 "%s: the ring secret file %s is larger than %d bytes", what, path,
                                 RING_SECRET_MAX);
     }
+    if (memchr(data, '\0', n) != NULL) {
+        /* strlen() would cut the secret at the NUL: a raw binary file (`openssl rand 32`)
+         * would silently become a short or empty secret */
+        OPENSSL_cleanse(data, RING_SECRET_MAX + 1);
+        free(data);
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "%s: the ring secret file %s holds a NUL byte: write the secret "
+                                "as text (e.g. `openssl rand -hex 32`)",
+                                what, path);
+    }
     size_t start = 0;
     while (start < n && isspace((unsigned char)data[start]))
         start++;
