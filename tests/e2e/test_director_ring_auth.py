@@ -293,7 +293,7 @@ def test_defaults_loopback_allow_list_and_secret_never_printed(tmp_path):
     cfg["director"]["ring"]["secret_file"] = str(secret_file)
     ring = check_config(cfg)
     assert str(secret_file) in ring and "allow_unauthenticated: false" in ring
-    assert "auth_timeout: 5000ms" in ring
+    assert "auth_timeout: 5000ms" in ring and "max_pending_per_address: 16" in ring
 
 
 # ---------- an attacker on the ring port ----------
@@ -410,7 +410,7 @@ def _rss_kb(pid):
 
 
 def test_hostile_unauthenticated_connections_are_bounded(director):
-    d = director(auth_timeout="500ms")
+    d = director(auth_timeout="500ms", max_pending_per_address=1000)
     pid = d.d.pid
     RingClient(d.ring, "login", "warm").close()  # first-use allocations out of the way
     fds0, rss0 = _fds(pid), _rss_kb(pid)
@@ -561,6 +561,37 @@ def test_a_peer_that_cannot_prove_the_secret_is_not_believed(petreld, mode):
         assert 'msg="peer failed authentication"' in log
         if mode == "none":
             assert "offers no challenge" in log
+        if mode == "skip":
+            assert "it sent HOST instead of AUTH-OK" in log
         assert not any(p in log for p in fake.proofs) and SECRET not in log
     finally:
         fake.close()
+
+
+def test_one_address_cannot_hold_every_slot(director):
+    """Connections that never authenticate are bounded per client address
+    (ring.max_pending_per_address), so one address cannot take every
+    ring.max_clients slot and lock the monitor, proxies and peers out."""
+    d = director(max_clients=20, max_pending_per_address=8)
+    hold = [raw(d) for _ in range(8)]  # from 127.0.0.1, never authenticating
+    # the ninth from that address is closed at accept, before any VERSION
+    c = RingClient(d.ring, hello=False, timeout=5)
+    assert c.closed() and c.buf == b""
+    # another address still gets in and is served
+    other = RingClient(d.ring, "monitor", "mon", source="127.0.0.2")
+    other.send("PING", "t")
+    assert other.recv_until("PONG")[1] == "t"
+    # a held connection that authenticates no longer counts: its address gets a slot
+    assert hold[0].authenticate()[0] == "AUTH-OK"
+    hold[0].send("HELLO", "login", "held")
+    hold[0].recv_until("DONE")
+    assert RingClient(d.ring, "login", "again").lookup(1, "bob")[0] == "LOOKUP-OK"
+    extra = raw(d)  # 7 held and this one: the address is at its limit again
+    c = RingClient(d.ring, hello=False, timeout=5)
+    assert c.closed() and c.buf == b""
+    assert d.d.stderr().count("max_pending_per_address reached") == 2
+    # closed connections give their slots back
+    for h in hold[1:] + [extra]:
+        h.close()
+    wait_for(lambda: RingClient(d.ring, "login", "later").lookup(2, "bob")[0] == "LOOKUP-OK",
+             timeout=5, what="the address's slots back")
