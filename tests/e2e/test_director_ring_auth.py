@@ -478,9 +478,9 @@ def test_an_authenticated_client_keeps_to_its_kind(director):
 
 class FakePeer:
     """A ring listener at a peer's address that does not know the secret:
-    `mode` "none" offers no challenge (a downgrade), "wrong" answers AUTH
-    with a proof made from another secret, "right" with the real one (the
-    control). Each then sends a handshake that would flush 10.0.0.1 and add
+    `mode` "none" offers no challenge (a downgrade), "skip" offers one but
+    never sends AUTH-OK, "wrong" answers AUTH with a proof made from another
+    secret, "right" with the real one (the control). Each then sends a handshake that would flush 10.0.0.1 and add
     10.0.0.9 if the director took it."""
 
     def __init__(self, mode):
@@ -531,7 +531,10 @@ class FakePeer:
             client_nonce = auth.split("\t")[2]
             secret = SECRET if self.mode == "right" else "not-the-ring-secret-0000"
             self.proofs.append(auth_proof(secret, "server", nonce, client_nonce))
-            c.sendall(encode("AUTH-OK", self.proofs[-1]) + handshake)
+            if self.mode == "skip":
+                c.sendall(handshake)
+            else:
+                c.sendall(encode("AUTH-OK", self.proofs[-1]) + handshake)
         end = time.monotonic() + 1
         while time.monotonic() < end and c.recv(4096):
             pass
@@ -542,7 +545,7 @@ class FakePeer:
         self.srv.close()
 
 
-@pytest.mark.parametrize("mode", ["none", "wrong", "right"])
+@pytest.mark.parametrize("mode", ["none", "skip", "wrong", "right"])
 def test_a_peer_that_cannot_prove_the_secret_is_not_believed(petreld, mode):
     fake = FakePeer(mode)
     try:

@@ -176,6 +176,9 @@ static void handle_line(struct director_link *link, char *text, size_t len)
     }
     if (link->awaiting_auth_ok) {
         if (m.type != RING_MSG_AUTH_OK) {
+            log_warn(COMPONENT, "peer failed authentication",
+                     "peer=%s reason=\"it sent %s instead of AUTH-OK\"", link->addr,
+                     ring_msg_verb(m.type));
             fail(link, "AUTH-OK expected from the peer");
             return;
         }
