@@ -80,6 +80,8 @@ static bool read_file(const char *path, const char *what, char **out, struct pet
     if (f == NULL)
         return petrel_error_set(err, PETREL_ERR_IO, "%s: cannot read the ring secret file %s: %s",
                                 what, path, strerror(errno));
+    /* unbuffered: no copy of the secret left in a stdio buffer that fclose frees unwiped */
+    setvbuf(f, NULL, _IONBF, 0);
     char *data = xmalloc(RING_SECRET_MAX + 1);
     size_t n = fread(data, 1, RING_SECRET_MAX + 1, f);
     bool bad = ferror(f) != 0;
