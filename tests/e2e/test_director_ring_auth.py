@@ -421,8 +421,12 @@ def test_hostile_unauthenticated_connections_are_bounded(director):
         c.send_raw(b"AUTH\thmac-sha256\t" + b"a" * (4 << 20))
     except OSError:
         pass  # closed while we were still sending
-    assert c.recv() == ["ERROR", "line too long"]
+    try:
+        assert c.recv() == ["ERROR", "line too long"]
+    except ConnectionResetError:
+        pass  # the RST for the unread rest of the line may overtake the ERROR line
     assert c.closed() and time.monotonic() - t0 < 3
+    assert 'reason="line too long"' in d.d.stderr()
     # slow-loris: a byte every 50 ms does not stretch auth_timeout
     c = raw(d)
     t0 = time.monotonic()
