@@ -309,15 +309,17 @@ class FakeDirector:
     VERSION carries a challenge and a monitor must answer with AUTH before
     HELLO; `secret=None` is an old (1.0) director without authentication;
     `server_secret` makes it prove another secret than it checks (a director
-    impostor that recorded a proof)."""
+    impostor that recorded a proof); `skip_auth_ok` checks AUTH but goes on
+    to the handshake without proving anything (no AUTH-OK)."""
 
     def __init__(self, backends=None, answer_ping=True, react=True, version=None,
-                 secret=SECRET, server_secret=None):
+                 secret=SECRET, server_secret=None, skip_auth_ok=False):
         self.backends = {ip: dict(b) for ip, b in (backends or {}).items()}
         self.answer_ping = answer_ping
         self.react = react
         self.secret = secret
         self.server_secret = server_secret if server_secret is not None else secret
+        self.skip_auth_ok = skip_auth_ok
         self.version = version or ("1\t1" if secret is not None else "1\t0")
         self.auth_failures = 0  # AUTH lines with a wrong proof, or HELLO without AUTH
         self.auth_wrong_proof = 0  # of those: AUTH lines whose proof is wrong
@@ -455,8 +457,9 @@ class FakeDirector:
                     return
                 with self.lock:
                     self.auth_ok += 1
-                conn.sendall(ring_line("AUTH-OK",
-                                       auth_proof(self.server_secret, "server", nonce, auth[2])))
+                if not self.skip_auth_ok:
+                    conn.sendall(ring_line("AUTH-OK", auth_proof(self.server_secret, "server",
+                                                                 nonce, auth[2])))
                 hello = f.readline()
             if not version.startswith(b"VERSION\tpetrel-ring\t1\t") or not hello.startswith(b"HELLO\t"):
                 conn.sendall(ring_line("ERROR", "bad handshake"))

@@ -98,12 +98,14 @@ def answer_challenge(version_fields, secret=SECRET, client_nonce=None):
 
 class RingClient:
     """One connection. `hello=False` stops after the director's VERSION (kept
-    in self.version); `secret=None` says HELLO without authenticating."""
+    in self.version); `secret=None` says HELLO without authenticating; `source`
+    is the local address to connect from."""
 
     def __init__(self, addr, kind="login", name="pytest", timeout=10, hello=True,
-                 secret=SECRET):
+                 secret=SECRET, source=None):
         host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.buf = b""
         self.hosts = []
         self.users = []  # USER lines (a `director` client's handshake)

@@ -13,13 +13,15 @@ ring.allow_unauthenticated says so, and then the old behaviour holds; two
 directors with different secrets do not link."""
 
 import os
+import socket
+import threading
 import time
 
 import pytest
 
 from conftest import default_config, free_port, http_request, merge, run_petreld, to_yaml, \
     wait_for
-from ringproto import SECRET, RingClient, auth_proof, encode, params
+from ringproto import SECRET, RingClient, auth_proof, encode, params, user_hash
 
 TOKEN = "ring-auth-test-token"
 BACKENDS = [{"ip": "10.0.0.1", "port": 143}, {"ip": "10.0.0.2", "port": 143}]
@@ -291,4 +293,312 @@ def test_defaults_loopback_allow_list_and_secret_never_printed(tmp_path):
     cfg["director"]["ring"]["secret_file"] = str(secret_file)
     ring = check_config(cfg)
     assert str(secret_file) in ring and "allow_unauthenticated: false" in ring
-    assert "auth_timeout: 5000ms" in ring
+    assert "auth_timeout: 5000ms" in ring and "max_pending_per_address: 16" in ring
+
+
+# ---------- an attacker on the ring port ----------
+
+def _every_verb(now):
+    """One well-formed line of every verb in the codec's table (plus an
+    unknown one): none may have an effect before AUTH."""
+    origin = "10.9.9.9:9102"
+    return [
+        encode("HELLO", "monitor", "m"), encode("HELLO", "login", "l"),
+        encode("HELLO", "director", origin),
+        encode("HOST", "10.0.0.9", 143, "", 10, "up", now),
+        encode("DONE"),
+        encode("RING-CHANGE", "down", "10.0.0.1", 143, "", 100, now + 5, origin, 2 ** 62),
+        encode("RING-CHANGE", "up", "10.0.0.9", 143, "", 100, now + 5, origin, 2 ** 62),
+        encode("USER-MOVED", "alice", user_hash("alice"), "10.0.0.2", 143, origin, 2 ** 62),
+        encode("USER-KICKED", "alice", user_hash("alice"), origin, 2 ** 62),
+        encode("USER", user_hash("alice"), "10.0.0.2", 143, now + 3600, 0),
+        encode("LOOKUP", 1, "alice"),
+        encode("LOOKUP-OK", 1, "10.0.0.1", 143, "", "sticky"),
+        encode("LOOKUP-FAIL", 1, "killing"),
+        encode("SESSION-START", "s1", "alice", "10.0.0.1", "imap"),
+        encode("SESSION-END", "s1"),
+        encode("BACKEND-FLUSH", "10.0.0.1", "reason=x"), encode("BACKEND-UP", "10.0.0.1"),
+        encode("PING", "x"), encode("PONG", "x"), encode("ERROR", "x"),
+        encode("AUTH-OK", "0" * 64),
+        encode("VERSION", "petrel-ring", 1, 1),
+        encode("NOSUCHVERB", "x"),
+    ]
+
+
+def test_no_verb_has_an_effect_before_auth(director):
+    d = director()
+    login = RingClient(d.ring, "login", "proxy")
+    home = login.lookup(1, "alice")
+    assert home[0] == "LOOKUP-OK"
+    now = int(time.time())
+    for first in (b"", encode("VERSION", "petrel-ring", 1, 1)):
+        for line in _every_verb(now):
+            if first == b"" and line.startswith(b"VERSION\t"):
+                continue  # that is the expected first line
+            c = raw(d)
+            c.send_raw(first + line + encode("HELLO", "monitor", "m")
+                       + encode("BACKEND-FLUSH", "10.0.0.2"))
+            got = c.recv()
+            assert got[0] == "ERROR", (first, line, got)
+            assert c.closed(), (first, line)
+            assert c.buf == b"", (first, line, c.buf)  # nothing after the ERROR
+    assert d.backends() == {"10.0.0.1": True, "10.0.0.2": True}
+    assert login.lookup(2, "alice")[2:4] == home[2:4]  # not moved, not kicked
+    log = d.d.stderr()
+    assert log.count("ring client connected") == 1  # the login client only
+    assert "monitor reports" not in log and "peer change" not in log
+    login.close()
+
+
+def test_auth_twice_and_malformed_auth_lines(director):
+    d = director()
+    # AUTH again after AUTH-OK, before and after HELLO
+    c = raw(d)
+    assert c.authenticate()[0] == "AUTH-OK"
+    c.send("AUTH", "hmac-sha256", os.urandom(32).hex(), "0" * 64)
+    assert c.recv() == ["ERROR", "AUTH already done: HELLO expected"] and c.closed()
+    c = RingClient(d.ring, "monitor", "m")
+    c.send("AUTH", "hmac-sha256", os.urandom(32).hex(), "0" * 64)
+    assert c.recv() == ["ERROR", "AUTH is not accepted from monitor clients"]
+    # malformed AUTH lines: each refused and closed, the right one still works
+    def good(sn, cn=None):
+        cn = cn or os.urandom(32).hex()
+        return cn, auth_proof(SECRET, "client", sn, cn)
+    cases = [
+        lambda sn: encode("AUTH", "hmac-sha256", good(sn)[0] + "0", good(sn)[1]),  # long nonce
+        lambda sn: encode("AUTH", "hmac-sha256", good(sn)[0][:-1], good(sn)[1]),  # short nonce
+        lambda sn: encode("AUTH", "hmac-sha256", *map(str.upper, good(sn))),  # upper case
+        lambda sn: encode("AUTH", "hmac-sha256", "g" * 64, good(sn)[1]),  # not hex
+        lambda sn: encode("AUTH", "hmac-sha256", *good(sn)[::-1]),  # fields swapped
+        lambda sn: encode("AUTH", "HMAC-SHA256", *good(sn)),  # another mechanism
+        lambda sn: encode("AUTH", "hmac-sha256", good(sn)[0], good(sn)[1] + "00" * 500),
+        lambda sn: encode("AUTH", "hmac-sha256", good(sn)[0], good(sn)[1][:32] + "\t"
+                          + good(sn)[1][33:]),  # an escaped TAB inside the proof
+        lambda sn: (lambda cn, p: b"AUTH\thmac-sha256\t" + cn.encode() + b"\t" + p[:10].encode()
+                    + b"\0" + p[11:].encode() + b"\n")(*good(sn)),  # a NUL byte
+        lambda sn: (lambda cn, p: b"AUTH\thmac-sha256\t" + cn.encode() + b"\t\\x"
+                    + p[2:].encode() + b"\n")(*good(sn)),  # an unknown escape
+    ]
+    for i, make in enumerate(cases):
+        c = raw(d)
+        sn = params(c.version[4:])["nonce"]
+        c.send_raw(encode("VERSION", "petrel-ring", 1, 1) + make(sn)
+                   + encode("HELLO", "monitor", "m") + encode("BACKEND-FLUSH", "10.0.0.1"))
+        got = c.recv()
+        assert got[0] == "ERROR", (i, got)
+        assert c.closed(), i
+    # the director's nonce echoed as the client's, even with a proof made with the secret:
+    # refused as such (the role label alone already keeps it from being a reflection)
+    c = raw(d)
+    sn = params(c.version[4:])["nonce"]
+    c.send_raw(encode("VERSION", "petrel-ring", 1, 1)
+               + encode("AUTH", "hmac-sha256", sn, auth_proof(SECRET, "client", sn, sn)))
+    assert c.recv() == ["ERROR", "authentication failed: the client nonce must be fresh"]
+    assert c.closed()
+    assert d.backends() == {"10.0.0.1": True, "10.0.0.2": True}
+    assert RingClient(d.ring, "login", "after").lookup(1, "bob")[0] == "LOOKUP-OK"
+    assert SECRET not in d.d.stderr()
+
+
+def _fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+
+
+def test_hostile_unauthenticated_connections_are_bounded(director):
+    d = director(auth_timeout="500ms", max_pending_per_address=1000)
+    pid = d.d.pid
+    RingClient(d.ring, "login", "warm").close()  # first-use allocations out of the way
+    fds0, rss0 = _fds(pid), _rss_kb(pid)
+    # a huge line before AUTH: refused at max_line, not buffered
+    c = raw(d)
+    t0 = time.monotonic()
+    try:
+        c.send_raw(b"AUTH\thmac-sha256\t" + b"a" * (4 << 20))
+    except OSError:
+        pass  # closed while we were still sending
+    try:
+        assert c.recv() == ["ERROR", "line too long"]
+    except ConnectionResetError:
+        pass  # the RST for the unread rest of the line may overtake the ERROR line
+    assert c.closed() and time.monotonic() - t0 < 3
+    assert 'reason="line too long"' in d.d.stderr()
+    # slow-loris: a byte every 50 ms does not stretch auth_timeout
+    c = raw(d)
+    t0 = time.monotonic()
+    line = encode("VERSION", "petrel-ring", 1, 1) + b"AUTH\thmac-sha256\t"
+    closed = False
+    for i in range(60):
+        try:
+            c.send_raw(line[i % len(line):i % len(line) + 1])
+        except OSError:
+            closed = True
+            break
+        time.sleep(0.05)
+    assert closed or c.closed(timeout=1)
+    assert time.monotonic() - t0 < 2.5
+    # 300 connections that never authenticate: all closed after auth_timeout
+    conns = [raw(d) for _ in range(300)]
+    assert _fds(pid) >= fds0 + 250
+    for c in conns:
+        assert c.recv(timeout=5)[0] == "ERROR" and c.closed()
+        c.close()
+    wait_for(lambda: _fds(pid) <= fds0 + 2, timeout=5, what="descriptors returned")
+    assert _rss_kb(pid) < rss0 + 16 * 1024, (rss0, _rss_kb(pid))
+    assert RingClient(d.ring, "login", "after").lookup(1, "bob")[0] == "LOOKUP-OK"
+
+
+def test_an_authenticated_client_keeps_to_its_kind(director):
+    """One secret for every kind (docs/ring-protocol.md): what a kind may send
+    is still checked after AUTH."""
+    d = director()
+    now = int(time.time())
+    mon = RingClient(d.ring, "monitor", "mon")
+    login = RingClient(d.ring, "login", "proxy")
+    home = login.lookup(1, "alice")
+    peer_only = [
+        ("RING-CHANGE", "down", "10.0.0.1", 143, "", 100, now + 5, "10.9.9.9:9102", 1),
+        ("USER-MOVED", "alice", user_hash("alice"), "10.0.0.2", 143, "10.9.9.9:9102", 2),
+        ("USER-KICKED", "alice", user_hash("alice"), "10.9.9.9:9102", 3),
+        ("USER", user_hash("alice"), "10.0.0.2", 143, now + 3600, 0),
+        ("HOST", "10.0.0.9", 143, "", 10, "up", now),
+    ]
+    for fields in peer_only + [("LOOKUP", 7, "alice"), ("SESSION-START", "s", "alice",
+                                                         "10.0.0.1", "imap")]:
+        mon.send(*fields)
+        assert mon.recv_until("ERROR")[1] == f"{fields[0]} is not accepted from monitor clients"
+    for fields in peer_only + [("BACKEND-FLUSH", "10.0.0.1"), ("BACKEND-UP", "10.0.0.1")]:
+        login.send(*fields)
+        assert login.recv_until("ERROR")[1] == f"{fields[0]} is not accepted from login clients"
+    assert d.backends() == {"10.0.0.1": True, "10.0.0.2": True}
+    assert login.lookup(2, "alice")[2:4] == home[2:4]
+
+
+# ---------- a fake peer director ----------
+
+class FakePeer:
+    """A ring listener at a peer's address that does not know the secret:
+    `mode` "none" offers no challenge (a downgrade), "skip" offers one but
+    never sends AUTH-OK, "wrong" answers AUTH with a proof made from another
+    secret, "right" with the real one (the control). Each then sends a handshake that would flush 10.0.0.1 and add
+    10.0.0.9 if the director took it."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.2", 0))
+        self.srv.listen(8)
+        self.srv.settimeout(0.1)
+        self.addr = f"127.0.0.2:{self.srv.getsockname()[1]}"
+        self.dials = 0
+        self.proofs = []  # the AUTH-OK proofs sent (none may be logged)
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop:
+            try:
+                c, _ = self.srv.accept()
+            except (socket.timeout, OSError):
+                continue
+            self.dials += 1
+            try:
+                self._serve(c)
+            except OSError:
+                pass
+            c.close()
+
+    def _serve(self, c):
+        c.settimeout(2)
+        now = int(time.time())
+        handshake = (encode("HOST", "10.0.0.1", 143, "", 100, "flush", now + 60)
+                     + encode("HOST", "10.0.0.9", 143, "", 100, "up", now + 60) + encode("DONE"))
+        if self.mode == "none":
+            c.sendall(encode("VERSION", "petrel-ring", 1, 0) + handshake)
+        else:
+            nonce = os.urandom(32).hex()
+            c.sendall(encode("VERSION", "petrel-ring", 1, 1, "auth=hmac-sha256",
+                             f"nonce={nonce}"))
+            buf = b""
+            while b"HELLO" not in buf:
+                data = c.recv(4096)
+                if not data:
+                    return
+                buf += data
+            auth = next(ln for ln in buf.decode().split("\n") if ln.startswith("AUTH\t"))
+            client_nonce = auth.split("\t")[2]
+            secret = SECRET if self.mode == "right" else "not-the-ring-secret-0000"
+            self.proofs.append(auth_proof(secret, "server", nonce, client_nonce))
+            if self.mode == "skip":
+                c.sendall(handshake)
+            else:
+                c.sendall(encode("AUTH-OK", self.proofs[-1]) + handshake)
+        end = time.monotonic() + 1
+        while time.monotonic() < end and c.recv(4096):
+            pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.srv.close()
+
+
+@pytest.mark.parametrize("mode", ["none", "skip", "wrong", "right"])
+def test_a_peer_that_cannot_prove_the_secret_is_not_believed(petreld, mode):
+    fake = FakePeer(mode)
+    try:
+        cfg = director_cfg({"reconnect_min": "50ms", "reconnect_max": "100ms",
+                            "peer_timeout": "1s"}, peers=[fake.addr])
+        d = Director(petreld(cfg, env={"DIRECTOR_API_TOKEN": TOKEN,
+                                       "DIRECTOR_RING_SECRET": SECRET}))
+        if mode == "right":  # the control: the same handshake is taken from a real peer
+            wait_for(lambda: d.backends().get("10.0.0.9") is True
+                     and d.backends()["10.0.0.1"] is False, timeout=10, what="the merge")
+            return
+        wait_for(lambda: fake.dials >= 3, timeout=10, what="three dials")
+        assert d.backends() == {"10.0.0.1": True, "10.0.0.2": True}
+        log = d.d.stderr()
+        # at the default log level: an operator sees why the peer is not linked
+        assert 'msg="peer failed authentication"' in log
+        if mode == "none":
+            assert "offers no challenge" in log
+        if mode == "skip":
+            assert "it sent HOST instead of AUTH-OK" in log
+        assert not any(p in log for p in fake.proofs) and SECRET not in log
+    finally:
+        fake.close()
+
+
+def test_one_address_cannot_hold_every_slot(director):
+    """Connections that never authenticate are bounded per client address
+    (ring.max_pending_per_address), so one address cannot take every
+    ring.max_clients slot and lock the monitor, proxies and peers out."""
+    d = director(max_clients=20, max_pending_per_address=8)
+    hold = [raw(d) for _ in range(8)]  # from 127.0.0.1, never authenticating
+    # the ninth from that address is closed at accept, before any VERSION
+    c = RingClient(d.ring, hello=False, timeout=5)
+    assert c.closed() and c.buf == b""
+    # another address still gets in and is served
+    other = RingClient(d.ring, "monitor", "mon", source="127.0.0.2")
+    other.send("PING", "t")
+    assert other.recv_until("PONG")[1] == "t"
+    # a held connection that authenticates no longer counts: its address gets a slot
+    assert hold[0].authenticate()[0] == "AUTH-OK"
+    hold[0].send("HELLO", "login", "held")
+    hold[0].recv_until("DONE")
+    assert RingClient(d.ring, "login", "again").lookup(1, "bob")[0] == "LOOKUP-OK"
+    extra = raw(d)  # 7 held and this one: the address is at its limit again
+    c = RingClient(d.ring, hello=False, timeout=5)
+    assert c.closed() and c.buf == b""
+    assert d.d.stderr().count("max_pending_per_address reached") == 2
+    # closed connections give their slots back
+    for h in hold[1:] + [extra]:
+        h.close()
+    wait_for(lambda: RingClient(d.ring, "login", "later").lookup(2, "bob")[0] == "LOOKUP-OK",
+             timeout=5, what="the address's slots back")

@@ -522,6 +522,14 @@ def test_monitor_authenticates_and_checks_the_director(monitor, fakes):
     assert metric(d, "petrel_monitor_director_connected") == 0
     assert impostor.reports() == []
 
+    # a director that takes AUTH but sends its handshake without AUTH-OK
+    silent = fakes(FakeDirector({"127.0.0.2": {}}, skip_auth_ok=True))
+    d = monitor(silent, imap_tls=False)
+    wait_for(lambda: "AUTH-OK expected from the director" in d.stderr(), timeout=10,
+             what="a director without AUTH-OK refused")
+    assert metric(d, "petrel_monitor_director_connected") == 0
+    assert silent.reports() == []
+
     old = fakes(FakeDirector({"127.0.0.2": {}}, secret=None))
     d = monitor(old, imap_tls=False)
     wait_for(lambda: "the director does not authenticate" in d.stderr(), timeout=10,

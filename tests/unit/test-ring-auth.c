@@ -178,6 +178,18 @@ static void test_secret_sources_and_limits(void **state)
     assert_false(ring_secret_load("", "TEST_RING_SECRET", "k", &s, &err));
     assert_non_null(strstr(err.message, path));
     unsetenv("TEST_RING_SECRET_FILE");
+    /* a binary file (`openssl rand 32`): refused rather than cut at its first NUL */
+    path = write_file(SECRET);
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("x", f);
+    fputc('\0', f);
+    fputs("tail-of-the-secret", f);
+    fclose(f);
+    assert_false(ring_secret_load(path, "TEST_RING_SECRET", "k", &s, &err));
+    assert_non_null(strstr(err.message, "NUL byte"));
+    assert_null(strstr(err.message, SECRET));
+    unlink(path);
     /* too short: refused, and the message does not show it */
     setenv("TEST_RING_SECRET", "short-secret", 1);
     assert_false(ring_secret_load("", "TEST_RING_SECRET", "k", &s, &err));

@@ -52,6 +52,7 @@ void director_config_defaults(struct director_config *cfg)
     cfg->ring_auth_timeout_ms = 5000;
     cfg->ring_handshake_timeout_ms = 10000;
     cfg->ring_max_clients = 1024;
+    cfg->ring_max_pending_per_address = 16;
     cfg->ring_max_line = 8192;
     cfg->ring_max_output = 4 * 1024 * 1024;
     cfg->ring_max_sessions_per_client = 100000;
@@ -230,6 +231,7 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
                                        "auth_timeout",
                                        "handshake_timeout",
                                        "max_clients",
+                                       "max_pending_per_address",
                                        "max_line",
                                        "max_output",
                                        "max_sessions_per_client",
@@ -253,6 +255,8 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_duration_ms(ctx, node, p, "handshake_timeout", 100, 3600000,
                          &cfg->ring_handshake_timeout_ms) ||
         !cfg_int(ctx, node, p, "max_clients", 1, 1000000, &cfg->ring_max_clients) ||
+        !cfg_int(ctx, node, p, "max_pending_per_address", 1, 1000000,
+                 &cfg->ring_max_pending_per_address) ||
         !cfg_int(ctx, node, p, "max_line", 512, 1024 * 1024, &cfg->ring_max_line) ||
         !cfg_int(ctx, node, p, "max_output", 64 * 1024, (int64_t)1 << 30, &cfg->ring_max_output) ||
         !cfg_int(ctx, node, p, "max_sessions_per_client", 0, 100000000,
@@ -464,11 +468,12 @@ void director_config_print(const struct director_config *cfg, FILE *out)
             cfg->ring_allow_unauthenticated ? "true" : "false",
             (long long)cfg->ring_auth_timeout_ms);
     fprintf(out,
-            "    handshake_timeout: %lldms\n    max_clients: %lld\n    max_line: %lld\n"
+            "    handshake_timeout: %lldms\n    max_clients: %lld\n"
+            "    max_pending_per_address: %lld\n    max_line: %lld\n"
             "    max_output: %lld\n    max_sessions_per_client: %lld\n",
             (long long)cfg->ring_handshake_timeout_ms, (long long)cfg->ring_max_clients,
-            (long long)cfg->ring_max_line, (long long)cfg->ring_max_output,
-            (long long)cfg->ring_max_sessions_per_client);
+            (long long)cfg->ring_max_pending_per_address, (long long)cfg->ring_max_line,
+            (long long)cfg->ring_max_output, (long long)cfg->ring_max_sessions_per_client);
     fprintf(out,
             "    reconnect_min: %lldms\n    reconnect_max: %lldms\n    peer_timeout: %lldms\n    "
             "ping_interval: %lldms\n",

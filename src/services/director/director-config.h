@@ -47,6 +47,7 @@ struct director_config {
     int64_t ring_auth_timeout_ms;    /* accept -> authenticated, else closed */
     int64_t ring_handshake_timeout_ms;
     int64_t ring_max_clients;
+    int64_t ring_max_pending_per_address; /* connections of one address still in the handshake */
     int64_t ring_max_line;
     int64_t ring_max_output;
     int64_t ring_max_sessions_per_client;

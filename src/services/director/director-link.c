@@ -110,6 +110,11 @@ static void authenticate(struct director_link *link, const struct ring_msg *vers
 {
     if (version->version.auth == NULL || strcmp(version->version.auth, RING_AUTH_MECH) != 0 ||
         version->version.nonce == NULL) {
+        /* at warn, like a wrong AUTH-OK: a failed dial alone is only logged at debug */
+        log_warn(COMPONENT, "peer failed authentication",
+                 "peer=%s reason=\"it offers no challenge (no auth=" RING_AUTH_MECH
+                 " in its VERSION)\"",
+                 link->addr);
         fail(link, "the peer does not authenticate (no auth=" RING_AUTH_MECH
                    " in its VERSION): give it the same director.ring.secret_file");
         return;
@@ -171,6 +176,9 @@ static void handle_line(struct director_link *link, char *text, size_t len)
     }
     if (link->awaiting_auth_ok) {
         if (m.type != RING_MSG_AUTH_OK) {
+            log_warn(COMPONENT, "peer failed authentication",
+                     "peer=%s reason=\"it sent %s instead of AUTH-OK\"", link->addr,
+                     ring_msg_verb(m.type));
             fail(link, "AUTH-OK expected from the peer");
             return;
         }

@@ -80,6 +80,8 @@ static bool read_file(const char *path, const char *what, char **out, struct pet
     if (f == NULL)
         return petrel_error_set(err, PETREL_ERR_IO, "%s: cannot read the ring secret file %s: %s",
                                 what, path, strerror(errno));
+    /* unbuffered: no copy of the secret left in a stdio buffer that fclose frees unwiped */
+    setvbuf(f, NULL, _IONBF, 0);
     char *data = xmalloc(RING_SECRET_MAX + 1);
     size_t n = fread(data, 1, RING_SECRET_MAX + 1, f);
     bool bad = ferror(f) != 0;
@@ -93,6 +95,16 @@ static bool read_file(const char *path, const char *what, char **out, struct pet
         return petrel_error_set(err, PETREL_ERR_INVALID,
                                 "%s: the ring secret file %s is larger than %d bytes", what, path,
                                 RING_SECRET_MAX);
+    }
+    if (memchr(data, '\0', n) != NULL) {
+        /* strlen() would cut the secret at the NUL: a raw binary file (`openssl rand 32`)
+         * would silently become a short or empty secret */
+        OPENSSL_cleanse(data, RING_SECRET_MAX + 1);
+        free(data);
+        return petrel_error_set(err, PETREL_ERR_INVALID,
+                                "%s: the ring secret file %s holds a NUL byte: write the secret "
+                                "as text (e.g. `openssl rand -hex 32`)",
+                                what, path);
     }
     size_t start = 0;
     while (start < n && isspace((unsigned char)data[start]))

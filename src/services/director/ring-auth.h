@@ -49,7 +49,8 @@ bool ring_auth_check(const char *secret, size_t secret_len, enum ring_auth_role 
  * the variable `<env>_FILE`, else the variable `env` itself (the same order
  * as the director's API token). Surrounding white space is trimmed. *out is
  * a fresh string, "" when none is configured. False with err when a named
- * file cannot be read or is larger than RING_SECRET_MAX, or when the secret
+ * file cannot be read, is larger than RING_SECRET_MAX or holds a NUL byte
+ * (the secret is text), or when the secret
  * is shorter than RING_SECRET_MIN bytes. `what` names the setting in
  * messages ("director.ring.secret_file"). The secret is never put in err. */
 bool ring_secret_load(const char *file, const char *env, const char *what, char **out,

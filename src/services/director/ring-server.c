@@ -26,6 +26,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +47,12 @@ struct ring_conn {
     struct bufferevent *bev;
     struct event *handshake_timer;
     char peer[64];
+    char ip[64]; /* the client's address without the port */
     char name[RING_NAME_MAX + 1];
     enum conn_state state;
     enum ring_kind kind;
     bool authenticated;
+    bool pending; /* counted in srv->pending (before READY) */
     /* this connection's challenge ("" without a secret) */
     char nonce[RING_AUTH_HEX_LEN + 1];
     bool closing; /* no more reading; freed once its output has left */
@@ -76,6 +79,9 @@ struct ring_server {
     ring_peer_change_fn peer_fn;
     void *peer_ctx;
     char *secret; /* "" = no authentication (ring.allow_unauthenticated) */
+    /* client ip -> its connections still in the handshake (uintptr_t), bounded by
+     * ring.max_pending_per_address */
+    struct smap *pending;
 };
 
 /* Lookups take microseconds: finer buckets than the request latencies. */
@@ -85,9 +91,40 @@ static const double lookup_buckets[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00
 
 /* ---------- connections ---------- */
 
+/* Connections of one address that have not finished the handshake: one
+ * address that never authenticates must not take every ring.max_clients
+ * slot and lock the monitor, login proxies and peers out (as nginx's
+ * limit_conn and HAProxy's src_conn_cur do per source address). */
+static size_t pending_count(const struct ring_server *srv, const char *ip)
+{
+    return (size_t)(uintptr_t)smap_get(srv->pending, ip);
+}
+
+static void pending_add(struct ring_conn *conn)
+{
+    struct ring_server *srv = conn->srv;
+    smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(pending_count(srv, conn->ip) + 1));
+    conn->pending = true;
+}
+
+/* The connection left the handshake (READY, closing or freed). */
+static void pending_done(struct ring_conn *conn)
+{
+    if (!conn->pending)
+        return;
+    conn->pending = false;
+    struct ring_server *srv = conn->srv;
+    size_t n = pending_count(srv, conn->ip);
+    if (n <= 1)
+        smap_remove(srv->pending, conn->ip);
+    else
+        smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(n - 1));
+}
+
 static void conn_free(struct ring_conn *conn)
 {
     struct ring_server *srv = conn->srv;
+    pending_done(conn);
     if (conn->sessions != NULL) {
         const char *key = NULL;
         struct director_session *s;
@@ -144,6 +181,7 @@ static void conn_kill(struct ring_conn *conn)
 {
     if (conn->dead)
         return;
+    pending_done(conn);
     conn->closing = true;
     conn->dead = true;
     bufferevent_disable(conn->bev, EV_READ | EV_WRITE);
@@ -173,6 +211,7 @@ static void close_with_error(struct ring_conn *conn, const char *text)
     log_info(COMPONENT, "ring client closed after a protocol error", "peer=%s reason=%s",
              conn->peer, log_quote(reason_q, sizeof(reason_q), text));
     conn->closing = true;
+    pending_done(conn);
     bufferevent_disable(conn->bev, EV_READ);
     if (pending_output(conn) == 0)
         conn_kill(conn);
@@ -391,6 +430,7 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
     conn->kind = m->hello.kind;
     snprintf(conn->name, sizeof(conn->name), "%s", m->hello.name);
     conn->state = READY;
+    pending_done(conn);
     event_del(conn->handshake_timer);
     if (conn->kind == RING_KIND_LOGIN)
         conn->sessions = smap_new();
@@ -700,6 +740,15 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
         evutil_closesocket(fd);
         return;
     }
+    char ip[64];
+    net_addr_format_ip(sa, ip, sizeof(ip));
+    if (pending_count(srv, ip) >= (size_t)srv->cfg->ring_max_pending_per_address) {
+        log_warn(COMPONENT,
+                 "ring connection refused: director.ring.max_pending_per_address reached",
+                 "peer=%s limit=%lld", peer, (long long)srv->cfg->ring_max_pending_per_address);
+        evutil_closesocket(fd);
+        return;
+    }
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
         evutil_closesocket(fd);
@@ -709,6 +758,8 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     conn->srv = srv;
     conn->bev = bev;
     snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
+    snprintf(conn->ip, sizeof(conn->ip), "%s", ip);
+    pending_add(conn);
     conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
     int64_t ms = srv->cfg->ring_handshake_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
@@ -770,6 +821,7 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         free(srv);
         return NULL;
     }
+    srv->pending = smap_new();
     srv->reaper = event_new(base, -1, 0, reap_cb, srv);
     srv->observer.backend_changed = on_backend_changed;
     srv->observer.user_moved = on_user_moved;
@@ -811,6 +863,7 @@ void ring_server_free(struct ring_server *srv)
         conn_free(srv->conns);
     if (srv->reaper != NULL)
         event_free(srv->reaper);
+    smap_free(srv->pending, NULL);
     cidr_list_free(&srv->allowed);
     buf_free(&srv->line);
     buf_free(&srv->out);
