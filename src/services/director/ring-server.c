@@ -741,11 +741,14 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
         return;
     }
     char ip[64];
-    net_addr_format_ip(sa, ip, sizeof(ip));
+    net_addr_format_ip(a->peer, ip, sizeof(ip));
     if (pending_count(srv, ip) >= (size_t)srv->cfg->ring_max_pending_per_address) {
-        log_warn(COMPONENT,
-                 "ring connection refused: director.ring.max_pending_per_address reached",
-                 "peer=%s limit=%lld", peer, (long long)srv->cfg->ring_max_pending_per_address);
+        unsigned skipped = 0;
+        if (net_listener_log_refusal(l, &skipped))
+            log_warn(COMPONENT,
+                     "ring connection refused: director.ring.max_pending_per_address reached",
+                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
+                     (long long)srv->cfg->ring_max_pending_per_address, skipped);
         evutil_closesocket(fd);
         return;
     }
