@@ -596,7 +596,9 @@ def test_one_address_cannot_hold_every_slot(director):
     extra = raw(d)  # 7 held and this one: the address is at its limit again
     c = RingClient(d.ring, hello=False, timeout=5)
     assert c.closed() and c.buf == b""
-    assert d.d.stderr().count("max_pending_per_address reached") == 2
+    # Refusals are logged at most once a second per listener (a flood
+    # cannot flood the log): the second may be counted, not written.
+    assert 1 <= d.d.stderr().count("max_pending_per_address reached") <= 2
     # closed connections give their slots back
     for h in hold[1:] + [extra]:
         h.close()
