@@ -269,6 +269,14 @@ static const struct message_part *binary_part(const struct message *msg, const u
     return p;
 }
 
+/* RFC 3516: a part sent with Content-Transfer-Encoding: binary is its own
+ * content, bare LFs, CRs and NULs included; only 7bit/8bit text (and a
+ * whole message) is given with CRLF line ends. */
+static bool binary_as_stored(const struct message_part *p, size_t count)
+{
+    return count > 0 && p->encoding != NULL && strcasecmp(p->encoding, "binary") == 0;
+}
+
 static void decode_part(const struct message *msg, const struct message_part *p,
                         enum message_cte cte, struct buf *out)
 {
@@ -291,6 +299,8 @@ bool imap_section_binary(const struct message *msg, const unsigned *numbers, siz
     if (cte == MESSAGE_CTE_IDENTITY) {
         if (count == 0)
             emit_crlf(&e, msg->data, 0, msg->len);
+        else if (binary_as_stored(p, count))
+            emit(&e, msg->data + p->body.start, p->body.len);
         else
             emit_range(&e, msg, &p->body);
         return true;
@@ -310,7 +320,9 @@ bool imap_section_binary_size(const struct message *msg, const unsigned *numbers
     if (p == NULL)
         return false;
     if (cte == MESSAGE_CTE_IDENTITY) {
-        *size = count == 0 ? imap_section_rfc822_size(msg) : message_range_crlf_size(&p->body);
+        *size = count == 0                   ? imap_section_rfc822_size(msg)
+                : binary_as_stored(p, count) ? p->body.len
+                                             : message_range_crlf_size(&p->body);
         return true;
     }
     struct buf decoded = {0};
