@@ -308,3 +308,34 @@ def test_utf8_accept_names_travel_as_utf8(imapd):
     assert b'"Gr&APwA3w-e"' in names and b'"Stra&AN8-e/&ANw-bung"' in names, names
     assert b'"R&-D"' in names, names
     t.close()
+
+
+def test_append_utf8_data_item(imapd, tmp_path):
+    """RFC 6855 4: APPEND ... UTF8 (~{n}) carries a message with UTF-8
+    headers, once UTF8=ACCEPT is enabled; large ones are spooled like any
+    APPEND message."""
+    s = Session(imapd)
+    caps = s.run("CAPABILITY")[0]
+    assert b" UTF8=ACCEPT" in caps, caps
+    small = "Subject: Grüße\r\nFrom: jürgen@example.org\r\n\r\nhallo\r\n".encode()
+    big = small + b"x" * (300 * 1024) + b"\r\n"
+
+    def append(msg, expect):
+        s.n += 1
+        tag = b"t%d" % s.n
+        s.sock.sendall(tag + b" APPEND INBOX UTF8 (~{%d+}\r\n" % len(msg) + msg + b")\r\n")
+        line = s.f.readline()
+        while line.startswith(b"* "):
+            line = s.f.readline()
+        assert line.startswith(tag + b" " + expect), line
+    append(small, b"BAD")  # not before ENABLE UTF8=ACCEPT
+    s.run("ENABLE UTF8=ACCEPT")
+    append(small, b"OK")
+    append(big, b"OK")
+    s.run("SELECT INBOX")
+    lines = s.run("FETCH 1:2 (RFC822.SIZE)")
+    sizes = sorted(int(re.search(rb"RFC822.SIZE (\d+)", ln).group(1)) for ln in lines)
+    assert sizes == [len(small), len(big)], lines
+    cur = tmp_path / "mail" / "alice" / "Maildir" / "cur"
+    assert sorted(p.read_bytes() for p in cur.iterdir()) == sorted([small, big])
+    s.close()

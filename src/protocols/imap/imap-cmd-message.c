@@ -1159,11 +1159,26 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             }
             i++;
         }
-        if (i >= cmd->arg_count || cmd->args[i].type != IMAP_ARG_LITERAL) {
-            bad = "APPEND needs the message as a literal.";
-            break;
+        const struct imap_arg *msg = NULL;
+        if (i + 1 < cmd->arg_count && imap_arg_atom_equals(&cmd->args[i], "UTF8")) {
+            /* RFC 6855 4: UTF8 (~{n}...), a message with UTF-8 headers,
+             * once the client has enabled UTF8=ACCEPT. */
+            const struct imap_arg *list = &cmd->args[i + 1];
+            if (!s->utf8_accept || list->type != IMAP_ARG_LIST || list->count != 1 ||
+                list->list[0].type != IMAP_ARG_LITERAL || !list->list[0].literal8) {
+                bad = s->utf8_accept ? "UTF8 takes one literal8 in parentheses."
+                                     : "APPEND UTF8 needs ENABLE UTF8=ACCEPT first.";
+                break;
+            }
+            msg = &list->list[0];
+            i += 2;
+        } else {
+            if (i >= cmd->arg_count || cmd->args[i].type != IMAP_ARG_LITERAL) {
+                bad = "APPEND needs the message as a literal.";
+                break;
+            }
+            msg = &cmd->args[i++];
         }
-        const struct imap_arg *msg = &cmd->args[i++];
         const struct imap_literal_spool *spool = msg->spool;
         if (spool != NULL && spool->failed) {
             ok = false;
