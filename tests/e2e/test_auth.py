@@ -333,7 +333,7 @@ def test_unix_socket_listener(petreld, tmp_path):
     sock = tmp_path / "auth.sock"
     d = petreld(auth_overrides(tmp_path, "plain:{PLAIN}pw\n",
                                {"listen": [f"unix:{sock}", f"127.0.0.1:{free_port()}"]}))
-    assert oct(sock.stat().st_mode & 0o777) == oct(0o666)
+    assert oct(sock.stat().st_mode & 0o777) == oct(0o660)  # owner and group by default
     with AuthConn(f"unix:{sock}") as c:
         assert c.verify("plain", "pw")[0] == "OK"
     assert d.proc.poll() is None

@@ -32,7 +32,7 @@ void auth_config_defaults(struct auth_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->listen = strv(listen);
     cfg->allowed_nets = strv(nets);
-    cfg->socket_mode = 0666;
+    cfg->socket_mode = 0660; /* owner and group: the login servers run as one of them */
     cfg->worker_threads = 0; /* one per CPU */
     cfg->max_queue = 1024;
     cfg->max_connections = 1024;

@@ -30,7 +30,7 @@ void warden_config_defaults(struct warden_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     cfg->listen = strv(none);
     cfg->allowed_nets = strv(nets);
-    cfg->socket_mode = 0666;
+    cfg->socket_mode = 0660; /* owner and group, as auth and LMTP */
     cfg->max_connections = 1024;
     cfg->max_connections_per_ip = 128;
     cfg->handshake_timeout_ms = 10000;
