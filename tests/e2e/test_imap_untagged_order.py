@@ -66,6 +66,23 @@ def first_use(lines, keyword):
     return None
 
 
+def watched_inbox(d, messages, expunge=()):
+    """`messages` in INBOX, a raw Session with it selected, and an imaplib
+    session `m` (also selected) that then expunges the given sequence
+    numbers behind the raw session's back."""
+    m = login(d)
+    for _ in range(messages):
+        append(m)
+    s = Session(d)
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    for seq in expunge:
+        m.store(str(seq), "+FLAGS", "(\\Deleted)")
+    if expunge:
+        m.expunge()
+    return m, s
+
+
 def test_own_store_announces_a_new_keyword_first(imapd):
     m = login(imapd)
     append(m)
@@ -80,12 +97,7 @@ def test_own_store_announces_a_new_keyword_first(imapd):
 
 
 def test_another_sessions_keyword_is_announced_before_it_is_shown(imapd):
-    m = login(imapd)
-    for _ in range(2):
-        append(m)
-    s = Session(imapd)
-    s.run("SELECT INBOX")
-    m.select("INBOX")
+    m, s = watched_inbox(imapd, 2)
     m.store("1", "+FLAGS", "($ByOther)")
     lines = s.run("NOOP")
     at, perm = flags_announced(lines, b"$ByOther")
@@ -106,14 +118,7 @@ def test_another_sessions_keyword_is_announced_before_it_is_shown(imapd):
 @pytest.mark.parametrize("command", ["STORE 1 +FLAGS ($Brand)", "STORE 1 +FLAGS (\\Seen)",
                                      "FETCH 1:* (FLAGS)", "SEARCH ALL", "UID STORE 1 +FLAGS ($x)"])
 def test_no_expunge_while_a_fetch_store_or_search_is_answered(imapd, command):
-    m = login(imapd)
-    for _ in range(3):
-        append(m)
-    s = Session(imapd)
-    s.run("SELECT INBOX")
-    m.select("INBOX")
-    m.store("3", "+FLAGS", "(\\Deleted)")
-    m.expunge()
+    m, s = watched_inbox(imapd, 3, expunge=[3])
     lines = s.run(command)
     assert not [ln for ln in lines if ln.endswith(b" EXPUNGE")], lines
     # The next command that may carry it does.
@@ -127,14 +132,7 @@ def test_pipelined_store_gets_no_expunge_before_its_tagged_reply(imapd):
     """RFC 3501 5.5: commands sent without waiting; the expunge by another
     session must not come before the STORE's tagged OK, whichever command
     carries it afterwards."""
-    m = login(imapd)
-    for _ in range(3):
-        append(m)
-    s = Session(imapd)
-    s.run("SELECT INBOX")
-    m.select("INBOX")
-    m.store("2", "+FLAGS", "(\\Deleted)")
-    m.expunge()
+    m, s = watched_inbox(imapd, 3, expunge=[2])
     s.sock.sendall(b"p1 STORE 1 +FLAGS ($Piped)\r\np2 FETCH 1 (FLAGS)\r\np3 NOOP\r\n")
     seen = []
     while True:
@@ -153,12 +151,7 @@ def test_pipelined_store_gets_no_expunge_before_its_tagged_reply(imapd):
 def test_nothing_but_the_tagged_ok_follows_bye(imapd):
     """RFC 3501 7.1.5: at LOGOUT, other sessions' expunges and flag changes
     are not reported after * BYE."""
-    m = login(imapd)
-    for _ in range(3):
-        append(m)
-    s = Session(imapd)
-    s.run("SELECT INBOX")
-    m.select("INBOX")
+    m, s = watched_inbox(imapd, 3)
     m.store("1", "+FLAGS", "(\\Flagged)")
     m.store("3", "+FLAGS", "(\\Deleted)")
     m.expunge()
@@ -174,14 +167,7 @@ def test_fetch_of_a_message_expunged_elsewhere_answers_nil_and_ok(imapd):
     expunged is still in this session's view until it is told; a FETCH of
     its contents gets NIL for them and the command completes with
     OK [EXPUNGEISSUED], the other messages answered in full."""
-    m = login(imapd)
-    for _ in range(3):
-        append(m)
-    s = Session(imapd)
-    s.run("SELECT INBOX")
-    m.select("INBOX")
-    m.store("2", "+FLAGS", "(\\Deleted)")
-    m.expunge()
+    m, s = watched_inbox(imapd, 3, expunge=[2])
     lines = s.run("FETCH 2 (UID FLAGS)")
     assert len(lines) == 1 and lines[0].startswith(b"* 2 FETCH (UID 2 FLAGS ("), lines
     s.n += 1

@@ -146,17 +146,8 @@ void imap_reply_bad(struct imap_session *s, const char *fmt, ...)
     va_end(ap);
 }
 
-void imap_append_utf8_string(struct buf *out, const char *text, size_t len)
+static void append_quoted(struct buf *out, const char *text, size_t len)
 {
-    bool quotable = len < 1024 && utf8_valid(text, len);
-    for (size_t i = 0; quotable && i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-        quotable = c >= 0x20 && c != 0x7f;
-    }
-    if (!quotable) {
-        imap_append_string(out, text, len);
-        return;
-    }
     buf_append_char(out, '"');
     for (size_t i = 0; i < len; i++) {
         if (text[i] == '"' || text[i] == '\\')
@@ -166,29 +157,39 @@ void imap_append_utf8_string(struct buf *out, const char *text, size_t len)
     buf_append_char(out, '"');
 }
 
+/* A quoted string holds at most 1023 bytes of `allowed` characters. */
+static bool quotable(const char *text, size_t len, bool utf8)
+{
+    if (len >= 1024 || (utf8 && !utf8_valid(text, len)))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c == 0x7f || (!utf8 && c > 0x7f))
+            return false;
+    }
+    return true;
+}
+
+void imap_append_utf8_string(struct buf *out, const char *text, size_t len)
+{
+    if (quotable(text, len, true))
+        append_quoted(out, text, len);
+    else
+        imap_append_string(out, text, len);
+}
+
 void imap_append_string(struct buf *out, const char *text, size_t len)
 {
-    bool quotable = len < 1024;
-    for (size_t i = 0; quotable && i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
-        quotable = c >= 0x20 && c < 0x7f;
-    }
-    if (!quotable) {
-        buf_printf(out, "{%zu}\r\n", len);
-        size_t at = out->len;
-        buf_append(out, text, len);
-        /* No NUL in a literal (RFC 3501): 0x80 stands in, as in BODY[]. */
-        for (char *p = out->data + at; (p = memchr(p, '\0', out->len - (size_t)(p - out->data)));)
-            *p++ = (char)0x80;
+    if (quotable(text, len, false)) {
+        append_quoted(out, text, len);
         return;
     }
-    buf_append_char(out, '"');
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] == '"' || text[i] == '\\')
-            buf_append_char(out, '\\');
-        buf_append_char(out, text[i]);
-    }
-    buf_append_char(out, '"');
+    buf_printf(out, "{%zu}\r\n", len);
+    size_t at = out->len;
+    buf_append(out, text, len);
+    /* No NUL in a literal (RFC 3501): 0x80 stands in, as in BODY[]. */
+    for (char *p = out->data + at; (p = memchr(p, '\0', out->len - (size_t)(p - out->data)));)
+        *p++ = (char)0x80;
 }
 
 /* ---------- life cycle ---------- */
