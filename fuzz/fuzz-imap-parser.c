@@ -19,8 +19,8 @@
  *      spool gets exactly its literal's bytes and is closed exactly once;
  *      and once more with a small in-memory limit for what the sink
  *      declines (any result, but spools balanced).
- *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH
- *      and date parsers; whatever they accept must satisfy their invariants
+ *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH,
+ *      QRESYNC-parameter and date parsers; whatever they accept must satisfy their invariants
  *      (sorted merged ranges that format and parse back to the same set,
  *      date-times that format and parse back to the same instant), and every
  *      string argument written with imap_quote_astring() must parse back to
@@ -30,6 +30,7 @@
 #include "protocols/imap/imap-date.h"
 #include "protocols/imap/imap-fetch-items.h"
 #include "protocols/imap/imap-parser.h"
+#include "protocols/imap/imap-qresync.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-search.h"
 #include "protocols/imap/imap-seqset.h"
@@ -166,6 +167,24 @@ static void check_grammar(const struct imap_command *c)
         }
         (void)imap_fetch_items_set_seen(&items);
         imap_fetch_items_free(&items);
+    }
+    /* QRESYNC select parameters: every list, at any depth of the first
+     * level, as the list after a QRESYNC atom. */
+    for (size_t i = 0; i < c->arg_count; i++) {
+        const struct imap_arg *a = &c->args[i];
+        for (size_t k = 0; a->type == IMAP_ARG_LIST && k <= a->count; k++) {
+            const struct imap_arg *l = k == 0 ? a : &a->list[k - 1];
+            struct imap_qresync_param q;
+            if (!imap_qresync_parse(l, &q))
+                continue;
+            assert(q.uid_validity > 0 && q.modseq > 0 && q.modseq <= INT64_MAX);
+            assert(q.known_given || q.known.count == 0);
+            for (size_t r = 0; r < q.known.count; r++) {
+                assert(q.known.ranges[r].lo > 0 && q.known.ranges[r].lo <= q.known.ranges[r].hi);
+                assert(r == 0 || q.known.ranges[r - 1].hi + 1 < q.known.ranges[r].lo);
+            }
+            imap_qresync_param_free(&q);
+        }
     }
     /* SEARCH programs: the arguments as they are, and after the first. */
     for (size_t skip = 0; skip <= 1 && skip < c->arg_count; skip++) {

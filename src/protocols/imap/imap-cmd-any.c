@@ -13,7 +13,7 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
     buf_append_str(out,
                    "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
                    "UIDPLUS MULTIAPPEND MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
-                   "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT");
+                   "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");
@@ -88,7 +88,7 @@ static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "ENABLE needs capability names.");
         return;
     }
-    bool condstore = false, utf8 = false;
+    bool condstore = false, utf8 = false, qresync = false;
     for (size_t i = 0; i < cmd->arg_count; i++) {
         if (cmd->args[i].type != IMAP_ARG_ATOM) {
             imap_reply_bad(s, "ENABLE takes atoms.");
@@ -96,6 +96,7 @@ static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
         }
         condstore = condstore || imap_arg_atom_equals(&cmd->args[i], "CONDSTORE");
         utf8 = utf8 || imap_arg_atom_equals(&cmd->args[i], "UTF8=ACCEPT");
+        qresync = qresync || imap_arg_atom_equals(&cmd->args[i], "QRESYNC");
     }
     /* RFC 6855 3: names already sent in modified UTF-7 would be read
      * differently by a client that switches with a folder selected. */
@@ -103,10 +104,14 @@ static void cmd_enable(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "ENABLE UTF8=ACCEPT before SELECT.");
         return;
     }
-    bool newly = condstore && !s->condstore;
+    /* RFC 7162 3.2.3: QRESYNC implies CONDSTORE. */
+    bool newly = (condstore || qresync) && !s->condstore;
+    bool newly_qresync = qresync && !s->qresync;
     bool newly_utf8 = utf8 && !s->utf8_accept;
     s->utf8_accept = s->utf8_accept || utf8;
-    imap_send(s, "* ENABLED%s%s", newly ? " CONDSTORE" : "", newly_utf8 ? " UTF8=ACCEPT" : "");
+    s->qresync = s->qresync || qresync;
+    imap_send(s, "* ENABLED%s%s%s", newly && condstore ? " CONDSTORE" : "",
+              newly_qresync ? " QRESYNC" : "", newly_utf8 ? " UTF8=ACCEPT" : "");
     if (newly)
         imap_condstore_enable(s);
     imap_reply_ok(s, "Enabled.");

@@ -724,8 +724,24 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
         imap_reply_bad(s, "%s", err.message);
         return;
     }
+    if (items.vanished && (!uid_mode || !s->qresync)) {
+        /* RFC 7162 3.2.6: UID FETCH only, once QRESYNC is enabled. */
+        imap_fetch_items_free(&items);
+        free(uids);
+        imap_reply_bad(s, "VANISHED needs UID FETCH and ENABLE QRESYNC.");
+        return;
+    }
     if (items.changedsince || (items.attrs & IMAP_FETCH_MODSEQ))
         imap_condstore_enable(s);
+    if (items.vanished) {
+        struct mailbox_view_status vst;
+        mailbox_view_get_status(s->view, &vst);
+        struct imap_seqset asked = {0};
+        if (imap_seqset_parse(args[0].str, args[0].len, vst.uid_next > 1 ? vst.uid_next - 1 : 0, 0,
+                              &asked, &err))
+            imap_send_vanished_earlier(s, &asked);
+        imap_seqset_free(&asked);
+    }
     /* Non-PEEK body items set \Seen first, so the FLAGS sent are current. */
     bool seen_changed = false;
     if (imap_fetch_items_set_seen(&items) && !s->readonly && count > 0) {

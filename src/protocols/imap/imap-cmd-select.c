@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "protocols/imap/imap-qresync.h"
 #include "storage/maildir/maildir-filename.h"
 
 #include <stdlib.h>
@@ -89,6 +90,83 @@ static uint32_t recent_in_view(const struct imap_session *s)
     for (size_t i = 0; i < s->recent_count; i++)
         n += view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
     return (uint32_t)n;
+}
+
+/* ---------- QRESYNC ---------- */
+
+void imap_send_vanished_earlier(struct imap_session *s, const struct imap_seqset *known)
+{
+    struct mailbox_view_status st;
+    mailbox_view_get_status(s->view, &st);
+    if (st.uid_next <= 1)
+        return;
+    struct imap_seqset all = {0};
+    if (known == NULL) {
+        imap_seqset_add(&all, 1, st.uid_next - 1);
+        known = &all;
+    }
+    struct imap_seqset gone = {0};
+    for (size_t r = 0; r < known->count; r++) {
+        uint32_t lo = known->ranges[r].lo;
+        uint32_t hi = known->ranges[r].hi < st.uid_next ? known->ranges[r].hi : st.uid_next - 1;
+        if (lo > hi)
+            continue;
+        /* The view's UIDs in lo..hi, walked from the first; the gaps are gone. */
+        size_t pos = view_lower_bound(s->view, lo);
+        size_t n = mailbox_view_count(s->view);
+        uint32_t expect = lo;
+        for (; pos < n && expect <= hi; pos++) {
+            uint32_t uid = mailbox_view_at(s->view, (uint32_t)(pos + 1))->uid;
+            if (uid > hi)
+                break;
+            if (uid > expect)
+                imap_seqset_add(&gone, expect, uid - 1);
+            expect = uid + 1;
+            if (expect == 0) /* uid was the largest there is */
+                break;
+        }
+        if (expect != 0 && expect <= hi)
+            imap_seqset_add(&gone, expect, hi);
+    }
+    if (gone.count > 0) {
+        struct buf line = {0};
+        buf_append_str(&line, "* VANISHED (EARLIER) ");
+        imap_seqset_format(&gone, &line);
+        buf_append_str(&line, "\r\n");
+        imap_send_raw(s, line.data, line.len);
+        buf_free(&line);
+    }
+    imap_seqset_free(&gone);
+    imap_seqset_free(&all);
+}
+
+/* SELECT ... (QRESYNC (...)): after the usual responses, what the client
+ * missed since its mod-sequence, if its UIDVALIDITY is still the folder's
+ * (RFC 7162 3.2.5). */
+static void qresync_catch_up(struct imap_session *s, const struct imap_qresync_param *q)
+{
+    struct mailbox_view_status st;
+    mailbox_view_get_status(s->view, &st);
+    if (q->uid_validity != st.uid_validity)
+        return; /* the client must start over: nothing it knows holds */
+    imap_send_vanished_earlier(s, q->known_given ? &q->known : NULL);
+    struct buf out = {0};
+    size_t n = mailbox_view_count(s->view);
+    for (uint32_t seq = 1; seq <= n; seq++) {
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+        if (e->modseq <= q->modseq)
+            continue;
+        buf_printf(&out, "* %u FETCH (UID %u FLAGS ", seq, e->uid);
+        imap_append_flags(&out, s, e->uid, e->flags, e->keywords);
+        buf_printf(&out, " MODSEQ (%llu))\r\n", (unsigned long long)e->modseq);
+        if (out.len >= 64 * 1024) {
+            imap_send_raw(s, out.data, out.len);
+            buf_reset(&out);
+        }
+    }
+    if (out.len > 0)
+        imap_send_raw(s, out.data, out.len);
+    buf_free(&out);
 }
 
 void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
@@ -213,8 +291,19 @@ void imap_selected_sync(struct imap_session *s)
         s->state = IMAP_STATE_AUTHENTICATED;
         return;
     }
-    for (size_t i = 0; i < ch.expunged_count; i++)
-        buf_printf(&out, "* %u EXPUNGE\r\n", ch.expunged_seqs[i]);
+    if (s->qresync && ch.expunged_count > 0) {
+        /* RFC 7162 3.2.10: VANISHED replaces EXPUNGE once QRESYNC is on. */
+        struct imap_seqset gone = {0};
+        for (size_t i = 0; i < ch.expunged_count; i++)
+            imap_seqset_add(&gone, ch.expunged_uids[i], ch.expunged_uids[i]);
+        buf_append_str(&out, "* VANISHED ");
+        imap_seqset_format(&gone, &out);
+        buf_append_str(&out, "\r\n");
+        imap_seqset_free(&gone);
+    } else {
+        for (size_t i = 0; i < ch.expunged_count; i++)
+            buf_printf(&out, "* %u EXPUNGE\r\n", ch.expunged_seqs[i]);
+    }
     if (ch.new_count > 0)
         recent_take(s);
     if (ch.new_count > 0 || ch.expunged_count > 0)
@@ -250,15 +339,30 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         imap_reply_bad(s, "%s needs a mailbox name.", readonly ? "EXAMINE" : "SELECT");
         return;
     }
+    /* RFC 4466 select-params: (CONDSTORE), (QRESYNC (...)), or both. */
+    struct imap_qresync_param qr = {0};
+    bool qr_given = false;
     for (size_t i = 1; i < cmd->arg_count; i++) {
         const struct imap_arg *p = &cmd->args[i];
-        bool condstore = p->type == IMAP_ARG_LIST && p->count == 1 &&
-                         imap_arg_atom_equals(&p->list[0], "CONDSTORE");
-        if (!condstore) {
-            imap_reply_bad(s, "Unknown SELECT parameter.");
+        bool ok = p->type == IMAP_ARG_LIST && p->count > 0;
+        for (size_t k = 0; ok && k < p->count; k++) {
+            if (imap_arg_atom_equals(&p->list[k], "CONDSTORE")) {
+                s->condstore = true;
+            } else if (imap_arg_atom_equals(&p->list[k], "QRESYNC") && k + 1 < p->count &&
+                       !qr_given) {
+                /* RFC 7162 3.2.5: only after ENABLE QRESYNC. */
+                ok = s->qresync && imap_qresync_parse(&p->list[k + 1], &qr);
+                qr_given = ok;
+                k++;
+            } else {
+                ok = false;
+            }
+        }
+        if (!ok) {
+            imap_qresync_param_free(&qr);
+            imap_reply_bad(s, "Unknown or invalid SELECT parameter.");
             return;
         }
-        s->condstore = true;
     }
     /* RFC 3501: a failed SELECT leaves no mailbox selected either. The
      * folder's handle is kept aside: selecting the same folder again (what
@@ -279,6 +383,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         mailbox_watch_free(previous_watch);
         if (previous != NULL)
             mailbox_close(previous);
+        imap_qresync_param_free(&qr);
         return;
     }
     struct petrel_error err;
@@ -309,6 +414,7 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
         mailbox_watch_free(keep_watch);
         if (box != NULL)
             mailbox_close(box);
+        imap_qresync_param_free(&qr);
         imap_reply_storage_error(s, &err);
         return;
     }
@@ -341,6 +447,9 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
                (unsigned long long)st.highest_modseq);
     imap_send_raw(s, out.data, out.len);
     buf_free(&out);
+    if (qr_given)
+        qresync_catch_up(s, &qr);
+    imap_qresync_param_free(&qr);
     imap_reply_ok(s, "[%s] %s completed.", readonly ? "READ-ONLY" : "READ-WRITE",
                   readonly ? "EXAMINE" : "SELECT");
 }

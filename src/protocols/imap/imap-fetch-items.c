@@ -291,6 +291,13 @@ static bool parse_modifiers(const struct imap_arg *mods, struct imap_fetch_items
         return bad(err, "Invalid FETCH modifiers");
     for (size_t i = 0; i < mods->count; i += 2) {
         const struct imap_arg *name = &mods->list[i];
+        if (imap_arg_atom_equals(name, "VANISHED")) {
+            if (out->vanished)
+                return bad(err, "VANISHED given twice");
+            out->vanished = true;
+            i--; /* no value */
+            continue;
+        }
         if (!imap_arg_atom_equals(name, "CHANGEDSINCE"))
             return bad(err, "Unknown FETCH modifier");
         if (i + 1 >= mods->count || mods->list[i + 1].type != IMAP_ARG_ATOM)
@@ -304,6 +311,8 @@ static bool parse_modifiers(const struct imap_arg *mods, struct imap_fetch_items
         out->changedsince = true;
         out->attrs |= IMAP_FETCH_MODSEQ;
     }
+    if (out->vanished && !out->changedsince)
+        return bad(err, "VANISHED needs CHANGEDSINCE");
     return true;
 }
 

@@ -59,6 +59,7 @@ struct imap_fetch_items {
     size_t body_count;
     bool changedsince; /* (CHANGEDSINCE n) modifier; implies IMAP_FETCH_MODSEQ */
     uint64_t changedsince_modseq;
+    bool vanished; /* (... VANISHED) modifier (RFC 7162 3.2.6); needs CHANGEDSINCE */
 };
 
 /* Parses `items` (one atom, or a list of atoms; ALL/FAST/FULL only alone)

@@ -10,6 +10,7 @@
 #include "protocols/common/mail-session-io.h"
 #include "protocols/imap/imap-config.h"
 #include "protocols/imap/imap-parser.h"
+#include "protocols/imap/imap-seqset.h"
 #include "services/auth/auth-client.h"
 #include "services/auth/auth-sasl.h"
 #include "services/warden/warden-client.h"
@@ -55,6 +56,7 @@ struct imap_session {
     struct mail_user *user;
     bool utf8_accept; /* ENABLE UTF8=ACCEPT */
     bool condstore;   /* ENABLE CONDSTORE (or a CONDSTORE-using command) */
+    bool qresync;     /* ENABLE QRESYNC: expunges are reported as VANISHED */
     /* selected */
     struct mailbox *box;
     struct mailbox_view *view;
@@ -190,6 +192,13 @@ void imap_selected_sync(struct imap_session *s);
  * folder is selected sends "* OK [HIGHESTMODSEQ n]" before its own
  * responses, as SELECT would have. */
 void imap_condstore_enable(struct imap_session *s);
+/* QRESYNC (RFC 7162 3.2.5, 3.2.6): "* VANISHED (EARLIER) uids" for the
+ * UIDs of `known` (ascending ranges, NULL: every UID below UIDNEXT) that
+ * are below UIDNEXT and no longer in the view. Petrel keeps no history of
+ * expunges, so this names every missing UID, also ones expunged before the
+ * client's mod-sequence: RFC 7162 lets a client ignore UIDs it does not
+ * know. Nothing is sent when none is missing. */
+void imap_send_vanished_earlier(struct imap_session *s, const struct imap_seqset *known);
 /* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
 void imap_selected_close(struct imap_session *s);
 /* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" for the selected

@@ -1,0 +1,111 @@
+"""QRESYNC (RFC 7162 section 3.2): ENABLE QRESYNC, SELECT with the QRESYNC
+parameter (VANISHED (EARLIER) and the flag changes since the client's
+mod-sequence), VANISHED instead of EXPUNGE once enabled, and UID FETCH's
+VANISHED modifier. The shapes are the RFC's examples (3.2.5.2, 3.2.6,
+3.2.10) on messages made here."""
+
+import re
+
+import pytest
+
+from test_imap_messages import append, login
+from test_imap_session import imap_overrides
+from test_imap_untagged_order import Session
+
+
+@pytest.fixture
+def imapd(petreld, tmp_path):
+    return petreld(imap_overrides(tmp_path))
+
+
+def status(m):
+    typ, data = m.status("INBOX", "(UIDVALIDITY HIGHESTMODSEQ)")
+    text = data[0].decode()
+    return (int(re.search(r"UIDVALIDITY (\d+)", text).group(1)),
+            int(re.search(r"HIGHESTMODSEQ (\d+)", text).group(1)))
+
+
+def changed_since(m, uidv, modseq):
+    """Expunges UIDs 2 and 4 and flags UID 5 after (uidv, modseq) was taken."""
+    m.select("INBOX")
+    m.uid("STORE", "2,4", "+FLAGS.SILENT", "(\\Deleted)")
+    m.expunge()
+    m.uid("STORE", "5", "+FLAGS.SILENT", "(\\Flagged)")
+    m.close()
+
+
+def test_enable_and_select_with_qresync(imapd):
+    m = login(imapd)
+    for _ in range(6):
+        append(m)
+    uidv, modseq = status(m)
+    changed_since(m, uidv, modseq)
+    s = Session(imapd)
+    assert b" QRESYNC" in s.run("CAPABILITY")[0]
+    # The parameter needs ENABLE QRESYNC first (RFC 7162 3.2.5).
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq}))", expect=b"BAD")
+    assert s.run("ENABLE QRESYNC") == [b"* ENABLED QRESYNC"]
+    lines = s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:6))")
+    vanished = [ln for ln in lines if ln.startswith(b"* VANISHED")]
+    fetches = [ln for ln in lines if b" FETCH " in ln]
+    assert vanished == [b"* VANISHED (EARLIER) 2,4"], lines
+    assert len(fetches) == 1 and re.match(
+        rb"\* 3 FETCH \(UID 5 FLAGS \([^)]*\\Flagged[^)]*\) MODSEQ \(\d+\)\)$", fetches[0]), lines
+    # After the SELECT's own responses: the VANISHED and FETCH come last.
+    assert lines.index(vanished[0]) > max(i for i, ln in enumerate(lines) if b"UIDNEXT" in ln)
+    # The seq-match data is taken (and checked), known-uids narrows VANISHED.
+    lines = s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 3:6 (1:4 1:4)))")
+    assert [ln for ln in lines if ln.startswith(b"* VANISHED")] == [b"* VANISHED (EARLIER) 4"]
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 3:6 (1:4 1:3)))", expect=b"BAD")
+    # Another UIDVALIDITY: the client's state is void, nothing is replayed.
+    lines = s.run(f"SELECT INBOX (QRESYNC ({uidv + 1} {modseq}))")
+    assert not [ln for ln in lines if b"VANISHED" in ln or b" FETCH " in ln], lines
+    # CONDSTORE and QRESYNC together, and a bad parameter.
+    s.run(f"EXAMINE INBOX (CONDSTORE QRESYNC ({uidv} {modseq}))")
+    s.run("SELECT INBOX (QRESYNC (0 1))", expect=b"BAD")
+    s.run("SELECT INBOX (NOSUCH)", expect=b"BAD")
+    s.close()
+    m.logout()
+
+
+def test_vanished_replaces_expunge_once_enabled(imapd):
+    m = login(imapd)
+    for _ in range(4):
+        append(m)
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    s.run("SELECT INBOX")
+    m.select("INBOX")
+    m.uid("STORE", "2:3", "+FLAGS.SILENT", "(\\Deleted)")
+    m.expunge()
+    lines = s.run("NOOP")
+    assert b"* VANISHED 2:3" in lines and not [ln for ln in lines if b"EXPUNGE" in ln], lines
+    # The session's own EXPUNGE is reported the same way.
+    s.run("UID STORE 4 +FLAGS.SILENT (\\Deleted)")
+    lines = s.run("EXPUNGE")
+    assert lines[0] == b"* VANISHED 4" and not [ln for ln in lines if b"EXPUNGE" in ln], lines
+    s.close()
+    m.logout()
+
+
+def test_uid_fetch_vanished_modifier(imapd):
+    m = login(imapd)
+    for _ in range(6):
+        append(m)
+    uidv, modseq = status(m)
+    changed_since(m, uidv, modseq)
+    s = Session(imapd)
+    s.run("SELECT INBOX")
+    s.run(f"UID FETCH 1:* (FLAGS) (CHANGEDSINCE {modseq} VANISHED)", expect=b"BAD")
+    s.run("ENABLE QRESYNC")
+    lines = s.run(f"UID FETCH 1:* (FLAGS) (CHANGEDSINCE {modseq} VANISHED)")
+    assert lines[0] == b"* VANISHED (EARLIER) 2,4", lines
+    assert len(lines) == 2 and re.match(rb"\* 3 FETCH \(UID 5 FLAGS \(", lines[1]), lines
+    # Only within the set asked for; FETCH without UID, or without
+    # CHANGEDSINCE, may not carry it.
+    lines = s.run(f"UID FETCH 3:6 (FLAGS) (CHANGEDSINCE {modseq} VANISHED)")
+    assert lines[0] == b"* VANISHED (EARLIER) 4", lines
+    s.run(f"FETCH 1:* (FLAGS) (CHANGEDSINCE {modseq} VANISHED)", expect=b"BAD")
+    s.run("UID FETCH 1:* (FLAGS) (VANISHED)", expect=b"BAD")
+    s.close()
+    m.logout()
