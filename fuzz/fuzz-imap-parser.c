@@ -20,7 +20,7 @@
  *      and once more with a small in-memory limit for what the sink
  *      declines (any result, but spools balanced).
  *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH,
- *      QRESYNC-parameter and date parsers; whatever they accept must satisfy their invariants
+ *      QRESYNC-parameter, IMAP URL and date parsers; whatever they accept must satisfy their invariants
  *      (sorted merged ranges that format and parse back to the same set,
  *      date-times that format and parse back to the same instant), and every
  *      string argument written with imap_quote_astring() must parse back to
@@ -34,6 +34,7 @@
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-search.h"
 #include "protocols/imap/imap-seqset.h"
+#include "protocols/imap/imap-url.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -184,6 +185,23 @@ static void check_grammar(const struct imap_command *c)
                 assert(r == 0 || q.known.ranges[r - 1].hi + 1 < q.known.ranges[r].lo);
             }
             imap_qresync_param_free(&q);
+        }
+    }
+    /* IMAP URLs (CATENATE): every string argument, at the first level and
+     * inside lists. */
+    for (size_t i = 0; i < c->arg_count; i++) {
+        const struct imap_arg *a = &c->args[i];
+        size_t n = a->type == IMAP_ARG_LIST ? a->count : 1;
+        for (size_t k = 0; k < n; k++) {
+            const struct imap_arg *v = a->type == IMAP_ARG_LIST ? &a->list[k] : a;
+            if (v->type == IMAP_ARG_LIST || v->str == NULL)
+                continue;
+            struct imap_url u;
+            if (!imap_url_parse(v->str, v->len, &u))
+                continue;
+            assert(u.uid > 0 && u.mailbox[0] != '\0');
+            assert(strlen(u.mailbox) < sizeof(u.mailbox) && strlen(u.section) < sizeof(u.section));
+            assert(!u.partial || u.partial_start <= UINT32_MAX);
         }
     }
     /* SEARCH programs: the arguments as they are, and after the first. */

@@ -13,7 +13,7 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
     buf_append_str(out,
                    "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
                    "UIDPLUS MULTIAPPEND MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
-                   "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC");
+                   "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC CATENATE");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

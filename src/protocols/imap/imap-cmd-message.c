@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-bodystructure.h"
+#include "protocols/imap/imap-catenate.h"
 #include "protocols/imap/imap-date.h"
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-fetch-items.h"
@@ -1154,6 +1155,7 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     size_t i = 1;
     const char *bad = NULL; /* a syntax problem: BAD */
     const char *no = NULL;  /* a refused message: NO */
+    const char *badurl = NULL; /* CATENATE: a URL that cannot be fetched */
     bool ok = true;
     while (ok && bad == NULL && no == NULL && i < cmd->arg_count) {
         uint32_t flags = 0;
@@ -1176,6 +1178,42 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
             i++;
         }
         const struct imap_arg *msg = NULL;
+        if (i + 1 < cmd->arg_count && imap_arg_atom_equals(&cmd->args[i], "CATENATE")) {
+            /* RFC 4469: the message built from text and URL parts. */
+            int fd = -1;
+            uint64_t len = 0;
+            const char *text = NULL, *url = NULL;
+            enum imap_catenate_result r =
+                imap_catenate_build(s, &cmd->args[i + 1], &fd, &len, &text, &url);
+            i += 2;
+            if (r == IMAP_CATENATE_OK && len == 0) {
+                close(fd);
+                no = "Empty messages cannot be appended.";
+                break;
+            }
+            if (r == IMAP_CATENATE_OK) {
+                uint32_t uid = 0;
+                const char *const *kw = kw_count > 0 ? keywords : NULL;
+                ok = mailbox_append_file(box, NULL, 0, fd, 0, len, flags, kw, date, &uid, &err);
+                close(fd);
+                if (ok) {
+                    added = xgrow(added, &added_cap, added_count + 1, sizeof(uint32_t));
+                    added[added_count++] = uid;
+                }
+                continue;
+            }
+            if (r == IMAP_CATENATE_BADURL) {
+                badurl = url != NULL ? url : "";
+                no = "";
+            } else if (r == IMAP_CATENATE_REPLIED) {
+                no = ""; /* replied already */
+            } else if (r == IMAP_CATENATE_BAD) {
+                bad = text;
+            } else {
+                no = text;
+            }
+            break;
+        }
         if (i + 1 < cmd->arg_count && imap_arg_atom_equals(&cmd->args[i], "UTF8")) {
             /* RFC 6855 4: UTF8 (~{n}...), a message with UTF-8 headers,
              * once the client has enabled UTF8=ACCEPT. */
@@ -1240,7 +1278,15 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
         mailbox_close(box);
     if (bad != NULL)
         imap_reply_bad(s, "%s", bad);
-    else if (no != NULL) {
+    else if (badurl != NULL) {
+        /* RFC 4469 6: the URL as text; ']', CR, LF and NUL cannot be in it. */
+        char shown[256];
+        size_t n = 0;
+        for (const char *c = badurl; *c != '\0' && n + 1 < sizeof(shown); c++)
+            shown[n++] = *c == ']' || *c == '\r' || *c == '\n' ? '?' : *c;
+        shown[n] = '\0';
+        imap_reply_no(s, "[BADURL %s] The URL cannot be fetched.", n > 0 ? shown : "?");
+    } else if (no != NULL) {
         if (*no != '\0')
             imap_reply_no(s, "%s", no);
     } else if (!ok) {

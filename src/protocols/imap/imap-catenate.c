@@ -1,0 +1,151 @@
+/* CATENATE (see imap-catenate.h). */
+#include "protocols/imap/imap-catenate.h"
+
+#include "core/buf.h"
+#include "protocols/imap/imap-literal-spool.h"
+#include "protocols/imap/imap-private.h"
+#include "protocols/imap/imap-section.h"
+#include "protocols/imap/imap-url.h"
+#include "storage/message/message-parser.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+static bool write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        data += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+/* Copies a spooled literal's bytes into `fd`. */
+static bool copy_spool(int fd, const struct imap_literal_spool *sp, uint64_t len)
+{
+    char chunk[64 * 1024];
+    for (uint64_t off = 0; off < len;) {
+        size_t want = len - off < sizeof(chunk) ? (size_t)(len - off) : sizeof(chunk);
+        ssize_t r = pread(sp->fd, chunk, want, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || !write_all(fd, chunk, (size_t)r))
+            return false;
+        off += (uint64_t)r;
+    }
+    return true;
+}
+
+/* The bytes a URL names, as FETCH BODY[section]<partial> gives them. */
+static enum imap_catenate_result fetch_url(struct imap_session *s, const struct imap_url *u,
+                                           struct buf *out)
+{
+    if (u->absolute && u->user[0] != '\0' && strcasecmp(u->user, s->io.username) != 0)
+        return IMAP_CATENATE_BADURL;
+    struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = u->mailbox,
+                            .len = strlen(u->mailbox)};
+    const struct namespace_config *ns;
+    char *folder;
+    if (!imap_resolve_folder(s, &name, &ns, &folder))
+        return IMAP_CATENATE_REPLIED;
+    struct petrel_error err;
+    bool selected = s->box != NULL && mailbox_is(s->box, ns, folder);
+    struct mailbox *box = selected ? s->box : mailbox_open(s->user, ns, folder, &err);
+    free(folder);
+    if (box == NULL)
+        return IMAP_CATENATE_BADURL;
+    enum imap_catenate_result r = IMAP_CATENATE_BADURL;
+    struct mailbox_info info;
+    struct imap_section sec;
+    if (mailbox_get_info(box, false, &info, &err) &&
+        (u->uid_validity == 0 || u->uid_validity == info.uid_validity) &&
+        imap_section_parse(u->section, strlen(u->section), &sec, &err)) {
+        struct mailbox_message_data *m = mailbox_message_open(box, u->uid, &err);
+        if (m != NULL) {
+            struct message parsed;
+            message_parse(m->data, m->size, NULL, &parsed);
+            if (imap_section_fetch(&parsed, &sec, u->partial, u->partial_start,
+                                   u->partial_len > 0 ? u->partial_len : UINT64_MAX, out, &err))
+                r = IMAP_CATENATE_OK;
+            message_free(&parsed);
+            mailbox_message_release(m);
+        }
+    }
+    if (!selected)
+        mailbox_close(box);
+    return r;
+}
+
+enum imap_catenate_result imap_catenate_build(struct imap_session *s, const struct imap_arg *parts,
+                                              int *fd, uint64_t *len, const char **text,
+                                              const char **url)
+{
+    *fd = -1;
+    *len = 0;
+    if (parts->type != IMAP_ARG_LIST || parts->count == 0 || parts->count % 2 != 0) {
+        *text = "CATENATE takes (TEXT literal / URL url ...).";
+        return IMAP_CATENATE_BAD;
+    }
+    struct petrel_error err;
+    int out = mail_user_spool_open(s->user, &err);
+    if (out < 0) {
+        *text = "[SERVERBUG] Cannot make a spool file; it has been logged.";
+        return IMAP_CATENATE_NO;
+    }
+    uint64_t max = (uint64_t)s->ctx->cfg->max_literal_size;
+    enum imap_catenate_result r = IMAP_CATENATE_OK;
+    for (size_t i = 0; r == IMAP_CATENATE_OK && i < parts->count; i += 2) {
+        const struct imap_arg *kind = &parts->list[i], *v = &parts->list[i + 1];
+        if (imap_arg_atom_equals(kind, "TEXT") && v->type == IMAP_ARG_LITERAL) {
+            const struct imap_literal_spool *sp = v->spool;
+            bool nul = sp != NULL ? sp->has_nul : memchr(v->str, '\0', v->len) != NULL;
+            if (!v->literal8 && nul) {
+                *text = "NUL bytes in a message need a literal8 (~{n}).";
+                r = IMAP_CATENATE_NO;
+            } else if (*len + v->len > max) {
+                *text = "[TOOBIG] The message would be too large.";
+                r = IMAP_CATENATE_NO;
+            } else if (sp != NULL ? (sp->failed || !copy_spool(out, sp, v->len))
+                                  : !write_all(out, v->str, v->len)) {
+                *text = "[SERVERBUG] Cannot write the message; it has been logged.";
+                r = IMAP_CATENATE_NO;
+            }
+            *len += v->len;
+        } else if (imap_arg_atom_equals(kind, "URL") && v->type != IMAP_ARG_LIST &&
+                   v->type != IMAP_ARG_NIL) {
+            struct imap_url u;
+            struct buf bytes = {0};
+            *url = v->str;
+            if (!imap_url_parse(v->str, v->len, &u))
+                r = IMAP_CATENATE_BADURL;
+            else
+                r = fetch_url(s, &u, &bytes);
+            if (r == IMAP_CATENATE_OK && *len + bytes.len > max) {
+                *text = "[TOOBIG] The message would be too large.";
+                r = IMAP_CATENATE_NO;
+            } else if (r == IMAP_CATENATE_OK && !write_all(out, bytes.data, bytes.len)) {
+                *text = "[SERVERBUG] Cannot write the message; it has been logged.";
+                r = IMAP_CATENATE_NO;
+            }
+            *len += bytes.len;
+            buf_free(&bytes);
+        } else {
+            *text = "CATENATE takes (TEXT literal / URL url ...).";
+            r = IMAP_CATENATE_BAD;
+        }
+    }
+    if (r != IMAP_CATENATE_OK) {
+        close(out);
+        return r;
+    }
+    *fd = out;
+    return r;
+}

@@ -1,0 +1,138 @@
+/* IMAP URLs for CATENATE (see imap-url.h). */
+#include "protocols/imap/imap-url.h"
+
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = (char)tolower((unsigned char)c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Percent-decodes [s, s+len) into `out` (size `cap`, NUL-terminated). */
+static bool decode(const char *s, size_t len, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == '%') {
+            if (len - i < 3)
+                return false;
+            int h = hex_value(s[i + 1]), l = hex_value(s[i + 2]);
+            if (h < 0 || l < 0)
+                return false;
+            c = (char)(h * 16 + l);
+            i += 2;
+        }
+        if (c == '\0' || o + 1 >= cap)
+            return false;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return true;
+}
+
+static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    if (len == 0 || len > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9' || v > (max - (uint64_t)(s[i] - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool take_prefix(const char **p, const char *end, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(end - *p) < n || strncasecmp(*p, word, n) != 0)
+        return false;
+    *p += n;
+    return true;
+}
+
+bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (len == 0 || len > IMAP_URL_MAX)
+        return false;
+    const char *p = text, *end = text + len;
+    if (take_prefix(&p, end, "imap://")) {
+        out->absolute = true;
+        const char *slash = memchr(p, '/', (size_t)(end - p));
+        if (slash == NULL)
+            return false;
+        const char *at = NULL;
+        for (const char *q = p; q < slash; q++)
+            if (*q == '@')
+                at = q;
+        if (at != NULL) {
+            /* user[;AUTH=mech] */
+            const char *semi = memchr(p, ';', (size_t)(at - p));
+            if (!decode(p, (size_t)((semi != NULL ? semi : at) - p), out->user, sizeof(out->user)))
+                return false;
+        }
+        if ((at != NULL ? at + 1 : p) == slash) /* no host */
+            return false;
+        p = slash;
+    }
+    if (p >= end || *p != '/')
+        return false;
+    p++;
+    /* mailbox up to ";UIDVALIDITY=" or "/;UID=" */
+    const char *mb_end = p;
+    while (mb_end < end && *mb_end != ';' && !(*mb_end == '/' && mb_end + 1 < end &&
+                                                 mb_end[1] == ';'))
+        mb_end++;
+    if (mb_end == p || !decode(p, (size_t)(mb_end - p), out->mailbox, sizeof(out->mailbox)))
+        return false;
+    p = mb_end;
+    uint64_t v = 0;
+    if (take_prefix(&p, end, ";UIDVALIDITY=")) {
+        const char *n = p;
+        while (p < end && *p != '/')
+            p++;
+        if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+            return false;
+        out->uid_validity = (uint32_t)v;
+    }
+    if (!take_prefix(&p, end, "/;UID="))
+        return false;
+    const char *n = p;
+    while (p < end && *p != '/')
+        p++;
+    if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+        return false;
+    out->uid = (uint32_t)v;
+    if (take_prefix(&p, end, "/;SECTION=")) {
+        const char *s = p;
+        while (p < end && *p != '/')
+            p++;
+        if (p == s || !decode(s, (size_t)(p - s), out->section, sizeof(out->section)))
+            return false;
+    }
+    if (take_prefix(&p, end, "/;PARTIAL=")) {
+        const char *s = p;
+        while (p < end && *p != '.')
+            p++;
+        if (!parse_u64(s, (size_t)(p - s), UINT32_MAX, &out->partial_start))
+            return false;
+        if (p < end) {
+            p++;
+            if (!parse_u64(p, (size_t)(end - p), UINT32_MAX, &out->partial_len) ||
+                out->partial_len == 0)
+                return false;
+            p = end;
+        }
+        out->partial = true;
+    }
+    return p == end;
+}

@@ -1,0 +1,96 @@
+"""CATENATE (RFC 4469): APPEND of a message built from text literals and
+IMAP URLs of messages and sections in the user's own folders, as in the
+RFC's example (section 5: a draft rebuilt from the parts of an older one),
+and BADURL for what cannot be fetched."""
+
+import re
+import socket
+
+import pytest
+
+from test_imap_messages import login
+from test_imap_session import addr, imap_overrides
+
+DRAFT = (b"From: a@example.org\r\nSubject: draft\r\nMIME-Version: 1.0\r\n"
+         b"Content-Type: multipart/mixed; boundary=\"B\"\r\n\r\n"
+         b"--B\r\nContent-Type: text/plain\r\n\r\nfirst part\r\n"
+         b"--B\r\nContent-Type: application/octet-stream\r\n\r\nsecond\r\n--B--\r\n")
+
+
+@pytest.fixture
+def imapd(petreld, tmp_path):
+    return petreld(imap_overrides(tmp_path))
+
+
+class Raw:
+    def __init__(self, d):
+        self.sock = socket.create_connection(addr(d), timeout=10)
+        self.f = self.sock.makefile("rb")
+        self.f.readline()
+        self.n = 0
+
+    def run(self, data):
+        self.n += 1
+        tag = b"c%d" % self.n
+        self.sock.sendall(tag + b" " + data + b"\r\n")
+        out = []
+        while True:
+            line = self.f.readline()
+            m = re.search(rb"\{(\d+)\}\r\n$", line)
+            if m:
+                line += self.f.read(int(m.group(1))) + self.f.readline()
+            out.append(line)
+            if line.startswith(tag + b" "):
+                return out
+
+
+def section(m, uid, spec):
+    typ, data = m.uid("FETCH", str(uid), f"(BODY.PEEK[{spec}])")
+    return data[0][1]
+
+
+def test_catenate_rebuilds_a_draft_from_urls_and_text(imapd):
+    m = login(imapd)
+    m.create("Drafts")
+    typ, data = m.append("Drafts", None, None, DRAFT)
+    uidv, uid = map(int, re.search(rb"APPENDUID (\d+) (\d+)", data[0]).groups())
+    m.select("Drafts")
+    header, mime1, part1 = section(m, uid, "HEADER"), section(m, uid, "1.MIME"), section(m, uid, "1")
+    r = Raw(imapd)
+    r.run(b"LOGIN alice wonderland")
+    assert b" CATENATE" in r.run(b"CAPABILITY")[0]
+    text1, text2 = b"--B\r\n", b"\r\n--B\r\nContent-Type: text/plain\r\n\r\nnew\r\n--B--\r\n"
+    base = f"/Drafts;UIDVALIDITY={uidv}/;UID={uid}".encode()
+    out = r.run(b"APPEND Drafts (\\Seen \\Draft) CATENATE (URL \"" + base + b"/;section=HEADER\" "
+                b"TEXT {%d+}\r\n" % len(text1) + text1 +
+                b" URL \"" + base + b"/;SECTION=1.MIME\" URL \"imap://alice@localhost" + base +
+                b"/;SECTION=1\" TEXT {%d+}\r\n" % len(text2) + text2 + b")")
+    assert out[-1].startswith(b"c%d OK [APPENDUID" % r.n), out
+    new_uid = int(re.search(rb"APPENDUID \d+ (\d+)", out[-1]).group(1))
+    m.noop()  # the other session's APPEND comes into this view
+    typ, data = m.uid("FETCH", str(new_uid), "(FLAGS BODY.PEEK[])")
+    assert data[0][1] == header + text1 + mime1 + part1 + text2
+    assert b"\\Seen" in data[0][0] and b"\\Draft" in data[0][0]
+    # A partial of a section, and a whole message.
+    out = r.run(b"APPEND Drafts CATENATE (URL \"" + base + b"/;SECTION=1/;PARTIAL=0.5\" "
+                b"URL \"" + base + b"\")")
+    new_uid = int(re.search(rb"APPENDUID \d+ (\d+)", out[-1]).group(1))
+    m.noop()
+    typ, data = m.uid("FETCH", str(new_uid), "(BODY.PEEK[])")
+    assert data[0][1] == part1[:5] + DRAFT
+    # What cannot be fetched is BADURL, and nothing is appended.
+    before = m.select("Drafts")[1][0]
+    for url in (f"/Drafts;UIDVALIDITY={uidv + 1}/;UID={uid}", f"/Drafts/;UID={uid + 99}",
+                "/Nowhere/;UID=1", f"imap://bob@localhost/Drafts/;UID={uid}", "/Drafts",
+                f"/Drafts/;UID={uid}/;SECTION=9"):
+        out = r.run(b"APPEND Drafts CATENATE (TEXT {1+}\r\nx URL \"" + url.encode() + b"\")")
+        assert out[-1].startswith(b"c%d NO [BADURL " % r.n), (url, out)
+    assert m.select("Drafts")[1][0] == before
+    # NUL only in a literal8; bad syntax is BAD.
+    out = r.run(b"APPEND Drafts CATENATE (TEXT {3+}\r\na\x00b)")
+    assert out[-1].startswith(b"c%d NO" % r.n), out
+    out = r.run(b"APPEND Drafts CATENATE (TEXT ~{3+}\r\na\x00b)")
+    assert out[-1].startswith(b"c%d OK" % r.n), out
+    out = r.run(b"APPEND Drafts CATENATE (TEXT)")
+    assert out[-1].startswith(b"c%d BAD" % r.n), out
+    m.logout()
