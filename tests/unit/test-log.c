@@ -9,6 +9,7 @@
 #include "core/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,7 @@ static void test_overrides_apply_per_component_and_live(void **state)
  * with the same override in every table always gets it, and the base is
  * always one of the levels that were set. */
 struct reader_arg {
-    volatile int stop;
+    _Atomic int stop; /* atomic, not volatile: ThreadSanitizer (scripts/tsan.sh) */
     unsigned long wrong;
     unsigned long reads;
 };
