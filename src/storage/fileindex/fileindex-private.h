@@ -96,10 +96,6 @@ extern double fileindex_lock_timeout;
 /* Cache offset ceiling (4 GiB; tests lower it). */
 extern uint64_t fileindex_cache_ceiling;
 
-/* Heap bytes held by the handle's view (records array + name arena): the
- * benchmark's "memory per message". */
-size_t fileindex_memory_bytes(const struct fileindex *fi);
-
 /* ---------- little-endian helpers ---------- */
 static inline void fi_put16(uint8_t *p, uint16_t v)
 {

@@ -1184,6 +1184,17 @@ struct mail_user *mailbox_user(const struct mailbox *box)
     return box->user;
 }
 
+size_t mailbox_memory_bytes(const struct mailbox *box)
+{
+    /* A uidlist entry owns two strings: a maildir base name (~60 bytes)
+     * and its extensions, with malloc's overhead. */
+    size_t n =
+        sizeof(*box) + box->uidlist.cap * sizeof(box->uidlist.entries[0]) + box->uidlist.count * 96;
+    if (box->index != NULL)
+        n += fileindex_memory_bytes(box->index);
+    return n;
+}
+
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
 {
     return box->ns == ns && strcmp(box->name, name) == 0 && maildir_dir_current(box);
