@@ -6,6 +6,7 @@
 
 #include <malloc.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define COMPONENT "petreld"
 /* A trim walks every arena; it is worth it only when the free memory they
@@ -31,11 +32,15 @@ static void trim_cb(evutil_socket_t fd, short what, void *arg)
                         : trim->free_after_last - before.fordblks;
     if (change < TRIM_MIN_CHANGE)
         return;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int released = malloc_trim(0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     struct mallinfo2 after = mallinfo2();
     trim->free_after_last = after.fordblks;
-    log_debug(COMPONENT, "memory trimmed", "free=%zu released=%s", before.fordblks,
-              released ? "yes" : "no");
+    log_debug(COMPONENT, "memory trimmed", "free=%zu released=%s ms=%.2f", before.fordblks,
+              released ? "yes" : "no",
+              (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 #elif defined(__GLIBC__)
     (void)trim;
     malloc_trim(0);
