@@ -526,12 +526,14 @@ def main():
         nt = threading.Thread(target=normal, daemon=True)
         nt.start()
         aborted = False
+        t_hostile = time.monotonic()
         while nt.is_alive():
             nt.join(1)
             if sampler.over.is_set() and not aborted:
                 aborted = True
-                print(f"hostile-soak: petreld RSS above {args.rss_abort_mb} MB: hostile "
-                      f"clients stopped early")
+                print(f"hostile-soak: petreld RSS above {args.rss_abort_mb} MB after "
+                      f"{time.monotonic() - t_hostile:.0f} s: hostile clients stopped early "
+                      f"(the ratio below then also covers the rest of the phase without them)")
                 fleet.stop.set()
             if server.proc.poll() is not None:
                 print("hostile-soak: petreld died:\n" + server.log_text())
