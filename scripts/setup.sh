@@ -6,7 +6,7 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
   libevent-dev libssl-dev libjansson-dev libyaml-dev libcmocka-dev
   libsqlite3-dev libpq-dev libhiredis-dev libcrypt-dev libargon2-dev
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev zlib1g-dev
   python3 python3-pytest openssl curl wrk whois apache2-utils argon2 swaks
   redis-server redis-tools postgresql prometheus dovecot-imapd dovecot-pop3d isync mutt strace
 )

@@ -55,6 +55,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define COMPONENT "dict"
 
@@ -143,27 +144,16 @@ fail:
     return NULL;
 }
 
-/* ---------- CRC-32 (IEEE 802.3, as zlib's crc32) ---------- */
+/* ---------- CRC-32 (IEEE 802.3) ---------- */
 
-static uint32_t crc_table[256];
-static bool crc_ready;
-
+/* zlib's crc32: its tables are constants, so threads need no set-up
+ * between them (docs/decisions.md). */
 static uint32_t crc32_update(uint32_t crc, const void *data, size_t len)
 {
-    if (!crc_ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            crc_table[i] = c;
-        }
-        crc_ready = true;
-    }
-    const unsigned char *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < len; i++)
-        crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    /* crc32_z answers 0 for a NULL buffer, whatever `crc` was. */
+    if (len == 0)
+        return crc;
+    return (uint32_t)crc32_z(crc, data, len);
 }
 
 /* ---------- little-endian encoding ---------- */

@@ -16,6 +16,7 @@ static void defaults(struct petrel_config *cfg)
 {
     cfg->log.base = LOG_INFO;
     cfg->shutdown_timeout_ms = 10000;
+    cfg->memory_trim_interval_ms = 30000;
     cfg->telemetry.listen = xstrdup(":8080");
     cfg->telemetry.readiness_deadline_ms = 800;
     cfg->telemetry.token_env = xstrdup("TELEMETRY_TOKEN");
@@ -329,7 +330,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                                        "backend_api",  "auth",             "imap",
                                        "dicts",        "mail",             "warden_service",
                                        "pop3",         "lmtp",           "monitor",
-                                       "director",     NULL};
+                                       "director",     "memory_trim_interval", NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -339,6 +340,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !cfg_bool(ctx, root, "", "allow_root", &cfg->allow_root) ||
         !cfg_duration_ms(ctx, root, "", "shutdown_timeout", 0, 3600000,
                          &cfg->shutdown_timeout_ms) ||
+        !cfg_duration_ms(ctx, root, "", "memory_trim_interval", 0, 3600000,
+                         &cfg->memory_trim_interval_ms) ||
         !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
         !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
         !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api) ||
@@ -426,6 +429,7 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     yaml_put_kv(out, "", "group", cfg->group);
     fprintf(out, "allow_root: %s\n", cfg->allow_root ? "true" : "false");
     fprintf(out, "shutdown_timeout: %lldms\n", (long long)cfg->shutdown_timeout_ms);
+    fprintf(out, "memory_trim_interval: %lldms\n", (long long)cfg->memory_trim_interval_ms);
     fputs("telemetry:\n", out);
     yaml_put_kv(out, "  ", "listen", cfg->telemetry.listen);
     yaml_put_list(out, "  ", "allowed_nets", cfg->telemetry.allowed_nets);

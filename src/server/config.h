@@ -35,6 +35,7 @@ struct petrel_config {
     char *group;
     bool allow_root;
     int64_t shutdown_timeout_ms;
+    int64_t memory_trim_interval_ms; /* malloc_trim from a timer; 0: never */
     struct telemetry_config telemetry;
     struct tls_config internal_tls;
     struct backend_api_config backend_api;

@@ -7,6 +7,7 @@
 #include "net/tls.h"
 #include "server/config-exposure.h"
 #include "server/config.h"
+#include "server/memory-trim.h"
 #include "server/privileges.h"
 #include "protocols/imap/imap-server.h"
 #include "protocols/lmtp/lmtp-server.h"
@@ -60,6 +61,7 @@ struct petrel_context {
     struct event *sig_int;
     struct event *sig_hup;
     struct event *drain_poll;
+    struct memory_trim *memory_trim;
 };
 
 static size_t in_flight(const struct petrel_context *ctx)
@@ -316,6 +318,7 @@ static void context_free(struct petrel_context *ctx)
     warden_service_free(ctx->warden);
     monitor_service_free(ctx->monitor);
     director_service_free(ctx->director);
+    memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
@@ -467,6 +470,7 @@ int daemon_run(const struct daemon_options *opts)
     evsignal_add(ctx.sig_hup, NULL);
 
     telemetry_start_refresh(ctx.telemetry);
+    ctx.memory_trim = memory_trim_start(ctx.base, ctx.config->memory_trim_interval_ms);
     log_info(COMPONENT, "started",
              "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
              "lmtp=%s director=%s monitor=%s",

@@ -89,6 +89,9 @@ void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
 /* The user whose folder this is (the handle holds a reference to it). */
 struct mail_user *mailbox_user(const struct mailbox *box);
+/* Bytes the open handle holds in memory (its index view, the loaded
+ * dovecot-uidlist): what keeping it open costs. An estimate; O(1). */
+size_t mailbox_memory_bytes(const struct mailbox *box);
 /* True when `box` is the folder `name` (as mailbox_open() takes it) of `ns`
  * and that folder is still the directory the handle opened: false once it
  * was deleted, renamed or replaced meanwhile (the handle keeps working on

@@ -39,6 +39,8 @@ void lmtp_config_defaults(struct lmtp_config *cfg)
     cfg->delivery_queue = 1024;
     /* On disk (a tmpfs /tmp would hold the spooled bytes in memory again). */
     cfg->temp_dir = xstrdup("/var/tmp");
+    cfg->folder_cache_bytes = 32 * 1024 * 1024;
+    cfg->folder_cache_idle_ms = 30 * 1000;
 }
 
 void lmtp_config_free(struct lmtp_config *cfg)
@@ -139,13 +141,29 @@ static bool check_delimiter(const struct cfg_ctx *ctx, const struct ynode *node,
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg)
 {
-    static const char *const keys[] = {
-        "listen",          "allowed_nets",        "socket_mode",      "tls_cert_file",
-        "tls_key_file",    "auth_addr",           "hostname",         "recipient_delimiter",
-        "username_format", "add_received_header", "max_message_size", "max_recipients",
-        "max_line_length", "max_connections",     "max_errors",       "command_timeout",
-        "auth_timeout",    "delivery_threads",    "delivery_queue",   "temp_dir",
-        NULL};
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "socket_mode",
+                                       "tls_cert_file",
+                                       "tls_key_file",
+                                       "auth_addr",
+                                       "hostname",
+                                       "recipient_delimiter",
+                                       "username_format",
+                                       "add_received_header",
+                                       "max_message_size",
+                                       "max_recipients",
+                                       "max_line_length",
+                                       "max_connections",
+                                       "max_errors",
+                                       "command_timeout",
+                                       "auth_timeout",
+                                       "delivery_threads",
+                                       "delivery_queue",
+                                       "temp_dir",
+                                       "folder_cache_bytes",
+                                       "folder_cache_idle",
+                                       NULL};
     const char *p = "lmtp";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -172,7 +190,11 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                          &cfg->command_timeout_ms) ||
         !cfg_duration_ms(ctx, node, p, "auth_timeout", 100, 600000, &cfg->auth_timeout_ms) ||
         !cfg_int(ctx, node, p, "delivery_threads", 1, 64, &cfg->delivery_threads) ||
-        !cfg_int(ctx, node, p, "delivery_queue", 1, 1000000, &cfg->delivery_queue))
+        !cfg_int(ctx, node, p, "delivery_queue", 1, 1000000, &cfg->delivery_queue) ||
+        !cfg_int(ctx, node, p, "folder_cache_bytes", 0, (int64_t)64 << 30,
+                 &cfg->folder_cache_bytes) ||
+        !cfg_duration_ms(ctx, node, p, "folder_cache_idle", 100, 86400000,
+                         &cfg->folder_cache_idle_ms))
         return false;
     if (!cfg_string(ctx, node, p, "temp_dir", &cfg->temp_dir))
         return false;
@@ -220,4 +242,6 @@ void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
             (long long)cfg->command_timeout_ms, (long long)cfg->auth_timeout_ms,
             (long long)cfg->delivery_threads, (long long)cfg->delivery_queue);
     yaml_put_kv(out, "  ", "temp_dir", cfg->temp_dir);
+    fprintf(out, "  folder_cache_bytes: %lld\n  folder_cache_idle: %lldms\n",
+            (long long)cfg->folder_cache_bytes, (long long)cfg->folder_cache_idle_ms);
 }

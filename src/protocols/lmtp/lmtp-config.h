@@ -30,6 +30,10 @@ struct lmtp_config {
     int64_t delivery_threads;   /* storage writes run on these */
     int64_t delivery_queue;     /* deliveries waiting for a thread */
     char *temp_dir;             /* where large DATA is spooled (absolute; lmtp-spool.h) */
+    /* Folders the delivery threads keep open between deliveries: bytes
+     * for all threads together, and how long an unused one stays open. */
+    int64_t folder_cache_bytes;
+    int64_t folder_cache_idle_ms;
 };
 
 void lmtp_config_defaults(struct lmtp_config *cfg);

@@ -7,10 +7,17 @@
  * not change; a rescan when another program changed them, as an open
  * would do).
  *
+ * What it keeps is bounded three ways (docs/lmtp.md#open-folders): a count
+ * (each open folder holds a few descriptors), bytes (mailbox_memory_bytes
+ * of every kept handle together; a folder larger than the whole budget is
+ * not kept at all), and time (lmtp_folder_cache_expire closes what was not
+ * used for a while, so an idle server holds no folder open).
+ *
  * Ownership: the cache owns its handles (and through them a reference to
  * their users); a handle it returns stays valid until the next call on the
  * cache. Single-threaded: one cache per delivery thread, used only with
- * that thread's mail storage. */
+ * that thread's mail storage (or by another thread that holds that
+ * thread's lock, see lmtp-server.c). */
 #ifndef PETREL_PROTOCOLS_LMTP_LMTP_FOLDER_CACHE_H
 #define PETREL_PROTOCOLS_LMTP_LMTP_FOLDER_CACHE_H
 
@@ -18,12 +25,13 @@
 #include "storage/mail-storage.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct lmtp_folder_cache;
 
-/* At most `capacity` folders (0: none kept; every get opens, every put
- * closes). */
-struct lmtp_folder_cache *lmtp_folder_cache_new(size_t capacity);
+/* At most `max_folders` folders (0: none kept; every get opens, every put
+ * closes) holding at most `max_bytes` together (0: none kept). */
+struct lmtp_folder_cache *lmtp_folder_cache_new(size_t max_folders, size_t max_bytes);
 void lmtp_folder_cache_free(struct lmtp_folder_cache *cache);
 
 /* Folder `name` of `user`'s namespace `ns`, open and synced with the disk:
@@ -32,10 +40,19 @@ void lmtp_folder_cache_free(struct lmtp_folder_cache *cache);
 struct mailbox *lmtp_folder_cache_get(struct lmtp_folder_cache *cache, struct mail_user *user,
                                       const struct namespace_config *ns, const char *name,
                                       struct petrel_error *err);
-/* Returns a handle from lmtp_folder_cache_get(): kept (the least recently
- * used one closed when full) when `healthy`, else closed, so that a handle
- * that failed an append (its folder deleted or renamed meanwhile) is not
- * used again. */
+/* Returns a handle from lmtp_folder_cache_get(): kept as the most recently
+ * used when `healthy` and it fits, closing the least recently used ones
+ * until the count and the bytes are within the limits; closed when not
+ * `healthy`, so that a handle that failed an append (its folder deleted or
+ * renamed meanwhile) is not used again. */
 void lmtp_folder_cache_put(struct lmtp_folder_cache *cache, struct mailbox *box, bool healthy);
+
+/* Closes the folders last handed back `idle_ms` or more milliseconds ago
+ * (0: all). Returns how many were closed. */
+size_t lmtp_folder_cache_expire(struct lmtp_folder_cache *cache, int64_t idle_ms);
+
+/* Folders kept, and their bytes as counted when they were handed back. */
+size_t lmtp_folder_cache_count(const struct lmtp_folder_cache *cache);
+size_t lmtp_folder_cache_bytes(const struct lmtp_folder_cache *cache);
 
 #endif

@@ -9,7 +9,14 @@
  * folder from two threads serialise on the folder lock as two processes'
  * would. Deliveries from different connections run in parallel, and their
  * fsyncs reach the file system together: ext4 commits them in one journal
- * transaction (the "group commit" the performance section measures). */
+ * transaction (the "group commit" the performance section measures).
+ *
+ * Each thread also keeps recently used folders open (lmtp-folder-cache.h)
+ * under its share of lmtp.folder_cache_bytes. A timer on the loop closes
+ * the ones unused for lmtp.folder_cache_idle: it takes the thread's lock
+ * (held by the thread for the whole of each delivery) with a trylock, so a
+ * busy thread is skipped, never waited for, and the storage is still used
+ * by one thread at a time. */
 #include "protocols/lmtp/lmtp-server.h"
 
 #include "core/fs-util.h"
@@ -22,6 +29,9 @@
 #include "protocols/lmtp/lmtp-private.h"
 
 #include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +63,9 @@ struct lmtp_server {
     struct worker_pool *pool;
     struct mail_storage **storages;     /* one per delivery thread */
     struct lmtp_folder_cache **folders; /* one per delivery thread, on its storage */
+    pthread_mutex_t *thread_locks;      /* one per delivery thread: its storage and folders */
     size_t storage_count;
+    struct event *folder_sweep; /* closes folders unused for folder_cache_idle */
 };
 
 const struct lmtp_server_ctx *lmtp_server_context(const struct lmtp_server *srv)
@@ -94,7 +106,32 @@ void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 static void job_work(void *arg, unsigned worker_index)
 {
     struct lmtp_job *job = arg;
-    lmtp_deliver(job->srv->storages[worker_index], job->srv->folders[worker_index], job->d);
+    struct lmtp_server *srv = job->srv;
+    pthread_mutex_lock(&srv->thread_locks[worker_index]);
+    lmtp_deliver(srv->storages[worker_index], srv->folders[worker_index], job->d);
+    pthread_mutex_unlock(&srv->thread_locks[worker_index]);
+}
+
+static void folder_sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct lmtp_server *srv = arg;
+    for (size_t i = 0; i < srv->storage_count; i++) {
+        if (pthread_mutex_trylock(&srv->thread_locks[i]) != 0)
+            continue; /* delivering: its folders are in use */
+        lmtp_folder_cache_expire(srv->folders[i], srv->ctx.cfg->folder_cache_idle_ms);
+        pthread_mutex_unlock(&srv->thread_locks[i]);
+    }
+}
+
+static void folder_sweep_start(struct lmtp_server *srv)
+{
+    /* Twice per idle period: a folder stays open at most 1.5 periods unused. */
+    int64_t every = srv->ctx.cfg->folder_cache_idle_ms / 2;
+    struct timeval tv = {.tv_sec = every / 1000, .tv_usec = (every % 1000) * 1000};
+    srv->folder_sweep = event_new(srv->ctx.base, -1, EV_PERSIST, folder_sweep_cb, srv);
+    event_add(srv->folder_sweep, &tv);
 }
 
 static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
@@ -309,11 +346,17 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
     srv->storage_count = (size_t)cfg->delivery_threads;
     srv->storages = xcalloc(srv->storage_count, sizeof(*srv->storages));
     srv->folders = xcalloc(srv->storage_count, sizeof(*srv->folders));
+    srv->thread_locks = xcalloc(srv->storage_count, sizeof(*srv->thread_locks));
+    /* Each thread's share of the budget: the same folder may be open in
+     * several threads, so the budget bounds the sum, not distinct folders. */
+    size_t share = (size_t)cfg->folder_cache_bytes / srv->storage_count;
     for (size_t i = 0; i < srv->storage_count; i++) {
         /* No metrics registry: the registry belongs to the loop thread. */
         srv->storages[i] = mail_storage_new_sibling(storage, NULL);
-        srv->folders[i] = lmtp_folder_cache_new(LMTP_OPEN_FOLDERS_PER_THREAD);
+        srv->folders[i] = lmtp_folder_cache_new(LMTP_OPEN_FOLDERS_PER_THREAD, share);
+        pthread_mutex_init(&srv->thread_locks[i], NULL);
     }
+    folder_sweep_start(srv);
     srv->pool =
         worker_pool_new(env->base, (unsigned)cfg->delivery_threads, (size_t)cfg->delivery_queue);
     if (srv->pool == NULL) {
@@ -375,12 +418,17 @@ void lmtp_server_free(struct lmtp_server *srv)
     /* Deliveries still running finish (their files are complete and durable
      * or removed); their sessions are gone, so nobody is answered. */
     worker_pool_free(srv->pool);
+    if (srv->folder_sweep != NULL)
+        event_free(srv->folder_sweep);
     for (size_t i = 0; i < srv->storage_count; i++) {
         /* The kept folders hold references to their storage's users. */
         if (srv->folders != NULL)
             lmtp_folder_cache_free(srv->folders[i]);
         mail_storage_free(srv->storages[i]);
+        if (srv->thread_locks != NULL)
+            pthread_mutex_destroy(&srv->thread_locks[i]);
     }
+    free(srv->thread_locks);
     free(srv->folders);
     free(srv->storages);
     auth_client_free(srv->ctx.auth);

@@ -18,6 +18,7 @@
 #define PETREL_STORAGE_FILEINDEX_PRIVATE_H
 
 #include "core/buf.h"
+#include "core/crc32c.h"
 #include "core/fs-util.h"
 #include "storage/fileindex/fileindex.h"
 
@@ -95,10 +96,6 @@ extern double fileindex_lock_timeout;
 /* Cache offset ceiling (4 GiB; tests lower it). */
 extern uint64_t fileindex_cache_ceiling;
 
-/* Heap bytes held by the handle's view (records array + name arena): the
- * benchmark's "memory per message". */
-size_t fileindex_memory_bytes(const struct fileindex *fi);
-
 /* ---------- little-endian helpers ---------- */
 static inline void fi_put16(uint8_t *p, uint16_t v)
 {
@@ -130,10 +127,16 @@ static inline uint64_t fi_get64(const uint8_t *p)
     return (uint64_t)fi_get32(p) | ((uint64_t)fi_get32(p + 4) << 32);
 }
 
-/* CRC-32C (Castagnoli): the SSE 4.2 instruction when available, else
- * slicing-by-8 (fi_crc32c_sw). Chain: crc = fi_crc32c(crc, ...), from 0. */
-uint32_t fi_crc32c(uint32_t crc, const void *data, size_t len);
-uint32_t fi_crc32c_sw(uint32_t crc, const void *data, size_t len);
+/* The files' checksum, CRC-32C (core/crc32c.h; thread-safe). Chain:
+ * crc = fi_crc32c(crc, ...), from 0. */
+static inline uint32_t fi_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    return crc32c(crc, data, len);
+}
+static inline uint32_t fi_crc32c_sw(uint32_t crc, const void *data, size_t len)
+{
+    return crc32c_sw(crc, data, len);
+}
 
 /* ---------- memory ---------- */
 struct fi_chunk;

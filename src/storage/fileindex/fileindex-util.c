@@ -1,4 +1,4 @@
-/* fileindex helpers: CRC-32C, clocks and random lineages, whole-buffer I/O,
+/* fileindex helpers: clocks and random lineages, whole-buffer I/O,
  * the fsync policy, atomic file replacement, and the in-memory view (packed
  * record array, name arena, mappings). */
 #include "storage/fileindex/fileindex-private.h"
@@ -21,94 +21,6 @@
 #ifndef MAP_POPULATE
 #define MAP_POPULATE 0
 #endif
-
-/* ---------- CRC-32C: SSE 4.2 when the CPU has it, else slicing-by-8 ---------- */
-
-static uint32_t crc_tables[8][256];
-static bool crc_ready;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-        crc_tables[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = crc_tables[0][i];
-        for (int t = 1; t < 8; t++) {
-            c = crc_tables[0][c & 0xff] ^ (c >> 8);
-            crc_tables[t][i] = c;
-        }
-    }
-    crc_ready = true;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define FI_CRC_HW 1
-/* SSE 4.2 has an instruction for exactly this polynomial. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                            size_t len)
-{
-    uint64_t c = ~crc;
-    while (len > 0 && ((uintptr_t)p & 7) != 0) {
-        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-        len--;
-    }
-    while (len >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        len -= 8;
-    }
-    while (len > 0) {
-        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-        len--;
-    }
-    return ~(uint32_t)c;
-}
-static int crc_hw = -1;
-#endif
-
-uint32_t fi_crc32c_sw(uint32_t crc, const void *data, size_t len)
-{
-    if (!crc_ready)
-        crc_init();
-    const uint8_t *p = data;
-    crc = ~crc;
-    while (len > 0 && ((uintptr_t)p & 7) != 0) {
-        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-        len--;
-    }
-    while (len >= 8) {
-        uint32_t lo = fi_get32(p) ^ crc;
-        uint32_t hi = fi_get32(p + 4);
-        crc = crc_tables[7][lo & 0xff] ^ crc_tables[6][(lo >> 8) & 0xff] ^
-              crc_tables[5][(lo >> 16) & 0xff] ^ crc_tables[4][lo >> 24] ^
-              crc_tables[3][hi & 0xff] ^ crc_tables[2][(hi >> 8) & 0xff] ^
-              crc_tables[1][(hi >> 16) & 0xff] ^ crc_tables[0][hi >> 24];
-        p += 8;
-        len -= 8;
-    }
-    while (len > 0) {
-        crc = crc_tables[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-        len--;
-    }
-    return ~crc;
-}
-
-uint32_t fi_crc32c(uint32_t crc, const void *data, size_t len)
-{
-#ifdef FI_CRC_HW
-    if (crc_hw < 0)
-        crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    if (crc_hw)
-        return crc32c_hw(crc, data, len);
-#endif
-    return fi_crc32c_sw(crc, data, len);
-}
 
 /* ---------- clocks, random ---------- */
 

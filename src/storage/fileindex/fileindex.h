@@ -105,6 +105,10 @@ bool fileindex_log_grown(struct fileindex *fi);
 uint64_t fileindex_foreign_changes(const struct fileindex *fi);
 const struct fileindex_header *fileindex_get_header(const struct fileindex *fi);
 size_t fileindex_count(const struct fileindex *fi);
+/* Heap bytes held by the handle's view (records array + name arena): what
+ * keeping the handle open costs per message (callers that keep handles
+ * under a byte budget; the benchmark's "memory per message"). O(1). */
+size_t fileindex_memory_bytes(const struct fileindex *fi);
 /* Records in ascending UID order: i in [0, count). */
 const struct fileindex_record *fileindex_record_at(const struct fileindex *fi, size_t i);
 const struct fileindex_record *fileindex_lookup_uid(const struct fileindex *fi, uint32_t uid);

@@ -1196,6 +1196,17 @@ bool mailbox_is_read_only(const struct mailbox *box)
     return box->read_only || fileindex_read_only(box->index);
 }
 
+size_t mailbox_memory_bytes(const struct mailbox *box)
+{
+    /* A uidlist entry owns two strings: a maildir base name (~60 bytes)
+     * and its extensions, with malloc's overhead. */
+    size_t n =
+        sizeof(*box) + box->uidlist.cap * sizeof(box->uidlist.entries[0]) + box->uidlist.count * 96;
+    if (box->index != NULL)
+        n += fileindex_memory_bytes(box->index);
+    return n;
+}
+
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
 {
     return box->ns == ns && strcmp(box->name, name) == 0 && maildir_dir_current(box);
