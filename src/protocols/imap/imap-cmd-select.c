@@ -110,6 +110,7 @@ void imap_selected_close(struct imap_session *s)
     s->view = NULL;
     s->box = NULL;
     s->idling = false;
+    imap_searchres_clear(s);
     if (s->state == IMAP_STATE_SELECTED)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
@@ -141,6 +142,7 @@ void imap_selected_sync(struct imap_session *s)
         s->view = NULL;
         s->box = NULL;
         s->state = IMAP_STATE_AUTHENTICATED;
+        imap_searchres_clear(s);
         return;
     }
     for (size_t i = 0; i < ch.expunged_count; i++)
