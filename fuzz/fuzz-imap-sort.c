@@ -126,8 +126,8 @@ static void check_messages(const char *in, size_t len)
         imap_base_subject(subj, strlen(subj), &base);
         assert(base.len <= strlen(subj));
         if (base.len > 0)
-            assert(base.data[0] != ' ' && base.data[base.len - 1] != ' ' &&
-                   base.data[0] != '\t' && base.data[base.len - 1] != '\t');
+            assert(base.data[0] != ' ' && base.data[base.len - 1] != ' ' && base.data[0] != '\t' &&
+                   base.data[base.len - 1] != '\t');
         buf_free(&base);
         struct buf mbox = {0}, display = {0};
         imap_sort_first_address(strings[count][4], strlen(strings[count][4]), &mbox, &display);

@@ -33,8 +33,8 @@ static void expect_base(const char *subject, const char *want, bool want_reply)
     bool reply = false;
     char *got = base(subject, &reply);
     if (strcmp(got, want) != 0 || reply != want_reply)
-        fail_msg("base(\"%s\") = \"%s\" reply=%d, want \"%s\" reply=%d", subject, got, reply,
-                 want, want_reply);
+        fail_msg("base(\"%s\") = \"%s\" reply=%d, want \"%s\" reply=%d", subject, got, reply, want,
+                 want_reply);
     free(got);
 }
 
@@ -74,7 +74,11 @@ static void test_base_subject_rfc5256_rules(void **state)
     /* "[fwd:" without its "]" at the end is an ordinary blob-less text. */
     expect_base("[fwd: Subject", "[fwd: Subject", false);
     /* Non-ASCII text (already decoded) passes through. */
-    expect_base("Re: Gr\xc3\xbc\xc3\x9f""e", "Gr\xc3\xbc\xc3\x9f""e", true);
+    expect_base("Re: Gr\xc3\xbc\xc3\x9f"
+                "e",
+                "Gr\xc3\xbc\xc3\x9f"
+                "e",
+                true);
 }
 
 static void test_casemap(void **state)
@@ -105,8 +109,8 @@ static void test_parse_criteria(void **state)
 {
     (void)state;
     struct imap_sort_program p;
-    const char *ok1[] = {"REVERSE", "date", "Subject", "DISPLAYFROM", "displayto", "ARRIVAL",
-                         "CC", "FROM", "SIZE", "TO"};
+    const char *ok1[] = {"REVERSE", "date", "Subject", "DISPLAYFROM", "displayto",
+                         "ARRIVAL", "CC",   "FROM",    "SIZE",        "TO"};
     assert_true(parse_keys(ok1, 10, &p));
     assert_int_equal(p.count, 9);
     assert_int_equal(p.keys[0].key, IMAP_SORT_DATE);

@@ -181,8 +181,8 @@ static void test_siblings_by_date_then_sequence(void **state)
 {
     (void)state;
     const struct imap_thread_msg m[] = {
-        M(1, 0, "p", "<a@x>", NULL, NULL),     M(2, 9, "c1", "<b@x>", "<a@x>", NULL),
-        M(3, 5, "c2", "<c@x>", "<a@x>", NULL), M(4, 5, "c3", "<d@x>", "<a@x>", NULL),
+        M(1, 0, "p", "<a@x>", NULL, NULL),          M(2, 9, "c1", "<b@x>", "<a@x>", NULL),
+        M(3, 5, "c2", "<c@x>", "<a@x>", NULL),      M(4, 5, "c3", "<d@x>", "<a@x>", NULL),
         M(5, 1, "g", "<e@x>", "<a@x> <c@x>", NULL),
     };
     expect(true, m, 5, "(1 (3 5)(4)(2))");
@@ -197,8 +197,8 @@ static void test_deep_chain(void **state)
     char(*ids)[32] = xcalloc(N, sizeof(*ids));
     for (size_t i = 0; i < N; i++) {
         snprintf(ids[i], sizeof(ids[i]), "<%zu@x>", i);
-        m[i] = (struct imap_thread_msg)M((uint32_t)i + 1, (int64_t)i, i == 0 ? "s" : "Re: s", ids[i],
-                 i > 0 ? ids[i - 1] : NULL, NULL);
+        m[i] = (struct imap_thread_msg)M((uint32_t)i + 1, (int64_t)i, i == 0 ? "s" : "Re: s",
+                                         ids[i], i > 0 ? ids[i - 1] : NULL, NULL);
     }
     struct buf want = {0}, got = {0};
     buf_append_char(&want, '(');

@@ -160,8 +160,7 @@ static void append_ordered_set(struct buf *out, const uint32_t *v, size_t n)
     }
 }
 
-static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc,
-                    bool uid_mode)
+static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode)
 {
     size_t i = 0;
     const struct imap_arg *ret = NULL;

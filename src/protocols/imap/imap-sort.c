@@ -13,10 +13,14 @@ static const struct {
     const char *name;
     enum imap_sort_key key;
 } sort_keys[] = {
-    {"ARRIVAL", IMAP_SORT_ARRIVAL}, {"CC", IMAP_SORT_CC},
-    {"DATE", IMAP_SORT_DATE},       {"FROM", IMAP_SORT_FROM},
-    {"SIZE", IMAP_SORT_SIZE},       {"SUBJECT", IMAP_SORT_SUBJECT},
-    {"TO", IMAP_SORT_TO},           {"DISPLAYFROM", IMAP_SORT_DISPLAYFROM},
+    {"ARRIVAL", IMAP_SORT_ARRIVAL},
+    {"CC", IMAP_SORT_CC},
+    {"DATE", IMAP_SORT_DATE},
+    {"FROM", IMAP_SORT_FROM},
+    {"SIZE", IMAP_SORT_SIZE},
+    {"SUBJECT", IMAP_SORT_SUBJECT},
+    {"TO", IMAP_SORT_TO},
+    {"DISPLAYFROM", IMAP_SORT_DISPLAYFROM},
     {"DISPLAYTO", IMAP_SORT_DISPLAYTO},
 };
 
@@ -245,9 +249,8 @@ bool imap_base_subject(const char *subject, size_t len, struct buf *out)
         for (;;) {
             if (end > start && is_wsp(s[end - 1])) {
                 end--;
-            } else if (end - start >= 5 && lower(s[end - 5]) == '(' &&
-                       lower(s[end - 4]) == 'f' && lower(s[end - 3]) == 'w' &&
-                       lower(s[end - 2]) == 'd' && s[end - 1] == ')') {
+            } else if (end - start >= 5 && lower(s[end - 5]) == '(' && lower(s[end - 4]) == 'f' &&
+                       lower(s[end - 3]) == 'w' && lower(s[end - 2]) == 'd' && s[end - 1] == ')') {
                 end -= 5;
                 reply = true;
             } else {

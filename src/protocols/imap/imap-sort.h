@@ -44,13 +44,13 @@ struct imap_sort_program {
  * already decoded (RFC 2047) and casemapped with imap_casemap(); absent
  * values are "". */
 struct imap_sort_facts {
-    uint32_t seq;     /* the final tie-breaker (RFC 5256 2.3) */
-    uint32_t number;  /* what is reported: the sequence number or the UID */
-    int64_t arrival;  /* INTERNALDATE, seconds since the epoch */
-    int64_t date;     /* sent date in UTC, INTERNALDATE when unusable */
-    uint64_t size;    /* RFC822.SIZE */
-    char *subject;    /* base subject */
-    char *from;       /* addr-mailbox of the first address */
+    uint32_t seq;    /* the final tie-breaker (RFC 5256 2.3) */
+    uint32_t number; /* what is reported: the sequence number or the UID */
+    int64_t arrival; /* INTERNALDATE, seconds since the epoch */
+    int64_t date;    /* sent date in UTC, INTERNALDATE when unusable */
+    uint64_t size;   /* RFC822.SIZE */
+    char *subject;   /* base subject */
+    char *from;      /* addr-mailbox of the first address */
     char *to;
     char *cc;
     char *display_from; /* RFC 5957 display form of the first address */

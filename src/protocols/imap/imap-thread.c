@@ -123,8 +123,7 @@ static void index_sort(const struct os_ctx *c, size_t *v, size_t n, bool by_subj
     free(tmp);
 }
 
-void imap_thread_orderedsubject(const struct imap_thread_msg *msgs, size_t count,
-                                struct buf *out)
+void imap_thread_orderedsubject(const struct imap_thread_msg *msgs, size_t count, struct buf *out)
 {
     if (count == 0)
         return;
@@ -477,8 +476,7 @@ static void adopt(struct tree *t, size_t parent, size_t child)
 }
 
 /* The thread subject of a root: its message's, or its first child's. */
-static const struct subj *thread_subject(const struct tree *t, const struct subj *subj,
-                                         size_t root)
+static const struct subj *thread_subject(const struct tree *t, const struct subj *subj, size_t root)
 {
     size_t m = t->c[root].msg;
     if (m == NONE && t->c[root].first_child != NONE)

@@ -26,8 +26,7 @@ struct imap_thread_msg {
 };
 
 /* RFC 5256 3.1. */
-void imap_thread_orderedsubject(const struct imap_thread_msg *msgs, size_t count,
-                                struct buf *out);
+void imap_thread_orderedsubject(const struct imap_thread_msg *msgs, size_t count, struct buf *out);
 /* RFC 5256 3.2. */
 void imap_thread_references(const struct imap_thread_msg *msgs, size_t count, struct buf *out);
 
