@@ -443,3 +443,34 @@ def test_searchres_expunged_by_another_session(imapd, sortbox):
     assert "* 1 EXPUNGE" in lines, lines
     got = fetch_uids(r, "UID FETCH $ (UID)")
     assert [u for _, u in got] == [before[i] for i in range(2, 6)]
+
+
+def test_searchres_rfc5182_pipelined_example(sortbox):
+    """RFC 5182 2.4's example, pipelined as the RFC shows it: the SAVE
+    completes before the commands that use $ run, and each answer is the
+    one the saved result gives (SINCE 2 January by INTERNALDATE is 1, 3, 4
+    and 5; without Charlie's, 3 and 5)."""
+    r = sortbox
+    uids = dict(fetch_uids(r, "FETCH 1:* (UID)"))
+    base = r.n
+    r.s.sendall(b'A300 SEARCH RETURN (SAVE) SINCE 2-Jan-2026 NOT FROM "charlie"\r\n'
+                b"A301 FETCH $ (UID FLAGS)\r\n"
+                b"A302 STORE $ +FLAGS (Processed)\r\n"
+                b"A303 SEARCH $ SMALLER 4096\r\n")
+    lines = []
+    while not (lines and lines[-1].startswith("A303 ")):
+        line = r.f.readline()
+        assert line, lines
+        lines.append(line.decode().rstrip("\r\n"))
+    assert r.n == base
+    tagged = [line for line in lines if line.startswith("A30")]
+    assert [t.split()[:2] for t in tagged] == [["A300", "OK"], ["A301", "OK"], ["A302", "OK"],
+                                               ["A303", "OK"]], lines
+    # SAVE alone: nothing untagged before A300's OK.
+    assert lines[0].startswith("A300 OK"), lines
+    fetched = [line for line in lines[1:lines.index(tagged[1])] if " FETCH " in line]
+    assert [re.match(r"\* (\d+) FETCH \(UID (\d+)", f).groups() for f in fetched] == \
+        [(str(s), str(uids[s])) for s in (3, 5)], fetched
+    stored = [line for line in lines if " FETCH " in line and "Processed" in line]
+    assert [line.split()[1] for line in stored] == ["3", "5"], lines
+    assert "* SEARCH 3 5" in lines, lines
