@@ -213,6 +213,70 @@ static void test_deep_chain(void **state)
     free(m);
 }
 
+/* Every number 1..n exactly once, parentheses balanced. */
+static void assert_valid_threads(const struct buf *out, size_t n)
+{
+    unsigned char *seen = xcalloc(n + 1, 1);
+    int depth = 0;
+    for (size_t i = 0; i < out->len;) {
+        char c = out->data[i];
+        if (c == '(' || c == ')' || c == ' ') {
+            depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+            assert_true(depth >= 0);
+            i++;
+            continue;
+        }
+        size_t v = 0;
+        while (i < out->len && out->data[i] >= '0' && out->data[i] <= '9')
+            v = v * 10 + (size_t)(out->data[i++] - '0');
+        assert_true(v >= 1 && v <= n && !seen[v]);
+        seen[v] = 1;
+    }
+    assert_int_equal(depth, 0);
+    for (size_t v = 1; v <= n; v++)
+        assert_true(seen[v]);
+    free(seen);
+}
+
+static void test_hostile_references_bounded(void **state)
+{
+    (void)state;
+    /* Message 1 references a 100000-deep chain; then 1000 pairs where a
+     * message whose container already has a child names the bottom of the
+     * chain as its parent: each loop check walks the whole chain, 10^8
+     * steps in all without the budget. The answer must still come, quickly,
+     * and name every message once. */
+    enum { K = 100000, PAIRS = 1000, N = 1 + 2 * PAIRS };
+    struct buf chain = {0};
+    for (size_t i = 0; i < K; i++)
+        buf_printf(&chain, "<c%zu@x> ", i);
+    char bottom[32];
+    snprintf(bottom, sizeof(bottom), "<c%d@x>", K - 1);
+    struct imap_thread_msg *m = xcalloc(N, sizeof(*m));
+    char(*ids)[32] = xcalloc(N, sizeof(*ids));
+    char(*refs)[32] = xcalloc(N, sizeof(*refs));
+    m[0] = (struct imap_thread_msg)M(1, 0, "chain", "<a@x>", buf_cstr(&chain), NULL);
+    for (size_t j = 0; j < PAIRS; j++) {
+        size_t p = 1 + 2 * j, b = p + 1;
+        snprintf(ids[p], sizeof(ids[p]), "<p%zu@x>", j);
+        snprintf(refs[p], sizeof(refs[p]), "<b%zu@x>", j);
+        snprintf(ids[b], sizeof(ids[b]), "<b%zu@x>", j);
+        m[p] = (struct imap_thread_msg)M((uint32_t)p + 1, 1, "p", ids[p], refs[p], NULL);
+        m[b] = (struct imap_thread_msg)M((uint32_t)b + 1, 2, "b", ids[b], bottom, NULL);
+    }
+    struct buf out = {0};
+    imap_thread_references(m, N, &out);
+    assert_valid_threads(&out, N);
+    buf_reset(&out);
+    imap_thread_orderedsubject(m, N, &out);
+    assert_valid_threads(&out, N);
+    buf_free(&out);
+    buf_free(&chain);
+    free(refs);
+    free(ids);
+    free(m);
+}
+
 static void test_message_id_parsing(void **state)
 {
     (void)state;
@@ -238,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_subject_grouping_cases),
         cmocka_unit_test(test_siblings_by_date_then_sequence),
         cmocka_unit_test(test_deep_chain),
+        cmocka_unit_test(test_hostile_references_bounded),
         cmocka_unit_test(test_message_id_parsing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -184,9 +184,18 @@ struct container {
     bool deleted;
 };
 
+/* Parent steps the loop checks of one THREAD may take in all: a hostile
+ * References chain could otherwise make linking quadratic in the header
+ * bytes. Past it a link is not made (as if it made a loop), so the answer
+ * stays a valid thread list, less linked. A child without descendants
+ * (every new message, every new dummy) needs no walk at all, so ordinary
+ * mailboxes spend next to nothing of it. */
+#define LOOP_CHECK_BUDGET 50000000u
+
 struct tree {
     struct container *c;
     size_t count, cap;
+    size_t budget; /* loop-check steps left */
 };
 
 static size_t container_new(struct tree *t, size_t msg)
@@ -219,12 +228,16 @@ static void append_child(struct tree *t, size_t parent, size_t child)
     *link = child;
 }
 
-/* Whether `a` is `b` or one of b's descendants. */
-static bool is_under(const struct tree *t, size_t a, size_t b)
+/* Whether `a` is `b` or one of b's descendants (true too once the budget
+ * is spent). */
+static bool is_under(struct tree *t, size_t a, size_t b)
 {
+    if (a != b && t->c[b].first_child == NONE)
+        return false; /* b has no descendants: nothing to walk */
     for (size_t x = a; x != NONE; x = t->c[x].parent) {
-        if (x == b)
+        if (x == b || t->budget == 0)
             return true;
+        t->budget--;
     }
     return false;
 }
@@ -623,7 +636,7 @@ void imap_thread_references(const struct imap_thread_msg *msgs, size_t count, st
 {
     if (count == 0)
         return;
-    struct tree t = {0};
+    struct tree t = {.budget = LOOP_CHECK_BUDGET};
     build_links(&t, msgs, count);
     prune(&t);
     /* Step 2: the root set. */
