@@ -96,14 +96,19 @@ def first_addr(fields, name):
     if display.startswith("=?"):
         display = str(email.header.make_header(email.header.decode_header(display)))
     mailbox = address.split("@")[0]
-    return mailbox.upper(), (display or address).upper()
+    return ascii_upper(mailbox), ascii_upper(display or address)
+
+
+def ascii_upper(s):
+    """i;ascii-casemap: only a-z change."""
+    return "".join(chr(ord(c) - 32) if "a" <= c <= "z" else c for c in s)
 
 
 def base_subject(s):
     # Enough of RFC 5256 2.1 for SORT_SET's subjects (the C unit test has the rest).
     s = re.sub(r"\s*\(fwd\)$", "", s.strip(), flags=re.I)
     s = re.sub(r"^(\[[^\]]*\]\s*)*(re|fwd?)\s*:\s*", "", s, flags=re.I)
-    return s.upper()
+    return ascii_upper(s)
 
 
 def internal_epoch(internal):
