@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -57,6 +57,7 @@ max_len_of() {
     fuzz-auth-line) echo 16384 ;;
     fuzz-mime) echo 65536 ;;
     fuzz-imap-parser) echo 65536 ;;
+    fuzz-imap-sort) echo 16384 ;;
     fuzz-lmtp-parser) echo 16384 ;;
     fuzz-pop3-parser) echo 16384 ;;
     fuzz-warden-line) echo 16384 ;;
@@ -84,6 +85,7 @@ dict_of() {
     fuzz-auth-line) echo "$ROOT/fuzz/dict/auth-line.dict" ;;
     fuzz-mime) echo "$ROOT/fuzz/dict/mime.dict" ;;
     fuzz-imap-parser) echo "$ROOT/fuzz/dict/imap.dict" ;;
+    fuzz-imap-sort) echo "$ROOT/fuzz/dict/imap-sort.dict" ;;
     fuzz-lmtp-parser) echo "$ROOT/fuzz/dict/lmtp.dict" ;;
     fuzz-pop3-parser) echo "$ROOT/fuzz/dict/pop3.dict" ;;
     fuzz-warden-line) echo "$ROOT/fuzz/dict/warden-line.dict" ;;

@@ -58,7 +58,7 @@ static bool resolve_set(struct imap_session *s, const struct imap_arg *arg, bool
     uint32_t max = uid_mode ? (last != NULL ? last->uid : 0) : (uint32_t)n;
     struct imap_seqset set = {0};
     struct petrel_error err;
-    if (!imap_seqset_parse(arg->str, arg->len, max, 0, &set, &err)) {
+    if (!imap_seqset_parse(arg->str, arg->len, max, IMAP_SEQSET_ALLOW_SEARCHRES, &set, &err)) {
         imap_seqset_free(&set);
         imap_reply_bad(s, "Invalid message set: %s", err.message);
         return false;
@@ -70,7 +70,16 @@ static bool resolve_set(struct imap_session *s, const struct imap_arg *arg, bool
     }
     size_t cap = 0;
     uint32_t *out = NULL;
-    if (uid_mode) {
+    if (set.searchres) {
+        /* "$" (RFC 5182): the saved UIDs still in the view, either form. */
+        for (uint32_t seq = 1; seq <= n; seq++) {
+            uint32_t uid = mailbox_view_at(s->view, seq)->uid;
+            if (imap_searchres_contains(s, uid)) {
+                out = xgrow(out, &cap, *count + 1, sizeof(uint32_t));
+                out[(*count)++] = uid;
+            }
+        }
+    } else if (uid_mode) {
         /* Walk the view rather than the set: a set like 1:4294967295 is cheap. */
         for (uint32_t seq = 1; seq <= n; seq++) {
             uint32_t uid = mailbox_view_at(s->view, seq)->uid;
@@ -1117,6 +1126,10 @@ static void cmd_uid(struct imap_session *s, const struct imap_command *cmd)
         do_uid_expunge(s, rest, n);
     else if (strcasecmp(sub, "SEARCH") == 0)
         imap_uid_search(s, rest, n);
+    else if (strcasecmp(sub, "SORT") == 0)
+        imap_uid_sort(s, rest, n);
+    else if (strcasecmp(sub, "THREAD") == 0)
+        imap_uid_thread(s, rest, n);
     else {
         snprintf(s->command, sizeof(s->command), "UID");
         imap_reply_bad(s, "Unknown UID command.");

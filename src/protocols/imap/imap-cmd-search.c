@@ -285,9 +285,10 @@ static bool eval(struct search_ctx *c, const struct imap_search_node *n)
     case IMAP_SEARCH_SMALLER:
         return c->e->vsize < n->number;
     case IMAP_SEARCH_SEQSET:
-        return imap_seqset_contains(&n->set, c->seq);
     case IMAP_SEARCH_UID:
-        return imap_seqset_contains(&n->set, c->e->uid);
+        if (n->set.searchres) /* "$" holds UIDs whichever form named it */
+            return imap_searchres_contains(c->s, c->e->uid);
+        return imap_seqset_contains(&n->set, n->key == IMAP_SEARCH_UID ? c->e->uid : c->seq);
     case IMAP_SEARCH_MODSEQ:
         return c->e->modseq >= n->number;
     case IMAP_SEARCH_NOT:
@@ -304,15 +305,27 @@ static bool eval(struct search_ctx *c, const struct imap_search_node *n)
     return false;
 }
 
-static bool uses_searchres(const struct imap_search_node *n)
+uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_program *prog,
+                          size_t *count)
 {
-    if ((n->key == IMAP_SEARCH_SEQSET || n->key == IMAP_SEARCH_UID) && n->set.searchres)
-        return true;
-    for (size_t i = 0; i < n->child_count; i++) {
-        if (uses_searchres(&n->children[i]))
-            return true;
+    size_t n = mailbox_view_count(s->view);
+    struct search_ctx c = {.s = s, .needs = imap_search_needs(prog)};
+    if (c.needs & IMAP_SEARCH_NEEDS_MODSEQ)
+        imap_condstore_enable(s);
+    uint32_t *hits = NULL;
+    size_t cap = 0;
+    *count = 0;
+    for (uint32_t seq = 1; seq <= n; seq++) {
+        c.seq = seq;
+        c.e = mailbox_view_at(s->view, seq);
+        bool match = eval(&c, &prog->root);
+        unload(&c);
+        if (match) {
+            hits = xgrow(hits, &cap, *count + 1, sizeof(uint32_t));
+            hits[(*count)++] = seq;
+        }
     }
-    return false;
+    return hits;
 }
 
 static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
@@ -323,15 +336,12 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
     struct imap_search_program prog;
     struct petrel_error err;
     if (!imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, &prog, &err)) {
+        if (imap_searchres_requested(args, argc)) /* RFC 5182 2.1: a failed save empties $ */
+            imap_searchres_clear(s);
         if (err.code == PETREL_ERR_UNSUPPORTED)
             imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
         else
             imap_reply_bad(s, "%s", err.message);
-        return;
-    }
-    if (uses_searchres(&prog.root) || (prog.return_options & IMAP_SEARCH_RETURN_SAVE)) {
-        imap_search_program_free(&prog);
-        imap_reply_no(s, "[CANNOT] SEARCHRES ($) is not supported.");
         return;
     }
     struct search_ctx c = {.s = s, .needs = imap_search_needs(&prog)};
@@ -339,6 +349,8 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         imap_condstore_enable(s);
     uint32_t *hits = NULL;
     uint64_t *hit_modseqs = NULL;
+    uint32_t *saved = NULL; /* RETURN (SAVE): the hits' UIDs */
+    size_t saved_cap = 0;
     size_t hit_count = 0, cap = 0, modseq_cap = 0;
     uint64_t max_modseq = 0;
     bool modseq_used = c.needs & IMAP_SEARCH_NEEDS_MODSEQ;
@@ -353,11 +365,20 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         hit_modseqs = xgrow(hit_modseqs, &modseq_cap, hit_count + 1, sizeof(uint64_t));
         hit_modseqs[hit_count] = c.e->modseq;
         hits[hit_count++] = uid_mode ? c.e->uid : seq;
+        if (prog.return_options & IMAP_SEARCH_RETURN_SAVE) {
+            saved = xgrow(saved, &saved_cap, hit_count, sizeof(uint32_t));
+            saved[hit_count - 1] = c.e->uid;
+        }
         if (c.e->modseq > max_modseq)
             max_modseq = c.e->modseq;
     }
     struct buf out = {0};
-    if (prog.has_return) {
+    if (prog.return_options & IMAP_SEARCH_RETURN_SAVE)
+        imap_searchres_save(s, prog.return_options, saved, hit_count);
+    free(saved);
+    if (prog.return_options == IMAP_SEARCH_RETURN_SAVE) {
+        /* RFC 5182 2.1: SAVE alone asks for no ESEARCH response. */
+    } else if (prog.has_return) {
         unsigned r = prog.return_options != 0 ? prog.return_options : IMAP_SEARCH_RETURN_ALL;
         buf_printf(&out, "* ESEARCH (TAG \"%s\")%s", s->tag, uid_mode ? " UID" : "");
         if ((r & IMAP_SEARCH_RETURN_MIN) && hit_count > 0)
@@ -395,8 +416,10 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         if (modseq_used && hit_count > 0)
             buf_printf(&out, " (MODSEQ %llu)", (unsigned long long)max_modseq);
     }
-    buf_append_str(&out, "\r\n");
-    imap_send_raw(s, out.data, out.len);
+    if (out.len > 0) {
+        buf_append_str(&out, "\r\n");
+        imap_send_raw(s, out.data, out.len);
+    }
     buf_free(&out);
     free(hits);
     free(hit_modseqs);

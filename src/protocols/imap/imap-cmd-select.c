@@ -258,6 +258,7 @@ void imap_selected_close(struct imap_session *s)
     s->idling = false;
     s->recent_count = 0;
     s->recent_reported = 0;
+    imap_searchres_clear(s);
     if (s->state == IMAP_STATE_SELECTED)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
@@ -289,6 +290,7 @@ void imap_selected_sync(struct imap_session *s)
         s->view = NULL;
         s->box = NULL;
         s->state = IMAP_STATE_AUTHENTICATED;
+        imap_searchres_clear(s);
         return;
     }
     if (s->qresync && ch.expunged_count > 0) {

@@ -72,6 +72,8 @@ struct imap_session {
     size_t recent_count;
     size_t recent_cap;
     uint32_t recent_reported;
+    /* SEARCHRES (RFC 5182): the UIDs a RETURN (SAVE) kept, "$" */
+    struct imap_seqset searchres;
 };
 
 struct imap_recent_range {
@@ -179,8 +181,34 @@ void imap_fetch_continue(struct imap_session *s);
  * inside a literal, where nothing else may be sent (the connection must
  * close without a BYE). */
 bool imap_fetch_abort(struct imap_session *s);
+extern const struct imap_command_def imap_commands_sort[];    /* imap-cmd-sort.c */
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
+/* UID SORT and UID THREAD (imap-cmd-sort.c), called by the UID dispatcher. */
+void imap_uid_sort(struct imap_session *s, const struct imap_arg *args, size_t argc);
+void imap_uid_thread(struct imap_session *s, const struct imap_arg *args, size_t argc);
+
+struct imap_search_program;
+/* The sequence numbers of the selected folder's messages that match
+ * `prog`, ascending (imap-cmd-search.c); *count of them. NULL when none. */
+uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_program *prog,
+                          size_t *count);
+
+/* ---------- SEARCHRES, RFC 5182 (imap-searchres.c) ---------- */
+
+/* Forgets the saved result: at SELECT, EXAMINE, CLOSE and a failed save. */
+void imap_searchres_clear(struct imap_session *s);
+/* Saves the result of a SEARCH/SORT with RETURN (... SAVE): `uids` in the
+ * command's result order; with only MIN and/or MAX among the options the
+ * first and/or last of them, otherwise all (RFC 5182 2.1). */
+void imap_searchres_save(struct imap_session *s, unsigned return_options, const uint32_t *uids,
+                         size_t count);
+/* Whether "$" holds `uid`. Expunged messages leave "$" by themselves: it
+ * is only ever matched against messages still in the view. */
+bool imap_searchres_contains(const struct imap_session *s, uint32_t uid);
+/* Whether a RETURN option list at the start of `args` asks for SAVE (so a
+ * failing command can still clear "$"). */
+bool imap_searchres_requested(const struct imap_arg *args, size_t argc);
 
 /* ---------- the selected folder (imap-cmd-select.c) ---------- */
 

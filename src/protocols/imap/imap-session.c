@@ -25,8 +25,8 @@
 #define IMAP_OUTPUT_LOW_WATER (64 * 1024)
 
 static const struct imap_command_def *const command_tables[] = {
-    imap_commands_any,    imap_commands_login,   imap_commands_mailbox,
-    imap_commands_select, imap_commands_message, imap_commands_search,
+    imap_commands_any,     imap_commands_login,  imap_commands_mailbox, imap_commands_select,
+    imap_commands_message, imap_commands_search, imap_commands_sort,
 };
 
 /* ---------- output ---------- */
@@ -102,8 +102,9 @@ static void command_done(struct imap_session *s, const char *result)
  * numbers; those commands leave every update for the next command. */
 static bool updates_allowed(const struct imap_session *s)
 {
-    static const char *const quiet[] = {"FETCH",     "STORE",     "SEARCH",
-                                        "UID FETCH", "UID STORE", "UID SEARCH"};
+    static const char *const quiet[] = {"FETCH",     "STORE",      "SEARCH", "UID FETCH",
+                                        "UID STORE", "UID SEARCH", "SORT",   "UID SORT",
+                                        "THREAD",    "UID THREAD"};
     for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
         if (strcmp(s->command, quiet[i]) == 0)
             return false;
