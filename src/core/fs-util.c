@@ -247,16 +247,16 @@ int fs_tmpfile_open(const char *dir, bool *linkable, struct petrel_error *err)
     if (fd >= 0)
         return fd;
     if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
-        petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s: %s", dir,
-                         strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir,
+                               strerror(errno));
         return -1;
     }
     *linkable = false;
     char *path = xasprintf("%s/.petrel-spool.XXXXXX", dir);
     fd = mkostemp(path, O_CLOEXEC);
     if (fd < 0)
-        petrel_error_set(err, PETREL_ERR_IO, "cannot create a file in %s: %s", dir,
-                         strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir,
+                               strerror(errno));
     else
         unlink(path);
     free(path);

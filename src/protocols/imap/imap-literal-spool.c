@@ -40,8 +40,9 @@ static void spool_write(void *ctx, void *spool, const void *data, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            petrel_error_set(&sp->err, PETREL_ERR_IO, "cannot spool the message: %s",
-                             w < 0 ? strerror(errno) : "short write");
+            /* The errno travels with the error: a full disk is OVERQUOTA. */
+            int e = w < 0 ? errno : ENOSPC;
+            petrel_error_set_errno(&sp->err, e, "cannot spool the message: %s", strerror(e));
             sp->failed = true;
             break;
         }
