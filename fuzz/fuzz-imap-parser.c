@@ -96,7 +96,8 @@ static void check_seqset_text(const char *text, size_t len)
     imap_seqset_free(&set);
 }
 
-/* What the server sends back must parse to the same bytes. */
+/* What the server sends back must parse to the same bytes, but for a NUL,
+ * which goes out as 0x80 (RFC 3501 allows none in a literal). */
 static void check_quote(const struct imap_arg *a)
 {
     if (a->len > 2048)
@@ -111,7 +112,8 @@ static void check_quote(const struct imap_arg *a)
     assert(r == IMAP_PARSE_COMMAND && used == line.len);
     const struct imap_command *c = imap_parser_command(p);
     assert(c->arg_count == 1 && c->args[0].len == a->len);
-    assert(memcmp(c->args[0].str, a->str, a->len) == 0);
+    for (size_t i = 0; i < a->len; i++)
+        assert(c->args[0].str[i] == (a->str[i] == '\0' ? (char)0x80 : a->str[i]));
     (void)r;
     (void)c;
     imap_parser_free(p);
