@@ -814,6 +814,17 @@ def test_iterate_error_mid_stream(petreld, redis):
 
 # ---------- shutdown ----------
 
+def redis_unread_bytes(port):
+    """Bytes waiting in the receive queues of Redis's established TCP
+    connections (/proc/net/tcp: local port, state 01, rx_queue)."""
+    total = 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if int(f[1].split(":")[1], 16) == port and f[3] == "01":
+            total += int(f[4].split(":")[1], 16)
+    return total
+
+
 def test_shutdown_answers_pending_requests(petreld, redis):
     kv, d = start(petreld, redis, timeout="30s")
     assert kv.set("shared/a", "1").status == 200
@@ -822,7 +833,10 @@ def test_shutdown_answers_pending_requests(petreld, redis):
         results = []
         t = threading.Thread(target=lambda: results.append(kv.lookup("shared/a")))
         t.start()
-        time.sleep(0.5)
+        # In flight once the lookup waits, unread, in the stopped Redis's
+        # receive queue.
+        wait_for(lambda: redis_unread_bytes(redis.port) > 0, timeout=10,
+                 what="the lookup to reach Redis")
         t0 = time.monotonic()
         d.signal(signal.SIGTERM)
         assert d.wait(15) == 0
