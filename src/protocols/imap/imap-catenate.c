@@ -2,6 +2,7 @@
 #include "protocols/imap/imap-catenate.h"
 
 #include "core/buf.h"
+#include "core/fs-util.h"
 #include "protocols/imap/imap-literal-spool.h"
 #include "protocols/imap/imap-private.h"
 #include "protocols/imap/imap-section.h"
@@ -14,22 +15,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-static bool write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        data += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
-/* Copies a spooled literal's bytes into `fd`. */
-static bool copy_spool(int fd, const struct imap_literal_spool *sp, uint64_t len)
+/* Copies a spooled literal's bytes into `fd` at `at`. */
+static bool copy_spool(int fd, uint64_t at, const struct imap_literal_spool *sp, uint64_t len)
 {
     char chunk[64 * 1024];
     for (uint64_t off = 0; off < len;) {
@@ -37,7 +24,7 @@ static bool copy_spool(int fd, const struct imap_literal_spool *sp, uint64_t len
         ssize_t r = pread(sp->fd, chunk, want, (off_t)off);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0 || !write_all(fd, chunk, (size_t)r))
+        if (r <= 0 || !fs_pwrite_all(fd, chunk, (size_t)r, at + off))
             return false;
         off += (uint64_t)r;
     }
@@ -113,8 +100,8 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             } else if (*len + v->len > max) {
                 *text = "[TOOBIG] The message would be too large.";
                 r = IMAP_CATENATE_NO;
-            } else if (sp != NULL ? (sp->failed || !copy_spool(out, sp, v->len))
-                                  : !write_all(out, v->str, v->len)) {
+            } else if (sp != NULL ? (sp->failed || !copy_spool(out, *len, sp, v->len))
+                                  : !fs_pwrite_all(out, v->str, v->len, *len)) {
                 *text = "[SERVERBUG] Cannot write the message; it has been logged.";
                 r = IMAP_CATENATE_NO;
             }
@@ -131,7 +118,7 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             if (r == IMAP_CATENATE_OK && *len + bytes.len > max) {
                 *text = "[TOOBIG] The message would be too large.";
                 r = IMAP_CATENATE_NO;
-            } else if (r == IMAP_CATENATE_OK && !write_all(out, bytes.data, bytes.len)) {
+            } else if (r == IMAP_CATENATE_OK && !fs_pwrite_all(out, bytes.data, bytes.len, *len)) {
                 *text = "[SERVERBUG] Cannot write the message; it has been logged.";
                 r = IMAP_CATENATE_NO;
             }

@@ -2,6 +2,7 @@
  * imap-sort.h). */
 #include "protocols/imap/imap-sort.h"
 
+#include "core/stable-sort.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-envelope.h"
 #include "storage/message/message-decode.h"
@@ -111,34 +112,15 @@ static int compare(const struct imap_sort_program *prog, const struct imap_sort_
     return a->seq < b->seq ? -1 : a->seq > b->seq ? 1 : 0;
 }
 
-/* A merge sort: qsort() has no context argument in C11. */
-static void merge_sort(const struct imap_sort_program *prog, struct imap_sort_facts *v,
-                       struct imap_sort_facts *tmp, size_t n)
+static int compare_sort(const void *a, const void *b, void *ctx)
 {
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi)
-                tmp[k++] = compare(prog, &v[j], &v[i]) < 0 ? v[j++] : v[i++];
-            while (i < mid)
-                tmp[k++] = v[i++];
-            while (j < hi)
-                tmp[k++] = v[j++];
-        }
-        memcpy(v, tmp, n * sizeof(*v));
-    }
+    return compare(ctx, a, b);
 }
 
 void imap_sort_facts(const struct imap_sort_program *prog, struct imap_sort_facts *facts,
                      size_t count)
 {
-    if (count < 2)
-        return;
-    struct imap_sort_facts *tmp = xcalloc(count, sizeof(*tmp));
-    merge_sort(prog, facts, tmp, count);
-    free(tmp);
+    stable_sort(facts, count, sizeof(*facts), compare_sort, (void *)prog);
 }
 
 void imap_sort_facts_free(struct imap_sort_facts *f)

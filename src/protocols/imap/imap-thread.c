@@ -1,6 +1,7 @@
 /* THREAD=ORDEREDSUBJECT and THREAD=REFERENCES (see imap-thread.h). */
 #include "protocols/imap/imap-thread.h"
 
+#include "core/stable-sort.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-sort.h"
 
@@ -100,27 +101,21 @@ static int os_cmp(const struct os_ctx *c, size_t a, size_t b, bool by_subject)
     return a < b ? -1 : a > b ? 1 : 0;
 }
 
-/* A stable merge sort of indexes (no qsort_r in C11). */
+struct os_sort {
+    const struct os_ctx *c;
+    bool by_subject;
+};
+
+static int os_cmp_sort(const void *a, const void *b, void *ctx)
+{
+    const struct os_sort *o = ctx;
+    return os_cmp(o->c, *(const size_t *)a, *(const size_t *)b, o->by_subject);
+}
+
 static void index_sort(const struct os_ctx *c, size_t *v, size_t n, bool by_subject)
 {
-    if (n < 2)
-        return;
-    size_t *tmp = xcalloc(n, sizeof(*tmp));
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi)
-                tmp[k++] = os_cmp(c, v[j], v[i], by_subject) < 0 ? v[j++] : v[i++];
-            while (i < mid)
-                tmp[k++] = v[i++];
-            while (j < hi)
-                tmp[k++] = v[j++];
-        }
-        memcpy(v, tmp, n * sizeof(*v));
-    }
-    free(tmp);
+    struct os_sort o = {c, by_subject};
+    stable_sort(v, n, sizeof(*v), os_cmp_sort, &o);
 }
 
 void imap_thread_orderedsubject(const struct imap_thread_msg *msgs, size_t count, struct buf *out)
@@ -441,26 +436,14 @@ static int by_date(const struct sort_ctx *c, size_t a, size_t b)
     return ma < mb ? -1 : ma > mb ? 1 : 0;
 }
 
+static int by_date_sort(const void *a, const void *b, void *ctx)
+{
+    return by_date(ctx, *(const size_t *)a, *(const size_t *)b);
+}
+
 static void sort_by_date(const struct sort_ctx *c, size_t *v, size_t n)
 {
-    if (n < 2)
-        return;
-    size_t *tmp = xcalloc(n, sizeof(*tmp));
-    for (size_t width = 1; width < n; width *= 2) {
-        for (size_t lo = 0; lo < n; lo += 2 * width) {
-            size_t mid = lo + width < n ? lo + width : n;
-            size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            size_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi)
-                tmp[k++] = by_date(c, v[j], v[i]) < 0 ? v[j++] : v[i++];
-            while (i < mid)
-                tmp[k++] = v[i++];
-            while (j < hi)
-                tmp[k++] = v[j++];
-        }
-        memcpy(v, tmp, n * sizeof(*v));
-    }
-    free(tmp);
+    stable_sort(v, n, sizeof(*v), by_date_sort, (void *)c);
 }
 
 /* Sorts the children of `parent` by sent date in place. */
