@@ -231,6 +231,47 @@ def test_clients_outside_allowed_nets_are_refused_at_accept(petreld):
     assert get_from("127.0.0.3", api, "/api/backend/version") == 403
 
 
+def refused_before_body(src, addr, token=None):
+    """Sends only the head of a 90 MB POST to the append route (it takes
+    large bodies) and returns the status, or None when no reply came
+    within 2 s: a server that reads the body before deciding waits."""
+    s = connect_from(src, addr, timeout=2)
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    try:
+        s.sendall(("POST /api/backend/mail/append?user=alice&folder=INBOX HTTP/1.1\r\n"
+                   f"Host: x\r\n{auth}Content-Length: {90 * 1024 * 1024}\r\n\r\n").encode())
+        data = s.recv(4096)
+        return int(data.split(b" ", 2)[1]) if data else None
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def test_refused_clients_get_their_answer_before_sending_a_body(petreld):
+    # An outsider (or a client without the token) that could make petreld
+    # read a whole body before its 403/401 would hold up to large_body
+    # (96 MB) per connection: the answer comes from the head alone.
+    d = petreld({"backend_api": {"allowed_nets": ["127.0.0.1/32", "127.0.0.2/32"],
+                                 "token_env": "R2_TEST_TOKEN"}},
+                env={"R2_TEST_TOKEN": "s3cret-token"})
+    api = d.backend
+    assert refused_before_body("127.0.0.3", api) == 403
+    assert refused_before_body("127.0.0.2", api) == 401
+    assert refused_before_body("127.0.0.2", api, token="wrong") == 401
+    # The control: with the token, the server does wait for the body.
+    assert refused_before_body("127.0.0.2", api, token="s3cret-token") is None
+    # A refused request without a body keeps its connection (keep-alive).
+    host, port = api.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=5, source_address=("127.0.0.2", 0))
+    for _ in range(2):
+        conn.request("GET", "/api/backend/version")
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 401
+    conn.close()
+
+
 def test_pressed_server_times_half_open_heads_out_sooner(petreld):
     d = petreld({"backend_api": {"max_connections": 40}})
     api = d.backend
