@@ -231,6 +231,23 @@ def test_clients_outside_allowed_nets_are_refused_at_accept(petreld):
     assert get_from("127.0.0.3", api, "/api/backend/version") == 403
 
 
+def test_outsiders_from_many_addresses_hold_at_most_64_connections(petreld):
+    # Two per address, and 64 in all: outsiders spread over many addresses
+    # cannot take the server's slots either.
+    d = petreld({"backend_api": {"allowed_nets": ["127.0.0.1/32"]}})
+    api = d.backend
+    socks = []
+    try:
+        for i in range(10, 50):  # 40 outsider addresses, 80 connections
+            for _ in range(2):
+                socks.append(connect_from(f"127.0.0.{i}", api))
+        held = sum(1 for s in socks if not closed_by_server(s, timeout=0.02))
+        assert 56 <= held <= 64, held
+        assert get_from("127.0.0.1", api, "/api/backend/version") == 200
+    finally:
+        close_all(socks)
+
+
 def refused_before_body(src, addr, token=None):
     """Sends only the head of a 90 MB POST to the append route (it takes
     large bodies) and returns the status, or None when no reply came

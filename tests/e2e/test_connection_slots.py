@@ -255,3 +255,23 @@ def test_auth_slot_comes_back_when_making_room(petreld, tmp_path):
     finally:
         for _, s in held:
             s.close()
+
+
+def test_imap_slot_comes_back_when_refused_at_max_connections(petreld, tmp_path):
+    # A connection refused because the server is full was counted for its
+    # address at accept: the count must go back with it.
+    d = petreld(imap_config(tmp_path, {"max_connections_per_ip": CAP, "max_connections": 2}))
+    addr = d.config["imap"]["listen"][0]
+    held = [connect_from("127.0.0.2", addr) for _ in range(2)]
+    try:
+        for s in held:
+            assert s.makefile("rb").readline().startswith(b"* OK")
+        for _ in range(ROUNDS):
+            s = connect_from("127.0.0.1", addr)
+            line = s.makefile("rb").readline()
+            s.close()
+            assert line.startswith(b"* BYE") and b"from your address" not in line, line
+    finally:
+        for s in held:
+            s.close()
+    wait_served(served_imap, addr, "a slot for 127.0.0.1 once the server has room")
