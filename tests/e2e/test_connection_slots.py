@@ -275,3 +275,25 @@ def test_imap_slot_comes_back_when_refused_at_max_connections(petreld, tmp_path)
         for s in held:
             s.close()
     wait_served(served_imap, addr, "a slot for 127.0.0.1 once the server has room")
+
+
+def test_auth_slot_comes_back_when_refused_at_max_connections(petreld, tmp_path):
+    # Full of clients that have sent a request (none to close for room):
+    # newcomers are refused, and their per-address counts go back.
+    d = petreld(auth_config(tmp_path, {"max_connections_per_ip": CAP, "max_connections": 2}))
+    addr = d.config["auth"]["listen"][0]
+    held = []
+    try:
+        for _ in range(2):
+            s = connect_from("127.0.0.2", addr)
+            s.sendall(b"VERIFY\t1\talice\twonderland\tservice=imap\n")
+            assert s.makefile("rb").readline().startswith(b"OK")
+            held.append(s)
+        for _ in range(ROUNDS):
+            s = connect_from("127.0.0.1", addr)
+            assert closed_by_server(s, timeout=5)
+            s.close()
+    finally:
+        for s in held:
+            s.close()
+    wait_served(served_auth, addr, "a slot for 127.0.0.1 once the server has room")
