@@ -297,3 +297,23 @@ def test_auth_slot_comes_back_when_refused_at_max_connections(petreld, tmp_path)
         for s in held:
             s.close()
     wait_served(served_auth, addr, "a slot for 127.0.0.1 once the server has room")
+
+
+def test_imap_tls_port_over_the_cap_closes_without_plain_text(petreld, tmp_path, pki):
+    # A client on the implicit-TLS port expects a ServerHello: the refusal
+    # is a close, not a plain-text BYE its TLS library reports as a
+    # protocol error ("wrong version number").
+    d = petreld(imap_config(tmp_path, {
+        "max_connections_per_ip": 1, "listen_tls": [f"127.0.0.1:{free_port()}"],
+        "tls_cert_file": str(pki / "server.pem"), "tls_key_file": str(pki / "server.key")}))
+    tls_addr = d.config["imap"]["listen_tls"][0]
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    first = ctx.wrap_socket(connect_from("127.0.0.1", tls_addr), server_hostname="127.0.0.1")
+    try:
+        assert first.recv(64).startswith(b"* OK")
+        raw = connect_from("127.0.0.1", tls_addr)
+        raw.settimeout(5)
+        assert raw.recv(64) == b""  # closed, nothing written
+        raw.close()
+    finally:
+        first.close()
