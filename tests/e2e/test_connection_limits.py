@@ -392,6 +392,47 @@ def test_pressed_imap_shortens_the_login_timeout(petreld, tmp_path):
         close_all(held)
 
 
+def drip_until_closed(addr, line, every, limit):
+    """Sends `line` every `every` seconds before login; the seconds until
+    the server closed the connection (None: still open after `limit`)."""
+    s = connect_from("127.0.0.2", addr, timeout=limit + 5)
+    f = s.makefile("rb")
+    f.readline()  # greeting
+    s.settimeout(every)
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < limit:
+            try:
+                s.sendall(line)
+                if s.recv(4096) == b"":
+                    return time.monotonic() - t0
+                while True:  # read the replies until the next drip is due
+                    if s.recv(4096) == b"":
+                        return time.monotonic() - t0
+            except socket.timeout:
+                continue
+            except OSError:
+                return time.monotonic() - t0
+        return None
+    finally:
+        s.close()
+
+
+def test_login_timeout_is_not_pushed_back_by_input(petreld, tmp_path):
+    # A pre-login client that sends a NOOP every half second must not hold
+    # its slot for ever: login_timeout counts from the connection (Dovecot's
+    # login processes do the same), not from the last byte.
+    cfg = imap_config(tmp_path, {"login_timeout": "2s"})
+    cfg["components"].append("pop3")
+    cfg["pop3"] = {"listen": [f"127.0.0.1:{free_port()}"],
+                   "auth_addr": cfg["imap"]["auth_addr"], "login_timeout": "2s"}
+    d = petreld(cfg)
+    took = drip_until_closed(d.config["imap"]["listen"][0], b"a NOOP\r\n", 0.5, 8)
+    assert took is not None and took < 4, took
+    took = drip_until_closed(d.config["pop3"]["listen"][0], b"CAPA\r\n", 0.5, 8)
+    assert took is not None and took < 4, took
+
+
 def test_per_ip_limit_exempt_nets(petreld, tmp_path):
     d = petreld(imap_config(tmp_path, {"max_connections_per_ip": 5,
                                        "per_ip_limit_exempt_nets": ["127.0.0.2/32"]}))
