@@ -1005,6 +1005,10 @@ static void conn_read_head(struct http_conn *conn)
                           NULL, 0) == HTTP_ROUTE_FOUND &&
         (early.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
         req->body_limit = srv->large_body;
+    /* An outsider reaches only the public routes, which take no body: it
+     * must not make us hold max_body on each of its connections for a 405. */
+    if (conn->outsider)
+        req->body_limit = 0;
     if (req->head.has_content_length && req->head.content_length > req->body_limit) {
         req->keep_alive = false;
         http_reply_error(req, 413, "request body larger than %zu bytes", req->body_limit);

@@ -280,6 +280,13 @@ def test_refused_clients_get_their_answer_before_sending_a_body(petreld):
     assert refused_before_body("127.0.0.2", api, token="wrong") == 401
     # The control: with the token, the server does wait for the body.
     assert refused_before_body("127.0.0.2", api, token="s3cret-token") is None
+    # An outsider may reach the public health route, which takes no body:
+    # a POST with one is answered from its head too, not read first.
+    s = connect_from("127.0.0.3", api, timeout=2)
+    s.sendall(b"POST /api/backend/health HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 1000000\r\n\r\n")
+    assert s.recv(64).startswith(b"HTTP/1.1 413 "), "outsider body read before the reply"
+    s.close()
     # A refused request without a body keeps its connection (keep-alive).
     host, port = api.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=5, source_address=("127.0.0.2", 0))
