@@ -145,6 +145,16 @@ def test_ipv6_failures_count_per_48_and_mapped_ipv4_as_ipv4(petreld, tmp_path):
     assert limited(timed(d, "bob", "builder", "198.51.100.7")[0])
 
 
+def test_user_failures_count_whatever_the_case(petreld, tmp_path):
+    # A passdb that ignores case (an SQL collation) takes "Bob" and "BOB"
+    # for bob: each spelling must not bring its own max_failures_per_user.
+    d = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                    max_failures_per_user=3)
+    for i, name in enumerate(("Bob", "BOB", "bOb")):
+        assert checked(timed(d, name, "wrong", f"198.51.100.{i + 1}")[0])
+    assert limited(timed(d, "bob", "builder", "198.51.100.9")[0])
+
+
 def test_ip_param_from_an_untrusted_peer_is_ignored(petreld, tmp_path):
     # Loopback is not in trusted_clients here: the service counts and
     # checks the peer's own address (127.0.0.1), whatever ip= says.

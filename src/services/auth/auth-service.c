@@ -807,7 +807,7 @@ static void release(struct auth_req *r)
     r->reserved = false;
     if (r->ip != NULL && !r->trusted_ip)
         inflight_sub(r->svc->inflight_ip, r->ip_key);
-    inflight_sub(r->svc->inflight_user, r->username);
+    inflight_sub(r->svc->inflight_user, r->user_key);
 }
 
 static void limited_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -855,7 +855,7 @@ static void admit(struct auth_req *r, unsigned user_failures)
         return;
     }
     if (pc->max_user_failures > 0 &&
-        (int64_t)user_failures + inflight_get(svc->inflight_user, r->username) >=
+        (int64_t)user_failures + inflight_get(svc->inflight_user, r->user_key) >=
             pc->max_user_failures) {
         login_limited(r, "user");
         return;
@@ -863,7 +863,7 @@ static void admit(struct auth_req *r, unsigned user_failures)
     r->reserved = true;
     if (r->ip != NULL && !r->trusted_ip)
         inflight_add(svc->inflight_ip, r->ip_key);
-    inflight_add(svc->inflight_user, r->username);
+    inflight_add(svc->inflight_user, r->user_key);
     login_process(r);
 }
 
@@ -904,6 +904,13 @@ static void login_start(struct auth_req *r)
         return;
     }
     r->user_key = xasprintf("user:%s", r->username);
+    /* "Bob" and "BOB" are one account for a passdb that ignores case (an
+     * SQL collation does): counted apart, every spelling would bring its
+     * own max_failures_per_user guesses. */
+    for (char *p = r->user_key + 5; *p != '\0'; p++) {
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    }
     if (r->ip == NULL || r->trusted_ip) {
         ask_user_failures(r);
         return;
