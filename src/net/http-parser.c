@@ -354,8 +354,9 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
              * disagree about them, which is what smuggling needs. */
             if (c != '\r' && c != '\t' && ((unsigned char)c < 0x20 || c == 0x7f)) {
                 *consumed = i;
-                return fail(err, 400, c == '\n' ? "chunk line not ended by CRLF"
-                                                 : "control character in a chunk extension");
+                return fail(err, 400,
+                            c == '\n' ? "chunk line not ended by CRLF"
+                                      : "control character in a chunk extension");
             }
             if (c == '\n') {
                 *consumed = i;

@@ -76,7 +76,7 @@ struct mail_session_io {
     struct mail_session_set *set; /* the loop's sessions this one is in */
     const struct mail_session_io_ops *ops;
     void *owner;
-    struct event *close_ev; /* deferred free */
+    struct event *close_ev;    /* deferred free */
     struct event *deadline_ev; /* mail_session_io_set_deadline() */
     unsigned close_polls;
     size_t max_single_write;

@@ -850,7 +850,8 @@ static void admit(struct auth_req *r, unsigned user_failures)
     struct auth_service *svc = r->svc;
     const struct auth_penalty_config *pc = &svc->cfg->penalty;
     if (!r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0 &&
-        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip_key) >= pc->max_ip_failures) {
+        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip_key) >=
+            pc->max_ip_failures) {
         login_limited(r, "ip");
         return;
     }
