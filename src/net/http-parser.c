@@ -269,6 +269,7 @@ const struct http_header *http_head_find(const struct http_head *head, const cha
 
 enum chunk_state {
     CHUNK_SIZE,
+    CHUNK_EXT_BWS, /* whitespace after the size: only ';' or CR may follow */
     CHUNK_EXT,
     CHUNK_SIZE_LF,
     CHUNK_DATA,
@@ -312,8 +313,10 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
                 *consumed = i;
                 return fail(err, 400, "malformed chunk size");
             }
-            if (c == ';' || c == ' ' || c == '\t') {
+            if (c == ';') {
                 st->state = CHUNK_EXT;
+            } else if (c == ' ' || c == '\t') {
+                st->state = CHUNK_EXT_BWS;
             } else if (c == '\r') {
                 st->state = CHUNK_SIZE_LF;
             } else if (c == '\n') {
@@ -328,7 +331,33 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
             i++;
             break;
         }
+        case CHUNK_EXT_BWS:
+            /* RFC 9112 7.1.1: chunk-ext = *( BWS ";" ... ). "5 x" is no
+             * extension, and a proxy in front may not read it as one. */
+            if (++st->line_len > CHUNK_MAX_LINE) {
+                *consumed = i;
+                return fail(err, 400, "chunk extension too long");
+            }
+            if (c == ';')
+                st->state = CHUNK_EXT;
+            else if (c == '\r')
+                st->state = CHUNK_SIZE_LF;
+            else if (c != ' ' && c != '\t') {
+                *consumed = i;
+                return fail(err, 400, "malformed chunk extension");
+            }
+            i++;
+            break;
         case CHUNK_EXT:
+            /* Control characters (NUL, a lone LF or CR, DEL) have no place
+             * in an extension (tokens, quoted strings, HTAB); parsers
+             * disagree about them, which is what smuggling needs. */
+            if (c != '\r' && c != '\t' && ((unsigned char)c < 0x20 || c == 0x7f)) {
+                *consumed = i;
+                return fail(err, 400,
+                            c == '\n' ? "chunk line not ended by CRLF"
+                                      : "control character in a chunk extension");
+            }
             if (c == '\n') {
                 *consumed = i;
                 return fail(err, 400, "chunk line not ended by CRLF");

@@ -856,6 +856,55 @@ static bool authorized(struct http_server *srv, struct http_request *req)
     return CRYPTO_memcmp(digest, srv->token_digest, sizeof(digest)) == 0;
 }
 
+/* The allow-list and the token, decided from the head alone, before any
+ * body is read: a client outside allowed_nets, or one without the token,
+ * must not make us buffer up to large_body (96 MB) for a 403. True when
+ * the request was refused (and answered). */
+static bool access_refused(struct http_conn *conn, struct http_request *req)
+{
+    struct http_server *srv = conn->srv;
+    struct http_route_match m;
+    enum http_route_result found = http_router_match(&srv->router, req->method, req->target.segments,
+                                                     req->target.segment_count, &m, NULL, 0);
+    const struct http_route *match = found == HTTP_ROUTE_FOUND ? m.route : NULL;
+    bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
+    if (match == NULL && found == HTTP_ROUTE_WRONG_METHOD) {
+        /* A wrong method on a public path is answered 405 like the right one
+         * would be answered: without asking for credentials. */
+        static const enum http_method probe[] = {HTTP_GET, HTTP_POST, HTTP_PUT, HTTP_PATCH,
+                                                 HTTP_DELETE};
+        struct http_route_match other;
+        for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]) && !is_public; i++) {
+            if (http_router_match(&srv->router, probe[i], req->target.segments, req->target.segment_count,
+                                  &other, NULL, 0) == HTTP_ROUTE_FOUND)
+                is_public = (other.route->flags & HTTP_ROUTE_PUBLIC) != 0;
+        }
+    }
+    if (is_public)
+        return false;
+    req->route = match; /* so refused requests are counted under their route */
+    bool body_follows =
+        req->head.chunked || (req->head.has_content_length && req->head.content_length > 0);
+    if (srv->allowed.count > 0 &&
+        !cidr_list_match(&srv->allowed, (const struct sockaddr *)&conn->peer)) {
+        log_warn(srv->name, "client not in allowed networks", "peer=%s path=%s", conn->peer_ip,
+                 req->target.path);
+        if (body_follows)
+            req->keep_alive = false; /* the body is left unread */
+        http_reply_error(req, 403, "client address %s is not allowed", conn->peer_ip);
+        return true;
+    }
+    if (srv->token_enabled && !authorized(srv, req)) {
+        static const char unauthorized[] = "{\"error\":\"missing or invalid bearer token\"}";
+        if (body_follows)
+            req->keep_alive = false;
+        reply_full(req, 401, "application/json", unauthorized, sizeof(unauthorized) - 1,
+                   "WWW-Authenticate: Bearer\r\n");
+        return true;
+    }
+    return false;
+}
+
 static void dispatch(struct http_conn *conn, struct http_request *req)
 {
     struct http_server *srv = conn->srv;
@@ -870,34 +919,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     const struct http_route *match = found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
     bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
     req->route = match; /* so even refused requests are counted under their route */
-    bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
-    if (match == NULL && path_known) {
-        /* A wrong method on a public path is answered 405 like the right one
-         * would be answered: without asking for credentials. */
-        static const enum http_method probe[] = {HTTP_GET, HTTP_POST, HTTP_PUT, HTTP_PATCH,
-                                                 HTTP_DELETE};
-        struct http_route_match other;
-        for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]) && !is_public; i++) {
-            if (http_router_match(&srv->router, probe[i], req->target.segments, req->target.segment_count,
-                                  &other, NULL, 0) == HTTP_ROUTE_FOUND)
-                is_public = (other.route->flags & HTTP_ROUTE_PUBLIC) != 0;
-        }
-    }
-    if (!is_public) {
-        if (srv->allowed.count > 0 &&
-            !cidr_list_match(&srv->allowed, (const struct sockaddr *)&conn->peer)) {
-            log_warn(srv->name, "client not in allowed networks", "peer=%s path=%s",
-                     conn->peer_ip, req->target.path);
-            http_reply_error(req, 403, "client address %s is not allowed", conn->peer_ip);
-            return;
-        }
-        if (srv->token_enabled && !authorized(srv, req)) {
-            static const char unauthorized[] = "{\"error\":\"missing or invalid bearer token\"}";
-            reply_full(req, 401, "application/json", unauthorized, sizeof(unauthorized) - 1,
-                       "WWW-Authenticate: Bearer\r\n");
-            return;
-        }
-    }
+    /* access_refused() ran on the head already. */
     if (match == NULL) {
         if (path_known) {
             char extra[160];
@@ -974,6 +996,8 @@ static void conn_read_head(struct http_conn *conn)
         http_reply_error(req, 400, "invalid request path");
         return;
     }
+    if (access_refused(conn, req))
+        return;
     /* Routes that take whole messages (bulk import) have their own limit. */
     req->body_limit = srv->max_body;
     struct http_route_match early;
@@ -981,6 +1005,10 @@ static void conn_read_head(struct http_conn *conn)
                           NULL, 0) == HTTP_ROUTE_FOUND &&
         (early.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
         req->body_limit = srv->large_body;
+    /* An outsider reaches only the public routes, which take no body: it
+     * must not make us hold max_body on each of its connections for a 405. */
+    if (conn->outsider)
+        req->body_limit = 0;
     if (req->head.has_content_length && req->head.content_length > req->body_limit) {
         req->keep_alive = false;
         http_reply_error(req, 413, "request body larger than %zu bytes", req->body_limit);

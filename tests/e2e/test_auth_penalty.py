@@ -127,6 +127,34 @@ def test_parallel_guesses_for_one_user_are_limited(petreld, tmp_path):
     assert timed(d, "alice", "wonderland", "198.51.100.1")[0][0] == "OK"
 
 
+def test_ipv6_failures_count_per_48_and_mapped_ipv4_as_ipv4(petreld, tmp_path):
+    # An IPv6 client holds at least a /64 (a site a /48): counting single
+    # addresses would give it a fresh count per guess. Failures count per
+    # /48, as Dovecot's auth penalty does; an IPv4 client seen through a
+    # dual-stack socket (::ffff:a.b.c.d) is the IPv4 address. Loopback is
+    # a trusted client by default, so ip= says where each guess is from.
+    d = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                    max_failures_per_ip=3)
+    for i in range(3):
+        assert checked(timed(d, "alice", "wrong", f"2001:db8:7:{i}::{i + 1}")[0])
+    assert limited(timed(d, "bob", "builder", "2001:db8:7:ffff::99")[0])
+    assert timed(d, "bob", "builder", "2001:db8:8::1")[0][0] == "OK"  # another /48
+    for ip in ("198.51.100.7", "::ffff:198.51.100.7", "198.51.100.7"):
+        assert checked(timed(d, "alice", "wrong", ip)[0])
+    assert limited(timed(d, "bob", "builder", "::ffff:198.51.100.7")[0])
+    assert limited(timed(d, "bob", "builder", "198.51.100.7")[0])
+
+
+def test_user_failures_count_whatever_the_case(petreld, tmp_path):
+    # A passdb that ignores case (an SQL collation) takes "Bob" and "BOB"
+    # for bob: each spelling must not bring its own max_failures_per_user.
+    d = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                    max_failures_per_user=3)
+    for i, name in enumerate(("Bob", "BOB", "bOb")):
+        assert checked(timed(d, name, "wrong", f"198.51.100.{i + 1}")[0])
+    assert limited(timed(d, "bob", "builder", "198.51.100.9")[0])
+
+
 def test_ip_param_from_an_untrusted_peer_is_ignored(petreld, tmp_path):
     # Loopback is not in trusted_clients here: the service counts and
     # checks the peer's own address (127.0.0.1), whatever ip= says.

@@ -596,6 +596,23 @@ static void test_chunked_body_with_bare_lf_is_400(void **state)
     expect_chunked_error("3\r\nabc\r\n0\r\nX: y\rz\r\n\r\n", 100, 400); /* CR alone */
 }
 
+/* Chunk extensions as RFC 9112 7.1.1 has them: only whitespace and then
+ * ';' may follow the size, and no control character but HTAB inside. */
+static void test_chunk_extension_grammar(void **state)
+{
+    expect_chunked_error("5 x\r\nhello\r\n0\r\n\r\n", 100, 400);
+    expect_chunked_error("5\tx\r\nhello\r\n0\r\n\r\n", 100, 400);
+    expect_chunked_error("5;a\x01\r\nhello\r\n0\r\n\r\n", 100, 400);
+    expect_chunked_error("5;a\x7f\r\nhello\r\n0\r\n\r\n", 100, 400);
+    struct buf out = {0};
+    struct http_parse_error err = {0};
+    assert_int_equal(decode_all("5 ;a=b\r\nhello\r\n3 \t\r\nabc\r\n0;x=\"1\t2\"\r\n\r\n", 100,
+                                &out, &err),
+                     HTTP_PARSE_OK);
+    assert_string_equal(buf_cstr(&out), "helloabc");
+    buf_free(&out);
+}
+
 static void test_chunked_body_over_max_total_is_413(void **state)
 {
     struct buf out = {0};
@@ -739,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_chunked_body_decodes_byte_by_byte),
         cmocka_unit_test(test_chunked_body_decodes_at_every_split_point),
         cmocka_unit_test(test_chunked_body_with_bare_lf_is_400),
+        cmocka_unit_test(test_chunk_extension_grammar),
         cmocka_unit_test(test_empty_chunked_body),
         cmocka_unit_test(test_chunked_body_over_max_total_is_413),
         cmocka_unit_test(test_malformed_chunk_sizes_are_400),

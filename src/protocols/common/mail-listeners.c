@@ -169,9 +169,11 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
                      "peer=%s limit=%lld refusals_not_logged=%u", ip,
                      (long long)ls->p.cfg->max_connections, skipped);
         }
-        ssize_t ignored =
-            send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply), MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)ignored;
+        if (!tls) { /* see listen_on() */
+            ssize_t ignored =
+                send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)ignored;
+        }
         evutil_closesocket(fd);
         return;
     }
@@ -210,7 +212,9 @@ static bool listen_on(struct mail_listeners *ls, const char *addr, bool tls,
         .limit_key = limit_key,
         .allowed = NULL, /* mail ports are open to the world */
         .limits = ls->per_ip,
-        .per_ip_reply = ls->p.per_ip_reply,
+        /* On an implicit-TLS port the client expects a ServerHello: a
+         * plain-text BYE would only make it report a protocol error. */
+        .per_ip_reply = tls ? NULL : ls->p.per_ip_reply,
         .accept = accept_cb,
         .arg = ls,
     };

@@ -162,6 +162,32 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         io->ops->free(io->owner);
 }
 
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mail_session_io *io = arg;
+    if (!io->closing)
+        io->ops->timeout(io->owner);
+}
+
+void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms)
+{
+    if (io->deadline_ev == NULL) {
+        io->deadline_ev = evtimer_new(bufferevent_get_base(io->bev), deadline_cb, io);
+        if (io->deadline_ev == NULL)
+            petrel_fatal("out of memory creating a session timer");
+    }
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(io->deadline_ev, &tv);
+}
+
+void mail_session_io_clear_deadline(struct mail_session_io *io)
+{
+    if (io->deadline_ev != NULL)
+        evtimer_del(io->deadline_ev);
+}
+
 static void apply_timeout(struct mail_session_io *io)
 {
     int64_t ms = io->timeout_ms;
@@ -476,6 +502,9 @@ void mail_session_io_free(struct mail_session_io *io)
     if (io->close_ev != NULL)
         event_free(io->close_ev);
     io->close_ev = NULL;
+    if (io->deadline_ev != NULL)
+        event_free(io->deadline_ev);
+    io->deadline_ev = NULL;
     bufferevent_free(io->bev);
     io->bev = NULL;
 }

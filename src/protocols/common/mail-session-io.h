@@ -76,7 +76,8 @@ struct mail_session_io {
     struct mail_session_set *set; /* the loop's sessions this one is in */
     const struct mail_session_io_ops *ops;
     void *owner;
-    struct event *close_ev; /* deferred free */
+    struct event *close_ev;    /* deferred free */
+    struct event *deadline_ev; /* mail_session_io_set_deadline() */
     unsigned close_polls;
     size_t max_single_write;
     size_t input_high_water;
@@ -122,6 +123,14 @@ void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
  * long response to a client that stopped reading: the session is freed at
  * once, since nothing more would reach the client). Kept across STARTTLS. */
 void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output);
+/* A deadline that input does not push back: ops->timeout once `ms` have
+ * passed (never while closing), unless cleared before. The login timeout:
+ * a client that sends a byte or a NOOP now and then must not hold a
+ * pre-login slot for ever (Dovecot's login processes likewise disconnect
+ * a client that has not logged in after a fixed time). Kept across
+ * STARTTLS. */
+void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms);
+void mail_session_io_clear_deadline(struct mail_session_io *io);
 /* Bounds the output for an owner that produces it step by step (IMAP):
  * mail_session_io_output_full() turns true once `high` bytes wait unsent;
  * the owner then stops producing, calls mail_session_io_wait_output() and

@@ -293,6 +293,7 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
     clock_gettime(CLOCK_MONOTONIC, &s->started);
     metric_gauge_add(ctx->m.sessions_unauth, 1);
     set_timeout(s);
+    mail_session_io_set_deadline(&s->io, state_timeout_ms(s));
     /* libevent's 16 KiB per pass would take ~50 loop passes for one 800 KB
      * BODY[]; larger steps keep big fetches from stalling other sessions. */
     mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE, input_high_water(ctx));
@@ -472,6 +473,7 @@ bool imap_session_login(struct imap_session *s, const char *username)
     s->user = user;
     mail_user_ref(user);
     s->state = IMAP_STATE_AUTHENTICATED;
+    mail_session_io_clear_deadline(&s->io);
     mail_session_io_register(&s->io, ctx->warden, "imap");
     /* Between commands the parser holds nothing: switch to the full limits. */
     imap_parser_free(s->parser);

@@ -241,6 +241,8 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     s->state = POP3_STATE_AUTHORIZATION;
     metric_gauge_add(ctx->m.sessions_authorization, 1);
     set_timeout(s);
+    mail_session_io_set_deadline(
+        &s->io, mail_listeners_login_timeout(ctx->listeners, ctx->cfg->login.login_timeout_ms));
     mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE, input_high_water(ctx));
     static const char greeting[] = "+OK Petrel POP3 ready.\r\n";
     pop3_send_raw(s, greeting, sizeof(greeting) - 1);
@@ -401,6 +403,7 @@ bool pop3_session_login(struct pop3_session *s, const char *username)
     }
     s->user = user;
     s->state = POP3_STATE_TRANSACTION;
+    mail_session_io_clear_deadline(&s->io);
     metric_gauge_add(ctx->m.sessions_authorization, -1);
     metric_gauge_add(ctx->m.sessions_transaction, 1);
     mail_session_io_register(&s->io, ctx->warden, "pop3");

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #define COMPONENT "auth"
@@ -63,6 +65,7 @@ struct auth_req {
     char *password; /* wiped before free */
     char *service;
     char *ip;
+    char *ip_key; /* what ip's failures are counted under (penalty_ip_key()) */
     struct sasl_exchange sasl;
     struct timespec started;
     int64_t check_started_ms; /* login_process(): the failure delay counts from here */
@@ -276,6 +279,7 @@ static void req_free(struct auth_req *r)
     wipe_free(r->password);
     free(r->service);
     free(r->ip);
+    free(r->ip_key);
     free(r->user_key);
     sasl_exchange_free(&r->sasl);
     userdb_entry_free(r->entry);
@@ -380,6 +384,37 @@ static bool ip_in_trusted_networks(const struct auth_service *svc, const char *i
            cidr_list_match(&svc->trusted_networks, (const struct sockaddr *)&addr.ss);
 }
 
+/* The key `ip`'s failures are counted under: an IPv4 client seen through
+ * a dual-stack socket (::ffff:a.b.c.d) is the IPv4 address, and an IPv6
+ * client is its /48, as Dovecot's auth penalty does
+ * (PENALTY_IPV6_MASK_BITS): one site holds a /48 and every host a /64 of
+ * its own, so counting single IPv6 addresses would give one attacker 2^64
+ * fresh counts (max_failures_per_ip never reached) and let it flood the
+ * penalty table. Text that is no address is used as it is. */
+static char *penalty_ip_key(const char *ip)
+{
+    if (ip == NULL)
+        return NULL;
+    struct in6_addr a6;
+    struct in_addr a4;
+    char text[INET6_ADDRSTRLEN];
+    if (inet_pton(AF_INET6, ip, &a6) == 1) {
+        if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+            memcpy(&a4, a6.s6_addr + 12, 4);
+            inet_ntop(AF_INET, &a4, text, sizeof(text));
+        } else {
+            memset(a6.s6_addr + 6, 0, 10); /* keep 48 bits */
+            inet_ntop(AF_INET6, &a6, text, sizeof(text));
+        }
+        return xstrdup(text);
+    }
+    if (inet_pton(AF_INET, ip, &a4) == 1) {
+        inet_ntop(AF_INET, &a4, text, sizeof(text));
+        return xstrdup(text);
+    }
+    return xstrdup(ip);
+}
+
 /* Requests held by an asynchronous step stay alive without their
  * connection and are freed when the step returns; the others go now. */
 static void conn_close(void *state)
@@ -471,7 +506,7 @@ static void login_failed(struct auth_req *r, const char *why)
     wipe_free(r->password);
     r->password = NULL;
     if (r->ip != NULL && !r->trusted_ip)
-        svc->penalty.ops->inc(svc->penalty.store, r->ip, now_ms());
+        svc->penalty.ops->inc(svc->penalty.store, r->ip_key, now_ms());
     if (r->username != NULL && r->reserved)
         svc->penalty.ops->inc(svc->penalty.store, r->user_key, now_ms());
     release(r);
@@ -771,8 +806,8 @@ static void release(struct auth_req *r)
         return;
     r->reserved = false;
     if (r->ip != NULL && !r->trusted_ip)
-        inflight_sub(r->svc->inflight_ip, r->ip);
-    inflight_sub(r->svc->inflight_user, r->username);
+        inflight_sub(r->svc->inflight_ip, r->ip_key);
+    inflight_sub(r->svc->inflight_user, r->user_key);
 }
 
 static void limited_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -815,20 +850,21 @@ static void admit(struct auth_req *r, unsigned user_failures)
     struct auth_service *svc = r->svc;
     const struct auth_penalty_config *pc = &svc->cfg->penalty;
     if (!r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0 &&
-        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip) >= pc->max_ip_failures) {
+        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip_key) >=
+            pc->max_ip_failures) {
         login_limited(r, "ip");
         return;
     }
     if (pc->max_user_failures > 0 &&
-        (int64_t)user_failures + inflight_get(svc->inflight_user, r->username) >=
+        (int64_t)user_failures + inflight_get(svc->inflight_user, r->user_key) >=
             pc->max_user_failures) {
         login_limited(r, "user");
         return;
     }
     r->reserved = true;
     if (r->ip != NULL && !r->trusted_ip)
-        inflight_add(svc->inflight_ip, r->ip);
-    inflight_add(svc->inflight_user, r->username);
+        inflight_add(svc->inflight_ip, r->ip_key);
+    inflight_add(svc->inflight_user, r->user_key);
     login_process(r);
 }
 
@@ -869,12 +905,19 @@ static void login_start(struct auth_req *r)
         return;
     }
     r->user_key = xasprintf("user:%s", r->username);
+    /* "Bob" and "BOB" are one account for a passdb that ignores case (an
+     * SQL collation does): counted apart, every spelling would bring its
+     * own max_failures_per_user guesses. */
+    for (char *p = r->user_key + 5; *p != '\0'; p++) {
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    }
     if (r->ip == NULL || r->trusted_ip) {
         ask_user_failures(r);
         return;
     }
     r->state = REQ_PENALTY;
-    r->svc->penalty.ops->get(r->svc->penalty.store, r->ip, now_ms(), penalty_answer, r);
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->ip_key, now_ms(), penalty_answer, r);
 }
 
 /* ---------- verbs ---------- */
@@ -906,6 +949,7 @@ static void handle_verify(struct auth_conn *conn, const struct auth_line *line)
     r->password = xstrdup(line->fields[3]);
     r->service = param_dup(line, 4, "service");
     r->ip = request_ip(conn, line, 4);
+    r->ip_key = penalty_ip_key(r->ip);
     r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     login_start(r);
 }
@@ -957,6 +1001,7 @@ static void handle_auth(struct auth_conn *conn, const struct auth_line *line)
     struct auth_req *r = req_new(conn, VERB_AUTH, id);
     r->service = param_dup(line, 3, "service");
     r->ip = request_ip(conn, line, 3);
+    r->ip_key = penalty_ip_key(r->ip);
     r->trusted_ip = ip_in_trusted_networks(conn->svc, r->ip);
     sasl_exchange_init(&r->sasl, mech);
     sasl_advance(r, auth_line_param(line, 3, "resp"));
