@@ -195,3 +195,51 @@ def test_disconnect_in_a_streamed_fetch_keeps_no_descriptor(petreld, tmp_path, p
     typ, data = m.fetch("1", "(BINARY.PEEK[])")
     assert typ == "OK" and data[0][1] == big
     m.logout()
+
+
+def test_lmtp_dot_stuffing_across_the_threshold_and_segments(petreld, tmp_path):
+    """Stuffed dots (a lone "." line among them) on either side of the
+    spool threshold and around it byte by byte, then the final "." split
+    over four TCP segments: the message is stored as it was before
+    stuffing, whole, and only once the final "." is complete."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    d = petreld(lmtp_overrides(tmp_path, extra={"temp_dir": str(spool)}))
+    head = b"From: dots@example.net\r\nSubject: dots\r\n\r\n"
+    line = b"." + b"d" * 70 + b"\r\n"
+    body = bytearray(head)
+    while len(body) < THRESHOLD - 40:
+        body += line
+    # Around the threshold: a lone ".", a "..", a "." followed by CR LF
+    # bytes, a line that is only dots.
+    body += b".\r\n..\r\n...\r\n.\r\n" + b"x" * 30 + b"\r\n.\r\n.." + b"\r\n"
+    for _ in range(3000):
+        body += line
+    body += b"end\r\n"
+    msg = bytes(body)
+    wire = msg.replace(b"\r\n.", b"\r\n..")
+    s = lmtp_start(d, ["alice@example.org"])
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    cut = THRESHOLD - 200
+    s.sendall(wire[:cut])
+    for i in range(cut, cut + 400):  # one byte a segment across the threshold
+        s.sendall(wire[i:i + 1])
+    s.sendall(wire[cut + 400:-2])  # the message's last CR LF goes with the end
+    s.setblocking(False)
+    for piece in (b"\r\n", b".", b"\r", b"\n"):
+        try:
+            early = s.recv(100)
+        except BlockingIOError:
+            early = b""
+        assert early == b"", (piece, early)  # nothing answered before the end
+        s.sendall(piece)
+        time.sleep(0.02)  # its own segment, not a wait for the server
+    s.setblocking(True)
+    line_ = read_line(s)
+    assert line_.startswith(b"250"), line_
+    s.sendall(b"QUIT\r\n")
+    s.close()
+    stored = stored_messages(tmp_path, "alice")
+    assert len(stored) == 1
+    assert stored[0].endswith(msg) and split_trace(stored[0], msg).startswith("Return-Path:")
+    assert open_under(d.proc.pid, spool) == []
