@@ -18,8 +18,8 @@ from conftest import wait_for
 from test_imap_session import imap_overrides, addr as imap_addr
 from test_lmtp import lmtp_overrides
 from test_imap_backpressure import reset, slow_client
-from test_upload_spool import (files_in, lmtp_start, maildir, read_line, spool_fds,
-                               stored_messages, split_trace)
+from test_upload_spool import (files_in, len_unread, lmtp_start, maildir, read_line,
+                               spool_fds, stored_messages, split_trace)
 
 THRESHOLD = 128 * 1024  # IMAP_SPOOL_THRESHOLD, LMTP_SPOOL_THRESHOLD
 
@@ -42,6 +42,20 @@ def files_open(pid):
 
 def open_under(pid, root):
     return [t for t in fd_targets(pid) if t.startswith(str(root) + "/")]
+
+
+def server_unread(sock):
+    """Bytes the daemon's end of this loopback TCP connection has received
+    but not read yet (rx_queue in /proc/net/tcp)."""
+    lhost, lport = sock.getsockname()[:2]
+    rhost, rport = sock.getpeername()[:2]
+    want_local, want_rem = f"{rport:04X}", f"{lport:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(":" + want_local) and fields[2].endswith(":" + want_rem):
+                return int(fields[4].split(":")[1], 16)
+    raise AssertionError("connection not in /proc/net/tcp")
 
 
 def login_raw(d):
@@ -243,3 +257,37 @@ def test_lmtp_dot_stuffing_across_the_threshold_and_segments(petreld, tmp_path):
     assert len(stored) == 1
     assert stored[0].endswith(msg) and split_trace(stored[0], msg).startswith("Return-Path:")
     assert open_under(d.proc.pid, spool) == []
+
+
+def test_spools_start_just_past_the_threshold(petreld, tmp_path):
+    """A literal of exactly 128 KiB stays in memory and one of 128 KiB + 1
+    goes to a spool file (as the docs say: "over 128 KiB"); LMTP DATA the
+    same, counted in decoded bytes as they arrive."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    d = petreld(lmtp_overrides(tmp_path, extra={"temp_dir": str(spool)}, pop3=False))
+    pid = d.proc.pid
+    m = imaplib.IMAP4(*imap_addr(d))
+    m.login("alice", "wonderland")
+    m.select("INBOX")
+    tmp = maildir(tmp_path) / "tmp"
+    for size, want in ((THRESHOLD, 0), (THRESHOLD + 1, 1)):
+        s = login_raw(d)
+        s.sendall(b"a APPEND INBOX {%d}\r\n" % size)
+        assert read_line(s).startswith(b"+")
+        # Spooled or not is decided at the announcement, before the "+".
+        s.sendall(b"Subject: t\r\n\r\n" + b"x" * (size - 15))  # all but one byte
+        assert spool_fds(pid, tmp) == want, (size, open_under(pid, tmp))
+        s.sendall(b"x\r\n")
+        assert until_tag(s, b"a").startswith(b"a OK")
+        s.close()
+    for size, want in ((THRESHOLD, 0), (THRESHOLD + 1, 1)):
+        s = lmtp_start(d, ["alice@example.org"])
+        s.sendall(b"Subject: t\r\n\r\n" + b"x" * (size - 14))
+        wait_for(lambda: len_unread(s) == 0 and server_unread(s) == 0, timeout=10,
+                 what="the DATA read by petreld")
+        assert spool_fds(pid, spool) == want, (size, open_under(pid, spool))
+        s.sendall(b"\r\n.\r\n")
+        assert read_line(s).startswith(b"250")
+        s.close()
+    m.logout()
