@@ -99,6 +99,21 @@ def test_another_sessions_keyword_is_announced_before_it_is_shown(imapd):
     at, perm = flags_announced(lines, b"$Second")
     use = first_use(lines, b"$Second")
     assert use is not None and 0 <= at < use and perm, lines
+    # Another session's keyword on the message a FETCH marks \Seen: the
+    # FETCH takes in the message's flags before the session knows the
+    # keyword's name, so its FLAGS leave the keyword out; the next sync
+    # announces the name and must then send the message's FLAGS again
+    # (nothing else would: the view already holds the keyword's bit).
+    assert m.append("INBOX", None, None, MSG)[0] == "OK"
+    m.noop()
+    s.run("NOOP")
+    assert m.store("3", "+FLAGS", "($OnFetched)")[0] == "OK"
+    lines = s.run("FETCH 3 (BODY[TEXT])")
+    lines += s.run("NOOP")
+    at, perm = flags_announced(lines, b"$OnFetched")
+    use = first_use(lines, b"$OnFetched")
+    assert use is not None and 0 <= at < use and perm, lines
+    assert re.search(rb"^\* 3 FETCH \(.*FLAGS \([^)]*\$OnFetched", lines[use]), lines
     s.close()
     m.logout()
 
