@@ -17,8 +17,7 @@ void lmtp_spool_init(struct lmtp_spool *sp)
 
 static void spool_fail(struct lmtp_spool *sp, const char *dir, int e)
 {
-    petrel_error_set(&sp->err, PETREL_ERR_IO, "cannot write the message to %s: %s", dir,
-                     strerror(e));
+    petrel_error_set_errno(&sp->err, e, "cannot write the message to %s: %s", dir, strerror(e));
     sp->failed = true;
 }
 
