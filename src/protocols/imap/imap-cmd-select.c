@@ -87,12 +87,13 @@ static uint32_t recent_in_view(const struct imap_session *s)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->recent_count; i++)
-        n += view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
+        n +=
+            view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
     return (uint32_t)n;
 }
 
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
-                       uint32_t flags, uint32_t keywords)
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid, uint32_t flags,
+                       uint32_t keywords)
 {
     bool first = true;
     buf_append_char(out, '(');
