@@ -317,6 +317,14 @@ def test_utf8_accept_names_travel_as_utf8(imapd):
     s.run('CREATE "R&D"')
     assert s.run('LIST "" "R&D"') == [b'* LIST (\\HasNoChildren) "/" "R&D"']
     s.run(b'CREATE "bad \xff name"', expect=b"BAD")
+    # Truncated, overlong, a UTF-16 surrogate, above U+10FFFF: refused in
+    # every command that takes a name, quoted or as a literal.
+    for bad in (b"\xc3", b"x\xe2\x82", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"):
+        s.run(b'CREATE "%s"' % bad, expect=b"BAD")
+        s.run(b'SELECT "%s"' % bad, expect=b"BAD")
+        s.run(b'RENAME "R&D" "%s"' % bad, expect=b"BAD")
+        s.run(b"CREATE {%d+}\r\n%s" % (len(bad), bad), expect=b"BAD")
+    assert s.run('LIST "" "R&D"') == [b'* LIST (\\HasNoChildren) "/" "R&D"']
     s.close()
     # A client without UTF8=ACCEPT still sees modified UTF-7.
     t = Session(imapd)
