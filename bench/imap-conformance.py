@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 from imap_load import run_sessions  # noqa: E402
+from imap_model import recent_seen_twice  # noqa: E402
 
 
 def free_port():
@@ -80,6 +81,10 @@ imap:
         proc.terminate()
         proc.wait(30)
         kinds = Counter(v.kind for mo in models for v in mo.violations)
+        twice = recent_seen_twice(models)
+        if twice:
+            kinds["recent-twice"] = len(twice)
+            print("  recent twice (uid, session, session):", twice[:5])
         print(f"sessions={a.sessions} seconds={took:.0f} commands={commands} "
               f"rate={commands / took:.0f}/s violations={sum(kinds.values())} "
               f"{dict(kinds)} client_errors={len(errors)}")

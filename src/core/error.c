@@ -76,6 +76,8 @@ const char *petrel_error_code_name(enum petrel_error_code code)
         return "unavailable";
     case PETREL_ERR_PERMISSION:
         return "permission";
+    case PETREL_ERR_LIMIT:
+        return "limit";
     }
     return "unknown";
 }

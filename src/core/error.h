@@ -17,6 +17,7 @@ enum petrel_error_code {
     PETREL_ERR_UNSUPPORTED, /* not implemented by this driver / mode */
     PETREL_ERR_UNAVAILABLE, /* temporarily unable (shutting down, dependency down) */
     PETREL_ERR_PERMISSION,  /* not allowed */
+    PETREL_ERR_LIMIT,       /* an implementation limit is reached (RFC 5530 LIMIT) */
 };
 
 struct petrel_error {

@@ -676,6 +676,7 @@ int http_status_for_error(enum petrel_error_code code)
         return 404;
     case PETREL_ERR_EXISTS:
     case PETREL_ERR_CONFLICT:
+    case PETREL_ERR_LIMIT:
         return 409;
     case PETREL_ERR_UNSUPPORTED:
         return 501;

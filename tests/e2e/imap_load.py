@@ -70,9 +70,9 @@ class Driver:
 
     def send(self, command):
         tag = self.tag()
-        name = command.split(" ", 2)
-        name = " ".join(name[:2]) if name[0] == "UID" else name[0]
-        self.model.sent(tag, name)
+        words = command.split(" ", 2)
+        n = 2 if words[0] == "UID" else 1
+        self.model.sent(tag, " ".join(words[:n]), " ".join(command.split(" ")[n:]))
         self.conn.send(f"{tag} {command}\r\n".encode())
         self.commands += 1
         return tag

@@ -25,6 +25,15 @@ seen. What it checks (each a `Violation.kind`):
         allows it; clients take it badly, and Dovecot never does it on
         the same load: the checker counts it so a run can require none)
   search-out-of-range  a SEARCH result above the count
+  recent-above-exists  * n RECENT with n above the message count (7.3.2:
+        the number of messages with \\Recent set)
+  store-flags-wrong    the last FETCH FLAGS a non-silent STORE sent for a
+        message it stored does not hold the result of the STORE (6.4.6:
+        "the updated value"): +FLAGS missing one of its flags, -FLAGS
+        keeping one, FLAGS not exactly its list (\\Recent aside)
+  recent-twice         (across sessions, `recent_seen_twice`) one UID shown
+        with \\Recent to two sessions (3501 2.3.2: "this session is the
+        first session to have been notified")
   bad-response         a tagged BAD for a command the driver built as valid
 """
 
@@ -57,14 +66,26 @@ class SessionModel:
     selected: bool = False
     violations: list = field(default_factory=list)
     completed: dict = field(default_factory=dict)  # tag -> (status, text)
+    recent: int = 0
+    recent_uids: set = field(default_factory=set)  # UIDs seen with \Recent
+    # tag -> (kind, flags, seq or uid set, uid?); the STORE's own FETCHes
+    stores: dict = field(default_factory=dict)
+    store_seen: dict = field(default_factory=dict)  # tag -> {uid or seq: flags}
 
     def violate(self, kind, line, detail=""):
         self.violations.append(Violation(kind, line, detail))
 
     # ---- what the client does ----
 
-    def sent(self, tag, command):
+    def sent(self, tag, command, args=""):
+        """`args`: the rest of the command line, for the checks on STORE."""
         self.pending[tag] = command.upper()
+        m = re.match(r"(\S+) ([+-]?FLAGS)(\.SILENT)? \(([^)]*)\)$", args.strip(), re.I)
+        if command.upper() in ("STORE", "UID STORE") and m and not m.group(3):
+            flags = {f.lower() for f in m.group(4).split()}
+            self.stores[tag] = (m.group(2).upper(), flags, m.group(1),
+                                command.upper() == "UID STORE")
+            self.store_seen[tag] = {}
 
     def selecting(self):
         """A SELECT/EXAMINE was sent: the view starts over at its reply."""
@@ -103,6 +124,8 @@ class SessionModel:
             self.violate("bad-response", text, "tagged reply to no command")
             return
         self.completed[tag] = (status, parts[2] if len(parts) > 2 else b"")
+        if tag in self.stores:
+            self._store_done(tag, status, text)
         if status == "BAD":
             self.violate("bad-response", text, command)
         if status == "NO" and command in ("FETCH", "UID FETCH"):
@@ -119,6 +142,10 @@ class SessionModel:
                 self._exists(n, text)
             elif kind == b"FETCH":
                 self._fetch(n, m.group(3), text)
+            elif kind == b"RECENT":
+                if n > self.exists:
+                    self.violate("recent-above-exists", text, f"count {self.exists}")
+                self.recent = n
             return
         if text.startswith(b"* FLAGS "):
             inner = text[len(b"* FLAGS "):].strip(b"()")
@@ -148,6 +175,7 @@ class SessionModel:
             return
         del self.uids[n - 1]
         self.exists -= 1
+        self._expunge_adjusts_store(n)
 
     def _exists(self, n, text):
         if n < self.exists:
@@ -174,7 +202,77 @@ class SessionModel:
                 self.violate("uid-order", text, f"seq {n} uid {uid}")
         m = re.search(rb"\bFLAGS \(([^)]*)\)", rest)
         if m:
-            for flag in m.group(1).decode(errors="replace").split():
+            flags = m.group(1).decode(errors="replace").split()
+            for flag in flags:
                 low = flag.lower()
                 if low not in SYSTEM_FLAGS and low not in self.keywords:
                     self.violate("keyword-unannounced", text, flag)
+            uid = self.uids[n - 1]
+            if uid is not None and "\\recent" in {f.lower() for f in flags}:
+                self.recent_uids.add(uid)
+            self._store_fetch(n, uid, {f.lower() for f in flags}, text)
+
+    # ---- a STORE's own FETCH responses ----
+
+    @staticmethod
+    def _in_set(number, spec, star):
+        for part in spec.split(","):
+            a, _, b = part.partition(":")
+            lo = star if a == "*" else int(a)
+            hi = lo if not b else (star if b == "*" else int(b))
+            if min(lo, hi) <= number <= max(lo, hi):
+                return True
+        return False
+
+    def _store_fetch(self, n, uid, flags, text):
+        # Only when the STORE is the one command in progress: with others
+        # pipelined, a FETCH may answer them.
+        if len(self.pending) != 1:
+            return
+        tag = next(iter(self.pending))
+        if tag not in self.stores:
+            return
+        _, _, spec, by_uid = self.stores[tag]
+        if by_uid:
+            if uid is None or not self._in_set(uid, spec, 1 << 32):
+                return
+            key = uid
+        else:
+            if not self._in_set(n, spec, self.exists):
+                return
+            key = n
+        self.store_seen[tag][key] = (flags, text)
+
+    def _store_done(self, tag, status, text):
+        kind, wanted, _, _ = self.stores.pop(tag)
+        seen = self.store_seen.pop(tag, {})
+        if status != "OK":
+            return
+        for flags, line in seen.values():
+            have = flags - {"\\recent"}
+            want = wanted - {"\\recent"}
+            if kind == "+FLAGS" and not want <= have:
+                self.violate("store-flags-wrong", line, f"+FLAGS {sorted(want - have)} missing")
+            elif kind == "-FLAGS" and want & have:
+                self.violate("store-flags-wrong", line, f"-FLAGS {sorted(want & have)} kept")
+            elif kind == "FLAGS" and want != have:
+                self.violate("store-flags-wrong", line, f"FLAGS {sorted(want)}")
+
+    def _expunge_adjusts_store(self, n):
+        """Sequence keys of STOREs in progress move down past an EXPUNGE."""
+        for tag, seen in self.store_seen.items():
+            if self.stores[tag][3]:
+                continue
+            self.store_seen[tag] = {(k - 1 if k > n else k): v for k, v in seen.items()
+                                    if k != n}
+
+
+def recent_seen_twice(models):
+    """UIDs that more than one session was shown with \\Recent (one folder)."""
+    owner, twice = {}, []
+    for mo in models:
+        for uid in mo.recent_uids:
+            if uid in owner:
+                twice.append((uid, owner[uid], mo.name))
+            owner[uid] = mo.name
+    return twice

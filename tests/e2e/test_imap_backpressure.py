@@ -128,7 +128,7 @@ def fetch_all_and_check(m, msgs):
 def test_pipelined_fetch_without_reading_is_bounded(imapd, mode):
     msgs = populate(imapd)
     pid = imapd.pid
-    s, _f = slow_client(imapd, mode)
+    s, f = slow_client(imapd, mode)
     # Let the server settle after the uploads, then take the baseline.
     time.sleep(0.3)
     base = status_kb(pid, "VmRSS")
@@ -140,6 +140,7 @@ def test_pipelined_fetch_without_reading_is_bounded(imapd, mode):
         if peak - base > RSS_BOUND_KB:
             break  # failed: do not let an unbounded server eat the machine
         time.sleep(0.1)
+    f.close()  # the socket's descriptor is shared with the file: reset() closes it
     reset(s)
     assert peak - base <= RSS_BOUND_KB, (
         f"VmRSS grew by {peak - base} kB (bound {RSS_BOUND_KB} kB) while a client "
@@ -248,7 +249,7 @@ def test_pipelined_small_commands_without_reading_are_bounded(petreld, tmp_path)
     asan = os.environ.get("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
     d = petreld(imap_overrides(tmp_path), env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=1"})
     pid = d.pid
-    s, _f = slow_client(d, "plain")
+    s, f = slow_client(d, "plain")
     base = status_kb(pid, "VmRSS")
     chunk = b"".join(b"c%d CAPABILITY\r\n" % i for i in range(4000))
     s.setblocking(False)
@@ -263,6 +264,7 @@ def test_pipelined_small_commands_without_reading_are_bounded(petreld, tmp_path)
         peak = max(peak, status_kb(pid, "VmRSS"))
         if peak - base > SMALL_BOUND_KB:
             break
+    f.close()
     reset(s)
     print(f"pipelined CAPABILITY: sent {sent} bytes, VmRSS +{peak - base} kB")
     assert peak - base <= SMALL_BOUND_KB, (

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from imap_load import run_sessions
-from imap_model import SessionModel
+from imap_model import SessionModel, recent_seen_twice
 from test_imap_session import addr, imap_overrides
 
 
@@ -29,7 +29,8 @@ def feed(model, transcript):
         if line.startswith("C: "):
             tag, rest = line[3:].split(" ", 1)
             name = rest.split(" ")
-            model.sent(tag, " ".join(name[:2]) if name[0] == "UID" else name[0])
+            n = 2 if name[0] == "UID" else 1
+            model.sent(tag, " ".join(name[:n]), " ".join(name[n:]))
             if name[0] in ("SELECT", "EXAMINE"):
                 model.selecting()
         else:
@@ -126,6 +127,59 @@ a4 OK done
                      "uid-order"]
 
 
+def test_checker_catches_recent_above_exists():
+    kinds = feed(SessionModel(), SELECTED + """
+C: a2 NOOP
+* 4 RECENT
+* 4 EXISTS
+a2 OK done
+C: a3 NOOP
+* 5 EXISTS
+* 1 RECENT
+a3 OK done
+""")
+    assert kinds == ["recent-above-exists"]
+
+
+def test_checker_catches_a_store_answering_the_wrong_flags():
+    kinds = feed(SessionModel(), SELECTED + """
+C: a2 STORE 1:2 +FLAGS (\\Seen $Work)
+* 1 FETCH (FLAGS (\\Seen $Work))
+* 2 FETCH (FLAGS (\\Seen))
+a2 OK done
+C: a3 UID STORE 7 -FLAGS ($Work)
+* 2 FETCH (UID 7 FLAGS ($Work))
+a3 OK done
+C: a4 STORE 3 FLAGS (\\Flagged)
+* 3 FETCH (FLAGS (\\Recent \\Flagged))
+a4 OK done
+C: a5 STORE 1 FLAGS (\\Flagged)
+* 1 FETCH (FLAGS (\\Flagged \\Seen))
+a5 OK done
+C: a6 STORE 2 +FLAGS.SILENT ($Work)
+* 2 FETCH (FLAGS ())
+a6 OK done
+""")
+    assert kinds == ["store-flags-wrong"] * 3
+
+
+def test_checker_catches_a_message_recent_in_two_sessions():
+    a, b = SessionModel(name="a"), SessionModel(name="b")
+    feed(a, SELECTED + """
+C: a2 FETCH 1:2 (UID FLAGS)
+* 1 FETCH (UID 4 FLAGS (\\Recent))
+* 2 FETCH (UID 7 FLAGS (\\Recent))
+a2 OK done
+""")
+    feed(b, SELECTED + """
+C: a2 FETCH 2:3 (UID FLAGS)
+* 2 FETCH (UID 7 FLAGS (\\Recent \\Seen))
+* 3 FETCH (UID 9 FLAGS ())
+a2 OK done
+""")
+    assert recent_seen_twice([a, b]) == [(7, "a", "b")]
+
+
 @pytest.fixture
 def imapd(petreld, tmp_path):
     return petreld(imap_overrides(tmp_path))
@@ -146,3 +200,4 @@ def test_concurrent_sessions_follow_the_rfc(imapd):
     violations = [(mo.name, v.kind, v.line[:200], v.detail) for mo in models
                   for v in mo.violations]
     assert not violations, (Counter(v[1] for v in violations), violations[:20])
+    assert not recent_seen_twice(models)

@@ -133,3 +133,8 @@ def test_nul_and_bare_cr_from_lmtp(lmtpd):
         resp = imap_fetch_raw(lmtpd, b"(RFC822)")
         assert b"\x00" not in resp
         assert item(resp, b"RFC822", 2).endswith(large.replace(b"\x00", b"\x80"))
+        # Header sections alone are read from the header block, not the
+        # parsed message: the same rule there.
+        resp = imap_fetch_raw(lmtpd, b"(BODY.PEEK[HEADER] BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
+        assert b"\x00" not in resp
+        assert item(resp, b"BODY[HEADER.FIELDS (SUBJECT)]", 2) == b"Subject: nul\x80inside\r\n\r\n"

@@ -150,3 +150,21 @@ def test_read_only_folder_opens_for_examine_and_status(petreld, tmp_path, unpriv
 
 def test_read_only_folder_with_news_opens_in_memory(petreld, tmp_path, unprivileged_home):
     read_only_folder(petreld, tmp_path, unprivileged_home, late_news=True)
+
+
+def test_one_keyword_too_many_is_limit(petreld, tmp_path):
+    """A Maildir folder holds 26 keywords (one file-name letter each): the
+    27th answers NO [LIMIT] (RFC 5530: "the number of flags used in a
+    mailbox"), not [SERVERBUG]; the session and the keywords stay."""
+    d = petreld(imap_overrides(tmp_path))
+    m = login(d)
+    m.append("INBOX", None, None, MSG)
+    m.select("INBOX")
+    for i in range(26):
+        assert m.store("1", "+FLAGS", f"(kw{i})")[0] == "OK"
+    typ, data = m.store("1", "+FLAGS", "(one-too-many)")
+    assert typ == "NO" and data[0].startswith(b"[LIMIT]"), data
+    typ, data = m.fetch("1", "(FLAGS)")
+    assert all(b"kw%d" % i in data[0] for i in range(26)) and b"one-too-many" not in data[0]
+    assert m.noop()[0] == "OK"
+    m.logout()

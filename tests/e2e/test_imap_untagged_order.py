@@ -6,6 +6,7 @@ STORE creates a keyword. Raw sockets, so the order of lines is what is
 checked."""
 
 import re
+import threading
 import socket
 
 import pytest
@@ -111,6 +112,21 @@ def test_another_sessions_keyword_is_announced_before_it_is_shown(imapd):
     at, perm = flags_announced(lines, b"$Second")
     use = first_use(lines, b"$Second")
     assert use is not None and 0 <= at < use and perm, lines
+    # Another session's keyword on the message a FETCH marks \Seen: the
+    # FETCH takes in the message's flags before the session knows the
+    # keyword's name, so its FLAGS leave the keyword out; the next sync
+    # announces the name and must then send the message's FLAGS again
+    # (nothing else would: the view already holds the keyword's bit).
+    assert m.append("INBOX", None, None, MSG)[0] == "OK"
+    m.noop()
+    s.run("NOOP")
+    assert m.store("3", "+FLAGS", "($OnFetched)")[0] == "OK"
+    lines = s.run("FETCH 3 (BODY[TEXT])")
+    lines += s.run("NOOP")
+    at, perm = flags_announced(lines, b"$OnFetched")
+    use = first_use(lines, b"$OnFetched")
+    assert use is not None and 0 <= at < use and perm, lines
+    assert re.search(rb"^\* 3 FETCH \(.*FLAGS \([^)]*\$OnFetched", lines[use]), lines
     s.close()
     m.logout()
 
@@ -287,6 +303,14 @@ def test_utf8_accept_names_travel_as_utf8(imapd):
     s.run('CREATE "R&D"')
     assert s.run('LIST "" "R&D"') == [b'* LIST (\\HasNoChildren) "/" "R&D"']
     s.run(b'CREATE "bad \xff name"', expect=b"BAD")
+    # Truncated, overlong, a UTF-16 surrogate, above U+10FFFF: refused in
+    # every command that takes a name, quoted or as a literal.
+    for bad in (b"\xc3", b"x\xe2\x82", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"):
+        s.run(b'CREATE "%s"' % bad, expect=b"BAD")
+        s.run(b'SELECT "%s"' % bad, expect=b"BAD")
+        s.run(b'RENAME "R&D" "%s"' % bad, expect=b"BAD")
+        s.run(b"CREATE {%d+}\r\n%s" % (len(bad), bad), expect=b"BAD")
+    assert s.run('LIST "" "R&D"') == [b'* LIST (\\HasNoChildren) "/" "R&D"']
     s.close()
     # A client without UTF8=ACCEPT still sees modified UTF-7.
     t = Session(imapd)
@@ -325,3 +349,64 @@ def test_append_utf8_data_item(imapd, tmp_path):
     cur = tmp_path / "mail" / "alice" / "Maildir" / "cur"
     assert sorted(p.read_bytes() for p in cur.iterdir()) == sorted([small, big])
     s.close()
+
+
+def test_recent_under_racing_selects_examines_and_appends(imapd):
+    """Three sessions re-SELECT INBOX (one EXAMINEs every third time), two
+    of them APPEND while it is selected, while a fourth delivers 150
+    messages: no UID is ever shown \\Recent to two sessions' SELECTs (RFC
+    3501 2.3.2), and after each FETCH 1:* the last RECENT count equals the
+    number of messages its FLAGS show \\Recent."""
+    done = threading.Event()
+    seen, problems = {}, []
+
+    def deliver():
+        m = login(imapd)
+        for i in range(150):
+            append(m, b"Subject: r%d\r\n\r\nx\r\n" % i)
+        m.logout()
+        done.set()
+
+    def racer(name, examines):
+        try:
+            run_racer(name, examines)
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            problems.append((name, repr(e)))
+
+    def run_racer(name, examines):
+        s = Session(imapd)
+        mine, n = set(), 0
+        while not done.is_set() or n < 3:
+            n += 1
+            verb = "EXAMINE" if examines and n % 3 == 0 else "SELECT"
+            lines = s.run(f"{verb} INBOX")
+            if n % 2 == 0 and name != "r2":
+                lines += s.run(b"APPEND INBOX {12+}\r\nSubject: o\r\n")
+                lines += s.run("NOOP")
+            lines += s.run("FETCH 1:* (UID FLAGS)")
+            recent = {int(re.search(rb"UID (\d+)", ln).group(1)) for ln in lines
+                      if b" FETCH (" in ln and b"\\Recent" in ln}
+            counts = [int(ln.split()[1]) for ln in lines if ln.endswith(b" RECENT")]
+            if counts and counts[-1] != len(recent):
+                problems.append((name, verb, counts[-1], len(recent)))
+            if verb == "SELECT":
+                mine |= recent
+            s.run("STATUS INBOX (RECENT MESSAGES)")
+        seen[name] = mine
+        s.close()
+
+    first = login(imapd)
+    append(first)  # so that FETCH 1:* has a message from the start
+    first.logout()
+    threads = [threading.Thread(target=deliver)] + [
+        threading.Thread(target=racer, args=(f"r{i}", i == 0)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 3 and not problems, problems[:10]
+    names = sorted(seen)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not seen[a] & seen[b], (a, b, sorted(seen[a] & seen[b])[:10])
+    assert sum(len(v) for v in seen.values()) > 0

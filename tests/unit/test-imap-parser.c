@@ -574,10 +574,27 @@ static void test_literal_sink(void **state)
     assert_int_equal(imap_parser_literal_remaining(p), 10);
     imap_parser_reset(p);
     assert_int_equal(st.closed, 3);
+    /* Release while a command is still arriving: nothing happens. */
+    assert_int_equal(feed_pieces(p, half, sizeof(half) - 1, &cont), IMAP_PARSE_NEED_MORE);
+    imap_parser_release_literals(p);
+    assert_int_equal(st.closed, 3);
+    assert_int_equal(feed_pieces(p, "0123456789\r\n", 12, &cont), IMAP_PARSE_COMMAND);
+    /* Once the command is answered the server releases its spools, before
+     * any next command arrives; the next feed does not close them again. */
+    imap_parser_release_literals(p);
+    assert_int_equal(st.closed, 4);
+    /* The same after an ERROR (a malformed line after a spooled literal). */
+    static const char bad[] = "h APPEND INBOX {5}\r\n01234 (\\Seen\r\n";
+    assert_int_equal(feed_pieces(p, bad, sizeof(bad) - 1, &cont), IMAP_PARSE_ERROR);
+    assert_int_equal(st.opened, 5);
+    imap_parser_release_literals(p);
+    assert_int_equal(st.closed, 5);
+    assert_int_equal(feed_pieces(p, "i NOOP\r\n", 8, &cont), IMAP_PARSE_COMMAND);
+    assert_int_equal(st.closed, 5);
     assert_int_equal(feed_pieces(p, half, sizeof(half) - 1, &cont), IMAP_PARSE_NEED_MORE);
     imap_parser_free(p);
-    assert_int_equal(st.opened, 4);
-    assert_int_equal(st.closed, 4);
+    assert_int_equal(st.opened, 6);
+    assert_int_equal(st.closed, 6);
 }
 
 int main(void)

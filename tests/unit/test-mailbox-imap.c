@@ -334,7 +334,7 @@ static void test_update_flags(void **state)
     const char *extra[] = {"OneTooMany", NULL};
     struct mailbox_flags_update k = {.mode = MAILBOX_FLAGS_ADD, .keywords = extra};
     assert_false(mailbox_update_flags(box, &u2, 1, &k, NULL, NULL, NULL, NULL, &err));
-    assert_int_equal(err.code, PETREL_ERR_CONFLICT);
+    assert_int_equal(err.code, PETREL_ERR_LIMIT);
     const char *bad[] = {"bad(name", NULL};
     k.keywords = bad;
     assert_false(mailbox_update_flags(box, &u2, 1, &k, NULL, NULL, NULL, NULL, &err));

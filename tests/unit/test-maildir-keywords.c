@@ -144,7 +144,7 @@ static void test_add(void **state)
     }
     petrel_error_clear(&err);
     assert_int_equal(maildir_keywords_add(&kw, "full", &err), -1);
-    assert_int_equal(err.code, PETREL_ERR_CONFLICT);
+    assert_int_equal(err.code, PETREL_ERR_LIMIT);
     assert_int_equal(maildir_keywords_add(&kw, "k25", &err), 25); /* existing still found */
     maildir_keywords_free(&kw);
     for (int i = 0; i < 26; i++)

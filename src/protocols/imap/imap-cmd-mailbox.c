@@ -47,6 +47,10 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
     case PETREL_ERR_UNAVAILABLE:
         imap_reply_no(s, "[UNAVAILABLE] Try again later.");
         return;
+    case PETREL_ERR_LIMIT:
+        /* RFC 5530: "such as the number of flags used in a mailbox". */
+        imap_reply_no(s, "[LIMIT] %s", err->message);
+        return;
     default:
         break;
     }

@@ -88,7 +88,8 @@ static uint32_t recent_in_view(const struct imap_session *s)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->recent_count; i++)
-        n += view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
+        n +=
+            view_lower_bound(s->view, s->recent[i].hi) - view_lower_bound(s->view, s->recent[i].lo);
     return (uint32_t)n;
 }
 
@@ -263,6 +264,46 @@ void imap_selected_close(struct imap_session *s)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
 
+/* Keyword slots the view has a name for. */
+static uint32_t keyword_names_mask(const struct mailbox_view *view)
+{
+    uint32_t mask = 0;
+    for (unsigned k = 0; k < 32; k++) {
+        if (mailbox_view_keyword_name(view, k) != NULL)
+            mask |= 1u << k;
+    }
+    return mask;
+}
+
+/* A message can carry a keyword before the view knows its name (our own
+ * \Seen or STORE took in another session's keyword bit while the name was
+ * not read yet): its FETCH then left the keyword out, and once the name is
+ * known the entry no longer differs from the index, so no change shows it.
+ * Such messages get their FLAGS again, after the FLAGS announcement. */
+static void send_newly_named(struct imap_session *s, const struct mailbox_view_changes *ch,
+                             uint32_t newly, struct buf *out)
+{
+    if (newly == 0)
+        return;
+    size_t count = mailbox_view_count(s->view);
+    bool *sent = xcalloc(count + 1, sizeof(*sent)); /* by the changes already */
+    for (size_t i = 0; i < ch->changed_count; i++) {
+        if (ch->changed_seqs[i] <= count)
+            sent[ch->changed_seqs[i]] = true;
+    }
+    for (uint32_t seq = 1; seq <= count; seq++) {
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+        if (e == NULL || (e->keywords & newly) == 0 || sent[seq])
+            continue;
+        buf_printf(out, "* %u FETCH (UID %u FLAGS ", seq, e->uid);
+        imap_append_flags(out, s, e->uid, e->flags, e->keywords);
+        if (s->condstore)
+            buf_printf(out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
+        buf_append_str(out, ")\r\n");
+    }
+    free(sent);
+}
+
 void imap_selected_sync(struct imap_session *s)
 {
     if (s->view == NULL)
@@ -272,6 +313,7 @@ void imap_selected_sync(struct imap_session *s)
      * changed the folder, what is new to the view is the session's own
      * APPEND or EXPUNGE, which its handle holds already. */
     bool others = s->watch == NULL || mailbox_watch_take_changed(s->watch);
+    uint32_t named_before = keyword_names_mask(s->view);
     struct mailbox_view_changes ch;
     struct petrel_error err;
     if (!(others ? mailbox_view_sync(s->view, &ch, &err)
@@ -329,6 +371,8 @@ void imap_selected_sync(struct imap_session *s)
             buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
         buf_append_str(&out, ")\r\n");
     }
+    if (ch.keywords_changed)
+        send_newly_named(s, &ch, keyword_names_mask(s->view) & ~named_before, &out);
     if (out.len > 0)
         imap_send_raw(s, out.data, out.len);
     buf_free(&out);

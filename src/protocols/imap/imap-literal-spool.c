@@ -40,7 +40,8 @@ static void spool_write(void *ctx, void *spool, const void *data, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0) {
-            /* The errno travels with the error: a full disk is OVERQUOTA. */
+            /* With its errno, so a full disk answers [OVERQUOTA] (RFC 5530)
+             * as an APPEND saved from memory does, not [SERVERBUG]. */
             int e = w < 0 ? errno : ENOSPC;
             petrel_error_set_errno(&sp->err, e, "cannot spool the message: %s", strerror(e));
             sp->failed = true;

@@ -120,6 +120,12 @@ void imap_parser_set_sink(struct imap_parser *p, const struct imap_literal_sink 
         p->sink = *sink;
 }
 
+void imap_parser_release_literals(struct imap_parser *p)
+{
+    if (p->state == ST_DONE || p->state == ST_FATAL)
+        free_literals(p);
+}
+
 void imap_parser_reset(struct imap_parser *p)
 {
     free_literals(p);

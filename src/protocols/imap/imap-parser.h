@@ -130,6 +130,12 @@ uint64_t imap_parser_literal_remaining(const struct imap_parser *p);
 bool imap_parser_in_command(const struct imap_parser *p);
 /* Forgets the current command (and a fatal state) and frees its storage. */
 void imap_parser_reset(struct imap_parser *p);
+/* Once a COMMAND or ERROR result has been answered: frees its literals and
+ * closes its spools now rather than at the next feed, so a client that
+ * sends nothing more does not keep an unnamed spool file (and its disk
+ * blocks) open after a BAD or NO. The command's arguments that were
+ * literals are invalid afterwards. No effect while a command is parsed. */
+void imap_parser_release_literals(struct imap_parser *p);
 
 /* Non-streaming: parses one command from a complete buffer, acknowledging
  * synchronizing literals internally. Returns COMMAND, ERROR or NEED_MORE

@@ -430,9 +430,14 @@ static void process_input(struct imap_session *s)
             break;
         case IMAP_PARSE_COMMAND:
             run_command(s, imap_parser_command(s->parser));
+            /* Answered (unless it went on asynchronously): its spools go
+             * now, not when the client's next command arrives. */
+            if (!s->busy)
+                imap_parser_release_literals(s->parser);
             break;
         case IMAP_PARSE_ERROR:
             parse_error(s, imap_parser_error(s->parser));
+            imap_parser_release_literals(s->parser);
             break;
         }
     }

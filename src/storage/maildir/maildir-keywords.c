@@ -161,7 +161,7 @@ int maildir_keywords_add(struct maildir_keywords *kw, const char *name, struct p
             return i;
         }
     }
-    petrel_error_set(err, PETREL_ERR_CONFLICT, "all %d maildir keyword letters are in use",
+    petrel_error_set(err, PETREL_ERR_LIMIT, "all %d maildir keyword letters are in use",
                      MAILDIR_MAX_KEYWORDS);
     return -1;
 }
