@@ -142,9 +142,19 @@ static void error_cb(struct evconnlistener *evl, void *arg)
     struct net_listener *l = arg;
     int e = EVUTIL_SOCKET_ERROR();
     /* libevent calls this for every error but EAGAIN, EINTR and
-     * ECONNABORTED. Pausing on any of them is what keeps a listen socket
-     * that stays readable from spinning the loop: EMFILE and ENFILE leave
-     * the connection in the backlog, so accept would fail again at once. */
+     * ECONNABORTED. Running out of descriptors or memory leaves the
+     * connection in the backlog, so accept would fail again at once and
+     * spin the loop: those pause the listener (as nginx does). Any other
+     * error (EPERM from a firewall rule, EPROTO...) took its connection
+     * with it: logged, and accepting goes on, so a peer that can provoke
+     * one cannot stall the listener. */
+    if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM) {
+        unsigned skipped = 0;
+        if (net_log_limit_pass(&l->resource_log, RESOURCE_LOG_INTERVAL_MS, &skipped))
+            log_warn(l->cfg.component, "accept failed", "listener=%s error=\"%s\" not_logged=%u",
+                     l->address, strerror(e), skipped);
+        return;
+    }
     l->resource_pauses++;
     l->resource_paused = true;
     apply_enabled(l);
@@ -154,7 +164,7 @@ static void error_cb(struct evconnlistener *evl, void *arg)
     if (net_log_limit_pass(&l->resource_log, RESOURCE_LOG_INTERVAL_MS, &skipped)) {
         const char *msg = e == EMFILE || e == ENFILE
                               ? "accept failed: out of file descriptors, pausing the listener"
-                              : "accept failed, pausing the listener";
+                              : "accept failed: out of memory, pausing the listener";
         log_error(l->cfg.component, msg,
                   "listener=%s error=\"%s\" pause_ms=%d pauses_not_logged=%u", l->address,
                   strerror(e), RESOURCE_PAUSE_MS, skipped);
