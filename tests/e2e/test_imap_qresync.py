@@ -34,12 +34,19 @@ def changed_since(m, uidv, modseq):
     m.close()
 
 
-def test_enable_and_select_with_qresync(imapd):
-    m = login(imapd)
+def six_messages_then_changes(d):
+    """Six messages, the folder's (UIDVALIDITY, HIGHESTMODSEQ) taken, then
+    the changes of changed_since(); returns the session and that state."""
+    m = login(d)
     for _ in range(6):
         append(m)
     uidv, modseq = status(m)
     changed_since(m, uidv, modseq)
+    return m, uidv, modseq
+
+
+def test_enable_and_select_with_qresync(imapd):
+    m, uidv, modseq = six_messages_then_changes(imapd)
     s = Session(imapd)
     assert b" QRESYNC" in s.run("CAPABILITY")[0]
     # The parameter needs ENABLE QRESYNC first (RFC 7162 3.2.5).
@@ -89,11 +96,7 @@ def test_vanished_replaces_expunge_once_enabled(imapd):
 
 
 def test_uid_fetch_vanished_modifier(imapd):
-    m = login(imapd)
-    for _ in range(6):
-        append(m)
-    uidv, modseq = status(m)
-    changed_since(m, uidv, modseq)
+    m, uidv, modseq = six_messages_then_changes(imapd)
     s = Session(imapd)
     s.run("SELECT INBOX")
     s.run(f"UID FETCH 1:* (FLAGS) (CHANGEDSINCE {modseq} VANISHED)", expect=b"BAD")
