@@ -115,6 +115,19 @@ def test_parallel_guesses_from_one_address_are_limited(petreld, tmp_path):
     assert "too many failed logins" in d.stderr()
 
 
+def test_parallel_good_logins_from_one_address_all_succeed(petreld, tmp_path):
+    # A webmail host or a login proxy logs many users in at once from one
+    # address: attempts beyond the limit wait for the ones being checked
+    # instead of failing, so none of these gets a temporary failure.
+    d = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms")
+    ip = "198.51.100.60"
+    replies = parallel(d, [("alice", "wonderland", ip)] * 50 + [("bob", "builder", ip)] * 30)
+    assert all(r[0] == "OK" for r in replies), [r for r in replies if r[0] != "OK"][:3]
+    # guesses from there are still counted and limited afterwards
+    replies = parallel(d, [("alice", f"guess{i}", ip) for i in range(40)])
+    assert sum(checked(r) for r in replies) <= 20, replies
+
+
 def test_parallel_guesses_for_one_user_are_limited(petreld, tmp_path):
     # the same for one account guessed from many addresses at once
     # (auth.max_failures_per_user, default 20)

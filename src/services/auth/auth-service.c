@@ -49,6 +49,7 @@ enum req_state {
     REQ_PENALTY,   /* asking the penalty store */
     REQ_DELAYED,   /* timer: penalty wait before processing, or failure delay */
     REQ_WORKER,    /* queued or running on the worker pool */
+    REQ_WAITING,   /* its IP or user is at the limit with attempts being checked */
 };
 
 struct auth_conn;
@@ -73,6 +74,8 @@ struct auth_req {
     unsigned ip_failures;     /* the IP's failures when the attempt was admitted */
     char *user_key;           /* "user:<name>": the user's count in the penalty store */
     bool reserved;            /* holds a slot in the in-flight counts (admit()) */
+    struct auth_req *wait_next; /* REQ_WAITING: the service's wait list */
+    struct auth_req *wait_prev;
     struct event *timer;
     bool replied_in_timer; /* the timer sends the prepared failure reply */
     /* Filled on the worker; read on the loop after `done`. */
@@ -138,6 +141,12 @@ struct auth_service {
      * before the first of their failures is counted. */
     struct smap *inflight_ip;
     struct smap *inflight_user;
+    /* Attempts that would pass the limit if every attempt being checked
+     * failed: they wait for those outcomes instead of being refused, so a
+     * burst of good logins from one webmail host is only serialised. */
+    struct auth_req *wait_head;
+    struct auth_req *wait_tail;
+    struct event *wake; /* re-examines the waiting attempts, off the caller's stack */
     bool mech_allowed[3];
     struct auth_metrics m;
 };
@@ -268,9 +277,12 @@ static void req_unlink(struct auth_req *r)
 }
 
 static void release(struct auth_req *r);
+static void wait_remove(struct auth_req *r);
 
 static void req_free(struct auth_req *r)
 {
+    if (r->state == REQ_WAITING)
+        wait_remove(r);
     release(r);
     req_unlink(r);
     if (r->timer != NULL)
@@ -808,6 +820,36 @@ static void release(struct auth_req *r)
     if (r->ip != NULL && !r->trusted_ip)
         inflight_sub(r->svc->inflight_ip, r->ip_key);
     inflight_sub(r->svc->inflight_user, r->user_key);
+    if (r->svc->wait_head != NULL)
+        event_active(r->svc->wake, EV_TIMEOUT, 1);
+}
+
+static void wait_add(struct auth_req *r)
+{
+    struct auth_service *svc = r->svc;
+    r->state = REQ_WAITING;
+    r->wait_next = NULL;
+    r->wait_prev = svc->wait_tail;
+    if (svc->wait_tail != NULL)
+        svc->wait_tail->wait_next = r;
+    else
+        svc->wait_head = r;
+    svc->wait_tail = r;
+}
+
+static void wait_remove(struct auth_req *r)
+{
+    struct auth_service *svc = r->svc;
+    if (r->wait_prev != NULL)
+        r->wait_prev->wait_next = r->wait_next;
+    else
+        svc->wait_head = r->wait_next;
+    if (r->wait_next != NULL)
+        r->wait_next->wait_prev = r->wait_prev;
+    else
+        svc->wait_tail = r->wait_prev;
+    r->wait_next = r->wait_prev = NULL;
+    r->state = REQ_ACTIVE;
 }
 
 static void limited_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -849,16 +891,24 @@ static void admit(struct auth_req *r, unsigned user_failures)
 {
     struct auth_service *svc = r->svc;
     const struct auth_penalty_config *pc = &svc->cfg->penalty;
-    if (!r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0 &&
-        (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip_key) >=
-            pc->max_ip_failures) {
+    bool count_ip = !r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0;
+    bool count_user = pc->max_user_failures > 0;
+    if (count_ip && (int64_t)r->ip_failures >= pc->max_ip_failures) {
         login_limited(r, "ip");
         return;
     }
-    if (pc->max_user_failures > 0 &&
-        (int64_t)user_failures + inflight_get(svc->inflight_user, r->user_key) >=
-            pc->max_user_failures) {
+    if (count_user && (int64_t)user_failures >= pc->max_user_failures) {
         login_limited(r, "user");
+        return;
+    }
+    /* Every attempt being checked may still fail: admitting this one too
+     * could let the count pass the limit, so it waits for an outcome and
+     * is looked at again with the counts then. */
+    if ((count_ip && (int64_t)r->ip_failures + inflight_get(svc->inflight_ip, r->ip_key) >=
+                         pc->max_ip_failures) ||
+        (count_user && (int64_t)user_failures + inflight_get(svc->inflight_user, r->user_key) >=
+                           pc->max_user_failures)) {
+        wait_add(r);
         return;
     }
     r->reserved = true;
@@ -877,6 +927,28 @@ static void user_penalty_answer(unsigned failures, void *ctx)
     }
     r->state = REQ_ACTIVE;
     admit(r, failures);
+}
+
+static void login_lookup(struct auth_req *r);
+
+/* An attempt finished: every waiting one looks up its counts again (the
+ * finished attempt's failure, if any, is counted by now) and is admitted,
+ * refused, or waits again. Waiters are few (one per connection at most
+ * and bounded by the connection limits), so waking all is cheap. */
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct auth_service *svc = arg;
+    struct auth_req *list = svc->wait_head;
+    svc->wait_head = svc->wait_tail = NULL;
+    while (list != NULL) {
+        struct auth_req *r = list;
+        list = r->wait_next;
+        r->wait_next = r->wait_prev = NULL;
+        r->state = REQ_ACTIVE;
+        login_lookup(r);
+    }
 }
 
 static void ask_user_failures(struct auth_req *r)
@@ -912,6 +984,12 @@ static void login_start(struct auth_req *r)
         if (*p >= 'A' && *p <= 'Z')
             *p = (char)(*p - 'A' + 'a');
     }
+    login_lookup(r);
+}
+
+/* Looks up the IP's and the user's failures, then admit(). */
+static void login_lookup(struct auth_req *r)
+{
     if (r->ip == NULL || r->trusted_ip) {
         ask_user_failures(r);
         return;
@@ -1137,6 +1215,9 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->cache = auth_cache_new(&cfg->cache);
     svc->inflight_ip = smap_new();
     svc->inflight_user = smap_new();
+    svc->wake = event_new(svc->base, -1, 0, wake_cb, svc);
+    if (svc->wake == NULL)
+        petrel_fatal("out of memory creating an auth event");
     if (!cidr_list_parse((const char *const *)cfg->trusted_networks, &svc->trusted_networks, err) ||
         !cidr_list_parse((const char *const *)cfg->trusted_clients, &svc->trusted_clients, err))
         goto fail;
@@ -1242,5 +1323,7 @@ void auth_service_free(struct auth_service *svc)
         smap_free(svc->inflight_ip, free);
     if (svc->inflight_user != NULL)
         smap_free(svc->inflight_user, free);
+    if (svc->wake != NULL)
+        event_free(svc->wake);
     free(svc);
 }
