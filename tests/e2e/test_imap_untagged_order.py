@@ -351,6 +351,28 @@ def test_append_utf8_data_item(imapd, tmp_path):
     s.close()
 
 
+def test_recent_mark_file_damaged_or_older_form(imapd, tmp_path):
+    """The mark is a fixed-length record with a checksum, rewritten in
+    place; the older "<uid>\n" form is still read, and a damaged record
+    makes every message recent once more rather than none."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    a = Session(imapd)
+    assert recent_of(a.run("SELECT INBOX")) == 3
+    a.close()
+    mark = next((tmp_path / "mail").rglob("petrel-recent"))
+    text = mark.read_bytes()
+    assert len(text) == 20 and text.startswith(b"0000000004 "), text
+    mark.write_bytes(b"3\n")  # the older form: UIDs 3.. are recent
+    assert m.status("INBOX", "(RECENT)")[1][0].endswith(b" (RECENT 1)")
+    mark.write_bytes(text[:11] + b"00000000\n")  # a bad checksum
+    assert m.status("INBOX", "(RECENT)")[1][0].endswith(b" (RECENT 3)")
+    b = Session(imapd)
+    assert recent_of(b.run("SELECT INBOX")) == 3
+    assert mark.read_bytes() == text
+
+
 def test_recent_under_racing_selects_examines_and_appends(imapd):
     """Three sessions re-SELECT INBOX (one EXAMINEs every third time), two
     of them APPEND while it is selected, while a fourth delivers 150

@@ -1113,6 +1113,7 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
     box->dir_ino = (uint64_t)dir_st.st_ino;
     box->uidlist_fd = -1;
     box->stamp_fd = -1;
+    box->recent_fd = -1;
     box->user = user;
     box->ns = ns;
     box->name = xstrdup(inbox ? "INBOX" : name);
@@ -1171,6 +1172,8 @@ void mailbox_close(struct mailbox *box)
         close(box->uidlist_fd);
     if (box->stamp_fd >= 0)
         close(box->stamp_fd);
+    if (box->recent_fd >= 0)
+        close(box->recent_fd);
     if (box->dir_fd >= 0)
         close(box->dir_fd);
     maildir_watch_forget_box(box);

@@ -72,6 +72,9 @@ struct mailbox {
     /* petrel-maildir-sync kept open for writing (-1: none); reopened when
      * it was unlinked. */
     int stamp_fd;
+    /* petrel-recent kept open (-1: not yet, or it does not exist); it is
+     * rewritten in place, never replaced, so the descriptor stays valid. */
+    int recent_fd;
     /* The inotify watch of the session that works through this handle (the
      * newest one made on it; NULL when none): the events of its own flag
      * renames are not reported to it (maildir_watch_expect_rename). */

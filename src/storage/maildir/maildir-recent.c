@@ -3,30 +3,105 @@
  * been told of — lives in its own small file beside the index rather than
  * in the index header: it changes on most SELECTs, is harmless to lose (a
  * message is then recent once more), and so needs neither an index
- * transaction record nor an fsync. */
+ * transaction record nor an fsync.
+ *
+ * The file is rewritten in place (pwrite at offset 0 under the folder
+ * lock), not replaced by a renamed copy: a claim follows every APPEND of a
+ * session that has the folder selected, and a new file per claim cost an
+ * inode allocation and a directory update each time. A record is
+ * "<10 digits> <crc32c as 8 hex digits>\n", all records the same length,
+ * so a reader that races a write sees either record or a mix that fails
+ * its check, and reads again. The older form "<digits>\n" is still read. */
 #include "storage/maildir/maildir-private.h"
 
-#include "core/fs-util.h"
+#include "core/crc32c.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define MAILDIR_RECENT "petrel-recent"
+#define RECORD_LEN 20 /* "%010u %08x\n" */
+#define READ_TRIES 64
+
+/* Opens the file for reading and writing when it exists, or creates it
+ * when `create` (the caller holds the folder lock). */
+static int recent_fd(struct mailbox *box, bool create)
+{
+    if (box->recent_fd >= 0)
+        return box->recent_fd;
+    int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
+    box->recent_fd = openat(box->dir_fd, MAILDIR_RECENT, flags, 0600);
+    if (box->recent_fd < 0 && !create && (errno == EACCES || errno == EROFS))
+        box->recent_fd = openat(box->dir_fd, MAILDIR_RECENT, O_RDONLY | O_CLOEXEC);
+    return box->recent_fd;
+}
+
+/* 0: `data` is no valid record (torn or damaged). */
+static uint32_t parse_record(const char *data, size_t len)
+{
+    char text[RECORD_LEN + 1];
+    if (len == 0 || len > RECORD_LEN)
+        return 0;
+    memcpy(text, data, len);
+    text[len] = '\0';
+    char *end = NULL;
+    unsigned long v = strtoul(text, &end, 10);
+    if (end == text || v < 1 || v > UINT32_MAX)
+        return 0;
+    if (*end == '\n' && (size_t)(end + 1 - text) == len) /* the older form */
+        return (uint32_t)v;
+    if (len != RECORD_LEN || end != text + 10 || *end != ' ')
+        return 0;
+    char *crc_end = NULL;
+    unsigned long crc = strtoul(end + 1, &crc_end, 16);
+    if (crc_end != text + RECORD_LEN - 1 || *crc_end != '\n')
+        return 0;
+    return crc == crc32c(0, text, 10) ? (uint32_t)v : 0;
+}
 
 /* The stored mark; 1 (every message recent once) when there is none or it
  * cannot be read. */
-static uint32_t read_mark(const struct mailbox *box)
+static uint32_t read_mark(struct mailbox *box)
 {
-    char *data = NULL;
-    size_t len = 0;
-    struct petrel_error ignored;
-    if (!fs_read_file_at(box->dir_fd, MAILDIR_RECENT, 32, &data, &len, &ignored))
+    int fd = recent_fd(box, false);
+    if (fd < 0)
         return 1;
-    char *end = NULL;
-    unsigned long v = strtoul(data, &end, 10);
-    bool ok = end != data && (*end == '\n' || *end == '\0') && v >= 1 && v <= UINT32_MAX;
-    free(data);
-    return ok ? (uint32_t)v : 1;
+    char data[RECORD_LEN + 1];
+    for (int i = 0; i < READ_TRIES; i++) {
+        ssize_t n = pread(fd, data, sizeof(data), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 1;
+        uint32_t v = parse_record(data, (size_t)n);
+        if (v != 0)
+            return v;
+    }
+    return 1; /* damaged, not racing a writer */
+}
+
+static bool write_mark(struct mailbox *box, uint32_t mark, struct petrel_error *err)
+{
+    int fd = recent_fd(box, true);
+    if (fd < 0)
+        return petrel_error_set_errno(err, errno, "cannot open %s/%s: %s", box->dir,
+                                      MAILDIR_RECENT, strerror(errno));
+    char text[RECORD_LEN + 1];
+    snprintf(text, sizeof(text), "%010u", (unsigned)mark);
+    snprintf(text + 10, sizeof(text) - 10, " %08x\n", (unsigned)crc32c(0, text, 10));
+    ssize_t n;
+    do
+        n = pwrite(fd, text, RECORD_LEN, 0);
+    while (n < 0 && errno == EINTR);
+    if (n != RECORD_LEN)
+        return petrel_error_set_errno(err, n < 0 ? errno : EIO, "cannot write %s/%s: %s",
+                                      box->dir, MAILDIR_RECENT,
+                                      n < 0 ? strerror(errno) : "short write");
+    return true;
 }
 
 uint32_t mailbox_recent_peek(struct mailbox *box)
@@ -53,12 +128,7 @@ bool mailbox_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
     uint32_t mark = read_mark(box);
     *first = mark;
     *until = next > mark ? next : mark;
-    bool ok = true;
-    if (next > mark) {
-        char text[16];
-        int n = snprintf(text, sizeof(text), "%u\n", (unsigned)next);
-        ok = fs_write_atomic_at(box->dir_fd, MAILDIR_RECENT, text, (size_t)n, false, err);
-    }
+    bool ok = next <= mark || write_mark(box, next, err);
     fileindex_txn_rollback(txn);
     return ok;
 }

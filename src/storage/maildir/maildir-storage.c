@@ -377,7 +377,8 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
                                   .dir = dir.data,
                                   .dir_fd = -1,
                                   .uidlist_fd = -1,
-                                  .stamp_fd = -1};
+                                  .stamp_fd = -1,
+                                  .recent_fd = -1};
             if (ok) {
                 box.dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (box.dir_fd < 0)
