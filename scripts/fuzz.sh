@@ -81,6 +81,8 @@ dict_of() {
     fuzz-uidlist-append) echo "$ROOT/fuzz/dict/uidlist.dict" ;;
     fuzz-fileindex) echo "$ROOT/fuzz/dict/fileindex.dict" ;;
     fuzz-subscriptions) echo "$ROOT/fuzz/dict/subscriptions.dict" ;;
+    fuzz-acl-file) echo "$ROOT/fuzz/dict/acl.dict" ;;
+    fuzz-metadata-entry) echo "$ROOT/fuzz/dict/metadata.dict" ;;
     fuzz-maildir-filename) echo "$ROOT/fuzz/dict/maildir-filename.dict" ;;
     fuzz-mailbox-name) echo "$ROOT/fuzz/dict/mutf7.dict" ;;
     fuzz-passwd-file) echo "$ROOT/fuzz/dict/passwd-file.dict" ;;

@@ -53,6 +53,8 @@ bool acl_file_parse(const char *data, size_t len, struct acl_list *list, char *w
                     size_t why_size)
 {
     acl_list_clear(list);
+    if (len == 0) /* data may be NULL */
+        return true;
     const char *p = data, *end = data + len;
     unsigned line_no = 0;
     while (p < end) {
