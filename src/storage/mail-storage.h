@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "core/metrics.h"
+#include "storage/mail-flags.h"
 #include "storage/namespace.h"
 
 #include <stdbool.h>
@@ -276,7 +277,6 @@ struct mailbox_flags_result {
  * holds every message that was looked at and not failed, with its new
  * modseq. Both arrays are the caller's (free()); either pointer may be NULL
  * when not wanted. */
-#define MAILBOX_MAX_KEYWORDS 26 /* maildir flag letters a..z */
 bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
                           const struct mailbox_flags_update *upd,
                           struct mailbox_flags_result **results, size_t *result_count,

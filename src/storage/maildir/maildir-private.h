@@ -12,6 +12,9 @@
 #include <dirent.h>
 #include <time.h>
 
+/* The index counts unseen messages by the storage's \Seen bit. */
+_Static_assert(FILEINDEX_SEEN_BIT == MAIL_FLAG_SEEN, "fileindex unseen bit is \\Seen");
+
 #define MAILDIR_UIDLIST "dovecot-uidlist"
 #define MAILDIR_KEYWORDS "dovecot-keywords"
 #define MAILDIR_SYNC_STAMP "petrel-maildir-sync"
