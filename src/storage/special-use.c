@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -24,6 +25,15 @@ bool special_use_attr_valid(const char *attr)
             return true;
     }
     return false;
+}
+
+const char *special_use_attr_canonical(const char *attr)
+{
+    for (size_t i = 0; attrs[i] != NULL; i++) {
+        if (strcasecmp(attrs[i], attr) == 0)
+            return attrs[i];
+    }
+    return NULL;
 }
 
 const char *special_use_source_name(enum special_use_source source)

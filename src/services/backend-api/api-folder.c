@@ -101,18 +101,22 @@ static void handle_create(struct http_request *req, void *ctx)
     } else if (special_use != NULL && special_use[0] != '\0' &&
                !special_use_attr_valid(special_use)) {
         http_reply_error(req, 400, "unknown special-use attribute '%s'", special_use);
-    } else if (!mail_folder_create(sr.user, sr.ns, sr.folder, &err)) {
-        http_reply_petrel_error(req, &err);
     } else {
-        json_t *reply = json_pack("{s:s}", "status", "ok");
-        if (special_use != NULL && special_use[0] != '\0' &&
-            sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_set(sr.user, sr.folder, special_use, &err)) {
-            log_warn(COMPONENT, "special-use not registered", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
-            json_object_set_new(reply, "special_use_error", json_string(err.message));
+        /* The folder stays when its special use cannot be set (the reply
+         * says why), and one asked for outside the personal namespace is
+         * ignored: the API's contract (docs/storage.md). */
+        struct mail_folder_create_params params = {
+            .special_use = special_use != NULL && special_use[0] != '\0' ? special_use : NULL,
+            .special_use_optional = true};
+        if (!mail_folder_create_with(sr.user, sr.ns, sr.folder, &params, &err)) {
+            http_reply_petrel_error(req, &err);
+        } else {
+            json_t *reply = json_pack("{s:s}", "status", "ok");
+            if (params.special_use_failed)
+                json_object_set_new(reply, "special_use_error",
+                                    json_string(params.special_use_error));
+            http_reply_json(req, 200, reply);
         }
-        http_reply_json(req, 200, reply);
     }
     storage_request_end(&sr);
 }
@@ -124,16 +128,10 @@ static void handle_delete(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err)) {
+    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err))
         http_reply_petrel_error(req, &err);
-    } else {
-        /* Attribute cleanup is best effort: the folder is gone either way. */
-        if (sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_folder_deleted(sr.user, sr.folder, &err))
-            log_warn(COMPONENT, "special-use cleanup failed", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
+    else
         http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-    }
     storage_request_end(&sr);
 }
 
@@ -154,10 +152,6 @@ static void handle_rename(struct http_request *req, void *ctx)
     } else if (!mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err)) {
         http_reply_petrel_error(req, &err);
     } else {
-        if (sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_folder_renamed(sr.user, old_name, new_name, sr.ns->separator, &err))
-            log_warn(COMPONENT, "special-use not moved with the folder", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
         http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
     }
     storage_request_end(&sr);
