@@ -37,11 +37,11 @@ static json_t *info_json(const char *name, const struct mailbox_info *info, bool
 {
     char guid[33];
     mailbox_guid_hex(info->guid, guid);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "guid", guid,
-                          "uid_validity", (json_int_t)info->uid_validity, "next_uid",
-                          (json_int_t)info->next_uid, "messages", (json_int_t)info->messages,
-                          "unseen", (json_int_t)info->unseen, "highest_modseq",
-                          (json_int_t)info->highest_modseq);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "guid", guid, "uid_validity",
+                  (json_int_t)info->uid_validity, "next_uid", (json_int_t)info->next_uid,
+                  "messages", (json_int_t)info->messages, "unseen", (json_int_t)info->unseen,
+                  "highest_modseq", (json_int_t)info->highest_modseq);
     if (stats) {
         json_object_set_new(o, "size_bytes", json_integer((json_int_t)info->size_bytes));
         json_object_set_new(o, "on_disk_count", json_integer((json_int_t)info->on_disk_count));
@@ -170,8 +170,7 @@ static void handle_expunge(struct http_request *req, void *ctx)
     bool ok = json_get_array(sr.body, "uids", false, &uids_json, &err);
     if (ok && uids_json != NULL) {
         if (json_array_size(uids_json) > EXPUNGE_MAX_UIDS) {
-            ok = petrel_error_set(&err, PETREL_ERR_INVALID, "more than %d uids",
-                                  EXPUNGE_MAX_UIDS);
+            ok = petrel_error_set(&err, PETREL_ERR_INVALID, "more than %d uids", EXPUNGE_MAX_UIDS);
         } else {
             uids = xcalloc(json_array_size(uids_json) + 1, sizeof(*uids));
             size_t i;
