@@ -111,7 +111,7 @@ const struct mail_config *mail_storage_config(const struct mail_storage *storage
 struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
                                 struct petrel_error *err)
 {
-    if (!mail_username_validate(username, err))
+    if (!user_name_valid(username, USER_NAME_MAX, err))
         return NULL;
     for (size_t i = 0; i < storage->user_count; i++) {
         if (strcmp(storage->users[i]->name, username) == 0)

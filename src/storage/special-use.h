@@ -48,6 +48,10 @@ bool special_use_read(struct mail_user *user, struct special_use_list *out,
 bool special_use_get(struct mail_user *user, const char *folder, const char **attr,
                      enum special_use_source *source, struct special_use_list *scratch,
                      struct petrel_error *err);
+/* The same from overrides read already (special_use_read), for a caller
+ * asking about many folders at once (IMAP LIST); `source` may be NULL. */
+const char *special_use_in_force(struct mail_user *user, const struct special_use_list *overrides,
+                                 const char *folder, enum special_use_source *source);
 /* Sets (attr non-NULL) or removes (attr NULL) the override for `folder`. */
 bool special_use_set(struct mail_user *user, const char *folder, const char *attr,
                      struct petrel_error *err);

@@ -122,21 +122,13 @@ static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
         return false;
     }
     buf_append_char(&utf8, '\0');
-    const struct mail_config *cfg = mail_cfg(s);
-    const struct namespace_config *best = NULL;
-    for (size_t i = 0; i < cfg->namespace_count; i++) {
-        const struct namespace_config *ns = &cfg->namespaces[i];
-        size_t plen = strlen(ns->prefix);
-        if (strncmp(utf8.data, ns->prefix, plen) == 0 &&
-            (best == NULL || plen > strlen(best->prefix)))
-            best = ns;
-    }
+    const char *rest = NULL;
+    const struct namespace_config *best = namespace_by_prefix(mail_cfg(s), utf8.data, &rest);
     if (best == NULL) {
         buf_free(&utf8);
         imap_reply_no(s, "[NONEXISTENT] No namespace holds this name.");
         return false;
     }
-    const char *rest = utf8.data + strlen(best->prefix);
     out->ns = best;
     out->name =
         xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
@@ -408,24 +400,12 @@ struct list_out {
     struct buf seen;                   /* NUL-separated full names of parents sent */
 };
 
-/* The special-use attribute in force for an existing folder ("" for none):
- * the user's override wins over the configured default, as in
- * special_use_get(), with the overrides read once per command. */
+/* The special-use attribute in force for an existing folder ("" for none),
+ * with the overrides read once per command. */
 static const char *list_special_use(const struct list_out *o, const struct list_ns *n,
                                     const char *name)
 {
-    if (!n->special_use)
-        return "";
-    for (size_t i = 0; i < o->overrides.count; i++) {
-        if (strcmp(o->overrides.entries[i].folder, name) == 0)
-            return o->overrides.entries[i].attr;
-    }
-    const struct special_use_default *defaults = mail_cfg(o->s)->special_use;
-    for (size_t i = 0; i < mail_cfg(o->s)->special_use_count; i++) {
-        if (strcmp(defaults[i].folder, name) == 0)
-            return defaults[i].attr;
-    }
-    return "";
+    return n->special_use ? special_use_in_force(o->s->user, &o->overrides, name, NULL) : "";
 }
 
 static bool list_exists(const struct list_ns *n, const char *name)

@@ -109,7 +109,7 @@ static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
     log_quote(addr, sizeof(addr), s->pending.address);
     switch (reply->status) {
     case AUTH_CLIENT_OK:
-        if (!mail_username_validate(reply->user, &err)) {
+        if (!user_name_valid(reply->user, USER_NAME_MAX, &err)) {
             /* The userdb has the name, but the storage cannot hold it. */
             log_warn(LMTP_COMPONENT, "recipient refused by storage",
                      "session=%s rcpt=%s error=\"%s\"", s->id, addr, err.message);
