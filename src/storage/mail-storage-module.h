@@ -29,6 +29,13 @@
  * use) that it could not give; the storage then removes the folder again
  * (see mail_folder_create_params).
  *
+ * Handles live on: IMAP keeps the selected folder open, LMTP caches open
+ * folders between deliveries. mailbox_open runs when a handle is made, so
+ * a rule for each operation (an ACL right to post, to expunge) belongs in
+ * that operation's hook, not only in mailbox_open. A MOVE's removal from
+ * its source is part of the save (kind MAIL_SAVE_MOVE, `src` given): the
+ * expunge and flags hooks are not called for it.
+ *
  * Every hook may be NULL. Hooks run on the caller's thread: a module's
  * `ctx` is shared by every thread and must be read-only after start-up or
  * locked by the module. */

@@ -3,7 +3,9 @@
 
 Fails when a file outside a driver's directory includes one of the driver's
 headers: every file under src/ except those in src/storage/<driver>/, and
-the unit tests except the driver's own (test-<driver>-*.c). A front end or
+the unit tests except the driver's own (test-<driver>-*.c); and when a file
+outside src/storage/ includes storage/mail-storage-private.h, the contract
+between the storage API and its drivers. A front end or
 the format-neutral fileindex that needs a type or constant gets it from the
 storage API headers (src/storage/*.h) instead.
 
@@ -39,6 +41,10 @@ def offences(root):
             for lineno, line in enumerate(f, 1):
                 m = INCLUDE.match(line)
                 if not m:
+                    continue
+                if m.group(1).endswith("storage/mail-storage-private.h"):
+                    if not rel.startswith("src/storage/"):
+                        found.append(f"{rel}:{lineno}: includes {m.group(1)} (inside the storage only)")
                     continue
                 d = driver_of_include(m.group(1))
                 if d is None:
