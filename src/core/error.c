@@ -78,6 +78,8 @@ const char *petrel_error_code_name(enum petrel_error_code code)
         return "permission";
     case PETREL_ERR_LIMIT:
         return "limit";
+    case PETREL_ERR_OVER_QUOTA:
+        return "over_quota";
     }
     return "unknown";
 }

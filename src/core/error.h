@@ -18,6 +18,7 @@ enum petrel_error_code {
     PETREL_ERR_UNAVAILABLE, /* temporarily unable (shutting down, dependency down) */
     PETREL_ERR_PERMISSION,  /* not allowed */
     PETREL_ERR_LIMIT,       /* an implementation limit is reached (RFC 5530 LIMIT) */
+    PETREL_ERR_OVER_QUOTA,  /* the user's storage allowance is used up (RFC 5530 OVERQUOTA) */
 };
 
 struct petrel_error {

@@ -684,6 +684,8 @@ int http_status_for_error(enum petrel_error_code code)
         return 503;
     case PETREL_ERR_PERMISSION:
         return 403;
+    case PETREL_ERR_OVER_QUOTA:
+        return 507; /* RFC 4918 11.5 Insufficient Storage */
     case PETREL_ERR_IO:
         return 500;
     }

@@ -19,7 +19,11 @@
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-service.h"
+#include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
+#ifdef PETREL_TEST_MODULES
+#include "storage/test-veto-module.h"
+#endif
 #include "version.h"
 
 #include <event2/event.h>
@@ -252,6 +256,25 @@ static void raise_fd_limit(const struct petrel_config *cfg)
                   (unsigned long long)before, need);
 }
 
+/* The storage modules this process adds after the storage's own, before
+ * any component makes its sibling handles (which copy the list). */
+static bool register_storage_modules(struct mail_storage *storage, struct petrel_error *err)
+{
+#ifdef PETREL_TEST_MODULES
+    /* Test builds only: the environment's value lives as long as the
+     * process (nothing here changes the environment). */
+    const char *user = getenv(TEST_VETO_SAVE_ENV);
+    if (user != NULL && *user != '\0') {
+        log_warn(COMPONENT, "test storage module enabled", "module=%s user=%s",
+                 test_veto_save_module.name, user);
+        return mail_storage_module_register(storage, &test_veto_save_module, (void *)user, err);
+    }
+#endif
+    (void)storage;
+    (void)err;
+    return true;
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
@@ -448,6 +471,10 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
+    if (!register_storage_modules(ctx.storage, &err)) {
+        log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
+        goto out;
+    }
     if (!start_components(&ctx, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;

@@ -16,7 +16,9 @@
  * (no "..", no '/' in a user, ...) before building a path.
  *
  * Errors: PETREL_ERR_NOT_FOUND (no such folder / namespace), _EXISTS,
- * _INVALID (bad name, INBOX rename), _UNSUPPORTED, _IO. Ownership: the
+ * _INVALID (bad name, INBOX rename), _UNSUPPORTED, _IO, and whatever a
+ * storage module refuses with (_OVER_QUOTA, _PERMISSION, ...:
+ * storage/mail-storage-module.h). Ownership: the
  * storage owns users it hands out (cached per name); mailboxes are owned by
  * the caller and closed with mailbox_close(). */
 #ifndef PETREL_STORAGE_MAIL_STORAGE_H
@@ -24,6 +26,7 @@
 
 #include "core/error.h"
 #include "core/metrics.h"
+#include "storage/mail-flags.h"
 #include "storage/namespace.h"
 
 #include <stdbool.h>
@@ -73,6 +76,26 @@ bool mail_folder_exists(struct mail_user *user, const struct namespace_config *n
 /* Creates the folder (GUID and UIDVALIDITY stamped now). EXISTS when present. */
 bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns, const char *name,
                         struct petrel_error *err);
+/* What a creator may ask for besides the name. */
+struct mail_folder_create_params {
+    /* An RFC 6154 attribute for the new folder (personal namespace only),
+     * NULL for none. */
+    const char *special_use;
+    /* When the special use cannot be given: false (RFC 6154 3, IMAP
+     * CREATE (USE ...)) the folder is not created, or removed again, and
+     * the call fails; true (the operator API) the folder stays, the call
+     * succeeds and special_use_error says why. An attribute asked for in
+     * another namespace is then ignored. */
+    bool special_use_optional;
+    /* Out: the special use was refused (the call's error, or with
+     * special_use_optional the message here). */
+    bool special_use_failed;
+    char special_use_error[512];
+};
+/* mail_folder_create() with `params` (see above). */
+bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, struct mail_folder_create_params *params,
+                             struct petrel_error *err);
 /* Removes the folder with its messages, index and ACL file (children stay).
  * INBOX cannot be deleted (INVALID). */
 bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns, const char *name,
@@ -276,7 +299,6 @@ struct mailbox_flags_result {
  * holds every message that was looked at and not failed, with its new
  * modseq. Both arrays are the caller's (free()); either pointer may be NULL
  * when not wanted. */
-#define MAILBOX_MAX_KEYWORDS 26 /* maildir flag letters a..z */
 bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
                           const struct mailbox_flags_update *upd,
                           struct mailbox_flags_result **results, size_t *result_count,

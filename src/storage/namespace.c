@@ -13,9 +13,9 @@
 #define MAX_NAMESPACES 32
 #define MAX_SPECIAL_USE 32
 
-static const char *const rfc6154_attrs[] = {"\\All",     "\\Archive", "\\Drafts", "\\Flagged",
-                                            "\\Important", "\\Junk",  "\\Sent",   "\\Trash",
-                                            NULL};
+static const char *const rfc6154_attrs[] = {"\\All",     "\\Archive",   "\\Drafts",
+                                            "\\Flagged", "\\Important", "\\Junk",
+                                            "\\Sent",    "\\Trash",     NULL};
 
 const char *namespace_type_name(enum namespace_type type)
 {
@@ -189,8 +189,7 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                 goto fail;
             }
             if (strchr(su->keys[i], '/') != NULL || su->keys[i][0] == '\0') {
-                cfg_fail(&ctx, v, "mail.special_use", "%s: a top-level folder name",
-                         su->keys[i]);
+                cfg_fail(&ctx, v, "mail.special_use", "%s: a top-level folder name", su->keys[i]);
                 goto fail;
             }
             add_special_use(out, su->keys[i], v->scalar);
@@ -242,7 +241,8 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
         }
         if (ns->type == NAMESPACE_PERSONAL) {
             if (personal) {
-                cfg_fail(&ctx, nss->items[i], "mail.namespaces", "more than one personal namespace");
+                cfg_fail(&ctx, nss->items[i], "mail.namespaces",
+                         "more than one personal namespace");
                 goto fail;
             }
             personal = true;
@@ -261,21 +261,6 @@ const struct namespace_config *namespace_by_slug(const struct mail_config *cfg, 
             return &cfg->namespaces[i];
     }
     return NULL;
-}
-
-bool mail_username_validate(const char *user, struct petrel_error *err)
-{
-    size_t len = strlen(user);
-    if (len == 0 || len > 255)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "user must be 1 to 255 bytes");
-    if (user[0] == '.')
-        return petrel_error_set(err, PETREL_ERR_INVALID, "user must not start with '.'");
-    for (const unsigned char *p = (const unsigned char *)user; *p != '\0'; p++) {
-        if (*p < 0x20 || *p == 0x7f || *p == '/' || *p == '\\')
-            return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "user must not contain '/', '\\' or control characters");
-    }
-    return true;
 }
 
 /* A domain for %d: dot-separated labels of letters, digits, '-' and '_'
@@ -307,15 +292,33 @@ static bool valid_domain(const char *domain, struct petrel_error *err)
     }
 }
 
-bool mail_template_expand(const char *template, const char *user, const char *home,
-                          struct buf *out, struct petrel_error *err)
+const struct namespace_config *namespace_by_prefix(const struct mail_config *cfg,
+                                                   const char *full_name, const char **rest)
+{
+    const struct namespace_config *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; i < cfg->namespace_count; i++) {
+        const struct namespace_config *ns = &cfg->namespaces[i];
+        size_t plen = strlen(ns->prefix);
+        if (strncmp(full_name, ns->prefix, plen) == 0 && (best == NULL || plen > best_len)) {
+            best = ns;
+            best_len = plen;
+        }
+    }
+    if (best != NULL && rest != NULL)
+        *rest = full_name + best_len;
+    return best;
+}
+
+bool mail_template_expand(const char *template, const char *user, const char *home, struct buf *out,
+                          struct petrel_error *err)
 {
     /* Every value put into the path is checked, not only the whole user
      * name: "escape@.." is a valid user name but its %d is "..", which a
      * template like "/var/mail/%d/%n" would turn into a path outside the
      * mail root. The literal text of the template is configuration and is
      * trusted. */
-    if (!mail_username_validate(user, err))
+    if (!user_name_valid(user, USER_NAME_MAX, err))
         return false;
     const char *at = strchr(user, '@');
     for (const char *p = template; *p != '\0'; p++) {

@@ -20,6 +20,7 @@
 
 #include "core/buf.h"
 #include "core/error.h"
+#include "core/user-name.h"
 #include "core/yaml-doc.h"
 
 #include <stdbool.h>
@@ -57,17 +58,20 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                       struct petrel_error *err);
 void mail_config_free(struct mail_config *cfg);
 
-/* The namespace with that slug, or NULL. */
+/* The two ways to find a namespace, and the only ones: by the slug that
+ * addresses it (the API, the storage's own "personal"), or by the prefix
+ * that a full folder name starts with (IMAP names): the longest prefix
+ * that matches wins, so the empty one catches the rest. NULL when none. */
 const struct namespace_config *namespace_by_slug(const struct mail_config *cfg, const char *slug);
+/* *rest (may be NULL) points into `full_name` after the prefix. */
+const struct namespace_config *namespace_by_prefix(const struct mail_config *cfg,
+                                                   const char *full_name, const char **rest);
 const char *namespace_type_name(enum namespace_type type);
 /* Derives the slug of a prefix ("" -> "personal"). */
 void namespace_slug(const char *prefix, struct buf *out);
 
-/* Validates a username for use in paths: 1..255 bytes, no '/', no NUL or
- * control characters, not "." or "..", no leading '.'. */
-bool mail_username_validate(const char *user, struct petrel_error *err);
 /* Expands %u, %n, %d, %h and %% in `template` (%h needs `home`). */
-bool mail_template_expand(const char *template, const char *user, const char *home,
-                          struct buf *out, struct petrel_error *err);
+bool mail_template_expand(const char *template, const char *user, const char *home, struct buf *out,
+                          struct petrel_error *err);
 
 #endif

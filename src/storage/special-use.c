@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -24,6 +25,15 @@ bool special_use_attr_valid(const char *attr)
             return true;
     }
     return false;
+}
+
+const char *special_use_attr_canonical(const char *attr)
+{
+    for (size_t i = 0; attrs[i] != NULL; i++) {
+        if (strcasecmp(attrs[i], attr) == 0)
+            return attrs[i];
+    }
+    return NULL;
 }
 
 const char *special_use_source_name(enum special_use_source source)
@@ -125,29 +135,37 @@ bool special_use_read(struct mail_user *user, struct special_use_list *out,
     return ok;
 }
 
+const char *special_use_in_force(struct mail_user *user, const struct special_use_list *overrides,
+                                 const char *folder, enum special_use_source *source)
+{
+    enum special_use_source ignored;
+    if (source == NULL)
+        source = &ignored;
+    for (size_t i = 0; i < overrides->count; i++) {
+        if (strcmp(overrides->entries[i].folder, folder) == 0) {
+            *source =
+                overrides->entries[i].attr[0] != '\0' ? SPECIAL_USE_OVERRIDE : SPECIAL_USE_NONE;
+            return overrides->entries[i].attr;
+        }
+    }
+    const struct mail_config *cfg = mail_storage_config(mail_user_storage(user));
+    for (size_t i = 0; i < cfg->special_use_count; i++) {
+        if (strcmp(cfg->special_use[i].folder, folder) == 0) {
+            *source = SPECIAL_USE_DEFAULT;
+            return cfg->special_use[i].attr;
+        }
+    }
+    *source = SPECIAL_USE_NONE;
+    return "";
+}
+
 bool special_use_get(struct mail_user *user, const char *folder, const char **attr,
                      enum special_use_source *source, struct special_use_list *scratch,
                      struct petrel_error *err)
 {
     if (!special_use_read(user, scratch, err))
         return false;
-    for (size_t i = 0; i < scratch->count; i++) {
-        if (strcmp(scratch->entries[i].folder, folder) == 0) {
-            *attr = scratch->entries[i].attr;
-            *source = scratch->entries[i].attr[0] != '\0' ? SPECIAL_USE_OVERRIDE : SPECIAL_USE_NONE;
-            return true;
-        }
-    }
-    const struct mail_config *cfg = mail_storage_config(mail_user_storage(user));
-    for (size_t i = 0; i < cfg->special_use_count; i++) {
-        if (strcmp(cfg->special_use[i].folder, folder) == 0) {
-            *attr = cfg->special_use[i].attr;
-            *source = SPECIAL_USE_DEFAULT;
-            return true;
-        }
-    }
-    *attr = "";
-    *source = SPECIAL_USE_NONE;
+    *attr = special_use_in_force(user, scratch, folder, source);
     return true;
 }
 

@@ -28,6 +28,19 @@ struct special_use_list {
 /* True for one of the RFC 6154 attributes (\All \Archive \Drafts \Flagged
  * \Important \Junk \Sent \Trash). */
 bool special_use_attr_valid(const char *attr);
+/* The canonical spelling of `attr` compared without case (IMAP atoms), or
+ * NULL when it is none of them. */
+const char *special_use_attr_canonical(const char *attr);
+/* Whether folders of `ns` carry special-use attributes: the personal
+ * namespace only. */
+bool special_use_namespace(struct mail_user *user, const struct namespace_config *ns);
+
+/* The storage module (registered first by mail_storage_new): sets the
+ * attribute a folder is created with (mail_folder_create_params), and
+ * moves and drops overrides with their folders. Front ends do not call
+ * special_use_folder_renamed/_deleted themselves. */
+struct mail_storage_module;
+extern const struct mail_storage_module special_use_module;
 /* The user's overrides. */
 bool special_use_read(struct mail_user *user, struct special_use_list *out,
                       struct petrel_error *err);
@@ -35,14 +48,17 @@ bool special_use_read(struct mail_user *user, struct special_use_list *out,
 bool special_use_get(struct mail_user *user, const char *folder, const char **attr,
                      enum special_use_source *source, struct special_use_list *scratch,
                      struct petrel_error *err);
+/* The same from overrides read already (special_use_read), for a caller
+ * asking about many folders at once (IMAP LIST); `source` may be NULL. */
+const char *special_use_in_force(struct mail_user *user, const struct special_use_list *overrides,
+                                 const char *folder, enum special_use_source *source);
 /* Sets (attr non-NULL) or removes (attr NULL) the override for `folder`. */
 bool special_use_set(struct mail_user *user, const char *folder, const char *attr,
                      struct petrel_error *err);
 /* Follows a folder rename / delete (children included). */
-bool special_use_folder_renamed(struct mail_user *user, const char *old_name,
-                                const char *new_name, char separator, struct petrel_error *err);
-bool special_use_folder_deleted(struct mail_user *user, const char *name,
-                                struct petrel_error *err);
+bool special_use_folder_renamed(struct mail_user *user, const char *old_name, const char *new_name,
+                                char separator, struct petrel_error *err);
+bool special_use_folder_deleted(struct mail_user *user, const char *name, struct petrel_error *err);
 const char *special_use_source_name(enum special_use_source source);
 void special_use_list_free(struct special_use_list *list);
 

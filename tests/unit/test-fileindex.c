@@ -17,7 +17,7 @@
 #include "core/xalloc.h"
 #include "storage/fileindex/fileindex-private.h"
 #include "storage/fileindex/fileindex.h"
-#include "storage/maildir/maildir-filename.h"
+#include "storage/mail-flags.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -85,10 +85,47 @@ static void test_user_and_local_part_are_checked(void **state)
     assert_refused("/m/%d/%n", "e@a\\b", "user must not contain");
 }
 
+/* The namespace resolver of storage/namespace.h: by slug, and by the
+ * longest prefix a full name starts with. */
+static void test_namespace_resolver(void **state)
+{
+    (void)state;
+    struct namespace_config ns[] = {
+        {.name = "inbox",
+         .type = NAMESPACE_PERSONAL,
+         .prefix = "",
+         .separator = '/',
+         .slug = "personal"},
+        {.name = "public",
+         .type = NAMESPACE_PUBLIC,
+         .prefix = "Public/",
+         .separator = '/',
+         .slug = "public"},
+        {.name = "team",
+         .type = NAMESPACE_PUBLIC,
+         .prefix = "Public/Team/",
+         .separator = '/',
+         .slug = "publicteam"},
+    };
+    struct mail_config cfg = {.namespaces = ns, .namespace_count = 3};
+    assert_ptr_equal(namespace_by_slug(&cfg, "public"), &ns[1]);
+    assert_null(namespace_by_slug(&cfg, "nope"));
+    const char *rest = NULL;
+    assert_ptr_equal(namespace_by_prefix(&cfg, "Public/Team/Plans", &rest), &ns[2]);
+    assert_string_equal(rest, "Plans");
+    assert_ptr_equal(namespace_by_prefix(&cfg, "Public/Sent", &rest), &ns[1]);
+    assert_string_equal(rest, "Sent");
+    assert_ptr_equal(namespace_by_prefix(&cfg, "Publicity", &rest), &ns[0]);
+    assert_string_equal(rest, "Publicity");
+    struct mail_config none = {.namespaces = &ns[1], .namespace_count = 1};
+    assert_null(namespace_by_prefix(&none, "INBOX", NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_users_expand),
+        cmocka_unit_test(test_namespace_resolver),
         cmocka_unit_test(test_domain_components_are_checked),
         cmocka_unit_test(test_user_and_local_part_are_checked),
     };

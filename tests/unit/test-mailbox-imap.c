@@ -12,8 +12,7 @@
 #include "core/fs-util.h"
 #include "core/xalloc.h"
 #include "storage/mail-storage.h"
-#include "storage/maildir/maildir-filename.h"
-#include "storage/maildir/maildir-private.h"
+#include "storage/fileindex/fileindex.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -839,7 +838,13 @@ static void test_cache(void **state)
 
     /* A value stored under a UID for another file (what a foreign uidlist
      * handing out an old UID would leave) does not answer. */
-    assert_true(fileindex_cache_add(box->index, u2, "hdr", "12345678stale", 13, &err));
+    char *inbox_dir = xasprintf("%s/alice/Maildir", f->dir);
+    struct fileindex_settings set = {.fsync = FILEINDEX_FSYNC_NEVER};
+    struct fileindex *raw = fileindex_open(inbox_dir, &set, &err);
+    assert_non_null(raw);
+    assert_true(fileindex_cache_add(raw, u2, "hdr", "12345678stale", 13, &err));
+    fileindex_close(raw);
+    free(inbox_dir);
     assert_null(mailbox_cache_lookup(box, u2, "hdr", &len));
 
     /* Expunged: gone. */

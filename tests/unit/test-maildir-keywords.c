@@ -106,22 +106,22 @@ static void test_bad_lines(void **state)
 static void test_valid(void **state)
 {
     (void)state;
-    assert_true(maildir_keyword_valid("$Junk"));
-    assert_true(maildir_keyword_valid("$Label1"));
-    assert_true(maildir_keyword_valid("Junk-mail_2.x"));
+    assert_true(mail_keyword_valid("$Junk"));
+    assert_true(mail_keyword_valid("$Label1"));
+    assert_true(mail_keyword_valid("Junk-mail_2.x"));
     const char *bad[] = {"",    "a b",    "(x", "x)",   "{x",    "%x",          "x*",
                          "\"x", "\\Seen", "x]", "\x01", "x\x7f", "caf\xc3\xa9", "tab\tx"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        if (maildir_keyword_valid(bad[i]))
+        if (mail_keyword_valid(bad[i]))
             fail_msg("accepted keyword \"%s\"", bad[i]);
     }
-    char name[MAILDIR_KEYWORD_MAX_LEN + 2];
+    char name[MAIL_KEYWORD_MAX_LEN + 2];
     memset(name, 'k', sizeof(name));
-    name[MAILDIR_KEYWORD_MAX_LEN] = '\0';
-    assert_true(maildir_keyword_valid(name));
-    name[MAILDIR_KEYWORD_MAX_LEN] = 'k';
-    name[MAILDIR_KEYWORD_MAX_LEN + 1] = '\0';
-    assert_false(maildir_keyword_valid(name));
+    name[MAIL_KEYWORD_MAX_LEN] = '\0';
+    assert_true(mail_keyword_valid(name));
+    name[MAIL_KEYWORD_MAX_LEN] = 'k';
+    name[MAIL_KEYWORD_MAX_LEN + 1] = '\0';
+    assert_false(mail_keyword_valid(name));
 }
 
 static void test_add(void **state)

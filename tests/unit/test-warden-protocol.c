@@ -173,7 +173,7 @@ static void test_requests_round_trip(void **state)
     struct warden_request connect = {.verb = WARDEN_CONNECT,
                                      .id = "-",
                                      .session_id = "b-1",
-                                     .user = "j\xc3\xb6rg\\back=slash",
+                                     .user = "j\xc3\xb6rg=eq@example.org",
                                      .ip = "2001:db8::1",
                                      .service = "pop3",
                                      .connected_at = 1700000000};

@@ -51,6 +51,10 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
         /* RFC 5530: "such as the number of flags used in a mailbox". */
         imap_reply_no(s, "[LIMIT] %s", err->message);
         return;
+    case PETREL_ERR_OVER_QUOTA:
+        /* A storage module's refusal (quota); the module logs the details. */
+        imap_reply_no(s, "[OVERQUOTA] Quota exceeded (mailbox for user is full).");
+        return;
     default:
         break;
     }
@@ -118,21 +122,13 @@ static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
         return false;
     }
     buf_append_char(&utf8, '\0');
-    const struct mail_config *cfg = mail_cfg(s);
-    const struct namespace_config *best = NULL;
-    for (size_t i = 0; i < cfg->namespace_count; i++) {
-        const struct namespace_config *ns = &cfg->namespaces[i];
-        size_t plen = strlen(ns->prefix);
-        if (strncmp(utf8.data, ns->prefix, plen) == 0 &&
-            (best == NULL || plen > strlen(best->prefix)))
-            best = ns;
-    }
+    const char *rest = NULL;
+    const struct namespace_config *best = namespace_by_prefix(mail_cfg(s), utf8.data, &rest);
     if (best == NULL) {
         buf_free(&utf8);
         imap_reply_no(s, "[NONEXISTENT] No namespace holds this name.");
         return false;
     }
-    const char *rest = utf8.data + strlen(best->prefix);
     out->ns = best;
     out->name =
         xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
@@ -404,24 +400,12 @@ struct list_out {
     struct buf seen;                   /* NUL-separated full names of parents sent */
 };
 
-/* The special-use attribute in force for an existing folder ("" for none):
- * the user's override wins over the configured default, as in
- * special_use_get(), with the overrides read once per command. */
+/* The special-use attribute in force for an existing folder ("" for none),
+ * with the overrides read once per command. */
 static const char *list_special_use(const struct list_out *o, const struct list_ns *n,
                                     const char *name)
 {
-    if (!n->special_use)
-        return "";
-    for (size_t i = 0; i < o->overrides.count; i++) {
-        if (strcmp(o->overrides.entries[i].folder, name) == 0)
-            return o->overrides.entries[i].attr;
-    }
-    const struct special_use_default *defaults = mail_cfg(o->s)->special_use;
-    for (size_t i = 0; i < mail_cfg(o->s)->special_use_count; i++) {
-        if (strcmp(defaults[i].folder, name) == 0)
-            return defaults[i].attr;
-    }
-    return "";
+    return n->special_use ? special_use_in_force(o->s->user, &o->overrides, name, NULL) : "";
 }
 
 static bool list_exists(const struct list_ns *n, const char *name)
@@ -799,21 +783,12 @@ static bool one_folder_arg(struct imap_session *s, const struct imap_command *cm
     return resolve_folder(s, &cmd->args[0], ref);
 }
 
-/* The namespace special-use attributes belong to (storage/special-use.h). */
-static bool special_use_namespace(struct imap_session *s, const struct namespace_config *ns)
-{
-    struct petrel_error err;
-    return ns == mail_user_namespace(s->user, "personal", &err);
-}
-
 /* RFC 6154 3 (CREATE-SPECIAL-USE): "(USE (\Sent))". *attr is the canonical
  * spelling of the one attribute asked for, NULL for none (the storage keeps
  * one per folder). Replies itself: BAD for an unknown parameter, NO
  * [USEATTR] for an attribute that cannot be set. */
 static bool create_params(struct imap_session *s, const struct imap_arg *params, const char **attr)
 {
-    static const char *const known[] = {"\\All",       "\\Archive", "\\Drafts", "\\Flagged",
-                                        "\\Important", "\\Junk",    "\\Sent",   "\\Trash"};
     *attr = NULL;
     for (size_t i = 0; i < params->count; i++) {
         if (!imap_arg_atom_equals(&params->list[i], "USE") || i + 1 >= params->count ||
@@ -823,13 +798,10 @@ static bool create_params(struct imap_session *s, const struct imap_arg *params,
         }
         const struct imap_arg *use = &params->list[++i];
         for (size_t k = 0; k < use->count; k++) {
-            const char *canonical = NULL;
-            for (size_t j = 0; j < sizeof(known) / sizeof(known[0]); j++) {
-                if (use->list[k].type == IMAP_ARG_ATOM &&
-                    strcasecmp(use->list[k].str, known[j]) == 0)
-                    canonical = known[j];
-            }
-            if (canonical == NULL || !special_use_attr_valid(canonical)) {
+            const char *canonical = use->list[k].type == IMAP_ARG_ATOM
+                                        ? special_use_attr_canonical(use->list[k].str)
+                                        : NULL;
+            if (canonical == NULL) {
                 imap_reply_no(s, "[USEATTR] Not a supported special-use attribute.");
                 return false;
             }
@@ -861,20 +833,15 @@ static void cmd_create(struct imap_session *s, const struct imap_command *cmd)
     if (len > 0 && ref.name[len - 1] == ref.ns->separator)
         ref.name[len - 1] = '\0';
     struct petrel_error err;
+    struct mail_folder_create_params params = {.special_use = use};
     if (strcmp(ref.name, "INBOX") == 0 && ref.ns->type == NAMESPACE_PERSONAL) {
         imap_reply_no(s, "[ALREADYEXISTS] INBOX always exists.");
-    } else if (use != NULL && !special_use_namespace(s, ref.ns)) {
-        imap_reply_no(s, "[USEATTR] Special-use attributes exist in the personal namespace only.");
-    } else if (!mail_folder_create(s->user, ref.ns, ref.name, &err)) {
-        imap_reply_storage_error(s, &err);
-    } else if (use != NULL && !special_use_set(s->user, ref.name, use, &err)) {
-        /* RFC 6154 3: no mailbox without the special use asked for. */
-        log_warn(IMAP_COMPONENT, "special-use not set", "session=%s error=\"%s\"", s->io.id,
-                 err.message);
-        if (!mail_folder_delete(s->user, ref.ns, ref.name, &err))
-            log_error(IMAP_COMPONENT, "folder without its special use left behind",
-                      "session=%s error=\"%s\"", s->io.id, err.message);
-        imap_reply_no(s, "[USEATTR] The special use could not be set.");
+    } else if (!mail_folder_create_with(s->user, ref.ns, ref.name, &params, &err)) {
+        if (params.special_use_failed)
+            imap_reply_no(s, "[USEATTR] The special use could not be given: %s.",
+                          params.special_use_error);
+        else
+            imap_reply_storage_error(s, &err);
     } else {
         imap_reply_ok(s, "CREATE completed.");
     }
@@ -891,14 +858,8 @@ static void cmd_delete(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_no(s, "[CANNOT] INBOX cannot be deleted.");
     else if (!mail_folder_delete(s->user, ref.ns, ref.name, &err))
         imap_reply_storage_error(s, &err);
-    else {
-        /* The folder is gone either way; its attribute must not outlive it. */
-        if (special_use_namespace(s, ref.ns) &&
-            !special_use_folder_deleted(s->user, ref.name, &err))
-            log_warn(IMAP_COMPONENT, "special-use cleanup failed", "session=%s error=\"%s\"",
-                     s->io.id, err.message);
+    else
         imap_reply_ok(s, "DELETE completed.");
-    }
     free(ref.name);
 }
 
@@ -923,13 +884,8 @@ static void cmd_rename(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_no(s, "[CANNOT] Renaming INBOX is not supported.");
     else if (!mail_folder_rename(s->user, from.ns, from.name, to.name, &err))
         imap_reply_storage_error(s, &err);
-    else {
-        if (special_use_namespace(s, from.ns) &&
-            !special_use_folder_renamed(s->user, from.name, to.name, from.ns->separator, &err))
-            log_warn(IMAP_COMPONENT, "special-use not moved with the folder",
-                     "session=%s error=\"%s\"", s->io.id, err.message);
+    else
         imap_reply_ok(s, "RENAME completed.");
-    }
     free(from.name);
     free(to.name);
 }

@@ -15,7 +15,6 @@
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-section.h"
 #include "protocols/imap/imap-seqset.h"
-#include "storage/maildir/maildir-filename.h"
 #include "storage/message/message-parser.h"
 
 #include <ctype.h>

@@ -11,7 +11,6 @@
 #include "core/xalloc.h"
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-search.h"
-#include "storage/maildir/maildir-filename.h"
 #include "storage/message/message-date.h"
 #include "storage/message/message-decode.h"
 #include "storage/message/message-parser.h"

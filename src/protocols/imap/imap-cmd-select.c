@@ -6,7 +6,6 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-qresync.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -109,7 +109,7 @@ static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
     log_quote(addr, sizeof(addr), s->pending.address);
     switch (reply->status) {
     case AUTH_CLIENT_OK:
-        if (!mail_username_validate(reply->user, &err)) {
+        if (!user_name_valid(reply->user, USER_NAME_MAX, &err)) {
             /* The userdb has the name, but the storage cannot hold it. */
             log_warn(LMTP_COMPONENT, "recipient refused by storage",
                      "session=%s rcpt=%s error=\"%s\"", s->id, addr, err.message);
@@ -272,6 +272,14 @@ static void reply_per_recipient(struct lmtp_session *s, const struct lmtp_delive
             lmtp_reply(s, "250 2.0.0 <%s> %s Saved", r->name.address, s->id);
         else if (dr->err.code == PETREL_ERR_UNAVAILABLE)
             lmtp_reply(s, "451 4.3.2 <%s> Service shutting down, try again later", r->name.address);
+        else if (dr->err.code == PETREL_ERR_OVER_QUOTA)
+            /* A storage module's refusal (RFC 3463 5.2.2), in Dovecot's
+             * words; the module logs the details. */
+            lmtp_reply(s, "552 5.2.2 <%s> Quota exceeded (mailbox for user is full)",
+                       r->name.address);
+        else if (dr->err.code == PETREL_ERR_PERMISSION && dr->err.sys_errno == 0)
+            /* A storage module's refusal (an ACL), not a file system's. */
+            lmtp_reply(s, "550 5.7.1 <%s> Delivery not authorized", r->name.address);
         else
             lmtp_reply(s, "451 4.3.0 <%s> Temporary failure, message not stored", r->name.address);
     }

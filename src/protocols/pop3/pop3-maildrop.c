@@ -5,7 +5,6 @@
 #include "protocols/pop3/pop3-private.h"
 
 #include "core/xalloc.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -19,6 +19,7 @@
  * Keys of the other driver are refused, so a typo'd section fails at start. */
 #include "services/auth/auth-db-private.h"
 
+#include "core/user-name.h"
 #include "core/utf8.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
@@ -359,20 +360,5 @@ void auth_db_users_sort_unique(char **users, size_t *count)
 
 bool auth_username_valid(const char *username)
 {
-    size_t len = strlen(username);
-    if (len == 0 || len > AUTH_USERNAME_MAX)
-        return false;
-    const unsigned char *p = (const unsigned char *)username;
-    size_t i = 0;
-    while (i < len) {
-        uint32_t cp;
-        size_t n = utf8_decode(p + i, len - i, &cp);
-        if (n == 0)
-            return false;
-        /* C0, DEL and C1 controls; '/' would let a name reach outside a path */
-        if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == '/')
-            return false;
-        i += n;
-    }
-    return true;
+    return user_name_valid(username, AUTH_USERNAME_MAX, NULL);
 }

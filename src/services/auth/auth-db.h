@@ -11,6 +11,7 @@
 
 #include "core/cfg-read.h"
 #include "core/error.h"
+#include "core/user-name.h"
 #include "services/auth/password-scheme.h"
 #include "services/auth/userdb.h"
 
@@ -18,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define AUTH_USERNAME_MAX 255
+#define AUTH_USERNAME_MAX USER_NAME_MAX
 
 enum auth_db_status {
     AUTH_DB_OK,
@@ -87,8 +88,8 @@ bool auth_db_iterate(struct auth_db *db, unsigned worker, char ***users, size_t 
                      char **error);
 void auth_db_users_free(char **users, size_t count);
 
-/* True when `username` may be looked up at all: 1..AUTH_USERNAME_MAX bytes,
- * valid UTF-8, no control characters, no '/'. */
+/* True when `username` may be looked up at all: the user-name rule
+ * (core/user-name.h) with AUTH_USERNAME_MAX bytes at most. */
 bool auth_username_valid(const char *username);
 
 #endif

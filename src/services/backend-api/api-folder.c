@@ -37,11 +37,11 @@ static json_t *info_json(const char *name, const struct mailbox_info *info, bool
 {
     char guid[33];
     mailbox_guid_hex(info->guid, guid);
-    json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "guid", guid,
-                          "uid_validity", (json_int_t)info->uid_validity, "next_uid",
-                          (json_int_t)info->next_uid, "messages", (json_int_t)info->messages,
-                          "unseen", (json_int_t)info->unseen, "highest_modseq",
-                          (json_int_t)info->highest_modseq);
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "name", name, "guid", guid, "uid_validity",
+                  (json_int_t)info->uid_validity, "next_uid", (json_int_t)info->next_uid,
+                  "messages", (json_int_t)info->messages, "unseen", (json_int_t)info->unseen,
+                  "highest_modseq", (json_int_t)info->highest_modseq);
     if (stats) {
         json_object_set_new(o, "size_bytes", json_integer((json_int_t)info->size_bytes));
         json_object_set_new(o, "on_disk_count", json_integer((json_int_t)info->on_disk_count));
@@ -101,18 +101,22 @@ static void handle_create(struct http_request *req, void *ctx)
     } else if (special_use != NULL && special_use[0] != '\0' &&
                !special_use_attr_valid(special_use)) {
         http_reply_error(req, 400, "unknown special-use attribute '%s'", special_use);
-    } else if (!mail_folder_create(sr.user, sr.ns, sr.folder, &err)) {
-        http_reply_petrel_error(req, &err);
     } else {
-        json_t *reply = json_pack("{s:s}", "status", "ok");
-        if (special_use != NULL && special_use[0] != '\0' &&
-            sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_set(sr.user, sr.folder, special_use, &err)) {
-            log_warn(COMPONENT, "special-use not registered", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
-            json_object_set_new(reply, "special_use_error", json_string(err.message));
+        /* The folder stays when its special use cannot be set (the reply
+         * says why), and one asked for outside the personal namespace is
+         * ignored: the API's contract (docs/storage.md). */
+        struct mail_folder_create_params params = {
+            .special_use = special_use != NULL && special_use[0] != '\0' ? special_use : NULL,
+            .special_use_optional = true};
+        if (!mail_folder_create_with(sr.user, sr.ns, sr.folder, &params, &err)) {
+            http_reply_petrel_error(req, &err);
+        } else {
+            json_t *reply = json_pack("{s:s}", "status", "ok");
+            if (params.special_use_failed)
+                json_object_set_new(reply, "special_use_error",
+                                    json_string(params.special_use_error));
+            http_reply_json(req, 200, reply);
         }
-        http_reply_json(req, 200, reply);
     }
     storage_request_end(&sr);
 }
@@ -124,16 +128,10 @@ static void handle_delete(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err)) {
+    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err))
         http_reply_petrel_error(req, &err);
-    } else {
-        /* Attribute cleanup is best effort: the folder is gone either way. */
-        if (sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_folder_deleted(sr.user, sr.folder, &err))
-            log_warn(COMPONENT, "special-use cleanup failed", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
+    else
         http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-    }
     storage_request_end(&sr);
 }
 
@@ -154,10 +152,6 @@ static void handle_rename(struct http_request *req, void *ctx)
     } else if (!mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err)) {
         http_reply_petrel_error(req, &err);
     } else {
-        if (sr.ns->type == NAMESPACE_PERSONAL &&
-            !special_use_folder_renamed(sr.user, old_name, new_name, sr.ns->separator, &err))
-            log_warn(COMPONENT, "special-use not moved with the folder", "user=%s error=\"%s\"",
-                     mail_user_name(sr.user), err.message);
         http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
     }
     storage_request_end(&sr);
@@ -176,8 +170,7 @@ static void handle_expunge(struct http_request *req, void *ctx)
     bool ok = json_get_array(sr.body, "uids", false, &uids_json, &err);
     if (ok && uids_json != NULL) {
         if (json_array_size(uids_json) > EXPUNGE_MAX_UIDS) {
-            ok = petrel_error_set(&err, PETREL_ERR_INVALID, "more than %d uids",
-                                  EXPUNGE_MAX_UIDS);
+            ok = petrel_error_set(&err, PETREL_ERR_INVALID, "more than %d uids", EXPUNGE_MAX_UIDS);
         } else {
             uids = xcalloc(json_array_size(uids_json) + 1, sizeof(*uids));
             size_t i;

@@ -10,8 +10,6 @@
 #include "core/base64.h"
 #include "core/json-util.h"
 #include "core/xalloc.h"
-#include "storage/maildir/maildir-filename.h"
-#include "storage/maildir/maildir-keywords.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +51,7 @@ static bool decode_flags(const json_t *arr, uint32_t *flags, const char **keywor
             continue;
         if (s[0] == '\\')
             return petrel_error_set(err, PETREL_ERR_INVALID, "unknown system flag '%s'", s);
-        if (!maildir_keyword_valid(s))
+        if (!mail_keyword_valid(s))
             return petrel_error_set(err, PETREL_ERR_INVALID, "invalid keyword '%s'", s);
         keywords[nkw++] = s;
     }

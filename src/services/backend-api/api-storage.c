@@ -1,7 +1,6 @@
 #include "services/backend-api/api-storage.h"
 
 #include "core/json-util.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <string.h>
 #include <time.h>

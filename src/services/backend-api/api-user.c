@@ -5,7 +5,6 @@
 #include "core/json-util.h"
 #include "core/xalloc.h"
 #include "services/auth/auth-client.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <stdlib.h>
 #include <string.h>

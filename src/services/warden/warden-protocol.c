@@ -8,6 +8,7 @@
  * is exactly what the client sent. */
 #include "services/warden/warden-protocol.h"
 
+#include "core/user-name.h"
 #include "core/utf8.h"
 #include "net/line-fields.h"
 
@@ -74,15 +75,7 @@ bool warden_service_valid(const char *service)
 
 bool warden_user_valid(const char *user)
 {
-    size_t len = strlen(user);
-    if (len == 0 || len > WARDEN_USER_MAX || !utf8_valid(user, len))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)user[i];
-        if (c < 0x20 || c == 0x7f)
-            return false;
-    }
-    return true;
+    return user_name_valid(user, WARDEN_USER_MAX, NULL);
 }
 
 bool warden_ip_valid(const char *ip, bool allow_empty)
@@ -197,10 +190,9 @@ static bool read_connect(const struct warden_line *line, struct warden_request *
         return petrel_error_set(err, PETREL_ERR_INVALID,
                                 "invalid session id (1-%d bytes of A-Z a-z 0-9 _ . : @ -)",
                                 WARDEN_SESSION_ID_MAX);
-    if (!warden_user_valid(line->fields[3]))
-        return petrel_error_set(err, PETREL_ERR_INVALID,
-                                "invalid user name (1-%d bytes of UTF-8, no control characters)",
-                                WARDEN_USER_MAX);
+    struct petrel_error uerr;
+    if (!user_name_valid(line->fields[3], WARDEN_USER_MAX, &uerr))
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid user name: %s", uerr.message);
     if (!warden_ip_valid(line->fields[4], true))
         return petrel_error_set(err, PETREL_ERR_INVALID, "invalid IP address");
     if (!warden_service_valid(line->fields[5]))

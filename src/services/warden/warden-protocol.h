@@ -76,8 +76,8 @@ bool warden_token_valid(const char *s, size_t max);
 bool warden_service_valid(const char *service);
 /* The services above, NULL-terminated, in a fixed order. */
 extern const char *const warden_services[];
-/* User names: 1..WARDEN_USER_MAX bytes of valid UTF-8 without control
- * characters. */
+/* User names: the user-name rule (core/user-name.h) with WARDEN_USER_MAX
+ * bytes at most. */
 bool warden_user_valid(const char *user);
 /* "" or an IPv4/IPv6 address in text form. */
 bool warden_ip_valid(const char *ip, bool allow_empty);

@@ -32,7 +32,7 @@
  *     124 u32 header_crc         CRC-32C of bytes 0..123
  *   records (record_count x 48 bytes, ascending uid)
  *     0   u32 uid                non-zero, strictly increasing, < next_uid
- *     4   u32 flags              MAIL_FLAG_*
+ *     4   u32 flags              storage flag bits (opaque)
  *     8   u32 keywords
  *     12  u32 name_offset        into the string table
  *     16  u64 modseq             <= highest_modseq
@@ -62,7 +62,6 @@
 
 #include "core/error.h"
 #include "core/xalloc.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,7 +200,7 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
         }
         next_off = end;
         r->filename = strings + off;
-        if ((r->flags & MAIL_FLAG_SEEN) == 0)
+        if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
             unseen++;
         prev = r->uid;
     }

@@ -54,7 +54,6 @@
 
 #include "core/error.h"
 #include "core/xalloc.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -165,7 +164,7 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
             r->vsize = fi_get64(p + 28);
             r->internal_date = (int64_t)fi_get64(p + 36);
             r->filename = fi_arena_dup(&v->names, (const char *)p + 46, name_len);
-            if ((r->flags & MAIL_FLAG_SEEN) == 0)
+            if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
                 v->unseen++;
             if (modseq > max_modseq)
                 max_modseq = modseq;
@@ -182,9 +181,9 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
             if (modseq <= start_modseq)
                 return bad(err, "flag change modseq not above highest_modseq");
             uint32_t flags = fi_get32(p + 4);
-            if ((r->flags & MAIL_FLAG_SEEN) == 0 && (flags & MAIL_FLAG_SEEN) != 0)
+            if ((r->flags & FILEINDEX_SEEN_BIT) == 0 && (flags & FILEINDEX_SEEN_BIT) != 0)
                 v->unseen--;
-            else if ((r->flags & MAIL_FLAG_SEEN) != 0 && (flags & MAIL_FLAG_SEEN) == 0)
+            else if ((r->flags & FILEINDEX_SEEN_BIT) != 0 && (flags & FILEINDEX_SEEN_BIT) == 0)
                 v->unseen++;
             r->flags = flags;
             r->keywords = fi_get32(p + 8);
@@ -213,7 +212,7 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
             struct fileindex_record *r = live(v, fi_get32(p));
             if (r == NULL)
                 return bad(err, "expunge of an unknown uid");
-            if ((r->flags & MAIL_FLAG_SEEN) == 0)
+            if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
                 v->unseen--;
             r->filename = NULL;
             v->expunged_marks++;

@@ -39,7 +39,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "storage/maildir/maildir-filename.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -994,7 +993,7 @@ bool fileindex_txn_replace_all(struct fileindex_txn *t, const struct fileindex_h
         if (r->modseq == 0 || (o != NULL && (o->flags != r->flags || o->keywords != r->keywords)))
             r->modseq = ++highest;
         r->filename = fi_arena_dup(&v->names, records[i].filename, strlen(records[i].filename));
-        if ((r->flags & MAIL_FLAG_SEEN) == 0)
+        if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
             v->unseen++;
     }
     if (kept < old->count)

@@ -48,6 +48,12 @@
 struct fileindex;
 struct fileindex_txn;
 
+/* Record flags belong to the storage above (storage/mail-flags.h); the
+ * index stores them as given and knows one bit only: the one whose absence
+ * it counts for the unseen figure (the storage's \Seen, which the storage
+ * asserts is this value). */
+#define FILEINDEX_SEEN_BIT 0x01u
+
 enum fileindex_fsync { FILEINDEX_FSYNC_ALWAYS, FILEINDEX_FSYNC_OPTIMIZED, FILEINDEX_FSYNC_NEVER };
 
 struct fileindex_settings {
@@ -69,7 +75,7 @@ struct fileindex_header {
 
 struct fileindex_record {
     uint32_t uid;
-    uint32_t flags;    /* MAIL_FLAG_* (storage/maildir/maildir-filename.h values) */
+    uint32_t flags;    /* the storage's bits, opaque here but for FILEINDEX_SEEN_BIT */
     uint32_t keywords; /* bit i = keyword i of the folder */
     uint64_t modseq;
     uint64_t size;  /* physical bytes */
@@ -112,7 +118,7 @@ size_t fileindex_memory_bytes(const struct fileindex *fi);
 /* Records in ascending UID order: i in [0, count). */
 const struct fileindex_record *fileindex_record_at(const struct fileindex *fi, size_t i);
 const struct fileindex_record *fileindex_lookup_uid(const struct fileindex *fi, uint32_t uid);
-/* Number of records without MAIL_FLAG_SEEN. */
+/* Number of records without FILEINDEX_SEEN_BIT. */
 size_t fileindex_unseen(const struct fileindex *fi);
 
 /* True when this handle found the index log not writable (a read-only

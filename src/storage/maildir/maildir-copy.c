@@ -129,7 +129,7 @@ static bool stage_one(struct mailbox *src, uint32_t uid, struct mailbox *dst, bo
             break;
         if (s->base == NULL) {
             struct buf base = {0};
-            maildir_filename_new_base(dst->user->storage->names, s->rec.size, s->rec.vsize, &base);
+            maildir_filename_new_base(maildir_names(dst), s->rec.size, s->rec.vsize, &base);
             s->base = buf_steal(&base);
             s->tmp_path = xasprintf("%s/tmp/%s", dst->dir, s->base);
         }
@@ -239,7 +239,7 @@ static bool commit_staged(struct mailbox *dst, struct staged_copy *staged, size_
     return ok;
 }
 
-bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+bool maildir_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
                   bool keep_flags, uint32_t **new_uids, struct petrel_error *err)
 {
     *new_uids = NULL;
@@ -285,10 +285,10 @@ bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
     return true;
 }
 
-bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+bool maildir_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
                   uint32_t **new_uids, struct petrel_error *err)
 {
-    if (!mailbox_copy(src, uids, uid_count, dst, true, new_uids, err))
+    if (!maildir_copy(src, uids, uid_count, dst, true, new_uids, err))
         return false;
     uint32_t *copied = xcalloc(uid_count + 1, sizeof(*copied));
     size_t copied_count = 0;
@@ -303,8 +303,8 @@ bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
     size_t expunged_count = 0;
     bool ok =
         copied_count == 0 ||
-        (mailbox_update_flags(src, copied, copied_count, &deleted, NULL, NULL, NULL, NULL, err) &&
-         mailbox_expunge(src, copied, copied_count, &expunged, &expunged_count, err));
+        (maildir_update_flags(src, copied, copied_count, &deleted, NULL, NULL, NULL, NULL, err) &&
+         maildir_expunge(src, copied, copied_count, &expunged, &expunged_count, err));
     free(expunged);
     free(copied);
     if (!ok) {

@@ -8,21 +8,15 @@
 #define PETREL_STORAGE_MAILDIR_FILENAME_H
 
 #include "core/buf.h"
+#include "storage/mail-flags.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* System flags (bit values shared with the index). */
-#define MAIL_FLAG_SEEN 0x01u
-#define MAIL_FLAG_ANSWERED 0x02u
-#define MAIL_FLAG_FLAGGED 0x04u
-#define MAIL_FLAG_DELETED 0x08u
-#define MAIL_FLAG_DRAFT 0x10u
-#define MAIL_FLAG_PASSED 0x20u /* maildir 'P' (forwarded); no IMAP flag */
-#define MAIL_FLAG_ALL 0x3fu
-
-#define MAILDIR_MAX_KEYWORDS 26
+/* The storage's keyword slots are the letters a..z. */
+#define MAILDIR_MAX_KEYWORDS MAILBOX_MAX_KEYWORDS
+_Static_assert(MAILDIR_MAX_KEYWORDS == 26, "one keyword slot per letter a..z");
 
 struct maildir_filename {
     const char *base; /* points into the parsed name */

@@ -102,7 +102,7 @@ static bool rename_message(struct mailbox *box, const struct fileindex_record *r
     return ok;
 }
 
-bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+bool maildir_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
                           const struct mailbox_flags_update *upd,
                           struct mailbox_flags_result **results, size_t *result_count,
                           uint32_t **failed, size_t *failed_count, struct petrel_error *err)

@@ -24,18 +24,6 @@
 
 #define KEYWORDS_MAX_FILE (1024u * 1024)
 
-bool maildir_keyword_valid(const char *name)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len > MAILDIR_KEYWORD_MAX_LEN)
-        return false;
-    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
-        if (*p <= 0x20 || *p >= 0x7f || strchr("(){%*\"\\]", *p) != NULL)
-            return false;
-    }
-    return true;
-}
-
 /* Stores one slot, replacing what was there. */
 static void set_slot(struct maildir_keywords *kw, unsigned idx, const char *name, size_t len)
 {
@@ -148,7 +136,7 @@ int maildir_keywords_find(const struct maildir_keywords *kw, const char *name)
 
 int maildir_keywords_add(struct maildir_keywords *kw, const char *name, struct petrel_error *err)
 {
-    if (!maildir_keyword_valid(name)) {
+    if (!mail_keyword_valid(name)) {
         petrel_error_set(err, PETREL_ERR_INVALID, "invalid keyword name");
         return -1;
     }

@@ -1,17 +1,15 @@
 /* dovecot-keywords: the folder's keyword names, one per line "<index> <name>",
  * index 0..25 mapping to maildir flag letters 'a'..'z'. Written with temp +
- * rename under the folder lock. Keyword names are IMAP atoms (no spaces,
- * parentheses, braces, '%', '*', '"', '\', ']' or control characters) up to
- * 128 bytes. */
+ * rename under the folder lock. Keyword names follow the storage's rule,
+ * mail_keyword_valid() (storage/mail-flags.h). */
 #ifndef PETREL_STORAGE_MAILDIR_KEYWORDS_H
 #define PETREL_STORAGE_MAILDIR_KEYWORDS_H
 
 #include "core/error.h"
+#include "storage/mail-flags.h"
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#define MAILDIR_KEYWORD_MAX_LEN 128
 
 struct maildir_keywords {
     char *names[26]; /* NULL for unused slots */
@@ -33,7 +31,6 @@ int maildir_keywords_find(const struct maildir_keywords *kw, const char *name);
 /* Index of `name`, adding it in the first free slot; -1 when all 26 are used
  * or the name is not a valid keyword (err says which). */
 int maildir_keywords_add(struct maildir_keywords *kw, const char *name, struct petrel_error *err);
-bool maildir_keyword_valid(const char *name);
 void maildir_keywords_free(struct maildir_keywords *kw);
 
 #endif

@@ -95,7 +95,7 @@ bool maildir_fsync_sub(struct mailbox *box, const char *sub, struct petrel_error
 
 static bool fsync_enabled(const struct mailbox *box)
 {
-    return box->user->storage->index_settings.fsync != FILEINDEX_FSYNC_NEVER;
+    return box->common.user->storage->index_settings.fsync != FILEINDEX_FSYNC_NEVER;
 }
 
 /* ---------- scanning the directories ---------- */
@@ -1045,7 +1045,7 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
         RAND_bytes(guid, sizeof(guid));
         uid_validity = maildir_uid_validity_next(box);
     }
-    const struct fileindex_settings *set = &box->user->storage->index_settings;
+    const struct fileindex_settings *set = &box->common.user->storage->index_settings;
     if (!fileindex_create(box->dir, guid, uid_validity, set, err) && err->code != PETREL_ERR_EXISTS)
         return false;
     box->index = fileindex_open_in(box->dir, box->dir_fd, set, err);
@@ -1070,8 +1070,26 @@ bool maildir_index_init(struct mailbox *box, struct petrel_error *err)
 
 /* ---------- open / close ---------- */
 
-struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
-                             const char *name, struct petrel_error *err)
+struct mailbox *maildir_mailbox_alloc(struct mail_user *user, const struct namespace_config *ns,
+                                      const char *name, char *dir, int dir_fd,
+                                      const struct stat *dir_st)
+{
+    struct mailbox *box = xcalloc(1, sizeof(*box));
+    box->dir_fd = dir_fd;
+    box->dir_dev = (uint64_t)dir_st->st_dev;
+    box->dir_ino = (uint64_t)dir_st->st_ino;
+    box->uidlist_fd = -1;
+    box->stamp_fd = -1;
+    box->recent_fd = -1;
+    box->common.user = user;
+    box->common.ns = ns;
+    box->common.name = xstrdup(maildir_is_inbox(ns, name) ? "INBOX" : name);
+    box->dir = dir;
+    return box;
+}
+
+struct mailbox *maildir_mailbox_open(struct mail_user *user, const struct namespace_config *ns,
+                                     const char *name, struct petrel_error *err)
 {
     struct buf dir = {0};
     if (!maildir_folder_dir(user, ns, name, &dir, err)) {
@@ -1107,17 +1125,7 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
         buf_free(&dir);
         return NULL;
     }
-    struct mailbox *box = xcalloc(1, sizeof(*box));
-    box->dir_fd = dir_fd;
-    box->dir_dev = (uint64_t)dir_st.st_dev;
-    box->dir_ino = (uint64_t)dir_st.st_ino;
-    box->uidlist_fd = -1;
-    box->stamp_fd = -1;
-    box->recent_fd = -1;
-    box->user = user;
-    box->ns = ns;
-    box->name = xstrdup(inbox ? "INBOX" : name);
-    box->dir = buf_steal(&dir);
+    struct mailbox *box = maildir_mailbox_alloc(user, ns, name, buf_steal(&dir), dir_fd, &dir_st);
     const struct fileindex_settings *set = &user->storage->index_settings;
     struct petrel_error oerr;
     petrel_error_clear(&oerr);
@@ -1179,19 +1187,9 @@ void mailbox_close(struct mailbox *box)
     maildir_watch_forget_box(box);
     maildir_keywords_free(&box->keywords);
     buf_free(&box->path);
-    free(box->name);
+    free(box->common.name);
     free(box->dir);
     free(box);
-}
-
-const char *mailbox_name(const struct mailbox *box)
-{
-    return box->name;
-}
-
-struct mail_user *mailbox_user(const struct mailbox *box)
-{
-    return box->user;
 }
 
 bool mailbox_is_read_only(const struct mailbox *box)
@@ -1210,9 +1208,15 @@ size_t mailbox_memory_bytes(const struct mailbox *box)
     return n;
 }
 
+struct maildir_name_source *maildir_names(const struct mailbox *box)
+{
+    const struct maildir_storage *ms = box->common.user->storage->driver;
+    return ms->names;
+}
+
 bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
 {
-    return box->ns == ns && strcmp(box->name, name) == 0 && maildir_dir_current(box);
+    return box->common.ns == ns && strcmp(box->common.name, name) == 0 && maildir_dir_current(box);
 }
 
 /* The sync mailbox_open leaves to the first operation. */
@@ -1624,7 +1628,7 @@ static bool append_link(struct mailbox *box, struct new_message *m, struct buf *
         uint64_t size = (uint64_t)src->len + (src->fd >= 0 ? src->flen : 0);
         if (e == EEXIST) {
             buf_reset(base);
-            maildir_filename_new_base(box->user->storage->names, size, vsize, base);
+            maildir_filename_new_base(maildir_names(box), size, vsize, base);
         }
         if (unlinkable && m->is_source) {
             /* The caller's file lives elsewhere (another file system):
@@ -1713,7 +1717,7 @@ static bool append_source(struct mailbox *box, const struct append_source *src, 
         return petrel_error_set(err, PETREL_ERR_IO, "cannot read the message to save: %s",
                                 errno != 0 ? strerror(errno) : "file too short");
     struct buf base = {0};
-    maildir_filename_new_base(box->user->storage->names, len, vsize, &base);
+    maildir_filename_new_base(maildir_names(box), len, vsize, &base);
     enum append_sync sync = append_sync_mode(box);
     struct new_message m;
     if (!new_message_write(box, base.data, src, sync, false, &m, err)) {
@@ -1796,7 +1800,7 @@ static bool append_source(struct mailbox *box, const struct append_source *src, 
     return ok;
 }
 
-bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
+bool maildir_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
                     const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
                     struct petrel_error *err)
 {
@@ -1804,7 +1808,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
     return append_source(box, &src, flags, keywords, internal_date, uid_out, err);
 }
 
-bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
+bool maildir_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
                          uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
                          int64_t internal_date, uint32_t *uid_out, struct petrel_error *err)
 {
@@ -1832,7 +1836,7 @@ static int cmp_u32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+bool maildir_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,
                      uint32_t **expunged, size_t *expunged_count, struct petrel_error *err)
 {
     *expunged = NULL;
@@ -1919,7 +1923,7 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
     return true;
 }
 
-bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
+bool maildir_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
                        const char *const *keywords, struct petrel_error *err)
 {
     if ((flags & ~MAIL_FLAG_ALL) != 0)
@@ -2033,7 +2037,7 @@ bool maildir_cur_changes_need_fsync(struct mailbox *box)
 bool maildir_flag_renames_need_fsync(struct mailbox *box)
 {
     /* "optimized" leaves flag-only changes unflushed by definition. */
-    return box->user->storage->index_settings.fsync == FILEINDEX_FSYNC_ALWAYS &&
+    return box->common.user->storage->index_settings.fsync == FILEINDEX_FSYNC_ALWAYS &&
            maildir_cur_changes_need_fsync(box);
 }
 

@@ -4,13 +4,17 @@
 
 #include "core/buf.h"
 #include "storage/fileindex/fileindex.h"
-#include "storage/mail-storage.h"
+#include "storage/mail-storage-private.h"
 #include "storage/maildir/maildir-filename.h"
 #include "storage/maildir/maildir-keywords.h"
 #include "storage/maildir/maildir-uidlist.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <time.h>
+
+/* The index counts unseen messages by the storage's \Seen bit. */
+_Static_assert(FILEINDEX_SEEN_BIT == MAIL_FLAG_SEEN, "fileindex unseen bit is \\Seen");
 
 #define MAILDIR_UIDLIST "dovecot-uidlist"
 #define MAILDIR_KEYWORDS "dovecot-keywords"
@@ -18,30 +22,19 @@
 #define MAILDIR_SPECIAL_USE "petrel-special-use"
 #define MAILDIR_ACL "dovecot-acl"
 
-struct mail_storage {
-    struct mail_config cfg; /* borrowed copy of pointers: owned by the configuration */
-    struct metrics_registry *metrics;
-    struct fileindex_settings index_settings;
-    struct mail_user **users;
-    size_t user_count;
-    size_t user_cap;
+/* The driver's state of one storage handle (storage->driver). */
+struct maildir_storage {
     /* New file names: this handle's own source, or (a sibling) the one of
      * the storage it was made from, so names stay unique in the process. */
     struct maildir_name_source *names;
     struct maildir_name_source own_names;
 };
 
-struct mail_user {
-    struct mail_storage *storage;
-    char *name;
-    char *home;
-    unsigned refs; /* long-lived holders (sessions): never evicted while > 0 */
-};
+/* The source of new file names for messages of `box`. */
+struct maildir_name_source *maildir_names(const struct mailbox *box);
 
 struct mailbox {
-    struct mail_user *user;
-    const struct namespace_config *ns;
-    char *name;
+    struct mailbox_common common; /* user, namespace, name: first (mail-storage-private.h) */
     char *dir;
     /* `dir`, open for the handle's life (-1 until then). Files are reached
      * relative to it: one path component to look up instead of the whole
@@ -95,6 +88,34 @@ struct mailbox {
     struct buf path; /* scratch for file paths */
     int journaled;   /* the folder's file system journals metadata: 1, 0 unknown, -1 no */
 };
+
+/* The driver's entry points (maildir_storage_vfuncs): the storage API
+ * (mail-storage.c) calls them after the modules' hooks. */
+struct mailbox *maildir_mailbox_open(struct mail_user *user, const struct namespace_config *ns,
+                                     const char *name, struct petrel_error *err);
+bool maildir_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
+                    const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
+                    struct petrel_error *err);
+bool maildir_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
+                         uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
+                         int64_t internal_date, uint32_t *uid_out, struct petrel_error *err);
+bool maildir_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  bool keep_flags, uint32_t **new_uids, struct petrel_error *err);
+bool maildir_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  uint32_t **new_uids, struct petrel_error *err);
+bool maildir_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                     uint32_t **expunged, size_t *expunged_count, struct petrel_error *err);
+bool maildir_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                          const struct mailbox_flags_update *upd,
+                          struct mailbox_flags_result **results, size_t *result_count,
+                          uint32_t **failed, size_t *failed_count, struct petrel_error *err);
+bool maildir_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
+                       const char *const *keywords, struct petrel_error *err);
+/* A handle on the folder directory `dir` (taken), open as `dir_fd` (taken),
+ * without its index yet (mailbox_open and folder creation build on it). */
+struct mailbox *maildir_mailbox_alloc(struct mail_user *user, const struct namespace_config *ns,
+                                      const char *name, char *dir, int dir_fd,
+                                      const struct stat *dir_st);
 
 /* The folder's directory: the namespace root for INBOX, else root/.L1.L2
  * with each level in modified UTF-7. Validates the name. */

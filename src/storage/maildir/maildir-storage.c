@@ -18,120 +18,22 @@
 #include <unistd.h>
 
 #define COMPONENT "storage"
-#define MAX_CACHED_USERS 4096
 
-struct mail_storage *mail_storage_new(const struct mail_config *cfg,
-                                      struct metrics_registry *metrics)
+static void *maildir_storage_init(struct mail_storage *storage, struct mail_storage *parent)
 {
-    struct mail_storage *s = xcalloc(1, sizeof(*s));
-    s->cfg = *cfg;
-    s->metrics = metrics;
-    s->index_settings.fsync = (enum fileindex_fsync)cfg->fsync;
-    s->index_settings.metrics = metrics;
-    maildir_name_source_init(&s->own_names);
-    s->names = &s->own_names;
-    return s;
-}
-
-struct mail_storage *mail_storage_new_sibling(struct mail_storage *parent,
-                                              struct metrics_registry *metrics)
-{
-    struct mail_storage *s = mail_storage_new(&parent->cfg, metrics);
-    s->names = parent->names;
-    return s;
-}
-
-static void user_free(struct mail_user *u)
-{
-    free(u->name);
-    free(u->home);
-    free(u);
-}
-
-void mail_storage_free(struct mail_storage *storage)
-{
-    if (storage == NULL)
-        return;
-    for (size_t i = 0; i < storage->user_count; i++)
-        user_free(storage->users[i]);
-    free(storage->users);
-    free(storage);
-}
-
-const struct mail_config *mail_storage_config(const struct mail_storage *storage)
-{
-    return &storage->cfg;
-}
-
-struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
-                                struct petrel_error *err)
-{
-    if (!mail_username_validate(username, err))
-        return NULL;
-    for (size_t i = 0; i < storage->user_count; i++) {
-        if (strcmp(storage->users[i]->name, username) == 0)
-            return storage->users[i];
+    struct maildir_storage *ms = xcalloc(1, sizeof(*ms));
+    maildir_name_source_init(&ms->own_names);
+    ms->names = &ms->own_names;
+    if (parent != NULL) {
+        const struct maildir_storage *pm = parent->driver;
+        ms->names = pm->names;
     }
-    struct buf home = {0};
-    if (!mail_template_expand(storage->cfg.home, username, NULL, &home, err)) {
-        buf_free(&home);
-        return NULL;
-    }
-    if (storage->user_count >= MAX_CACHED_USERS) {
-        /* Users are cheap to resolve again: drop the oldest half of those
-         * nobody holds (a session keeps its user with mail_user_ref). */
-        size_t target = storage->user_count / 2;
-        size_t kept = 0;
-        for (size_t i = 0; i < storage->user_count; i++) {
-            struct mail_user *old = storage->users[i];
-            if (old->refs == 0 && storage->user_count - (i - kept) > target)
-                user_free(old);
-            else
-                storage->users[kept++] = old;
-        }
-        storage->user_count = kept;
-    }
-    struct mail_user *u = xcalloc(1, sizeof(*u));
-    u->storage = storage;
-    u->name = xstrdup(username);
-    u->home = buf_steal(&home);
-    storage->users =
-        xgrow(storage->users, &storage->user_cap, storage->user_count + 1, sizeof(*storage->users));
-    storage->users[storage->user_count++] = u;
-    return u;
+    return ms;
 }
 
-void mail_user_ref(struct mail_user *user)
+static void maildir_storage_deinit(void *driver)
 {
-    user->refs++;
-}
-
-void mail_user_unref(struct mail_user *user)
-{
-    if (user != NULL && user->refs > 0)
-        user->refs--;
-}
-
-const char *mail_user_name(const struct mail_user *user)
-{
-    return user->name;
-}
-
-struct mail_storage *mail_user_storage(const struct mail_user *user)
-{
-    return user->storage;
-}
-
-const char *mail_user_home(const struct mail_user *user)
-{
-    return user->home;
-}
-
-bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
-                              struct buf *out, struct petrel_error *err)
-{
-    /* location is "maildir:<template>" */
-    return mail_template_expand(ns->location + 8, user->name, user->home, out, err);
+    free(driver);
 }
 
 int mail_user_spool_open(struct mail_user *user, struct petrel_error *err)
@@ -148,15 +50,6 @@ int mail_user_spool_open(struct mail_user *user, struct petrel_error *err)
     }
     buf_free(&dir);
     return fd;
-}
-
-const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,
-                                                   struct petrel_error *err)
-{
-    const struct namespace_config *ns = namespace_by_slug(&user->storage->cfg, slug);
-    if (ns == NULL)
-        petrel_error_set(err, PETREL_ERR_NOT_FOUND, "namespace not configured: %s", slug);
-    return ns;
 }
 
 bool maildir_is_inbox(const struct namespace_config *ns, const char *name)
@@ -351,8 +244,8 @@ bool mail_folder_exists(struct mail_user *user, const struct namespace_config *n
 
 /* ---------- create / delete / rename ---------- */
 
-bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns, const char *name,
-                        struct petrel_error *err)
+static bool maildir_folder_create(struct mail_user *user, const struct namespace_config *ns,
+                                  const char *name, struct petrel_error *err)
 {
     if (maildir_is_inbox(ns, name))
         return petrel_error_set(err, PETREL_ERR_EXISTS, "folder already exists: INBOX");
@@ -369,36 +262,25 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
                                             strerror(errno));
         } else {
             ok = maildir_make_dirs(dir.data, false, err);
-            /* A handle only for building the index (the descriptors it
-             * keeps start closed: 0 is a descriptor). */
-            struct mailbox box = {.user = user,
-                                  .ns = ns,
-                                  .name = (char *)name,
-                                  .dir = dir.data,
-                                  .dir_fd = -1,
-                                  .uidlist_fd = -1,
-                                  .stamp_fd = -1,
-                                  .recent_fd = -1};
+            /* The index is built through a handle like any other, closed
+             * at once: its identity (GUID, UIDVALIDITY) is stamped now. */
+            int dir_fd = -1;
+            struct stat st;
             if (ok) {
-                box.dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (box.dir_fd < 0)
+                dir_fd = open(dir.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dir_fd < 0 || fstat(dir_fd, &st) != 0)
                     ok = petrel_error_set_errno(err, errno, "cannot open %s: %s", dir.data,
                                                 strerror(errno));
             }
-            if (ok)
-                ok = maildir_index_init(&box, err);
-            if (box.index != NULL)
-                fileindex_close(box.index);
-            if (box.uidlist_loaded)
-                uidlist_free(&box.uidlist);
-            if (box.uidlist_fd >= 0)
-                close(box.uidlist_fd);
-            if (box.stamp_fd >= 0)
-                close(box.stamp_fd);
-            if (box.dir_fd >= 0)
-                close(box.dir_fd);
-            maildir_keywords_free(&box.keywords);
-            buf_free(&box.path);
+            if (ok) {
+                struct mailbox *box =
+                    maildir_mailbox_alloc(user, ns, name, xstrdup(dir.data), dir_fd, &st);
+                dir_fd = -1;
+                ok = maildir_index_init(box, err);
+                mailbox_close(box);
+            }
+            if (dir_fd >= 0)
+                close(dir_fd);
             if (ok)
                 ok = fs_fsync_dir(root.data, err);
         }
@@ -411,8 +293,8 @@ bool mail_folder_create(struct mail_user *user, const struct namespace_config *n
     return ok;
 }
 
-bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns, const char *name,
-                        struct petrel_error *err)
+static bool maildir_folder_delete(struct mail_user *user, const struct namespace_config *ns,
+                                  const char *name, struct petrel_error *err)
 {
     if (maildir_is_inbox(ns, name))
         return petrel_error_set(err, PETREL_ERR_INVALID, "INBOX cannot be deleted");
@@ -451,8 +333,9 @@ bool mail_folder_delete(struct mail_user *user, const struct namespace_config *n
     return ok;
 }
 
-bool mail_folder_rename(struct mail_user *user, const struct namespace_config *ns,
-                        const char *old_name, const char *new_name, struct petrel_error *err)
+static bool maildir_folder_rename(struct mail_user *user, const struct namespace_config *ns,
+                                  const char *old_name, const char *new_name,
+                                  struct petrel_error *err)
 {
     if (maildir_is_inbox(ns, old_name))
         return petrel_error_set(err, PETREL_ERR_INVALID, "INBOX cannot be renamed");
@@ -535,3 +418,20 @@ void mailbox_guid_hex(const uint8_t guid[16], char out[33])
     }
     out[32] = '\0';
 }
+
+const struct mail_storage_vfuncs maildir_storage_vfuncs = {
+    .scheme = "maildir",
+    .storage_init = maildir_storage_init,
+    .storage_deinit = maildir_storage_deinit,
+    .folder_create = maildir_folder_create,
+    .folder_delete = maildir_folder_delete,
+    .folder_rename = maildir_folder_rename,
+    .mailbox_open = maildir_mailbox_open,
+    .append = maildir_append,
+    .append_file = maildir_append_file,
+    .copy = maildir_copy,
+    .move = maildir_move,
+    .expunge = maildir_expunge,
+    .update_flags = maildir_update_flags,
+    .set_flags = maildir_set_flags,
+};

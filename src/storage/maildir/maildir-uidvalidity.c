@@ -31,7 +31,7 @@ uint32_t maildir_uid_validity_next(struct mailbox *box)
     uint32_t now = (uint32_t)time(NULL);
     struct buf path = {0};
     struct petrel_error err;
-    if (!mail_user_namespace_root(box->user, box->ns, &path, &err)) {
+    if (!mail_user_namespace_root(box->common.user, box->common.ns, &path, &err)) {
         buf_free(&path);
         return next_after(0, now);
     }

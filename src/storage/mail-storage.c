@@ -1,0 +1,432 @@
+/* The storage API (mail-storage.h) over a driver (mail-storage-private.h):
+ * handles and users, and every operation a storage module hooks (folder
+ * create/delete/rename, open, save, expunge, flag changes), which runs the
+ * modules' hooks in their order around the driver's call
+ * (mail-storage-module.h). */
+#include "storage/mail-storage-private.h"
+
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "storage/special-use.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COMPONENT "storage"
+#define MAX_CACHED_USERS 4096
+
+static const struct mail_storage_vfuncs *const mail_storage_drivers[] = {
+    &maildir_storage_vfuncs,
+};
+
+/* The driver of the personal namespace's location scheme (the
+ * configuration accepts only schemes a driver is listed for). */
+static const struct mail_storage_vfuncs *driver_for(const struct mail_config *cfg)
+{
+    const struct namespace_config *ns = namespace_by_slug(cfg, "personal");
+    const char *location = ns != NULL ? ns->location : "maildir:";
+    for (size_t i = 0; i < sizeof(mail_storage_drivers) / sizeof(mail_storage_drivers[0]); i++) {
+        size_t n = strlen(mail_storage_drivers[i]->scheme);
+        if (strncmp(location, mail_storage_drivers[i]->scheme, n) == 0 && location[n] == ':')
+            return mail_storage_drivers[i];
+    }
+    return mail_storage_drivers[0];
+}
+
+static struct mail_storage *storage_new(const struct mail_config *cfg,
+                                        struct metrics_registry *metrics,
+                                        struct mail_storage *parent)
+{
+    struct mail_storage *s = xcalloc(1, sizeof(*s));
+    s->cfg = *cfg;
+    s->metrics = metrics;
+    s->index_settings.fsync = (enum fileindex_fsync)cfg->fsync;
+    s->index_settings.metrics = metrics;
+    s->v = driver_for(cfg);
+    s->driver = s->v->storage_init(s, parent);
+    if (parent != NULL) {
+        memcpy(s->modules, parent->modules, sizeof(s->modules));
+        s->module_count = parent->module_count;
+        s->save_hooks = parent->save_hooks;
+    } else {
+        /* The storage's own rules come first. */
+        mail_storage_module_register(s, &special_use_module, NULL, NULL);
+    }
+    return s;
+}
+
+struct mail_storage *mail_storage_new(const struct mail_config *cfg,
+                                      struct metrics_registry *metrics)
+{
+    return storage_new(cfg, metrics, NULL);
+}
+
+struct mail_storage *mail_storage_new_sibling(struct mail_storage *parent,
+                                              struct metrics_registry *metrics)
+{
+    return storage_new(&parent->cfg, metrics, parent);
+}
+
+bool mail_storage_module_register(struct mail_storage *storage,
+                                  const struct mail_storage_module *module, void *ctx,
+                                  struct petrel_error *err)
+{
+    if (storage->module_count >= MAIL_STORAGE_MAX_MODULES)
+        return petrel_error_set(err, PETREL_ERR_LIMIT, "more than %d storage modules",
+                                MAIL_STORAGE_MAX_MODULES);
+    storage->modules[storage->module_count++] =
+        (struct mail_storage_module_entry){.module = module, .ctx = ctx};
+    if (module->save != NULL)
+        storage->save_hooks = true;
+    log_debug(COMPONENT, "storage module registered", "module=%s position=%zu", module->name,
+              storage->module_count);
+    return true;
+}
+
+static void user_free(struct mail_user *u)
+{
+    free(u->name);
+    free(u->home);
+    free(u);
+}
+
+void mail_storage_free(struct mail_storage *storage)
+{
+    if (storage == NULL)
+        return;
+    for (size_t i = 0; i < storage->user_count; i++)
+        user_free(storage->users[i]);
+    free(storage->users);
+    storage->v->storage_deinit(storage->driver);
+    free(storage);
+}
+
+const struct mail_config *mail_storage_config(const struct mail_storage *storage)
+{
+    return &storage->cfg;
+}
+
+/* ---------- users ---------- */
+
+struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
+                                struct petrel_error *err)
+{
+    if (!user_name_valid(username, USER_NAME_MAX, err))
+        return NULL;
+    for (size_t i = 0; i < storage->user_count; i++) {
+        if (strcmp(storage->users[i]->name, username) == 0)
+            return storage->users[i];
+    }
+    struct buf home = {0};
+    if (!mail_template_expand(storage->cfg.home, username, NULL, &home, err)) {
+        buf_free(&home);
+        return NULL;
+    }
+    if (storage->user_count >= MAX_CACHED_USERS) {
+        /* Users are cheap to resolve again: drop the oldest half of those
+         * nobody holds (a session keeps its user with mail_user_ref). */
+        size_t target = storage->user_count / 2;
+        size_t kept = 0;
+        for (size_t i = 0; i < storage->user_count; i++) {
+            struct mail_user *old = storage->users[i];
+            if (old->refs == 0 && storage->user_count - (i - kept) > target)
+                user_free(old);
+            else
+                storage->users[kept++] = old;
+        }
+        storage->user_count = kept;
+    }
+    struct mail_user *u = xcalloc(1, sizeof(*u));
+    u->storage = storage;
+    u->name = xstrdup(username);
+    u->home = buf_steal(&home);
+    storage->users =
+        xgrow(storage->users, &storage->user_cap, storage->user_count + 1, sizeof(*storage->users));
+    storage->users[storage->user_count++] = u;
+    return u;
+}
+
+void mail_user_ref(struct mail_user *user)
+{
+    user->refs++;
+}
+
+void mail_user_unref(struct mail_user *user)
+{
+    if (user != NULL && user->refs > 0)
+        user->refs--;
+}
+
+const char *mail_user_name(const struct mail_user *user)
+{
+    return user->name;
+}
+
+struct mail_storage *mail_user_storage(const struct mail_user *user)
+{
+    return user->storage;
+}
+
+const char *mail_user_home(const struct mail_user *user)
+{
+    return user->home;
+}
+
+bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
+                              struct buf *out, struct petrel_error *err)
+{
+    /* location is "<scheme>:<template>" */
+    const char *colon = strchr(ns->location, ':');
+    const char *template = colon != NULL ? colon + 1 : ns->location;
+    return mail_template_expand(template, user->name, user->home, out, err);
+}
+
+const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,
+                                                   struct petrel_error *err)
+{
+    const struct namespace_config *ns = namespace_by_slug(&user->storage->cfg, slug);
+    if (ns == NULL)
+        petrel_error_set(err, PETREL_ERR_NOT_FOUND, "namespace not configured: %s", slug);
+    return ns;
+}
+
+/* ---------- hooks ---------- */
+
+/* Runs hook `fn` of every module in order while they say yes. */
+#define HOOKS_BEFORE(storage, fn, ...)                                                             \
+    do {                                                                                           \
+        for (size_t hook_i_ = 0; hook_i_ < (storage)->module_count; hook_i_++) {                   \
+            const struct mail_storage_module_entry *e_ = &(storage)->modules[hook_i_];             \
+            if (e_->module->fn != NULL && !e_->module->fn(e_->ctx, __VA_ARGS__)) {                 \
+                log_debug(COMPONENT, "storage module said no", "module=%s hook=%s",                \
+                          e_->module->name, #fn);                                                  \
+                return false;                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Tells every module, innermost (last registered) first. */
+#define HOOKS_AFTER(storage, fn, ...)                                                              \
+    do {                                                                                           \
+        for (size_t hook_i_ = (storage)->module_count; hook_i_-- > 0;) {                           \
+            const struct mail_storage_module_entry *e_ = &(storage)->modules[hook_i_];             \
+            if (e_->module->fn != NULL)                                                            \
+                e_->module->fn(e_->ctx, __VA_ARGS__);                                              \
+        }                                                                                          \
+    } while (0)
+
+static struct mail_storage *box_storage(const struct mailbox *box)
+{
+    return mailbox_common(box)->user->storage;
+}
+
+/* ---------- folders ---------- */
+
+bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, struct mail_folder_create_params *params,
+                             struct petrel_error *err)
+{
+    struct mail_storage *st = user->storage;
+    params->special_use_failed = false;
+    params->special_use_error[0] = '\0';
+    HOOKS_BEFORE(st, folder_create, user, ns, name, params, err);
+    if (!st->v->folder_create(user, ns, name, err))
+        return false;
+    /* In order, and the folder goes again when one of them cannot give
+     * what the creator asked of it. */
+    for (size_t i = 0; i < st->module_count; i++) {
+        const struct mail_storage_module_entry *e = &st->modules[i];
+        if (e->module->folder_created == NULL ||
+            e->module->folder_created(e->ctx, user, ns, name, params, err))
+            continue;
+        log_warn(COMPONENT, "folder creation undone", "user=%s module=%s error=\"%s\"", user->name,
+                 e->module->name, err != NULL ? err->message : "");
+        struct petrel_error derr;
+        if (!st->v->folder_delete(user, ns, name, &derr))
+            log_error(COMPONENT, "folder left behind", "user=%s folder=%s error=\"%s\"", user->name,
+                      name, derr.message);
+        return false;
+    }
+    return true;
+}
+
+bool mail_folder_create(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err)
+{
+    struct mail_folder_create_params params = {0};
+    return mail_folder_create_with(user, ns, name, &params, err);
+}
+
+bool mail_folder_delete(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                        struct petrel_error *err)
+{
+    struct mail_storage *st = user->storage;
+    HOOKS_BEFORE(st, folder_delete, user, ns, name, err);
+    if (!st->v->folder_delete(user, ns, name, err))
+        return false;
+    HOOKS_AFTER(st, folder_deleted, user, ns, name);
+    return true;
+}
+
+bool mail_folder_rename(struct mail_user *user, const struct namespace_config *ns,
+                        const char *old_name, const char *new_name, struct petrel_error *err)
+{
+    struct mail_storage *st = user->storage;
+    HOOKS_BEFORE(st, folder_rename, user, ns, old_name, new_name, err);
+    if (!st->v->folder_rename(user, ns, old_name, new_name, err))
+        return false;
+    HOOKS_AFTER(st, folder_renamed, user, ns, old_name, new_name);
+    return true;
+}
+
+/* ---------- one folder ---------- */
+
+struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, struct petrel_error *err)
+{
+    struct mail_storage *st = user->storage;
+    for (size_t i = 0; i < st->module_count; i++) {
+        const struct mail_storage_module_entry *e = &st->modules[i];
+        if (e->module->mailbox_open != NULL &&
+            !e->module->mailbox_open(e->ctx, user, ns, name, err))
+            return NULL;
+    }
+    return st->v->mailbox_open(user, ns, name, err);
+}
+
+const char *mailbox_name(const struct mailbox *box)
+{
+    return mailbox_common(box)->name;
+}
+
+struct mail_user *mailbox_user(const struct mailbox *box)
+{
+    return mailbox_common(box)->user;
+}
+
+/* ---------- saving ---------- */
+
+bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
+                    const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
+                    struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    uint32_t uid = 0;
+    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND, .dst = box, .count = 1, .size = len};
+    HOOKS_BEFORE(st, save, &info, err);
+    if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err))
+        return false;
+    HOOKS_AFTER(st, saved, &info, &uid, 1);
+    if (uid_out != NULL)
+        *uid_out = uid;
+    return true;
+}
+
+bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
+                         uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
+                         int64_t internal_date, uint32_t *uid_out, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    uint32_t uid = 0;
+    struct mail_save_info info = {
+        .kind = MAIL_SAVE_APPEND, .dst = box, .count = 1, .size = prefix_len + len};
+    HOOKS_BEFORE(st, save, &info, err);
+    if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
+                            internal_date, &uid, err))
+        return false;
+    HOOKS_AFTER(st, saved, &info, &uid, 1);
+    if (uid_out != NULL)
+        *uid_out = uid;
+    return true;
+}
+
+/* What copying `uids` of `src` adds up to. Sizes come from the index, so
+ * this costs a lookup per message; it is done only when a module wants to
+ * know (st->save_hooks). A message gone meanwhile counts nothing. */
+static void copy_info(struct mail_storage *st, enum mail_save_kind kind, struct mailbox *src,
+                      const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                      struct mail_save_info *info)
+{
+    *info = (struct mail_save_info){.kind = kind, .dst = dst, .src = src, .count = uid_count};
+    if (!st->save_hooks)
+        return;
+    for (size_t i = 0; i < uid_count; i++) {
+        uint64_t size = 0;
+        uint64_t vsize = 0;
+        if (mailbox_message_sizes(src, uids[i], &size, &vsize, NULL))
+            info->size += size;
+    }
+}
+
+bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  bool keep_flags, uint32_t **new_uids, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(dst);
+    struct mail_save_info info;
+    *new_uids = NULL;
+    copy_info(st, MAIL_SAVE_COPY, src, uids, uid_count, dst, &info);
+    HOOKS_BEFORE(st, save, &info, err);
+    if (!st->v->copy(src, uids, uid_count, dst, keep_flags, new_uids, err))
+        return false;
+    HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
+    return true;
+}
+
+bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, struct mailbox *dst,
+                  uint32_t **new_uids, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(dst);
+    struct mail_save_info info;
+    *new_uids = NULL;
+    copy_info(st, MAIL_SAVE_MOVE, src, uids, uid_count, dst, &info);
+    HOOKS_BEFORE(st, save, &info, err);
+    if (!st->v->move(src, uids, uid_count, dst, new_uids, err))
+        return false;
+    HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
+    return true;
+}
+
+/* ---------- expunge and flags ---------- */
+
+bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                     uint32_t **expunged, size_t *expunged_count, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    *expunged = NULL;
+    *expunged_count = 0;
+    HOOKS_BEFORE(st, expunge, box, uids, uid_count, err);
+    if (!st->v->expunge(box, uids, uid_count, expunged, expunged_count, err))
+        return false;
+    if (*expunged_count > 0)
+        HOOKS_AFTER(st, expunged, box, *expunged, *expunged_count);
+    return true;
+}
+
+bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                          const struct mailbox_flags_update *upd,
+                          struct mailbox_flags_result **results, size_t *result_count,
+                          uint32_t **failed, size_t *failed_count, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    if (results != NULL) {
+        *results = NULL;
+        *result_count = 0;
+    }
+    if (failed != NULL) {
+        *failed = NULL;
+        *failed_count = 0;
+    }
+    HOOKS_BEFORE(st, flags, box, uids, uid_count, upd, err);
+    return st->v->update_flags(box, uids, uid_count, upd, results, result_count, failed,
+                               failed_count, err);
+}
+
+bool mailbox_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
+                       const char *const *keywords, struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    const struct mailbox_flags_update upd = {
+        .mode = MAILBOX_FLAGS_REPLACE, .flags = flags, .keywords = keywords};
+    HOOKS_BEFORE(st, flags, box, &uid, 1, &upd, err);
+    return st->v->set_flags(box, uid, flags, keywords, err);
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The storage API is the only door to a storage driver (issue 21).
+
+Fails when a file outside a driver's directory includes one of the driver's
+headers: every file under src/ except those in src/storage/<driver>/, and
+the unit tests except the driver's own (test-<driver>-*.c); and when a file
+outside src/storage/ includes storage/mail-storage-private.h, the contract
+between the storage API and its drivers. A front end or
+the format-neutral fileindex that needs a type or constant gets it from the
+storage API headers (src/storage/*.h) instead.
+
+Usage: check-storage-includes.py <source root>"""
+import os
+import re
+import sys
+
+DRIVERS = ("maildir",)
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
+
+
+def driver_of_include(path):
+    """The driver whose private header `path` names, or None."""
+    parts = path.split("/")
+    for d in DRIVERS:
+        if f"storage/{d}/" in path or parts[-1].startswith(f"{d}-"):
+            return d
+    return None
+
+
+def offences(root):
+    found = []
+    candidates = []
+    for top in ("src", os.path.join("tests", "unit")):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for name in files:
+                if name.endswith((".c", ".h")):
+                    candidates.append(os.path.join(dirpath, name))
+    for path in sorted(candidates):
+        rel = os.path.relpath(path, root)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                if m.group(1).endswith("storage/mail-storage-private.h"):
+                    if not rel.startswith("src/storage/"):
+                        found.append(f"{rel}:{lineno}: includes {m.group(1)} (inside the storage only)")
+                    continue
+                d = driver_of_include(m.group(1))
+                if d is None:
+                    continue
+                if rel.startswith(f"src/storage/{d}/"):
+                    continue
+                if rel.startswith("tests/unit/") and os.path.basename(rel).startswith(f"test-{d}-"):
+                    continue
+                found.append(f"{rel}:{lineno}: includes {m.group(1)} (driver '{d}' private)")
+    return found
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.getcwd()
+    if not os.path.isdir(os.path.join(root, "src", "storage")):
+        print(f"{root}: no src/storage here", file=sys.stderr)
+        return 2
+    found = offences(root)
+    for line in found:
+        print(line)
+    if found:
+        print(f"{len(found)} include(s) of a storage driver's header outside the driver",
+              file=sys.stderr)
+        return 1
+    print("storage drivers are reached only through the storage API")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
