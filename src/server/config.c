@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", NULL};
+const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", "quota-status", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -38,6 +38,7 @@ static void defaults(struct petrel_config *cfg)
     warden_config_defaults(&cfg->warden);
     monitor_config_defaults(&cfg->monitor);
     director_config_defaults(&cfg->director);
+    quota_config_defaults(&cfg->quota);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -71,6 +72,7 @@ void config_free(struct petrel_config *cfg)
     warden_config_free(&cfg->warden);
     monitor_config_free(&cfg->monitor);
     director_config_free(&cfg->director);
+    quota_config_free(&cfg->quota);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
@@ -330,7 +332,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                                        "backend_api",  "auth",             "imap",
                                        "dicts",        "mail",             "warden_service",
                                        "pop3",         "lmtp",           "monitor",
-                                       "director",     "memory_trim_interval", NULL};
+                                       "director",     "memory_trim_interval", "quota", NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -365,6 +367,9 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     if (!monitor_section_read(ctx, ynode_get(root, "monitor"), &cfg->monitor))
         return false;
     if (!director_config_read(ctx, ynode_get(root, "director"), &cfg->director))
+        return false;
+    if (!quota_config_read(ctx, ynode_get(root, "quota"), listed(cfg->components, "quota-status"),
+                           &cfg->quota))
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
@@ -473,6 +478,7 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     warden_config_print(&cfg->warden, out);
     monitor_config_print(&cfg->monitor, out);
     director_config_print(&cfg->director, out);
+    quota_config_print(&cfg->quota, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);
