@@ -31,7 +31,7 @@ bool quota_size_parse(const char *text, size_t len, uint64_t *out)
         v = v * 10 + d;
         i++;
     }
-    if (i == 0 || i > 20)
+    if (i == 0)
         return false;
     unsigned shift = 0;
     if (i < len && unit_shift(text[i], &shift))
