@@ -16,6 +16,7 @@
 #include "services/backend-api/backend-api.h"
 #include "services/director/director-service.h"
 #include "services/monitor/monitor-service.h"
+#include "services/quota-status/quota-status-service.h"
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-service.h"
@@ -54,6 +55,7 @@ struct petrel_context {
     struct imap_server *imap;
     struct lmtp_server *lmtp;
     struct pop3_server *pop3;
+    struct quota_status_service *quota_status;
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -83,6 +85,8 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += lmtp_server_sessions(ctx->lmtp);
     if (ctx->pop3 != NULL)
         n += pop3_server_sessions(ctx->pop3);
+    if (ctx->quota_status != NULL)
+        n += quota_status_service_in_flight(ctx->quota_status);
     return n;
 }
 
@@ -147,6 +151,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         lmtp_server_stop_accepting(ctx->lmtp); /* 421 once each transaction is over */
     if (ctx->pop3 != NULL)
         pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
+    if (ctx->quota_status != NULL)
+        quota_status_service_stop_accepting(ctx->quota_status);
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -216,6 +222,8 @@ static unsigned long long configured_connections(const struct petrel_config *cfg
         n += (unsigned long long)cfg->pop3.login.max_connections;
     if (config_has_component(cfg, "lmtp"))
         n += (unsigned long long)cfg->lmtp.max_connections;
+    if (config_has_component(cfg, "quota-status"))
+        n += (unsigned long long)cfg->quota.status.max_connections;
     if (config_has_component(cfg, "director"))
         n += (unsigned long long)cfg->director.api_max_connections +
              (unsigned long long)cfg->director.ring_max_clients;
@@ -292,6 +300,12 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
         if (ctx->pop3 == NULL)
             return false;
     }
+    if (config_has_component(ctx->config, "quota-status")) {
+        ctx->quota_status =
+            quota_status_service_start(&ctx->env, &ctx->config->quota, ctx->storage, err);
+        if (ctx->quota_status == NULL)
+            return false;
+    }
     if (config_has_component(ctx->config, "backend-api")) {
         ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
                                              ctx->config->dicts, ctx->storage, err);
@@ -314,6 +328,7 @@ static void context_free(struct petrel_context *ctx)
     imap_server_free(ctx->imap);
     lmtp_server_free(ctx->lmtp);
     pop3_server_free(ctx->pop3);
+    quota_status_service_free(ctx->quota_status);
     auth_service_free(ctx->auth);
     warden_service_free(ctx->warden);
     monitor_service_free(ctx->monitor);
