@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,35 +87,62 @@ static bool scan_log(const uint8_t *data, size_t len, struct fileindex_usage *u,
     return true;
 }
 
-static enum usage_read read_once(int dir_fd, const char *dir, struct fileindex_usage *out,
+/* Bytes read from the log at once: its header and, usually, every
+ * transaction since the last fold (more is read when the file is longer). */
+#define LOG_FIRST_READ (64u * 1024u)
+
+static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
                                  struct petrel_error *err)
 {
     enum usage_read r = USAGE_FALLBACK;
     int lfd = -1;
     uint8_t *data = NULL;
-    int bfd = openat(dir_fd, FI_BASE_FILE, O_RDONLY | O_CLOEXEC);
+    char path[FI_MAX_DIR + 32];
+    snprintf(path, sizeof(path), "%s/%s", dir, FI_BASE_FILE);
+    int bfd = open(path, O_RDONLY | O_CLOEXEC);
     if (bfd < 0) {
-        if (errno == ENOENT)
+        if (errno == ENOENT || errno == ENOTDIR)
             return USAGE_FALLBACK; /* fileindex_open tells what is missing */
-        petrel_error_set_errno(err, errno, "cannot open %s/%s: %s", dir, FI_BASE_FILE,
-                               strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
         return USAGE_ERROR;
     }
-    struct stat st;
     uint8_t hdr[FI_BASE_HDR_SIZE];
     struct fi_base_info info;
     struct petrel_error perr;
-    if (fstat(bfd, &st) != 0 || fi_pread_all(bfd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-        !fi_base_parse_header(hdr, (uint64_t)st.st_size, &info, &perr) ||
+    /* Only the checksummed header is used, so the size check the header
+     * parser makes is given the size the header itself implies (no fstat):
+     * a base cut short is found by the next full open, not here. */
+    if (fi_pread_all(bfd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
+        !fi_base_parse_header(hdr, FI_BASE_HDR_SIZE + (uint64_t)fi_get32(hdr + 88) *
+                                                          FI_BASE_REC_SIZE + fi_get64(hdr + 96),
+                              &info, &perr) ||
         info.version != FI_BASE_VERSION)
         goto out; /* damaged or older: the full open judges */
     struct fileindex_usage u = {info.count, info.usage_bytes};
     bool have = (info.flags & FI_BASE_FLAG_USAGE) != 0;
-    lfd = openat(dir_fd, FI_LOG_FILE, O_RDONLY | O_CLOEXEC);
-    uint32_t lversion;
-    uint64_t lineage;
-    if (lfd < 0 || !fi_log_read_header(lfd, &lversion, &lineage, &perr))
+    snprintf(path, sizeof(path), "%s/%s", dir, FI_LOG_FILE);
+    lfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (lfd < 0)
         goto out;
+    /* One read for the header and the transactions in the common case. */
+    size_t cap = LOG_FIRST_READ;
+    data = xmalloc(cap);
+    ssize_t got = fi_pread_all(lfd, data, cap, 0);
+    if (got == (ssize_t)cap) {
+        struct stat lst;
+        if (fstat(lfd, &lst) != 0 || (uint64_t)lst.st_size > MAX_LOG_READ)
+            goto out;
+        cap = (size_t)lst.st_size;
+        data = xrealloc(data, cap > 0 ? cap : 1);
+        got = fi_pread_all(lfd, data, cap, 0);
+    }
+    if (got < (ssize_t)FI_LOG_HDR_SIZE)
+        goto out;
+    /* The header as fi_log_read_header() checks it. */
+    if (memcmp(data, FI_LOG_MAGIC, 8) != 0 || fi_crc32c(0, data, 44) != fi_get32(data + 44) ||
+        fi_get32(data + 8) != FI_LOG_VERSION || fi_get32(data + 12) != FI_LOG_HDR_SIZE)
+        goto out;
+    uint64_t lineage = fi_get64(data + 16);
     if (lineage != info.hdr.lineage) {
         if ((info.flags & FI_BASE_FLAG_FOLDED) != 0 && lineage == info.parent_lineage) {
             r = have ? USAGE_OK : USAGE_FALLBACK; /* the log is folded into this base */
@@ -125,15 +153,7 @@ static enum usage_read read_once(int dir_fd, const char *dir, struct fileindex_u
         }
         goto out;
     }
-    struct stat lst;
-    if (fstat(lfd, &lst) != 0 || (uint64_t)lst.st_size > MAX_LOG_READ)
-        goto out;
-    size_t len = (size_t)lst.st_size > FI_LOG_HDR_SIZE ? (size_t)lst.st_size - FI_LOG_HDR_SIZE : 0;
-    data = xmalloc(len + 1);
-    ssize_t got = fi_pread_all(lfd, data, len, FI_LOG_HDR_SIZE);
-    if (got < 0)
-        goto out;
-    if (scan_log(data, (size_t)got, &u, &have) && have) {
+    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, &u, &have) && have) {
         *out = u;
         r = USAGE_OK;
     }
@@ -150,23 +170,16 @@ bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
 {
     if (scanned != NULL)
         *scanned = false;
-    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0) {
-        if (errno == ENOENT)
-            return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "no index in %s", dir);
-        return petrel_error_set_errno(err, errno, "cannot open %s: %s", dir, strerror(errno));
-    }
+    if (strlen(dir) > FI_MAX_DIR)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "index directory name too long");
     enum usage_read r = USAGE_RETRY;
     for (int i = 0; i < RETRIES && r == USAGE_RETRY; i++)
-        r = read_once(dir_fd, dir, out, err);
-    if (r == USAGE_OK || r == USAGE_ERROR) {
-        close(dir_fd);
+        r = read_once(dir, out, err);
+    if (r == USAGE_OK || r == USAGE_ERROR)
         return r == USAGE_OK;
-    }
     /* Sum the records: an index this version has not written yet, or a
      * writer that kept folding under us. */
-    struct fileindex *fi = fileindex_open_in(dir, dir_fd, set, err);
-    close(dir_fd);
+    struct fileindex *fi = fileindex_open(dir, set, err);
     if (fi == NULL)
         return false;
     fileindex_get_usage(fi, out);
