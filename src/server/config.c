@@ -252,6 +252,22 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
                    &b->max_connections_per_ip);
 }
 
+/* quota.quota_clone_dicts names dicts of the `dicts:` section. */
+static bool check_clone_dicts(const struct cfg_ctx *ctx, const struct ynode *quota,
+                              const struct petrel_config *cfg)
+{
+    for (size_t i = 0; cfg->quota.clone_dicts[i] != NULL; i++) {
+        bool found = false;
+        for (size_t k = 0; k < dict_registry_count(cfg->dicts) && !found; k++)
+            found = strcmp(dict_registry_name(cfg->dicts, k), cfg->quota.clone_dicts[i]) == 0;
+        if (!found)
+            return cfg_fail(ctx, list_item(ynode_get(quota, "quota_clone_dicts"), i),
+                            "quota.quota_clone_dicts", "no dict named '%s' in dicts:",
+                            cfg->quota.clone_dicts[i]);
+    }
+    return true;
+}
+
 static bool valid_component(const char *name)
 {
     for (size_t i = 0; config_component_names[i] != NULL; i++) {
@@ -369,7 +385,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     if (!director_config_read(ctx, ynode_get(root, "director"), &cfg->director))
         return false;
     if (!quota_config_read(ctx, ynode_get(root, "quota"), listed(cfg->components, "quota-status"),
-                           &cfg->quota))
+                           &cfg->quota) ||
+        !check_clone_dicts(ctx, ynode_get(root, "quota"), cfg))
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));

@@ -455,6 +455,12 @@ static void test_config_errors(void **state)
     expect_error("quota:\n  quota_status:\n    listen: [\"nohost\"]\n",
                  "petrel.yaml:3: quota.quota_status.listen: invalid address 'nohost' (expected "
                  "host:port)");
+    struct petrel_config *ok = config_of("dicts:\n  mirror: {driver: memory}\n"
+                                         "quota:\n  quota_clone_dicts: [mirror]\n");
+    assert_string_equal(ok->quota.clone_dicts[0], "mirror");
+    config_free(ok);
+    expect_error("quota:\n  quota_clone_dicts: [mirror]\n",
+                 "petrel.yaml:2: quota.quota_clone_dicts: no dict named 'mirror' in dicts:");
     expect_error("components: [quota-status]\n",
                  "petrel.yaml: quota.quota_status.listen: the quota-status component needs an "
                  "address to listen on");
