@@ -488,7 +488,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.memory_trim = memory_trim_start(ctx.base, ctx.config->memory_trim_interval_ms);
     log_info(COMPONENT, "started",
              "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
-             "lmtp=%s director=%s monitor=%s",
+             "lmtp=%s director=%s monitor=%s quota_status=%s",
              PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
              ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
@@ -497,7 +497,8 @@ int daemon_run(const struct daemon_options *opts)
              ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off",
              ctx.lmtp != NULL ? lmtp_server_address(ctx.lmtp) : "off",
              ctx.director != NULL ? director_service_api_address(ctx.director) : "off",
-             ctx.monitor != NULL ? "on" : "off");
+             ctx.monitor != NULL ? "on" : "off",
+             ctx.quota_status != NULL ? quota_status_service_address(ctx.quota_status) : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;
