@@ -291,3 +291,26 @@ def test_postfix_rejects_over_quota_recipient_at_rcpt(qsd):
         raise
     finally:
         mta.stop()
+
+
+def test_requests_waiting_for_lookups_are_capped_per_connection(petreld, tmp_path,
+                                                                silent_server):
+    """A client that sends faster than lookups finish (here the auth service
+    accepts and never answers, so each lookup waits for auth_timeout) can
+    hold at most max_pipelined requests; the next one closes its connection."""
+    cfg = config(tmp_path)
+    cfg["components"] = ["quota-status"]
+    cfg["quota"]["quota_status"]["auth_addr"] = silent_server.addr
+    cfg["quota"]["quota_status"].update({"auth_timeout": "10s", "max_pipelined": 8})
+    d = petreld(cfg)
+    with socket.create_connection(qs_addr(d), timeout=20) as s:
+        s.sendall(b"".join(request(f"user{i}@example.org", 10) for i in range(8)))
+        s.settimeout(1)
+        with pytest.raises(socket.timeout):
+            s.recv(100)  # eight waiting: no answer yet, connection open
+        s.sendall(request("one-more@example.org", 10))
+        s.settimeout(20)
+        assert s.recv(100) == b""  # closed
+    wait_for(lambda: "too many requests ahead of their answers" in d.stderr(),
+             what="the log line")
+    assert ask(d, None) == "action=DUNNO"  # other connections are served
