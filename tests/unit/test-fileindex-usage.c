@@ -362,12 +362,84 @@ static void test_rebuild_and_fold(void **state)
     free(none);
 }
 
+static struct fileindex_usage cached(struct fileindex_usage_cache *c, const char *dir)
+{
+    struct fileindex_usage u = {~0ull, ~0ull};
+    struct petrel_error err = {0};
+    if (!fileindex_read_usage_cached(c, dir, &SET, &u, &err))
+        fail_msg("read_usage_cached: %s", err.message);
+    return u;
+}
+
+/* The cache answers only while both files are the ones it read: every kind
+ * of change is seen at once, never a stale value. */
+static void test_cache_never_stale(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    struct fileindex_txn *t = begin_ok(fi);
+    append(t, 100);
+    commit_ok(t);
+    struct fileindex_usage_cache *c = fileindex_usage_cache_new(4);
+    assert_usage(cached(c, fx->dir), 1, 100);
+    assert_int_equal(fileindex_usage_cache_hits(c), 0);
+    assert_usage(cached(c, fx->dir), 1, 100);
+    assert_int_equal(fileindex_usage_cache_hits(c), 1);
+    /* a commit appends to the log */
+    t = begin_ok(fi);
+    append(t, 50);
+    commit_ok(t);
+    assert_usage(cached(c, fx->dir), 2, 150);
+    assert_int_equal(fileindex_usage_cache_hits(c), 1);
+    /* an expunge */
+    t = begin_ok(fi);
+    assert_true(fileindex_txn_expunge(t, 1));
+    commit_ok(t);
+    assert_usage(cached(c, fx->dir), 1, 50);
+    /* a fold replaces both files */
+    struct petrel_error err = {0};
+    assert_true(fileindex_optimize(fi, &err));
+    assert_usage(cached(c, fx->dir), 1, 50);
+    assert_usage(cached(c, fx->dir), 1, 50);
+    assert_int_equal(fileindex_usage_cache_hits(c), 2);
+    /* a torn tail (a writer that died mid-write) is read but not cached;
+     * the next writer cuts it and appends */
+    t = begin_ok(fi);
+    append(t, 10);
+    commit_ok(t);
+    fileindex_close(fi);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t len;
+    char *data = read_all(log, &len);
+    char *torn = xmalloc(len + 7);
+    memcpy(torn, data, len);
+    memcpy(torn + len, data + FI_LOG_HDR_SIZE, 7);
+    write_all(log, torn, len + 7);
+    uint64_t hits = fileindex_usage_cache_hits(c);
+    assert_usage(cached(c, fx->dir), 2, 60);
+    assert_usage(cached(c, fx->dir), 2, 60);
+    assert_int_equal(fileindex_usage_cache_hits(c), hits); /* not from the cache */
+    fi = open_ok(fx->dir);
+    t = begin_ok(fi);
+    append(t, 1);
+    commit_ok(t);
+    fileindex_close(fi);
+    assert_usage(cached(c, fx->dir), 3, 61);
+    assert_usage(cached(c, fx->dir), 3, 61);
+    assert_int_equal(fileindex_usage_cache_hits(c), hits + 1);
+    free(torn);
+    free(data);
+    free(log);
+    fileindex_usage_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_torn_log_every_byte, setup, teardown),
         cmocka_unit_test_setup_teardown(test_self_heal_and_recalc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_and_fold, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_never_stale, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

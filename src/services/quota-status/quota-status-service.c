@@ -11,6 +11,7 @@
 #include "services/auth/auth-client.h"
 #include "services/quota-status/policy-recipient.h"
 #include "services/quota-status/policy-request.h"
+#include "storage/fileindex/fileindex.h"
 #include "storage/quota/quota-limits.h"
 #include "storage/quota/quota-rule.h"
 #include "storage/quota/quota-usage.h"
@@ -19,6 +20,8 @@
 #include <string.h>
 
 #define COMPONENT "quota-status"
+/* Folder aggregates remembered between requests (about 200 bytes each). */
+#define USAGE_CACHE_FOLDERS 65536
 
 enum result { R_OK, R_OVERQUOTA, R_TOOLARGE, R_NOUSER, R_ERROR, R_COUNT };
 static const char *const result_names[R_COUNT] = {"ok", "overquota", "toolarge", "nouser",
@@ -28,6 +31,7 @@ struct quota_status_service {
     const struct quota_config *cfg;
     struct mail_storage *storage;
     struct auth_client *auth;
+    struct fileindex_usage_cache *usage_cache; /* folders read on earlier requests */
     struct line_server_config server_cfg;
     struct line_server *server;
     size_t in_flight;
@@ -142,7 +146,7 @@ static enum result check_user(struct qs_pending *p, const struct auth_client_rep
     }
     struct quota_usage usage = {0, 0};
     if ((limits.storage != 0 || limits.messages != 0) &&
-        !quota_usage_get(user, &rules, &usage, &err))
+        !quota_usage_get(user, &rules, svc->usage_cache, &usage, &err))
         goto out;
     switch (quota_check(svc->cfg, &limits, &usage, p->size, 1)) {
     case QUOTA_OK:
@@ -305,6 +309,7 @@ struct quota_status_service *quota_status_service_start(const struct service_env
     svc->cfg = cfg;
     svc->storage = storage;
     metrics_init(svc, env->metrics);
+    svc->usage_cache = fileindex_usage_cache_new(USAGE_CACHE_FOLDERS);
     const struct quota_status_config *s = &cfg->status;
     svc->auth = auth_client_new(env->base, s->auth_addr, s->auth_timeout_ms, err);
     if (svc->auth == NULL)
@@ -364,5 +369,6 @@ void quota_status_service_free(struct quota_status_service *s)
         return;
     line_server_free(svc->server); /* every connection: their lookups cancelled */
     auth_client_free(svc->auth);
+    fileindex_usage_cache_free(svc->usage_cache);
     free(svc);
 }

@@ -183,6 +183,23 @@ void fileindex_get_usage(const struct fileindex *fi, struct fileindex_usage *out
  * Errors as fileindex_open (NOT_FOUND when there is no index). */
 bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
                           struct fileindex_usage *out, bool *scanned, struct petrel_error *err);
+/* A cache of folder aggregates for a reader that asks often (quota-status
+ * on every RCPT): an entry answers as long as the index's base and log
+ * files are the very files it was read from, unchanged (device, inode,
+ * size, modification and change times, by stat). Bases are only ever
+ * replaced by rename and a log read to a clean end only grows or is
+ * replaced, so every commit, fold or rebuild is seen by the next call; a
+ * log with an unfinished tail is not cached. At most `max_entries` folders
+ * (it is emptied when full). Not thread-safe: one per thread. */
+struct fileindex_usage_cache;
+struct fileindex_usage_cache *fileindex_usage_cache_new(size_t max_entries);
+void fileindex_usage_cache_free(struct fileindex_usage_cache *cache);
+/* Answers served from the cache without reading the index. */
+uint64_t fileindex_usage_cache_hits(const struct fileindex_usage_cache *cache);
+/* fileindex_read_usage() through `cache` (NULL: no cache). */
+bool fileindex_read_usage_cached(struct fileindex_usage_cache *cache, const char *dir,
+                                 const struct fileindex_settings *set,
+                                 struct fileindex_usage *out, struct petrel_error *err);
 /* Recomputes the aggregate from the records' sizes under the folder lock
  * and writes it (one transaction), for an aggregate suspected wrong; *out
  * (may be NULL) gets it. The index heals itself anyway: a base or USAGE

@@ -4,7 +4,8 @@
 #include <string.h>
 
 static bool sum(struct mail_user *user, const struct quota_rules *rules, bool recalc,
-                struct quota_usage *out, struct petrel_error *err)
+                struct fileindex_usage_cache *cache, struct quota_usage *out,
+                struct petrel_error *err)
 {
     memset(out, 0, sizeof(*out));
     const struct namespace_config *ns = mail_user_namespace(user, "personal", err);
@@ -27,7 +28,7 @@ static bool sum(struct mail_user *user, const struct quota_rules *rules, bool re
             if (box != NULL)
                 mailbox_close(box);
         } else {
-            ok = mail_folder_usage(user, ns, names[i], &u, &ferr);
+            ok = mail_folder_usage(user, ns, names[i], cache, &u, &ferr);
         }
         if (!ok && ferr.code == PETREL_ERR_NOT_FOUND) {
             ok = true; /* deleted while we counted */
@@ -47,13 +48,14 @@ static bool sum(struct mail_user *user, const struct quota_rules *rules, bool re
 }
 
 bool quota_usage_get(struct mail_user *user, const struct quota_rules *rules,
-                     struct quota_usage *out, struct petrel_error *err)
+                     struct fileindex_usage_cache *cache, struct quota_usage *out,
+                     struct petrel_error *err)
 {
-    return sum(user, rules, false, out, err);
+    return sum(user, rules, false, cache, out, err);
 }
 
 bool quota_usage_recalc(struct mail_user *user, const struct quota_rules *rules,
                         struct quota_usage *out, struct petrel_error *err)
 {
-    return sum(user, rules, true, out, err);
+    return sum(user, rules, true, NULL, out, err);
 }

@@ -14,11 +14,13 @@
 
 #include <stdbool.h>
 
-/* Sums the user's folders into *out. A folder that disappears while being
- * counted is skipped; any other failure (IO, damage that cannot be
+/* Sums the user's folders into *out, through `cache` when not NULL
+ * (fileindex_usage_cache: never stale). A folder that disappears while
+ * being counted is skipped; any other failure (IO, damage that cannot be
  * rebuilt) fails the whole sum: callers that enforce fail open on it. */
 bool quota_usage_get(struct mail_user *user, const struct quota_rules *rules,
-                     struct quota_usage *out, struct petrel_error *err);
+                     struct fileindex_usage_cache *cache, struct quota_usage *out,
+                     struct petrel_error *err);
 /* As quota_usage_get after rebuilding each folder's aggregate from its
  * records (API quota/recalc). */
 bool quota_usage_recalc(struct mail_user *user, const struct quota_rules *rules,
