@@ -40,7 +40,10 @@ static void check_size(const char *text)
         ref = false;
     unsigned shift = 0;
     if (i < len && strchr("kKmMgGtT", text[i]) != NULL && text[i] != '\0') {
-        shift = strchr("kK", text[i]) ? 10 : strchr("mM", text[i]) ? 20 : strchr("gG", text[i]) ? 30 : 40;
+        shift = strchr("kK", text[i])   ? 10
+                : strchr("mM", text[i]) ? 20
+                : strchr("gG", text[i]) ? 30
+                                        : 40;
         i++;
     }
     if (i < len && (text[i] == 'b' || text[i] == 'B'))

@@ -23,10 +23,15 @@ static void test_request(void **state)
     struct policy_request r;
     policy_request_init(&r);
     struct petrel_error err = {0};
-    const char *lines[] = {"request=smtpd_access_policy", "protocol_state=RCPT",
-                           "protocol_name=ESMTP", "client_address=192.0.2.1",
-                           "sender=s@example.net", "recipient=alice+x@example.org",
-                           "size=12345", "ccert_subject=", NULL};
+    const char *lines[] = {"request=smtpd_access_policy",
+                           "protocol_state=RCPT",
+                           "protocol_name=ESMTP",
+                           "client_address=192.0.2.1",
+                           "sender=s@example.net",
+                           "recipient=alice+x@example.org",
+                           "size=12345",
+                           "ccert_subject=",
+                           NULL};
     for (size_t i = 0; lines[i] != NULL; i++)
         assert_int_equal(feed(&r, lines[i], &err), POLICY_MORE);
     assert_int_equal(feed(&r, "", &err), POLICY_DONE);
@@ -91,9 +96,9 @@ static void test_recipient(void **state)
     expect("alice+lists@Example.ORG", "+", "%u", "alice@example.org", "lists");
     expect("alice+lists@example.org", "+", "%n", "alice", "lists");
     expect("alice-a+b@example.org", "+-", "%n", "alice", "a+b");
-    expect("+x@example.org", "+", "%n", "+x", NULL);   /* the first character never splits */
+    expect("+x@example.org", "+", "%n", "+x", NULL);        /* the first character never splits */
     expect("alice+@example.org", "+", "%n", "alice", NULL); /* empty detail: none */
-    expect("alice+x", "+", "%u", "alice", "x");          /* no domain */
+    expect("alice+x", "+", "%u", "alice", "x");             /* no domain */
     expect("alice+x@example.org", "", "%u", "alice+x@example.org", NULL);
     expect("a@b@example.org", "+", "%d/%n%%", "example.org/a@b%", NULL);
     struct policy_recipient r;

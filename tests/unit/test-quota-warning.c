@@ -198,8 +198,8 @@ static void test_runs_with_exact_environment(void **state)
     char *body = xasprintf("tr '\\000' '\\n' < /proc/$$/environ | sort > %s", out);
     write_program(fx, "record", body);
     free(body);
-    assert_true(quota_warning_run(fx->runner, rule(fx, "record"), "alice", "/home/alice", 950,
-                                  1000));
+    assert_true(
+        quota_warning_run(fx->runner, rule(fx, "record"), "alice", "/home/alice", 950, 1000));
     run_until_idle(fx, 10);
     assert_int_equal(metric_of(fx, "ok"), 1);
     FILE *f = fopen(out, "r");

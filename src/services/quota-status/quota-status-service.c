@@ -24,8 +24,7 @@
 #define USAGE_CACHE_FOLDERS 65536
 
 enum result { R_OK, R_OVERQUOTA, R_TOOLARGE, R_NOUSER, R_ERROR, R_COUNT };
-static const char *const result_names[R_COUNT] = {"ok", "overquota", "toolarge", "nouser",
-                                                  "error"};
+static const char *const result_names[R_COUNT] = {"ok", "overquota", "toolarge", "nouser", "error"};
 
 struct quota_status_service {
     const struct quota_config *cfg;
@@ -139,8 +138,7 @@ static enum result check_user(struct qs_pending *p, const struct auth_client_rep
         goto out;
     }
     quota_limits_compute(svc->cfg, &rules, mailbox, QUOTA_POINT_DELIVERY, &limits);
-    if (limits.storage == 0 && limits.messages == 0 &&
-        (svc->cfg->mail_size == 0 || p->size == 0)) {
+    if (limits.storage == 0 && limits.messages == 0 && (svc->cfg->mail_size == 0 || p->size == 0)) {
         r = R_OK; /* unlimited: no need to read anything */
         goto out;
     }
@@ -160,8 +158,10 @@ static enum result check_user(struct qs_pending *p, const struct auth_client_rep
         r = R_TOOLARGE;
         break;
     }
-    log_debug(COMPONENT, "checked", "user=%s mailbox=%s used=%llu/%llu limit=%llu/%llu size=%llu "
-              "result=%s", reply->user, mailbox, (unsigned long long)usage.storage,
+    log_debug(COMPONENT, "checked",
+              "user=%s mailbox=%s used=%llu/%llu limit=%llu/%llu size=%llu "
+              "result=%s",
+              reply->user, mailbox, (unsigned long long)usage.storage,
               (unsigned long long)usage.messages, (unsigned long long)limits.storage,
               (unsigned long long)limits.messages, (unsigned long long)p->size, result_names[r]);
 out:
@@ -290,14 +290,13 @@ static void metrics_init(struct quota_status_service *svc, struct metrics_regist
         const char *values[] = {result_names[r]};
         svc->requests[r] = metric_series_get(req, values);
     }
-    svc->connections = metric_series_get(
-        metrics_gauge(reg, "petrel_quota_status_connections", "Open connections to quota-status.",
-                      NULL),
-        NULL);
-    svc->connections_total = metric_series_get(
-        metrics_counter(reg, "petrel_quota_status_connections_total",
-                        "Connections accepted by quota-status.", NULL),
-        NULL);
+    svc->connections = metric_series_get(metrics_gauge(reg, "petrel_quota_status_connections",
+                                                       "Open connections to quota-status.", NULL),
+                                         NULL);
+    svc->connections_total =
+        metric_series_get(metrics_counter(reg, "petrel_quota_status_connections_total",
+                                          "Connections accepted by quota-status.", NULL),
+                          NULL);
 }
 
 struct quota_status_service *quota_status_service_start(const struct service_env *env,
@@ -332,7 +331,8 @@ struct quota_status_service *quota_status_service_start(const struct service_env
     if (svc->server == NULL || !line_server_listen(svc->server, s->listen, env->readiness, err))
         goto fail;
     if (line_server_listener_count(svc->server) == 0) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "quota.quota_status.listen: no address configured");
+        petrel_error_set(err, PETREL_ERR_INVALID,
+                         "quota.quota_status.listen: no address configured");
         goto fail;
     }
     log_info(COMPONENT, "listening", "address=%s listeners=%zu auth=%s",

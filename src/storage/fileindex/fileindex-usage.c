@@ -152,8 +152,9 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
      * parser makes is given the size the header itself implies (no fstat):
      * a base cut short is found by the next full open, not here. */
     if (fi_pread_all(bfd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-        !fi_base_parse_header(hdr, FI_BASE_HDR_SIZE + (uint64_t)fi_get32(hdr + 88) *
-                                                          FI_BASE_REC_SIZE + fi_get64(hdr + 96),
+        !fi_base_parse_header(hdr,
+                              FI_BASE_HDR_SIZE + (uint64_t)fi_get32(hdr + 88) * FI_BASE_REC_SIZE +
+                                  fi_get64(hdr + 96),
                               &info, &perr) ||
         info.version != FI_BASE_VERSION)
         goto out; /* damaged or older: the full open judges */
@@ -198,16 +199,15 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
         goto out;
     }
     size_t end = 0;
-    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, &u, &have, &end) &&
-        have) {
+    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, &u, &have, &end) && have) {
         *out = u;
         r = USAGE_OK;
         /* Only a log read to its very end, with no torn or unfinished
          * transaction after the last one, may be cached: such a log
          * changes only by growing or by being replaced (a cut happens only
          * to a torn tail), so its size and inode say it is the same. */
-        if (stamps != NULL && (FI_LOG_HDR_SIZE + end != (size_t)got ||
-                               (off_t)got != stamps[1].size))
+        if (stamps != NULL &&
+            (FI_LOG_HDR_SIZE + end != (size_t)got || (off_t)got != stamps[1].size))
             stamps[1].size = -1;
     }
 out:
@@ -321,8 +321,8 @@ static bool stat_stamp(const char *dir, const char *name, struct file_stamp *out
 }
 
 bool fileindex_read_usage_cached(struct fileindex_usage_cache *c, const char *dir,
-                                 const struct fileindex_settings *set,
-                                 struct fileindex_usage *out, struct petrel_error *err)
+                                 const struct fileindex_settings *set, struct fileindex_usage *out,
+                                 struct petrel_error *err)
 {
     if (c == NULL)
         return fileindex_read_usage(dir, set, out, NULL, err);

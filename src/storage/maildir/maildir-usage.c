@@ -3,16 +3,16 @@
 
 #include "core/buf.h"
 
-bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns,
-                       const char *name, struct fileindex_usage_cache *cache,
-                       struct mail_folder_usage *out, struct petrel_error *err)
+bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                       struct fileindex_usage_cache *cache, struct mail_folder_usage *out,
+                       struct petrel_error *err)
 {
     struct buf dir = {0};
     bool ok = maildir_folder_dir(user, ns, name, &dir, err);
     struct fileindex_usage u;
     struct petrel_error rerr;
-    if (ok && fileindex_read_usage_cached(cache, buf_cstr(&dir), &user->storage->index_settings,
-                                          &u, &rerr)) {
+    if (ok && fileindex_read_usage_cached(cache, buf_cstr(&dir), &user->storage->index_settings, &u,
+                                          &rerr)) {
         out->messages = u.messages;
         out->bytes = u.bytes;
         buf_free(&dir);

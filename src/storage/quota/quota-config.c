@@ -421,8 +421,7 @@ void quota_config_print(const struct quota_config *cfg, FILE *out)
     yaml_put_list(out, "  ", "quota_clone_dicts", cfg->clone_dicts);
     fprintf(out, "  quota_clone_flush_delay: %lldms\n", (long long)cfg->clone_flush_delay_ms);
     yaml_put_kv(out, "  ", "quota_warning_bin_dir", cfg->warning_bin_dir);
-    fprintf(out, "  quota_warning_exec_timeout: %lldms\n",
-            (long long)cfg->warning_exec_timeout_ms);
+    fprintf(out, "  quota_warning_exec_timeout: %lldms\n", (long long)cfg->warning_exec_timeout_ms);
     fprintf(out, "  quota_warnings:%s\n", cfg->warning_count == 0 ? " []" : "");
     for (size_t i = 0; i < cfg->warning_count; i++) {
         const struct quota_warning_config *w = &cfg->warnings[i];

@@ -34,20 +34,20 @@ struct quota_status_config {
     int64_t max_connections_per_ip;
     int64_t handshake_timeout_ms;
     int64_t idle_timeout_ms;
-    int64_t max_line_length;      /* one `name=value` line */
-    int64_t max_request_bytes;    /* one request (all its lines) */
-    int64_t max_pipelined;        /* requests read ahead of their replies, per connection */
-    char *auth_addr;              /* the auth service (userdb lookups) */
+    int64_t max_line_length;   /* one `name=value` line */
+    int64_t max_request_bytes; /* one request (all its lines) */
+    int64_t max_pipelined;     /* requests read ahead of their replies, per connection */
+    char *auth_addr;           /* the auth service (userdb lookups) */
     int64_t auth_timeout_ms;
-    char *recipient_delimiter;    /* characters that start the detail part */
-    char *username_format;        /* %u %n %d as lmtp.username_format */
+    char *recipient_delimiter; /* characters that start the detail part */
+    char *username_format;     /* %u %n %d as lmtp.username_format */
 };
 
 struct quota_config {
     bool enabled;
     char *quota_name;
     char *exceeded_message;
-    uint64_t mail_size;        /* quota_mail_size; 0 = unlimited */
+    uint64_t mail_size; /* quota_mail_size; 0 = unlimited */
     int64_t storage_percentage;
     int64_t message_percentage;
     uint64_t storage_extra;
@@ -58,11 +58,11 @@ struct quota_config {
     int64_t mailbox_message_count; /* 0 = unlimited */
     char **clone_dicts;            /* NULL-terminated */
     int64_t clone_flush_delay_ms;
-    char *warning_bin_dir;         /* NULL = none */
+    char *warning_bin_dir; /* NULL = none */
     int64_t warning_exec_timeout_ms;
     struct quota_warning_config *warnings;
     size_t warning_count;
-    char *over_status_mask;    /* "" disables the over-flag sync */
+    char *over_status_mask; /* "" disables the over-flag sync */
     bool over_status_lazy_check;
     char *over_status_execute; /* NULL = none */
     /* Postfix policy answers (without "action="). */

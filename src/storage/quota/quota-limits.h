@@ -30,7 +30,7 @@ struct quota_limits {
 };
 
 struct quota_usage {
-    uint64_t storage;  /* bytes */
+    uint64_t storage; /* bytes */
     uint64_t messages;
 };
 

@@ -10,11 +10,24 @@
 static bool unit_shift(char c, unsigned *shift)
 {
     switch (c) {
-    case 'k': case 'K': *shift = 10; return true;
-    case 'm': case 'M': *shift = 20; return true;
-    case 'g': case 'G': *shift = 30; return true;
-    case 't': case 'T': *shift = 40; return true;
-    default: return false;
+    case 'k':
+    case 'K':
+        *shift = 10;
+        return true;
+    case 'm':
+    case 'M':
+        *shift = 20;
+        return true;
+    case 'g':
+    case 'G':
+        *shift = 30;
+        return true;
+    case 't':
+    case 'T':
+        *shift = 40;
+        return true;
+    default:
+        return false;
     }
 }
 

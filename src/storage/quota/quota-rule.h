@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define QUOTA_MAX_RULES 64      /* mailbox rules per user */
+#define QUOTA_MAX_RULES 64       /* mailbox rules per user */
 #define QUOTA_MAX_RULE_TEXT 4096 /* bytes of one userdb field */
 
 enum quota_resource {

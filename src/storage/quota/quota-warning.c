@@ -18,8 +18,7 @@
 #define COMPONENT "quota"
 
 enum wresult { WR_OK, WR_FAILED, WR_TIMEOUT, WR_LOGGED, WR_DROPPED, WR_COUNT };
-static const char *const wresult_names[WR_COUNT] = {"ok", "failed", "timeout", "logged",
-                                                   "dropped"};
+static const char *const wresult_names[WR_COUNT] = {"ok", "failed", "timeout", "logged", "dropped"};
 
 struct child {
     struct quota_warning_runner *runner;
@@ -153,9 +152,8 @@ static void child_exited(evutil_socket_t fd, short what, void *arg)
                  "user=%s program=%s timeout_ms=%lld", c->user, c->program,
                  (long long)c->runner->cfg->warning_exec_timeout_ms);
     else
-        log_warn(COMPONENT, "quota warning program failed", "user=%s program=%s status=%d",
-                 c->user, c->program,
-                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        log_warn(COMPONENT, "quota warning program failed", "user=%s program=%s status=%d", c->user,
+                 c->program, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     count(c->runner, res);
     child_free(c);
 }
@@ -181,9 +179,11 @@ bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warnin
     const char *resource = w->resource == QUOTA_RES_STORAGE ? "storage" : "message";
     const char *threshold = quota_warning_threshold_name(w->threshold);
     if (r->cfg->warning_bin_dir == NULL || w->execute == NULL) {
-        log_info(COMPONENT, "quota warning", "user=%s name=%s resource=%s threshold=%s "
-                 "percentage=%lld usage=%llu limit=%llu", user, w->name, resource, threshold,
-                 (long long)w->percentage, (unsigned long long)usage, (unsigned long long)limit);
+        log_info(COMPONENT, "quota warning",
+                 "user=%s name=%s resource=%s threshold=%s "
+                 "percentage=%lld usage=%llu limit=%llu",
+                 user, w->name, resource, threshold, (long long)w->percentage,
+                 (unsigned long long)usage, (unsigned long long)limit);
         count(r, WR_LOGGED);
         return false;
     }
@@ -237,16 +237,20 @@ bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warnin
         free(envp[i]);
     bool ok = false;
     if (rc != 0) {
-        log_warn(COMPONENT, "cannot start the quota warning program", "user=%s program=%s "
-                 "error=\"%s\"", user, path, strerror(rc));
+        log_warn(COMPONENT, "cannot start the quota warning program",
+                 "user=%s program=%s "
+                 "error=\"%s\"",
+                 user, path, strerror(rc));
         count(r, WR_FAILED);
         goto out;
     }
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0) {
         /* Cannot watch it without blocking: stop it rather than leave it. */
-        log_warn(COMPONENT, "cannot watch the quota warning program", "user=%s program=%s "
-                 "error=\"%s\"", user, path, strerror(errno));
+        log_warn(COMPONENT, "cannot watch the quota warning program",
+                 "user=%s program=%s "
+                 "error=\"%s\"",
+                 user, path, strerror(errno));
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
         count(r, WR_FAILED);
@@ -267,9 +271,10 @@ bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warnin
     c->next = r->children;
     r->children = c;
     r->running++;
-    log_info(COMPONENT, "quota warning program started", "user=%s name=%s program=%s pid=%d "
-             "usage=%llu limit=%llu", user, w->name, path, (int)pid, (unsigned long long)usage,
-             (unsigned long long)limit);
+    log_info(COMPONENT, "quota warning program started",
+             "user=%s name=%s program=%s pid=%d "
+             "usage=%llu limit=%llu",
+             user, w->name, path, (int)pid, (unsigned long long)usage, (unsigned long long)limit);
     ok = true;
 out:
     free(path);
