@@ -154,6 +154,15 @@ static void write_all(const char *path, const char *data, size_t len)
     close(fd);
 }
 
+static off_t file_size_of(const struct fx *fx, const char *name)
+{
+    char *p = path_in(fx, name);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    free(p);
+    return st.st_size;
+}
+
 static struct fileindex *create(const struct fx *fx)
 {
     struct petrel_error err = {0};
@@ -353,6 +362,15 @@ static void test_rebuild_and_fold(void **state)
         bytes += (uint64_t)i * 7;
         assert_usage(read_usage(fx->dir, false), 4 + (uint64_t)i, bytes);
     }
+    /* A log longer than the reader's first read (64 KiB). */
+    fileindex_close(fi);
+    fi = open_ok(fx->dir); /* the default fold size */
+    t = begin_ok(fi);
+    for (int i = 0; i < 2000; i++)
+        append(t, 3);
+    commit_ok(t);
+    assert_true(file_size_of(fx, FI_LOG_FILE) > 64 * 1024);
+    assert_usage(read_usage(fx->dir, false), 43 + 2000, bytes + 6000);
     fileindex_close(fi);
     /* A missing index is NOT_FOUND, as fileindex_open says. */
     char *none = path_in(fx, "nowhere");

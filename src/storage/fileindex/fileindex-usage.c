@@ -173,13 +173,17 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
     size_t cap = LOG_FIRST_READ;
     data = xmalloc(cap);
     ssize_t got = fi_pread_all(lfd, data, cap, 0);
-    if (got == (ssize_t)cap) {
+    if (got == (ssize_t)cap) { /* more: read the rest after what we have */
         struct stat lst;
         if (fstat(lfd, &lst) != 0 || (uint64_t)lst.st_size > MAX_LOG_READ)
             goto out;
-        cap = (size_t)lst.st_size;
-        data = xrealloc(data, cap > 0 ? cap : 1);
-        got = fi_pread_all(lfd, data, cap, 0);
+        if ((size_t)lst.st_size > cap) {
+            data = xrealloc(data, (size_t)lst.st_size);
+            ssize_t more = fi_pread_all(lfd, data + cap, (size_t)lst.st_size - cap, cap);
+            if (more < 0)
+                goto out;
+            got += more;
+        }
     }
     if (got < (ssize_t)FI_LOG_HDR_SIZE)
         goto out;
