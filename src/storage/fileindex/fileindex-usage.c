@@ -77,12 +77,13 @@ static size_t op_length(const uint8_t *p, size_t left)
 
 /* Applies the USAGE operations of the valid transactions in data[0..len)
  * (the log after its header, file offset FI_LOG_HDR_SIZE). False when a
- * transaction changes records without one (an older writer): the
- * aggregate cannot be known without them. */
+ * transaction changes records without one (an older writer) and no later
+ * one carries the aggregate: it cannot be known without the records. */
 static bool scan_log(const uint8_t *data, size_t len, struct fileindex_usage *u, bool *have,
                      size_t *end)
 {
     size_t pos = 0;
+    bool unknown = false;
     *end = 0;
     while (len - pos >= FI_TXN_HDR_SIZE) {
         const uint8_t *t = data + pos;
@@ -110,12 +111,14 @@ static bool scan_log(const uint8_t *data, size_t len, struct fileindex_usage *u,
             }
             off += n;
         }
-        if (changes && !got)
-            return false;
+        if (got)
+            unknown = false; /* an absolute value: what came before no longer matters */
+        if (changes)
+            unknown = true;
         pos += tlen;
         *end = pos;
     }
-    return true;
+    return !unknown;
 }
 
 /* Bytes read from the log at once: its header and, usually, every
