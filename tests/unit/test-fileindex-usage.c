@@ -178,7 +178,7 @@ static void test_torn_log_every_byte(void **state)
     /* A history of every kind of change; the aggregate after each. */
     struct {
         uint64_t messages, bytes;
-    } after[16];
+    } after[16] = {{0, 0}};
     size_t steps = 0;
     struct fileindex_txn *t = begin_ok(fi);
     append(t, 1000);

@@ -192,7 +192,7 @@ static bool parse_rule(struct quota_rules *r, const char *rule, size_t len,
     while (items_len > 0) {
         const char *sep = memchr(items, ':', items_len);
         size_t n = sep != NULL ? (size_t)(sep - items) : items_len;
-        enum quota_resource res;
+        enum quota_resource res = QUOTA_RES_STORAGE;
         struct quota_limit_spec spec;
         if (!parse_item(rule, len, items, n, wild, &res, &spec, err))
             return false;
