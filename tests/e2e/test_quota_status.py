@@ -164,8 +164,9 @@ def test_answers_by_usage_limit_and_size(qsd):
     assert ask(d, "alice@example.org", 1, unix=True) == "action=552 5.2.2 Mailbox is full"
     # the detail part goes: alice+lists is alice
     assert ask(d, "alice+lists@example.org", 10) == "action=552 5.2.2 Mailbox is full"
-    # bob: 50 KiB + 1000 grace, empty
+    # bob: 50 KiB + 1000 grace, never got mail (asking creates nothing for him)
     assert ask(d, "bob@example.org", 50 * 1024 + 1000) == "action=DUNNO"
+    assert not (d.workdir / "mail" / "bob").exists()
     assert ask(d, "bob@example.org", 50 * 1024 + 1001) == "action=552 5.2.2 Mailbox is full"
     # dave: unlimited, but one message above quota_mail_size (100K) is too large
     assert ask(d, "dave@example.org", 100 * 1024) == "action=DUNNO"

@@ -3,6 +3,9 @@
 
 #include "core/buf.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns, const char *name,
                        struct fileindex_usage_cache *cache, struct mail_folder_usage *out,
                        struct petrel_error *err)
@@ -11,11 +14,21 @@ bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns
     bool ok = maildir_folder_dir(user, ns, name, &dir, err);
     struct fileindex_usage u;
     struct petrel_error rerr;
+    petrel_error_clear(&rerr);
     if (ok && fileindex_read_usage_cached(cache, buf_cstr(&dir), &user->storage->index_settings, &u,
                                           &rerr)) {
         out->messages = u.messages;
         out->bytes = u.bytes;
         buf_free(&dir);
+        return true;
+    }
+    if (ok && rerr.code == PETREL_ERR_NOT_FOUND && access(buf_cstr(&dir), F_OK) != 0 &&
+        errno == ENOENT) {
+        /* No folder on disk at all (INBOX of a user who never got mail):
+         * empty, and nothing is created for asking. */
+        buf_free(&dir);
+        out->messages = 0;
+        out->bytes = 0;
         return true;
     }
     buf_free(&dir);
