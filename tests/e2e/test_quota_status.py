@@ -18,6 +18,7 @@ LMTP to Petrel."""
 import imaplib
 import smtplib
 import socket
+import time
 
 import pytest
 
@@ -315,3 +316,28 @@ def test_requests_waiting_for_lookups_are_capped_per_connection(petreld, tmp_pat
     wait_for(lambda: "too many requests ahead of their answers" in d.stderr(),
              what="the log line")
     assert ask(d, None) == "action=DUNNO"  # other connections are served
+
+
+def test_allow_list_and_silent_connections(petreld, tmp_path):
+    """TCP clients outside allowed_nets are closed at accept, before a byte
+    is read; a connection that says nothing is closed after handshake_timeout."""
+    cfg = config(tmp_path)
+    cfg["components"] = ["auth", "quota-status"]
+    cfg["quota"]["quota_status"].update({"handshake_timeout": "1s",
+                                         "allowed_nets": ["192.0.2.0/24"]})
+    d = petreld(cfg)
+    with socket.create_connection(qs_addr(d), timeout=10) as s:
+        try:
+            s.sendall(request("bob@example.org", 1))
+            assert s.recv(100) == b""
+        except ConnectionResetError:
+            pass
+    # The Unix socket is governed by its mode, not by allowed_nets.
+    assert ask(d, "bob@example.org", 1, unix=True) == "action=DUNNO"
+    u = socket.socket(socket.AF_UNIX)
+    u.connect(d.config["quota"]["quota_status"]["listen"][1][len("unix:"):])
+    with u:
+        u.settimeout(10)
+        start = time.monotonic()
+        assert u.recv(100) == b""  # closed by the server, nothing sent
+        assert 0.5 < time.monotonic() - start < 8
