@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -66,6 +66,8 @@ max_len_of() {
     fuzz-ring-protocol) echo 4096 ;;
     fuzz-monitor-dialog) echo 16384 ;;
     fuzz-monitor-config) echo 16384 ;;
+    fuzz-quota-rule) echo 4096 ;;
+    fuzz-policy-request) echo 16384 ;;
     esac
 }
 
@@ -96,6 +98,8 @@ dict_of() {
     fuzz-ring-protocol) echo "$ROOT/fuzz/dict/ring-protocol.dict" ;;
     fuzz-monitor-dialog) echo "$ROOT/fuzz/dict/monitor-dialog.dict" ;;
     fuzz-monitor-config) echo "$ROOT/fuzz/dict/monitor-config.dict" ;;
+    fuzz-quota-rule) echo "$ROOT/fuzz/dict/quota-rule.dict" ;;
+    fuzz-policy-request) echo "$ROOT/fuzz/dict/policy-request.dict" ;;
     esac
 }
 

@@ -9,6 +9,7 @@ PACKAGES=(
   libcurl4-openssl-dev zlib1g-dev
   python3 python3-pytest openssl curl wrk whois apache2-utils argon2 swaks
   redis-server redis-tools postgresql prometheus dovecot-imapd dovecot-pop3d isync mutt strace
+  postfix
 )
 
 missing=()

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", NULL};
+const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", "quota-status", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -38,6 +38,7 @@ static void defaults(struct petrel_config *cfg)
     warden_config_defaults(&cfg->warden);
     monitor_config_defaults(&cfg->monitor);
     director_config_defaults(&cfg->director);
+    quota_config_defaults(&cfg->quota);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -71,6 +72,7 @@ void config_free(struct petrel_config *cfg)
     warden_config_free(&cfg->warden);
     monitor_config_free(&cfg->monitor);
     director_config_free(&cfg->director);
+    quota_config_free(&cfg->quota);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
@@ -250,6 +252,22 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
                    &b->max_connections_per_ip);
 }
 
+/* quota.quota_clone_dicts names dicts of the `dicts:` section. */
+static bool check_clone_dicts(const struct cfg_ctx *ctx, const struct ynode *quota,
+                              const struct petrel_config *cfg)
+{
+    for (size_t i = 0; cfg->quota.clone_dicts[i] != NULL; i++) {
+        bool found = false;
+        for (size_t k = 0; k < dict_registry_count(cfg->dicts) && !found; k++)
+            found = strcmp(dict_registry_name(cfg->dicts, k), cfg->quota.clone_dicts[i]) == 0;
+        if (!found)
+            return cfg_fail(ctx, list_item(ynode_get(quota, "quota_clone_dicts"), i),
+                            "quota.quota_clone_dicts", "no dict named '%s' in dicts:",
+                            cfg->quota.clone_dicts[i]);
+    }
+    return true;
+}
+
 static bool valid_component(const char *name)
 {
     for (size_t i = 0; config_component_names[i] != NULL; i++) {
@@ -330,7 +348,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                                        "backend_api",  "auth",             "imap",
                                        "dicts",        "mail",             "warden_service",
                                        "pop3",         "lmtp",           "monitor",
-                                       "director",     "memory_trim_interval", NULL};
+                                       "director",     "memory_trim_interval", "quota", NULL};
     if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
@@ -365,6 +383,10 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     if (!monitor_section_read(ctx, ynode_get(root, "monitor"), &cfg->monitor))
         return false;
     if (!director_config_read(ctx, ynode_get(root, "director"), &cfg->director))
+        return false;
+    if (!quota_config_read(ctx, ynode_get(root, "quota"), listed(cfg->components, "quota-status"),
+                           &cfg->quota) ||
+        !check_clone_dicts(ctx, ynode_get(root, "quota"), cfg))
         return false;
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
@@ -473,6 +495,7 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     warden_config_print(&cfg->warden, out);
     monitor_config_print(&cfg->monitor, out);
     director_config_print(&cfg->director, out);
+    quota_config_print(&cfg->quota, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "dict/dict.h"
 #include "storage/namespace.h"
+#include "storage/quota/quota-config.h"
 #include "net/tls.h"
 #include "protocols/imap/imap-config.h"
 #include "protocols/lmtp/lmtp-config.h"
@@ -48,6 +49,7 @@ struct petrel_config {
     struct mail_config mail;     /* `mail:` section */
     struct monitor_config monitor; /* `monitor:` section; the monitor file once loaded */
     struct director_config director; /* `director:` section */
+    struct quota_config quota;       /* `quota:` section */
 };
 
 /* Names `components:` may list. */

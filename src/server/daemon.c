@@ -16,6 +16,7 @@
 #include "services/backend-api/backend-api.h"
 #include "services/director/director-service.h"
 #include "services/monitor/monitor-service.h"
+#include "services/quota-status/quota-status-service.h"
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-service.h"
@@ -58,6 +59,7 @@ struct petrel_context {
     struct imap_server *imap;
     struct lmtp_server *lmtp;
     struct pop3_server *pop3;
+    struct quota_status_service *quota_status;
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -87,6 +89,8 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += lmtp_server_sessions(ctx->lmtp);
     if (ctx->pop3 != NULL)
         n += pop3_server_sessions(ctx->pop3);
+    if (ctx->quota_status != NULL)
+        n += quota_status_service_in_flight(ctx->quota_status);
     return n;
 }
 
@@ -151,6 +155,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         lmtp_server_stop_accepting(ctx->lmtp); /* 421 once each transaction is over */
     if (ctx->pop3 != NULL)
         pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
+    if (ctx->quota_status != NULL)
+        quota_status_service_stop_accepting(ctx->quota_status);
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -220,6 +226,8 @@ static unsigned long long configured_connections(const struct petrel_config *cfg
         n += (unsigned long long)cfg->pop3.login.max_connections;
     if (config_has_component(cfg, "lmtp"))
         n += (unsigned long long)cfg->lmtp.max_connections;
+    if (config_has_component(cfg, "quota-status"))
+        n += (unsigned long long)cfg->quota.status.max_connections;
     if (config_has_component(cfg, "director"))
         n += (unsigned long long)cfg->director.api_max_connections +
              (unsigned long long)cfg->director.ring_max_clients;
@@ -315,6 +323,12 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
         if (ctx->pop3 == NULL)
             return false;
     }
+    if (config_has_component(ctx->config, "quota-status")) {
+        ctx->quota_status =
+            quota_status_service_start(&ctx->env, &ctx->config->quota, ctx->storage, err);
+        if (ctx->quota_status == NULL)
+            return false;
+    }
     if (config_has_component(ctx->config, "backend-api")) {
         ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
                                              ctx->config->dicts, ctx->storage, err);
@@ -337,6 +351,7 @@ static void context_free(struct petrel_context *ctx)
     imap_server_free(ctx->imap);
     lmtp_server_free(ctx->lmtp);
     pop3_server_free(ctx->pop3);
+    quota_status_service_free(ctx->quota_status);
     auth_service_free(ctx->auth);
     warden_service_free(ctx->warden);
     monitor_service_free(ctx->monitor);
@@ -500,7 +515,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.memory_trim = memory_trim_start(ctx.base, ctx.config->memory_trim_interval_ms);
     log_info(COMPONENT, "started",
              "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
-             "lmtp=%s director=%s monitor=%s",
+             "lmtp=%s director=%s monitor=%s quota_status=%s",
              PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
              ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
              ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
@@ -509,7 +524,8 @@ int daemon_run(const struct daemon_options *opts)
              ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off",
              ctx.lmtp != NULL ? lmtp_server_address(ctx.lmtp) : "off",
              ctx.director != NULL ? director_service_api_address(ctx.director) : "off",
-             ctx.monitor != NULL ? "on" : "off");
+             ctx.monitor != NULL ? "on" : "off",
+             ctx.quota_status != NULL ? quota_status_service_address(ctx.quota_status) : "off");
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

@@ -470,4 +470,24 @@ bool mailbox_cache_queue(struct mailbox *box, uint32_t uid, const char *field, c
 /* Writes what mailbox_cache_queue queued (nothing queued: no I/O). */
 bool mailbox_cache_flush(struct mailbox *box, struct petrel_error *err);
 
+/* ---------- usage (quota, storage/quota/quota-usage.h) ---------- */
+
+struct mail_folder_usage {
+    uint64_t messages;
+    uint64_t bytes; /* physical sizes */
+};
+struct fileindex_usage_cache; /* storage/fileindex/fileindex.h */
+/* The folder's aggregate from its index without loading the messages'
+ * records (O(1) in the number of messages), through `cache` when not NULL
+ * (a caller that asks often; never stale). A folder whose index does not
+ * exist yet is opened once (which builds the index from the files).
+ * NOT_FOUND when the folder does not exist. */
+bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns,
+                       const char *name, struct fileindex_usage_cache *cache,
+                       struct mail_folder_usage *out, struct petrel_error *err);
+/* Recomputes the folder's aggregate from its records' sizes and writes it
+ * (for an aggregate suspected wrong; the index heals itself anyway). */
+bool mailbox_usage_recalc(struct mailbox *box, struct mail_folder_usage *out,
+                          struct petrel_error *err);
+
 #endif

@@ -130,7 +130,7 @@ def test_every_component_of_the_example_is_up(standalone):
                if "component=petreld msg=started" in ln]
     assert started, standalone.stderr()
     for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "lmtp=127.0.0.1", "warden=127.0.0.1",
-                      "auth=127.0.0.1", "director=", "monitor="):
+                      "auth=127.0.0.1", "director=", "monitor=", "quota_status=127.0.0.1"):
         assert component in started[0], started[0]
     assert standalone.ctl("backend", "health").returncode == 0
 
@@ -237,3 +237,19 @@ def test_monitor_probes_the_backend_and_the_director_keeps_it_up(standalone):
     assert out.returncode == 0, out.stderr
     row = [ln for ln in out.stdout.splitlines() if str(standalone.port(10143)) in ln]
     assert row and " up " in row[0], out.stdout
+
+
+def test_quota_status_answers_postfix_for_the_demo_user(standalone):
+    """Postfix's check_policy_service inet:127.0.0.1:10240 as the example documents it."""
+    import socket
+    with socket.create_connection(("127.0.0.1", standalone.port(10240)), timeout=10) as c:
+        c.sendall(b"request=smtpd_access_policy\nprotocol_state=RCPT\n"
+                  b"recipient=demo@example.org\nsize=1000\n\n"
+                  b"request=smtpd_access_policy\nprotocol_state=RCPT\n"
+                  b"recipient=nobody@example.org\n\n")
+        data = b""
+        while data.count(b"\n\n") < 2:
+            chunk = c.recv(4096)
+            assert chunk, data
+            data += chunk
+    assert data == b"action=DUNNO\n\naction=REJECT Unknown user\n\n"

@@ -12,7 +12,8 @@
  *     16  u32 record_size        48
  *     20  u32 flags              bit 0 FOLDED: this base is exactly the parent
  *                                base plus the parent log up to parent_log_size
- *                                (a reader at that point may adopt it)
+ *                                (a reader at that point may adopt it);
+ *                                bit 1 USAGE: usage_bytes below is valid
  *     24  u8  guid[16]
  *     40  u32 uid_validity
  *     44  u32 next_uid
@@ -26,9 +27,14 @@
  *     92  u32 records_crc        CRC-32C of the record area
  *     96  u64 strings_size       < 4 GiB
  *     104 u32 strings_crc        CRC-32C of the string table
- *     108 u32 reserved (0)
+ *     108 u32 usage_bytes_lo     the folder's aggregate: the sum of the
  *     112 i64 written_at         unix seconds (informational)
- *     120 u32 reserved (0)
+ *     120 u32 usage_bytes_hi     records' sizes, in two halves (the slots an
+ *                                older writer left 0; its count is
+ *                                record_count). Only with flag USAGE; a base
+ *                                without it (an older writer) or whose sum
+ *                                disagrees with its records is trusted for
+ *                                its records and healed by the next write.
  *     124 u32 header_crc         CRC-32C of bytes 0..123
  *   records (record_count x 48 bytes, ascending uid)
  *     0   u32 uid                non-zero, strictly increasing, < next_uid
@@ -108,6 +114,8 @@ bool fi_base_parse_header(const uint8_t *p, uint64_t file_size, struct fi_base_i
     info->parent_log_size = fi_get64(p + 80);
     info->count = fi_get32(p + 88);
     info->strings_size = fi_get64(p + 96);
+    if (info->flags & FI_BASE_FLAG_USAGE)
+        info->usage_bytes = (uint64_t)fi_get32(p + 108) | ((uint64_t)fi_get32(p + 120) << 32);
     if (info->count > FI_MAX_RECORDS)
         return bad(err, "too many records");
     if (info->strings_size > FI_MAX_STRINGS)
@@ -170,6 +178,7 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
     fi_view_alloc(v, count + 64);
     uint32_t prev = 0;
     size_t unseen = 0;
+    uint64_t bytes = 0;
     size_t next_off = 0;
     for (size_t i = 0; i < count && why == NULL; i++) {
         const uint8_t *p = recs + i * FI_BASE_REC_SIZE;
@@ -202,6 +211,7 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
         r->filename = strings + off;
         if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
             unseen++;
+        bytes += r->size;
         prev = r->uid;
     }
     if (why != NULL) {
@@ -211,6 +221,8 @@ bool fi_base_load(int fd, uint64_t file_size, struct fi_view *v, struct fi_base_
     }
     v->count = count;
     v->unseen = unseen;
+    v->bytes = bytes;
+    v->usage_suspect = (info->flags & FI_BASE_FLAG_USAGE) == 0 || info->usage_bytes != bytes;
     /* Only the string table is referenced from now on. */
     long page = sysconf(_SC_PAGESIZE);
     if (page > 0) {
@@ -272,8 +284,10 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
         return false;
     struct out o = {.fd = fd, .off = FI_BASE_HDR_SIZE, .buf = xmalloc(WRITE_CHUNK)};
     uint32_t name_off = 0;
+    uint64_t bytes = 0;
     for (size_t i = 0; i < v->count && !o.failed; i++) {
         const struct fileindex_record *r = &v->recs[i];
+        bytes += r->size;
         uint8_t *p = out_reserve(&o, FI_BASE_REC_SIZE);
         fi_put32(p, r->uid);
         fi_put32(p + 4, r->flags);
@@ -302,7 +316,8 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
     fi_put32(h + 8, info->version);
     fi_put32(h + 12, FI_BASE_HDR_SIZE);
     fi_put32(h + 16, FI_BASE_REC_SIZE);
-    fi_put32(h + 20, info->flags);
+    /* The aggregate is summed from the records written, never copied. */
+    fi_put32(h + 20, info->flags | FI_BASE_FLAG_USAGE);
     memcpy(h + 24, info->hdr.guid, 16);
     fi_put32(h + 40, info->hdr.uid_validity);
     fi_put32(h + 44, info->hdr.next_uid);
@@ -315,6 +330,8 @@ bool fi_base_write(struct fileindex *fi, const struct fi_view *v, const struct f
     fi_put32(h + 92, records_crc);
     fi_put64(h + 96, strings_size);
     fi_put32(h + 104, strings_crc);
+    fi_put32(h + 108, (uint32_t)bytes);
+    fi_put32(h + 120, (uint32_t)(bytes >> 32));
     fi_put64(h + 112, (uint64_t)time(NULL));
     fi_put32(h + 124, fi_crc32c(0, h, 124));
     if (o.failed || !fs_pwrite_all(fd, h, sizeof(h), 0)) {

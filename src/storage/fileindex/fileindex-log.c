@@ -29,6 +29,17 @@
  *         4 EXPUNGE  u32 uid
  *         5 HEADER   u32 next_uid, u64 highest_modseq, u64 cache_reset_id
  *                    (the header after the transaction; last, exactly once)
+ *         6 USAGE    u32 messages, u64 bytes: the folder's aggregate after
+ *                    the transaction (live records and the sum of their
+ *                    sizes); in every transaction that appends or
+ *                    expunges, just before HEADER, so the aggregate and the
+ *                    records it sums are one checksummed write and no
+ *                    crash can separate them. A reader that does not load
+ *                    records (fileindex_read_usage) takes the base's sum
+ *                    and then the last USAGE. One that disagrees with the
+ *                    records it follows (an older writer's, damage) is not
+ *                    an error: the records win and the next writer writes
+ *                    USAGE again (usage_suspect).
  *
  * Replay rules: appends carry strictly increasing UIDs >= next_uid, every
  * modseq in a transaction is above the highest_modseq before it and at most
@@ -132,6 +143,7 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
     uint64_t max_modseq = start_modseq;
     size_t off = 0;
     bool got_header = false;
+    bool usage_changed = false; /* records changed since the last USAGE */
     while (off < len) {
         if (got_header)
             return bad(err, "operation after the transaction header");
@@ -166,6 +178,8 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
             r->filename = fi_arena_dup(&v->names, (const char *)p + 46, name_len);
             if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
                 v->unseen++;
+            v->bytes += r->size;
+            usage_changed = true;
             if (modseq > max_modseq)
                 max_modseq = modseq;
             off += FI_OP_APPEND_FIXED + name_len;
@@ -214,9 +228,20 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
                 return bad(err, "expunge of an unknown uid");
             if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
                 v->unseen--;
+            v->bytes -= r->size;
+            usage_changed = true;
             r->filename = NULL;
             v->expunged_marks++;
             off += 4;
+            break;
+        }
+        case FI_OP_USAGE: {
+            if (left < FI_OP_USAGE_SIZE)
+                return bad(err, "short usage");
+            v->usage_suspect = fi_get32(p) != v->count - v->expunged_marks ||
+                               fi_get64(p + 4) != v->bytes;
+            usage_changed = false;
+            off += FI_OP_USAGE_SIZE;
             break;
         }
         case FI_OP_HEADER: {
@@ -242,6 +267,8 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
     }
     if (!got_header)
         return bad(err, "transaction without header");
+    if (usage_changed) /* an older writer's: readers without records need USAGE again */
+        v->usage_suspect = true;
     return true;
 }
 

@@ -58,6 +58,7 @@
 #define FI_BASE_HDR_SIZE 128u
 #define FI_BASE_REC_SIZE 48u
 #define FI_BASE_FLAG_FOLDED 0x1u /* == parent base + parent log up to parent_log_size */
+#define FI_BASE_FLAG_USAGE 0x2u  /* usage_bytes_lo/hi hold the sum of the record sizes */
 
 /* ---------- log file (fileindex-log.c) ---------- */
 #define FI_LOG_MAGIC "PTRLLOG"
@@ -72,10 +73,12 @@ enum fi_op {
     FI_OP_NAME = 3,
     FI_OP_EXPUNGE = 4,
     FI_OP_HEADER = 5,
+    FI_OP_USAGE = 6,
 };
 #define FI_OP_APPEND_FIXED 46u /* after the op byte, before the name */
 #define FI_OP_FLAGS_SIZE 20u
 #define FI_OP_HEADER_SIZE 20u
+#define FI_OP_USAGE_SIZE 12u
 
 /* ---------- cache file (fileindex-cache.c) ---------- */
 #define FI_CACHE_MAGIC "PTRLCCH"
@@ -162,6 +165,13 @@ struct fi_view {
     bool recs_mapped; /* recs is an anonymous mapping (large arrays) */
     size_t unseen;
     size_t expunged_marks; /* records marked (filename NULL) awaiting compaction */
+    /* The folder's aggregate: the sum of `size` over live records (their
+     * count is count - expunged_marks), kept by every change to records.
+     * usage_suspect: what the files say about it (base header, the last
+     * USAGE operation) was missing or disagreed with the records, so the
+     * next transaction writes it (fileindex-usage.c). */
+    uint64_t bytes;
+    bool usage_suspect;
     struct fi_map *maps;
     struct fi_arena names;
 };
@@ -370,6 +380,7 @@ struct fi_base_info {
     uint64_t parent_log_size;
     uint32_t count;
     uint64_t strings_size;
+    uint64_t usage_bytes; /* with FI_BASE_FLAG_USAGE */
 };
 /* Parses and checks a base header (the first FI_BASE_HDR_SIZE bytes). */
 bool fi_base_parse_header(const uint8_t *p, uint64_t file_size, struct fi_base_info *info,

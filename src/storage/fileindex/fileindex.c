@@ -60,6 +60,7 @@ struct fileindex_txn {
     /* UIDs appended in this transaction (ascending) and which of them were
      * expunged again */
     uint32_t *app_uids;
+    uint64_t *app_sizes;
     uint8_t *app_gone;
     size_t app_count;
     size_t app_cap;
@@ -67,6 +68,13 @@ struct fileindex_txn {
     /* positions of the target view expunged in this transaction */
     uint8_t *gone_bits;
     size_t gone_count;
+    /* The aggregate's change: live records added and removed, bytes too
+     * (the USAGE operation written at commit, fileindex-log.c). */
+    uint64_t usage_added;
+    uint64_t usage_removed;
+    uint64_t bytes_added;
+    uint64_t bytes_removed;
+    bool force_usage;             /* fileindex_usage_recalc */
     struct fi_view *staged;       /* replace_all */
     bool in_memory;               /* fileindex_begin_sync on a read-only log */
     void (*on_commit)(void *arg); /* after a successful commit, still locked */
@@ -605,6 +613,8 @@ static bool fold(struct fileindex *fi, struct fi_view *src, bool pure, struct pe
         return false;
     }
     src->hdr.lineage = info.hdr.lineage;
+    src->usage_suspect = false; /* the new base carries the sum of its records */
+    info.flags |= FI_BASE_FLAG_USAGE;
     if (staged) {
         fi_view_free(&s->view);
         s->view = *src;
@@ -682,12 +692,17 @@ static void txn_reset_ops(struct fileindex_txn *t)
     free(t->gone_bits);
     t->gone_bits = NULL;
     t->gone_count = 0;
+    t->usage_added = 0;
+    t->usage_removed = 0;
+    t->bytes_added = 0;
+    t->bytes_removed = 0;
 }
 
 static void txn_free(struct fileindex_txn *t)
 {
     buf_free(&t->ops);
     free(t->app_uids);
+    free(t->app_sizes);
     free(t->app_gone);
     free(t->gone_bits);
     if (t->staged != NULL) {
@@ -861,12 +876,16 @@ uint32_t fileindex_txn_append(struct fileindex_txn *t, const struct fileindex_re
     if (t->app_count == t->app_cap) {
         size_t cap = t->app_cap;
         t->app_uids = xgrow(t->app_uids, &cap, t->app_count + 1, sizeof(*t->app_uids));
+        t->app_sizes = xrealloc(t->app_sizes, cap * sizeof(*t->app_sizes));
         t->app_gone = xrealloc(t->app_gone, cap);
         t->app_cap = cap;
     }
     t->app_uids[t->app_count] = uid;
+    t->app_sizes[t->app_count] = rec->size;
     t->app_gone[t->app_count] = 0;
     t->app_count++;
+    t->usage_added++;
+    t->bytes_added += rec->size;
     return uid;
 }
 
@@ -911,12 +930,15 @@ bool fileindex_txn_expunge(struct fileindex_txn *t, uint32_t uid)
     if (app != SIZE_MAX) {
         t->app_gone[app] = 1;
         t->app_gone_count++;
+        t->bytes_removed += t->app_sizes[app];
     } else {
         if (t->gone_bits == NULL)
             t->gone_bits = xcalloc(tview(t)->count / 8 + 1, 1);
         t->gone_bits[pos / 8] |= (uint8_t)(1u << (pos % 8));
         t->gone_count++;
+        t->bytes_removed += tview(t)->recs[pos].size;
     }
+    t->usage_removed++;
     uint8_t *p = op_reserve(t, 1 + 4);
     p[0] = FI_OP_EXPUNGE;
     fi_put32(p + 1, uid);
@@ -995,6 +1017,7 @@ bool fileindex_txn_replace_all(struct fileindex_txn *t, const struct fileindex_h
         r->filename = fi_arena_dup(&v->names, records[i].filename, strlen(records[i].filename));
         if ((r->flags & FILEINDEX_SEEN_BIT) == 0)
             v->unseen++;
+        v->bytes += r->size;
     }
     if (kept < old->count)
         highest++; /* messages went away: that is a change too */
@@ -1051,6 +1074,17 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
     bool header_changed = t->next_uid != target->hdr.next_uid ||
                           t->modseq != target->hdr.highest_modseq ||
                           t->cache_reset_id != target->hdr.cache_reset_id;
+    /* The aggregate after the transaction, in the same write as the
+     * records that change it; also to heal one found missing or wrong. */
+    if (t->staged == NULL &&
+        (t->usage_added > 0 || t->usage_removed > 0 || t->force_usage ||
+         (target->usage_suspect && (t->op_count > 0 || header_changed)))) {
+        uint64_t live = target->count - target->expunged_marks;
+        uint8_t *u = op_reserve(t, 1 + FI_OP_USAGE_SIZE);
+        u[0] = FI_OP_USAGE;
+        fi_put32(u + 1, (uint32_t)(live + t->usage_added - t->usage_removed));
+        fi_put64(u + 5, target->bytes + t->bytes_added - t->bytes_removed);
+    }
     bool changed = t->op_count > 0 || header_changed;
     uint8_t *p = op_reserve(t, 1 + FI_OP_HEADER_SIZE);
     p[0] = FI_OP_HEADER;
@@ -1167,4 +1201,39 @@ bool fi_set_cache_reset_id(struct fileindex *fi, uint64_t id, struct petrel_erro
 uint64_t fi_current_cache_reset_id(const struct fileindex *fi)
 {
     return fi->txn != NULL ? fi->txn->cache_reset_id : fi->st.view.hdr.cache_reset_id;
+}
+
+/* ---------- usage ---------- */
+
+void fileindex_get_usage(const struct fileindex *fi, struct fileindex_usage *out)
+{
+    const struct fi_view *v = &fi->st.view;
+    out->messages = v->count - v->expunged_marks;
+    out->bytes = v->bytes;
+}
+
+bool fileindex_usage_recalc(struct fileindex *fi, struct fileindex_usage *out,
+                            struct petrel_error *err)
+{
+    struct fileindex_txn *t = fileindex_begin(fi, err);
+    if (t == NULL)
+        return false;
+    /* From the records themselves, not from what the view kept. */
+    struct fi_view *v = &fi->st.view;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < v->count; i++) {
+        if (v->recs[i].filename != NULL)
+            bytes += v->recs[i].size;
+    }
+    if (bytes != v->bytes)
+        log_warn(FI_COMPONENT, "index aggregate disagreed with its records, rebuilt",
+                 "dir=%s bytes_kept=%llu bytes_summed=%llu", fi->dir,
+                 (unsigned long long)v->bytes, (unsigned long long)bytes);
+    v->bytes = bytes;
+    t->force_usage = true;
+    if (!fileindex_txn_commit(t, err))
+        return false;
+    if (out != NULL)
+        fileindex_get_usage(fi, out);
+    return true;
 }

@@ -167,6 +167,52 @@ bool fileindex_txn_replace_all(struct fileindex_txn *txn, const struct fileindex
  * a fast no-op when the log holds only its header. */
 bool fileindex_optimize(struct fileindex *fi, struct petrel_error *err);
 
+/* ---------- usage (quota) ---------- */
+
+/* The folder's aggregate: live messages and the sum of their physical
+ * sizes. It is kept in the same commit as the records that change it (a
+ * USAGE operation in the log transaction, the sum in the base header), so
+ * no crash can leave the two apart; the storage's quota usage is a sum of
+ * these over folders, never a scan of messages. */
+struct fileindex_usage {
+    uint64_t messages;
+    uint64_t bytes;
+};
+/* The aggregate of the handle's view (as of its last refresh). O(1). */
+void fileindex_get_usage(const struct fileindex *fi, struct fileindex_usage *out);
+/* The aggregate of the index in `dir` without loading its records and
+ * without the lock: the base header and the USAGE operations of the log
+ * (bounded by the fold size). When the files do not carry it (an index
+ * written by an older version, a base and log caught between a writer's
+ * two renames three times running) it opens the index read-only and sums
+ * the records instead; *scanned (may be NULL) tells which. Writes nothing.
+ * Errors as fileindex_open (NOT_FOUND when there is no index). */
+bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
+                          struct fileindex_usage *out, bool *scanned, struct petrel_error *err);
+/* A cache of folder aggregates for a reader that asks often (quota-status
+ * on every RCPT): an entry answers as long as the index's base and log
+ * files are the very files it was read from, unchanged (device, inode,
+ * size, modification and change times, by stat). Bases are only ever
+ * replaced by rename and a log read to a clean end only grows or is
+ * replaced, so every commit, fold or rebuild is seen by the next call; a
+ * log with an unfinished tail is not cached. At most `max_entries` folders
+ * (it is emptied when full). Not thread-safe: one per thread. */
+struct fileindex_usage_cache;
+struct fileindex_usage_cache *fileindex_usage_cache_new(size_t max_entries);
+void fileindex_usage_cache_free(struct fileindex_usage_cache *cache);
+/* Answers served from the cache without reading the index. */
+uint64_t fileindex_usage_cache_hits(const struct fileindex_usage_cache *cache);
+/* fileindex_read_usage() through `cache` (NULL: no cache). */
+bool fileindex_read_usage_cached(struct fileindex_usage_cache *cache, const char *dir,
+                                 const struct fileindex_settings *set,
+                                 struct fileindex_usage *out, struct petrel_error *err);
+/* Recomputes the aggregate from the records' sizes under the folder lock
+ * and writes it (one transaction), for an aggregate suspected wrong; *out
+ * (may be NULL) gets it. The index heals itself anyway: a base or USAGE
+ * that disagrees with the records is rewritten by the next transaction. */
+bool fileindex_usage_recalc(struct fileindex *fi, struct fileindex_usage *out,
+                            struct petrel_error *err);
+
 /* ---------- cache ---------- */
 
 /* A cached field of a message (field names are short ASCII words chosen by

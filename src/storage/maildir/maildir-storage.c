@@ -194,10 +194,17 @@ bool mail_folder_list(struct mail_user *user, const struct namespace_config *ns,
         buf_reset(&name);
         if (!decode_dir_name(de->d_name, ns->separator, &name))
             continue;
-        buf_reset(&path);
-        buf_printf(&path, "%s/%s", root.data, de->d_name);
-        if (!is_dir(path.data))
-            continue;
+        /* The directory entry's type spares a stat per folder (quota
+         * sums list folders on every check); links and file systems that
+         * do not fill it in are looked at. */
+        if (de->d_type != DT_DIR) {
+            if (de->d_type != DT_UNKNOWN && de->d_type != DT_LNK)
+                continue;
+            buf_reset(&path);
+            buf_printf(&path, "%s/%s", root.data, de->d_name);
+            if (!is_dir(path.data))
+                continue;
+        }
         struct petrel_error verr;
         if (!mailbox_name_validate(name.data, ns->separator, &verr)) {
             log_debug(COMPONENT, "skipping folder directory", "dir=%s reason=\"%s\"", de->d_name,

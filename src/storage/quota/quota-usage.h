@@ -1,0 +1,29 @@
+/* A user's quota usage: the sum of the folder aggregates of the personal
+ * namespace (document 3: usage is computed from the index on demand; no
+ * stored counter is the source of truth). Cost: one directory listing of
+ * the namespace plus, per folder, the index's base header and log (no
+ * message is looked at). Folders a rule marks `ignore` are skipped. Runs
+ * on the caller's thread with the caller's storage handle. */
+#ifndef PETREL_STORAGE_QUOTA_USAGE_H
+#define PETREL_STORAGE_QUOTA_USAGE_H
+
+#include "core/error.h"
+#include "storage/mail-storage.h"
+#include "storage/quota/quota-limits.h"
+#include "storage/quota/quota-rule.h"
+
+#include <stdbool.h>
+
+/* Sums the user's folders into *out, through `cache` when not NULL
+ * (fileindex_usage_cache: never stale). A folder that disappears while
+ * being counted is skipped; any other failure (IO, damage that cannot be
+ * rebuilt) fails the whole sum: callers that enforce fail open on it. */
+bool quota_usage_get(struct mail_user *user, const struct quota_rules *rules,
+                     struct fileindex_usage_cache *cache, struct quota_usage *out,
+                     struct petrel_error *err);
+/* As quota_usage_get after rebuilding each folder's aggregate from its
+ * records (API quota/recalc). */
+bool quota_usage_recalc(struct mail_user *user, const struct quota_rules *rules,
+                        struct quota_usage *out, struct petrel_error *err);
+
+#endif
