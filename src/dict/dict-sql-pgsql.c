@@ -268,8 +268,9 @@ static void on_connected(void *arg)
 }
 
 /* The connection is gone (already closed): fail its job. */
-static void on_lost(void *arg, const char *why)
+static void on_lost(void *arg, const char *why, bool timed_out)
 {
+    (void)timed_out;
     struct pg_conn *c = arg;
     struct pg_dict *pd = c->pd;
     struct pg_job *job = c->job;

@@ -19,6 +19,7 @@ struct sql_pgsql_blocking {
     enum wait_for waiting;
     bool done;
     char *failure; /* connect_failed / lost */
+    bool timed_out;
     struct sql_pgsql_result *result;
 };
 
@@ -36,6 +37,13 @@ static void on_failure(void *ctx, const char *why)
     b->done = true;
 }
 
+static void on_lost(void *ctx, const char *why, bool timed_out)
+{
+    struct sql_pgsql_blocking *b = ctx;
+    b->timed_out = timed_out;
+    on_failure(ctx, why);
+}
+
 static void on_result(void *ctx, struct sql_pgsql_result *res)
 {
     struct sql_pgsql_blocking *b = ctx;
@@ -51,7 +59,7 @@ static const struct sql_pgconn_handlers handlers = {
     .connected = on_connected,
     .connect_failed = on_failure,
     .result = on_result,
-    .lost = on_failure,
+    .lost = on_lost,
 };
 
 struct sql_pgsql_blocking *sql_pgsql_blocking_new(const struct sql_pgsql_settings *s)
@@ -112,6 +120,7 @@ bool sql_pgsql_blocking_run(struct sql_pgsql_blocking *b, const struct sql_stmt 
             return false;
         free(b->failure);
         b->failure = NULL;
+        b->timed_out = false;
         b->done = false;
         if (sql_pgconn_send(b->conn, st, true) || b->done) {
             if (!b->done)
@@ -124,7 +133,7 @@ bool sql_pgsql_blocking_run(struct sql_pgsql_blocking *b, const struct sql_stmt 
             break;
         /* lost: a connection that was idle since the last call may have
          * died with a server restart; one fresh attempt hides that */
-        if (fresh || attempt == 1) {
+        if (fresh || attempt == 1 || b->timed_out) {
             *error = xasprintf("postgresql: %s: %s", what,
                                b->failure != NULL ? b->failure : "connection lost");
             return false;

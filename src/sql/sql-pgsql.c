@@ -237,7 +237,7 @@ static void connect_failed(struct sql_pgconn *c, const char *why)
 static void lost(struct sql_pgconn *c, const char *why)
 {
     sql_pgconn_close(c);
-    c->h->lost(c->ctx, why);
+    c->h->lost(c->ctx, why, false);
 }
 
 static void lost_with_conn_error(struct sql_pgconn *c)
@@ -414,7 +414,8 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     } else if (c->in_query) {
         snprintf(msg, sizeof(msg), "statement timed out after %" PRId64 " ms",
                  c->settings->query_timeout_ms);
-        lost(c, msg);
+        sql_pgconn_close(c);
+        c->h->lost(c->ctx, msg, true);
     }
 }
 

@@ -72,8 +72,9 @@ struct sql_pgconn_handlers {
     void (*connect_failed)(void *ctx, const char *why);
     /* The statement in flight finished; the result is the handler's. */
     void (*result)(void *ctx, struct sql_pgsql_result *res);
-    /* The connection broke or a statement outlived query_timeout. */
-    void (*lost)(void *ctx, const char *why);
+    /* The connection broke, or a statement outlived query_timeout
+     * (timed_out). */
+    void (*lost)(void *ctx, const char *why, bool timed_out);
 };
 
 /* The settings' strings must outlive the connection. */
@@ -108,7 +109,8 @@ void sql_pgsql_blocking_free(struct sql_pgsql_blocking *b);
 /* Runs `st` (text results) and hands each row to `fn`. A connection that
  * was idle may have died since the last call (a server restart): a
  * statement that fails because of that is tried once more on a fresh
- * connection. *error: "postgresql: connect: ..." or "postgresql: <what>:
+ * connection (a statement that timed out is not retried). *error:
+ * "postgresql: connect: ..." or "postgresql: <what>:
  * ..."; a statement that returns no row set is an error. */
 bool sql_pgsql_blocking_run(struct sql_pgsql_blocking *b, const struct sql_stmt *st,
                             const char *what, sql_row_fn *fn, void *ctx, char **error);
