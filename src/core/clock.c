@@ -39,6 +39,13 @@ int64_t clock_ms_since(const struct timespec *start)
            (int64_t)(now.tv_nsec - start->tv_nsec) / 1000000;
 }
 
+int64_t clock_real_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t clock_real_ms(void)
 {
     struct timespec ts;
@@ -57,6 +64,7 @@ struct timeval clock_ms_to_timeval(int64_t ms)
 {
     if (ms < 0)
         ms = 0;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000),
+                         .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
     return tv;
 }

@@ -22,7 +22,8 @@ struct timespec clock_mono_now(void);
 double clock_seconds_since(const struct timespec *start);
 int64_t clock_ms_since(const struct timespec *start);
 
-/* CLOCK_REALTIME: milliseconds / seconds since the epoch. */
+/* CLOCK_REALTIME: micro-, milliseconds / seconds since the epoch. */
+int64_t clock_real_us(void);
 int64_t clock_real_ms(void);
 int64_t clock_real_sec(void);
 

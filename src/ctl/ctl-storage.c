@@ -5,6 +5,7 @@
 
 #include "core/base64.h"
 #include "core/buf.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <dirent.h>
@@ -102,10 +103,8 @@ static void usage_area(const char *area)
 
 static bool parse_number(const char *text, long long min, long long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || errno != 0 || v < min)
+    int64_t v = 0;
+    if (!str_parse_i64(text, min, INT64_MAX, &v))
         return false;
     *out = v;
     return true;

@@ -40,9 +40,11 @@
  * failed operations, not a hung event loop. */
 #include "dict/dict-private.h"
 
+#include "core/clock.h"
+#include "core/file-lock.h"
+#include "core/fs-util.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
-#include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -409,43 +411,27 @@ static bool make_dirs(const char *dir, struct petrel_error *err)
     return ok;
 }
 
-static int64_t elapsed_ms(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
-}
-
-/* flock with a timeout: LOCK_SH or LOCK_EX. */
+/* flock with lock_timeout: LOCK_SH or LOCK_EX. */
 static bool lock_take(struct file_dict *d, int how, struct petrel_error *err)
 {
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    long wait_us = 100;
-    for (;;) {
-        if (flock(d->lock_fd, how | LOCK_NB) == 0)
-            return true;
-        if (errno == EINTR)
-            continue;
-        if (errno != EWOULDBLOCK)
-            return petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", d->lock_path,
-                                    strerror(errno));
-        if (elapsed_ms(&start) >= d->cfg->lock_timeout_ms)
-            return petrel_error_set(err, PETREL_ERR_UNAVAILABLE,
-                                    "%s is locked by another process for more than %" PRId64
-                                    " ms (lock_timeout)",
-                                    d->lock_path, d->cfg->lock_timeout_ms);
-        struct timespec ts = {0, wait_us * 1000};
-        nanosleep(&ts, NULL);
-        if (wait_us < 10000)
-            wait_us *= 2;
+    switch (file_lock_take(d->lock_fd, how == LOCK_EX, d->cfg->lock_timeout_ms, NULL)) {
+    case FILE_LOCK_TAKEN:
+        return true;
+    case FILE_LOCK_TIMEOUT:
+        return petrel_error_set(err, PETREL_ERR_UNAVAILABLE,
+                                "%s is locked by another process for more than %" PRId64
+                                " ms (lock_timeout)",
+                                d->lock_path, d->cfg->lock_timeout_ms);
+    case FILE_LOCK_ERROR:
+        break;
     }
+    return petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", d->lock_path,
+                            strerror(errno));
 }
 
 static void lock_release(struct file_dict *d)
 {
-    while (flock(d->lock_fd, LOCK_UN) != 0 && errno == EINTR) {
-    }
+    file_lock_release(d->lock_fd);
 }
 
 /* ---------- loading ---------- */

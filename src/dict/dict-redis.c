@@ -47,6 +47,7 @@
  * value is read). A connection lost during an iteration fails it. */
 #include "dict/dict-private.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 
@@ -317,13 +318,6 @@ struct kv_dict {
     char script_sha[41]; /* hex SHA1 of commit_script; "" to always EVAL */
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void list_push(struct kv_list *l, struct kv_req *r)
 {
     r->next = NULL;
@@ -391,7 +385,7 @@ static void timer_arm(struct kv_dict *kd)
     int64_t oldest = oldest_deadline(kd);
     if (oldest == 0)
         return;
-    int64_t wait = oldest - mono_ms();
+    int64_t wait = oldest - clock_mono_ms();
     if (wait < 0)
         wait = 0;
     if (wait > KV_CLOSING_POLL_MS)
@@ -432,7 +426,7 @@ static void conn_down(struct kv_dict *kd, const char *reason)
     kd->last_error = xstrdup(reason);
     set_gauge(kd, 0);
     if (!kd->closing) {
-        kd->retry_at = mono_ms() + kd->backoff_ms;
+        kd->retry_at = clock_mono_ms() + kd->backoff_ms;
         kd->backoff_ms =
             kd->backoff_ms * 2 > KV_BACKOFF_MAX_MS ? KV_BACKOFF_MAX_MS : kd->backoff_ms * 2;
         char q[KV_ERR_SIZE];
@@ -578,7 +572,7 @@ static void handshake_send(struct kv_dict *kd, const char *what, int argc, const
         lens[i] = strlen(argv[i]);
     struct kv_req *req = req_new(kd, handshake_done, argc, argv, lens);
     req->what = what;
-    req->deadline = mono_ms() + kd->cfg->timeout_ms;
+    req->deadline = clock_mono_ms() + kd->cfg->timeout_ms;
     if (!send_now(kd, req)) {
         req_free(req);
         return;
@@ -713,7 +707,7 @@ static bool resolve_start(struct kv_dict *kd)
 /* Starts a connection when the backoff allows; false with `err` filled. */
 static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (now < kd->retry_at) {
         char why[KV_ERR_SIZE];
         snprintf(why, sizeof(why), "unavailable (%s; next connect attempt in %.1fs)",
@@ -740,7 +734,7 @@ static bool kv_submit(struct kv_dict *kd, struct kv_req *req, char *err, size_t 
     }
     if (kd->state == KV_DOWN && !conn_start(kd, err, err_size))
         return false;
-    req->deadline = mono_ms() + kd->cfg->timeout_ms;
+    req->deadline = clock_mono_ms() + kd->cfg->timeout_ms;
     if (kd->state == KV_READY) {
         if (!send_now(kd, req)) {
             format_error(kd, err, err_size, "cannot queue the command");
@@ -764,7 +758,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (kd->dict->closing && !kd->closing) {
         kd->closing = true; /* no reconnects, no logging: shutting down */
         conn_fail(kd, "dict is closing (shutting down)");
-    } else if (oldest <= mono_ms() && kd->state != KV_DOWN) {
+    } else if (oldest <= clock_mono_ms() && kd->state != KV_DOWN) {
         char why[128];
         const char *stage = kd->state == KV_RESOLVING   ? "host name lookup"
                             : kd->state == KV_HANDSHAKE ? "connect"

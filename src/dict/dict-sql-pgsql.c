@@ -498,7 +498,8 @@ static void lookup_start(struct pg_job *job)
     sql_stmt_free(&q);
 }
 
-static void lookup_answer(struct pg_job *job, int ret, const char *error, struct sql_pgsql_result *res)
+static void lookup_answer(struct pg_job *job, int ret, const char *error,
+                          struct sql_pgsql_result *res)
 {
     struct dict_lookup_result r = {.ret = ret, .error = error};
     struct sql_value cols[SQL_MAX_COLUMNS];

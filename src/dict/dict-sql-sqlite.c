@@ -281,9 +281,8 @@ static bool step_row(const struct sql_row *row, void *ctx)
     struct step_row *sr = ctx;
     if (row->ncols > 0) {
         sr->has_row = true;
-        sr->copy = row->values[0].data != NULL
-                       ? xstrndup(row->values[0].data, row->values[0].len)
-                       : NULL;
+        sr->copy =
+            row->values[0].data != NULL ? xstrndup(row->values[0].data, row->values[0].len) : NULL;
         sr->first = (struct sql_value){.data = sr->copy, .len = row->values[0].len};
     }
     return false;

@@ -96,7 +96,6 @@
 
 #define SQL_MAX_PATTERN 1024
 
-
 /* ---------- configuration ---------- */
 
 /* A configuration key path for messages ("dicts.x.maps[0].table"). */
@@ -523,10 +522,10 @@ void sql_build_schema(const struct sql_config *cfg, struct sql_stmt *q)
     sql_stmt_ident(q, cfg->table);
     if (pg(q))
         sql_stmt_append(q, " (\"key\" TEXT COLLATE \"C\" PRIMARY KEY, \"value\" BYTEA NOT NULL, "
-                 "\"expires_at\" BIGINT NULL)");
+                           "\"expires_at\" BIGINT NULL)");
     else
         sql_stmt_append(q, " (\"key\" TEXT PRIMARY KEY NOT NULL, \"value\" BLOB NOT NULL, "
-                 "\"expires_at\" BIGINT NULL) WITHOUT ROWID");
+                           "\"expires_at\" BIGINT NULL) WITHOUT ROWID");
     sql_stmt_append(q, ";\nCREATE INDEX IF NOT EXISTS ");
     buf_printf(&q->sql, "\"%s_expires_at\"", cfg->table);
     sql_stmt_append(q, " ON ");
@@ -863,8 +862,8 @@ bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_valu
         }
         if (!no_value) {
             for (size_t v = 0; v < m->value_count; v++)
-                values[v] = (struct dict_value){.data = cols[fixed + v].data,
-                                                .len = cols[fixed + v].len};
+                values[v] =
+                    (struct dict_value){.data = cols[fixed + v].data, .len = cols[fixed + v].len};
             *value_count = m->value_count;
         }
     }
@@ -950,7 +949,7 @@ static void build_set(const struct sql_config *cfg, const struct dict_tx_op *op,
         sql_stmt_append(q, ", ");
         q_expiry(q, expire_secs, now);
         sql_stmt_append(q, ") ON CONFLICT (\"key\") DO UPDATE SET \"value\" = excluded.\"value\", "
-                 "\"expires_at\" = excluded.\"expires_at\"");
+                           "\"expires_at\" = excluded.\"expires_at\"");
         return;
     }
     if (st->step == 0) {

@@ -1,6 +1,7 @@
 #include "dict/dict-private.h"
 
 #include "core/log.h"
+#include "core/slice.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 
@@ -40,18 +41,9 @@ struct dict_registry {
 
 bool dict_parse_counter(const char *value, size_t len, int64_t *out)
 {
-    if (value == NULL || len == 0 || len > 20)
+    if (value == NULL)
         return false;
-    char text[24];
-    memcpy(text, value, len);
-    text[len] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0' || end == text)
-        return false;
-    *out = v;
-    return true;
+    return slice_parse_i64((struct slice){.ptr = value, .len = len}, INT64_MIN, INT64_MAX, out);
 }
 
 int64_t dict_now(void)

@@ -43,8 +43,8 @@ bool sql_sqlite_rollback(struct sql_sqlite *db, char **error);
 
 enum sql_sqlite_prepare {
     SQL_SQLITE_PREPARED,
-    SQL_SQLITE_PREPARE_FAILED,  /* *error: SQLite's message */
-    SQL_SQLITE_FOREIGN_PARAMS,  /* placeholders other than ?1..?nparams */
+    SQL_SQLITE_PREPARE_FAILED, /* *error: SQLite's message */
+    SQL_SQLITE_FOREIGN_PARAMS, /* placeholders other than ?1..?nparams */
 };
 
 /* Prepares (and caches) `sql`, checking that its parameters are exactly

@@ -66,10 +66,12 @@ static void test_placeholders_per_dialect(void **state)
         sql_stmt_append(st, " AND z IS ");
         sql_stmt_null(st);
     }
-    assert_string_equal(buf_cstr(&lite.sql),
-                        "SELECT \"value\" FROM \"t\" WHERE k = ?1 AND n = ?2 AND b = ?3 AND z IS ?4");
-    assert_string_equal(buf_cstr(&pg.sql),
-                        "SELECT \"value\" FROM \"t\" WHERE k = $1 AND n = $2 AND b = $3 AND z IS $4");
+    assert_string_equal(
+        buf_cstr(&lite.sql),
+        "SELECT \"value\" FROM \"t\" WHERE k = ?1 AND n = ?2 AND b = ?3 AND z IS ?4");
+    assert_string_equal(
+        buf_cstr(&pg.sql),
+        "SELECT \"value\" FROM \"t\" WHERE k = $1 AND n = $2 AND b = $3 AND z IS $4");
     assert_int_equal(lite.count, 4);
     /* the value is bound, never in the text */
     assert_null(strstr(buf_cstr(&lite.sql), "DROP"));
@@ -120,8 +122,11 @@ static int lite_setup(void **state)
     snprintf(f->dir, sizeof(f->dir), "/tmp/petrel-test-sql.XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     snprintf(f->path, sizeof(f->path), "%s/t.sqlite", f->dir);
-    struct sql_sqlite_settings s = {.path = f->path, .create = true, .wal = true,
-                                    .busy_timeout_ms = 1000, .query_timeout_ms = 200};
+    struct sql_sqlite_settings s = {.path = f->path,
+                                    .create = true,
+                                    .wal = true,
+                                    .busy_timeout_ms = 1000,
+                                    .query_timeout_ms = 200};
     char *error = NULL;
     f->db = sql_sqlite_open(&s, &error);
     assert_non_null(f->db);
@@ -409,7 +414,8 @@ static void test_pgsql_blocking_hostile_strings_and_nulls(void **state)
     sql_stmt_reset(&st);
     sql_stmt_append(&st, "SELECT * FROM no_such_table");
     assert_false(sql_pgsql_blocking_run(b, &st, "missing", collect, NULL, &error));
-    assert_non_null(strstr(error, "postgresql: missing: relation \"no_such_table\" does not exist"));
+    assert_non_null(
+        strstr(error, "postgresql: missing: relation \"no_such_table\" does not exist"));
     free(error);
     error = NULL;
     /* a statement without rows where rows were asked for */

@@ -1,6 +1,7 @@
 /* The `director:` configuration section (director-config.h). */
 #include "services/director/director-config.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/cidr.h"
@@ -105,10 +106,8 @@ bool director_parse_addr(const char *text, char ip[46], unsigned *port)
     const char *colon = strrchr(text, ':');
     if (len == 0 || len > 64 || colon == NULL || colon[1] == '\0')
         return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || !isdigit((unsigned char)colon[1]) || p == 0 || p > 65535)
+    uint64_t p = 0;
+    if (!str_parse_u64(colon + 1, 65535, &p) || p == 0)
         return false;
     char host[65];
     size_t host_len = (size_t)(colon - text);
