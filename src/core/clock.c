@@ -1,29 +1,31 @@
 #include "core/clock.h"
 
-static int64_t ts_ms(const struct timespec *ts)
+static struct timespec read_clock(clockid_t id)
 {
-    return (int64_t)ts->tv_sec * 1000 + ts->tv_nsec / 1000000;
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts;
+}
+
+/* Whole units of 1/`per_sec` seconds in `ts`. */
+static int64_t in_units(struct timespec ts, int64_t per_sec)
+{
+    return (int64_t)ts.tv_sec * per_sec + ts.tv_nsec / (1000000000 / per_sec);
 }
 
 int64_t clock_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts_ms(&ts);
+    return in_units(read_clock(CLOCK_MONOTONIC), 1000);
 }
 
 int64_t clock_mono_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return in_units(read_clock(CLOCK_MONOTONIC), 1000000);
 }
 
 struct timespec clock_mono_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts;
+    return read_clock(CLOCK_MONOTONIC);
 }
 
 double clock_seconds_since(const struct timespec *start)
@@ -41,23 +43,17 @@ int64_t clock_ms_since(const struct timespec *start)
 
 int64_t clock_real_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return in_units(read_clock(CLOCK_REALTIME), 1000000);
 }
 
 int64_t clock_real_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ts_ms(&ts);
+    return in_units(read_clock(CLOCK_REALTIME), 1000);
 }
 
 int64_t clock_real_sec(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec;
+    return (int64_t)read_clock(CLOCK_REALTIME).tv_sec;
 }
 
 struct timeval clock_ms_to_timeval(int64_t ms)

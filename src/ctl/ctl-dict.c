@@ -132,11 +132,8 @@ static char *dict_path(const char *dict, const char *action)
  * JSON on 2xx (caller decrefs) when non-NULL, else the reply is printed. */
 static int post(const struct ctl_options *opts, const char *path, json_t *body, json_t **reply)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "POST", path, text, &resp);
-    free(text);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
     if (rc != CTL_OK)
         return rc;
     if (reply == NULL || resp.status < 200 || resp.status >= 300) {

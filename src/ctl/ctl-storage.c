@@ -160,11 +160,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 
 static int post_json(const struct ctl_options *opts, const char *path, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "POST", path, text, &resp);
-    free(text);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
     if (rc != CTL_OK)
         return rc;
     rc = ctl_print_reply(opts, &resp);

@@ -225,11 +225,6 @@ static void entry_free(void *p)
     free(e);
 }
 
-static bool expired(const struct dict_mem_entry *e, int64_t now)
-{
-    return e->expires_at != 0 && e->expires_at <= now;
-}
-
 static uint64_t entry_cost(size_t key_len, size_t value_len)
 {
     return OP_OVERHEAD + (uint64_t)key_len + (uint64_t)value_len;
@@ -792,7 +787,7 @@ static int write_snapshot(struct file_dict *d, const struct smap *map, uint64_t 
     bool ok = true;
     for (;;) {
         struct dict_mem_entry *e = map != NULL ? smap_seek(map, from, strict, &key) : NULL;
-        if (e != NULL && !expired(e, now)) {
+        if (e != NULL && !dict_mem_expired(e, now)) {
             payload_put(&rec, &count, key, e->value, e->len, e->expires_at);
         }
         if (count > 0 && (e == NULL || rec.len >= SNAPSHOT_CHUNK)) {
@@ -979,23 +974,12 @@ static void file_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, 
     struct file_dict *d = dict->driver_data;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct dict_lookup_result r = {.ret = 0};
     if (!sync_for_read(d, &err)) {
-        r.ret = -1;
-        r.error = err.message;
+        struct dict_lookup_result r = {.ret = -1, .error = err.message};
         cb(&r, ctx);
         return;
     }
-    struct dict_mem_entry *e = smap_get(d->map, key);
-    struct dict_value v;
-    if (e != NULL && !expired(e, dict_now())) {
-        v.data = e->value;
-        v.len = e->len;
-        r.ret = 1;
-        r.values = &v;
-        r.value_count = 1;
-    }
-    cb(&r, ctx);
+    dict_mem_lookup(d->map, key, cb, ctx);
 }
 
 /* ---------- iterate ---------- */
@@ -1142,7 +1126,7 @@ static enum dict_commit_result resolve(struct file_dict *d, const struct dict_tx
             }
         } else {
             struct dict_mem_entry *e = smap_get(d->map, op->key);
-            if (e != NULL && !expired(e, now)) {
+            if (e != NULL && !dict_mem_expired(e, now)) {
                 value = e->value;
                 len = e->len;
                 keep_expiry = e->expires_at;
@@ -1272,7 +1256,7 @@ static void file_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
     for (;;) {
         struct dict_mem_entry *e = smap_seek(d->map, from, strict, &key);
         char *k = e != NULL ? xstrdup(key) : NULL;
-        if (e != NULL && expired(e, now))
+        if (e != NULL && dict_mem_expired(e, now))
             payload_del(&rec, &n, k);
         /* Removals need no atomicity: log them in bounded records. */
         if (n > 0 && (e == NULL || rec.len >= SNAPSHOT_CHUNK)) {

@@ -1,18 +1,19 @@
-/* The PostgreSQL executor of the sql dict: libpq in non-blocking mode on the
- * event loop. Nothing here ever waits for the server.
+/* The PostgreSQL executor of the sql dict: jobs and a connection pool on
+ * top of the SQL layer's event-loop connection (sql/sql-pgsql.h), which
+ * owns libpq, the socket events and the connect / statement timeouts.
+ * Nothing here ever waits for the server.
  *
- * - Connections: a pool of up to pool_size, opened on demand with
- *   PQconnectStartParams / PQconnectPoll (connect_timeout per attempt). A
- *   failed attempt starts a backoff (250 ms doubling to 10 s); while it runs
- *   and no connection is usable, operations fail at once with the last
- *   connection error ("postgresql unavailable: ..."). The first connection
- *   creates the default table when missing. Idle connections stay watched,
- *   so a server that goes away is noticed before the next operation.
- *   Host names in `connect` are resolved by libpq synchronously: prefer
- *   numeric addresses.
+ * - Connections: a pool of up to pool_size, opened on demand (the layer's
+ *   connect_timeout per attempt). A failed attempt starts a backoff (250 ms
+ *   doubling to 10 s); while it runs and no connection is usable,
+ *   operations fail at once with the last connection error ("postgresql
+ *   unavailable: ..."). The first connection creates the default table
+ *   when missing. Idle connections stay watched by the layer, so a server
+ *   that goes away is noticed before the next operation. Host names in
+ *   `connect` are resolved by libpq synchronously: prefer numeric
+ *   addresses.
  * - Work is a queue of jobs (lookup, commit, expire-scan, iterate), each run
- *   on one connection as a chain of PQsendQueryParams statements; results
- *   are read when the socket is readable. A statement that outlives
+ *   on one connection as a chain of statements. A statement that outlives
  *   query_timeout drops its connection (the server then rolls back).
  * - Commit: BEGIN, each operation's statements, COMMIT; ROLLBACK after any
  *   failure. A connection lost while COMMIT is in flight reports
@@ -1047,16 +1048,11 @@ static enum dict_iter_status pg_iterate_next(struct dict_iterate *head, struct d
     struct pg_iterate *it = (struct pg_iterate *)head;
     for (;;) {
         while (it->batch != NULL && it->row < it->rows) {
-            size_t ncols = 0;
-            size_t value_count = 0;
-            ncols = sql_pgsql_result_row(it->batch, (size_t)it->row++, it->cols, SQL_MAX_COLUMNS);
-            if (!sql_iter_row(&it->plan, it->batch_source, it->cols, ncols, &it->key, it->values,
-                              &value_count))
-                continue;
-            row->key = buf_cstr(&it->key);
-            row->values = it->values;
-            row->value_count = value_count;
-            return DICT_ITER_ROW;
+            size_t ncols =
+                sql_pgsql_result_row(it->batch, (size_t)it->row++, it->cols, SQL_MAX_COLUMNS);
+            if (sql_iter_row(&it->plan, it->batch_source, it->cols, ncols, &it->key, it->values,
+                             row))
+                return DICT_ITER_ROW;
         }
         if (it->batch != NULL) {
             sql_pgsql_result_free(it->batch);
@@ -1098,7 +1094,7 @@ static void pg_iterate_deinit(struct dict_iterate *head)
     free(it);
 }
 
-const struct sql_executor sql_executor_pgsql = {
+const struct dict_driver_ops sql_executor_pgsql = {
     .open = pg_open,
     .close = pg_close,
     .lookup = pg_lookup,

@@ -89,11 +89,12 @@ void sql_iter_plan_free(struct sql_iter_plan *p);
 void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_stmt *q);
 /* True when source `i` returns PostgreSQL results in text format. */
 bool sql_iter_text_results(const struct sql_iter_plan *p, size_t i);
-/* Turns one result row of source `i` into a storage key (in *key) and its
- * values (pointing into `cols`). False for a row the iteration does not
- * want (a deeper key of a non-recursive iteration). */
+/* Turns one result row of source `i` into *row: the storage key (kept in
+ * *key) and its values (in `values`, pointing into `cols`). False for a
+ * row the iteration does not want (a deeper key of a non-recursive
+ * iteration). */
 bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_value *cols,
-                  size_t ncols, struct buf *key, struct dict_value *values, size_t *value_count);
+                  size_t ncols, struct buf *key, struct dict_value *values, struct dict_row *row);
 
 /* ---------- transactions ---------- */
 
@@ -136,19 +137,10 @@ void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struc
 
 /* ---------- executors ---------- */
 
-struct sql_executor {
-    bool (*open)(struct dict *dict, struct petrel_error *err);
-    void (*close)(struct dict *dict);
-    void (*lookup)(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx);
-    struct dict_iterate *(*iterate_init)(struct dict *dict, const char *prefix, unsigned flags);
-    enum dict_iter_status (*iterate_next)(struct dict_iterate *it, struct dict_row *row);
-    void (*iterate_deinit)(struct dict_iterate *it);
-    void (*commit)(struct dict *dict, const struct dict_tx_op *ops, size_t count,
-                   int64_t expire_secs, dict_commit_cb *cb, void *ctx);
-    void (*expire_scan)(struct dict *dict, dict_expire_cb *cb, void *ctx);
-};
-
-extern const struct sql_executor sql_executor_sqlite;
-extern const struct sql_executor sql_executor_pgsql;
+/* The two executors are dict driver tables of their own (without the
+ * configuration functions, which dict-sql.c has for both); dict-sql.c
+ * forwards each operation to the one its backend names. */
+extern const struct dict_driver_ops sql_executor_sqlite;
+extern const struct dict_driver_ops sql_executor_pgsql;
 
 #endif

@@ -229,14 +229,8 @@ static enum dict_iter_status sqlite_iterate_next(struct dict_iterate *head, stru
             continue;
         }
         size_t ncols = r.ncols < SQL_MAX_COLUMNS ? r.ncols : SQL_MAX_COLUMNS;
-        size_t value_count = 0;
-        if (!sql_iter_row(&it->plan, it->source, r.values, ncols, &it->key, it->values,
-                          &value_count))
-            continue;
-        row->key = buf_cstr(&it->key);
-        row->values = it->values;
-        row->value_count = value_count;
-        return DICT_ITER_ROW;
+        if (sql_iter_row(&it->plan, it->source, r.values, ncols, &it->key, it->values, row))
+            return DICT_ITER_ROW;
     }
     if (error != NULL) {
         dict_iterate_set_error(head, "sqlite: %s", error);
@@ -394,7 +388,7 @@ static void sqlite_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
     cb(true, NULL, ctx);
 }
 
-const struct sql_executor sql_executor_sqlite = {
+const struct dict_driver_ops sql_executor_sqlite = {
     .open = sqlite_open,
     .close = sqlite_close,
     .lookup = sqlite_lookup,

@@ -823,8 +823,10 @@ static void append_value(struct buf *b, const struct sql_value *v)
 }
 
 bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_value *cols,
-                  size_t ncols, struct buf *key, struct dict_value *values, size_t *value_count)
+                  size_t ncols, struct buf *key, struct dict_value *values, struct dict_row *row)
 {
+    size_t count = 0;
+    size_t *value_count = &count;
     const struct sql_map *m = p->sources[i].map;
     bool no_value = (p->flags & DICT_ITER_NO_VALUE) != 0;
     buf_reset(key);
@@ -875,7 +877,10 @@ bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_valu
             values[v].len = 0;
         }
     }
-    return dict_iter_key_wanted(p->prefix, buf_cstr(key), p->flags);
+    row->key = buf_cstr(key);
+    row->values = values;
+    row->value_count = count;
+    return dict_iter_key_wanted(p->prefix, row->key, p->flags);
 }
 
 /* ---------- transactions ---------- */
@@ -1179,7 +1184,7 @@ void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struc
 
 /* ---------- the driver ---------- */
 
-static const struct sql_executor *executor(const struct dict *dict)
+static const struct dict_driver_ops *executor(const struct dict *dict)
 {
     const struct sql_config *cfg = dict->config;
     return cfg->dialect == SQL_DIALECT_PGSQL ? &sql_executor_pgsql : &sql_executor_sqlite;

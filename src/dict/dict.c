@@ -51,6 +51,26 @@ int64_t dict_now(void)
     return (int64_t)time(NULL);
 }
 
+bool dict_mem_expired(const struct dict_mem_entry *e, int64_t now)
+{
+    return e->expires_at != 0 && e->expires_at <= now;
+}
+
+void dict_mem_lookup(const struct smap *map, const char *key, dict_lookup_cb *cb, void *ctx)
+{
+    const struct dict_mem_entry *e = smap_get(map, key);
+    struct dict_lookup_result r = {.ret = 0};
+    struct dict_value v;
+    if (e != NULL && !dict_mem_expired(e, dict_now())) {
+        v.data = e->value;
+        v.len = e->len;
+        r.ret = 1;
+        r.values = &v;
+        r.value_count = 1;
+    }
+    cb(&r, ctx);
+}
+
 /* ---------- registry ---------- */
 
 static const struct dict_driver_ops *find_driver(const char *name)

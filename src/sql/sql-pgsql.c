@@ -182,15 +182,18 @@ struct sql_pgconn *sql_pgconn_new(struct event_base *base, const struct sql_pgsq
     return c;
 }
 
+static void drop_event(struct event **ev)
+{
+    if (*ev != NULL)
+        event_free(*ev);
+    *ev = NULL;
+}
+
 void sql_pgconn_close(struct sql_pgconn *c)
 {
-    if (c->ev_connect != NULL)
-        event_free(c->ev_connect);
-    if (c->ev_read != NULL)
-        event_free(c->ev_read);
-    if (c->ev_write != NULL)
-        event_free(c->ev_write);
-    c->ev_connect = c->ev_read = c->ev_write = NULL;
+    drop_event(&c->ev_connect);
+    drop_event(&c->ev_read);
+    drop_event(&c->ev_write);
     evtimer_del(c->timer);
     if (c->result != NULL)
         PQclear(c->result);
@@ -260,8 +263,7 @@ static void connect_wait(struct sql_pgconn *c, PostgresPollingStatusType st)
         free(msg);
         return;
     }
-    if (c->ev_connect != NULL)
-        event_free(c->ev_connect);
+    drop_event(&c->ev_connect);
     c->ev_connect =
         event_new(c->base, fd, st == PGRES_POLLING_READING ? EV_READ : EV_WRITE, connect_cb, c);
     event_add(c->ev_connect, NULL);
@@ -269,8 +271,7 @@ static void connect_wait(struct sql_pgconn *c, PostgresPollingStatusType st)
 
 static void connected(struct sql_pgconn *c)
 {
-    event_free(c->ev_connect);
-    c->ev_connect = NULL;
+    drop_event(&c->ev_connect);
     evtimer_del(c->timer);
     PQsetnonblocking(c->pg, 1);
     int fd = PQsocket(c->pg);
