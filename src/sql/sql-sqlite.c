@@ -57,7 +57,8 @@ static int progress_cb(void *arg)
 
 static void arm_deadline(struct sql_sqlite *db)
 {
-    db->deadline_ms = clock_mono_ms() + db->query_timeout_ms;
+    if (db->query_timeout_ms > 0) /* else no progress handler reads it */
+        db->deadline_ms = clock_mono_ms() + db->query_timeout_ms;
 }
 
 /* The message of a failed step: an interrupt is our deadline. */
