@@ -48,6 +48,7 @@
 #include "dict/dict-private.h"
 
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 
@@ -320,26 +321,12 @@ struct kv_dict {
 
 static void list_push(struct kv_list *l, struct kv_req *r)
 {
-    r->next = NULL;
-    r->prev = l->tail;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    DLIST_APPEND(l, r);
 }
 
 static void list_remove(struct kv_list *l, struct kv_req *r)
 {
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else if (l->head == r)
-        l->head = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else if (l->tail == r)
-        l->tail = r->prev;
-    r->prev = r->next = NULL;
+    DLIST_REMOVE(l, r);
 }
 
 static struct kv_req *req_new(struct kv_dict *kd, kv_done_fn *done, int argc, const char **argv,
@@ -1383,16 +1370,26 @@ static void iter_send_mget(struct kv_iterate *it)
     it->req = req;
 }
 
-static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const char *error)
+/* The iteration a reply is for: NULL when it was let go, or when the
+ * reply is an error (the iteration has then failed with it). */
+static struct kv_iterate *iter_reply_owner(struct kv_req *req, const char *error)
 {
     struct kv_iterate *it = req->owner;
     if (it == NULL)
-        return;
+        return NULL;
     it->req = NULL;
     if (error != NULL) {
         iter_fail(it, error);
-        return;
+        return NULL;
     }
+    return it;
+}
+
+static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const char *error)
+{
+    struct kv_iterate *it = iter_reply_owner(req, error);
+    if (it == NULL)
+        return;
     char msg[KV_ERR_SIZE];
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
         reply->element[0]->type != REDIS_REPLY_STRING ||
@@ -1425,14 +1422,9 @@ static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const c
 
 static void iter_get_reply(struct kv_req *req, const redisReply *reply, const char *error)
 {
-    struct kv_iterate *it = req->owner;
+    struct kv_iterate *it = iter_reply_owner(req, error);
     if (it == NULL)
         return;
-    it->req = NULL;
-    if (error != NULL) {
-        iter_fail(it, error);
-        return;
-    }
     it->scan_done = true;
     if (reply->type == REDIS_REPLY_STRING) {
         struct buf k = {0};

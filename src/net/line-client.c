@@ -15,6 +15,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -89,27 +90,13 @@ struct line_client {
 
 static void list_push(struct req_list *l, struct line_request *r)
 {
-    r->next = NULL;
-    r->prev = l->tail;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    DLIST_APPEND(l, r);
     l->count++;
 }
 
 static void list_remove(struct req_list *l, struct line_request *r)
 {
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        l->head = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else
-        l->tail = r->prev;
-    r->prev = r->next = NULL;
+    DLIST_REMOVE(l, r);
     l->count--;
 }
 
