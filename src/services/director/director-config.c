@@ -1,6 +1,7 @@
 /* The `director:` configuration section (director-config.h). */
 #include "services/director/director-config.h"
 
+#include "core/cfg-read.h"
 #include "core/slice.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
@@ -17,17 +18,6 @@
 #define P "director"
 #define TOKEN_FILE_MAX 4096
 
-static char **strv(const char *const *items)
-{
-    size_t n = 0;
-    while (items[n] != NULL)
-        n++;
-    char **v = xcalloc(n + 1, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        v[i] = xstrdup(items[i]);
-    return v;
-}
-
 /* The ring port answers loopback only until the operator names the
  * cluster's networks: a wide default would let every pod on the network
  * try the ring port (docs/decisions.md). */
@@ -38,7 +28,7 @@ void director_config_defaults(struct director_config *cfg)
     static const char *const nets[] = {"127.0.0.0/8", "10.96.0.0/12", "10.244.0.0/16", NULL};
     memset(cfg, 0, sizeof(*cfg));
     cfg->api_listen = xstrdup("127.0.0.1:9103");
-    cfg->api_allowed_nets = strv(nets);
+    cfg->api_allowed_nets = cfg_strv_dup(nets);
     cfg->token_env = xstrdup("DIRECTOR_API_TOKEN");
     cfg->token_file = xstrdup("");
     cfg->api_request_timeout_ms = 30000;
@@ -47,7 +37,7 @@ void director_config_defaults(struct director_config *cfg)
     cfg->api_max_connections_per_ip = 128;
     cfg->ring_listen = xstrdup(":9102");
     cfg->self = xstrdup("");
-    cfg->ring_allowed_nets = strv(ring_default_nets);
+    cfg->ring_allowed_nets = cfg_strv_dup(ring_default_nets);
     cfg->ring_secret_file = xstrdup("");
     cfg->ring_secret_env = xstrdup("DIRECTOR_RING_SECRET");
     cfg->ring_auth_timeout_ms = 5000;
