@@ -14,6 +14,9 @@
 #   plain-uncached   PLAIN, cache_size 0: every request goes to a worker
 #   sha512-cached    SHA512-CRYPT, cache on
 #   sha512-uncached  SHA512-CRYPT, cache off: one crypt() per request
+#   sqlite-cached    PLAIN passwords in an SQLite passdb (driver sql), cache on
+#   sqlite-uncached  the same, cache off: every request is one SQL query on
+#                    a worker (the sql layer's SQLite executor)
 #
 # Each scenario runs with BENCH_WINDOW requests in flight (pipelined) and
 # with one at a time (window 1). Exit 0 when every run finished with no
@@ -35,7 +38,7 @@ CLIENT_CPU="${BENCH_CLIENT_CPU:-1}"
 BUILD_DIR="${BENCH_BUILD_DIR:-build-release}"
 WORKERS="${BENCH_WORKERS:-2}"
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(plain-cached plain-uncached sha512-cached sha512-uncached)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(plain-cached plain-uncached sha512-cached sha512-uncached sqlite-cached sqlite-uncached)
 
 cd "$ROOT"
 if [ -z "${BENCH_NO_BUILD:-}" ]; then
@@ -69,7 +72,27 @@ for i in $(seq 1 "$USERS"); do
   printf 's%d\tpw-%d\n' "$i" "$i" >>"$work/sha512.users"
 done
 
-start_petreld() { # cache_size
+# The PLAIN users again, in an SQLite passdb.
+python3 - "$work/passwd" "$work/auth.sqlite" <<'EOF2'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[2])
+db.execute("CREATE TABLE users (username TEXT PRIMARY KEY, password TEXT, uid INT, gid INT)")
+for line in open(sys.argv[1]):
+    name, pw, uid, gid = line.rstrip("\n").split(":")[:4]
+    if name.startswith("p"):
+        db.execute("INSERT INTO users VALUES (?, ?, ?, ?)", (name, pw, int(uid), int(gid)))
+db.commit()
+EOF2
+
+passdb_yaml() { # driver kind
+  if [ "$1" = sqlite ]; then
+    printf '{driver: sql, engine: sqlite, connect: "%s", password_query: "SELECT password, uid, gid FROM users WHERE username = %%u"}' "$work/auth.sqlite"
+  else
+    printf '{driver: passwd-file, path: "%s"}' "$work/passwd"
+  fi
+}
+
+start_petreld() { # cache_size [passdb kind]
   local port tport
   port="$(free_port)"
   tport="$(free_port)"
@@ -82,7 +105,7 @@ auth:
   listen: ["127.0.0.1:$port"]
   worker_threads: $WORKERS
   cache_size: $1
-  passdb: {driver: passwd-file, path: "$work/passwd"}
+  passdb: $(passdb_yaml "${2:-passwd-file}")
 YAML
   taskset -c "$SERVER_CPU" "$PETRELD" -c "$work/petrel.yaml" 2>"$work/petreld.log" &
   pid=$!
@@ -111,9 +134,12 @@ for sc in "${SCENARIOS[@]}"; do
     plain-uncached) users=plain.users cache=0 ;;
     sha512-cached) users=sha512.users cache=10485760 ;;
     sha512-uncached) users=sha512.users cache=0 ;;
+    sqlite-cached) users=plain.users cache=10485760 kind=sqlite ;;
+    sqlite-uncached) users=plain.users cache=0 kind=sqlite ;;
     *) echo "unknown scenario $sc" >&2; exit 1 ;;
   esac
-  start_petreld "$cache"
+  start_petreld "$cache" "${kind:-passwd-file}"
+  kind=""
   # Warm the cache (and the page cache) so cached runs measure hits only.
   timeout 60 taskset -c "$CLIENT_CPU" "$CLIENT" "$ADDR" 1 8 "$work/$users" >/dev/null || true
   for w in "$WINDOW" 1; do

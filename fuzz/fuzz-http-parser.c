@@ -37,7 +37,7 @@ static uint32_t rng_next(uint32_t *s)
     return x;
 }
 
-static bool within(const char *base, size_t len, struct http_slice s)
+static bool within(const char *base, size_t len, struct slice s)
 {
     return s.ptr >= base && s.len <= len && (size_t)(s.ptr - base) <= len - s.len;
 }

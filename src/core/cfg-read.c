@@ -225,6 +225,17 @@ bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const c
     return true;
 }
 
+char **cfg_strv_dup(const char *const *items)
+{
+    size_t n = 0;
+    while (items[n] != NULL)
+        n++;
+    char **v = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        v[i] = xstrdup(items[i]);
+    return v;
+}
+
 void cfg_strv_free(char **v)
 {
     if (v == NULL)

@@ -44,6 +44,9 @@ bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const c
 bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                      const char *key, size_t max_items, char ***out, size_t *count);
 void cfg_strv_free(char **v);
+/* A copy of a NULL-terminated list of strings (defaults), freed with
+ * cfg_strv_free. */
+char **cfg_strv_dup(const char *const *items);
 
 /* Parses "250ms", "30s", "5m", "2h", "1h30m" or a plain number of seconds. */
 bool duration_parse_ms(const char *text, int64_t *out_ms);

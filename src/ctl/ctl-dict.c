@@ -3,6 +3,7 @@
 
 #include "core/base64.h"
 #include "core/buf.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -62,13 +63,12 @@ static int parse_args(int argc, char **argv, struct dict_args *a)
             a->home = optarg;
             break;
         case 'e': {
-            char *end = NULL;
-            errno = 0;
-            a->expire = strtoll(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || errno != 0 || a->expire <= 0) {
+            int64_t v = 0;
+            if (!str_parse_i64(optarg, 1, INT64_MAX, &v)) {
                 fprintf(stderr, "petrelctl: --expire needs a positive number of seconds\n");
                 return -1;
             }
+            a->expire = v;
             break;
         }
         case 'b':
@@ -132,11 +132,8 @@ static char *dict_path(const char *dict, const char *action)
  * JSON on 2xx (caller decrefs) when non-NULL, else the reply is printed. */
 static int post(const struct ctl_options *opts, const char *path, json_t *body, json_t **reply)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "POST", path, text, &resp);
-    free(text);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
     if (rc != CTL_OK)
         return rc;
     if (reply == NULL || resp.status < 200 || resp.status >= 300) {
@@ -296,10 +293,8 @@ static int cmd_write(const struct ctl_options *opts, const struct dict_args *a, 
     } else if (strcmp(action, "unset") == 0 && n == 2) {
         body = json_pack("{s:s, s:o}", "key", pos[1], "op", op_object(a));
     } else if (strcmp(action, "atomic-inc") == 0 && n == 3) {
-        char *end = NULL;
-        errno = 0;
-        long long delta = strtoll(pos[2], &end, 10);
-        if (*pos[2] == '\0' || *end != '\0' || errno != 0) {
+        int64_t delta = 0;
+        if (!str_parse_i64(pos[2], INT64_MIN, INT64_MAX, &delta)) {
             fprintf(stderr, "petrelctl: delta must be an integer\n");
             return CTL_USAGE;
         }
@@ -346,9 +341,8 @@ static int read_batch(FILE *in, const struct dict_args *a, json_t *ops)
         } else if (strcmp(kind, "unset") == 0 && rest == NULL) {
             op = json_pack("{s:s, s:s}", "kind", "unset", "key", key);
         } else if (strcmp(kind, "inc") == 0 && rest != NULL) {
-            char *end = NULL;
-            long long delta = strtoll(rest, &end, 10);
-            if (*rest != '\0' && *end == '\0')
+            int64_t delta = 0;
+            if (str_parse_i64(rest, INT64_MIN, INT64_MAX, &delta))
                 op = json_pack("{s:s, s:s, s:I}", "kind", "atomic-inc", "key", key, "delta",
                                (json_int_t)delta);
         }

@@ -10,8 +10,10 @@
  *   ring show | add <addr> | remove <addr> | topology */
 #include "ctl/ctl.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 
+#include <limits.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,12 +62,12 @@ static int parse_args(int argc, char **argv, struct dir_args *a)
             a->tag = optarg;
             break;
         case 'v': {
-            char *end = NULL;
-            a->vhosts = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || a->vhosts < 0) {
+            int64_t v = 0;
+            if (!str_parse_i64(optarg, 0, LONG_MAX, &v)) {
                 fprintf(stderr, "petrelctl: --vhosts needs a number >= 0\n");
                 return -1;
             }
+            a->vhosts = (long)v;
             break;
         }
         default:
@@ -230,9 +232,8 @@ static int cmd_backend(const struct ctl_options *opts, int argc, char **argv)
     if (strcmp(verb, "list") == 0 && n == 0)
         return request(opts, "GET", "/api/director/backends", NULL, show_backend_list);
     if (strcmp(verb, "add") == 0 && n == 2) {
-        char *end = NULL;
-        long port = strtol(pos[1], &end, 10);
-        if (*pos[1] == '\0' || *end != '\0' || port < 1 || port > 65535) {
+        uint64_t port = 0;
+        if (!str_parse_u64(pos[1], 65535, &port) || port == 0) {
             fprintf(stderr, "petrelctl: port must be 1..65535\n");
             return CTL_USAGE;
         }

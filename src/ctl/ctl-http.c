@@ -118,6 +118,16 @@ enum ctl_exit ctl_http(const struct ctl_target *t, const char *method, const cha
     return rc;
 }
 
+enum ctl_exit ctl_post_json(const struct ctl_target *t, const char *path, json_t *body,
+                            struct ctl_response *resp)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    enum ctl_exit rc = ctl_http(t, "POST", path, text, resp);
+    free(text);
+    return rc;
+}
+
 enum ctl_exit ctl_http_stream(const struct ctl_target *t, const char *method, const char *path,
                               const char *body, ctl_line_fn on_line, void *ctx, long *status)
 {

@@ -1,7 +1,9 @@
 #include "ctl/ctl.h"
 
+#include "core/slice.h"
 #include "version.h"
 
+#include <limits.h>
 #include <curl/curl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -84,12 +86,12 @@ int ctl_main(int argc, char **argv)
             opts.backend.key = opts.admin.key = optarg;
             break;
         case 'o': {
-            char *end = NULL;
-            timeout = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || timeout <= 0) {
+            int64_t v = 0;
+            if (!str_parse_i64(optarg, 1, LONG_MAX, &v)) {
                 fprintf(stderr, "petrelctl: --timeout needs a positive number of seconds\n");
                 return CTL_USAGE;
             }
+            timeout = (long)v;
             break;
         }
         case 'j':

@@ -5,6 +5,7 @@
 
 #include "core/base64.h"
 #include "core/buf.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <dirent.h>
@@ -102,10 +103,8 @@ static void usage_area(const char *area)
 
 static bool parse_number(const char *text, long long min, long long *out)
 {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || errno != 0 || v < min)
+    int64_t v = 0;
+    if (!str_parse_i64(text, min, INT64_MAX, &v))
         return false;
     *out = v;
     return true;
@@ -161,11 +160,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 
 static int post_json(const struct ctl_options *opts, const char *path, json_t *body)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "POST", path, text, &resp);
-    free(text);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
     if (rc != CTL_OK)
         return rc;
     rc = ctl_print_reply(opts, &resp);

@@ -177,11 +177,8 @@ static void print_sessions(const json_t *sessions)
 
 static int request(const struct ctl_options *opts, const char *path, json_t *body, bool list)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "POST", path, text, &resp);
-    free(text);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
     if (rc != CTL_OK)
         return rc;
     json_t *v = NULL;

@@ -41,6 +41,9 @@ typedef bool (*ctl_line_fn)(const char *line, size_t len, void *ctx);
 enum ctl_exit ctl_http_stream(const struct ctl_target *t, const char *method, const char *path,
                               const char *body, ctl_line_fn on_line, void *ctx, long *status);
 void ctl_response_free(struct ctl_response *resp);
+/* POSTs `body` (taken: decref'd here) as compact JSON. */
+enum ctl_exit ctl_post_json(const struct ctl_target *t, const char *path, json_t *body,
+                            struct ctl_response *resp);
 
 /* Prints a JSON reply (raw with --json, readable otherwise) or, for an
  * error status, "petrelctl: <status>: <error>" on stderr. Returns the exit code. */

@@ -40,9 +40,11 @@
  * failed operations, not a hung event loop. */
 #include "dict/dict-private.h"
 
+#include "core/clock.h"
+#include "core/file-lock.h"
+#include "core/fs-util.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
-#include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -221,11 +223,6 @@ static void entry_free(void *p)
     struct dict_mem_entry *e = p;
     free(e->value);
     free(e);
-}
-
-static bool expired(const struct dict_mem_entry *e, int64_t now)
-{
-    return e->expires_at != 0 && e->expires_at <= now;
 }
 
 static uint64_t entry_cost(size_t key_len, size_t value_len)
@@ -409,43 +406,27 @@ static bool make_dirs(const char *dir, struct petrel_error *err)
     return ok;
 }
 
-static int64_t elapsed_ms(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
-}
-
-/* flock with a timeout: LOCK_SH or LOCK_EX. */
+/* flock with lock_timeout: LOCK_SH or LOCK_EX. */
 static bool lock_take(struct file_dict *d, int how, struct petrel_error *err)
 {
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    long wait_us = 100;
-    for (;;) {
-        if (flock(d->lock_fd, how | LOCK_NB) == 0)
-            return true;
-        if (errno == EINTR)
-            continue;
-        if (errno != EWOULDBLOCK)
-            return petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", d->lock_path,
-                                    strerror(errno));
-        if (elapsed_ms(&start) >= d->cfg->lock_timeout_ms)
-            return petrel_error_set(err, PETREL_ERR_UNAVAILABLE,
-                                    "%s is locked by another process for more than %" PRId64
-                                    " ms (lock_timeout)",
-                                    d->lock_path, d->cfg->lock_timeout_ms);
-        struct timespec ts = {0, wait_us * 1000};
-        nanosleep(&ts, NULL);
-        if (wait_us < 10000)
-            wait_us *= 2;
+    switch (file_lock_take(d->lock_fd, how == LOCK_EX, d->cfg->lock_timeout_ms, NULL)) {
+    case FILE_LOCK_TAKEN:
+        return true;
+    case FILE_LOCK_TIMEOUT:
+        return petrel_error_set(err, PETREL_ERR_UNAVAILABLE,
+                                "%s is locked by another process for more than %" PRId64
+                                " ms (lock_timeout)",
+                                d->lock_path, d->cfg->lock_timeout_ms);
+    case FILE_LOCK_ERROR:
+        break;
     }
+    return petrel_error_set(err, PETREL_ERR_IO, "cannot lock %s: %s", d->lock_path,
+                            strerror(errno));
 }
 
 static void lock_release(struct file_dict *d)
 {
-    while (flock(d->lock_fd, LOCK_UN) != 0 && errno == EINTR) {
-    }
+    file_lock_release(d->lock_fd);
 }
 
 /* ---------- loading ---------- */
@@ -806,7 +787,7 @@ static int write_snapshot(struct file_dict *d, const struct smap *map, uint64_t 
     bool ok = true;
     for (;;) {
         struct dict_mem_entry *e = map != NULL ? smap_seek(map, from, strict, &key) : NULL;
-        if (e != NULL && !expired(e, now)) {
+        if (e != NULL && !dict_mem_expired(e, now)) {
             payload_put(&rec, &count, key, e->value, e->len, e->expires_at);
         }
         if (count > 0 && (e == NULL || rec.len >= SNAPSHOT_CHUNK)) {
@@ -993,23 +974,12 @@ static void file_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, 
     struct file_dict *d = dict->driver_data;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct dict_lookup_result r = {.ret = 0};
     if (!sync_for_read(d, &err)) {
-        r.ret = -1;
-        r.error = err.message;
+        struct dict_lookup_result r = {.ret = -1, .error = err.message};
         cb(&r, ctx);
         return;
     }
-    struct dict_mem_entry *e = smap_get(d->map, key);
-    struct dict_value v;
-    if (e != NULL && !expired(e, dict_now())) {
-        v.data = e->value;
-        v.len = e->len;
-        r.ret = 1;
-        r.values = &v;
-        r.value_count = 1;
-    }
-    cb(&r, ctx);
+    dict_mem_lookup(d->map, key, cb, ctx);
 }
 
 /* ---------- iterate ---------- */
@@ -1156,7 +1126,7 @@ static enum dict_commit_result resolve(struct file_dict *d, const struct dict_tx
             }
         } else {
             struct dict_mem_entry *e = smap_get(d->map, op->key);
-            if (e != NULL && !expired(e, now)) {
+            if (e != NULL && !dict_mem_expired(e, now)) {
                 value = e->value;
                 len = e->len;
                 keep_expiry = e->expires_at;
@@ -1286,7 +1256,7 @@ static void file_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
     for (;;) {
         struct dict_mem_entry *e = smap_seek(d->map, from, strict, &key);
         char *k = e != NULL ? xstrdup(key) : NULL;
-        if (e != NULL && expired(e, now))
+        if (e != NULL && dict_mem_expired(e, now))
             payload_del(&rec, &n, k);
         /* Removals need no atomicity: log them in bounded records. */
         if (n > 0 && (e == NULL || rec.len >= SNAPSHOT_CHUNK)) {

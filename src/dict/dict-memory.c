@@ -61,25 +61,10 @@ static void memory_close(struct dict *dict)
     dict->driver_data = NULL;
 }
 
-static bool expired(const struct dict_mem_entry *e, int64_t now)
-{
-    return e->expires_at != 0 && e->expires_at <= now;
-}
-
 static void memory_lookup(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx)
 {
     struct memory_dict *md = dict->driver_data;
-    struct dict_mem_entry *e = smap_get(md->map, key);
-    struct dict_lookup_result r = {.ret = 0};
-    struct dict_value v;
-    if (e != NULL && !expired(e, dict_now())) {
-        v.data = e->value;
-        v.len = e->len;
-        r.ret = 1;
-        r.values = &v;
-        r.value_count = 1;
-    }
-    cb(&r, ctx);
+    dict_mem_lookup(md->map, key, cb, ctx);
 }
 
 static struct dict_iterate *memory_iterate_init(struct dict *dict, const char *prefix,
@@ -150,7 +135,7 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
             len = pv->len;
         } else {
             struct dict_mem_entry *e = smap_get(md->map, op->key);
-            if (e != NULL && !expired(e, now)) {
+            if (e != NULL && !dict_mem_expired(e, now)) {
                 value = e->value;
                 len = e->len;
             }
@@ -203,7 +188,7 @@ static void memory_commit(struct dict *dict, const struct dict_tx_op *ops, size_
             struct dict_mem_entry *e = smap_get(md->map, op->key);
             int64_t v;
             int64_t sum;
-            if (e == NULL || expired(e, now) || !dict_parse_counter(e->value, e->len, &v) ||
+            if (e == NULL || dict_mem_expired(e, now) || !dict_parse_counter(e->value, e->len, &v) ||
                 __builtin_add_overflow(v, op->delta, &sum)) {
                 result = DICT_COMMIT_NOT_FOUND; /* the checks above make the last two impossible */
                 continue;
@@ -233,7 +218,7 @@ static void memory_expire_scan(struct dict *dict, dict_expire_cb *cb, void *ctx)
         free(from);
         from = k;
         strict = true;
-        if (expired(e, now))
+        if (dict_mem_expired(e, now))
             entry_free(smap_remove(md->map, k));
     }
     free(from);

@@ -116,6 +116,11 @@ struct dict_mem_entry {
     size_t len;
     int64_t expires_at;
 };
+struct smap;
+/* Is the entry past its expiry at `now` (seconds since the epoch)? */
+bool dict_mem_expired(const struct dict_mem_entry *e, int64_t now);
+/* Answers a lookup of `key` from such a map (expired entries are absent). */
+void dict_mem_lookup(const struct smap *map, const char *key, dict_lookup_cb *cb, void *ctx);
 
 /* Walks a sorted map of struct dict_mem_entry for one iteration: by key
  * order from the prefix, remembering the last key so writes between steps
@@ -128,7 +133,6 @@ struct dict_map_cursor {
     struct dict_row_buffer buffer;
     struct dict_value current;
 };
-struct smap;
 void dict_map_cursor_init(struct dict_map_cursor *c, unsigned flags);
 /* ROW or DONE; the row is valid until the next call. */
 enum dict_iter_status dict_map_cursor_next(struct dict_map_cursor *c, const struct smap *map,

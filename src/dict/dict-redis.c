@@ -47,6 +47,8 @@
  * value is read). A connection lost during an iteration fails it. */
 #include "dict/dict-private.h"
 
+#include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 
@@ -317,35 +319,14 @@ struct kv_dict {
     char script_sha[41]; /* hex SHA1 of commit_script; "" to always EVAL */
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void list_push(struct kv_list *l, struct kv_req *r)
 {
-    r->next = NULL;
-    r->prev = l->tail;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    DLIST_APPEND(l, r);
 }
 
 static void list_remove(struct kv_list *l, struct kv_req *r)
 {
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else if (l->head == r)
-        l->head = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else if (l->tail == r)
-        l->tail = r->prev;
-    r->prev = r->next = NULL;
+    DLIST_REMOVE(l, r);
 }
 
 static struct kv_req *req_new(struct kv_dict *kd, kv_done_fn *done, int argc, const char **argv,
@@ -391,7 +372,7 @@ static void timer_arm(struct kv_dict *kd)
     int64_t oldest = oldest_deadline(kd);
     if (oldest == 0)
         return;
-    int64_t wait = oldest - mono_ms();
+    int64_t wait = oldest - clock_mono_ms();
     if (wait < 0)
         wait = 0;
     if (wait > KV_CLOSING_POLL_MS)
@@ -432,7 +413,7 @@ static void conn_down(struct kv_dict *kd, const char *reason)
     kd->last_error = xstrdup(reason);
     set_gauge(kd, 0);
     if (!kd->closing) {
-        kd->retry_at = mono_ms() + kd->backoff_ms;
+        kd->retry_at = clock_mono_ms() + kd->backoff_ms;
         kd->backoff_ms =
             kd->backoff_ms * 2 > KV_BACKOFF_MAX_MS ? KV_BACKOFF_MAX_MS : kd->backoff_ms * 2;
         char q[KV_ERR_SIZE];
@@ -578,7 +559,7 @@ static void handshake_send(struct kv_dict *kd, const char *what, int argc, const
         lens[i] = strlen(argv[i]);
     struct kv_req *req = req_new(kd, handshake_done, argc, argv, lens);
     req->what = what;
-    req->deadline = mono_ms() + kd->cfg->timeout_ms;
+    req->deadline = clock_mono_ms() + kd->cfg->timeout_ms;
     if (!send_now(kd, req)) {
         req_free(req);
         return;
@@ -713,7 +694,7 @@ static bool resolve_start(struct kv_dict *kd)
 /* Starts a connection when the backoff allows; false with `err` filled. */
 static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (now < kd->retry_at) {
         char why[KV_ERR_SIZE];
         snprintf(why, sizeof(why), "unavailable (%s; next connect attempt in %.1fs)",
@@ -740,7 +721,7 @@ static bool kv_submit(struct kv_dict *kd, struct kv_req *req, char *err, size_t 
     }
     if (kd->state == KV_DOWN && !conn_start(kd, err, err_size))
         return false;
-    req->deadline = mono_ms() + kd->cfg->timeout_ms;
+    req->deadline = clock_mono_ms() + kd->cfg->timeout_ms;
     if (kd->state == KV_READY) {
         if (!send_now(kd, req)) {
             format_error(kd, err, err_size, "cannot queue the command");
@@ -764,7 +745,7 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     if (kd->dict->closing && !kd->closing) {
         kd->closing = true; /* no reconnects, no logging: shutting down */
         conn_fail(kd, "dict is closing (shutting down)");
-    } else if (oldest <= mono_ms() && kd->state != KV_DOWN) {
+    } else if (oldest <= clock_mono_ms() && kd->state != KV_DOWN) {
         char why[128];
         const char *stage = kd->state == KV_RESOLVING   ? "host name lookup"
                             : kd->state == KV_HANDSHAKE ? "connect"
@@ -1389,16 +1370,26 @@ static void iter_send_mget(struct kv_iterate *it)
     it->req = req;
 }
 
-static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const char *error)
+/* The iteration a reply is for: NULL when it was let go, or when the
+ * reply is an error (the iteration has then failed with it). */
+static struct kv_iterate *iter_reply_owner(struct kv_req *req, const char *error)
 {
     struct kv_iterate *it = req->owner;
     if (it == NULL)
-        return;
+        return NULL;
     it->req = NULL;
     if (error != NULL) {
         iter_fail(it, error);
-        return;
+        return NULL;
     }
+    return it;
+}
+
+static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const char *error)
+{
+    struct kv_iterate *it = iter_reply_owner(req, error);
+    if (it == NULL)
+        return;
     char msg[KV_ERR_SIZE];
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
         reply->element[0]->type != REDIS_REPLY_STRING ||
@@ -1431,14 +1422,9 @@ static void iter_scan_reply(struct kv_req *req, const redisReply *reply, const c
 
 static void iter_get_reply(struct kv_req *req, const redisReply *reply, const char *error)
 {
-    struct kv_iterate *it = req->owner;
+    struct kv_iterate *it = iter_reply_owner(req, error);
     if (it == NULL)
         return;
-    it->req = NULL;
-    if (error != NULL) {
-        iter_fail(it, error);
-        return;
-    }
     it->scan_done = true;
     if (reply->type == REDIS_REPLY_STRING) {
         struct buf k = {0};

@@ -1,18 +1,19 @@
-/* The PostgreSQL executor of the sql dict: libpq in non-blocking mode on the
- * event loop. Nothing here ever waits for the server.
+/* The PostgreSQL executor of the sql dict: jobs and a connection pool on
+ * top of the SQL layer's event-loop connection (sql/sql-pgsql.h), which
+ * owns libpq, the socket events and the connect / statement timeouts.
+ * Nothing here ever waits for the server.
  *
- * - Connections: a pool of up to pool_size, opened on demand with
- *   PQconnectStartParams / PQconnectPoll (connect_timeout per attempt). A
- *   failed attempt starts a backoff (250 ms doubling to 10 s); while it runs
- *   and no connection is usable, operations fail at once with the last
- *   connection error ("postgresql unavailable: ..."). The first connection
- *   creates the default table when missing. Idle connections stay watched,
- *   so a server that goes away is noticed before the next operation.
- *   Host names in `connect` are resolved by libpq synchronously: prefer
- *   numeric addresses.
+ * - Connections: a pool of up to pool_size, opened on demand (the layer's
+ *   connect_timeout per attempt). A failed attempt starts a backoff (250 ms
+ *   doubling to 10 s); while it runs and no connection is usable,
+ *   operations fail at once with the last connection error ("postgresql
+ *   unavailable: ..."). The first connection creates the default table
+ *   when missing. Idle connections stay watched by the layer, so a server
+ *   that goes away is noticed before the next operation. Host names in
+ *   `connect` are resolved by libpq synchronously: prefer numeric
+ *   addresses.
  * - Work is a queue of jobs (lookup, commit, expire-scan, iterate), each run
- *   on one connection as a chain of PQsendQueryParams statements; results
- *   are read when the socket is readable. A statement that outlives
+ *   on one connection as a chain of statements. A statement that outlives
  *   query_timeout drops its connection (the server then rolls back).
  * - Commit: BEGIN, each operation's statements, COMMIT; ROLLBACK after any
  *   failure. A connection lost while COMMIT is in flight reports
@@ -32,21 +33,20 @@
  *   and iterator notifications go through a deferred event. */
 #include "dict/dict-sql-private.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "sql/sql-pgsql.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
-#include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define COMPONENT "dict"
 #define PG_BACKOFF_MIN_MS 250
 #define PG_BACKOFF_MAX_MS 10000
-#define PG_BYTEA_OID 17
 
 enum conn_state {
     CONN_DOWN,
@@ -108,19 +108,14 @@ struct pg_job {
 struct pg_conn {
     struct pg_dict *pd;
     enum conn_state state;
-    PGconn *pg;
-    struct event *ev_connect; /* one-shot, per PQconnectPoll answer */
-    struct event *ev_read;    /* persistent while connected */
-    struct event *ev_write;   /* one-shot while libpq has unsent data */
-    struct event *timer;      /* connect / statement deadline */
+    struct sql_pgconn *conn;
     struct pg_job *job;
-    PGresult *result; /* being collected */
-    bool in_query;
 };
 
 struct pg_dict {
     struct dict *dict;
     const struct sql_config *cfg;
+    struct sql_pgsql_settings settings;
     struct pg_conn *conns;
     size_t conn_count;
     struct pg_job *queue;
@@ -139,7 +134,7 @@ struct pg_iterate {
     struct pg_dict *pd;
     struct sql_iter_plan plan;
     struct pg_job *job;
-    PGresult *batch;
+    struct sql_pgsql_result *batch;
     size_t batch_source;
     int row;
     int rows;
@@ -148,112 +143,25 @@ struct pg_iterate {
     bool waiting;
     struct event *notify;
     struct buf key;
-    struct dict_value cols[SQL_MAX_COLUMNS];
+    struct sql_value cols[SQL_MAX_COLUMNS];
     struct dict_value values[SQL_MAX_FIELDS];
 };
 
 static void pd_pump(struct pg_dict *pd);
-static void conn_lost(struct pg_conn *c, const char *why);
 static void job_start(struct pg_job *job, struct pg_conn *c);
-static void job_result(struct pg_job *job, PGresult *res);
+static void job_result(struct pg_job *job, struct sql_pgsql_result *res);
 static void job_lost(struct pg_job *job, const char *why);
 static void job_fail_unstarted(struct pg_job *job, const char *why);
 
 /* ---------- helpers ---------- */
 
-bool sql_pgsql_conninfo_check(const char *conninfo, char **error);
-
-bool sql_pgsql_conninfo_check(const char *conninfo, char **error)
-{
-    char *msg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(conninfo, &msg);
-    if (opts == NULL) {
-        *error = xasprintf("not a valid libpq conninfo: %s", msg != NULL ? msg : "out of memory");
-        if (msg != NULL) {
-            size_t len = strlen(*error);
-            while (len > 0 && ((*error)[len - 1] == '\n' || (*error)[len - 1] == ' '))
-                (*error)[--len] = '\0';
-        }
-        PQfreemem(msg);
-        return false;
-    }
-    PQconninfoFree(opts);
-    return true;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* libpq messages span lines ("...failed: ...\n\tIs the server running"). */
-static char *one_line(const char *msg)
-{
-    char *s = xstrdup(msg != NULL && *msg != '\0' ? msg : "unknown error");
-    size_t w = 0;
-    bool space = false;
-    for (size_t r = 0; s[r] != '\0'; r++) {
-        char c = s[r];
-        if (c == '\n' || c == '\t' || c == '\r' || c == ' ') {
-            space = w > 0;
-            continue;
-        }
-        if (space)
-            s[w++] = ' ';
-        space = false;
-        s[w++] = c;
-    }
-    s[w] = '\0';
-    return s;
-}
-
-static char *conn_error(const struct pg_conn *c)
-{
-    return one_line(c->pg != NULL ? PQerrorMessage(c->pg) : "no connection");
-}
-
-static bool result_ok(const PGresult *res)
-{
-    ExecStatusType st = PQresultStatus(res);
-    return res != NULL && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK);
-}
-
 /* "postgresql: <primary message>" of a failed result. */
-static char *result_error(const PGresult *res, const struct pg_conn *c)
+static char *result_error(const struct sql_pgsql_result *res)
 {
-    const char *msg = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    if (msg == NULL && res != NULL)
-        msg = PQresultErrorMessage(res);
-    char *text = (msg != NULL && *msg != '\0') ? one_line(msg) : conn_error(c);
+    char *text = sql_pgsql_result_error(res);
     char *out = xasprintf("postgresql: %s", text);
     free(text);
     return out;
-}
-
-static void fill_columns(const PGresult *res, int row, struct dict_value *cols, size_t *ncols)
-{
-    int n = PQnfields(res);
-    if (n > SQL_MAX_COLUMNS)
-        n = SQL_MAX_COLUMNS;
-    for (int i = 0; i < n; i++) {
-        if (PQgetisnull(res, row, i)) {
-            cols[i].data = NULL;
-            cols[i].len = 0;
-        } else {
-            cols[i].data = PQgetvalue(res, row, i);
-            cols[i].len = (size_t)PQgetlength(res, row, i);
-        }
-    }
-    *ncols = (size_t)n;
-}
-
-static void notice_ignore(void *arg, const char *message)
-{
-    (void)arg;
-    char q[256];
-    log_debug(COMPONENT, "postgresql notice", "message=%s", log_quote(q, sizeof(q), message));
 }
 
 /* ---------- the queue ---------- */
@@ -311,43 +219,23 @@ static void pd_submit(struct pg_dict *pd, struct pg_job *job)
 
 /* ---------- connections ---------- */
 
-static void conn_teardown(struct pg_conn *c)
+static void conn_down(struct pg_conn *c)
 {
-    if (c->ev_connect != NULL)
-        event_free(c->ev_connect);
-    if (c->ev_read != NULL)
-        event_free(c->ev_read);
-    if (c->ev_write != NULL)
-        event_free(c->ev_write);
-    c->ev_connect = c->ev_read = c->ev_write = NULL;
-    if (c->timer != NULL)
-        evtimer_del(c->timer);
-    if (c->result != NULL)
-        PQclear(c->result);
-    c->result = NULL;
-    if (c->pg != NULL)
-        PQfinish(c->pg);
-    c->pg = NULL;
-    c->in_query = false;
+    sql_pgconn_close(c->conn);
     c->state = CONN_DOWN;
 }
 
-static void arm_timer(struct pg_conn *c, int64_t ms)
+static void on_connect_failed(void *arg, const char *why)
 {
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(c->timer, &tv);
-}
-
-static void connect_failed(struct pg_conn *c, const char *why)
-{
+    struct pg_conn *c = arg;
     struct pg_dict *pd = c->pd;
-    conn_teardown(c);
+    c->state = CONN_DOWN;
     free(pd->last_error);
     pd->last_error = xasprintf("cannot connect to postgresql: %s", why);
     pd->backoff_ms = pd->backoff_ms == 0 ? PG_BACKOFF_MIN_MS : pd->backoff_ms * 2;
     if (pd->backoff_ms > PG_BACKOFF_MAX_MS)
         pd->backoff_ms = PG_BACKOFF_MAX_MS;
-    pd->retry_at_ms = now_ms() + pd->backoff_ms;
+    pd->retry_at_ms = clock_mono_ms() + pd->backoff_ms;
     if (!pd->outage_logged) {
         pd->outage_logged = true;
         char q[512];
@@ -357,54 +245,10 @@ static void connect_failed(struct pg_conn *c, const char *why)
     pd_pump(pd);
 }
 
-static void connect_cb(evutil_socket_t fd, short what, void *arg);
-
-static void connect_wait(struct pg_conn *c, PostgresPollingStatusType st)
+static void on_connected(void *arg)
 {
-    int fd = PQsocket(c->pg);
-    if (fd < 0) {
-        char *msg = conn_error(c);
-        connect_failed(c, msg);
-        free(msg);
-        return;
-    }
-    if (c->ev_connect != NULL)
-        event_free(c->ev_connect);
-    c->ev_connect = event_new(c->pd->dict->base, fd,
-                              st == PGRES_POLLING_READING ? EV_READ : EV_WRITE, connect_cb, c);
-    event_add(c->ev_connect, NULL);
-}
-
-static void read_cb(evutil_socket_t fd, short what, void *arg);
-static void write_cb(evutil_socket_t fd, short what, void *arg);
-
-static bool conn_flush(struct pg_conn *c)
-{
-    int r = PQflush(c->pg);
-    if (r < 0)
-        return false;
-    if (r == 1)
-        event_add(c->ev_write, NULL);
-    return true;
-}
-
-static void conn_sent(struct pg_conn *c)
-{
-    c->in_query = true;
-    arm_timer(c, c->pd->cfg->query_timeout_ms);
-}
-
-static void connected(struct pg_conn *c)
-{
+    struct pg_conn *c = arg;
     struct pg_dict *pd = c->pd;
-    event_free(c->ev_connect);
-    c->ev_connect = NULL;
-    evtimer_del(c->timer);
-    PQsetnonblocking(c->pg, 1);
-    int fd = PQsocket(c->pg);
-    c->ev_read = event_new(pd->dict->base, fd, EV_READ | EV_PERSIST, read_cb, c);
-    c->ev_write = event_new(pd->dict->base, fd, EV_WRITE, write_cb, c);
-    event_add(c->ev_read, NULL);
     pd->backoff_ms = 0;
     pd->retry_at_ms = 0;
     if (pd->outage_logged) {
@@ -416,240 +260,84 @@ static void connected(struct pg_conn *c)
         pd_pump(pd);
         return;
     }
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
+    struct sql_stmt q;
+    sql_stmt_init(&q, SQL_DIALECT_PGSQL);
     sql_build_schema(pd->cfg, &q);
     c->state = CONN_SETUP;
-    bool ok = PQsendQuery(c->pg, buf_cstr(&q.sql)) == 1;
-    sql_query_free(&q);
-    if (ok) {
-        conn_sent(c);
-        ok = conn_flush(c);
-    }
-    if (!ok) {
-        char *msg = conn_error(c);
-        conn_lost(c, msg);
-        free(msg);
-    }
+    sql_pgconn_send_plain(c->conn, buf_cstr(&q.sql), true); /* false: on_lost ran */
+    sql_stmt_free(&q);
 }
 
-static void connect_cb(evutil_socket_t fd, short what, void *arg)
+/* The connection is gone (already closed): fail its job. */
+static void on_lost(void *arg, const char *why, bool timed_out)
 {
-    (void)fd;
-    (void)what;
+    (void)timed_out;
     struct pg_conn *c = arg;
-    PostgresPollingStatusType st = PQconnectPoll(c->pg);
-    if (st == PGRES_POLLING_OK) {
-        connected(c);
-    } else if (st == PGRES_POLLING_READING || st == PGRES_POLLING_WRITING) {
-        connect_wait(c, st);
-    } else {
-        char *msg = conn_error(c);
-        connect_failed(c, msg);
-        free(msg);
-    }
-}
-
-static void conn_start(struct pg_conn *c)
-{
-    const struct sql_config *cfg = c->pd->cfg;
-    /* later keywords win: the conninfo may name the application, but the
-     * encoding is ours (keys and values are UTF-8 / bytes) */
-    const char *const keys[] = {"application_name", "dbname", "client_encoding", NULL};
-    const char *const values[] = {"petrel", cfg->connect, "UTF8", NULL};
-    c->pg = PQconnectStartParams(keys, values, 1);
-    c->state = CONN_CONNECTING;
-    if (c->pg == NULL) {
-        connect_failed(c, "out of memory");
-        return;
-    }
-    if (PQstatus(c->pg) == CONNECTION_BAD) {
-        char *msg = conn_error(c);
-        connect_failed(c, msg);
-        free(msg);
-        return;
-    }
-    PQsetNoticeProcessor(c->pg, notice_ignore, NULL);
-    arm_timer(c, cfg->connect_timeout_ms);
-    connect_wait(c, PGRES_POLLING_WRITING);
-}
-
-/* The connection is gone: fail its job and free it. */
-static void conn_lost(struct pg_conn *c, const char *why)
-{
     struct pg_dict *pd = c->pd;
     struct pg_job *job = c->job;
     c->job = NULL;
+    c->state = CONN_DOWN;
     if (job != NULL)
         job->conn = NULL;
     char q[512];
     log_warn(COMPONENT, "postgresql connection lost", "dict=%s error=%s", pd->dict->name,
              log_quote(q, sizeof(q), why));
-    conn_teardown(c);
     if (job != NULL)
         job_lost(job, why);
     pd_pump(pd);
 }
 
-static void setup_done(struct pg_conn *c, PGresult *res)
+static void setup_done(struct pg_conn *c, struct sql_pgsql_result *res)
 {
     struct pg_dict *pd = c->pd;
-    if (result_ok(res)) {
+    if (sql_pgsql_result_ok(res)) {
         pd->schema_ready = true;
     } else {
-        char *msg = result_error(res, c);
+        char *msg = result_error(res);
         char q[512];
         log_warn(COMPONENT, "cannot create the default table", "dict=%s table=%s error=%s",
                  pd->dict->name, pd->cfg->table, log_quote(q, sizeof(q), msg));
         free(msg);
     }
-    PQclear(res);
+    sql_pgsql_result_free(res);
     c->state = CONN_IDLE;
     pd_pump(pd);
 }
 
-/* Reads every complete result of the query in flight. */
-static void conn_process(struct pg_conn *c)
+static void on_result(void *arg, struct sql_pgsql_result *res)
 {
-    while (c->pg != NULL && c->in_query && !PQisBusy(c->pg)) {
-        PGresult *r = PQgetResult(c->pg);
-        if (r != NULL) {
-            /* keep the first error, else the last result */
-            if (c->result == NULL) {
-                c->result = r;
-            } else if (!result_ok(c->result)) {
-                PQclear(r);
-            } else {
-                PQclear(c->result);
-                c->result = r;
-            }
-            continue;
-        }
-        c->in_query = false;
-        evtimer_del(c->timer);
-        PGresult *res = c->result;
-        c->result = NULL;
-        if (PQstatus(c->pg) == CONNECTION_BAD) {
-            char *msg = result_error(res, c);
-            PQclear(res);
-            conn_lost(c, msg);
-            free(msg);
-            return;
-        }
-        if (c->state == CONN_SETUP)
-            setup_done(c, res);
-        else if (c->job != NULL)
-            job_result(c->job, res);
-        else
-            PQclear(res);
-    }
-    if (c->pg != NULL && PQstatus(c->pg) == CONNECTION_BAD) {
-        char *msg = conn_error(c);
-        conn_lost(c, msg);
-        free(msg);
-    }
+    struct pg_conn *c = arg;
+    if (c->state == CONN_SETUP)
+        setup_done(c, res);
+    else if (c->job != NULL)
+        job_result(c->job, res);
+    else
+        sql_pgsql_result_free(res);
 }
 
-static void read_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct pg_conn *c = arg;
-    if (!PQconsumeInput(c->pg)) {
-        char *msg = conn_error(c);
-        conn_lost(c, msg);
-        free(msg);
-        return;
-    }
-    PGnotify *n;
-    while ((n = PQnotifies(c->pg)) != NULL)
-        PQfreemem(n);
-    conn_process(c);
-}
+static const struct sql_pgconn_handlers conn_handlers = {
+    .connected = on_connected,
+    .connect_failed = on_connect_failed,
+    .result = on_result,
+    .lost = on_lost,
+};
 
-static void write_cb(evutil_socket_t fd, short what, void *arg)
+static void conn_start(struct pg_conn *c)
 {
-    (void)fd;
-    (void)what;
-    struct pg_conn *c = arg;
-    if (!conn_flush(c)) {
-        char *msg = conn_error(c);
-        conn_lost(c, msg);
-        free(msg);
-    }
-}
-
-static void timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct pg_conn *c = arg;
-    char msg[128];
-    if (c->state == CONN_CONNECTING) {
-        snprintf(msg, sizeof(msg), "connection timed out after %" PRId64 " ms",
-                 c->pd->cfg->connect_timeout_ms);
-        connect_failed(c, msg);
-    } else if (c->in_query) {
-        snprintf(msg, sizeof(msg), "statement timed out after %" PRId64 " ms",
-                 c->pd->cfg->query_timeout_ms);
-        conn_lost(c, msg);
-    }
+    c->state = CONN_CONNECTING;
+    sql_pgconn_connect(c->conn); /* may fail at once */
 }
 
 /* Sends one statement for the connection's job. False when the connection
  * failed (it is gone and the job has been answered: touch neither). */
-static bool conn_send(struct pg_conn *c, const struct sql_query *q, int result_format)
+static bool conn_send(struct pg_conn *c, const struct sql_stmt *q, bool text_results)
 {
-    const char *values[SQL_MAX_PARAMS];
-    int lengths[SQL_MAX_PARAMS];
-    int formats[SQL_MAX_PARAMS];
-    Oid types[SQL_MAX_PARAMS];
-    char ints[SQL_MAX_PARAMS][24];
-    for (size_t i = 0; i < q->count; i++) {
-        const struct sql_param *p = &q->params[i];
-        types[i] = 0; /* the server infers the type from the context */
-        formats[i] = 0;
-        lengths[i] = 0;
-        switch (p->kind) {
-        case SQL_PARAM_NULL:
-            values[i] = NULL;
-            break;
-        case SQL_PARAM_TEXT:
-            values[i] = p->data;
-            break;
-        case SQL_PARAM_BLOB:
-            values[i] = p->data != NULL ? p->data : "";
-            lengths[i] = (int)p->len;
-            formats[i] = 1;
-            types[i] = PG_BYTEA_OID;
-            break;
-        case SQL_PARAM_INT:
-            snprintf(ints[i], sizeof(ints[i]), "%" PRId64, p->num);
-            values[i] = ints[i];
-            break;
-        }
-    }
-    if (PQsendQueryParams(c->pg, buf_cstr(&q->sql), (int)q->count, types, values, lengths, formats,
-                          result_format) == 1) {
-        conn_sent(c);
-        if (conn_flush(c))
-            return true;
-    }
-    char *msg = conn_error(c);
-    conn_lost(c, msg);
-    free(msg);
-    return false;
+    return sql_pgconn_send(c->conn, q, text_results);
 }
 
-/* A statement without parameters. */
-static bool conn_send_plain(struct pg_conn *c, const char *sql, int result_format)
+static bool conn_send_plain(struct pg_conn *c, const char *sql, bool text_results)
 {
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
-    buf_append_str(&q.sql, sql);
-    bool ok = conn_send(c, &q, result_format);
-    sql_query_free(&q);
-    return ok;
+    return sql_pgconn_send_plain(c->conn, sql, text_results);
 }
 
 /* ---------- scheduling ---------- */
@@ -728,7 +416,7 @@ static void pump_once(struct pg_dict *pd)
     size_t opening = 0;
     for (size_t i = 0; i < pd->conn_count; i++)
         opening += pd->conns[i].state == CONN_CONNECTING || pd->conns[i].state == CONN_SETUP;
-    while (waiting > opening && now_ms() >= pd->retry_at_ms) {
+    while (waiting > opening && clock_mono_ms() >= pd->retry_at_ms) {
         struct pg_conn *down = find_conn(pd, CONN_DOWN);
         if (down == NULL)
             break;
@@ -752,7 +440,7 @@ static void pump_once(struct pg_dict *pd)
     if (failed == NULL)
         return;
     char *why;
-    int64_t wait = pd->retry_at_ms - now_ms();
+    int64_t wait = pd->retry_at_ms - clock_mono_ms();
     if (pd->last_error != NULL && wait > 0)
         why = xasprintf("postgresql unavailable: %s (next attempt in %" PRId64 " ms)",
                         pd->last_error, wait);
@@ -793,10 +481,10 @@ static void job_release(struct pg_job *job)
     c->job = NULL;
     c->state = CONN_IDLE;
     job->conn = NULL;
-    if (c->pg != NULL && PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+    if (sql_pgconn_in_transaction(c->conn)) {
         log_warn(COMPONENT, "postgresql connection left inside a transaction, closing it",
                  "dict=%s", c->pd->dict->name);
-        conn_teardown(c);
+        conn_down(c);
     }
 }
 
@@ -804,23 +492,25 @@ static void job_release(struct pg_job *job)
 
 static void lookup_start(struct pg_job *job)
 {
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
+    struct sql_stmt q;
+    sql_stmt_init(&q, SQL_DIALECT_PGSQL);
     sql_build_lookup(job->pd->cfg, job->key, dict_now(), &q);
-    conn_send(job->conn, &q, q.text_results ? 0 : 1);
-    sql_query_free(&q);
+    conn_send(job->conn, &q, q.text_results);
+    sql_stmt_free(&q);
 }
 
-static void lookup_answer(struct pg_job *job, int ret, const char *error, PGresult *res)
+static void lookup_answer(struct pg_job *job, int ret, const char *error,
+                          struct sql_pgsql_result *res)
 {
     struct dict_lookup_result r = {.ret = ret, .error = error};
+    struct sql_value cols[SQL_MAX_COLUMNS];
     struct dict_value values[SQL_MAX_COLUMNS];
     size_t n = 0;
     if (ret > 0) {
-        fill_columns(res, 0, values, &n);
+        n = sql_pgsql_result_row(res, 0, cols, SQL_MAX_COLUMNS);
         for (size_t i = 0; i < n; i++) {
-            if (values[i].data == NULL)
-                values[i].data = "";
+            values[i].data = cols[i].data != NULL ? cols[i].data : "";
+            values[i].len = cols[i].len;
         }
         r.values = values;
         r.value_count = n;
@@ -831,18 +521,17 @@ static void lookup_answer(struct pg_job *job, int ret, const char *error, PGresu
     pd_pump(pd);
 }
 
-static void lookup_result(struct pg_job *job, PGresult *res)
+static void lookup_result(struct pg_job *job, struct sql_pgsql_result *res)
 {
-    struct pg_conn *c = job->conn;
     job_release(job);
-    if (result_ok(res)) {
-        lookup_answer(job, PQntuples(res) > 0 ? 1 : 0, NULL, res);
+    if (sql_pgsql_result_ok(res)) {
+        lookup_answer(job, sql_pgsql_result_rows(res) > 0 ? 1 : 0, NULL, res);
     } else {
-        char *msg = result_error(res, c);
+        char *msg = result_error(res);
         lookup_answer(job, -1, msg, res);
         free(msg);
     }
-    PQclear(res);
+    sql_pgsql_result_free(res);
 }
 
 /* ---------- commit ---------- */
@@ -862,7 +551,7 @@ static void commit_abort(struct pg_job *job, char *error)
     free(job->error);
     job->error = error;
     job->phase = PH_ROLLBACK;
-    conn_send_plain(job->conn, "ROLLBACK", 0);
+    conn_send_plain(job->conn, "ROLLBACK", true);
 }
 
 /* Sends the current step of the current op, or COMMIT after the last. */
@@ -870,22 +559,22 @@ static void commit_step(struct pg_job *job)
 {
     if (job->index >= job->count) {
         job->phase = PH_COMMIT;
-        conn_send_plain(job->conn, "COMMIT", 0);
+        conn_send_plain(job->conn, "COMMIT", true);
         return;
     }
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
+    struct sql_stmt q;
+    sql_stmt_init(&q, SQL_DIALECT_PGSQL);
     sql_op_build(job->pd->cfg, &job->ops[job->index], &job->op_state, job->expire_secs, job->now,
                  &q);
     job->phase = PH_OPS;
-    conn_send(job->conn, &q, 0);
-    sql_query_free(&q);
+    conn_send(job->conn, &q, true);
+    sql_stmt_free(&q);
 }
 
-static void commit_result(struct pg_job *job, PGresult *res)
+static void commit_result(struct pg_job *job, struct sql_pgsql_result *res)
 {
-    bool ok = result_ok(res);
-    char *error = ok ? NULL : result_error(res, job->conn);
+    bool ok = sql_pgsql_result_ok(res);
+    char *error = ok ? NULL : result_error(res);
     switch (job->phase) {
     case PH_BEGIN:
         if (ok)
@@ -901,16 +590,15 @@ static void commit_result(struct pg_job *job, PGresult *res)
             free(what);
             break;
         }
-        struct dict_value first;
+        struct sql_value first;
         size_t n = 0;
-        struct dict_value cols[SQL_MAX_COLUMNS];
-        bool has_row = PQntuples(res) > 0;
+        struct sql_value cols[SQL_MAX_COLUMNS];
+        bool has_row = sql_pgsql_result_rows(res) > 0;
         if (has_row) {
-            fill_columns(res, 0, cols, &n);
+            n = sql_pgsql_result_row(res, 0, cols, SQL_MAX_COLUMNS);
             first = cols[0];
         }
-        const char *tuples = PQcmdTuples(res);
-        int64_t changes = tuples != NULL && *tuples != '\0' ? strtoll(tuples, NULL, 10) : 0;
+        int64_t changes = sql_pgsql_result_changes(res);
         char *op_error = NULL;
         enum sql_op_next next = sql_op_result(job->pd->cfg, op, &job->op_state, changes,
                                               has_row && n > 0 ? &first : NULL, &op_error);
@@ -943,18 +631,18 @@ static void commit_result(struct pg_job *job, PGresult *res)
         PETREL_ASSERT(!"commit job in an unexpected phase");
     }
     free(error);
-    PQclear(res);
+    sql_pgsql_result_free(res);
 }
 
 /* ---------- expire-scan ---------- */
 
 static void expire_step(struct pg_job *job)
 {
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
+    struct sql_stmt q;
+    sql_stmt_init(&q, SQL_DIALECT_PGSQL);
     sql_build_expire(job->pd->cfg, job->index, job->now, &q);
-    conn_send(job->conn, &q, 0);
-    sql_query_free(&q);
+    conn_send(job->conn, &q, true);
+    sql_stmt_free(&q);
 }
 
 static void expire_finish(struct pg_job *job, bool ok, const char *error)
@@ -966,16 +654,16 @@ static void expire_finish(struct pg_job *job, bool ok, const char *error)
     pd_pump(pd);
 }
 
-static void expire_result(struct pg_job *job, PGresult *res)
+static void expire_result(struct pg_job *job, struct sql_pgsql_result *res)
 {
-    if (!result_ok(res)) {
-        char *msg = result_error(res, job->conn);
-        PQclear(res);
+    if (!sql_pgsql_result_ok(res)) {
+        char *msg = result_error(res);
+        sql_pgsql_result_free(res);
         expire_finish(job, false, msg);
         free(msg);
         return;
     }
-    PQclear(res);
+    sql_pgsql_result_free(res);
     if (++job->index < sql_expire_count(job->pd->cfg))
         expire_step(job);
     else
@@ -1023,19 +711,19 @@ static void iter_job_end(struct pg_job *job)
 static void iter_declare(struct pg_job *job)
 {
     struct pg_iterate *it = job->it;
-    struct sql_query q;
-    sql_query_init(&q, SQL_BACKEND_PGSQL);
+    struct sql_stmt q;
+    sql_stmt_init(&q, SQL_DIALECT_PGSQL);
     sql_build_iterate(&it->plan, job->source, dict_now(), &q);
-    struct sql_query declare;
-    sql_query_init(&declare, SQL_BACKEND_PGSQL);
+    struct sql_stmt declare;
+    sql_stmt_init(&declare, SQL_DIALECT_PGSQL);
     buf_printf(&declare.sql, "DECLARE petrel_c%zu NO SCROLL CURSOR FOR %s", job->source,
                buf_cstr(&q.sql));
     memcpy(declare.params, q.params, q.count * sizeof(q.params[0]));
     declare.count = q.count;
     job->phase = PH_DECLARE;
-    conn_send(job->conn, &declare, 0);
-    sql_query_free(&declare);
-    sql_query_free(&q); /* owns the parameters' copies */
+    conn_send(job->conn, &declare, true);
+    sql_stmt_free(&declare);
+    sql_stmt_free(&q); /* owns the parameters' copies */
 }
 
 static void iter_fetch(struct pg_job *job)
@@ -1044,7 +732,7 @@ static void iter_fetch(struct pg_job *job)
     snprintf(sql, sizeof(sql), "FETCH FORWARD %d FROM petrel_c%zu", SQL_FETCH_ROWS, job->source);
     job->phase = PH_FETCH;
     bool text = sql_iter_text_results(&job->it->plan, job->source);
-    conn_send_plain(job->conn, sql, text ? 0 : 1);
+    conn_send_plain(job->conn, sql, text);
 }
 
 /* Ends the read-only transaction; the connection goes back to the pool. */
@@ -1053,13 +741,13 @@ static void iter_end(struct pg_job *job, enum job_phase phase)
     job->phase = phase;
     job->paused = false;
     job->conn->state = CONN_BUSY;
-    conn_send_plain(job->conn, phase == PH_END ? "COMMIT" : "ROLLBACK", 0);
+    conn_send_plain(job->conn, phase == PH_END ? "COMMIT" : "ROLLBACK", true);
 }
 
 static void iter_start(struct pg_job *job)
 {
     job->phase = PH_BEGIN;
-    conn_send_plain(job->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0);
+    conn_send_plain(job->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", true);
 }
 
 /* The consumer took the whole batch: fetch more, or the next table. */
@@ -1075,23 +763,23 @@ static void iter_resume(struct pg_job *job)
     }
 }
 
-static void iter_result(struct pg_job *job, PGresult *res)
+static void iter_result(struct pg_job *job, struct sql_pgsql_result *res)
 {
     struct pg_iterate *it = job->it;
-    bool ok = result_ok(res);
+    bool ok = sql_pgsql_result_ok(res);
     if (job->phase == PH_END || job->phase == PH_ABORT) {
-        PQclear(res);
+        sql_pgsql_result_free(res);
         iter_job_end(job);
         return;
     }
     if (it == NULL) { /* the consumer let go mid-way */
-        PQclear(res);
+        sql_pgsql_result_free(res);
         iter_end(job, PH_ABORT);
         return;
     }
     if (!ok) {
-        char *msg = result_error(res, job->conn);
-        PQclear(res);
+        char *msg = result_error(res);
+        sql_pgsql_result_free(res);
         iter_fail(it, "iterate: %s", msg);
         free(msg);
         iter_end(job, PH_ABORT);
@@ -1099,12 +787,12 @@ static void iter_result(struct pg_job *job, PGresult *res)
     }
     switch (job->phase) {
     case PH_BEGIN:
-        PQclear(res);
+        sql_pgsql_result_free(res);
         job->source = 0;
         iter_declare(job);
         return;
     case PH_DECLARE:
-        PQclear(res);
+        sql_pgsql_result_free(res);
         iter_fetch(job);
         return;
     case PH_FETCH:
@@ -1112,11 +800,11 @@ static void iter_result(struct pg_job *job, PGresult *res)
     default:
         PETREL_ASSERT(!"iterate job in an unexpected phase");
     }
-    int rows = PQntuples(res);
+    int rows = (int)sql_pgsql_result_rows(res);
     bool last_table = job->source + 1 >= it->plan.count;
     job->source_more = rows >= SQL_FETCH_ROWS;
     if (rows == 0) {
-        PQclear(res);
+        sql_pgsql_result_free(res);
         if (last_table) {
             it->finished = true;
             iter_wake(it);
@@ -1128,7 +816,7 @@ static void iter_result(struct pg_job *job, PGresult *res)
         return;
     }
     if (it->batch != NULL)
-        PQclear(it->batch);
+        sql_pgsql_result_free(it->batch);
     it->batch = res;
     it->batch_source = job->source;
     it->row = 0;
@@ -1156,7 +844,7 @@ static void job_start(struct pg_job *job, struct pg_conn *c)
         break;
     case JOB_COMMIT:
         job->phase = PH_BEGIN;
-        conn_send_plain(c, "BEGIN", 0);
+        conn_send_plain(c, "BEGIN", true);
         break;
     case JOB_EXPIRE:
         expire_step(job);
@@ -1167,7 +855,7 @@ static void job_start(struct pg_job *job, struct pg_conn *c)
     }
 }
 
-static void job_result(struct pg_job *job, PGresult *res)
+static void job_result(struct pg_job *job, struct sql_pgsql_result *res)
 {
     switch (job->kind) {
     case JOB_LOOKUP:
@@ -1247,13 +935,19 @@ static bool pg_open(struct dict *dict, struct petrel_error *err)
     struct pg_dict *pd = xcalloc(1, sizeof(*pd));
     pd->dict = dict;
     pd->cfg = dict->config;
+    pd->settings = (struct sql_pgsql_settings){
+        .conninfo = pd->cfg->connect,
+        .application_name = "petrel",
+        .connect_timeout_ms = pd->cfg->connect_timeout_ms,
+        .query_timeout_ms = pd->cfg->query_timeout_ms,
+    };
     pd->conn_count = (size_t)pd->cfg->pool_size;
     pd->conns = xcalloc(pd->conn_count, sizeof(*pd->conns));
     for (size_t i = 0; i < pd->conn_count; i++) {
         struct pg_conn *c = &pd->conns[i];
         c->pd = pd;
         c->state = CONN_DOWN;
-        c->timer = evtimer_new(dict->base, timer_cb, c);
+        c->conn = sql_pgconn_new(dict->base, &pd->settings, &conn_handlers, c);
     }
     dict->driver_data = pd;
     return true; /* connections open on first use */
@@ -1272,12 +966,12 @@ static void pg_close(struct dict *dict)
         struct pg_conn *c = &pd->conns[i];
         struct pg_job *job = c->job;
         c->job = NULL;
-        conn_teardown(c);
+        conn_down(c);
         if (job != NULL) {
             job->conn = NULL;
             job_lost(job, "dict closed (shutting down)");
         }
-        event_free(c->timer);
+        sql_pgconn_free(c->conn);
     }
     free(pd->conns);
     free(pd->last_error);
@@ -1354,19 +1048,14 @@ static enum dict_iter_status pg_iterate_next(struct dict_iterate *head, struct d
     struct pg_iterate *it = (struct pg_iterate *)head;
     for (;;) {
         while (it->batch != NULL && it->row < it->rows) {
-            size_t ncols = 0;
-            size_t value_count = 0;
-            fill_columns(it->batch, it->row++, it->cols, &ncols);
-            if (!sql_iter_row(&it->plan, it->batch_source, it->cols, ncols, &it->key, it->values,
-                              &value_count))
-                continue;
-            row->key = buf_cstr(&it->key);
-            row->values = it->values;
-            row->value_count = value_count;
-            return DICT_ITER_ROW;
+            size_t ncols =
+                sql_pgsql_result_row(it->batch, (size_t)it->row++, it->cols, SQL_MAX_COLUMNS);
+            if (sql_iter_row(&it->plan, it->batch_source, it->cols, ncols, &it->key, it->values,
+                             row))
+                return DICT_ITER_ROW;
         }
         if (it->batch != NULL) {
-            PQclear(it->batch);
+            sql_pgsql_result_free(it->batch);
             it->batch = NULL;
         }
         if (it->failed)
@@ -1398,14 +1087,14 @@ static void pg_iterate_deinit(struct dict_iterate *head)
         /* else a statement is in flight: its result ends the job */
     }
     if (it->batch != NULL)
-        PQclear(it->batch);
+        sql_pgsql_result_free(it->batch);
     event_free(it->notify);
     sql_iter_plan_free(&it->plan);
     buf_free(&it->key);
     free(it);
 }
 
-const struct sql_executor sql_executor_pgsql = {
+const struct dict_driver_ops sql_executor_pgsql = {
     .open = pg_open,
     .close = pg_close,
     .lookup = pg_lookup,

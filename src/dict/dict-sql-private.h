@@ -12,18 +12,14 @@
 #define PETREL_DICT_SQL_PRIVATE_H
 
 #include "dict/dict-private.h"
+#include "sql/sql-row.h"
+#include "sql/sql-stmt.h"
 
 #define SQL_MAX_FIELDS 16 /* pattern variables per map, and value_fields */
 #define SQL_MAX_MAPS 64
-#define SQL_MAX_PARAMS 48
 #define SQL_MAX_COLUMNS (2 * SQL_MAX_FIELDS + 2) /* result columns of any statement */
 #define SQL_FETCH_ROWS 1000                      /* rows per PostgreSQL cursor FETCH */
 #define SQL_DEFAULT_TABLE "dict"
-
-enum sql_backend {
-    SQL_BACKEND_SQLITE,
-    SQL_BACKEND_PGSQL,
-};
 
 /* One entry of `maps:`: keys matching `pattern` live in columns of `table`. */
 struct sql_map {
@@ -41,7 +37,7 @@ struct sql_map {
 
 struct sql_config {
     char *dict_name;
-    enum sql_backend backend;
+    enum sql_dialect dialect;
     char *path;    /* sqlite */
     char *connect; /* pgsql: libpq conninfo */
     char *table;   /* the default table */
@@ -55,46 +51,14 @@ struct sql_config {
 
 /* ---------- statements ---------- */
 
-enum sql_param_kind {
-    SQL_PARAM_NULL,
-    SQL_PARAM_TEXT, /* NUL-terminated at data[len] */
-    SQL_PARAM_BLOB, /* bytes; BLOB in SQLite, BYTEA in PostgreSQL */
-    SQL_PARAM_INT,
-};
-
-struct sql_param {
-    enum sql_param_kind kind;
-    const char *data;
-    size_t len;
-    int64_t num;
-};
-
-/* SQL text with placeholders ("?N" for SQLite, "$N" for PostgreSQL) and
- * the parameters bound to them. Parameters point into the caller's strings
- * or into `owned` copies; they stay valid until sql_query_free/reset. */
-struct sql_query {
-    enum sql_backend backend;
-    struct buf sql;
-    struct sql_param params[SQL_MAX_PARAMS];
-    size_t count;
-    size_t columns;    /* result columns of a SELECT */
-    bool text_results; /* PostgreSQL: text-format results (map tables) */
-    char *owned[SQL_MAX_PARAMS];
-    size_t owned_count;
-};
-
-void sql_query_init(struct sql_query *q, enum sql_backend backend);
-void sql_query_reset(struct sql_query *q);
-void sql_query_free(struct sql_query *q);
-
 /* DDL creating the default table (and its TTL index) when missing. */
-void sql_build_schema(const struct sql_config *cfg, struct sql_query *q);
+void sql_build_schema(const struct sql_config *cfg, struct sql_stmt *q);
 
 /* ---------- lookup ---------- */
 
 /* The first live row of `key` (a storage key); q->columns value columns. */
 void sql_build_lookup(const struct sql_config *cfg, const char *key, int64_t now,
-                      struct sql_query *q);
+                      struct sql_stmt *q);
 
 /* ---------- iterate ---------- */
 
@@ -122,14 +86,15 @@ void sql_iter_plan_init(struct sql_iter_plan *p, const struct sql_config *cfg, c
                         unsigned flags);
 void sql_iter_plan_free(struct sql_iter_plan *p);
 /* The SELECT of source `i` (ORDER BY per the SORT_* flags). */
-void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_query *q);
+void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_stmt *q);
 /* True when source `i` returns PostgreSQL results in text format. */
 bool sql_iter_text_results(const struct sql_iter_plan *p, size_t i);
-/* Turns one result row of source `i` into a storage key (in *key) and its
- * values (pointing into `cols`). False for a row the iteration does not
- * want (a deeper key of a non-recursive iteration). */
-bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_value *cols,
-                  size_t ncols, struct buf *key, struct dict_value *values, size_t *value_count);
+/* Turns one result row of source `i` into *row: the storage key (kept in
+ * *key) and its values (in `values`, pointing into `cols`). False for a
+ * row the iteration does not want (a deeper key of a non-recursive
+ * iteration). */
+bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_value *cols,
+                  size_t ncols, struct buf *key, struct dict_value *values, struct dict_row *row);
 
 /* ---------- transactions ---------- */
 
@@ -155,12 +120,12 @@ enum sql_op_next {
 /* Builds the statement of the operation's current step. */
 void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
                   const struct sql_op_state *st, int64_t expire_secs, int64_t now,
-                  struct sql_query *q);
+                  struct sql_stmt *q);
 /* Feeds the step's outcome: rows changed, and the first column of the first
  * row (NULL when there was none). */
 enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_tx_op *op,
                                struct sql_op_state *st, int64_t changes,
-                               const struct dict_value *first, char **error);
+                               const struct sql_value *first, char **error);
 /* "set shared/x" for messages (the key shortened). Allocated. */
 char *sql_op_describe(const struct dict_tx_op *op);
 
@@ -168,23 +133,14 @@ char *sql_op_describe(const struct dict_tx_op *op);
 
 /* Tables with a TTL column: the default table, then maps with expire_field. */
 size_t sql_expire_count(const struct sql_config *cfg);
-void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struct sql_query *q);
+void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struct sql_stmt *q);
 
 /* ---------- executors ---------- */
 
-struct sql_executor {
-    bool (*open)(struct dict *dict, struct petrel_error *err);
-    void (*close)(struct dict *dict);
-    void (*lookup)(struct dict *dict, const char *key, dict_lookup_cb *cb, void *ctx);
-    struct dict_iterate *(*iterate_init)(struct dict *dict, const char *prefix, unsigned flags);
-    enum dict_iter_status (*iterate_next)(struct dict_iterate *it, struct dict_row *row);
-    void (*iterate_deinit)(struct dict_iterate *it);
-    void (*commit)(struct dict *dict, const struct dict_tx_op *ops, size_t count,
-                   int64_t expire_secs, dict_commit_cb *cb, void *ctx);
-    void (*expire_scan)(struct dict *dict, dict_expire_cb *cb, void *ctx);
-};
-
-extern const struct sql_executor sql_executor_sqlite;
-extern const struct sql_executor sql_executor_pgsql;
+/* The two executors are dict driver tables of their own (without the
+ * configuration functions, which dict-sql.c has for both); dict-sql.c
+ * forwards each operation to the one its backend names. */
+extern const struct dict_driver_ops sql_executor_sqlite;
+extern const struct dict_driver_ops sql_executor_pgsql;
 
 #endif

@@ -85,6 +85,7 @@
 #include "dict/dict-sql-private.h"
 
 #include "core/xalloc.h"
+#include "sql/sql-pgsql.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -93,11 +94,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SQL_MAX_IDENTIFIER 63
 #define SQL_MAX_PATTERN 1024
-
-/* Provided by dict-sql-pgsql.c: validates a libpq conninfo string. */
-bool sql_pgsql_conninfo_check(const char *conninfo, char **error);
 
 /* ---------- configuration ---------- */
 
@@ -110,22 +107,6 @@ static void pathf(char *dst, size_t size, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(dst, size, fmt, ap);
     va_end(ap);
-}
-
-static bool valid_identifier(const char *s)
-{
-    size_t len = strlen(s);
-    if (len == 0 || len > SQL_MAX_IDENTIFIER)
-        return false;
-    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
-        return false;
-    for (const char *p = s + 1; *p != '\0'; p++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_'))
-            return false;
-    }
-    return true;
 }
 
 static bool is_var_char(char c, bool first)
@@ -147,7 +128,7 @@ static bool read_identifier(const struct cfg_ctx *ctx, const struct ynode *map, 
             return cfg_fail(ctx, map, full, "is required");
         return true;
     }
-    if (!valid_identifier(*out))
+    if (!sql_identifier_valid(*out))
         return cfg_fail(ctx, ynode_get(map, key), full,
                         "'%s' is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most %d "
                         "bytes)",
@@ -252,7 +233,7 @@ static bool read_fields(const struct cfg_ctx *ctx, const struct ynode *item, con
                 return cfg_fail(ctx, fields->items[i], full,
                                 "'%s' is not a variable of the pattern", fields->keys[i]);
             const struct ynode *col = fields->items[i];
-            if (col->type != YNODE_SCALAR || !valid_identifier(col->scalar))
+            if (col->type != YNODE_SCALAR || !sql_identifier_valid(col->scalar))
                 return cfg_fail(ctx, col, full,
                                 "the column of '%s' must be a plain SQL identifier "
                                 "([A-Za-z_][A-Za-z0-9_]*)",
@@ -324,7 +305,7 @@ static bool read_map(const struct cfg_ctx *ctx, const struct ynode *item, const 
         ok = cfg_fail(ctx, item, path, "value_field (or a non-empty value_fields) is required");
     } else {
         for (size_t i = 0; i < n && ok; i++) {
-            if (!valid_identifier(list[i]))
+            if (!sql_identifier_valid(list[i]))
                 ok = cfg_fail(ctx, ynode_get(item, "value_fields"), full,
                               "'%s' is not a plain SQL identifier", list[i]);
         }
@@ -392,9 +373,9 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
     if (!cfg_string(ctx, map, path, "backend", &backend))
         goto fail;
     if (backend == NULL || strcmp(backend, "sqlite") == 0) {
-        cfg->backend = SQL_BACKEND_SQLITE;
+        cfg->dialect = SQL_DIALECT_SQLITE;
     } else if (strcmp(backend, "pgsql") == 0 || strcmp(backend, "postgresql") == 0) {
-        cfg->backend = SQL_BACKEND_PGSQL;
+        cfg->dialect = SQL_DIALECT_PGSQL;
     } else {
         pathf(full, sizeof(full), "%s.backend", path);
         cfg_fail(ctx, ynode_get(map, "backend"), full, "expected sqlite or pgsql, found '%s'",
@@ -414,7 +395,7 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
         goto fail;
     if (cfg->table == NULL)
         cfg->table = xstrdup(SQL_DEFAULT_TABLE);
-    if (cfg->backend == SQL_BACKEND_SQLITE) {
+    if (cfg->dialect == SQL_DIALECT_SQLITE) {
         if (!not_for_backend(ctx, map, path, "connect", "pgsql") ||
             !not_for_backend(ctx, map, path, "pool_size", "pgsql") ||
             !not_for_backend(ctx, map, path, "connect_timeout", "pgsql") ||
@@ -436,10 +417,9 @@ static void *sql_config_read(const struct cfg_ctx *ctx, const struct ynode *map,
                      "port=5432 user=postgres dbname=petrel\")");
             goto fail;
         }
-        char *error = NULL;
-        if (!sql_pgsql_conninfo_check(cfg->connect, &error)) {
-            cfg_fail(ctx, ynode_get(map, "connect"), full, "%s", error);
-            free(error);
+        if (!sql_pgsql_conninfo_valid(cfg->connect)) {
+            cfg_fail(ctx, ynode_get(map, "connect"), full,
+                     "not a valid libpq conninfo (keyword=value pairs or a postgresql:// URI)");
             goto fail;
         }
     }
@@ -453,104 +433,39 @@ fail:
 
 /* ---------- statements ---------- */
 
-void sql_query_init(struct sql_query *q, enum sql_backend backend)
+static bool pg(const struct sql_stmt *q)
 {
-    memset(q, 0, sizeof(*q));
-    q->backend = backend;
-}
-
-void sql_query_reset(struct sql_query *q)
-{
-    for (size_t i = 0; i < q->owned_count; i++)
-        free(q->owned[i]);
-    q->owned_count = 0;
-    q->count = 0;
-    q->columns = 0;
-    q->text_results = false;
-    buf_reset(&q->sql);
-}
-
-void sql_query_free(struct sql_query *q)
-{
-    sql_query_reset(q);
-    buf_free(&q->sql);
-}
-
-static bool pg(const struct sql_query *q)
-{
-    return q->backend == SQL_BACKEND_PGSQL;
-}
-
-static void q_sql(struct sql_query *q, const char *text)
-{
-    buf_append_str(&q->sql, text);
-}
-
-static void q_ident(struct sql_query *q, const char *name)
-{
-    buf_append_char(&q->sql, '"');
-    buf_append_str(&q->sql, name);
-    buf_append_char(&q->sql, '"');
-}
-
-static void q_param(struct sql_query *q, enum sql_param_kind kind, const char *data, size_t len,
-                    int64_t num)
-{
-    PETREL_ASSERT(q->count < SQL_MAX_PARAMS);
-    struct sql_param *p = &q->params[q->count++];
-    p->kind = kind;
-    p->data = data;
-    p->len = len;
-    p->num = num;
-    buf_printf(&q->sql, pg(q) ? "$%zu" : "?%zu", q->count);
-}
-
-static void q_text(struct sql_query *q, const char *s)
-{
-    q_param(q, SQL_PARAM_TEXT, s, strlen(s), 0);
-}
-
-static void q_text_copy(struct sql_query *q, const char *s)
-{
-    PETREL_ASSERT(q->owned_count < SQL_MAX_PARAMS);
-    char *copy = xstrdup(s);
-    q->owned[q->owned_count++] = copy;
-    q_text(q, copy);
-}
-
-static void q_int(struct sql_query *q, int64_t v)
-{
-    q_param(q, SQL_PARAM_INT, NULL, 0, v);
+    return q->dialect == SQL_DIALECT_PGSQL;
 }
 
 /* " WHERE " for the first condition, " AND " after it. */
-static void q_and(struct sql_query *q, bool *first)
+static void q_and(struct sql_stmt *q, bool *first)
 {
-    q_sql(q, *first ? " WHERE " : " AND ");
+    sql_stmt_append(q, *first ? " WHERE " : " AND ");
     *first = false;
 }
 
 /* The default table's key column in range comparisons and ORDER BY. */
-static void q_key_order(struct sql_query *q)
+static void q_key_order(struct sql_stmt *q)
 {
-    q_ident(q, "key");
+    sql_stmt_ident(q, "key");
     if (pg(q))
-        q_sql(q, " COLLATE \"C\"");
+        sql_stmt_append(q, " COLLATE \"C\"");
 }
 
 /* ("col" IS NULL OR "col" > now): rows still alive. */
-static void q_live(struct sql_query *q, bool *first, const char *column, int64_t now)
+static void q_live(struct sql_stmt *q, bool *first, const char *column, int64_t now)
 {
     if (column == NULL)
         return;
     q_and(q, first);
-    q_sql(q, "(");
-    q_ident(q, column);
-    q_sql(q, " IS NULL OR ");
-    q_ident(q, column);
-    q_sql(q, " > ");
-    q_int(q, now);
-    q_sql(q, ")");
+    sql_stmt_append(q, "(");
+    sql_stmt_ident(q, column);
+    sql_stmt_append(q, " IS NULL OR ");
+    sql_stmt_ident(q, column);
+    sql_stmt_append(q, " > ");
+    sql_stmt_int(q, now);
+    sql_stmt_append(q, ")");
 }
 
 /* The smallest string above every string starting with `prefix`, or NULL.
@@ -572,19 +487,19 @@ static char *prefix_upper_bound(const char *prefix)
 }
 
 /* `col >= prefix AND col < upper` on text. */
-static void q_prefix_range(struct sql_query *q, bool *first, const char *column_sql,
+static void q_prefix_range(struct sql_stmt *q, bool *first, const char *column_sql,
                            const char *prefix)
 {
     q_and(q, first);
-    q_sql(q, column_sql);
-    q_sql(q, " >= ");
-    q_text_copy(q, prefix);
+    sql_stmt_append(q, column_sql);
+    sql_stmt_append(q, " >= ");
+    sql_stmt_text_copy(q, prefix);
     char *upper = prefix_upper_bound(prefix);
     if (upper != NULL) {
         q_and(q, first);
-        q_sql(q, column_sql);
-        q_sql(q, " < ");
-        q_text_copy(q, upper);
+        sql_stmt_append(q, column_sql);
+        sql_stmt_append(q, " < ");
+        sql_stmt_text_copy(q, upper);
         free(upper);
     }
 }
@@ -600,22 +515,22 @@ static size_t utf8_chars(const char *s)
     return n;
 }
 
-void sql_build_schema(const struct sql_config *cfg, struct sql_query *q)
+void sql_build_schema(const struct sql_config *cfg, struct sql_stmt *q)
 {
-    sql_query_reset(q);
-    q_sql(q, "CREATE TABLE IF NOT EXISTS ");
-    q_ident(q, cfg->table);
+    sql_stmt_reset(q);
+    sql_stmt_append(q, "CREATE TABLE IF NOT EXISTS ");
+    sql_stmt_ident(q, cfg->table);
     if (pg(q))
-        q_sql(q, " (\"key\" TEXT COLLATE \"C\" PRIMARY KEY, \"value\" BYTEA NOT NULL, "
-                 "\"expires_at\" BIGINT NULL)");
+        sql_stmt_append(q, " (\"key\" TEXT COLLATE \"C\" PRIMARY KEY, \"value\" BYTEA NOT NULL, "
+                           "\"expires_at\" BIGINT NULL)");
     else
-        q_sql(q, " (\"key\" TEXT PRIMARY KEY NOT NULL, \"value\" BLOB NOT NULL, "
-                 "\"expires_at\" BIGINT NULL) WITHOUT ROWID");
-    q_sql(q, ";\nCREATE INDEX IF NOT EXISTS ");
+        sql_stmt_append(q, " (\"key\" TEXT PRIMARY KEY NOT NULL, \"value\" BLOB NOT NULL, "
+                           "\"expires_at\" BIGINT NULL) WITHOUT ROWID");
+    sql_stmt_append(q, ";\nCREATE INDEX IF NOT EXISTS ");
     buf_printf(&q->sql, "\"%s_expires_at\"", cfg->table);
-    q_sql(q, " ON ");
-    q_ident(q, cfg->table);
-    q_sql(q, " (\"expires_at\") WHERE \"expires_at\" IS NOT NULL");
+    sql_stmt_append(q, " ON ");
+    sql_stmt_ident(q, cfg->table);
+    sql_stmt_append(q, " (\"expires_at\") WHERE \"expires_at\" IS NOT NULL");
 }
 
 /* ---------- the table map ---------- */
@@ -709,57 +624,57 @@ static void resolve(const struct sql_config *cfg, const char *key, struct sql_it
 }
 
 /* WHERE over the map's bound variables (and username). */
-static void q_map_where(struct sql_query *q, bool *first, const struct sql_iter_source *t)
+static void q_map_where(struct sql_stmt *q, bool *first, const struct sql_iter_source *t)
 {
     const struct sql_map *m = t->map;
     for (size_t i = 0; i < t->bound; i++) {
         q_and(q, first);
-        q_ident(q, m->var_columns[i]);
-        q_sql(q, " = ");
-        q_text_copy(q, t->values[i]);
+        sql_stmt_ident(q, m->var_columns[i]);
+        sql_stmt_append(q, " = ");
+        sql_stmt_text_copy(q, t->values[i]);
     }
     if (m->priv) {
         q_and(q, first);
-        q_ident(q, m->username_field);
-        q_sql(q, " = ");
-        q_text_copy(q, t->username);
+        sql_stmt_ident(q, m->username_field);
+        sql_stmt_append(q, " = ");
+        sql_stmt_text_copy(q, t->username);
     }
 }
 
-static void q_value_columns(struct sql_query *q, const struct sql_map *m)
+static void q_value_columns(struct sql_stmt *q, const struct sql_map *m)
 {
     for (size_t i = 0; i < m->value_count; i++) {
         if (i > 0)
-            q_sql(q, ", ");
-        q_ident(q, m->value_fields[i]);
+            sql_stmt_append(q, ", ");
+        sql_stmt_ident(q, m->value_fields[i]);
     }
 }
 
 /* ---------- lookup ---------- */
 
 void sql_build_lookup(const struct sql_config *cfg, const char *key, int64_t now,
-                      struct sql_query *q)
+                      struct sql_stmt *q)
 {
-    sql_query_reset(q);
+    sql_stmt_reset(q);
     struct sql_iter_source t;
     resolve(cfg, key, &t);
     bool first = true;
-    q_sql(q, "SELECT ");
+    sql_stmt_append(q, "SELECT ");
     if (t.map != NULL) {
         q_value_columns(q, t.map);
-        q_sql(q, " FROM ");
-        q_ident(q, t.map->table);
+        sql_stmt_append(q, " FROM ");
+        sql_stmt_ident(q, t.map->table);
         q_map_where(q, &first, &t);
         q_live(q, &first, t.map->expire_field, now);
-        q_sql(q, " LIMIT 1");
+        sql_stmt_append(q, " LIMIT 1");
         q->columns = t.map->value_count;
         q->text_results = true;
     } else {
-        q_sql(q, "\"value\" FROM ");
-        q_ident(q, cfg->table);
+        sql_stmt_append(q, "\"value\" FROM ");
+        sql_stmt_ident(q, cfg->table);
         q_and(q, &first);
-        q_sql(q, "\"key\" = ");
-        q_text_copy(q, key);
+        sql_stmt_append(q, "\"key\" = ");
+        sql_stmt_text_copy(q, key);
         q_live(q, &first, "expires_at", now);
         q->columns = 1;
     }
@@ -807,63 +722,63 @@ bool sql_iter_text_results(const struct sql_iter_plan *p, size_t i)
     return p->sources[i].map != NULL;
 }
 
-static void build_iterate_default(const struct sql_iter_plan *p, int64_t now, struct sql_query *q)
+static void build_iterate_default(const struct sql_iter_plan *p, int64_t now, struct sql_stmt *q)
 {
     const char *key_col = pg(q) ? "\"key\" COLLATE \"C\"" : "\"key\"";
     bool first = true;
     bool no_value = (p->flags & DICT_ITER_NO_VALUE) != 0;
-    q_sql(q, no_value ? "SELECT \"key\" FROM " : "SELECT \"key\", \"value\" FROM ");
-    q_ident(q, p->cfg->table);
+    sql_stmt_append(q, no_value ? "SELECT \"key\" FROM " : "SELECT \"key\", \"value\" FROM ");
+    sql_stmt_ident(q, p->cfg->table);
     if (p->flags & DICT_ITER_EXACT_KEY) {
         q_and(q, &first);
-        q_sql(q, "\"key\" = ");
-        q_text_copy(q, p->prefix);
+        sql_stmt_append(q, "\"key\" = ");
+        sql_stmt_text_copy(q, p->prefix);
     } else {
         q_prefix_range(q, &first, key_col, p->prefix);
         if ((p->flags & DICT_ITER_RECURSE) == 0) {
             /* no '/' after the prefix: direct children only */
             q_and(q, &first);
-            q_sql(q, pg(q) ? "strpos(substr(\"key\", " : "instr(substr(\"key\", ");
-            q_int(q, (int64_t)utf8_chars(p->prefix) + 1);
-            q_sql(q, "), '/') = 0");
+            sql_stmt_append(q, pg(q) ? "strpos(substr(\"key\", " : "instr(substr(\"key\", ");
+            sql_stmt_int(q, (int64_t)utf8_chars(p->prefix) + 1);
+            sql_stmt_append(q, "), '/') = 0");
         }
     }
     q_live(q, &first, "expires_at", now);
     if (p->flags & DICT_ITER_SORT_BY_KEY) {
-        q_sql(q, " ORDER BY ");
+        sql_stmt_append(q, " ORDER BY ");
         q_key_order(q);
     } else if (p->flags & DICT_ITER_SORT_BY_VALUE) {
-        q_sql(q, " ORDER BY \"value\", ");
+        sql_stmt_append(q, " ORDER BY \"value\", ");
         q_key_order(q);
     }
     q->columns = no_value ? 1 : 2;
 }
 
 static void build_iterate_map(const struct sql_iter_plan *p, const struct sql_iter_source *s,
-                              int64_t now, struct sql_query *q)
+                              int64_t now, struct sql_stmt *q)
 {
     const struct sql_map *m = s->map;
     bool first = true;
     bool no_value = (p->flags & DICT_ITER_NO_VALUE) != 0;
-    q_sql(q, "SELECT ");
+    sql_stmt_append(q, "SELECT ");
     size_t cols = 0;
     for (size_t i = 0; i < m->var_count; i++) {
-        q_sql(q, cols++ > 0 ? ", " : "");
-        q_ident(q, m->var_columns[i]);
+        sql_stmt_append(q, cols++ > 0 ? ", " : "");
+        sql_stmt_ident(q, m->var_columns[i]);
     }
     if (m->priv) {
-        q_sql(q, cols++ > 0 ? ", " : "");
-        q_ident(q, m->username_field);
+        sql_stmt_append(q, cols++ > 0 ? ", " : "");
+        sql_stmt_ident(q, m->username_field);
     }
     if (!no_value) {
-        q_sql(q, cols > 0 ? ", " : "");
+        sql_stmt_append(q, cols > 0 ? ", " : "");
         q_value_columns(q, m);
         cols += m->value_count;
     }
     if (cols == 0)
-        q_sql(q, "1"); /* a shared pattern without variables, NO_VALUE */
-    q_sql(q, " FROM ");
-    q_ident(q, m->table);
+        sql_stmt_append(q, "1"); /* a shared pattern without variables, NO_VALUE */
+    sql_stmt_append(q, " FROM ");
+    sql_stmt_ident(q, m->table);
     q_map_where(q, &first, s);
     if (s->partial != NULL) {
         struct buf col = {0};
@@ -875,41 +790,43 @@ static void build_iterate_map(const struct sql_iter_plan *p, const struct sql_it
     }
     q_live(q, &first, m->expire_field, now);
     if ((p->flags & DICT_ITER_SORT_BY_VALUE) && m->value_count > 0) {
-        q_sql(q, " ORDER BY ");
-        q_ident(q, m->value_fields[0]);
+        sql_stmt_append(q, " ORDER BY ");
+        sql_stmt_ident(q, m->value_fields[0]);
         for (size_t i = 0; i < m->var_count; i++) {
-            q_sql(q, ", ");
-            q_ident(q, m->var_columns[i]);
+            sql_stmt_append(q, ", ");
+            sql_stmt_ident(q, m->var_columns[i]);
         }
     } else if ((p->flags & (DICT_ITER_SORT_BY_KEY | DICT_ITER_SORT_BY_VALUE)) && m->var_count > 0) {
-        q_sql(q, " ORDER BY ");
+        sql_stmt_append(q, " ORDER BY ");
         for (size_t i = 0; i < m->var_count; i++) {
-            q_sql(q, i > 0 ? ", " : "");
-            q_ident(q, m->var_columns[i]);
+            sql_stmt_append(q, i > 0 ? ", " : "");
+            sql_stmt_ident(q, m->var_columns[i]);
         }
     }
     q->columns = cols == 0 ? 1 : cols;
     q->text_results = true;
 }
 
-void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_query *q)
+void sql_build_iterate(const struct sql_iter_plan *p, size_t i, int64_t now, struct sql_stmt *q)
 {
-    sql_query_reset(q);
+    sql_stmt_reset(q);
     if (p->sources[i].map == NULL)
         build_iterate_default(p, now, q);
     else
         build_iterate_map(p, &p->sources[i], now, q);
 }
 
-static void append_value(struct buf *b, const struct dict_value *v)
+static void append_value(struct buf *b, const struct sql_value *v)
 {
     if (v->data != NULL)
         buf_append(b, v->data, v->len);
 }
 
-bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_value *cols,
-                  size_t ncols, struct buf *key, struct dict_value *values, size_t *value_count)
+bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct sql_value *cols,
+                  size_t ncols, struct buf *key, struct dict_value *values, struct dict_row *row)
 {
+    size_t count = 0;
+    size_t *value_count = &count;
     const struct sql_map *m = p->sources[i].map;
     bool no_value = (p->flags & DICT_ITER_NO_VALUE) != 0;
     buf_reset(key);
@@ -919,7 +836,7 @@ bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_val
             return false;
         append_value(key, &cols[0]);
         if (!no_value && ncols >= 2) {
-            values[0] = cols[1];
+            values[0] = (struct dict_value){.data = cols[1].data, .len = cols[1].len};
             *value_count = 1;
         }
     } else {
@@ -947,7 +864,8 @@ bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_val
         }
         if (!no_value) {
             for (size_t v = 0; v < m->value_count; v++)
-                values[v] = cols[fixed + v];
+                values[v] =
+                    (struct dict_value){.data = cols[fixed + v].data, .len = cols[fixed + v].len};
             *value_count = m->value_count;
         }
     }
@@ -959,7 +877,10 @@ bool sql_iter_row(const struct sql_iter_plan *p, size_t i, const struct dict_val
             values[v].len = 0;
         }
     }
-    return dict_iter_key_wanted(p->prefix, buf_cstr(key), p->flags);
+    row->key = buf_cstr(key);
+    row->values = values;
+    row->value_count = count;
+    return dict_iter_key_wanted(p->prefix, row->key, p->flags);
 }
 
 /* ---------- transactions ---------- */
@@ -1010,85 +931,85 @@ bool sql_ops_check(const struct sql_config *cfg, const struct dict_tx_op *ops, s
 }
 
 /* The TTL parameter of a set: now + expire_secs, or NULL. */
-static void q_expiry(struct sql_query *q, int64_t expire_secs, int64_t now)
+static void q_expiry(struct sql_stmt *q, int64_t expire_secs, int64_t now)
 {
     if (expire_secs > 0)
-        q_int(q, now + expire_secs);
+        sql_stmt_int(q, now + expire_secs);
     else
-        q_param(q, SQL_PARAM_NULL, NULL, 0, 0);
+        sql_stmt_null(q);
 }
 
 static void build_set(const struct sql_config *cfg, const struct dict_tx_op *op,
                       const struct sql_iter_source *t, const struct sql_op_state *st,
-                      int64_t expire_secs, int64_t now, struct sql_query *q)
+                      int64_t expire_secs, int64_t now, struct sql_stmt *q)
 {
     const struct sql_map *m = t->map;
     if (m == NULL) {
-        q_sql(q, "INSERT INTO ");
-        q_ident(q, cfg->table);
-        q_sql(q, " (\"key\", \"value\", \"expires_at\") VALUES (");
-        q_text_copy(q, op->key);
-        q_sql(q, ", ");
-        q_param(q, SQL_PARAM_BLOB, op->value != NULL ? op->value : "", op->value_len, 0);
-        q_sql(q, ", ");
+        sql_stmt_append(q, "INSERT INTO ");
+        sql_stmt_ident(q, cfg->table);
+        sql_stmt_append(q, " (\"key\", \"value\", \"expires_at\") VALUES (");
+        sql_stmt_text_copy(q, op->key);
+        sql_stmt_append(q, ", ");
+        sql_stmt_blob(q, op->value != NULL ? op->value : "", op->value_len);
+        sql_stmt_append(q, ", ");
         q_expiry(q, expire_secs, now);
-        q_sql(q, ") ON CONFLICT (\"key\") DO UPDATE SET \"value\" = excluded.\"value\", "
-                 "\"expires_at\" = excluded.\"expires_at\"");
+        sql_stmt_append(q, ") ON CONFLICT (\"key\") DO UPDATE SET \"value\" = excluded.\"value\", "
+                           "\"expires_at\" = excluded.\"expires_at\"");
         return;
     }
     if (st->step == 0) {
         /* update the matching rows; insert when there were none */
         bool first = true;
-        q_sql(q, "UPDATE ");
-        q_ident(q, m->table);
-        q_sql(q, " SET ");
-        q_ident(q, m->value_fields[0]);
-        q_sql(q, " = ");
-        q_param(q, SQL_PARAM_TEXT, op->value, op->value_len, 0);
+        sql_stmt_append(q, "UPDATE ");
+        sql_stmt_ident(q, m->table);
+        sql_stmt_append(q, " SET ");
+        sql_stmt_ident(q, m->value_fields[0]);
+        sql_stmt_append(q, " = ");
+        sql_stmt_text_len(q, op->value, op->value_len);
         if (m->expire_field != NULL) {
-            q_sql(q, ", ");
-            q_ident(q, m->expire_field);
-            q_sql(q, " = ");
+            sql_stmt_append(q, ", ");
+            sql_stmt_ident(q, m->expire_field);
+            sql_stmt_append(q, " = ");
             q_expiry(q, expire_secs, now);
         }
         q_map_where(q, &first, t);
         return;
     }
-    q_sql(q, "INSERT INTO ");
-    q_ident(q, m->table);
-    q_sql(q, " (");
+    sql_stmt_append(q, "INSERT INTO ");
+    sql_stmt_ident(q, m->table);
+    sql_stmt_append(q, " (");
     for (size_t i = 0; i < m->var_count; i++) {
-        q_ident(q, m->var_columns[i]);
-        q_sql(q, ", ");
+        sql_stmt_ident(q, m->var_columns[i]);
+        sql_stmt_append(q, ", ");
     }
     if (m->priv) {
-        q_ident(q, m->username_field);
-        q_sql(q, ", ");
+        sql_stmt_ident(q, m->username_field);
+        sql_stmt_append(q, ", ");
     }
-    q_ident(q, m->value_fields[0]);
+    sql_stmt_ident(q, m->value_fields[0]);
     if (m->expire_field != NULL) {
-        q_sql(q, ", ");
-        q_ident(q, m->expire_field);
+        sql_stmt_append(q, ", ");
+        sql_stmt_ident(q, m->expire_field);
     }
-    q_sql(q, ") VALUES (");
+    sql_stmt_append(q, ") VALUES (");
     for (size_t i = 0; i < m->var_count; i++) {
-        q_text_copy(q, t->values[i]);
-        q_sql(q, ", ");
+        sql_stmt_text_copy(q, t->values[i]);
+        sql_stmt_append(q, ", ");
     }
     if (m->priv) {
-        q_text_copy(q, t->username);
-        q_sql(q, ", ");
+        sql_stmt_text_copy(q, t->username);
+        sql_stmt_append(q, ", ");
     }
-    q_param(q, SQL_PARAM_TEXT, op->value, op->value_len, 0);
+    sql_stmt_text_len(q, op->value, op->value_len);
     if (m->expire_field != NULL) {
-        q_sql(q, ", ");
+        sql_stmt_append(q, ", ");
         q_expiry(q, expire_secs, now);
     }
-    q_sql(q, ")");
+    sql_stmt_append(q, ")");
 }
 
 /* WHERE of the row(s) an op addresses, alive rows only when `live`. */
-static void q_target_where(struct sql_query *q, const struct sql_iter_source *t, const char *key,
+static void q_target_where(struct sql_stmt *q, const struct sql_iter_source *t, const char *key,
                            bool live, int64_t now)
 {
     bool first = true;
@@ -1098,8 +1019,8 @@ static void q_target_where(struct sql_query *q, const struct sql_iter_source *t,
             q_live(q, &first, t->map->expire_field, now);
     } else {
         q_and(q, &first);
-        q_sql(q, "\"key\" = ");
-        q_text_copy(q, key);
+        sql_stmt_append(q, "\"key\" = ");
+        sql_stmt_text_copy(q, key);
         if (live)
             q_live(q, &first, "expires_at", now);
     }
@@ -1107,54 +1028,57 @@ static void q_target_where(struct sql_query *q, const struct sql_iter_source *t,
 
 static void build_inc(const struct sql_config *cfg, const struct dict_tx_op *op,
                       const struct sql_iter_source *t, const struct sql_op_state *st, int64_t now,
-                      struct sql_query *q)
+                      struct sql_stmt *q)
 {
     const char *table = t->map != NULL ? t->map->table : cfg->table;
     const char *column = t->map != NULL ? t->map->value_fields[0] : "value";
     if (pg(q)) {
         /* one statement; a non-integer value makes PostgreSQL fail it */
-        q_sql(q, "UPDATE ");
-        q_ident(q, table);
-        q_sql(q, " SET ");
-        q_ident(q, column);
+        sql_stmt_append(q, "UPDATE ");
+        sql_stmt_ident(q, table);
+        sql_stmt_append(q, " SET ");
+        sql_stmt_ident(q, column);
         if (t->map == NULL) {
-            q_sql(q, " = convert_to((convert_from(\"value\", 'UTF8')::bigint + ");
-            q_int(q, op->delta);
-            q_sql(q, ")::text, 'UTF8')");
+            sql_stmt_append(q, " = convert_to((convert_from(\"value\", 'UTF8')::bigint + ");
+            sql_stmt_int(q, op->delta);
+            sql_stmt_append(q, ")::text, 'UTF8')");
         } else {
-            q_sql(q, " = CAST(CAST(");
-            q_ident(q, column);
-            q_sql(q, " AS TEXT) AS BIGINT) + ");
-            q_int(q, op->delta);
+            sql_stmt_append(q, " = CAST(CAST(");
+            sql_stmt_ident(q, column);
+            sql_stmt_append(q, " AS TEXT) AS BIGINT) + ");
+            sql_stmt_int(q, op->delta);
         }
         q_target_where(q, t, op->key, true, now);
         return;
     }
     /* SQLite converts leniently ('12abc' + 1 = 13): read, check in C, write */
     if (st->step == 0) {
-        q_sql(q, "SELECT ");
-        q_ident(q, column);
-        q_sql(q, " FROM ");
-        q_ident(q, table);
+        sql_stmt_append(q, "SELECT ");
+        sql_stmt_ident(q, column);
+        sql_stmt_append(q, " FROM ");
+        sql_stmt_ident(q, table);
         q_target_where(q, t, op->key, true, now);
-        q_sql(q, " LIMIT 1");
+        sql_stmt_append(q, " LIMIT 1");
         q->columns = 1;
         return;
     }
-    q_sql(q, "UPDATE ");
-    q_ident(q, table);
-    q_sql(q, " SET ");
-    q_ident(q, column);
-    q_sql(q, " = ");
-    q_param(q, t->map != NULL ? SQL_PARAM_TEXT : SQL_PARAM_BLOB, st->number, strlen(st->number), 0);
+    sql_stmt_append(q, "UPDATE ");
+    sql_stmt_ident(q, table);
+    sql_stmt_append(q, " SET ");
+    sql_stmt_ident(q, column);
+    sql_stmt_append(q, " = ");
+    if (t->map != NULL)
+        sql_stmt_text(q, st->number);
+    else
+        sql_stmt_blob(q, st->number, strlen(st->number));
     q_target_where(q, t, op->key, true, now);
 }
 
 void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
                   const struct sql_op_state *st, int64_t expire_secs, int64_t now,
-                  struct sql_query *q)
+                  struct sql_stmt *q)
 {
-    sql_query_reset(q);
+    sql_stmt_reset(q);
     struct sql_iter_source t;
     resolve(cfg, op->key, &t);
     switch (op->kind) {
@@ -1162,8 +1086,8 @@ void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
         build_set(cfg, op, &t, st, expire_secs, now, q);
         break;
     case DICT_OP_UNSET:
-        q_sql(q, "DELETE FROM ");
-        q_ident(q, t.map != NULL ? t.map->table : cfg->table);
+        sql_stmt_append(q, "DELETE FROM ");
+        sql_stmt_ident(q, t.map != NULL ? t.map->table : cfg->table);
         q_target_where(q, &t, op->key, false, now);
         break;
     case DICT_OP_INC:
@@ -1175,7 +1099,7 @@ void sql_op_build(const struct sql_config *cfg, const struct dict_tx_op *op,
 
 enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_tx_op *op,
                                struct sql_op_state *st, int64_t changes,
-                               const struct dict_value *first, char **error)
+                               const struct sql_value *first, char **error)
 {
     bool is_map = false;
     if (op->kind != DICT_OP_UNSET) {
@@ -1196,7 +1120,7 @@ enum sql_op_next sql_op_result(const struct sql_config *cfg, const struct dict_t
     case DICT_OP_INC:
         break;
     }
-    if (cfg->backend == SQL_BACKEND_PGSQL)
+    if (cfg->dialect == SQL_DIALECT_PGSQL)
         return changes > 0 ? SQL_OP_DONE : SQL_OP_NOT_FOUND;
     if (st->step == 1)
         return SQL_OP_DONE;
@@ -1231,9 +1155,9 @@ size_t sql_expire_count(const struct sql_config *cfg)
     return n;
 }
 
-void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struct sql_query *q)
+void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struct sql_stmt *q)
 {
-    sql_query_reset(q);
+    sql_stmt_reset(q);
     const char *table = cfg->table;
     const char *column = "expires_at";
     if (i > 0) {
@@ -1248,22 +1172,22 @@ void sql_build_expire(const struct sql_config *cfg, size_t i, int64_t now, struc
             }
         }
     }
-    q_sql(q, "DELETE FROM ");
-    q_ident(q, table);
-    q_sql(q, " WHERE ");
-    q_ident(q, column);
-    q_sql(q, " IS NOT NULL AND ");
-    q_ident(q, column);
-    q_sql(q, " <= ");
-    q_int(q, now);
+    sql_stmt_append(q, "DELETE FROM ");
+    sql_stmt_ident(q, table);
+    sql_stmt_append(q, " WHERE ");
+    sql_stmt_ident(q, column);
+    sql_stmt_append(q, " IS NOT NULL AND ");
+    sql_stmt_ident(q, column);
+    sql_stmt_append(q, " <= ");
+    sql_stmt_int(q, now);
 }
 
 /* ---------- the driver ---------- */
 
-static const struct sql_executor *executor(const struct dict *dict)
+static const struct dict_driver_ops *executor(const struct dict *dict)
 {
     const struct sql_config *cfg = dict->config;
-    return cfg->backend == SQL_BACKEND_PGSQL ? &sql_executor_pgsql : &sql_executor_sqlite;
+    return cfg->dialect == SQL_DIALECT_PGSQL ? &sql_executor_pgsql : &sql_executor_sqlite;
 }
 
 static bool sql_open(struct dict *dict, struct petrel_error *err)

@@ -1,6 +1,7 @@
 #include "dict/dict-private.h"
 
 #include "core/log.h"
+#include "core/slice.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 
@@ -40,23 +41,34 @@ struct dict_registry {
 
 bool dict_parse_counter(const char *value, size_t len, int64_t *out)
 {
-    if (value == NULL || len == 0 || len > 20)
+    if (value == NULL)
         return false;
-    char text[24];
-    memcpy(text, value, len);
-    text[len] = '\0';
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0' || end == text)
-        return false;
-    *out = v;
-    return true;
+    return slice_parse_i64((struct slice){.ptr = value, .len = len}, INT64_MIN, INT64_MAX, out);
 }
 
 int64_t dict_now(void)
 {
     return (int64_t)time(NULL);
+}
+
+bool dict_mem_expired(const struct dict_mem_entry *e, int64_t now)
+{
+    return e->expires_at != 0 && e->expires_at <= now;
+}
+
+void dict_mem_lookup(const struct smap *map, const char *key, dict_lookup_cb *cb, void *ctx)
+{
+    const struct dict_mem_entry *e = smap_get(map, key);
+    struct dict_lookup_result r = {.ret = 0};
+    struct dict_value v;
+    if (e != NULL && !dict_mem_expired(e, dict_now())) {
+        v.data = e->value;
+        v.len = e->len;
+        r.ret = 1;
+        r.values = &v;
+        r.value_count = 1;
+    }
+    cb(&r, ctx);
 }
 
 /* ---------- registry ---------- */

@@ -1,5 +1,6 @@
 #include "net/cidr.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <arpa/inet.h>
@@ -33,12 +34,8 @@ bool cidr_parse(const char *text, struct cidr *out, struct petrel_error *err)
     }
     c.prefix = max_prefix;
     if (slash != NULL) {
-        const char *p = slash + 1;
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (*p < '0' || *p > '9' || *end != '\0' || errno != 0 || v < 0 ||
-            (unsigned long)v > max_prefix)
+        uint64_t v = 0;
+        if (!str_parse_u64(slash + 1, max_prefix, &v))
             return petrel_error_set(err, PETREL_ERR_INVALID, "invalid prefix length in '%s'",
                                     text);
         c.prefix = (unsigned)v;

@@ -6,6 +6,9 @@
 #include <string.h>
 #include <strings.h>
 
+/* Content-Length: at most 19 digits, as before (far above any limit). */
+#define HTTP_MAX_DECIMAL 9999999999999999999ULL
+
 static bool is_tchar(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
@@ -13,13 +16,7 @@ static bool is_tchar(unsigned char c)
     return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-static bool slice_eq(struct http_slice s, const char *lit)
-{
-    size_t n = strlen(lit);
-    return s.len == n && strncasecmp(s.ptr, lit, n) == 0;
-}
-
-static enum http_method method_from(struct http_slice s)
+static enum http_method method_from(struct slice s)
 {
     static const struct {
         const char *name;
@@ -30,7 +27,7 @@ static enum http_method method_from(struct http_slice s)
         {"OPTIONS", HTTP_OPTIONS},
     };
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        if (s.len == strlen(methods[i].name) && memcmp(s.ptr, methods[i].name, s.len) == 0)
+        if (slice_eq(s, methods[i].name))
             return methods[i].m;
     }
     return HTTP_METHOD_OTHER;
@@ -74,22 +71,8 @@ static long line_end(const char *data, size_t start, size_t len)
     return nl == NULL ? -1 : (long)(nl - data);
 }
 
-static bool parse_uint(struct http_slice s, uint64_t *out)
-{
-    if (s.len == 0 || s.len > 19)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < s.len; i++) {
-        if (s.ptr[i] < '0' || s.ptr[i] > '9')
-            return false;
-        v = v * 10 + (uint64_t)(s.ptr[i] - '0');
-    }
-    *out = v;
-    return true;
-}
-
 /* Does the comma-separated header value contain `token`? */
-static bool has_token(struct http_slice v, const char *token)
+static bool has_token(struct slice v, const char *token)
 {
     size_t tl = strlen(token);
     size_t i = 0;
@@ -155,7 +138,7 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
         !(out->target.len == 1 && out->target.ptr[0] == '*' && out->method == HTTP_OPTIONS))
         return fail(err, 400, "request target must be an absolute path");
     i++;
-    struct http_slice version = {line + i, line_len - i};
+    struct slice version = {line + i, line_len - i};
     if (version.len != 8 || memcmp(version.ptr, "HTTP/1.", 7) != 0) {
         if (version.len >= 5 && memcmp(version.ptr, "HTTP/", 5) == 0)
             return fail(err, 505, "HTTP version not supported");
@@ -208,30 +191,30 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
         hdr->value.ptr = h + vs;
         hdr->value.len = ve - vs;
 
-        if (slice_eq(hdr->name, "Content-Length")) {
+        if (slice_eq_ci(hdr->name, "Content-Length")) {
             uint64_t v;
-            if (!parse_uint(hdr->value, &v))
+            if (!slice_parse_u64(hdr->value, HTTP_MAX_DECIMAL, &v))
                 return fail(err, 400, "invalid Content-Length");
             if (out->has_content_length && v != out->content_length)
                 return fail(err, 400, "conflicting Content-Length headers");
             out->has_content_length = true;
             out->content_length = v;
-        } else if (slice_eq(hdr->name, "Transfer-Encoding")) {
+        } else if (slice_eq_ci(hdr->name, "Transfer-Encoding")) {
             saw_te = true;
             /* Only "chunked", once: any other coding (even under chunked) would
              * reach the handler undecoded. */
-            if (out->chunked || !slice_eq(hdr->value, "chunked"))
+            if (out->chunked || !slice_eq_ci(hdr->value, "chunked"))
                 return fail(err, 501, "unsupported transfer coding");
             if (out->version_minor == 0)
                 return fail(err, 400, "chunked transfer coding in HTTP/1.0");
             out->chunked = true;
-        } else if (slice_eq(hdr->name, "Connection")) {
+        } else if (slice_eq_ci(hdr->name, "Connection")) {
             if (has_token(hdr->value, "close"))
                 out->keep_alive = false;
             else if (has_token(hdr->value, "keep-alive"))
                 out->keep_alive = true;
-        } else if (slice_eq(hdr->name, "Expect")) {
-            if (!slice_eq(hdr->value, "100-continue"))
+        } else if (slice_eq_ci(hdr->name, "Expect")) {
+            if (!slice_eq_ci(hdr->value, "100-continue"))
                 return fail(err, 417, "unsupported expectation");
             out->expect_continue = out->version_minor == 1;
         }
@@ -242,7 +225,7 @@ enum http_parse_result http_parse_head(const char *data, size_t len, size_t max_
     return HTTP_PARSE_OK;
 }
 
-static void rebase(struct http_slice *s, const char *old_base, const char *new_base)
+static void rebase(struct slice *s, const char *old_base, const char *new_base)
 {
     if (s->ptr != NULL)
         s->ptr = new_base + (s->ptr - old_base);
@@ -261,7 +244,7 @@ void http_head_rebase(struct http_head *head, const char *old_base, const char *
 const struct http_header *http_head_find(const struct http_head *head, const char *name)
 {
     for (size_t i = 0; i < head->header_count; i++) {
-        if (slice_eq(head->headers[i].name, name))
+        if (slice_eq_ci(head->headers[i].name, name))
             return &head->headers[i];
     }
     return NULL;
@@ -292,13 +275,7 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
         char c = in[i];
         switch (st->state) {
         case CHUNK_SIZE: {
-            int digit = -1;
-            if (c >= '0' && c <= '9')
-                digit = c - '0';
-            else if (c >= 'a' && c <= 'f')
-                digit = c - 'a' + 10;
-            else if (c >= 'A' && c <= 'F')
-                digit = c - 'A' + 10;
+            int digit = hex_digit_value(c);
             if (digit >= 0) {
                 if (st->line_len >= 15) {
                     *consumed = i;
@@ -459,17 +436,6 @@ enum http_parse_result http_chunked_decode(struct http_chunked *st, const char *
     return result;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 bool http_percent_decode(const char *in, size_t len, char *out, bool plus_is_space)
 {
     size_t o = 0;
@@ -478,8 +444,8 @@ bool http_percent_decode(const char *in, size_t len, char *out, bool plus_is_spa
         if (c == '%') {
             if (i + 2 >= len)
                 return false;
-            int hi = hexval(in[i + 1]);
-            int lo = hexval(in[i + 2]);
+            int hi = hex_digit_value(in[i + 1]);
+            int lo = hex_digit_value(in[i + 2]);
             if (hi < 0 || lo < 0)
                 return false;
             c = (char)(hi * 16 + lo);

@@ -8,6 +8,7 @@
 #define PETREL_NET_HTTP_PARSER_H
 
 #include "core/buf.h"
+#include "core/slice.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,20 +27,15 @@ enum http_method {
 
 #define HTTP_MAX_HEADERS 64
 
-struct http_slice {
-    const char *ptr;
-    size_t len;
-};
-
 struct http_header {
-    struct http_slice name;
-    struct http_slice value;
+    struct slice name;
+    struct slice value;
 };
 
 struct http_head {
     enum http_method method;
-    struct http_slice method_text;
-    struct http_slice target;
+    struct slice method_text;
+    struct slice target;
     int version_minor; /* HTTP/1.<minor> */
     size_t header_count;
     struct http_header headers[HTTP_MAX_HEADERS];

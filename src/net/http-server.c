@@ -1,6 +1,7 @@
 #include "net/http-server.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
@@ -229,19 +230,6 @@ static void sha256(const EVP_MD *md, const void *data, size_t len, unsigned char
         petrel_fatal("EVP_Digest failed");
 }
 
-static double elapsed_seconds(const struct timespec *start)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - start->tv_sec) + (double)(now.tv_nsec - start->tv_nsec) / 1e9;
-}
-
-static struct timeval ms_to_tv(int64_t ms)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 static char *error_json(const char *message)
 {
     json_t *obj = json_pack("{s:s}", "error", message);
@@ -267,7 +255,7 @@ static void conn_send_error_and_close(struct http_conn *conn, int status, const 
     conn->close_when_flushed = true;
     /* Keep reading (and discarding) so the client sees the response rather
      * than a reset caused by unread data; the timer bounds the linger. */
-    struct timeval tv = ms_to_tv(HTTP_LINGER_MS);
+    struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
     evtimer_add(conn->timer, &tv);
 }
 
@@ -419,7 +407,7 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     srv->conn_count++;
     if (conn->outsider)
         srv->outsider_count++;
-    struct timeval idle = ms_to_tv(head_timeout_ms(conn));
+    struct timeval idle = clock_ms_to_timeval(head_timeout_ms(conn));
     evtimer_add(conn->timer, &idle);
     if (srv->conn_count >= srv->max_connections)
         set_listeners_enabled(srv, false);
@@ -543,7 +531,7 @@ static void request_detach(struct http_request *req)
             conn_free(conn);
             return;
         }
-        struct timeval tv = ms_to_tv(HTTP_LINGER_MS);
+        struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
         evtimer_add(conn->timer, &tv);
         return;
     }
@@ -551,7 +539,7 @@ static void request_detach(struct http_request *req)
     int64_t idle_ms = conn->srv->idle_timeout_ms;
     if (under_pressure(conn->srv) && idle_ms > HTTP_PRESSED_TIMEOUT_MS)
         idle_ms = HTTP_PRESSED_TIMEOUT_MS;
-    struct timeval idle = ms_to_tv(idle_ms);
+    struct timeval idle = clock_ms_to_timeval(idle_ms);
     evtimer_add(conn->timer, &idle);
     /* Pipelined requests already buffered are handled from a deferred callback. */
     if (evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
@@ -568,7 +556,7 @@ static void record_metrics(struct http_request *req)
     snprintf(code, sizeof(code), "%d", req->status);
     const char *values[] = {srv->name, req->route != NULL ? req->route->pattern : "unmatched",
                             http_method_name(req->method), code};
-    metric_observe(metric_series_get(srv->request_seconds, values), elapsed_seconds(&req->start));
+    metric_observe(metric_series_get(srv->request_seconds, values), clock_seconds_since(&req->start));
 }
 
 /* The response has been fully produced: account for it and let the
@@ -913,7 +901,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     struct http_server *srv = conn->srv;
     conn->state = CONN_HANDLING;
     evtimer_del(conn->timer);
-    clock_gettime(CLOCK_MONOTONIC, &req->start);
+    req->start = clock_mono_now();
 
     char allow[128];
     enum http_route_result found = http_router_match(&srv->router, req->method, req->target.segments,
@@ -941,7 +929,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     srv->in_flight++;
     req->timeout = evtimer_new(srv->base, request_timeout_cb, req);
     struct timeval tv =
-        ms_to_tv((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
+        clock_ms_to_timeval((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
     evtimer_add(req->timeout, &tv);
     union {
         void *ptr;
@@ -961,7 +949,7 @@ static void conn_read_head(struct http_conn *conn)
     if (!conn->head_timer_armed) {
         /* First bytes of a request: head and body must arrive in time. */
         conn->head_timer_armed = true;
-        struct timeval tv = ms_to_tv(head_timeout_ms(conn));
+        struct timeval tv = clock_ms_to_timeval(head_timeout_ms(conn));
         evtimer_add(conn->timer, &tv);
     }
     size_t look = avail < HTTP_MAX_HEAD ? avail : HTTP_MAX_HEAD;
@@ -993,7 +981,7 @@ static void conn_read_head(struct http_conn *conn)
     req->method = req->head.method;
     req->head_only = req->method == HTTP_HEAD;
     req->keep_alive = req->head.keep_alive && !conn->outsider;
-    clock_gettime(CLOCK_MONOTONIC, &req->start);
+    req->start = clock_mono_now();
     if (!http_target_parse(req->head.target.ptr, req->head.target.len, &req->target)) {
         req->keep_alive = false;
         http_reply_error(req, 400, "invalid request path");

@@ -14,6 +14,8 @@
 #include "net/line-client.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -84,38 +86,17 @@ struct line_client {
     unsigned refs;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---------- request tables ---------- */
 
 static void list_push(struct req_list *l, struct line_request *r)
 {
-    r->next = NULL;
-    r->prev = l->tail;
-    if (l->tail != NULL)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
+    DLIST_APPEND(l, r);
     l->count++;
 }
 
 static void list_remove(struct req_list *l, struct line_request *r)
 {
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        l->head = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    else
-        l->tail = r->prev;
-    r->prev = r->next = NULL;
+    DLIST_REMOVE(l, r);
     l->count--;
 }
 
@@ -373,10 +354,10 @@ static void schedule_reconnect(struct line_client *lc)
 {
     if (lc->closing || !lc->keep || lc->bev != NULL)
         return;
-    int64_t wait = lc->retry_at - mono_ms();
+    int64_t wait = lc->retry_at - clock_mono_ms();
     if (wait < BACKOFF_MIN_MS)
         wait = BACKOFF_MIN_MS;
-    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)((wait % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(wait);
     evtimer_add(lc->reconnect_timer, &tv);
 }
 
@@ -392,7 +373,7 @@ static void conn_down(struct line_client *lc, const char *reason, bool failure)
         lc->backoff_ms = lc->backoff_ms == 0 ? BACKOFF_MIN_MS : lc->backoff_ms * 2;
         if (lc->backoff_ms > BACKOFF_MAX_MS)
             lc->backoff_ms = BACKOFF_MAX_MS;
-        lc->retry_at = mono_ms() + lc->backoff_ms;
+        lc->retry_at = clock_mono_ms() + lc->backoff_ms;
         if (!lc->failing) {
             char q_addr[256], q_reason[REASON_MAX], msg[64], extra[LOG_FIELDS_MAX];
             snprintf(msg, sizeof(msg), "%s unavailable", lc->peer);
@@ -580,7 +561,7 @@ bool line_client_ensure(struct line_client *lc)
         return false;
     if (lc->bev != NULL)
         return true;
-    if (mono_ms() < lc->retry_at) {
+    if (clock_mono_ms() < lc->retry_at) {
         schedule_reconnect(lc);
         return false;
     }
@@ -665,8 +646,7 @@ struct line_client *line_client_new(struct event_base *base, const struct line_c
     lc->output_max = cfg->output_max;
     lc->keepalive = cfg->keepalive;
     lc->handshake = cfg->handshake;
-    lc->timeout_tv.tv_sec = (time_t)(cfg->timeout_ms / 1000);
-    lc->timeout_tv.tv_usec = (suseconds_t)(cfg->timeout_ms % 1000) * 1000;
+    lc->timeout_tv = clock_ms_to_timeval(cfg->timeout_ms);
     /* Every deadline has the same length: libevent keeps such timers in a
      * queue instead of its heap. */
     lc->timeout = event_base_init_common_timeout(base, &lc->timeout_tv);

@@ -3,6 +3,7 @@
  * output has drained, and the connection gauges. */
 #include "net/line-server.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/cidr.h"
@@ -98,7 +99,7 @@ static void conn_free(struct line_conn *conn)
 
 static void set_read_timeout(struct line_conn *conn, int64_t ms)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(ms);
     bufferevent_set_timeouts(conn->bev, ms > 0 ? &tv : NULL, NULL);
 }
 

@@ -2,6 +2,7 @@
  * on descriptor exhaustion. */
 #include "net/listener.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -45,7 +46,7 @@ static char *dup_or_null(const char *s)
 bool net_log_limit_pass(struct net_log_limit *ll, int64_t interval_ms, unsigned *suppressed)
 {
     struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    now = clock_mono_now();
     int64_t since = (int64_t)(now.tv_sec - ll->last.tv_sec) * 1000 +
                     (int64_t)(now.tv_nsec - ll->last.tv_nsec) / 1000000;
     if ((ll->last.tv_sec != 0 || ll->last.tv_nsec != 0) && since < interval_ms) {

@@ -1,5 +1,6 @@
 #include "net/readiness.h"
 
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
 
@@ -303,8 +304,7 @@ void readiness_run(struct readiness *r, int64_t deadline_ms, readiness_done_fn d
     run->next_active = r->active;
     r->active = run;
     run->deadline = evtimer_new(r->base, deadline_cb, run);
-    struct timeval tv = {.tv_sec = (time_t)(deadline_ms / 1000),
-                         .tv_usec = (suseconds_t)((deadline_ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(deadline_ms);
     evtimer_add(run->deadline, &tv);
     for (size_t i = 0; i < r->count; i++) {
         run->probes[i].run = run;

@@ -1,5 +1,7 @@
 #include "net/sockaddr.h"
 
+#include "core/slice.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,11 +48,8 @@ bool net_addr_parse(const char *text, struct net_addr *out, struct petrel_error 
             return petrel_error_set(err, PETREL_ERR_INVALID,
                                     "invalid address '%s' (write IPv6 as [addr]:port)", text);
     }
-    char *end = NULL;
-    errno = 0;
-    long port = strtol(port_text, &end, 10);
-    if (*port_text < '0' || *port_text > '9' || *end != '\0' || errno != 0 || port < 0 ||
-        port > 65535)
+    uint64_t port = 0;
+    if (!str_parse_u64(port_text, 65535, &port))
         return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s'", text);
 
     if (host[0] == '\0' || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0) {

@@ -45,7 +45,7 @@ static enum http_parse_result parse(const char *text, struct http_head *head, si
     return parse_n(text, strlen(text), MAX_HEAD, MAX_TARGET, head, head_len, err);
 }
 
-static void assert_slice(struct http_slice s, const char *expected)
+static void assert_slice(struct slice s, const char *expected)
 {
     if (s.len != strlen(expected) || memcmp(s.ptr, expected, s.len) != 0)
         fail_msg("slice '%.*s' != '%s'", (int)s.len, s.ptr, expected);

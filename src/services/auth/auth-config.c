@@ -1,6 +1,7 @@
 /* The `auth:` configuration section. */
 #include "services/auth/auth-service.h"
 
+#include "core/cfg-read.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/cidr.h"
@@ -13,25 +14,14 @@
 
 #define AUTH_MAX_LISTEN 16
 
-static char **strv(const char *const *items)
-{
-    size_t n = 0;
-    while (items[n] != NULL)
-        n++;
-    char **v = xcalloc(n + 1, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        v[i] = xstrdup(items[i]);
-    return v;
-}
-
 void auth_config_defaults(struct auth_config *cfg)
 {
     static const char *const listen[] = {"127.0.0.1:10200", NULL};
     static const char *const nets[] = {"127.0.0.0/8", "::1/128", NULL};
     static const char *const mechs[] = {"PLAIN", "LOGIN", NULL};
     memset(cfg, 0, sizeof(*cfg));
-    cfg->listen = strv(listen);
-    cfg->allowed_nets = strv(nets);
+    cfg->listen = cfg_strv_dup(listen);
+    cfg->allowed_nets = cfg_strv_dup(nets);
     cfg->socket_mode = 0660; /* owner and group: the login servers run as one of them */
     cfg->worker_threads = 0; /* one per CPU */
     cfg->max_queue = 1024;
@@ -40,7 +30,7 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->max_pending_per_connection = 4096;
     cfg->handshake_timeout_ms = 10000;
     cfg->idle_timeout_ms = 0;
-    cfg->mechanisms = strv(mechs);
+    cfg->mechanisms = cfg_strv_dup(mechs);
     cfg->cache.max_bytes = 10 * 1024 * 1024;
     cfg->cache.ttl_ms = 3600 * 1000;
     cfg->cache.negative_ttl_ms = 60 * 1000;
@@ -52,7 +42,7 @@ void auth_config_defaults(struct auth_config *cfg)
     cfg->penalty.max_user_failures = 20;
     cfg->warden_addr = xstrdup("");
     cfg->trusted_networks = xcalloc(1, sizeof(char *));
-    cfg->trusted_clients = strv(nets);
+    cfg->trusted_clients = cfg_strv_dup(nets);
 }
 
 void auth_config_free(struct auth_config *cfg)

@@ -22,6 +22,7 @@
  *   while it was read is loaded again at the next check. */
 #include "services/auth/auth-db-private.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "services/auth/passwd-file.h"
@@ -67,13 +68,6 @@ struct problem_log {
     const char *path;
     size_t count;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void log_problem(size_t line, const char *message, void *ctx)
 {
@@ -206,7 +200,7 @@ static void maybe_reload(struct pf_db *db)
 {
     if (pthread_mutex_trylock(&db->check_lock) != 0)
         return; /* another worker is checking right now */
-    int64_t now = now_ms();
+    int64_t now = clock_mono_ms();
     if (!db->force_check && now - db->last_check_ms < PF_CHECK_INTERVAL_MS) {
         pthread_mutex_unlock(&db->check_lock);
         return;
@@ -273,7 +267,7 @@ static struct auth_db *pf_open(const struct auth_db_config *cfg, unsigned worker
         pf_close(&db->head);
         return NULL;
     }
-    db->last_check_ms = now_ms();
+    db->last_check_ms = clock_mono_ms();
     char path[512];
     log_info(COMPONENT, "passwd-file loaded", "path=%s users=%zu",
              log_quote(path, sizeof(path), db->path), passwd_file_count(db->table));

@@ -59,20 +59,18 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "services/auth/passwd-file.h"
+#include "sql/sql-pgsql.h"
+#include "sql/sql-sqlite.h"
 
-#include <libpq-fe.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #define COMPONENT "auth"
-#define SQLITE_PROGRESS_STEPS 1000 /* VM instructions between deadline checks */
 #define SQL_MAX_USERS PASSWD_FILE_MAX_USERS
 
 enum sql_query_kind {
@@ -87,42 +85,23 @@ static const char *const query_names[QUERY_KINDS] = {"password_query", "user_que
 
 struct sql_conn {
     pthread_mutex_t lock;
-    sqlite3 *lite;
-    sqlite3_stmt *stmts[QUERY_KINDS]; /* prepared on first use */
-    int64_t deadline_ms;              /* SQLite progress handler */
-    PGconn *pg;
+    struct sql_sqlite *lite;
+    bool checked[QUERY_KINDS]; /* on lite */
+    struct sql_pgsql_blocking *pg;
 };
 
 struct sql_db {
     struct auth_db head;
     enum auth_sql_engine engine;
     char *connect;
-    int64_t connect_timeout_ms;
     int64_t query_timeout_ms;
+    struct sql_pgsql_settings pg_settings;
     bool has_query[QUERY_KINDS];
     struct auth_sql_query queries[QUERY_KINDS];
     atomic_bool warned_rows[QUERY_KINDS];
     struct sql_conn *conns;
     unsigned conn_count;
 };
-
-/* One result row as both engines hand it over. */
-struct sql_row {
-    size_t ncols;
-    const char **names;
-    const char **values; /* NULL: SQL NULL */
-    size_t *lens;
-};
-
-/* Called per row; false stops reading further rows. */
-typedef bool sql_row_fn(const struct sql_row *row, void *ctx);
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---------- query conversion ---------- */
 
@@ -152,6 +131,11 @@ static bool convert_fail(struct converter *c, const char *fmt, ...)
     return false;
 }
 
+static enum sql_dialect dialect_of(enum auth_sql_engine engine)
+{
+    return engine == AUTH_SQL_PGSQL ? SQL_DIALECT_PGSQL : SQL_DIALECT_SQLITE;
+}
+
 /* The parameter number (1-based) of `var`, added on first use. */
 static size_t param_of(struct converter *c, enum auth_sql_var var)
 {
@@ -165,7 +149,7 @@ static size_t param_of(struct converter *c, enum auth_sql_var var)
 
 static void put_param(struct converter *c, enum auth_sql_var var)
 {
-    buf_printf(&c->out, "%c%zu", c->engine == AUTH_SQL_PGSQL ? '$' : '?', param_of(c, var));
+    sql_placeholder(&c->out, dialect_of(c->engine), param_of(c, var));
 }
 
 /* Reads the %-sequence at p: a variable (*is_var), or %% (a '%'). Returns
@@ -400,321 +384,91 @@ char *auth_sql_var_value(enum auth_sql_var var, const char *username)
 
 bool auth_sql_conninfo_check(const char *conninfo, char **error)
 {
-    char *msg = NULL;
-    PQconninfoOption *opts = PQconninfoParse(conninfo, &msg);
-    if (opts == NULL) {
-        /* libpq's message quotes pieces of the string, which may be a password */
-        *error = xstrdup(msg != NULL ? "not a valid libpq connection string "
-                                       "(keyword=value pairs or a postgresql:// URI)"
-                                     : "out of memory");
-        PQfreemem(msg);
-        return false;
-    }
-    PQconninfoFree(opts);
-    return true;
+    if (sql_pgsql_conninfo_valid(conninfo))
+        return true;
+    *error = xstrdup("not a valid libpq connection string "
+                     "(keyword=value pairs or a postgresql:// URI)");
+    return false;
 }
 
 /* ---------- SQLite ---------- */
 
 static void lite_close(struct sql_conn *c)
 {
-    for (size_t i = 0; i < QUERY_KINDS; i++) {
-        sqlite3_finalize(c->stmts[i]);
-        c->stmts[i] = NULL;
-    }
-    sqlite3_close_v2(c->lite);
+    sql_sqlite_close(c->lite);
     c->lite = NULL;
-}
-
-static int lite_progress(void *arg)
-{
-    const struct sql_conn *c = arg;
-    return now_ms() > c->deadline_ms ? 1 : 0;
+    memset(c->checked, 0, sizeof(c->checked));
 }
 
 static bool lite_open(struct sql_db *db, struct sql_conn *c, char **error)
 {
     if (c->lite != NULL)
         return true;
-    int rc =
-        sqlite3_open_v2(db->connect, &c->lite, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        *error = xasprintf("sqlite: cannot open %s: %s", db->connect,
-                           c->lite != NULL ? sqlite3_errmsg(c->lite) : sqlite3_errstr(rc));
-        sqlite3_close_v2(c->lite);
-        c->lite = NULL;
+    struct sql_sqlite_settings s = {
+        .path = db->connect,
+        .busy_timeout_ms = db->query_timeout_ms,
+        .query_timeout_ms = db->query_timeout_ms,
+    };
+    char *msg = NULL;
+    c->lite = sql_sqlite_open(&s, &msg);
+    if (c->lite == NULL) {
+        *error = xasprintf("sqlite: %s", msg);
+        free(msg);
         return false;
     }
-    sqlite3_extended_result_codes(c->lite, 1);
-    sqlite3_busy_timeout(c->lite, (int)db->query_timeout_ms);
-    sqlite3_progress_handler(c->lite, SQLITE_PROGRESS_STEPS, lite_progress, c);
     return true;
 }
 
-static bool has_column(sqlite3_stmt *st, const char *name)
+/* Prepares query `kind` and checks it: its parameters are ours exactly,
+ * it returns rows, and password_query has a `password` column. */
+static bool lite_check(struct sql_db *db, struct sql_conn *c, enum sql_query_kind kind,
+                       char **error)
 {
-    int n = sqlite3_column_count(st);
-    for (int i = 0; i < n; i++) {
-        const char *col = sqlite3_column_name(st, i);
-        if (col != NULL && strcasecmp(col, name) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* The prepared statement of query `kind`, checked: its parameters are ours
- * exactly, and password_query has a `password` column. */
-static sqlite3_stmt *lite_stmt(struct sql_db *db, struct sql_conn *c, enum sql_query_kind kind,
-                               char **error)
-{
-    if (c->stmts[kind] != NULL)
-        return c->stmts[kind];
+    if (c->checked[kind])
+        return true;
     const struct auth_sql_query *q = &db->queries[kind];
-    sqlite3_stmt *st = NULL;
-    /* preparing may read the schema, which the progress handler watches too */
-    c->deadline_ms = now_ms() + db->query_timeout_ms;
-    if (sqlite3_prepare_v3(c->lite, q->sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
-        SQLITE_OK) {
-        *error = xasprintf("sqlite: %s: %s", query_names[kind], sqlite3_errmsg(c->lite));
-        sqlite3_finalize(st);
-        return NULL;
-    }
-    if (st == NULL) {
-        *error = xasprintf("sqlite: %s: no SQL statement", query_names[kind]);
-        return NULL;
-    }
-    bool params_ok = (size_t)sqlite3_bind_parameter_count(st) == q->param_count;
-    for (size_t i = 0; params_ok && i < q->param_count; i++) {
-        char want[24];
-        snprintf(want, sizeof(want), "?%zu", i + 1);
-        const char *name = sqlite3_bind_parameter_name(st, (int)i + 1);
-        params_ok = name != NULL && strcmp(name, want) == 0;
-    }
-    if (!params_ok) {
+    const char *name = query_names[kind];
+    size_t columns = 0;
+    char *msg = NULL;
+    switch (sql_sqlite_prepare(c->lite, q->sql, q->param_count, &columns, &msg)) {
+    case SQL_SQLITE_PREPARED:
+        break;
+    case SQL_SQLITE_PREPARE_FAILED:
+        *error = xasprintf("sqlite: %s: %s", name, msg);
+        free(msg);
+        return false;
+    case SQL_SQLITE_FOREIGN_PARAMS:
         *error = xasprintf("sqlite: %s: the query must not use parameters of its own "
                            "(:name, @name, $name): use %%u %%d %%n",
-                           query_names[kind]);
-        sqlite3_finalize(st);
-        return NULL;
+                           name);
+        return false;
     }
-    if (sqlite3_column_count(st) == 0) {
-        *error = xasprintf("sqlite: %s: not a query that returns rows", query_names[kind]);
-        sqlite3_finalize(st);
-        return NULL;
+    if (columns == 0) {
+        *error = xasprintf("sqlite: %s: not a query that returns rows", name);
+        return false;
     }
-    if (kind == Q_PASSWORD && !has_column(st, "password")) {
-        *error = xasprintf("sqlite: %s: returns no column named `password`", query_names[kind]);
-        sqlite3_finalize(st);
-        return NULL;
+    if (kind == Q_PASSWORD && !sql_sqlite_has_column(c->lite, q->sql, "password")) {
+        *error = xasprintf("sqlite: %s: returns no column named `password`", name);
+        return false;
     }
-    c->stmts[kind] = st;
-    return st;
+    c->checked[kind] = true;
+    return true;
 }
 
-/* Runs query `kind` with `values` bound, feeding each row to `fn`. */
+/* Runs query `kind` with `st`'s values bound, feeding each row to `fn`. */
 static bool lite_run(struct sql_db *db, struct sql_conn *c, enum sql_query_kind kind,
-                     char *const *values, sql_row_fn *fn, void *ctx, char **error)
+                     const struct sql_stmt *st, sql_row_fn *fn, void *ctx, char **error)
 {
-    if (!lite_open(db, c, error))
-        return false;
-    sqlite3_stmt *st = lite_stmt(db, c, kind, error);
-    if (st == NULL) {
-        lite_close(c);
-        return false;
+    char *msg = NULL;
+    bool ok = lite_open(db, c, error) && lite_check(db, c, kind, error);
+    if (ok && !sql_sqlite_run(c->lite, st, fn, ctx, NULL, &msg)) {
+        *error = xasprintf("sqlite: %s: %s", query_names[kind], msg);
+        free(msg);
+        ok = false;
     }
-    for (size_t i = 0; i < db->queries[kind].param_count; i++) {
-        if (sqlite3_bind_text(st, (int)i + 1, values[i], -1, SQLITE_STATIC) != SQLITE_OK) {
-            *error = xasprintf("sqlite: %s: bind: %s", query_names[kind], sqlite3_errmsg(c->lite));
-            sqlite3_reset(st);
-            sqlite3_clear_bindings(st);
-            lite_close(c);
-            return false;
-        }
-    }
-    struct sql_row row = {0};
-    size_t cap = 0;
-    c->deadline_ms = now_ms() + db->query_timeout_ms;
-    bool ok = true;
-    for (;;) {
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_DONE)
-            break;
-        if (rc != SQLITE_ROW) {
-            if (rc == SQLITE_INTERRUPT)
-                *error = xasprintf("sqlite: %s: timed out after %lldms", query_names[kind],
-                                   (long long)db->query_timeout_ms);
-            else
-                *error = xasprintf("sqlite: %s: %s", query_names[kind], sqlite3_errmsg(c->lite));
-            ok = false;
-            break;
-        }
-        /* Names and count are read per row: the first step may have
-         * re-prepared the statement (schema change), which invalidates
-         * names read before it. */
-        row.ncols = (size_t)sqlite3_column_count(st);
-        if (row.ncols > cap) {
-            size_t want = row.ncols;
-            row.names = xrealloc(row.names, want * sizeof(*row.names));
-            row.values = xrealloc(row.values, want * sizeof(*row.values));
-            row.lens = xrealloc(row.lens, want * sizeof(*row.lens));
-            cap = want;
-        }
-        for (size_t i = 0; i < row.ncols; i++) {
-            bool null = sqlite3_column_type(st, (int)i) == SQLITE_NULL;
-            row.names[i] = sqlite3_column_name(st, (int)i);
-            row.values[i] = null ? NULL : (const char *)sqlite3_column_text(st, (int)i);
-            row.lens[i] = null ? 0 : (size_t)sqlite3_column_bytes(st, (int)i);
-        }
-        if (!fn(&row, ctx))
-            break;
-    }
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    free(row.names);
-    free(row.values);
-    free(row.lens);
     if (!ok)
         lite_close(c);
     return ok;
-}
-
-/* ---------- PostgreSQL ---------- */
-
-/* libpq messages span lines ("...failed: ...\n\tIs the server running"). */
-static char *one_line(const char *msg)
-{
-    char *s = xstrdup(msg != NULL && *msg != '\0' ? msg : "unknown error");
-    size_t w = 0;
-    bool space = false;
-    for (size_t r = 0; s[r] != '\0'; r++) {
-        char ch = s[r];
-        if (ch == '\n' || ch == '\t' || ch == '\r' || ch == ' ') {
-            space = w > 0;
-            continue;
-        }
-        if (space)
-            s[w++] = ' ';
-        space = false;
-        s[w++] = ch;
-    }
-    s[w] = '\0';
-    return s;
-}
-
-static char *pg_error(const char *what, const PGconn *pg, const PGresult *res)
-{
-    const char *msg = res != NULL ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-    if ((msg == NULL || *msg == '\0') && res != NULL)
-        msg = PQresultErrorMessage(res);
-    if ((msg == NULL || *msg == '\0') && pg != NULL)
-        msg = PQerrorMessage(pg);
-    char *text = one_line(msg);
-    char *out = xasprintf("postgresql: %s: %s", what, text);
-    free(text);
-    return out;
-}
-
-static void pg_ignore_notice(void *arg, const char *message)
-{
-    (void)arg;
-    (void)message;
-}
-
-static void pg_close(struct sql_conn *c)
-{
-    PQfinish(c->pg);
-    c->pg = NULL;
-}
-
-static bool pg_open(struct sql_db *db, struct sql_conn *c, char **error)
-{
-    char timeout[32];
-    snprintf(timeout, sizeof(timeout), "%lld", (long long)((db->connect_timeout_ms + 999) / 1000));
-    /* Later keywords win: the operator's conninfo (expanded from dbname)
-     * may override the timeout and the application name; the encoding is
-     * ours (usernames are UTF-8). */
-    const char *const keys[] = {"connect_timeout", "application_name", "dbname", "client_encoding",
-                                NULL};
-    const char *const values[] = {timeout, "petrel-auth", db->connect, "UTF8", NULL};
-    c->pg = PQconnectdbParams(keys, values, 1);
-    if (c->pg == NULL) {
-        *error = xstrdup("postgresql: connect: out of memory");
-        return false;
-    }
-    if (PQstatus(c->pg) != CONNECTION_OK) {
-        *error = pg_error("connect", c->pg, NULL);
-        pg_close(c);
-        return false;
-    }
-    PQsetNoticeProcessor(c->pg, pg_ignore_notice, NULL);
-    char set[64];
-    snprintf(set, sizeof(set), "SET statement_timeout = %lld", (long long)db->query_timeout_ms);
-    PGresult *res = PQexec(c->pg, set);
-    bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-    if (!ok) {
-        *error = pg_error("SET statement_timeout", c->pg, res);
-        pg_close(c);
-    }
-    PQclear(res);
-    return ok;
-}
-
-static bool pg_run(struct sql_db *db, struct sql_conn *c, enum sql_query_kind kind,
-                   char *const *values, sql_row_fn *fn, void *ctx, char **error)
-{
-    const struct auth_sql_query *q = &db->queries[kind];
-    PGresult *res = NULL;
-    /* A connection that was idle may have died (server restart): one more
-     * try on a fresh connection hides that from the user. */
-    for (int attempt = 0; attempt < 2; attempt++) {
-        bool fresh = c->pg == NULL;
-        if (fresh && !pg_open(db, c, error))
-            return false;
-        res = PQexecParams(c->pg, q->sql, (int)q->param_count, NULL, (const char *const *)values,
-                           NULL, NULL, 0);
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
-            break;
-        bool lost = PQstatus(c->pg) == CONNECTION_BAD;
-        if (!lost || fresh || attempt == 1) {
-            *error = pg_error(query_names[kind], c->pg, res);
-            if (PQresultStatus(res) == PGRES_COMMAND_OK) {
-                free(*error);
-                *error =
-                    xasprintf("postgresql: %s: not a query that returns rows", query_names[kind]);
-            }
-            PQclear(res);
-            if (lost || PQtransactionStatus(c->pg) != PQTRANS_IDLE)
-                pg_close(c);
-            return false;
-        }
-        PQclear(res);
-        res = NULL;
-        pg_close(c);
-    }
-    size_t ncols = (size_t)PQnfields(res);
-    struct sql_row row = {
-        .ncols = ncols,
-        .names = xcalloc(ncols + 1, sizeof(char *)),
-        .values = xcalloc(ncols + 1, sizeof(char *)),
-        .lens = xcalloc(ncols + 1, sizeof(size_t)),
-    };
-    for (size_t i = 0; i < ncols; i++)
-        row.names[i] = PQfname(res, (int)i);
-    int rows = PQntuples(res);
-    for (int r = 0; r < rows; r++) {
-        for (size_t i = 0; i < ncols; i++) {
-            bool null = PQgetisnull(res, r, (int)i) != 0;
-            row.values[i] = null ? NULL : PQgetvalue(res, r, (int)i);
-            row.lens[i] = null ? 0 : (size_t)PQgetlength(res, r, (int)i);
-        }
-        if (!fn(&row, ctx))
-            break;
-    }
-    free(row.names);
-    free(row.values);
-    free(row.lens);
-    PQclear(res);
-    return true;
 }
 
 /* ---------- running a query ---------- */
@@ -724,13 +478,25 @@ static bool run_query(struct sql_db *db, unsigned worker, enum sql_query_kind ki
 {
     const struct auth_sql_query *q = &db->queries[kind];
     char *values[AUTH_SQL_MAX_PARAMS + 1] = {NULL};
-    for (size_t i = 0; i < q->param_count; i++)
+    struct sql_stmt st;
+    sql_stmt_init(&st, dialect_of(db->engine));
+    sql_stmt_append(&st, q->sql); /* converted at open: placeholders only */
+    for (size_t i = 0; i < q->param_count; i++) {
         values[i] = auth_sql_var_value(q->vars[i], username);
+        sql_stmt_bind_text(&st, values[i]);
+    }
     struct sql_conn *c = &db->conns[worker];
     pthread_mutex_lock(&c->lock);
-    bool ok = db->engine == AUTH_SQL_SQLITE ? lite_run(db, c, kind, values, fn, ctx, error)
-                                            : pg_run(db, c, kind, values, fn, ctx, error);
+    bool ok;
+    if (db->engine == AUTH_SQL_SQLITE) {
+        ok = lite_run(db, c, kind, &st, fn, ctx, error);
+    } else {
+        if (c->pg == NULL)
+            c->pg = sql_pgsql_blocking_new(&db->pg_settings);
+        ok = sql_pgsql_blocking_run(c->pg, &st, query_names[kind], fn, ctx, error);
+    }
     pthread_mutex_unlock(&c->lock);
+    sql_stmt_free(&st);
     for (size_t i = 0; i < q->param_count; i++)
         free(values[i]);
     return ok;
@@ -757,10 +523,10 @@ static bool lookup_row(const struct sql_row *row, void *arg)
         const char *name = row->names[i] != NULL ? row->names[i] : "";
         bool is_password = strcasecmp(name, "password") == 0;
         saw_password = saw_password || is_password;
-        const char *value = row->values[i];
+        const char *value = row->values[i].data;
         if (value == NULL || strcasecmp(name, "user") == 0 || strcasecmp(name, "username") == 0)
             continue;
-        if (memchr(value, '\0', row->lens[i]) != NULL) {
+        if (memchr(value, '\0', row->values[i].len) != NULL) {
             lc->error =
                 xasprintf("sql: %s: column %s holds a NUL byte", query_names[lc->kind], name);
             break;
@@ -831,16 +597,15 @@ struct iterate_ctx {
 static bool iterate_row(const struct sql_row *row, void *arg)
 {
     struct iterate_ctx *ic = arg;
-    if (row->ncols == 0 || row->values[0] == NULL)
-        return true;
-    if (strlen(row->values[0]) != row->lens[0] || !auth_username_valid(row->values[0]))
+    const char *name = row->ncols > 0 ? row->values[0].data : NULL;
+    if (name == NULL || strlen(name) != row->values[0].len || !auth_username_valid(name))
         return true;
     if (ic->count >= SQL_MAX_USERS) {
         ic->error = xasprintf("sql: iterate_query: more than %d users", SQL_MAX_USERS);
         return false;
     }
     ic->users = xgrow(ic->users, &ic->cap, ic->count + 1, sizeof(*ic->users));
-    ic->users[ic->count++] = xstrdup(row->values[0]);
+    ic->users[ic->count++] = xstrdup(name);
     return true;
 }
 
@@ -878,7 +643,7 @@ static void sql_close(struct auth_db *head)
     for (unsigned i = 0; i < db->conn_count; i++) {
         struct sql_conn *c = &db->conns[i];
         lite_close(c);
-        pg_close(c);
+        sql_pgsql_blocking_free(c->pg);
         pthread_mutex_destroy(&c->lock);
     }
     free(db->conns);
@@ -889,14 +654,14 @@ static void sql_close(struct auth_db *head)
 }
 
 /* SQLite: open the file on worker 0's connection and prepare every query. */
-static bool lite_check(struct sql_db *db, struct petrel_error *err)
+static bool lite_check_all(struct sql_db *db, struct petrel_error *err)
 {
     char *error = NULL;
     struct sql_conn *c = &db->conns[0];
     bool ok = lite_open(db, c, &error);
     for (size_t k = 0; ok && k < QUERY_KINDS; k++) {
         if (db->has_query[k])
-            ok = lite_stmt(db, c, (enum sql_query_kind)k, &error) != NULL;
+            ok = lite_check(db, c, (enum sql_query_kind)k, &error);
     }
     if (!ok) {
         petrel_error_set(err, PETREL_ERR_IO, "sql: %s", error);
@@ -911,8 +676,13 @@ static struct auth_db *sql_open(const struct auth_db_config *cfg, unsigned worke
     struct sql_db *db = xcalloc(1, sizeof(*db));
     db->engine = cfg->engine;
     db->connect = xstrdup(cfg->connect != NULL ? cfg->connect : "");
-    db->connect_timeout_ms = cfg->connect_timeout_ms;
     db->query_timeout_ms = cfg->query_timeout_ms;
+    db->pg_settings = (struct sql_pgsql_settings){
+        .conninfo = db->connect,
+        .application_name = "petrel-auth",
+        .connect_timeout_ms = cfg->connect_timeout_ms,
+        .query_timeout_ms = cfg->query_timeout_ms,
+    };
     db->conns = xcalloc(workers, sizeof(*db->conns));
     db->conn_count = workers;
     for (unsigned i = 0; i < workers; i++)
@@ -936,7 +706,7 @@ static struct auth_db *sql_open(const struct auth_db_config *cfg, unsigned worke
         sql_close(&db->head);
         return NULL;
     }
-    if (db->engine == AUTH_SQL_SQLITE && !lite_check(db, err)) {
+    if (db->engine == AUTH_SQL_SQLITE && !lite_check_all(db, err)) {
         sql_close(&db->head);
         return NULL;
     }

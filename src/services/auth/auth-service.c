@@ -4,10 +4,11 @@
  * auth_job_run() on the worker pool; everything else runs on the loop. */
 #include "services/auth/auth-service.h"
 
+#include "core/clock.h"
 #include "core/log.h"
+#include "core/sorted-map.h"
 #include "core/worker-pool.h"
 #include "core/xalloc.h"
-#include "core/sorted-map.h"
 #include "net/cidr.h"
 #include "net/line-server.h"
 #include "net/sockaddr.h"
@@ -153,20 +154,6 @@ struct auth_service {
 
 /* ---------- time ---------- */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double seconds_since(const struct timespec *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
-}
-
 /* ---------- metrics ---------- */
 
 static void metrics_init(struct auth_service *svc, struct metrics_registry *reg)
@@ -251,7 +238,7 @@ static struct auth_req *req_new(struct auth_conn *conn, enum auth_verb verb, con
     r->verb = verb;
     r->state = REQ_ACTIVE;
     snprintf(r->id, sizeof(r->id), "%s", id);
-    clock_gettime(CLOCK_MONOTONIC, &r->started);
+    r->started = clock_mono_now();
     r->next = conn->reqs;
     if (conn->reqs != NULL)
         conn->reqs->prev = r;
@@ -446,7 +433,7 @@ static void conn_close(void *state)
 
 static void finish(struct auth_req *r, enum req_result result)
 {
-    metric_observe(r->svc->m.request[r->verb][result], seconds_since(&r->started));
+    metric_observe(r->svc->m.request[r->verb][result], clock_seconds_since(&r->started));
     req_free(r);
 }
 
@@ -518,9 +505,9 @@ static void login_failed(struct auth_req *r, const char *why)
     wipe_free(r->password);
     r->password = NULL;
     if (r->ip != NULL && !r->trusted_ip)
-        svc->penalty.ops->inc(svc->penalty.store, r->ip_key, now_ms());
+        svc->penalty.ops->inc(svc->penalty.store, r->ip_key, clock_mono_ms());
     if (r->username != NULL && r->reserved)
-        svc->penalty.ops->inc(svc->penalty.store, r->user_key, now_ms());
+        svc->penalty.ops->inc(svc->penalty.store, r->user_key, clock_mono_ms());
     release(r);
     /* Counted from the start of the check, so whether a password was hashed
      * (a known user) or not (an unknown one) does not show in the timing.
@@ -531,7 +518,7 @@ static void login_failed(struct auth_req *r, const char *why)
                                   : svc->cfg->penalty.failure_delay_ms +
                                         auth_penalty_delay_ms(&svc->cfg->penalty, r->ip_failures);
     if (delay > 0 && r->check_started_ms != 0)
-        delay -= now_ms() - r->check_started_ms;
+        delay -= clock_mono_ms() - r->check_started_ms;
     if (delay <= 0 || r->conn == NULL) {
         send_login_failure(r);
         return;
@@ -540,7 +527,7 @@ static void login_failed(struct auth_req *r, const char *why)
     r->timer = evtimer_new(svc->base, failure_timer_cb, r);
     if (r->timer == NULL)
         petrel_fatal("out of memory creating an auth timer");
-    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)((delay % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(delay);
     evtimer_add(r->timer, &tv);
 }
 
@@ -566,14 +553,14 @@ static void login_succeeded(struct auth_req *r, const struct userdb_entry *e)
 
 static double elapsed(const struct timespec *t0)
 {
-    return seconds_since(t0);
+    return clock_seconds_since(t0);
 }
 
 static void job_lookup_and_verify(struct auth_req *r, unsigned worker)
 {
     struct auth_service *svc = r->svc;
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = clock_mono_now();
     struct userdb_entry *passdb_entry = NULL;
     r->status = auth_db_lookup(svc->passdb, worker, r->username, true, &passdb_entry, &r->error);
     r->passdb_seconds = elapsed(&t0);
@@ -587,7 +574,7 @@ static void job_lookup_and_verify(struct auth_req *r, unsigned worker)
         r->entry = passdb_entry;
         return;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = clock_mono_now();
     r->verified = true;
     r->verdict = password_verify(passdb_entry->password, r->password,
                                  svc->cfg->passdb.default_scheme, &r->scheme);
@@ -612,13 +599,13 @@ static void auth_job_run(void *job, unsigned worker)
         job_lookup_and_verify(r, worker);
         break;
     case VERB_USER:
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        t0 = clock_mono_now();
         r->status = auth_db_lookup(userdb, worker, r->username, false, &r->entry, &r->error);
         r->passdb_seconds = elapsed(&t0);
         r->passdb_status = r->status;
         break;
     case VERB_ITERATE:
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        t0 = clock_mono_now();
         r->status = auth_db_iterate(userdb, worker, &r->users, &r->user_count, &r->error)
                         ? AUTH_DB_OK
                         : AUTH_DB_ERROR;
@@ -642,7 +629,7 @@ static void login_job_done(struct auth_req *r)
         /* The cache answers USER too: "not in the passdb" says nothing about
          * a separate userdb. */
         if (svc->userdb == NULL)
-            auth_cache_put_negative(svc->cache, r->username, now_ms());
+            auth_cache_put_negative(svc->cache, r->username, clock_mono_ms());
         login_failed(r, "unknown user");
         return;
     }
@@ -674,7 +661,7 @@ static void login_job_done(struct auth_req *r)
         reply_temp_fail(r, REASON_TEMP);
         return;
     }
-    auth_cache_put(svc->cache, r->entry, r->password, now_ms());
+    auth_cache_put(svc->cache, r->entry, r->password, clock_mono_ms());
     login_succeeded(r, r->entry);
 }
 
@@ -715,10 +702,10 @@ static void auth_job_done(void *job, bool cancelled)
     case VERB_USER:
         observe_db(svc, userdb_name, r->passdb_status, r->passdb_seconds);
         if (r->status == AUTH_DB_OK) {
-            auth_cache_put(svc->cache, r->entry, NULL, now_ms());
+            auth_cache_put(svc->cache, r->entry, NULL, clock_mono_ms());
             reply_ok(r, r->entry);
         } else if (r->status == AUTH_DB_NOT_FOUND) {
-            auth_cache_put_negative(svc->cache, r->username, now_ms());
+            auth_cache_put_negative(svc->cache, r->username, clock_mono_ms());
             reply_not_found(r);
         } else {
             log_error(COMPONENT, "userdb lookup failed", "error=\"%s\"",
@@ -759,10 +746,10 @@ static void submit(struct auth_req *r)
 static void login_process(struct auth_req *r)
 {
     struct auth_service *svc = r->svc;
-    r->check_started_ms = now_ms();
+    r->check_started_ms = clock_mono_ms();
     const struct userdb_entry *cached = NULL;
     enum auth_cache_result cr =
-        auth_cache_lookup(svc->cache, r->username, r->password, now_ms(), &cached);
+        auth_cache_lookup(svc->cache, r->username, r->password, clock_mono_ms(), &cached);
     switch (cr) {
     case AUTH_CACHE_HIT:
         metric_add(svc->m.cache_hit, 1);
@@ -881,7 +868,7 @@ static void login_limited(struct auth_req *r, const char *which)
     r->timer = evtimer_new(svc->base, limited_timer_cb, r);
     if (r->timer == NULL)
         petrel_fatal("out of memory creating an auth timer");
-    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)((delay % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(delay);
     evtimer_add(r->timer, &tv);
 }
 
@@ -954,7 +941,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 static void ask_user_failures(struct auth_req *r)
 {
     r->state = REQ_PENALTY;
-    r->svc->penalty.ops->get(r->svc->penalty.store, r->user_key, now_ms(), user_penalty_answer, r);
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->user_key, clock_mono_ms(), user_penalty_answer, r);
 }
 
 static void penalty_answer(unsigned failures, void *ctx)
@@ -995,7 +982,7 @@ static void login_lookup(struct auth_req *r)
         return;
     }
     r->state = REQ_PENALTY;
-    r->svc->penalty.ops->get(r->svc->penalty.store, r->ip_key, now_ms(), penalty_answer, r);
+    r->svc->penalty.ops->get(r->svc->penalty.store, r->ip_key, clock_mono_ms(), penalty_answer, r);
 }
 
 /* ---------- verbs ---------- */
@@ -1115,7 +1102,7 @@ static void handle_user(struct auth_conn *conn, const struct auth_line *line)
     }
     struct auth_service *svc = conn->svc;
     const struct userdb_entry *cached = NULL;
-    switch (auth_cache_lookup(svc->cache, r->username, NULL, now_ms(), &cached)) {
+    switch (auth_cache_lookup(svc->cache, r->username, NULL, clock_mono_ms(), &cached)) {
     case AUTH_CACHE_HIT:
         metric_add(svc->m.cache_hit, 1);
         reply_ok(r, cached);

@@ -1,6 +1,8 @@
 /* The `director:` configuration section (director-config.h). */
 #include "services/director/director-config.h"
 
+#include "core/cfg-read.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/cidr.h"
@@ -16,17 +18,6 @@
 #define P "director"
 #define TOKEN_FILE_MAX 4096
 
-static char **strv(const char *const *items)
-{
-    size_t n = 0;
-    while (items[n] != NULL)
-        n++;
-    char **v = xcalloc(n + 1, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        v[i] = xstrdup(items[i]);
-    return v;
-}
-
 /* The ring port answers loopback only until the operator names the
  * cluster's networks: a wide default would let every pod on the network
  * try the ring port (docs/decisions.md). */
@@ -37,7 +28,7 @@ void director_config_defaults(struct director_config *cfg)
     static const char *const nets[] = {"127.0.0.0/8", "10.96.0.0/12", "10.244.0.0/16", NULL};
     memset(cfg, 0, sizeof(*cfg));
     cfg->api_listen = xstrdup("127.0.0.1:9103");
-    cfg->api_allowed_nets = strv(nets);
+    cfg->api_allowed_nets = cfg_strv_dup(nets);
     cfg->token_env = xstrdup("DIRECTOR_API_TOKEN");
     cfg->token_file = xstrdup("");
     cfg->api_request_timeout_ms = 30000;
@@ -46,7 +37,7 @@ void director_config_defaults(struct director_config *cfg)
     cfg->api_max_connections_per_ip = 128;
     cfg->ring_listen = xstrdup(":9102");
     cfg->self = xstrdup("");
-    cfg->ring_allowed_nets = strv(ring_default_nets);
+    cfg->ring_allowed_nets = cfg_strv_dup(ring_default_nets);
     cfg->ring_secret_file = xstrdup("");
     cfg->ring_secret_env = xstrdup("DIRECTOR_RING_SECRET");
     cfg->ring_auth_timeout_ms = 5000;
@@ -105,10 +96,8 @@ bool director_parse_addr(const char *text, char ip[46], unsigned *port)
     const char *colon = strrchr(text, ':');
     if (len == 0 || len > 64 || colon == NULL || colon[1] == '\0')
         return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (errno != 0 || *end != '\0' || !isdigit((unsigned char)colon[1]) || p == 0 || p > 65535)
+    uint64_t p = 0;
+    if (!str_parse_u64(colon + 1, 65535, &p) || p == 0)
         return false;
     char host[65];
     size_t host_len = (size_t)(colon - text);

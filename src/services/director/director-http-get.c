@@ -2,6 +2,7 @@
 #include "services/director/director-http-get.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
 
@@ -105,7 +106,7 @@ struct director_http_get *director_http_get_start(struct event_base *base, const
     buf_append_str(&get->req, "\r\n");
     struct net_addr na;
     struct petrel_error err;
-    struct timeval tv = {(time_t)(timeout_ms / 1000), (suseconds_t)((timeout_ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(timeout_ms);
     if (!net_addr_parse(addr, &na, &err)) {
         snprintf(get->error, sizeof(get->error), "bad address");
         tv.tv_sec = 0;

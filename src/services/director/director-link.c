@@ -11,6 +11,7 @@
 #include "services/director/director-link.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -48,16 +49,9 @@ struct director_link {
     struct buf out;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void arm(struct director_link *link, int64_t ms)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(ms);
     evtimer_add(link->timer, &tv);
 }
 
@@ -205,7 +199,7 @@ static void handle_line(struct director_link *link, char *text, size_t len)
     link->state = CONNECTED;
     link->awaiting_pong = false;
     arm(link, link->cfg.ping_interval_ms);
-    link->since_ms = now_ms();
+    link->since_ms = clock_real_ms();
     link->backoff_ms = link->cfg.reconnect_min_ms;
     log_info(COMPONENT, "peer link connected", "peer=%s", link->addr);
     if (link->cb.connected != NULL)

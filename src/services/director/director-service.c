@@ -3,6 +3,7 @@
  * collector and the expiry timer. */
 #include "services/director/director-service.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "services/director/director-api.h"
@@ -122,9 +123,7 @@ static void derive_self(const struct director_config *cfg, const char *bound, ch
  * watermark across its restart). */
 static uint64_t seq_base(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return (uint64_t)clock_real_us();
 }
 
 static bool peer_change(const char *sender, const struct ring_msg *msg, struct petrel_error *err,

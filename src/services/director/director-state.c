@@ -3,6 +3,7 @@
  * registry, tracks reported sessions, and tells observers what changed. */
 #include "services/director/director-state.h"
 
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "services/director/ring-hash.h"
 
@@ -43,9 +44,7 @@ struct director_state {
 static int64_t real_clock(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_real_ms();
 }
 
 struct director_state *director_state_new(const struct director_state_config *cfg,

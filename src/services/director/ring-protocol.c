@@ -9,6 +9,7 @@
  * into the same fields. */
 #include "services/director/ring-protocol.h"
 
+#include "core/slice.h"
 #include "net/line-fields.h"
 
 #include <arpa/inet.h>
@@ -164,24 +165,6 @@ bool ring_auth_hex_valid(const char *s)
     return n == RING_AUTH_HEX_LEN;
 }
 
-/* Plain decimal digits, at most `max`. */
-static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    if (*s == '\0')
-        return false;
-    uint64_t v = 0;
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 /* "<ip>:<port>" or "[<ip6>]:<port>". */
 static bool addr_valid(const char *s)
 {
@@ -192,7 +175,7 @@ static bool addr_valid(const char *s)
     if (colon == NULL)
         return false;
     uint64_t port;
-    if (!parse_u64(colon + 1, 65535, &port) || port == 0)
+    if (!str_parse_u64(colon + 1, 65535, &port) || port == 0)
         return false;
     char ip[64];
     size_t ip_len = (size_t)(colon - s);
@@ -261,7 +244,7 @@ static bool get_ip(struct decoder *d, size_t i, const char **out)
 static bool get_port(struct decoder *d, size_t i, unsigned *out)
 {
     uint64_t v;
-    if (!parse_u64(d->line->fields[i], 65535, &v) || v == 0)
+    if (!str_parse_u64(d->line->fields[i], 65535, &v) || v == 0)
         return bad(d, "port", i);
     *out = (unsigned)v;
     return true;
@@ -270,7 +253,7 @@ static bool get_port(struct decoder *d, size_t i, unsigned *out)
 static bool get_u32(struct decoder *d, size_t i, const char *what, uint32_t min, uint32_t *out)
 {
     uint64_t v;
-    if (!parse_u64(d->line->fields[i], UINT32_MAX, &v) || v < min)
+    if (!str_parse_u64(d->line->fields[i], UINT32_MAX, &v) || v < min)
         return bad(d, what, i);
     *out = (uint32_t)v;
     return true;
@@ -279,7 +262,7 @@ static bool get_u32(struct decoder *d, size_t i, const char *what, uint32_t min,
 static bool get_time(struct decoder *d, size_t i, int64_t *out)
 {
     uint64_t v;
-    if (!parse_u64(d->line->fields[i], INT64_MAX, &v))
+    if (!str_parse_u64(d->line->fields[i], INT64_MAX, &v))
         return bad(d, "timestamp", i);
     *out = (int64_t)v;
     return true;
@@ -298,7 +281,7 @@ static bool get_origin(struct decoder *d, size_t io, size_t is, const char **ori
     if (!addr_valid(d->line->fields[io]))
         return bad(d, "origin", io);
     *origin = d->line->fields[io];
-    if (!parse_u64(d->line->fields[is], UINT64_MAX, seq) || *seq == 0)
+    if (!str_parse_u64(d->line->fields[is], UINT64_MAX, seq) || *seq == 0)
         return bad(d, "sequence number", is);
     return true;
 }
@@ -470,7 +453,7 @@ static bool decode_lookup_fail(struct decoder *d, struct ring_msg *m)
     m->lookup_fail.retry_ms = 0;
     const char *retry = param(d, 3, "retry_ms");
     uint64_t v = 0;
-    if (retry != NULL && !parse_u64(retry, UINT32_MAX, &v))
+    if (retry != NULL && !str_parse_u64(retry, UINT32_MAX, &v))
         return bad(d, "retry_ms", 3);
     m->lookup_fail.retry_ms = (uint32_t)v;
     m->lookup_fail.error = param(d, 3, "error");

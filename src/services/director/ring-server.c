@@ -14,6 +14,7 @@
 #include "services/director/ring-server.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
@@ -274,7 +275,7 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
 
 static void arm_timer(struct ring_conn *conn, int64_t ms)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(ms);
     evtimer_add(conn->handshake_timer, &tv);
 }
 
@@ -443,13 +444,6 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
 
 /* ---------- requests ---------- */
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 static void reply_lookup_fail(struct ring_conn *conn, const char *id, enum ring_outcome outcome,
                               uint32_t retry_ms, const char *error)
 {
@@ -465,11 +459,11 @@ static void handle_lookup(struct ring_conn *conn, const struct ring_msg *m)
 {
     struct ring_server *srv = conn->srv;
     struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = clock_mono_now();
     struct director_lookup res;
     director_state_lookup(srv->state, m->lookup.user, strlen(m->lookup.user), m->lookup.tag, true,
                           &res);
-    metric_observe(srv->lookup_seconds[res.outcome], seconds_since(&t0));
+    metric_observe(srv->lookup_seconds[res.outcome], clock_seconds_since(&t0));
     if (res.outcome == RING_OUTCOME_STICKY || res.outcome == RING_OUTCOME_ASSIGNED) {
         struct ring_msg r = {.type = RING_MSG_LOOKUP_OK};
         r.lookup_ok.id = m->lookup.id;
@@ -765,7 +759,7 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     pending_add(conn);
     conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
     int64_t ms = srv->cfg->ring_handshake_timeout_ms;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(ms);
     evtimer_add(conn->handshake_timer, &tv);
     conn->next = srv->conns;
     if (srv->conns != NULL)

@@ -11,6 +11,7 @@
 #include "services/monitor/monitor-director-link.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
@@ -60,16 +61,10 @@ struct monitor_link {
     struct buf out;
 };
 
-static void ms_to_tv(int64_t ms, struct timeval *tv)
-{
-    tv->tv_sec = (time_t)(ms / 1000);
-    tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
-}
-
 static void arm_watch(struct monitor_link *l)
 {
     struct timeval tv;
-    ms_to_tv(l->ping_ms, &tv);
+    tv = clock_ms_to_timeval(l->ping_ms);
     evtimer_add(l->watch, &tv);
 }
 
@@ -126,7 +121,7 @@ static void link_fail(struct monitor_link *l, const char *reason)
                   q_addr, q_reason, l->backoff_ms);
     }
     struct timeval tv;
-    ms_to_tv(l->backoff_ms, &tv);
+    tv = clock_ms_to_timeval(l->backoff_ms);
     evtimer_add(l->retry, &tv);
     if (was_ready && l->ev.lost != NULL)
         l->ev.lost(l->ctx);

@@ -5,6 +5,7 @@
 #include "services/monitor/monitor-probe.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/xalloc.h"
 #include "net/tls.h"
 
@@ -39,13 +40,6 @@ struct monitor_probe {
     monitor_probe_cb *cb;
     void *ctx;
 };
-
-static double elapsed(const struct timespec *since)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) / 1e9;
-}
 
 static void wipe(char *s)
 {
@@ -83,7 +77,7 @@ static void finish(struct monitor_probe *p, enum monitor_result result)
     struct monitor_probe_outcome o = {
         .proto = p->dialog.proto,
         .result = result,
-        .seconds = p->decided_after >= 0 ? p->decided_after : elapsed(&p->started),
+        .seconds = p->decided_after >= 0 ? p->decided_after : clock_seconds_since(&p->started),
         .detail = result == MONITOR_RESULT_OK ? "" : p->dialog.detail,
     };
     p->cb(&o, p->ctx);
@@ -93,7 +87,7 @@ static void finish(struct monitor_probe *p, enum monitor_result result)
 static void note_decision(struct monitor_probe *p)
 {
     if (p->dialog.decided && p->decided_after < 0)
-        p->decided_after = elapsed(&p->started);
+        p->decided_after = clock_seconds_since(&p->started);
 }
 
 /* Sets the verdict of a failure found outside the conversation. */
@@ -279,12 +273,11 @@ struct monitor_probe *monitor_probe_start(struct event_base *base,
         p->password = xstrdup(params->password != NULL ? params->password : "");
     }
     monitor_dialog_init(&p->dialog, params->proto, p->user, p->password);
-    clock_gettime(CLOCK_MONOTONIC, &p->started);
+    p->started = clock_mono_now();
     p->timer = evtimer_new(base, timer_cb, p);
     if (p->timer == NULL)
         petrel_fatal("out of memory creating a probe timer");
-    struct timeval tv = {.tv_sec = (time_t)(params->timeout_ms / 1000),
-                         .tv_usec = (suseconds_t)((params->timeout_ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(params->timeout_ms);
     evtimer_add(p->timer, &tv);
 
     p->tls = params->tls;

@@ -15,6 +15,7 @@
 #include "services/monitor/monitor-service.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/sorted-map.h"
@@ -78,13 +79,6 @@ struct monitor_service {
     struct metric_family *state_family;
 };
 
-static int64_t ms_since(const struct timespec *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)(now.tv_sec - t->tv_sec) * 1000 + (now.tv_nsec - t->tv_nsec) / 1000000;
-}
-
 static bool protocol_enabled(const struct monitor_config *cfg, enum monitor_protocol p)
 {
     switch (p) {
@@ -124,8 +118,7 @@ static void schedule(struct backend *b, int64_t delay_ms)
 {
     if (delay_ms < 0)
         delay_ms = 0;
-    struct timeval tv = {.tv_sec = (time_t)(delay_ms / 1000),
-                         .tv_usec = (suseconds_t)((delay_ms % 1000) * 1000)};
+    struct timeval tv = clock_ms_to_timeval(delay_ms);
     evtimer_add(b->timer, &tv);
 }
 
@@ -180,7 +173,7 @@ static void poll_done(struct backend *b)
     if (monitor_state_next_poll(&b->st) == MONITOR_POLL_RAPID)
         schedule(b, svc->cfg->rapid_interval_ms);
     else
-        schedule(b, svc->cfg->interval_ms - ms_since(&b->poll_started));
+        schedule(b, svc->cfg->interval_ms - clock_ms_since(&b->poll_started));
 }
 
 static void probe_done(const struct monitor_probe_outcome *o, void *ctx)
@@ -223,7 +216,7 @@ static void poll_start(evutil_socket_t fd, short what, void *arg)
     struct monitor_service *svc = b->svc;
     const struct monitor_config *cfg = svc->cfg;
     const struct monitor_credentials *cred = monitor_config_credentials(cfg, b->tag);
-    clock_gettime(CLOCK_MONOTONIC, &b->poll_started);
+    b->poll_started = clock_mono_now();
     b->poll_failed = false;
     b->failure[0] = '\0';
     for (int i = 0; i < MONITOR_PROTO_COUNT; i++) {

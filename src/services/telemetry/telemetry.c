@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 #include "core/cfg-read.h"
+#include "core/clock.h"
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
@@ -220,8 +221,7 @@ static void handle_set_level(struct http_request *req, void *ctx)
         if (ttl_ms > 0) {
             t->revert_to = previous;
             t->revert_at = time(NULL) + (time_t)((ttl_ms + 999) / 1000);
-            struct timeval tv = {.tv_sec = (time_t)(ttl_ms / 1000),
-                                 .tv_usec = (suseconds_t)((ttl_ms % 1000) * 1000)};
+            struct timeval tv = clock_ms_to_timeval(ttl_ms);
             evtimer_add(t->revert_timer, &tv);
         }
         log_info(COMPONENT, "log level changed", "level=%s ttl_ms=%lld peer=%s",

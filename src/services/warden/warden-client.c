@@ -31,6 +31,7 @@
 #include "services/warden/warden-client.h"
 
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/line-client.h"
@@ -97,13 +98,6 @@ struct warden_client {
     int64_t refusal_logged_ms; /* rate limit of logged refusals */
     unsigned refusals_suppressed;
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static bool is_fire_and_forget(const char *id)
 {
@@ -219,7 +213,7 @@ static void log_fields(void *owner, char *dst, size_t size)
 
 static void note_refusal(struct warden_client *c, const char *reason)
 {
-    int64_t now = mono_ms();
+    int64_t now = clock_mono_ms();
     if (c->refusal_logged_ms != 0 && now - c->refusal_logged_ms < 1000) {
         c->refusals_suppressed++;
         return;

@@ -1,6 +1,7 @@
 /* The `warden_service:` configuration section. */
 #include "services/warden/warden-config.h"
 
+#include "core/cfg-read.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/listen-config.h"
@@ -12,24 +13,13 @@
 #define WARDEN_MAX_LISTEN 16
 #define SECTION "warden_service"
 
-static char **strv(const char *const *items)
-{
-    size_t n = 0;
-    while (items[n] != NULL)
-        n++;
-    char **v = xcalloc(n + 1, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        v[i] = xstrdup(items[i]);
-    return v;
-}
-
 void warden_config_defaults(struct warden_config *cfg)
 {
     static const char *const none[] = {NULL};
     static const char *const nets[] = {"127.0.0.0/8", "::1/128", NULL};
     memset(cfg, 0, sizeof(*cfg));
-    cfg->listen = strv(none);
-    cfg->allowed_nets = strv(nets);
+    cfg->listen = cfg_strv_dup(none);
+    cfg->allowed_nets = cfg_strv_dup(nets);
     cfg->socket_mode = 0660; /* owner and group, as auth and LMTP */
     cfg->max_connections = 1024;
     cfg->max_connections_per_ip = 128;

@@ -7,6 +7,7 @@
  * flood of addresses from turning each increment into a scan. */
 #include "services/warden/warden-penalty.h"
 
+#include "core/dlist.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 
@@ -40,26 +41,12 @@ struct warden_penalty *warden_penalty_new(const struct warden_penalty_config *cf
 
 static void unlink_entry(struct warden_penalty *p, struct entry *e)
 {
-    if (e->prev != NULL)
-        e->prev->next = e->next;
-    else
-        p->head = e->next;
-    if (e->next != NULL)
-        e->next->prev = e->prev;
-    else
-        p->tail = e->prev;
-    e->prev = e->next = NULL;
+    DLIST_REMOVE(p, e);
 }
 
 static void append_entry(struct warden_penalty *p, struct entry *e)
 {
-    e->prev = p->tail;
-    e->next = NULL;
-    if (p->tail != NULL)
-        p->tail->next = e;
-    else
-        p->head = e;
-    p->tail = e;
+    DLIST_APPEND(p, e);
 }
 
 static void drop(struct warden_penalty *p, struct entry *e)

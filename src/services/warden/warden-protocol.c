@@ -8,6 +8,7 @@
  * is exactly what the client sent. */
 #include "services/warden/warden-protocol.h"
 
+#include "core/slice.h"
 #include "core/user-name.h"
 #include "core/utf8.h"
 #include "net/line-fields.h"
@@ -108,19 +109,10 @@ bool warden_instance_valid(const char *instance)
 
 bool warden_parse_uint(const char *text, uint64_t max, uint64_t *out)
 {
-    if (text[0] < '0' || text[0] > '9' || (text[0] == '0' && text[1] != '\0'))
+    /* the warden protocol writes numbers without leading zeros */
+    if (text[0] == '0' && text[1] != '\0')
         return false;
-    uint64_t v = 0;
-    for (const char *p = text; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        unsigned d = (unsigned)(*p - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return str_parse_u64(text, max, out);
 }
 
 /* ---------- requests ---------- */

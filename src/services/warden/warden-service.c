@@ -5,6 +5,7 @@
  * reaps a connection's sessions when it closes. */
 #include "services/warden/warden-service.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/line-server.h"
@@ -53,20 +54,6 @@ struct warden_service {
 };
 
 /* ---------- time ---------- */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double seconds_since(const struct timespec *t)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) / 1e9;
-}
 
 /* ---------- metrics ---------- */
 
@@ -121,7 +108,7 @@ static void observe(struct warden_service *svc, int verb, enum req_result r,
 {
     struct metric_series *s = svc->m.request[verb][r];
     if (s != NULL)
-        metric_observe(s, seconds_since(started));
+        metric_observe(s, clock_seconds_since(started));
 }
 
 static void sessions_changed(struct warden_service *svc, size_t reaped)
@@ -320,10 +307,10 @@ static enum req_result handle_penalty(struct warden_conn *conn, const struct war
     unsigned failures;
     if (req->verb == WARDEN_PENALTY_GET) {
         enum warden_penalty_lookup how;
-        failures = warden_penalty_get(svc->penalty, req->ip, now_ms(), &how);
+        failures = warden_penalty_get(svc->penalty, req->ip, clock_mono_ms(), &how);
         metric_add(svc->m.penalty[how], 1);
     } else {
-        failures = warden_penalty_inc(svc->penalty, req->ip, now_ms());
+        failures = warden_penalty_inc(svc->penalty, req->ip, clock_mono_ms());
     }
     if (strcmp(req->id, "-") != 0) {
         struct warden_reply r = {.kind = WARDEN_REPLY_PENALTY, .id = req->id, .number = failures};
@@ -336,7 +323,7 @@ static void handle_line(void *state, char *text, size_t len)
 {
     struct warden_conn *conn = state;
     struct timespec started;
-    clock_gettime(CLOCK_MONOTONIC, &started);
+    started = clock_mono_now();
     struct warden_line line;
     struct petrel_error err;
     if (!warden_line_parse(text, len, (size_t)conn->svc->cfg->max_line_length, &line, &err)) {
