@@ -74,6 +74,12 @@ struct imap_session {
     uint32_t recent_reported;
     /* SEARCHRES (RFC 5182): the UIDs a RETURN (SAVE) kept, "$" */
     struct imap_seqset searchres;
+    /* CONTEXT=SEARCH/SORT (RFC 5267, imap-context.c): the live results of
+     * SEARCH/SORT RETURN (UPDATE), and the UIDs whose flags this session
+     * changed itself since they were last evaluated */
+    struct imap_context **contexts;
+    size_t context_count;
+    struct imap_seqset context_dirty;
 };
 
 struct imap_recent_range {
@@ -181,7 +187,7 @@ void imap_fetch_continue(struct imap_session *s);
  * inside a literal, where nothing else may be sent (the connection must
  * close without a BYE). */
 bool imap_fetch_abort(struct imap_session *s);
-extern const struct imap_command_def imap_commands_sort[];    /* imap-cmd-sort.c */
+extern const struct imap_command_def imap_commands_sort[]; /* imap-cmd-sort.c */
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
 /* UID SORT and UID THREAD (imap-cmd-sort.c), called by the UID dispatcher. */
@@ -210,6 +216,55 @@ bool imap_searchres_contains(const struct imap_session *s, uint32_t uid);
  * failing command can still clear "$"). */
 bool imap_searchres_requested(const struct imap_arg *args, size_t argc);
 
+/* ---------- CONTEXT=SEARCH and CONTEXT=SORT, RFC 5267 (imap-context.c) ---------- */
+
+/* Live contexts a session may hold (Dovecot's limit too; RFC 5267 4.3.1
+ * asks for at least one), and the result entries (UIDs) all of them may
+ * hold when one more is created: beyond either, the search is answered
+ * and "* NO [NOUPDATE tag]" says no updates will follow. A context's
+ * result grows afterwards only with the folder. */
+#define IMAP_CONTEXT_MAX 10
+#define IMAP_CONTEXT_MAX_ENTRIES (1u << 20)
+
+struct imap_search_program;
+struct imap_sort_program;
+extern const struct imap_command_def imap_commands_context[]; /* CANCELUPDATE */
+/* Whether a live context was created by a command tagged `tag` (a second
+ * UPDATE under the same tag is answered BAD, RFC 5267 4.3). */
+bool imap_context_tag_in_use(const struct imap_session *s, const char *tag);
+/* Keeps the result of the running command (tagged s->tag) live: takes
+ * `prog` (emptied; its sequence sets and "$" now stand for the UIDs they
+ * named), `sort` NULL for SEARCH, `uids` the result in result order. Over
+ * the limits, sends "* NO [NOUPDATE ...]" and frees `prog` instead. */
+void imap_context_start(struct imap_session *s, bool uid_mode, struct imap_search_program *prog,
+                        const struct imap_sort_program *sort, const uint32_t *uids, size_t count);
+/* Drops every context (the folder is closed). */
+void imap_context_free_all(struct imap_session *s);
+/* The session's own STORE/FETCH changed these messages' flags in the view
+ * (no sync will report them): evaluated at the next flush or sync. */
+void imap_context_note_flags(struct imap_session *s, const struct mailbox_flags_result *res,
+                             size_t count);
+/* During a sync, before the EXPUNGE/VANISHED lines: REMOVEFROM for the
+ * expunged members (`uids` ascending), numbered as before the expunges. */
+void imap_context_expunged(struct imap_session *s, const uint32_t *uids, size_t count);
+/* During a sync, after EXISTS and FETCH: evaluates new messages, changed
+ * ones, the session's own changes and holders of `newly_named` keyword
+ * slots, and sends ADDTO/REMOVEFROM. */
+void imap_context_changed(struct imap_session *s, const struct mailbox_view_changes *ch,
+                          uint32_t newly_named);
+/* Before the tagged reply of a command that may not sync (FETCH, STORE,
+ * SEARCH...): the session's own flag changes only, which renumber nothing. */
+void imap_context_flush(struct imap_session *s);
+/* Whether message `seq` of the view matches `prog` (imap-cmd-search.c). */
+bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog,
+                       uint32_t seq);
+/* The sort facts of message `uid` of the view (imap-cmd-sort.c); `seq`
+ * and `number` are set to the UID (UID order is sequence order).
+ * `header`: the sort program reads header fields. */
+struct imap_sort_facts;
+void imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
+                          struct imap_sort_facts *f);
+
 /* ---------- the selected folder (imap-cmd-select.c) ---------- */
 
 /* Brings the view up to date and sends what changed: EXPUNGE (only when
@@ -235,8 +290,8 @@ void imap_selected_close(struct imap_session *s);
 void imap_selected_send_flags(struct imap_session *s);
 /* "(\Seen \Flagged $Junk)" for a view entry, with \Recent when the
  * message is recent for this session. */
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
-                       uint32_t flags, uint32_t keywords);
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid, uint32_t flags,
+                       uint32_t keywords);
 /* Whether message `uid` of the selected folder is \Recent for this
  * session (RFC 3501 2.3.2: exactly one read-write session gets each new
  * message as recent; EXAMINE shows the folder's recent messages without
