@@ -77,12 +77,15 @@ class Driver:
         self.commands += 1
         return tag
 
-    def wait(self, tags):
-        """Reads until every tag in `tags` is completed."""
+    def wait(self, tags, lines=None):
+        """Reads until every tag in `tags` is completed (every line into
+        `lines` when given)."""
         left = set(tags)
         while left:
             line = self.conn.readline()
             self.model.received(line)
+            if lines is not None:
+                lines.append(line)
             t = line.split(b" ", 1)[0].decode(errors="replace")
             left.discard(t)
 
@@ -90,6 +93,48 @@ class Driver:
         tag = self.send(command)
         self.wait([tag])
         return self.model.completed.pop(tag)
+
+    # ---- RFC 5267 contexts ----
+
+    # (live command, the same without RETURN for the final check)
+    CONTEXTS = [("UID SEARCH RETURN (UPDATE ALL) FLAGGED", "UID SEARCH FLAGGED"),
+                ("SEARCH RETURN (UPDATE ALL) UNSEEN", "SEARCH UNSEEN"),
+                ("UID SORT RETURN (UPDATE ALL) (SUBJECT) UTF-8 UNDELETED",
+                 "UID SORT (SUBJECT) UTF-8 UNDELETED")]
+
+    def open_contexts(self):
+        self.context_tags = []
+        for live, _ in self.CONTEXTS:
+            tag = self.send(live)
+            self.wait([tag])
+            status, _ = self.model.completed.pop(tag)
+            assert status == "OK", (live, status)
+            self.context_tags.append(tag)
+
+    def check_contexts(self, timeout=5):
+        """Once nobody changes the folder any more: each live result, kept
+        by the model from the updates alone, equals a fresh answer (NOOPs
+        until the watch has brought every change)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.run("NOOP")
+            wrong = []
+            for (_, fresh), tag in zip(self.CONTEXTS, self.context_tags):
+                lines = []
+                t = self.send(fresh)
+                self.wait([t], lines)
+                self.model.completed.pop(t)
+                answer = [x for x in lines if x.startswith((b"* SEARCH", b"* SORT"))]
+                got = [int(x) for x in answer[0].split()[2:]] if answer else []
+                have = self.model.contexts.get(tag, {}).get("items")
+                if have != got:
+                    wrong.append((fresh, have, got))
+            if not wrong or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for fresh, have, got in wrong:
+            self.model.violate("context-final", fresh.encode(), f"kept {have}, fresh {got}")
+        self.model.contexts_checked += len(self.CONTEXTS) - len(wrong)
 
     # ---- the mix ----
 
@@ -182,9 +227,12 @@ class Driver:
 
 
 def run_sessions(addr, user, password, sessions, seconds, seed=1, folder="INBOX",
-                 other="Other"):
-    """Runs `sessions` drivers for `seconds`; returns (models, commands, errors)."""
+                 other="Other", contexts=False):
+    """Runs `sessions` drivers for `seconds`; returns (models, commands, errors).
+    With `contexts`, each session keeps three live RFC 5267 contexts, and
+    once all have stopped each checks them against fresh answers."""
     drivers, errors = [], []
+    barrier = threading.Barrier(sessions)
     lock = threading.Lock()
     models = []
     total = [0]
@@ -196,18 +244,25 @@ def run_sessions(addr, user, password, sessions, seconds, seed=1, folder="INBOX"
         except Exception as e:  # noqa: BLE001 - reported
             with lock:
                 errors.append(f"s{i} start: {e!r}")
+            barrier.abort()
             return
         with lock:
             drivers.append(d)
             models.append(d.model)
         deadline = time.monotonic() + seconds
         try:
+            if contexts:
+                d.open_contexts()
             while time.monotonic() < deadline:
                 d.step()
+            if contexts:
+                barrier.wait(timeout=60)
+                d.check_contexts()
             d.logout()
         except Exception as e:  # noqa: BLE001 - reported
             with lock:
                 errors.append(f"s{i}: {e!r}")
+            barrier.abort()
         with lock:
             total[0] += d.commands
 
