@@ -352,6 +352,16 @@ def test_sequence_sets_name_the_messages_of_the_moment(imapd):
     lines = a.noop_until(lambda x: esearch(x, "Q1"))
     lines += a.cmd("NOOP")
     assert esearch(lines, "Q1") == ['* ESEARCH (TAG "Q1") UID REMOVEFROM (0 2)'], lines
+    # "$" in a context is the saved result of before the command, even when
+    # the same command SAVEs a new one.
+    assert a.cmd("SEARCH RETURN (SAVE) 1")[-1].split()[1] == "OK"  # $ = UID 2
+    b.cmd("UID STORE 3 +FLAGS (\\Seen)")
+    a.noop_until(lambda x: any("FETCH" in y and "UID 3 " in y for y in x))
+    lines = a.cmd("UID SEARCH RETURN (UPDATE SAVE ALL) OR $ SEEN", "Q2")
+    assert lines[0] == '* ESEARCH (TAG "Q2") UID ALL 2:3', lines
+    b.cmd("UID STORE 3 -FLAGS (\\Seen)")  # $ is now 2:3, the context's $ still 2
+    lines = a.noop_until(lambda x: esearch(x, "Q2"))
+    assert esearch(lines, "Q2") == ['* ESEARCH (TAG "Q2") UID REMOVEFROM (0 3)'], lines
     a.close()
     b.close()
 

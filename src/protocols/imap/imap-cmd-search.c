@@ -410,6 +410,8 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         if (c.e->modseq > max_modseq)
             max_modseq = c.e->modseq;
     }
+    if (prog.return_options & IMAP_SEARCH_RETURN_UPDATE) /* before SAVE changes "$" */
+        imap_context_pin(s, &prog);
     struct buf out = {0};
     if (prog.return_options & IMAP_SEARCH_RETURN_SAVE)
         imap_searchres_save(s, prog.return_options, saved, hit_count);

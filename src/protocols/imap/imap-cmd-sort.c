@@ -220,6 +220,8 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         uids[k] = facts[k].number;
         numbers[k] = uid_mode ? facts[k].number : facts[k].seq;
     }
+    if (prog.return_options & IMAP_SEARCH_RETURN_UPDATE) /* before SAVE changes "$" */
+        imap_context_pin(s, &prog);
     if (prog.return_options & IMAP_SEARCH_RETURN_SAVE)
         imap_searchres_save(s, prog.return_options, uids, count);
     unsigned r = prog.return_options;

@@ -112,6 +112,11 @@ static void pin_node(struct imap_session *s, struct imap_search_node *n)
         pin_node(s, &n->children[i]);
 }
 
+void imap_context_pin(struct imap_session *s, struct imap_search_program *prog)
+{
+    pin_node(s, &prog->root);
+}
+
 /* What the client calls a message now: its UID or its sequence number. */
 static uint32_t number_of(const struct imap_session *s, const struct imap_context *c, uint32_t uid)
 {
@@ -144,7 +149,6 @@ void imap_context_start(struct imap_session *s, bool uid_mode, struct imap_searc
     c->uid_mode = uid_mode;
     c->prog = *prog;
     memset(prog, 0, sizeof(*prog));
-    pin_node(s, &c->prog.root);
     c->sorted = sort != NULL;
     if (sort != NULL) {
         c->sort = *sort;

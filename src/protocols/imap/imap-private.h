@@ -232,10 +232,14 @@ extern const struct imap_command_def imap_commands_context[]; /* CANCELUPDATE */
 /* Whether a live context was created by a command tagged `tag` (a second
  * UPDATE under the same tag is answered BAD, RFC 5267 4.3). */
 bool imap_context_tag_in_use(const struct imap_session *s, const char *tag);
+/* Turns the sequence sets and "$" of `prog` into the UIDs they name now
+ * (right after evaluating it, before a SAVE replaces "$"): a live context
+ * keeps following those messages. Evaluates the same at this moment. */
+void imap_context_pin(struct imap_session *s, struct imap_search_program *prog);
 /* Keeps the result of the running command (tagged s->tag) live: takes
- * `prog` (emptied; its sequence sets and "$" now stand for the UIDs they
- * named), `sort` NULL for SEARCH, `uids` the result in result order. Over
- * the limits, sends "* NO [NOUPDATE ...]" and frees `prog` instead. */
+ * `prog` (pinned; emptied here), `sort` NULL for SEARCH, `uids` the result
+ * in result order. Over the limits, sends "* NO [NOUPDATE ...]" and frees
+ * `prog` instead. */
 void imap_context_start(struct imap_session *s, bool uid_mode, struct imap_search_program *prog,
                         const struct imap_sort_program *sort, const uint32_t *uids, size_t count);
 /* Drops every context (the folder is closed). */
