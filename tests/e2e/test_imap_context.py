@@ -223,6 +223,22 @@ def test_rfc_removefrom_before_expunge(imapd):
     b.close()
 
 
+def test_removefrom_before_vanished_with_qresync(imapd):
+    """Once QRESYNC is on, expunges are VANISHED (RFC 7162 3.2.10): the
+    REMOVEFROM still comes first."""
+    fill(imapd, ["m1", "m2", "m3"], flags=[None, "\\Deleted $Junk", "$Junk"])
+    a, b = Raw(imapd, box=None), Raw(imapd)
+    a.cmd("ENABLE QRESYNC")
+    a.cmd("SELECT INBOX")
+    lines = a.cmd("SEARCH RETURN (UPDATE ALL) KEYWORD $Junk", "V1")
+    assert lines[0] == '* ESEARCH (TAG "V1") ALL 2:3', lines
+    b.cmd("EXPUNGE")
+    lines = a.noop_until("* VANISHED 2")
+    assert lines.index('* ESEARCH (TAG "V1") REMOVEFROM (0 2)') < lines.index("* VANISHED 2")
+    a.close()
+    b.close()
+
+
 def test_rfc_sort_context_positions(imapd):
     """RFC 5267 4.3.3's example: a SORT context holding 2734:2735 takes
     2731:2733 in front as "ADDTO (1 2731:2733)" (the preferred form);

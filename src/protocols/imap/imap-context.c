@@ -175,7 +175,9 @@ void imap_context_free_all(struct imap_session *s)
     free(s->contexts);
     s->contexts = NULL;
     s->context_count = 0;
-    imap_seqset_free(&s->context_dirty);
+    free(s->context_dirty);
+    s->context_dirty = NULL;
+    s->context_dirty_count = s->context_dirty_cap = 0;
 }
 
 void imap_context_note_flags(struct imap_session *s, const struct mailbox_flags_result *res,
@@ -183,8 +185,10 @@ void imap_context_note_flags(struct imap_session *s, const struct mailbox_flags_
 {
     if (s->context_count == 0)
         return;
+    s->context_dirty = xgrow(s->context_dirty, &s->context_dirty_cap,
+                             s->context_dirty_count + count, sizeof(*s->context_dirty));
     for (size_t i = 0; i < count; i++)
-        imap_seqset_add(&s->context_dirty, res[i].uid, res[i].uid);
+        s->context_dirty[s->context_dirty_count++] = res[i].uid;
 }
 
 /* ---------- removing ---------- */
@@ -205,8 +209,7 @@ static void remove_members(const struct imap_session *s, struct imap_context *c,
         struct imap_seqset set = {0};
         for (size_t i = 0; i < c->count; i++) {
             if (sorted_has(gone, gone_count, c->order[i]))
-                imap_seqset_add(&set, number(s, c, c->order[i], arg),
-                                number(s, c, c->order[i], arg));
+                seqset_push(&set, number(s, c, c->order[i], arg)); /* ascending */
             else
                 c->order[kept++] = c->order[i];
         }
@@ -306,21 +309,6 @@ void imap_context_expunged(struct imap_session *s, const uint32_t *uids, size_t 
         send_line(s, s->contexts[i], &items);
         buf_free(&items);
     }
-    /* Gone messages need no evaluation any more. */
-    for (size_t i = 0; i < count; i++) {
-        if (imap_seqset_contains(&s->context_dirty, uids[i])) {
-            struct imap_seqset left = {0};
-            struct imap_seqset_iter it = {0};
-            uint32_t v;
-            while (imap_seqset_iter_next(&s->context_dirty, &it, &v)) {
-                if (!sorted_has(uids, count, v))
-                    seqset_push(&left, v);
-            }
-            imap_seqset_free(&s->context_dirty);
-            s->context_dirty = left;
-            break;
-        }
-    }
 }
 
 /* ---------- adding ---------- */
@@ -356,8 +344,7 @@ static void add_members(struct imap_session *s, struct imap_context *c, const ui
                 merged[k++] = c->order[i++];
             } else {
                 merged[k++] = uids[j];
-                uint32_t num = number_of(s, c, uids[j++]);
-                imap_seqset_add(&set, num, num);
+                seqset_push(&set, number_of(s, c, uids[j++])); /* ascending */
             }
         }
         buf_append_str(line, " ADDTO (0 ");
@@ -471,44 +458,44 @@ void imap_context_changed(struct imap_session *s, const struct mailbox_view_chan
         return;
     /* What may have changed: new messages, messages whose flags changed
      * (here or by this session), and messages carrying a keyword whose name
-     * the view has just learnt (KEYWORD compares names). */
-    struct imap_seqset cand = {0};
+     * the view has just learnt (KEYWORD compares names). Expunged ones
+     * among them are skipped by evaluate(). */
     size_t count = mailbox_view_count(s->view);
+    size_t cap = ch->changed_count + s->context_dirty_count + ch->new_count + 1;
+    uint32_t *uids = xcalloc(cap, sizeof(*uids));
+    size_t n = 0;
     for (size_t i = 0; i < ch->changed_count; i++) {
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, ch->changed_seqs[i]);
         if (e != NULL)
-            imap_seqset_add(&cand, e->uid, e->uid);
+            uids[n++] = e->uid;
     }
-    for (size_t i = 0; i < s->context_dirty.count; i++)
-        imap_seqset_add(&cand, s->context_dirty.ranges[i].lo, s->context_dirty.ranges[i].hi);
-    imap_seqset_free(&s->context_dirty);
-    if (newly_named != 0) {
-        for (uint32_t seq = 1; seq <= count; seq++) {
-            const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
-            if (e->keywords & newly_named)
-                imap_seqset_add(&cand, e->uid, e->uid);
+    for (size_t i = 0; i < s->context_dirty_count; i++)
+        uids[n++] = s->context_dirty[i];
+    s->context_dirty_count = 0;
+    for (size_t seq = count - (ch->new_count < count ? ch->new_count : count) + 1; seq <= count;
+         seq++)
+        uids[n++] = mailbox_view_at(s->view, (uint32_t)seq)->uid;
+    for (uint32_t seq = 1; newly_named != 0 && seq <= count; seq++) {
+        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
+        if (e->keywords & newly_named) {
+            uids = xgrow(uids, &cap, n + 1, sizeof(*uids));
+            uids[n++] = e->uid;
         }
     }
-    size_t first_new = ch->new_count <= count ? count - ch->new_count + 1 : 1;
-    for (size_t seq = first_new; seq <= count && ch->new_count > 0; seq++) {
-        uint32_t uid = mailbox_view_at(s->view, (uint32_t)seq)->uid;
-        imap_seqset_add(&cand, uid, uid);
+    qsort(uids, n, sizeof(*uids), cmp_u32);
+    size_t unique = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (unique == 0 || uids[unique - 1] != uids[i])
+            uids[unique++] = uids[i];
     }
-    uint64_t total = imap_seqset_count(&cand);
-    uint32_t *uids = xcalloc((size_t)total + 1, sizeof(*uids));
-    size_t n = 0;
-    struct imap_seqset_iter it = {0};
-    uint32_t v;
-    while (imap_seqset_iter_next(&cand, &it, &v))
-        uids[n++] = v;
-    imap_seqset_free(&cand);
+    n = unique;
     evaluate(s, uids, n);
     free(uids);
 }
 
 void imap_context_flush(struct imap_session *s)
 {
-    if (s->context_count == 0 || s->context_dirty.count == 0)
+    if (s->context_count == 0 || s->context_dirty_count == 0)
         return;
     struct mailbox_view_changes none = {0};
     imap_context_changed(s, &none, 0);
@@ -543,8 +530,6 @@ static void cmd_cancelupdate(struct imap_session *s, const struct imap_command *
                 (s->context_count - k - 1) * sizeof(*s->contexts));
         s->context_count--;
     }
-    if (s->context_count == 0)
-        imap_seqset_free(&s->context_dirty);
     if (unknown)
         imap_reply_no(s, "Unknown tag.");
     else

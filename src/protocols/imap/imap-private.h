@@ -76,10 +76,12 @@ struct imap_session {
     struct imap_seqset searchres;
     /* CONTEXT=SEARCH/SORT (RFC 5267, imap-context.c): the live results of
      * SEARCH/SORT RETURN (UPDATE), and the UIDs whose flags this session
-     * changed itself since they were last evaluated */
+     * changed itself since they were last evaluated (any order; emptied
+     * before the tagged reply of the command that changed them) */
     struct imap_context **contexts;
     size_t context_count;
-    struct imap_seqset context_dirty;
+    uint32_t *context_dirty;
+    size_t context_dirty_count, context_dirty_cap;
 };
 
 struct imap_recent_range {
