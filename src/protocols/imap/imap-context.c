@@ -17,9 +17,9 @@
  *
  * SEARCH contexts report position 0 and mailbox order (as Dovecot); SORT
  * contexts report positions in sort order. Where a new member goes is found
- * by binary search over the current order, each member's sort facts read
- * at most once per sync, so an update costs a few header reads, not a new
- * sort. */
+ * by binary search over the current order, each message's sort facts read
+ * at most once per sync for all contexts, so an update costs a few header
+ * reads, not a new sort. */
 #include "protocols/imap/imap-private.h"
 
 #include "core/xalloc.h"
@@ -313,25 +313,71 @@ void imap_context_expunged(struct imap_session *s, const uint32_t *uids, size_t 
 
 /* ---------- adding ---------- */
 
-struct facts_cache {
+/* The sort facts read during one sync, shared by every SORT context (ten
+ * contexts over the same messages read each header once, not ten times):
+ * UID -> index into `facts`, open addressing. One table per kind of facts
+ * (with or without header fields). */
+struct facts_table {
     struct imap_session *s;
-    const struct imap_context *c;
-    struct imap_sort_facts *facts; /* per position of c->order, read once */
-    bool *have;
+    bool header;
+    uint32_t *keys; /* 0: a free slot (UIDs start at 1) */
+    size_t *slots;
+    size_t mask; /* slots - 1; 0 before the first lookup */
+    struct imap_sort_facts *facts;
+    size_t count, cap;
 };
 
-static const struct imap_sort_facts *cached_facts(struct facts_cache *fc, size_t pos)
+static void table_put(uint32_t *keys, size_t *slots, size_t mask, uint32_t uid, size_t index)
 {
-    if (!fc->have[pos]) {
-        imap_sort_facts_read(fc->s, fc->c->order[pos], fc->c->sort_header, &fc->facts[pos]);
-        fc->have[pos] = true;
-    }
-    return &fc->facts[pos];
+    size_t h = (size_t)(uid * 2654435761u) & mask;
+    while (keys[h] != 0)
+        h = (h + 1) & mask;
+    keys[h] = uid;
+    slots[h] = index;
 }
 
-/* Adds `uids` (ascending, none a member yet) to `c`, appending ADDTO. */
+/* The index of `uid`'s facts, read now if they are not in the table. */
+static size_t table_get(struct facts_table *t, uint32_t uid)
+{
+    if (t->mask == 0 || (t->count + 1) * 2 > t->mask + 1) {
+        size_t size = t->mask == 0 ? 64 : (t->mask + 1) * 2;
+        uint32_t *keys = xcalloc(size, sizeof(*keys));
+        size_t *slots = xcalloc(size, sizeof(*slots));
+        for (size_t h = 0; h < (t->mask == 0 ? 0 : t->mask + 1); h++) {
+            if (t->keys[h] != 0)
+                table_put(keys, slots, size - 1, t->keys[h], t->slots[h]);
+        }
+        free(t->keys);
+        free(t->slots);
+        t->keys = keys;
+        t->slots = slots;
+        t->mask = size - 1;
+    }
+    size_t h = (size_t)(uid * 2654435761u) & t->mask;
+    while (t->keys[h] != 0 && t->keys[h] != uid)
+        h = (h + 1) & t->mask;
+    if (t->keys[h] == uid)
+        return t->slots[h];
+    t->facts = xgrow(t->facts, &t->cap, t->count + 1, sizeof(*t->facts));
+    imap_sort_facts_read(t->s, uid, t->header, &t->facts[t->count]);
+    t->keys[h] = uid;
+    t->slots[h] = t->count;
+    return t->count++;
+}
+
+static void table_free(struct facts_table *t)
+{
+    for (size_t i = 0; i < t->count; i++)
+        imap_sort_facts_free(&t->facts[i]);
+    free(t->facts);
+    free(t->keys);
+    free(t->slots);
+}
+
+/* Adds `uids` (ascending, none a member yet) to `c`, appending ADDTO;
+ * a SORT context reads sort facts through `facts`. */
 static void add_members(struct imap_session *s, struct imap_context *c, const uint32_t *uids,
-                        size_t n, struct buf *line)
+                        size_t n, struct facts_table *facts, struct buf *line)
 {
     if (n == 0)
         return;
@@ -357,19 +403,21 @@ static void add_members(struct imap_session *s, struct imap_context *c, const ui
         return;
     }
     /* The new members in sort order, each with the number of old members
-     * sorting before it: its final position is that plus its own index. */
+     * sorting before it: its final position is that plus its own index.
+     * `adds` are shallow copies: the table owns the strings. */
     struct imap_sort_facts *adds = xcalloc(n, sizeof(*adds));
-    for (size_t j = 0; j < n; j++)
-        imap_sort_facts_read(s, uids[j], c->sort_header, &adds[j]);
+    for (size_t j = 0; j < n; j++) {
+        size_t at = table_get(facts, uids[j]); /* before reading facts->facts: it may move */
+        adds[j] = facts->facts[at];
+    }
     imap_sort_facts(&c->sort, adds, n);
-    struct facts_cache fc = {s, c, xcalloc(c->count + 1, sizeof(*fc.facts)),
-                             xcalloc(c->count + 1, sizeof(*fc.have))};
     size_t *before = xcalloc(n, sizeof(*before));
     for (size_t j = 0; j < n; j++) {
         size_t lo = j > 0 ? before[j - 1] : 0, hi = c->count;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (imap_sort_compare(&c->sort, cached_facts(&fc, mid), &adds[j]) < 0)
+            size_t at = table_get(facts, c->order[mid]); /* may move facts->facts */
+            if (imap_sort_compare(&c->sort, &facts->facts[at], &adds[j]) < 0)
                 lo = mid + 1;
             else
                 hi = mid;
@@ -397,14 +445,6 @@ static void add_members(struct imap_session *s, struct imap_context *c, const ui
     while (old < c->count)
         merged[k++] = c->order[old++];
     buf_append_char(line, ')');
-    for (size_t p = 0; p < c->count; p++) {
-        if (fc.have[p])
-            imap_sort_facts_free(&fc.facts[p]);
-    }
-    for (size_t j = 0; j < n; j++)
-        imap_sort_facts_free(&adds[j]);
-    free(fc.facts);
-    free(fc.have);
     free(adds);
     free(before);
     free(run);
@@ -425,6 +465,7 @@ static void evaluate(struct imap_session *s, const uint32_t *candidates, size_t 
         return;
     uint32_t *gone = xcalloc(n, sizeof(*gone));
     uint32_t *added = xcalloc(n, sizeof(*added));
+    struct facts_table tables[2] = {{.s = s, .header = false}, {.s = s, .header = true}};
     for (size_t i = 0; i < s->context_count; i++) {
         struct imap_context *c = s->contexts[i];
         size_t gone_count = 0, added_count = 0;
@@ -443,10 +484,12 @@ static void evaluate(struct imap_session *s, const uint32_t *candidates, size_t 
         }
         struct buf items = {0};
         remove_members(s, c, gone, gone_count, &items, number_now, NULL);
-        add_members(s, c, added, added_count, &items);
+        add_members(s, c, added, added_count, &tables[c->sort_header], &items);
         send_line(s, c, &items);
         buf_free(&items);
     }
+    table_free(&tables[0]);
+    table_free(&tables[1]);
     free(gone);
     free(added);
 }
