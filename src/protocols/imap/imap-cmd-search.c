@@ -328,7 +328,8 @@ uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_progr
     return hits;
 }
 
-bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog, uint32_t seq)
+bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog, uint32_t seq,
+                       bool *unreadable)
 {
     struct search_ctx c = {.s = s, .needs = imap_search_needs(prog)};
     c.seq = seq;
@@ -336,6 +337,7 @@ bool imap_search_match(struct imap_session *s, const struct imap_search_program 
     if (c.e == NULL)
         return false;
     bool match = eval(&c, &prog->root);
+    *unreadable = c.gone;
     unload(&c);
     return match;
 }

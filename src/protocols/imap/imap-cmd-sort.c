@@ -39,13 +39,13 @@ struct header_values {
     char *v[HDR_COUNT];
 };
 
-static void header_values_read(struct imap_session *s, uint32_t uid, struct header_values *hv)
+static bool header_values_read(struct imap_session *s, uint32_t uid, struct header_values *hv)
 {
     memset(hv, 0, sizeof(*hv));
     struct petrel_error err;
     struct mailbox_message_data *data = mailbox_message_open(s->box, uid, &err);
     if (data == NULL)
-        return;
+        return false;
     struct message_range hdr = message_header_block(data->data, data->size);
     size_t pos = hdr.start;
     struct message_header_field f;
@@ -63,6 +63,7 @@ static void header_values_read(struct imap_session *s, uint32_t uid, struct head
         }
     }
     mailbox_message_release(data);
+    return true;
 }
 
 static void header_values_free(struct header_values *hv)
@@ -143,7 +144,7 @@ static bool parse_criteria(struct imap_session *s, const struct imap_arg *ret,
     return ok;
 }
 
-void imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
+bool imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
                           struct imap_sort_facts *f)
 {
     uint32_t seq = mailbox_view_seq(s->view, uid);
@@ -154,8 +155,7 @@ void imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
     f->arrival = e != NULL ? e->internal_date : 0;
     f->size = e != NULL ? e->vsize : 0;
     struct header_values hv = {0};
-    if (header)
-        header_values_read(s, uid, &hv);
+    bool ok = e != NULL && (!header || header_values_read(s, uid, &hv));
     f->date = sent_date(&hv, f->arrival);
     char *subject = decoded(hv.v[HDR_SUBJECT]);
     struct buf base = {0};
@@ -168,6 +168,7 @@ void imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
     address_facts(hv.v[HDR_CC], &f->cc, &unused);
     free(unused);
     header_values_free(&hv);
+    return ok;
 }
 
 static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode)
@@ -210,7 +211,7 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
     struct imap_sort_facts *facts = xcalloc(count + 1, sizeof(*facts));
     for (size_t k = 0; k < count; k++) {
         /* the UID orders as the sequence number does */
-        imap_sort_facts_read(s, mailbox_view_at(s->view, seqs[k])->uid, header, &facts[k]);
+        (void)imap_sort_facts_read(s, mailbox_view_at(s->view, seqs[k])->uid, header, &facts[k]);
         facts[k].seq = seqs[k];
     }
     imap_sort_facts(&sort, facts, count);
@@ -310,7 +311,7 @@ static void do_thread(struct imap_session *s, const struct imap_arg *args, size_
     char **subjects = xcalloc(count + 1, sizeof(*subjects));
     for (size_t k = 0; k < count; k++) {
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, seqs[k]);
-        header_values_read(s, e->uid, &hv[k]);
+        (void)header_values_read(s, e->uid, &hv[k]);
         subjects[k] = decoded(hv[k].v[HDR_SUBJECT]);
         msgs[k] = (struct imap_thread_msg){
             .number = uid_mode ? e->uid : seqs[k],

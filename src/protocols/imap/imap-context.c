@@ -324,7 +324,8 @@ struct facts_table {
     size_t *slots;
     size_t mask; /* slots - 1; 0 before the first lookup */
     struct imap_sort_facts *facts;
-    size_t count, cap;
+    bool *ok; /* per fact: the message could be read */
+    size_t count, cap, ok_cap;
 };
 
 static void table_put(uint32_t *keys, size_t *slots, size_t mask, uint32_t uid, size_t index)
@@ -359,7 +360,8 @@ static size_t table_get(struct facts_table *t, uint32_t uid)
     if (t->keys[h] == uid)
         return t->slots[h];
     t->facts = xgrow(t->facts, &t->cap, t->count + 1, sizeof(*t->facts));
-    imap_sort_facts_read(t->s, uid, t->header, &t->facts[t->count]);
+    t->ok = xgrow(t->ok, &t->ok_cap, t->count + 1, sizeof(*t->ok));
+    t->ok[t->count] = imap_sort_facts_read(t->s, uid, t->header, &t->facts[t->count]);
     t->keys[h] = uid;
     t->slots[h] = t->count;
     return t->count++;
@@ -370,12 +372,30 @@ static void table_free(struct facts_table *t)
     for (size_t i = 0; i < t->count; i++)
         imap_sort_facts_free(&t->facts[i]);
     free(t->facts);
+    free(t->ok);
     free(t->keys);
     free(t->slots);
 }
 
-/* Adds `uids` (ascending, none a member yet) to `c`, appending ADDTO;
- * a SORT context reads sort facts through `facts`. */
+/* Whether the new member `add` sorts after the old member at `mid`. A
+ * member whose file is gone (expunged elsewhere; its REMOVEFROM comes with
+ * the next sync) has no facts to compare: it answers as the next readable
+ * member before `hi` does, or "no" when there is none, which keeps the
+ * answers monotonic, so the binary search places `add` right among the
+ * readable members. */
+static bool sorts_after(struct facts_table *facts, const struct imap_context *c, size_t mid,
+                        size_t hi, const struct imap_sort_facts *add)
+{
+    for (size_t i = mid; i < hi; i++) {
+        size_t at = table_get(facts, c->order[i]); /* may move facts->facts */
+        if (facts->ok[at])
+            return imap_sort_compare(&c->sort, &facts->facts[at], add) < 0;
+    }
+    return false;
+}
+
+/* Adds `uids` (ascending, none a member yet, each readable) to `c`,
+ * appending ADDTO; a SORT context reads sort facts through `facts`. */
 static void add_members(struct imap_session *s, struct imap_context *c, const uint32_t *uids,
                         size_t n, struct facts_table *facts, struct buf *line)
 {
@@ -416,8 +436,7 @@ static void add_members(struct imap_session *s, struct imap_context *c, const ui
         size_t lo = j > 0 ? before[j - 1] : 0, hi = c->count;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            size_t at = table_get(facts, c->order[mid]); /* may move facts->facts */
-            if (imap_sort_compare(&c->sort, &facts->facts[at], &adds[j]) < 0)
+            if (sorts_after(facts, c, mid, hi, &adds[j]))
                 lo = mid + 1;
             else
                 hi = mid;
@@ -457,17 +476,30 @@ static void add_members(struct imap_session *s, struct imap_context *c, const ui
     qsort(c->members, k, sizeof(*c->members), cmp_u32);
 }
 
-/* Evaluates `candidates` (ascending UIDs in the view) for every context and
- * sends what changed, removals first. */
+/* The session evaluates `uid` again at its next sync or flush. */
+static void requeue(struct imap_session *s, uint32_t uid)
+{
+    s->context_dirty = xgrow(s->context_dirty, &s->context_dirty_cap, s->context_dirty_count + 1,
+                             sizeof(*s->context_dirty));
+    s->context_dirty[s->context_dirty_count++] = uid;
+}
+
+/* Evaluates `candidates` (ascending UIDs) for every context and sends what
+ * changed, removals first. Candidates no longer in the view are skipped; one
+ * whose file is gone while the view still has it (expunged elsewhere, not
+ * synced yet) is left as it is and evaluated again next time, when the sync
+ * will have taken it out. */
 static void evaluate(struct imap_session *s, const uint32_t *candidates, size_t n)
 {
     if (n == 0)
         return;
     uint32_t *gone = xcalloc(n, sizeof(*gone));
     uint32_t *added = xcalloc(n, sizeof(*added));
+    bool *again = xcalloc(n, sizeof(*again));
     struct facts_table tables[2] = {{.s = s, .header = false}, {.s = s, .header = true}};
     for (size_t i = 0; i < s->context_count; i++) {
         struct imap_context *c = s->contexts[i];
+        struct facts_table *facts = &tables[c->sort_header];
         size_t gone_count = 0, added_count = 0;
         uint32_t hint = 1;
         for (size_t k = 0; k < n; k++) {
@@ -475,21 +507,33 @@ static void evaluate(struct imap_session *s, const uint32_t *candidates, size_t 
             if (seq == 0)
                 continue;
             hint = seq + 1;
-            bool match = imap_search_match(s, &c->prog, seq);
+            bool unreadable = false;
+            bool match = imap_search_match(s, &c->prog, seq, &unreadable);
             bool member = sorted_has(members_of(c), c->count, candidates[k]);
-            if (member && !match)
+            if (!unreadable && !member && match && c->sorted) {
+                size_t at = table_get(facts, candidates[k]); /* may move facts->ok */
+                unreadable = !facts->ok[at];
+            }
+            if (unreadable)
+                again[k] = true;
+            else if (member && !match)
                 gone[gone_count++] = candidates[k];
             else if (!member && match)
                 added[added_count++] = candidates[k];
         }
         struct buf items = {0};
         remove_members(s, c, gone, gone_count, &items, number_now, NULL);
-        add_members(s, c, added, added_count, &tables[c->sort_header], &items);
+        add_members(s, c, added, added_count, facts, &items);
         send_line(s, c, &items);
         buf_free(&items);
     }
+    for (size_t k = 0; k < n; k++) {
+        if (again[k])
+            requeue(s, candidates[k]);
+    }
     table_free(&tables[0]);
     table_free(&tables[1]);
+    free(again);
     free(gone);
     free(added);
 }

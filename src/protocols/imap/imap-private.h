@@ -261,14 +261,19 @@ void imap_context_changed(struct imap_session *s, const struct mailbox_view_chan
 /* Before the tagged reply of a command that may not sync (FETCH, STORE,
  * SEARCH...): the session's own flag changes only, which renumber nothing. */
 void imap_context_flush(struct imap_session *s);
-/* Whether message `seq` of the view matches `prog` (imap-cmd-search.c). */
-bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog,
-                       uint32_t seq);
+/* Whether message `seq` of the view matches `prog` (imap-cmd-search.c).
+ * *unreadable: the program needed the message's text and its file is gone
+ * (expunged by another process since the view's last sync): the answer
+ * means nothing. */
+bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog, uint32_t seq,
+                       bool *unreadable);
 /* The sort facts of message `uid` of the view (imap-cmd-sort.c); `seq`
  * and `number` are set to the UID (UID order is sequence order).
- * `header`: the sort program reads header fields. */
+ * `header`: the sort program reads header fields. False (with empty
+ * facts, to be freed all the same) when the message is not in the view or
+ * its file is gone. */
 struct imap_sort_facts;
-void imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
+bool imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
                           struct imap_sort_facts *f);
 
 /* ---------- the selected folder (imap-cmd-select.c) ---------- */
