@@ -13,7 +13,7 @@
  * VANISHED) lines, numbered as the client still numbers; additions after
  * EXISTS and FETCH (RFC 5267 4.3.3, 4.3.4). Flag changes the session made
  * itself (STORE, FETCH setting \Seen) enter the view without a sync: their
- * UIDs wait in a set and are evaluated before the command's tagged reply.
+ * UIDs wait in a list and are evaluated before the command's tagged reply.
  *
  * SEARCH contexts report position 0 and mailbox order (as Dovecot); SORT
  * contexts report positions in sort order. Where a new member goes is found
