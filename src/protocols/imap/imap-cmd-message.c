@@ -586,10 +586,8 @@ static void fetch_contents_gone(const struct imap_fetch_items *items, const char
     static const struct {
         unsigned attr;
         const char *name;
-    } whole[] = {{IMAP_FETCH_ENVELOPE, "ENVELOPE"},
-                 {IMAP_FETCH_BODYSTRUCTURE, "BODYSTRUCTURE"},
-                 {IMAP_FETCH_BODY, "BODY"},
-                 {IMAP_FETCH_RFC822, "RFC822"},
+    } whole[] = {{IMAP_FETCH_ENVELOPE, "ENVELOPE"},   {IMAP_FETCH_BODYSTRUCTURE, "BODYSTRUCTURE"},
+                 {IMAP_FETCH_BODY, "BODY"},           {IMAP_FETCH_RFC822, "RFC822"},
                  {IMAP_FETCH_RFC822_HEADER, "RFC822.HEADER"},
                  {IMAP_FETCH_RFC822_TEXT, "RFC822.TEXT"}};
     for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++) {
@@ -607,7 +605,8 @@ static void fetch_contents_gone(const struct imap_fetch_items *items, const char
     }
 }
 
-static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint32_t seq, bool gone)
+static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint32_t seq,
+                      bool gone)
 {
     const struct imap_fetch_items *items = &st->items;
     bool uid_mode = st->uid_mode, flags_too = st->seen_changed;
@@ -764,8 +763,8 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
              * announce them before a FETCH shows them. */
             if (mailbox_view_note_flags(s->view, res, res_count))
                 imap_selected_send_flags(s);
-            imap_context_note_flags(s, res, res_count);
             seen_changed = true;
+            imap_context_note_flags(s, res, res_count);
         }
         free(res);
     }
@@ -944,8 +943,8 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
      * sessions' EXPUNGEs in the middle of a STORE (RFC 3501 7.4.1). */
     if (mailbox_view_note_flags(s->view, res, res_count))
         imap_selected_send_flags(s);
-    imap_context_note_flags(s, res, res_count);
     struct buf out = {0};
+    imap_context_note_flags(s, res, res_count);
     for (size_t k = 0; k < res_count; k++) {
         uint32_t seq = mailbox_view_seq(s->view, res[k].uid);
         if (seq == 0 || (silent && unchanged_since == 0))
@@ -1169,8 +1168,8 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     uint32_t *added = NULL;
     size_t added_count = 0, added_cap = 0;
     size_t i = 1;
-    const char *bad = NULL;    /* a syntax problem: BAD */
-    const char *no = NULL;     /* a refused message: NO */
+    const char *bad = NULL; /* a syntax problem: BAD */
+    const char *no = NULL;  /* a refused message: NO */
     const char *badurl = NULL; /* CATENATE: a URL that cannot be fetched */
     bool ok = true;
     while (ok && bad == NULL && no == NULL && i < cmd->arg_count) {

@@ -170,8 +170,8 @@ static void qresync_catch_up(struct imap_session *s, const struct imap_qresync_p
     buf_free(&out);
 }
 
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid, uint32_t flags,
-                       uint32_t keywords)
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
+                       uint32_t flags, uint32_t keywords)
 {
     bool first = true;
     buf_append_char(out, '(');

@@ -189,7 +189,7 @@ void imap_fetch_continue(struct imap_session *s);
  * inside a literal, where nothing else may be sent (the connection must
  * close without a BYE). */
 bool imap_fetch_abort(struct imap_session *s);
-extern const struct imap_command_def imap_commands_sort[]; /* imap-cmd-sort.c */
+extern const struct imap_command_def imap_commands_sort[];    /* imap-cmd-sort.c */
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
 /* UID SORT and UID THREAD (imap-cmd-sort.c), called by the UID dispatcher. */
@@ -301,8 +301,8 @@ void imap_selected_close(struct imap_session *s);
 void imap_selected_send_flags(struct imap_session *s);
 /* "(\Seen \Flagged $Junk)" for a view entry, with \Recent when the
  * message is recent for this session. */
-void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid, uint32_t flags,
-                       uint32_t keywords);
+void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t uid,
+                       uint32_t flags, uint32_t keywords);
 /* Whether message `uid` of the selected folder is \Recent for this
  * session (RFC 3501 2.3.2: exactly one read-write session gets each new
  * message as recent; EXAMINE shows the folder's recent messages without
