@@ -102,14 +102,29 @@ class Driver:
                 ("UID SORT RETURN (UPDATE ALL) (SUBJECT) UTF-8 UNDELETED",
                  "UID SORT (SUBJECT) UTF-8 UNDELETED")]
 
+    def open_context(self, live):
+        tag = self.send(live)
+        self.wait([tag])
+        status, _ = self.model.completed.pop(tag)
+        assert status == "OK", (live, status)
+        return tag
+
     def open_contexts(self):
-        self.context_tags = []
-        for live, _ in self.CONTEXTS:
-            tag = self.send(live)
-            self.wait([tag])
-            status, _ = self.model.completed.pop(tag)
-            assert status == "OK", (live, status)
-            self.context_tags.append(tag)
+        self.context_tags = [self.open_context(live) for live, _ in self.CONTEXTS]
+
+    def renew_context(self):
+        """CANCELUPDATE one context and start it again under a new tag: an
+        update for the old tag after the OK is a violation."""
+        k = self.rng.randrange(len(self.CONTEXTS))
+        tag = self.tag()
+        self.model.sent(tag, "CANCELUPDATE")
+        self.model.cancel(tag, [self.context_tags[k]])
+        self.conn.send(f'{tag} CANCELUPDATE "{self.context_tags[k]}"\r\n'.encode())
+        self.commands += 1
+        self.wait([tag])
+        status, _ = self.model.completed.pop(tag)
+        assert status == "OK", status
+        self.context_tags[k] = self.open_context(self.CONTEXTS[k][0])
 
     def check_contexts(self, timeout=5):
         """Once nobody changes the folder any more: each live result, kept
@@ -181,6 +196,9 @@ class Driver:
         self.wait([tag])
 
     def step(self):
+        if getattr(self, "context_tags", None) and self.rng.random() < 0.03:
+            self.renew_context()
+            return
         r = self.rng.random()
         seq = self.seqset()
         if r < 0.15 or seq is None:

@@ -275,8 +275,12 @@ class SessionModel:
 
     def cancel(self, tag, tags):
         """The client sent CANCELUPDATE `tags` as `tag`: updates may still
-        come until its OK."""
+        come until its OK, or stop at any point before it, so the contexts
+        are no longer held to complete updates."""
         self.cancelling[tag] = list(tags)
+        for t in tags:
+            if t in self.contexts:
+                self.contexts[t]["items"] = None
 
     def _esearch(self, ctag, rest, text):
         rest = rest.decode(errors="replace")

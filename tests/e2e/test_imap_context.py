@@ -545,3 +545,12 @@ C: c2 NOOP
 * ESEARCH (TAG "c9") ADDTO (0 1)
 c2 OK done
 """) == ["context-unknown"]
+    # Updates may come until CANCELUPDATE's OK, none after it.
+    model = SessionModel()
+    feed(model, start)
+    model.sent("c3", "CANCELUPDATE")
+    model.cancel("c3", ["c1"])
+    for line in [b'* ESEARCH (TAG "c1") ADDTO (0 1)', b"c3 OK done",
+                 b'* ESEARCH (TAG "c1") REMOVEFROM (0 1)']:
+        model.received(line + b"\r\n")
+    assert [v.kind for v in model.violations] == ["context-unknown"]
