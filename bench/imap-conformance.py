@@ -7,7 +7,11 @@ home, prints the command count, the rate and the violations by kind, and
 exits 1 if there is any.
 
   bench/imap-conformance.py [--sessions 50] [--seconds 300] [--build build]
-                            [--workers 0] [--seed 1]
+                            [--workers 0] [--seed 1] [--contexts]
+
+--contexts: each session also keeps three live RFC 5267 contexts (UID
+SEARCH, SEARCH, UID SORT with RETURN (UPDATE ALL)) whose ADDTO/REMOVEFROM
+the model checks, and compares them with fresh answers at the end.
 """
 import argparse
 import os
@@ -39,6 +43,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--contexts", action="store_true")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="petrel-conformance-"))
     try:
@@ -76,7 +81,8 @@ imap:
         m.logout()
         started = time.monotonic()
         models, commands, errors = run_sessions(("127.0.0.1", imap), "alice", "wonderland",
-                                                a.sessions, a.seconds, seed=a.seed)
+                                                a.sessions, a.seconds, seed=a.seed,
+                                                contexts=a.contexts)
         took = time.monotonic() - started
         proc.terminate()
         proc.wait(30)

@@ -19,7 +19,8 @@
  *      spool gets exactly its literal's bytes and is closed exactly once;
  *      and once more with a small in-memory limit for what the sink
  *      declines (any result, but spools balanced).
- *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH,
+ *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH
+ *      (with RETURN options, RFC 5267's PARTIAL/UPDATE/CONTEXT among them),
  *      QRESYNC-parameter, IMAP URL and date parsers; whatever they accept must satisfy their invariants
  *      (sorted merged ranges that format and parse back to the same set,
  *      date-times that format and parse back to the same instant), and every
@@ -211,6 +212,15 @@ static void check_grammar(const struct imap_command *c)
         struct imap_search_program prog;
         if (imap_search_parse(&c->args[skip], c->arg_count - skip, 100, 1000, &prog, &err)) {
             assert(prog.root.key == IMAP_SEARCH_AND && prog.root.child_count > 0);
+            /* RFC 5267 4.4: one PARTIAL with an ordered nz range, never with ALL */
+            if (prog.return_options & IMAP_SEARCH_RETURN_PARTIAL) {
+                assert(prog.has_return && prog.partial_lo >= 1);
+                assert(prog.partial_lo <= prog.partial_hi);
+                assert(!(prog.return_options & IMAP_SEARCH_RETURN_ALL));
+            } else {
+                assert(prog.partial_lo == 0 && prog.partial_hi == 0);
+            }
+            assert(prog.has_return || prog.return_options == 0);
             (void)imap_search_needs(&prog);
             imap_search_program_free(&prog);
         }

@@ -11,7 +11,13 @@
  *   - a base subject is no longer than its subject and has no white space
  *     at either end;
  *   - both threading algorithms print every message number exactly once,
- *     with balanced parentheses and no empty "()". */
+ *     with balanced parentheses and no empty "()";
+ *   - sorted facts (SUBJECT, REVERSE or not, then DATE) are strictly
+ *     increasing under imap_sort_compare, and a binary search of each among
+ *     the others finds its own place (how a CONTEXT=SORT context inserts a
+ *     new member, imap-context.c);
+ *   - imap_append_ordered_set's text expands back to the same numbers in
+ *     the same order. */
 #include "core/buf.h"
 #include "core/error.h"
 #include "protocols/imap/imap-parser.h"
@@ -100,6 +106,68 @@ static char *field(const char **p, const char *end)
     return s;
 }
 
+static char *dup(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    memcpy(d, s, n + 1);
+    return d;
+}
+
+static void check_sort_order(const struct imap_thread_msg *msgs, size_t count)
+{
+    struct imap_sort_program prog = {
+        .keys = {{IMAP_SORT_SUBJECT, count % 2 == 1}, {IMAP_SORT_DATE, false}}, .count = 2};
+    struct imap_sort_facts *f = calloc(count + 1, sizeof(*f));
+    for (size_t i = 0; i < count; i++) {
+        f[i].seq = f[i].number = (uint32_t)i + 1;
+        f[i].date = msgs[i].date;
+        f[i].subject = dup(msgs[i].subject);
+        f[i].from = dup("");
+        f[i].to = dup("");
+        f[i].cc = dup("");
+        f[i].display_from = dup("");
+        f[i].display_to = dup("");
+    }
+    imap_sort_facts(&prog, f, count);
+    for (size_t i = 1; i < count; i++)
+        assert(imap_sort_compare(&prog, &f[i - 1], &f[i]) < 0);
+    for (size_t i = 0; i < count; i++) {
+        size_t lo = 0, hi = count - 1; /* the others: j < i as is, j >= i is j + 1 */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (imap_sort_compare(&prog, &f[mid < i ? mid : mid + 1], &f[i]) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        assert(lo == i);
+    }
+    uint32_t *nums = calloc(count + 1, sizeof(*nums));
+    for (size_t i = 0; i < count; i++)
+        nums[i] = f[i].number;
+    struct buf out = {0};
+    imap_append_ordered_set(&out, nums, count);
+    size_t k = 0;
+    const char *q = out.data != NULL ? out.data : "";
+    while (*q != '\0') {
+        char *e;
+        unsigned long a = strtoul(q, &e, 10), b = a;
+        if (*e == ':')
+            b = strtoul(e + 1, &e, 10);
+        assert(a <= b);
+        for (unsigned long v = a; v <= b; v++)
+            assert(k < count && nums[k++] == v);
+        q = *e == ',' ? e + 1 : e;
+    }
+    assert(k == count);
+    buf_free(&out);
+    free(nums);
+    for (size_t i = 0; i < count; i++)
+        imap_sort_facts_free(&f[i]);
+    free(f);
+}
+
 static void check_messages(const char *in, size_t len)
 {
     struct imap_thread_msg msgs[MAX_MSGS];
@@ -136,6 +204,7 @@ static void check_messages(const char *in, size_t len)
         count++;
         p = eol < end ? eol + 1 : end;
     }
+    check_sort_order(msgs, count);
     struct buf out = {0};
     imap_thread_references(msgs, count, &out);
     check_threads(&out, count);

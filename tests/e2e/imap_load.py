@@ -77,12 +77,15 @@ class Driver:
         self.commands += 1
         return tag
 
-    def wait(self, tags):
-        """Reads until every tag in `tags` is completed."""
+    def wait(self, tags, lines=None):
+        """Reads until every tag in `tags` is completed (every line into
+        `lines` when given)."""
         left = set(tags)
         while left:
             line = self.conn.readline()
             self.model.received(line)
+            if lines is not None:
+                lines.append(line)
             t = line.split(b" ", 1)[0].decode(errors="replace")
             left.discard(t)
 
@@ -90,6 +93,63 @@ class Driver:
         tag = self.send(command)
         self.wait([tag])
         return self.model.completed.pop(tag)
+
+    # ---- RFC 5267 contexts ----
+
+    # (live command, the same without RETURN for the final check)
+    CONTEXTS = [("UID SEARCH RETURN (UPDATE ALL) FLAGGED", "UID SEARCH FLAGGED"),
+                ("SEARCH RETURN (UPDATE ALL) UNSEEN", "SEARCH UNSEEN"),
+                ("UID SORT RETURN (UPDATE ALL) (SUBJECT) UTF-8 UNDELETED",
+                 "UID SORT (SUBJECT) UTF-8 UNDELETED")]
+
+    def open_context(self, live):
+        tag = self.send(live)
+        self.wait([tag])
+        status, _ = self.model.completed.pop(tag)
+        assert status == "OK", (live, status)
+        return tag
+
+    def open_contexts(self):
+        self.context_tags = [self.open_context(live) for live, _ in self.CONTEXTS]
+
+    def renew_context(self):
+        """CANCELUPDATE one context and start it again under a new tag: an
+        update for the old tag after the OK is a violation."""
+        k = self.rng.randrange(len(self.CONTEXTS))
+        tag = self.tag()
+        self.model.sent(tag, "CANCELUPDATE")
+        self.model.cancel(tag, [self.context_tags[k]])
+        self.conn.send(f'{tag} CANCELUPDATE "{self.context_tags[k]}"\r\n'.encode())
+        self.commands += 1
+        self.wait([tag])
+        status, _ = self.model.completed.pop(tag)
+        assert status == "OK", status
+        self.context_tags[k] = self.open_context(self.CONTEXTS[k][0])
+
+    def check_contexts(self, timeout=5):
+        """Once nobody changes the folder any more: each live result, kept
+        by the model from the updates alone, equals a fresh answer (NOOPs
+        until the watch has brought every change)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.run("NOOP")
+            wrong = []
+            for (_, fresh), tag in zip(self.CONTEXTS, self.context_tags):
+                lines = []
+                t = self.send(fresh)
+                self.wait([t], lines)
+                self.model.completed.pop(t)
+                answer = [x for x in lines if x.startswith((b"* SEARCH", b"* SORT"))]
+                got = [int(x) for x in answer[0].split()[2:]] if answer else []
+                have = self.model.contexts.get(tag, {}).get("items")
+                if have != got:
+                    wrong.append((fresh, have, got))
+            if not wrong or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        for fresh, have, got in wrong:
+            self.model.violate("context-final", fresh.encode(), f"kept {have}, fresh {got}")
+        self.model.contexts_checked += len(self.CONTEXTS) - len(wrong)
 
     # ---- the mix ----
 
@@ -136,6 +196,9 @@ class Driver:
         self.wait([tag])
 
     def step(self):
+        if getattr(self, "context_tags", None) and self.rng.random() < 0.03:
+            self.renew_context()
+            return
         r = self.rng.random()
         seq = self.seqset()
         if r < 0.15 or seq is None:
@@ -182,9 +245,12 @@ class Driver:
 
 
 def run_sessions(addr, user, password, sessions, seconds, seed=1, folder="INBOX",
-                 other="Other"):
-    """Runs `sessions` drivers for `seconds`; returns (models, commands, errors)."""
+                 other="Other", contexts=False):
+    """Runs `sessions` drivers for `seconds`; returns (models, commands, errors).
+    With `contexts`, each session keeps three live RFC 5267 contexts, and
+    once all have stopped each checks them against fresh answers."""
     drivers, errors = [], []
+    barrier = threading.Barrier(sessions)
     lock = threading.Lock()
     models = []
     total = [0]
@@ -196,18 +262,25 @@ def run_sessions(addr, user, password, sessions, seconds, seed=1, folder="INBOX"
         except Exception as e:  # noqa: BLE001 - reported
             with lock:
                 errors.append(f"s{i} start: {e!r}")
+            barrier.abort()
             return
         with lock:
             drivers.append(d)
             models.append(d.model)
         deadline = time.monotonic() + seconds
         try:
+            if contexts:
+                d.open_contexts()
             while time.monotonic() < deadline:
                 d.step()
+            if contexts:
+                barrier.wait(timeout=60)
+                d.check_contexts()
             d.logout()
         except Exception as e:  # noqa: BLE001 - reported
             with lock:
                 errors.append(f"s{i}: {e!r}")
+            barrier.abort()
         with lock:
             total[0] += d.commands
 

@@ -35,6 +35,18 @@ seen. What it checks (each a `Violation.kind`):
         with \\Recent to two sessions (3501 2.3.2: "this session is the
         first session to have been notified")
   bad-response         a tagged BAD for a command the driver built as valid
+
+Live contexts (RFC 5267, SEARCH/SORT RETURN (UPDATE ALL ...)): the model
+keeps each one's result from its ALL and every ADDTO/REMOVEFROM, and checks
+  context-unknown      an update for a tag with no live context (never
+        created, refused with NOUPDATE, or cancelled)
+  context-remove       REMOVEFROM of a number not in the result, or at a
+        position that does not hold it (4.3.4)
+  context-add          ADDTO of a number already in the result, a sequence
+        number above the count (ADDTO comes after EXISTS, 4.3.3) or a
+        position past the end
+  context-expunged     an EXPUNGE of a message still in a result: its
+        REMOVEFROM must come first (4.3.4)
 """
 
 import re
@@ -71,6 +83,12 @@ class SessionModel:
     # tag -> (kind, flags, seq or uid set, uid?); the STORE's own FETCHes
     stores: dict = field(default_factory=dict)
     store_seen: dict = field(default_factory=dict)  # tag -> {uid or seq: flags}
+    # RFC 5267: tag -> {"uid": bool, "sorted": bool, "items": [numbers] or None}
+    contexts: dict = field(default_factory=dict)
+    context_requests: dict = field(default_factory=dict)  # tag -> (uid, sorted), pending
+    context_updates: int = 0
+    cancelling: dict = field(default_factory=dict)  # CANCELUPDATE tag -> context tags
+    contexts_checked: int = 0
 
     def violate(self, kind, line, detail=""):
         self.violations.append(Violation(kind, line, detail))
@@ -86,6 +104,12 @@ class SessionModel:
             self.stores[tag] = (m.group(2).upper(), flags, m.group(1),
                                 command.upper() == "UID STORE")
             self.store_seen[tag] = {}
+        r = re.match(r"RETURN \(([^)]*)\)", args.strip(), re.I)
+        if command.upper() in ("SEARCH", "UID SEARCH", "SORT", "UID SORT") and r and \
+                "UPDATE" in r.group(1).upper().split():
+            self.context_requests[tag] = (command.upper().startswith("UID"),
+                                          command.upper().endswith("SORT"),
+                                          "ALL" in r.group(1).upper().split())
 
     def selecting(self):
         """A SELECT/EXAMINE was sent: the view starts over at its reply."""
@@ -93,6 +117,7 @@ class SessionModel:
         self.uids = []
         self.keywords = set()
         self.selected = True
+        self.contexts = {}  # RFC 5267 4.3: updates end with the selection
 
     # ---- what the server says ----
 
@@ -124,6 +149,13 @@ class SessionModel:
             self.violate("bad-response", text, "tagged reply to no command")
             return
         self.completed[tag] = (status, parts[2] if len(parts) > 2 else b"")
+        request = self.context_requests.pop(tag, None)
+        if request is not None and status == "OK" and tag not in self.contexts:
+            # No ALL asked for: live, but the model cannot follow its content.
+            self.contexts[tag] = {"uid": request[0], "sorted": request[1], "items": None}
+        if command == "CANCELUPDATE" and status == "OK":
+            for t in self.cancelling.pop(tag, []):
+                self.contexts.pop(t, None)
         if tag in self.stores:
             self._store_done(tag, status, text)
         if status == "BAD":
@@ -157,6 +189,14 @@ class SessionModel:
         if text.startswith(b"* BYE"):
             self.bye = True
             return
+        m = re.match(rb'\* ESEARCH \(TAG "([^"]*)"\)( UID)?(.*)$', text)
+        if m:
+            self._esearch(m.group(1).decode(errors="replace"), m.group(3), text)
+            return
+        m = re.match(rb'\* NO \[NOUPDATE "([^"]*)"\]', text)
+        if m:
+            self.context_requests.pop(m.group(1).decode(errors="replace"), None)
+            return
         m = re.match(rb"\* SEARCH((?: \d+)*)", text)
         if m and self.pending:
             command = list(self.pending.values())[0]
@@ -173,6 +213,16 @@ class SessionModel:
         if n < 1 or n > self.exists:
             self.violate("seq-out-of-range", text, f"count {self.exists}")
             return
+        uid = self.uids[n - 1]
+        for tag, ctx in self.contexts.items():
+            items = ctx["items"]
+            if items is None:
+                continue
+            if (n if not ctx["uid"] else uid) in items:
+                self.violate("context-expunged", text, f"{tag} still holds it")
+                items.remove(n if not ctx["uid"] else uid)
+            if not ctx["uid"]:
+                ctx["items"] = [x - 1 if x > n else x for x in items]
         del self.uids[n - 1]
         self.exists -= 1
         self._expunge_adjusts_store(n)
@@ -211,6 +261,78 @@ class SessionModel:
             if uid is not None and "\\recent" in {f.lower() for f in flags}:
                 self.recent_uids.add(uid)
             self._store_fetch(n, uid, {f.lower() for f in flags}, text)
+
+    # ---- RFC 5267 contexts ----
+
+    @staticmethod
+    def _expand(spec):
+        out = []
+        for part in spec.split(","):
+            a, _, b = part.partition(":")
+            lo, hi = int(a), int(b or a)
+            out.extend(range(min(lo, hi), max(lo, hi) + 1))
+        return out
+
+    def cancel(self, tag, tags):
+        """The client sent CANCELUPDATE `tags` as `tag`: updates may still
+        come until its OK, or stop at any point before it, so the contexts
+        are no longer held to complete updates."""
+        self.cancelling[tag] = list(tags)
+        for t in tags:
+            if t in self.contexts:
+                self.contexts[t]["items"] = None
+
+    def _esearch(self, ctag, rest, text):
+        rest = rest.decode(errors="replace")
+        if ctag in self.context_requests and ctag in self.pending:
+            # the searching command's own answer: the initial result
+            uid, srt, has_all = self.context_requests.pop(ctag)
+            m = re.search(r" ALL (\S+)", rest)
+            # ALL asked for and absent: nothing matched; not asked: unknown
+            items = self._expand(m.group(1)) if m else ([] if has_all else None)
+            self.contexts[ctag] = {"uid": uid, "sorted": srt, "items": items}
+            return
+        updates = re.findall(r" (ADDTO|REMOVEFROM) \(([^)]*)\)", rest)
+        if not updates:
+            return
+        ctx = self.contexts.get(ctag)
+        if ctx is None:
+            self.violate("context-unknown", text)
+            return
+        self.context_updates += 1
+        items = ctx["items"]
+        for kind, body in updates:
+            words = body.split()
+            for pos, spec in zip(words[0::2], words[1::2]):
+                pos, nums = int(pos), self._expand(spec)
+                if not ctx["uid"] and kind == "ADDTO" and any(
+                        x < 1 or x > self.exists for x in nums):
+                    self.violate("context-add", text, f"count {self.exists}")
+                if items is None:
+                    continue
+                if kind == "ADDTO":
+                    if any(x in items for x in nums):
+                        self.violate("context-add", text, "already in the result")
+                        continue
+                    if pos == 0:
+                        items[:] = sorted(items + nums)
+                    elif pos > len(items) + 1:
+                        self.violate("context-add", text, f"position {pos} of {len(items)}")
+                    else:
+                        items[pos - 1:pos - 1] = nums
+                elif pos == 0:
+                    for x in nums:
+                        if x in items:
+                            items.remove(x)
+                        else:
+                            self.violate("context-remove", text, f"{x} not in the result")
+                elif items[pos - 1:pos - 1 + len(nums)] != nums:
+                    self.violate("context-remove", text, f"position {pos}: {items[pos - 1:pos + 2]}")
+                    for x in nums:
+                        if x in items:
+                            items.remove(x)
+                else:
+                    del items[pos - 1:pos - 1 + len(nums)]
 
     # ---- a STORE's own FETCH responses ----
 

@@ -14,7 +14,8 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
                    "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "
                    "UIDPLUS MULTIAPPEND MOVE CONDSTORE ESEARCH BINARY LIST-EXTENDED LIST-STATUS "
                    "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC CATENATE SORT SORT=DISPLAY "
-                   "ESORT THREAD=ORDEREDSUBJECT THREAD=REFERENCES SEARCHRES");
+                   "ESORT THREAD=ORDEREDSUBJECT THREAD=REFERENCES SEARCHRES CONTEXT=SEARCH "
+                   "CONTEXT=SORT");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

@@ -763,6 +763,7 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
             if (mailbox_view_note_flags(s->view, res, res_count))
                 imap_selected_send_flags(s);
             seen_changed = true;
+            imap_context_note_flags(s, res, res_count);
         }
         free(res);
     }
@@ -942,6 +943,7 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
     if (mailbox_view_note_flags(s->view, res, res_count))
         imap_selected_send_flags(s);
     struct buf out = {0};
+    imap_context_note_flags(s, res, res_count);
     for (size_t k = 0; k < res_count; k++) {
         uint32_t seq = mailbox_view_seq(s->view, res[k].uid);
         if (seq == 0 || (silent && unchanged_since == 0))

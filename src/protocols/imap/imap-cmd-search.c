@@ -327,6 +327,39 @@ uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_progr
     return hits;
 }
 
+bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog, uint32_t seq,
+                       bool *unreadable)
+{
+    struct search_ctx c = {.s = s, .needs = imap_search_needs(prog)};
+    c.seq = seq;
+    c.e = mailbox_view_at(s->view, seq);
+    if (c.e == NULL)
+        return false;
+    bool match = eval(&c, &prog->root);
+    *unreadable = c.gone;
+    unload(&c);
+    return match;
+}
+
+/* PARTIAL lo:hi (RFC 5267 4.4): the part of the result (ascending) at
+ * those positions, "NIL" when none; the range is echoed. */
+static void append_partial(struct buf *out, const struct imap_search_program *prog,
+                           const uint32_t *hits, size_t count)
+{
+    buf_printf(out, " PARTIAL (%u:%u ", prog->partial_lo, prog->partial_hi);
+    if (prog->partial_lo > count) {
+        buf_append_str(out, "NIL");
+    } else {
+        size_t end = prog->partial_hi < count ? prog->partial_hi : count;
+        struct imap_seqset set = {0};
+        for (size_t i = prog->partial_lo - 1; i < end; i++)
+            imap_seqset_add(&set, hits[i], hits[i]);
+        imap_seqset_format(&set, out);
+        imap_seqset_free(&set);
+    }
+    buf_append_char(out, ')');
+}
+
 static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
                       bool uid_mode)
 {
@@ -343,12 +376,19 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
             imap_reply_bad(s, "%s", err.message);
         return;
     }
+    if ((prog.return_options & IMAP_SEARCH_RETURN_UPDATE) && imap_context_tag_in_use(s, s->tag)) {
+        /* RFC 5267 4.3: updates are told apart by tag alone */
+        imap_search_program_free(&prog);
+        imap_reply_bad(s, "Tag reuse: a context with this tag is live.");
+        return;
+    }
     struct search_ctx c = {.s = s, .needs = imap_search_needs(&prog)};
     if (c.needs & IMAP_SEARCH_NEEDS_MODSEQ)
         imap_condstore_enable(s);
+    bool keep_uids = prog.return_options & (IMAP_SEARCH_RETURN_SAVE | IMAP_SEARCH_RETURN_UPDATE);
     uint32_t *hits = NULL;
     uint64_t *hit_modseqs = NULL;
-    uint32_t *saved = NULL; /* RETURN (SAVE): the hits' UIDs */
+    uint32_t *saved = NULL; /* RETURN (SAVE) or (UPDATE): the hits' UIDs */
     size_t saved_cap = 0;
     size_t hit_count = 0, cap = 0, modseq_cap = 0;
     uint64_t max_modseq = 0;
@@ -364,18 +404,20 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         hit_modseqs = xgrow(hit_modseqs, &modseq_cap, hit_count + 1, sizeof(uint64_t));
         hit_modseqs[hit_count] = c.e->modseq;
         hits[hit_count++] = uid_mode ? c.e->uid : seq;
-        if (prog.return_options & IMAP_SEARCH_RETURN_SAVE) {
+        if (keep_uids) {
             saved = xgrow(saved, &saved_cap, hit_count, sizeof(uint32_t));
             saved[hit_count - 1] = c.e->uid;
         }
         if (c.e->modseq > max_modseq)
             max_modseq = c.e->modseq;
     }
+    if (prog.return_options & IMAP_SEARCH_RETURN_UPDATE) /* before SAVE changes "$" */
+        imap_context_pin(s, &prog);
     struct buf out = {0};
     if (prog.return_options & IMAP_SEARCH_RETURN_SAVE)
         imap_searchres_save(s, prog.return_options, saved, hit_count);
-    free(saved);
-    if (prog.return_options == IMAP_SEARCH_RETURN_SAVE) {
+    unsigned options = prog.return_options;
+    if (options == IMAP_SEARCH_RETURN_SAVE) {
         /* RFC 5182 2.1: SAVE alone asks for no ESEARCH response. */
     } else if (prog.has_return) {
         unsigned r = prog.return_options != 0 ? prog.return_options : IMAP_SEARCH_RETURN_ALL;
@@ -392,14 +434,17 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
             imap_seqset_format(&set, &out);
             imap_seqset_free(&set);
         }
+        if (r & IMAP_SEARCH_RETURN_PARTIAL)
+            append_partial(&out, &prog, hits, hit_count);
         if (r & IMAP_SEARCH_RETURN_COUNT)
             buf_printf(&out, " COUNT %zu", hit_count);
-        if (modseq_used && hit_count > 0) {
+        if (modseq_used && hit_count > 0 && (r & IMAP_SEARCH_RETURN_DATA)) {
             /* RFC 7162 3.1.5 with RFC 4731: with only MIN and/or MAX the
              * mod-sequence is that of the message(s) returned, otherwise
              * the highest of all matches. */
             uint64_t modseq = max_modseq;
-            if (!(r & (IMAP_SEARCH_RETURN_ALL | IMAP_SEARCH_RETURN_COUNT))) {
+            if (!(r & (IMAP_SEARCH_RETURN_ALL | IMAP_SEARCH_RETURN_COUNT |
+                       IMAP_SEARCH_RETURN_PARTIAL))) {
                 modseq = 0;
                 if ((r & IMAP_SEARCH_RETURN_MIN) && hit_modseqs[0] > modseq)
                     modseq = hit_modseqs[0];
@@ -415,6 +460,9 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         if (modseq_used && hit_count > 0)
             buf_printf(&out, " (MODSEQ %llu)", (unsigned long long)max_modseq);
     }
+    if (options & IMAP_SEARCH_RETURN_UPDATE) /* takes prog; a refusal goes before the ESEARCH */
+        imap_context_start(s, uid_mode, &prog, NULL, saved, hit_count);
+    free(saved);
     if (out.len > 0) {
         buf_append_str(&out, "\r\n");
         imap_send_raw(s, out.data, out.len);

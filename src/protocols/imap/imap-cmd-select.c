@@ -259,6 +259,7 @@ void imap_selected_close(struct imap_session *s)
     s->recent_count = 0;
     s->recent_reported = 0;
     imap_searchres_clear(s);
+    imap_context_free_all(s); /* RFC 5267 4.3: updates end with the selection */
     if (s->state == IMAP_STATE_SELECTED)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
@@ -332,8 +333,11 @@ void imap_selected_sync(struct imap_session *s)
         s->box = NULL;
         s->state = IMAP_STATE_AUTHENTICATED;
         imap_searchres_clear(s);
+        imap_context_free_all(s);
         return;
     }
+    /* RFC 5267 4.3.4: REMOVEFROM before the expunge it follows from. */
+    imap_context_expunged(s, ch.expunged_uids, ch.expunged_count);
     if (s->qresync && ch.expunged_count > 0) {
         /* RFC 7162 3.2.10: VANISHED replaces EXPUNGE once QRESYNC is on. */
         struct imap_seqset gone = {0};
@@ -370,11 +374,14 @@ void imap_selected_sync(struct imap_session *s)
             buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
         buf_append_str(&out, ")\r\n");
     }
+    uint32_t newly_named = ch.keywords_changed ? keyword_names_mask(s->view) & ~named_before : 0;
     if (ch.keywords_changed)
-        send_newly_named(s, &ch, keyword_names_mask(s->view) & ~named_before, &out);
+        send_newly_named(s, &ch, newly_named, &out);
     if (out.len > 0)
         imap_send_raw(s, out.data, out.len);
     buf_free(&out);
+    /* RFC 5267 4.3.3: ADDTO after the EXISTS that numbers the new messages. */
+    imap_context_changed(s, &ch, newly_named);
     mailbox_view_changes_free(&ch);
 }
 

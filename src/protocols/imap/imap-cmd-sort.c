@@ -39,13 +39,13 @@ struct header_values {
     char *v[HDR_COUNT];
 };
 
-static void header_values_read(struct imap_session *s, uint32_t uid, struct header_values *hv)
+static bool header_values_read(struct imap_session *s, uint32_t uid, struct header_values *hv)
 {
     memset(hv, 0, sizeof(*hv));
     struct petrel_error err;
     struct mailbox_message_data *data = mailbox_message_open(s->box, uid, &err);
     if (data == NULL)
-        return;
+        return false;
     struct message_range hdr = message_header_block(data->data, data->size);
     size_t pos = hdr.start;
     struct message_header_field f;
@@ -63,6 +63,7 @@ static void header_values_read(struct imap_session *s, uint32_t uid, struct head
         }
     }
     mailbox_message_release(data);
+    return true;
 }
 
 static void header_values_free(struct header_values *hv)
@@ -143,21 +144,31 @@ static bool parse_criteria(struct imap_session *s, const struct imap_arg *ret,
     return ok;
 }
 
-/* ESORT's ALL: the numbers in sort order, ascending runs as ranges. */
-static void append_ordered_set(struct buf *out, const uint32_t *v, size_t n)
+bool imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
+                          struct imap_sort_facts *f)
 {
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        while (j + 1 < n && v[j + 1] == v[j] + 1)
-            j++;
-        if (i > 0)
-            buf_append_char(out, ',');
-        if (j == i)
-            buf_printf(out, "%u", v[i]);
-        else
-            buf_printf(out, "%u:%u", v[i], v[j]);
-        i = j + 1;
-    }
+    uint32_t seq = mailbox_view_seq(s->view, uid);
+    const struct mailbox_view_entry *e = seq != 0 ? mailbox_view_at(s->view, seq) : NULL;
+    memset(f, 0, sizeof(*f));
+    f->seq = uid;
+    f->number = uid;
+    f->arrival = e != NULL ? e->internal_date : 0;
+    f->size = e != NULL ? e->vsize : 0;
+    struct header_values hv = {0};
+    bool ok = e != NULL && (!header || header_values_read(s, uid, &hv));
+    f->date = sent_date(&hv, f->arrival);
+    char *subject = decoded(hv.v[HDR_SUBJECT]);
+    struct buf base = {0};
+    imap_base_subject(subject, strlen(subject), &base);
+    free(subject);
+    f->subject = casemapped(&base);
+    address_facts(hv.v[HDR_FROM], &f->from, &f->display_from);
+    address_facts(hv.v[HDR_TO], &f->to, &f->display_to);
+    char *unused = NULL;
+    address_facts(hv.v[HDR_CC], &f->cc, &unused);
+    free(unused);
+    header_values_free(&hv);
+    return ok;
 }
 
 static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode)
@@ -189,32 +200,19 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
     struct imap_search_program prog;
     if (!parse_criteria(s, ret, &args[i + 1], &args[i + 2], argc - i - 2, &prog))
         return;
+    if ((prog.return_options & IMAP_SEARCH_RETURN_UPDATE) && imap_context_tag_in_use(s, s->tag)) {
+        imap_search_program_free(&prog);
+        imap_reply_bad(s, "Tag reuse: a context with this tag is live.");
+        return;
+    }
     size_t count = 0;
     uint32_t *seqs = imap_search_run(s, &prog, &count);
     bool header = imap_sort_needs_header(&sort);
     struct imap_sort_facts *facts = xcalloc(count + 1, sizeof(*facts));
     for (size_t k = 0; k < count; k++) {
-        const struct mailbox_view_entry *e = mailbox_view_at(s->view, seqs[k]);
-        struct imap_sort_facts *f = &facts[k];
-        f->seq = seqs[k];
-        f->number = e->uid; /* sorted by UID first; printed below */
-        f->arrival = e->internal_date;
-        f->size = e->vsize;
-        struct header_values hv = {0};
-        if (header)
-            header_values_read(s, e->uid, &hv);
-        f->date = sent_date(&hv, e->internal_date);
-        char *subject = decoded(hv.v[HDR_SUBJECT]);
-        struct buf base = {0};
-        imap_base_subject(subject, strlen(subject), &base);
-        free(subject);
-        f->subject = casemapped(&base);
-        address_facts(hv.v[HDR_FROM], &f->from, &f->display_from);
-        address_facts(hv.v[HDR_TO], &f->to, &f->display_to);
-        char *unused = NULL;
-        address_facts(hv.v[HDR_CC], &f->cc, &unused);
-        free(unused);
-        header_values_free(&hv);
+        /* the UID orders as the sequence number does */
+        (void)imap_sort_facts_read(s, mailbox_view_at(s->view, seqs[k])->uid, header, &facts[k]);
+        facts[k].seq = seqs[k];
     }
     imap_sort_facts(&sort, facts, count);
     uint32_t *uids = xcalloc(count + 1, sizeof(*uids));
@@ -223,12 +221,18 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         uids[k] = facts[k].number;
         numbers[k] = uid_mode ? facts[k].number : facts[k].seq;
     }
+    if (prog.return_options & IMAP_SEARCH_RETURN_UPDATE) /* before SAVE changes "$" */
+        imap_context_pin(s, &prog);
     if (prog.return_options & IMAP_SEARCH_RETURN_SAVE)
         imap_searchres_save(s, prog.return_options, uids, count);
+    unsigned r = prog.return_options;
     struct buf out = {0};
-    if (prog.has_return && prog.return_options != IMAP_SEARCH_RETURN_SAVE) {
-        /* RFC 5267 3: MIN and MAX are the first and last in sort order. */
-        unsigned r = prog.return_options;
+    if (prog.has_return && (r & IMAP_SEARCH_RETURN_SAVE) && !(r & IMAP_SEARCH_RETURN_DATA) &&
+        !(r & (IMAP_SEARCH_RETURN_UPDATE | IMAP_SEARCH_RETURN_CONTEXT))) {
+        /* RFC 5182 2.1: SAVE alone asks for no ESEARCH response. */
+    } else if (prog.has_return) {
+        /* RFC 5267 3: MIN and MAX are the first and last in sort order;
+         * PARTIAL's window is one of the sort order too (4.4). */
         buf_printf(&out, "* ESEARCH (TAG \"%s\")%s", s->tag, uid_mode ? " UID" : "");
         if ((r & IMAP_SEARCH_RETURN_MIN) && count > 0)
             buf_printf(&out, " MIN %u", numbers[0]);
@@ -236,7 +240,18 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
             buf_printf(&out, " MAX %u", numbers[count - 1]);
         if ((r & IMAP_SEARCH_RETURN_ALL) && count > 0) {
             buf_append_str(&out, " ALL ");
-            append_ordered_set(&out, numbers, count);
+            imap_append_ordered_set(&out, numbers, count);
+        }
+        if (r & IMAP_SEARCH_RETURN_PARTIAL) {
+            buf_printf(&out, " PARTIAL (%u:%u ", prog.partial_lo, prog.partial_hi);
+            if (prog.partial_lo > count) {
+                buf_append_str(&out, "NIL");
+            } else {
+                size_t end = prog.partial_hi < count ? prog.partial_hi : count;
+                imap_append_ordered_set(&out, numbers + prog.partial_lo - 1,
+                                        end - prog.partial_lo + 1);
+            }
+            buf_append_char(&out, ')');
         }
         if (r & IMAP_SEARCH_RETURN_COUNT)
             buf_printf(&out, " COUNT %zu", count);
@@ -253,6 +268,8 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         if ((imap_search_needs(&prog) & IMAP_SEARCH_NEEDS_MODSEQ) && count > 0)
             buf_printf(&out, " (MODSEQ %llu)", (unsigned long long)max_modseq);
     }
+    if (r & IMAP_SEARCH_RETURN_UPDATE) /* takes prog; a refusal goes before the ESEARCH */
+        imap_context_start(s, uid_mode, &prog, &sort, uids, count);
     if (out.len > 0) {
         buf_append_str(&out, "\r\n");
         imap_send_raw(s, out.data, out.len);
@@ -294,7 +311,7 @@ static void do_thread(struct imap_session *s, const struct imap_arg *args, size_
     char **subjects = xcalloc(count + 1, sizeof(*subjects));
     for (size_t k = 0; k < count; k++) {
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, seqs[k]);
-        header_values_read(s, e->uid, &hv[k]);
+        (void)header_values_read(s, e->uid, &hv[k]);
         subjects[k] = decoded(hv[k].v[HDR_SUBJECT]);
         msgs[k] = (struct imap_thread_msg){
             .number = uid_mode ? e->uid : seqs[k],

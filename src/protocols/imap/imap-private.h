@@ -74,6 +74,14 @@ struct imap_session {
     uint32_t recent_reported;
     /* SEARCHRES (RFC 5182): the UIDs a RETURN (SAVE) kept, "$" */
     struct imap_seqset searchres;
+    /* CONTEXT=SEARCH/SORT (RFC 5267, imap-context.c): the live results of
+     * SEARCH/SORT RETURN (UPDATE), and the UIDs whose flags this session
+     * changed itself since they were last evaluated (any order; emptied
+     * before the tagged reply of the command that changed them) */
+    struct imap_context **contexts;
+    size_t context_count;
+    uint32_t *context_dirty;
+    size_t context_dirty_count, context_dirty_cap;
 };
 
 struct imap_recent_range {
@@ -209,6 +217,64 @@ bool imap_searchres_contains(const struct imap_session *s, uint32_t uid);
 /* Whether a RETURN option list at the start of `args` asks for SAVE (so a
  * failing command can still clear "$"). */
 bool imap_searchres_requested(const struct imap_arg *args, size_t argc);
+
+/* ---------- CONTEXT=SEARCH and CONTEXT=SORT, RFC 5267 (imap-context.c) ---------- */
+
+/* Live contexts a session may hold (Dovecot's limit too; RFC 5267 4.3.1
+ * asks for at least one), and the result entries (UIDs) all of them may
+ * hold when one more is created: beyond either, the search is answered
+ * and "* NO [NOUPDATE tag]" says no updates will follow. A context's
+ * result grows afterwards only with the folder. */
+#define IMAP_CONTEXT_MAX 10
+#define IMAP_CONTEXT_MAX_ENTRIES (1u << 20)
+
+struct imap_search_program;
+struct imap_sort_program;
+extern const struct imap_command_def imap_commands_context[]; /* CANCELUPDATE */
+/* Whether a live context was created by a command tagged `tag` (a second
+ * UPDATE under the same tag is answered BAD, RFC 5267 4.3). */
+bool imap_context_tag_in_use(const struct imap_session *s, const char *tag);
+/* Turns the sequence sets and "$" of `prog` into the UIDs they name now
+ * (right after evaluating it, before a SAVE replaces "$"): a live context
+ * keeps following those messages. Evaluates the same at this moment. */
+void imap_context_pin(struct imap_session *s, struct imap_search_program *prog);
+/* Keeps the result of the running command (tagged s->tag) live: takes
+ * `prog` (pinned; emptied here), `sort` NULL for SEARCH, `uids` the result
+ * in result order. Over the limits, sends "* NO [NOUPDATE ...]" and frees
+ * `prog` instead. */
+void imap_context_start(struct imap_session *s, bool uid_mode, struct imap_search_program *prog,
+                        const struct imap_sort_program *sort, const uint32_t *uids, size_t count);
+/* Drops every context (the folder is closed). */
+void imap_context_free_all(struct imap_session *s);
+/* The session's own STORE/FETCH changed these messages' flags in the view
+ * (no sync will report them): evaluated at the next flush or sync. */
+void imap_context_note_flags(struct imap_session *s, const struct mailbox_flags_result *res,
+                             size_t count);
+/* During a sync, before the EXPUNGE/VANISHED lines: REMOVEFROM for the
+ * expunged members (`uids` ascending), numbered as before the expunges. */
+void imap_context_expunged(struct imap_session *s, const uint32_t *uids, size_t count);
+/* During a sync, after EXISTS and FETCH: evaluates new messages, changed
+ * ones, the session's own changes and holders of `newly_named` keyword
+ * slots, and sends ADDTO/REMOVEFROM. */
+void imap_context_changed(struct imap_session *s, const struct mailbox_view_changes *ch,
+                          uint32_t newly_named);
+/* Before the tagged reply of a command that may not sync (FETCH, STORE,
+ * SEARCH...): the session's own flag changes only, which renumber nothing. */
+void imap_context_flush(struct imap_session *s);
+/* Whether message `seq` of the view matches `prog` (imap-cmd-search.c).
+ * *unreadable: the program needed the message's text and its file is gone
+ * (expunged by another process since the view's last sync): the answer
+ * means nothing. */
+bool imap_search_match(struct imap_session *s, const struct imap_search_program *prog, uint32_t seq,
+                       bool *unreadable);
+/* The sort facts of message `uid` of the view (imap-cmd-sort.c); `seq`
+ * and `number` are set to the UID (UID order is sequence order).
+ * `header`: the sort program reads header fields. False (with empty
+ * facts, to be freed all the same) when the message is not in the view or
+ * its file is gone. */
+struct imap_sort_facts;
+bool imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
+                          struct imap_sort_facts *f);
 
 /* ---------- the selected folder (imap-cmd-select.c) ---------- */
 

@@ -275,6 +275,25 @@ static bool parse_key(struct cursor *c, struct imap_search_node *n, size_t depth
     return bad(c, "Unknown search key");
 }
 
+/* PARTIAL's range (RFC 5267 5: partial-range = nz-number ":" nz-number). */
+static bool parse_partial_range(const struct imap_arg *a, uint32_t *lo, uint32_t *hi)
+{
+    if (a == NULL || a->type != IMAP_ARG_ATOM)
+        return false;
+    const char *colon = memchr(a->str, ':', a->len);
+    if (colon == NULL)
+        return false;
+    struct imap_arg left = {.type = IMAP_ARG_ATOM, .str = a->str, .len = (size_t)(colon - a->str)};
+    struct imap_arg right = {.type = IMAP_ARG_ATOM, .str = colon + 1, .len = a->len - left.len - 1};
+    uint64_t x = 0, y = 0;
+    if (!parse_number(&left, UINT32_MAX, &x) || !parse_number(&right, UINT32_MAX, &y) || x == 0 ||
+        y == 0)
+        return false;
+    *lo = (uint32_t)(x < y ? x : y);
+    *hi = (uint32_t)(x < y ? y : x);
+    return true;
+}
+
 static bool parse_return(struct cursor *c, struct imap_search_program *prog)
 {
     const struct imap_arg *list = next_arg(c, "Missing RETURN options");
@@ -286,18 +305,38 @@ static bool parse_return(struct cursor *c, struct imap_search_program *prog)
         const char *name;
         unsigned bit;
     } options[] = {
-        {"MIN", IMAP_SEARCH_RETURN_MIN},   {"MAX", IMAP_SEARCH_RETURN_MAX},
-        {"ALL", IMAP_SEARCH_RETURN_ALL},   {"COUNT", IMAP_SEARCH_RETURN_COUNT},
-        {"SAVE", IMAP_SEARCH_RETURN_SAVE},
+        {"MIN", IMAP_SEARCH_RETURN_MIN},       {"MAX", IMAP_SEARCH_RETURN_MAX},
+        {"ALL", IMAP_SEARCH_RETURN_ALL},       {"COUNT", IMAP_SEARCH_RETURN_COUNT},
+        {"SAVE", IMAP_SEARCH_RETURN_SAVE},     {"PARTIAL", IMAP_SEARCH_RETURN_PARTIAL},
+        {"UPDATE", IMAP_SEARCH_RETURN_UPDATE}, {"CONTEXT", IMAP_SEARCH_RETURN_CONTEXT},
     };
+    size_t noptions = sizeof(options) / sizeof(options[0]);
     prog->has_return = true;
     for (size_t i = 0; i < list->count; i++) {
         size_t k = 0;
-        while (k < 5 && !imap_arg_atom_equals(&list->list[i], options[k].name))
+        while (k < noptions && !imap_arg_atom_equals(&list->list[i], options[k].name))
             k++;
-        if (k == 5)
+        if (k == noptions)
             return bad(c, "Unknown RETURN option");
-        prog->return_options |= options[k].bit;
+        unsigned bit = options[k].bit;
+        /* RFC 5267 4.3 and 4.4 (with Dovecot's answers): one UPDATE, one
+         * PARTIAL, never both PARTIAL and ALL. */
+        if ((bit & (IMAP_SEARCH_RETURN_UPDATE | IMAP_SEARCH_RETURN_PARTIAL)) &&
+            (prog->return_options & bit))
+            return bad(c, bit == IMAP_SEARCH_RETURN_UPDATE ? "UPDATE given twice"
+                                                           : "PARTIAL can be used only once");
+        if (bit == IMAP_SEARCH_RETURN_PARTIAL) {
+            const struct imap_arg *range = i + 1 < list->count ? &list->list[i + 1] : NULL;
+            if (range == NULL)
+                return bad(c, "PARTIAL range missing");
+            if (!parse_partial_range(range, &prog->partial_lo, &prog->partial_hi))
+                return bad(c, "Invalid PARTIAL range");
+            i++;
+        }
+        prog->return_options |= bit;
+        if ((prog->return_options & IMAP_SEARCH_RETURN_PARTIAL) &&
+            (prog->return_options & IMAP_SEARCH_RETURN_ALL))
+            return bad(c, "PARTIAL conflicts with ALL");
     }
     /* RFC 4731 3.1: "RETURN ()" is RETURN (ALL). */
     if (list->count == 0)

@@ -91,19 +91,34 @@ enum imap_search_return {
     IMAP_SEARCH_RETURN_ALL = 1u << 2,
     IMAP_SEARCH_RETURN_COUNT = 1u << 3,
     IMAP_SEARCH_RETURN_SAVE = 1u << 4,
+    /* RFC 5267 (CONTEXT=SEARCH, CONTEXT=SORT) */
+    IMAP_SEARCH_RETURN_PARTIAL = 1u << 5, /* partial_lo .. partial_hi */
+    IMAP_SEARCH_RETURN_UPDATE = 1u << 6,  /* keep the result live */
+    IMAP_SEARCH_RETURN_CONTEXT = 1u << 7, /* a hint: accepted, changes nothing */
 };
+
+/* The options that ask for result data in the ESEARCH response. */
+#define IMAP_SEARCH_RETURN_DATA                                                                    \
+    (IMAP_SEARCH_RETURN_MIN | IMAP_SEARCH_RETURN_MAX | IMAP_SEARCH_RETURN_ALL |                    \
+     IMAP_SEARCH_RETURN_COUNT | IMAP_SEARCH_RETURN_PARTIAL)
 
 struct imap_search_program {
     struct imap_search_node root; /* an AND of the top-level keys */
     bool charset_utf8;            /* CHARSET UTF-8 was given */
     bool has_return;              /* RETURN (...) given: answer with ESEARCH */
     unsigned return_options;      /* enum imap_search_return bits; () means ALL */
+    /* PARTIAL lo:hi (RFC 5267 4.4): 1-based positions in the result, lo <= hi
+     * (a reversed range is put in order, as Dovecot does). */
+    uint32_t partial_lo, partial_hi;
 };
 
 /* Nesting of NOT / OR / parentheses a program may use. */
 #define IMAP_SEARCH_MAX_DEPTH 32
 
-/* Parses the arguments after SEARCH. On failure nothing needs freeing. */
+/* Parses the arguments after SEARCH. On failure nothing needs freeing.
+ * RETURN options: MIN MAX ALL COUNT SAVE (RFC 4731, 5182), CONTEXT, UPDATE
+ * and PARTIAL n:m (RFC 5267); BAD for an unknown option, UPDATE twice,
+ * PARTIAL twice or with ALL, and a PARTIAL range that is not nz:nz. */
 bool imap_search_parse(const struct imap_arg *args, size_t count, uint32_t max_seq,
                        uint32_t max_uid, struct imap_search_program *out, struct petrel_error *err);
 void imap_search_program_free(struct imap_search_program *prog);

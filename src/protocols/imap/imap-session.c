@@ -26,7 +26,7 @@
 
 static const struct imap_command_def *const command_tables[] = {
     imap_commands_any,     imap_commands_login,  imap_commands_mailbox, imap_commands_select,
-    imap_commands_message, imap_commands_search, imap_commands_sort,
+    imap_commands_message, imap_commands_search, imap_commands_sort,    imap_commands_context,
 };
 
 /* ---------- output ---------- */
@@ -117,6 +117,8 @@ static void reply_tagged(struct imap_session *s, const char *status, const char 
 {
     if (s->view != NULL && s->tag[0] != '\0' && updates_allowed(s))
         imap_selected_sync(s);
+    else if (s->view != NULL && s->tag[0] != '\0')
+        imap_context_flush(s); /* own flag changes: no renumbering, allowed here */
     char prefix[96];
     snprintf(prefix, sizeof(prefix), "%s %s ", s->tag[0] != '\0' ? s->tag : "*", status);
     mail_session_io_vwritef(&s->io, prefix, fmt, ap);

@@ -100,8 +100,8 @@ static int cmp_key(enum imap_sort_key key, const struct imap_sort_facts *a,
     return 0;
 }
 
-static int compare(const struct imap_sort_program *prog, const struct imap_sort_facts *a,
-                   const struct imap_sort_facts *b)
+int imap_sort_compare(const struct imap_sort_program *prog, const struct imap_sort_facts *a,
+                      const struct imap_sort_facts *b)
 {
     for (size_t i = 0; i < prog->count; i++) {
         int c = cmp_key(prog->keys[i].key, a, b);
@@ -114,13 +114,29 @@ static int compare(const struct imap_sort_program *prog, const struct imap_sort_
 
 static int compare_sort(const void *a, const void *b, void *ctx)
 {
-    return compare(ctx, a, b);
+    return imap_sort_compare(ctx, a, b);
 }
 
 void imap_sort_facts(const struct imap_sort_program *prog, struct imap_sort_facts *facts,
                      size_t count)
 {
     stable_sort(facts, count, sizeof(*facts), compare_sort, (void *)prog);
+}
+
+void imap_append_ordered_set(struct buf *out, const uint32_t *v, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j + 1 < n && v[j + 1] == v[j] + 1)
+            j++;
+        if (i > 0)
+            buf_append_char(out, ',');
+        if (j == i)
+            buf_printf(out, "%u", v[i]);
+        else
+            buf_printf(out, "%u:%u", v[i], v[j]);
+        i = j + 1;
+    }
 }
 
 void imap_sort_facts_free(struct imap_sort_facts *f)

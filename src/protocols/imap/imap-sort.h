@@ -71,6 +71,13 @@ bool imap_sort_needs_header(const struct imap_sort_program *prog);
 void imap_sort_facts(const struct imap_sort_program *prog, struct imap_sort_facts *facts,
                      size_t count);
 void imap_sort_facts_free(struct imap_sort_facts *f);
+/* <0, 0, >0 as `a` sorts before, with, after `b` under the program, ties
+ * broken by `seq` (what imap_sort_facts orders by). */
+int imap_sort_compare(const struct imap_sort_program *prog, const struct imap_sort_facts *a,
+                      const struct imap_sort_facts *b);
+/* Writes numbers in the order given as a sequence set (RFC 5267 3.2):
+ * only ascending runs become ranges ("5:7,3,9"). */
+void imap_append_ordered_set(struct buf *out, const uint32_t *v, size_t n);
 
 /* RFC 5256 2.1: appends the base subject of a subject that is already
  * decoded to UTF-8 (not casemapped). True when the extraction removed a
