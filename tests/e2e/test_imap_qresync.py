@@ -112,3 +112,29 @@ def test_uid_fetch_vanished_modifier(imapd):
     s.run("UID FETCH 1:* (FLAGS) (VANISHED)", expect=b"BAD")
     s.close()
     m.logout()
+
+
+def test_known_uids_narrow_the_flag_changes_and_refuse_star(imapd):
+    """RFC 7162 3.2.5 (as RFC 5162 put it): "If the list of known UIDs was
+    also provided, the server should only report flag changes and expunges
+    for the specified messages"; Dovecot 2.3 answers so. known-uids is a
+    sequence-set without "*", which Dovecot refuses with BAD too."""
+    m, uidv, modseq = six_messages_then_changes(imapd)
+    m = login(imapd)
+    m.select("INBOX")
+    m.uid("STORE", "1,3", "+FLAGS.SILENT", "(\\Seen)")  # UIDs 1, 3 and 5 changed now
+    m.logout()
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    lines = s.run(f"EXAMINE INBOX (QRESYNC ({uidv} {modseq} 2:4))")
+    assert [ln for ln in lines if ln.startswith(b"* VANISHED")] == [b"* VANISHED (EARLIER) 2,4"]
+    fetches = [ln for ln in lines if b" FETCH " in ln]
+    assert len(fetches) == 1 and re.match(rb"\* 2 FETCH \(UID 3 FLAGS \(\\Seen\) MODSEQ", fetches[0]), \
+        lines
+    # Without known-uids every changed message is reported.
+    lines = s.run(f"EXAMINE INBOX (QRESYNC ({uidv} {modseq}))")
+    assert [re.match(rb"\* \d+ FETCH \(UID (\d+)", ln).group(1) for ln in lines
+            if b" FETCH " in ln] == [b"1", b"3", b"5"], lines
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:*))", expect=b"BAD")
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:6 (1:* 1:*)))", expect=b"BAD")
+    s.close()
