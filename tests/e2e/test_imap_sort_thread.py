@@ -334,6 +334,32 @@ def test_esort_min_max_count_all(sortbox):
                                                                         uids[2])], uid_lines
 
 
+def test_esort_with_modseq_criterion_carries_modseq(sortbox):
+    """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
+    MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
+    did not): with MIN and/or MAX only, the mod-sequence of the message(s)
+    returned (first and last in sort order), otherwise the highest."""
+    def esort(text):
+        lines = sortbox.untagged(text, "ESEARCH")
+        assert len(lines) == 1, lines
+        return lines[0]
+    def modseq(seq):
+        line = [ln for ln in sortbox.untagged(f"FETCH {seq} (MODSEQ)", f"{seq} FETCH")][0]
+        return int(line.split("MODSEQ (")[1].split(")")[0])
+    sortbox.untagged("STORE 4 +FLAGS (\\Flagged)", "4 FETCH")  # the highest mod-sequence
+    high, m3, m2 = modseq(4), modseq(3), modseq(2)
+    assert high > max(m3, m2)
+    # DATE order is 3 ... 2 (test_esort_min_max_count_all).
+    assert esort("SORT RETURN (MIN) (DATE) UTF-8 MODSEQ 1").endswith(f" MIN 3 MODSEQ {m3}")
+    assert esort("SORT RETURN (MAX) (DATE) UTF-8 MODSEQ 1").endswith(f" MAX 2 MODSEQ {m2}")
+    assert esort("SORT RETURN (MIN MAX) (DATE) UTF-8 MODSEQ 1").endswith(
+        f" MIN 3 MAX 2 MODSEQ {max(m2, m3)}")
+    assert esort("SORT RETURN (COUNT) (DATE) UTF-8 MODSEQ 1").endswith(f" COUNT 5 MODSEQ {high}")
+    assert esort("UID SORT RETURN (ALL) (DATE) UTF-8 MODSEQ 1").endswith(f" MODSEQ {high}")
+    # Nothing matched: no MODSEQ (RFC 7162 3.1.5 gives it for matches only).
+    assert esort(f"SORT RETURN (COUNT) (DATE) UTF-8 MODSEQ {high + 1}").endswith(" COUNT 0")
+
+
 # ---------- THREAD (RFC 5256 3) ----------
 
 def test_thread_references_tree(threadbox):

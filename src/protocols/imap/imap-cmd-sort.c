@@ -160,6 +160,24 @@ static void append_ordered_set(struct buf *out, const uint32_t *v, size_t n)
     }
 }
 
+/* The MODSEQ of an ESORT answer (RFC 7162 3.1.5 with RFC 4731): with
+ * only MIN and/or MAX that of the message(s) returned (first and last in
+ * sort order), otherwise the highest of all matches. */
+static uint64_t esort_modseq(struct imap_session *s, const struct imap_sort_facts *facts,
+                             size_t count, unsigned r)
+{
+    bool all = (r & (IMAP_SEARCH_RETURN_ALL | IMAP_SEARCH_RETURN_COUNT)) != 0;
+    uint64_t m = 0;
+    for (size_t k = 0; k < count; k++) {
+        bool returned = all || ((r & IMAP_SEARCH_RETURN_MIN) && k == 0) ||
+                        ((r & IMAP_SEARCH_RETURN_MAX) && k == count - 1);
+        uint64_t v = mailbox_view_at(s->view, facts[k].seq)->modseq;
+        if (returned && v > m)
+            m = v;
+    }
+    return m;
+}
+
 static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode)
 {
     size_t i = 0;
@@ -240,6 +258,10 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         }
         if (r & IMAP_SEARCH_RETURN_COUNT)
             buf_printf(&out, " COUNT %zu", count);
+        /* RFC 7162 3.1.5: a MODSEQ criterion adds MODSEQ here too, chosen
+         * as SEARCH's ESEARCH chooses it. */
+        if ((imap_search_needs(&prog) & IMAP_SEARCH_NEEDS_MODSEQ) && count > 0)
+            buf_printf(&out, " MODSEQ %llu", (unsigned long long)esort_modseq(s, facts, count, r));
     } else if (!prog.has_return) {
         buf_append_str(&out, "* SORT");
         uint64_t max_modseq = 0;
