@@ -702,7 +702,12 @@ static void auth_job_done(void *job, bool cancelled)
 {
     struct auth_req *r = job;
     struct auth_service *svc = r->svc;
-    if (cancelled || r->conn == NULL) {
+    /* A login whose client left while its password was checked is still
+     * answered into the void: its failure counts and is logged, or a
+     * client could have any number of (costly) checks made past the
+     * failure limits by closing each connection before the answer. */
+    bool login = r->verb == VERB_VERIFY || r->verb == VERB_AUTH;
+    if (cancelled || (r->conn == NULL && !login)) {
         req_free(r);
         return;
     }
