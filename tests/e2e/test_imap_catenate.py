@@ -94,3 +94,43 @@ def test_catenate_rebuilds_a_draft_from_urls_and_text(imapd):
     out = r.run(b"APPEND Drafts CATENATE (TEXT)")
     assert out[-1].startswith(b"c%d BAD" % r.n), out
     m.logout()
+
+
+def test_catenate_url_mailbox_is_utf8_and_relative_urls_use_the_selected_one(imapd):
+    """RFC 5092: the mailbox of an IMAP URL is percent-encoded UTF-8, not
+    modified UTF-7 (Dovecot 2.3 finds "/Entw%C3%BCrfe/;UID=1" and answers
+    BADURL for "/Entw&APw-rfe/;UID=1"); a relative ";UID=n" URL names a
+    message of the selected mailbox (Dovecot resolves it so; BADURL with
+    none selected)."""
+    m = login(imapd)
+    m.create("Entw&APw-rfe")  # "Entwürfe"
+    m.append("Entw&APw-rfe", None, None, DRAFT)
+    m.append("INBOX", None, None, b"Subject: inbox one\r\n\r\nbody\r\n")
+    r = Raw(imapd)
+    r.run(b"LOGIN alice wonderland")
+
+    def appended(url):
+        out = r.run(b"APPEND INBOX CATENATE (URL \"" + url + b"\")")
+        assert out[-1].startswith(b"c%d OK [APPENDUID" % r.n), (url, out)
+        uid = int(re.search(rb"APPENDUID \d+ (\d+)", out[-1]).group(1))
+        m.noop()
+        typ, data = m.uid("FETCH", str(uid), "(BODY.PEEK[])")
+        return data[0][1]
+
+    m.select("INBOX")
+    assert appended(b"/Entw%C3%BCrfe/;UID=1") == DRAFT
+    assert appended(b"/Entw%c3%bcrfe/;UID=1/;SECTION=1") == b"first part"
+    out = r.run(b"APPEND INBOX CATENATE (URL \"/Entw&APw-rfe/;UID=1\")")
+    assert out[-1].startswith(b"c%d NO [BADURL /Entw&APw-rfe/;UID=1]" % r.n), out
+    out = r.run(b"APPEND INBOX CATENATE (URL \"/Entw%FF/;UID=1\")")  # not UTF-8
+    assert out[-1].startswith(b"c%d NO [BADURL " % r.n), out
+    # After UTF8=ACCEPT the same URL names the same folder.
+    r.run(b"ENABLE UTF8=ACCEPT")
+    assert appended(b"/Entw%C3%BCrfe/;UID=1") == DRAFT
+    # Relative to the selected mailbox; nothing selected: BADURL.
+    out = r.run(b"APPEND INBOX CATENATE (URL \";UID=1\")")
+    assert out[-1].startswith(b"c%d NO [BADURL ;UID=1]" % r.n), out
+    r.run("SELECT \"Entwürfe\"".encode())
+    assert appended(b";UID=1/;SECTION=HEADER") == DRAFT.split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+    assert appended(b";uid=1/;SECTION=1/;PARTIAL=0.5") == b"first"
+    m.logout()

@@ -3,10 +3,12 @@
 
 #include "core/buf.h"
 #include "core/fs-util.h"
+#include "core/utf8.h"
 #include "protocols/imap/imap-literal-spool.h"
 #include "protocols/imap/imap-private.h"
 #include "protocols/imap/imap-section.h"
 #include "protocols/imap/imap-url.h"
+#include "storage/mailbox-name.h"
 #include "storage/message/message-parser.h"
 
 #include <errno.h>
@@ -37,16 +39,40 @@ static enum imap_catenate_result fetch_url(struct imap_session *s, const struct 
 {
     if (u->absolute && u->user[0] != '\0' && strcasecmp(u->user, s->io.username) != 0)
         return IMAP_CATENATE_BADURL;
-    struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = u->mailbox,
-                            .len = strlen(u->mailbox)};
-    const struct namespace_config *ns;
-    char *folder;
-    if (!imap_resolve_folder(s, &name, &ns, &folder))
-        return IMAP_CATENATE_REPLIED;
     struct petrel_error err;
-    bool selected = s->box != NULL && mailbox_is(s->box, ns, folder);
-    struct mailbox *box = selected ? s->box : mailbox_open(s->user, ns, folder, &err);
-    free(folder);
+    struct mailbox *box = NULL;
+    bool selected;
+    if (u->mailbox[0] == '\0') {
+        /* ";UID=n...": relative to the selected mailbox's URL (RFC 5092
+         * 7.1, as Dovecot resolves it). */
+        if (s->box == NULL)
+            return IMAP_CATENATE_BADURL;
+        selected = true;
+        box = s->box;
+    } else {
+        /* RFC 5092 (enc-mailbox): a URL's mailbox is UTF-8, percent-encoded, whatever
+         * the session speaks; taken to the session's wire form here. */
+        struct buf wire = {0};
+        if (!utf8_valid(u->mailbox, strlen(u->mailbox)))
+            return IMAP_CATENATE_BADURL;
+        if (s->utf8_accept)
+            buf_append_str(&wire, u->mailbox);
+        else if (!mailbox_name_to_mutf7(u->mailbox, &wire)) {
+            buf_free(&wire);
+            return IMAP_CATENATE_BADURL;
+        }
+        struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = buf_cstr(&wire),
+                                .len = wire.len};
+        const struct namespace_config *ns;
+        char *folder;
+        bool resolved = imap_resolve_folder(s, &name, &ns, &folder);
+        buf_free(&wire);
+        if (!resolved)
+            return IMAP_CATENATE_REPLIED;
+        selected = s->box != NULL && mailbox_is(s->box, ns, folder);
+        box = selected ? s->box : mailbox_open(s->user, ns, folder, &err);
+        free(folder);
+    }
     if (box == NULL)
         return IMAP_CATENATE_BADURL;
     enum imap_catenate_result r = IMAP_CATENATE_BADURL;
