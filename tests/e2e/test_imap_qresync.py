@@ -138,3 +138,23 @@ def test_known_uids_narrow_the_flag_changes_and_refuse_star(imapd):
     s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:*))", expect=b"BAD")
     s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:6 (1:* 1:*)))", expect=b"BAD")
     s.close()
+
+
+def test_vanished_never_names_a_uid_not_yet_given(imapd):
+    """known-uids and UID FETCH sets may reach past UIDNEXT (the client
+    asks about 1:10 with UIDNEXT 7): UIDs from UIDNEXT on were never
+    given, so they are not "vanished" (RFC 7162 3.2.10 lists expunged UIDs
+    only; Dovecot 2.3 answers 2,4 here). A mutation that cut the range at
+    UIDNEXT instead of UIDNEXT-1 went unnoticed."""
+    m, uidv, modseq = six_messages_then_changes(imapd)
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    for known in ("1:10", "5:4294967295", "7:9"):
+        lines = s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} {known}))")
+        vanished = [ln for ln in lines if ln.startswith(b"* VANISHED")]
+        expect = {"1:10": [b"* VANISHED (EARLIER) 2,4"], "5:4294967295": [], "7:9": []}[known]
+        assert vanished == expect, (known, lines)
+    lines = s.run(f"UID FETCH 1:100 (FLAGS) (CHANGEDSINCE {modseq} VANISHED)")
+    assert lines[0] == b"* VANISHED (EARLIER) 2,4", lines
+    s.close()
+    m.logout()
