@@ -61,8 +61,7 @@ static enum imap_catenate_result fetch_url(struct imap_session *s, const struct 
             buf_free(&wire);
             return IMAP_CATENATE_BADURL;
         }
-        struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = buf_cstr(&wire),
-                                .len = wire.len};
+        struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = buf_cstr(&wire), .len = wire.len};
         const struct namespace_config *ns;
         char *folder;
         bool resolved = imap_resolve_folder(s, &name, &ns, &folder);
