@@ -334,6 +334,37 @@ def test_esort_min_max_count_all(sortbox):
                                                                         uids[2])], uid_lines
 
 
+def test_sort_fallbacks_internaldate_and_address_display(imapd):
+    """RFC 5256 2.2: a missing or unparsable Date: sorts by INTERNALDATE;
+    RFC 5957: without a display name DISPLAYFROM/DISPLAYTO sort by the
+    whole address, mailbox@host (SORT_SET could not tell either from a
+    mutation: sorting such messages first, or by the mailbox alone)."""
+    m = login(imapd)
+    m.create("Fallbacks")
+    msgs = [  # (internal date, From, To, Date or None)
+        ('"02-Jan-2026 00:00:00 +0000"', "same@zzz.org", '"Yves" <y@b.org>',
+         "Thu, 01 Jan 2026 12:00:00 +0000"),
+        ('"03-Jan-2026 00:00:00 +0000"', "same@bbb.org", "same@zzz.org", None),
+        ('"31-Dec-2025 00:00:00 +0000"', '"Anna" <x@zzz.org>', "same@bbb.org", "not a date"),
+        ('"01-Jan-2026 06:00:00 +0000"', "same@mmm.org", "", "Thu, 01 Jan 2026 18:00:00 +0000"),
+    ]
+    for date, frm, to, sent in msgs:
+        text = f"From: {frm}\r\n" + (f"To: {to}\r\n" if to else "") + \
+            (f"Date: {sent}\r\n" if sent else "") + "Subject: f\r\n\r\nbody\r\n"
+        assert m.append("Fallbacks", None, date, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "Fallbacks")
+    # DATE: 3 (31 Dec, internal), 1 (1 Jan 12:00), 4 (1 Jan 18:00), 2 (3 Jan, internal)
+    assert numbers(r.untagged("SORT (DATE) UTF-8 ALL", "SORT")[0]) == [3, 1, 4, 2]
+    # DISPLAYFROM: ANNA, SAME@BBB.ORG, SAME@MMM.ORG, SAME@ZZZ.ORG
+    assert numbers(r.untagged("SORT (DISPLAYFROM) UTF-8 ALL", "SORT")[0]) == [3, 2, 4, 1]
+    # FROM is the mailbox alone: X, then the three SAME in sequence order
+    assert numbers(r.untagged("SORT (FROM) UTF-8 ALL", "SORT")[0]) == [1, 2, 4, 3]
+    # DISPLAYTO: "" (no To), SAME@BBB.ORG, SAME@ZZZ.ORG, YVES
+    assert numbers(r.untagged("SORT (DISPLAYTO) UTF-8 ALL", "SORT")[0]) == [4, 3, 2, 1]
+    r.close()
+
+
 def test_esort_with_modseq_criterion_carries_modseq(sortbox):
     """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
     MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
