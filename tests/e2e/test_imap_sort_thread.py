@@ -365,6 +365,28 @@ def test_sort_fallbacks_internaldate_and_address_display(imapd):
     r.close()
 
 
+def test_sort_subject_first_header_folded_whitespace_and_key_limit(imapd):
+    """RFC 5256 2.1 (1): runs of white space (tabs too) count as one space
+    in the base subject, and a message's first Subject: is the one sorted
+    by (Dovecot 2.3 answers 2 1 3 here too). Petrel takes at most 16 sort
+    keys (a fixed array; RFC 5256 sets no limit, there are ten distinct
+    keys): 16 are answered, 17 are BAD."""
+    m = login(imapd)
+    m.create("Subj")
+    for text in (b"Subject: b  z\r\nSubject: a first\r\n\r\nbody\r\n",
+                 b"Subject: b a\r\n\r\nbody\r\n", b"Subject: b\tz\r\n\r\nbody\r\n"):
+        assert m.append("Subj", None, None, text)[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "Subj")
+    assert numbers(r.untagged("SORT (SUBJECT) UTF-8 ALL", "SORT")[0]) == [2, 1, 3]
+    assert r.untagged("THREAD ORDEREDSUBJECT UTF-8 ALL", "THREAD") == ["* THREAD (1 3)(2)"]
+    keys = " ".join(["REVERSE ARRIVAL"] * 16)
+    assert numbers(r.untagged(f"SORT ({keys}) UTF-8 ALL", "SORT")[0]) == [3, 2, 1]
+    lines = r.cmd(f"SORT ({keys} SIZE) UTF-8 ALL")
+    assert lines[-1].split()[1] == "BAD" and len(lines) == 1, lines
+    r.close()
+
+
 def test_esort_with_modseq_criterion_carries_modseq(sortbox):
     """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
     MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
