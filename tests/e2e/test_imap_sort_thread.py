@@ -387,6 +387,23 @@ def test_sort_subject_first_header_folded_whitespace_and_key_limit(imapd):
     r.close()
 
 
+def test_thread_references_subject_merge_prefers_the_non_reply(imapd):
+    """RFC 5256 3.2 step 5: of unlinked roots with one base subject, a
+    non-reply takes the subject table from an earlier reply, and the reply
+    becomes its child (not both children of a new dummy); replies to an
+    original become its children. Dovecot 2.3 answers the same here."""
+    m = login(imapd)
+    m.create("T")
+    for i, subject in enumerate(["Re: topic", "topic", "other", "Re: other", "Fwd: other"]):
+        text = (f"Subject: {subject}\r\nMessage-ID: <{'abcde'[i]}@x>\r\n"
+                f"Date: Thu, 01 Jan 2026 1{i}:00:00 +0000\r\n\r\nbody\r\n").encode()
+        assert m.append("T", None, None, text)[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "T")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (2 1)(3 (4)(5))"]
+    r.close()
+
+
 def test_esort_with_modseq_criterion_carries_modseq(sortbox):
     """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
     MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
