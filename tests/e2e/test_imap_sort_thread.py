@@ -404,6 +404,26 @@ def test_thread_references_subject_merge_prefers_the_non_reply(imapd):
     r.close()
 
 
+def test_thread_references_date_ties_and_a_self_reference(imapd):
+    """Siblings with the same sent date stay in mailbox order (RFC 5256
+    3.2 step 6 sorts by date; ties as SORT breaks them), and a message
+    whose References names its own Message-ID is a thread of its own, not
+    a loop (step 1.A: no link that makes a loop). Dovecot 2.3 answers the
+    same."""
+    m = login(imapd)
+    m.create("L")
+    for mid, refs, hour, subject in (("p", None, 10, "p"), ("q", "p", 11, "Re: p"),
+                                     ("r", "p", 11, "Re: p"), ("s", "s", 12, "self")):
+        text = f"Subject: {subject}\r\nMessage-ID: <{mid}@x>\r\n" + \
+            (f"References: <{refs}@x>\r\n" if refs else "") + \
+            f"Date: Thu, 01 Jan 2026 {hour}:00:00 +0000\r\n\r\nbody\r\n"
+        assert m.append("L", None, None, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "L")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (1 (2)(3))(4)"]
+    r.close()
+
+
 def test_esort_with_modseq_criterion_carries_modseq(sortbox):
     """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
     MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
