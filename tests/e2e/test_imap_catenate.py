@@ -134,3 +134,32 @@ def test_catenate_url_mailbox_is_utf8_and_relative_urls_use_the_selected_one(ima
     assert appended(b";UID=1/;SECTION=HEADER") == DRAFT.split(b"\r\n\r\n")[0] + b"\r\n\r\n"
     assert appended(b";uid=1/;SECTION=1/;PARTIAL=0.5") == b"first"
     m.logout()
+
+
+def test_catenate_of_many_urls_opens_their_folder_once(imapd):
+    """1800 URL parts (what a 64 KiB command line holds) into a folder that
+    is not the selected one: each part opened the folder anew, reading its
+    whole index (67 MB read for a 300-message folder, 7.5 s with the
+    sanitizers, the session's process busy all along); the folder is now
+    opened once for the parts that name it. Measured as the bytes the
+    process read (/proc/PID/io rchar), which does not depend on speed."""
+    m = login(imapd)
+    m.create("Big")
+    for i in range(100):
+        m.append("Big", None, None, b"Subject: x%d\r\n\r\nbody %d\r\n" % (i, i))
+    m.logout()
+    r = Raw(imapd)
+    r.run(b"LOGIN alice wonderland")
+    r.run(b"SELECT INBOX")
+
+    def rchar():
+        with open(f"/proc/{imapd.pid}/io") as f:
+            return int(next(ln for ln in f if ln.startswith("rchar:")).split()[1])
+    parts = b" ".join([b'URL "/Big/;UID=1/;SECTION=TEXT"'] * 1800)
+    before = rchar()
+    out = r.run(b"APPEND INBOX CATENATE (" + parts + b")")
+    read = rchar() - before
+    assert out[-1].startswith(b"c%d OK [APPENDUID" % r.n), out[-1]
+    assert read < 3 * 1024 * 1024, read  # the command line and one index, not 1800
+    typ, data = login(imapd).select("INBOX")
+    assert data == [b"1"]

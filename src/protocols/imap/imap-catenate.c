@@ -33,9 +33,12 @@ static bool copy_spool(int fd, uint64_t at, const struct imap_literal_spool *sp,
     return true;
 }
 
-/* The bytes a URL names, as FETCH BODY[section]<partial> gives them. */
+/* The bytes a URL names, as FETCH BODY[section]<partial> gives them.
+ * `other` keeps the last folder opened that is not the selected one, for
+ * the next parts: a CATENATE of many URLs into one folder opens it once,
+ * not once a part (each open reads its index). */
 static enum imap_catenate_result fetch_url(struct imap_session *s, const struct imap_url *u,
-                                           struct buf *out)
+                                           struct mailbox **other, struct buf *out)
 {
     if (u->absolute && u->user[0] != '\0' && strcasecmp(u->user, s->io.username) != 0)
         return IMAP_CATENATE_BADURL;
@@ -69,7 +72,15 @@ static enum imap_catenate_result fetch_url(struct imap_session *s, const struct 
         if (!resolved)
             return IMAP_CATENATE_REPLIED;
         selected = s->box != NULL && mailbox_is(s->box, ns, folder);
-        box = selected ? s->box : mailbox_open(s->user, ns, folder, &err);
+        if (selected) {
+            box = s->box;
+        } else if (*other != NULL && mailbox_is(*other, ns, folder)) {
+            box = *other;
+        } else {
+            if (*other != NULL)
+                mailbox_close(*other);
+            box = *other = mailbox_open(s->user, ns, folder, &err);
+        }
         free(folder);
     }
     if (box == NULL)
@@ -91,8 +102,6 @@ static enum imap_catenate_result fetch_url(struct imap_session *s, const struct 
             mailbox_message_release(m);
         }
     }
-    if (!selected)
-        mailbox_close(box);
     return r;
 }
 
@@ -113,6 +122,7 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
         return IMAP_CATENATE_NO;
     }
     uint64_t max = (uint64_t)s->ctx->cfg->max_literal_size;
+    struct mailbox *other = NULL;
     enum imap_catenate_result r = IMAP_CATENATE_OK;
     for (size_t i = 0; r == IMAP_CATENATE_OK && i < parts->count; i += 2) {
         const struct imap_arg *kind = &parts->list[i], *v = &parts->list[i + 1];
@@ -139,7 +149,7 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             if (!imap_url_parse(v->str, v->len, &u))
                 r = IMAP_CATENATE_BADURL;
             else
-                r = fetch_url(s, &u, &bytes);
+                r = fetch_url(s, &u, &other, &bytes);
             if (r == IMAP_CATENATE_OK && *len + bytes.len > max) {
                 *text = "[TOOBIG] The message would be too large.";
                 r = IMAP_CATENATE_NO;
@@ -154,6 +164,8 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             r = IMAP_CATENATE_BAD;
         }
     }
+    if (other != NULL)
+        mailbox_close(other);
     if (r != IMAP_CATENATE_OK) {
         close(out);
         return r;
