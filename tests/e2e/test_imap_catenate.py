@@ -163,3 +163,36 @@ def test_catenate_of_many_urls_opens_their_folder_once(imapd):
     assert read < 3 * 1024 * 1024, read  # the command line and one index, not 1800
     typ, data = login(imapd).select("INBOX")
     assert data == [b"1"]
+
+
+@pytest.fixture
+def small_imapd(petreld, tmp_path):
+    return petreld(imap_overrides(tmp_path, extra={"max_literal_size": 1024}))
+
+
+def test_catenate_toobig_boundary_and_zero_length_partial(small_imapd):
+    """[TOOBIG] when the parts together pass imap.max_literal_size, not
+    when they reach it; a PARTIAL of length 0 is no URL (RFC 5092:
+    partial-range = number ["." nz-number]). Mutations of both went
+    unnoticed."""
+    m = login(small_imapd)
+    m.append("INBOX", None, None, b"Subject: s\r\n\r\n" + b"y" * 100 + b"\r\n")
+    m.logout()
+    r = Raw(small_imapd)
+    r.run(b"LOGIN alice wonderland")
+    a, b = b"S: x\r\n\r\n" + b"x" * 992, b"z" * 24  # 1000 + 24 = 1024
+    out = r.run(b"APPEND INBOX CATENATE (TEXT {%d+}\r\n" % len(a) + a +
+                b" TEXT {%d+}\r\n" % len(b) + b + b")")
+    assert out[-1].startswith(b"c%d OK [APPENDUID" % r.n), out
+    b += b"z"
+    out = r.run(b"APPEND INBOX CATENATE (TEXT {%d+}\r\n" % len(a) + a +
+                b" TEXT {%d+}\r\n" % len(b) + b + b")")
+    assert out[-1].startswith(b"c%d NO [TOOBIG]" % r.n), out
+    out = r.run(b"APPEND INBOX CATENATE (TEXT {%d+}\r\n" % len(a) + a +
+                b" URL \"/INBOX/;UID=1/;SECTION=TEXT/;PARTIAL=0.24\")")
+    assert out[-1].startswith(b"c%d OK [APPENDUID" % r.n), out
+    out = r.run(b"APPEND INBOX CATENATE (TEXT {%d+}\r\n" % len(a) + a +
+                b" URL \"/INBOX/;UID=1/;SECTION=TEXT/;PARTIAL=0.25\")")
+    assert out[-1].startswith(b"c%d NO [TOOBIG]" % r.n), out
+    out = r.run(b"APPEND INBOX CATENATE (URL \"/INBOX/;UID=1/;PARTIAL=0.0\")")
+    assert out[-1].startswith(b"c%d NO [BADURL " % r.n), out

@@ -424,6 +424,22 @@ def test_thread_references_date_ties_and_a_self_reference(imapd):
     r.close()
 
 
+def test_thread_references_empty_subjects_are_not_merged(imapd):
+    """RFC 5256 3.2 step 5.B: a root whose thread subject is empty is
+    skipped by the subject grouping: two unrelated messages without a
+    Subject (or with a bare "Re:") stay two threads, as Dovecot answers."""
+    m = login(imapd)
+    m.create("E")
+    for i, subj in enumerate([None, "Re:", None]):
+        text = (f"Subject: {subj}\r\n" if subj else "") + \
+            f"Message-ID: <e{i}@x>\r\nDate: Thu, 01 Jan 2026 1{i}:00:00 +0000\r\n\r\nb\r\n"
+        assert m.append("E", None, None, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "E")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (1)(2)(3)"]
+    r.close()
+
+
 def test_esort_with_modseq_criterion_carries_modseq(sortbox):
     """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
     MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
