@@ -172,8 +172,8 @@ def small_imapd(petreld, tmp_path):
 
 def test_catenate_toobig_boundary_and_zero_length_partial(small_imapd):
     """[TOOBIG] when the parts together pass imap.max_literal_size, not
-    when they reach it; a PARTIAL of length 0 is no URL (RFC 5092:
-    partial-range = number ["." nz-number]). Mutations of both went
+    when they reach it; a PARTIAL of length 0, a UIDVALIDITY or UID of 0
+    make no URL (RFC 5092: nz-number). Mutations of these went
     unnoticed."""
     m = login(small_imapd)
     m.append("INBOX", None, None, b"Subject: s\r\n\r\n" + b"y" * 100 + b"\r\n")
@@ -194,5 +194,6 @@ def test_catenate_toobig_boundary_and_zero_length_partial(small_imapd):
     out = r.run(b"APPEND INBOX CATENATE (TEXT {%d+}\r\n" % len(a) + a +
                 b" URL \"/INBOX/;UID=1/;SECTION=TEXT/;PARTIAL=0.25\")")
     assert out[-1].startswith(b"c%d NO [TOOBIG]" % r.n), out
-    out = r.run(b"APPEND INBOX CATENATE (URL \"/INBOX/;UID=1/;PARTIAL=0.0\")")
-    assert out[-1].startswith(b"c%d NO [BADURL " % r.n), out
+    for url in (b"/INBOX/;UID=1/;PARTIAL=0.0", b"/INBOX;UIDVALIDITY=0/;UID=1", b"/INBOX/;UID=0"):
+        out = r.run(b"APPEND INBOX CATENATE (URL \"" + url + b"\")")
+        assert out[-1].startswith(b"c%d NO [BADURL " % r.n), (url, out)
