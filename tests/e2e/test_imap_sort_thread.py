@@ -542,10 +542,18 @@ def test_searchres_save_then_use(sortbox):
     biggest = max(range(1, 6), key=lambda i: len(sort_message(SORT_SET[i - 1][1],
                                                               SORT_SET[i - 1][2])))
     assert fetch_uids(r, "FETCH $ (UID)") == [(biggest, all_uids[biggest])]
-    # COPY $ and a failed SAVE empties $.
+    # COPY $. RFC 5182 2.1: a SAVE answered BAD leaves $ as it was (as
+    # Dovecot does), one answered NO empties it.
     r.cmd("CREATE Saved")
     assert r.cmd("COPY $ Saved")[-1].split()[1] == "OK"
     assert r.cmd("SEARCH RETURN (SAVE) MOOSE")[-1].split()[1] == "BAD"
+    assert r.cmd("SORT RETURN (SAVE) (MOOSE) UTF-8 ALL")[-1].split()[1] == "BAD"
+    assert r.cmd("SORT RETURN (SAVE) (SIZE) UTF-8 MOOSE")[-1].split()[1] == "BAD"
+    assert fetch_uids(r, "FETCH $ (UID)") == [(biggest, all_uids[biggest])]
+    assert r.cmd("SEARCH RETURN (SAVE) CHARSET X-NOSUCH ALL")[-1].split()[1] == "NO"
+    assert fetch_uids(r, "FETCH $ (UID)") == []
+    r.cmd("SEARCH RETURN (SAVE) ALL")
+    assert r.cmd("SORT RETURN (SAVE) (SIZE) X-NOSUCH ALL")[-1].split()[1] == "NO"
     assert fetch_uids(r, "FETCH $ (UID)") == []
     st = r.untagged("STATUS Saved (MESSAGES)", "STATUS")
     assert st and st[0].endswith("(MESSAGES 1)"), st

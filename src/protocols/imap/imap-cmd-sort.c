@@ -132,7 +132,8 @@ static bool parse_criteria(struct imap_session *s, const struct imap_arg *ret,
     struct petrel_error err;
     bool ok = imap_search_parse(args, n, (uint32_t)count, last != NULL ? last->uid : 0, prog, &err);
     if (!ok) {
-        if (imap_searchres_requested(args, n))
+        /* RFC 5182 2.1: NO empties $, BAD leaves it (as SEARCH). */
+        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, n))
             imap_searchres_clear(s);
         if (err.code == PETREL_ERR_UNSUPPORTED)
             imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
@@ -191,16 +192,12 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         i = 2;
     }
     if (argc < i + 3) {
-        if (imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
         imap_reply_bad(s, "SORT needs sort criteria, a charset and search criteria.");
         return;
     }
     struct imap_sort_program sort;
     struct petrel_error err;
     if (!imap_sort_parse(&args[i], &sort, &err)) {
-        if (imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
         imap_reply_bad(s, "%s", err.message);
         return;
     }
