@@ -158,3 +158,30 @@ def test_vanished_never_names_a_uid_not_yet_given(imapd):
     assert lines[0] == b"* VANISHED (EARLIER) 2,4", lines
     s.close()
     m.logout()
+
+
+def test_flag_change_fetches_carry_uid_once_qresync_is_on(imapd):
+    """RFC 7162 3.2.4: once QRESYNC is enabled, the untagged FETCH of a
+    STORE (not only UID STORE) and of a FETCH that sets \\Seen carry the UID
+    and the mod-sequence, so a client can apply them without a sequence
+    map (Dovecot 2.3: "* 2 FETCH (UID 2 MODSEQ (8) FLAGS (\\Seen \\Recent))")."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    m.logout()
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    s.run("SELECT INBOX")
+    lines = s.run("STORE 2 +FLAGS (\\Flagged)")
+    assert len(lines) == 1 and re.match(rb"\* 2 FETCH \(UID 2 FLAGS \([^)]*\\Flagged[^)]*\) "
+                                        rb"MODSEQ \(\d+\)\)$", lines[0]), lines
+    lines = s.run("FETCH 3 (BODY[TEXT])")
+    assert re.match(rb"\* 3 FETCH \(UID 3 FLAGS \([^)]*\\Seen[^)]*\) MODSEQ \(\d+\) BODY\[TEXT\]",
+                    lines[0]), lines
+    # Without QRESYNC a plain STORE answers as before.
+    t = Session(imapd)
+    t.run("SELECT INBOX")
+    lines = t.run("STORE 1 +FLAGS (\\Flagged)")
+    assert re.match(rb"\* 1 FETCH \(FLAGS \(", lines[0]), lines
+    s.close()
+    t.close()
