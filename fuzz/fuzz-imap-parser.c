@@ -41,6 +41,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -202,7 +203,9 @@ static void check_grammar(const struct imap_command *c)
             struct imap_url u;
             if (!imap_url_parse(v->str, v->len, &u))
                 continue;
-            assert(u.uid > 0 && u.mailbox[0] != '\0');
+            /* An empty mailbox only for ";UID=..." (the selected one). */
+            assert(u.uid > 0 && (u.mailbox[0] != '\0' ||
+                                 (!u.absolute && strncasecmp(v->str, ";UID=", 5) == 0)));
             assert(strlen(u.mailbox) < sizeof(u.mailbox) && strlen(u.section) < sizeof(u.section));
             assert(!u.partial || u.partial_start <= UINT32_MAX);
         }

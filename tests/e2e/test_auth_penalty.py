@@ -215,3 +215,25 @@ def test_user_counts_are_shared_through_the_warden(petreld, tmp_path):
         wait_for(lambda: count() == ["PENALTY", "1", "3"], what="bob's three failures in the warden")
     assert limited(timed(a2, "bob", "builder", "198.51.100.9")[0])
     assert timed(a2, "alice", "wonderland", "198.51.100.9")[0][0] == "OK"
+
+
+def test_parallel_guesses_through_the_warden_are_limited(petreld, tmp_path):
+    # With a warden the counts are asked over the network, the user's after
+    # the address's: failures counted in that round trip were missing from
+    # the address's count, and 120 parallel guesses from one address got
+    # 25-40 checked instead of max_failures_per_ip (20).
+    warden_addr = f"127.0.0.1:{free_port()}"
+    petreld({"components": ["warden"], "warden_service": {"listen": [warden_addr]}})
+    d = auth_daemon(petreld, tmp_path, failure_delay="10ms", failure_delay_max="50ms",
+                    warden_addr=warden_addr)
+    # four addresses in turn (the race is a matter of timing: each is a
+    # fresh chance to slip past)
+    for k in range(4):
+        ip = f"198.51.100.{80 + k}"
+        replies = parallel(d, [(f"guess{i}", f"pw{i}", ip) for i in range(80)])
+        n_checked = sum(checked(r) for r in replies)
+        n_limited = sum(limited(r) for r in replies)
+        assert n_checked <= 20 and n_checked + n_limited == 80, (ip, n_checked, n_limited)
+        assert n_checked >= 15, (ip, n_checked)
+    # a correct login from another address is not held back by them
+    assert timed(d, "alice", "wonderland", "198.51.100.71")[0][0] == "OK"

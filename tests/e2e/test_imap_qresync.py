@@ -112,3 +112,76 @@ def test_uid_fetch_vanished_modifier(imapd):
     s.run("UID FETCH 1:* (FLAGS) (VANISHED)", expect=b"BAD")
     s.close()
     m.logout()
+
+
+def test_known_uids_narrow_the_flag_changes_and_refuse_star(imapd):
+    """RFC 7162 3.2.5 (as RFC 5162 put it): "If the list of known UIDs was
+    also provided, the server should only report flag changes and expunges
+    for the specified messages"; Dovecot 2.3 answers so. known-uids is a
+    sequence-set without "*", which Dovecot refuses with BAD too."""
+    m, uidv, modseq = six_messages_then_changes(imapd)
+    m = login(imapd)
+    m.select("INBOX")
+    m.uid("STORE", "1,3", "+FLAGS.SILENT", "(\\Seen)")  # UIDs 1, 3 and 5 changed now
+    m.logout()
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    lines = s.run(f"EXAMINE INBOX (QRESYNC ({uidv} {modseq} 2:4))")
+    assert [ln for ln in lines if ln.startswith(b"* VANISHED")] == [b"* VANISHED (EARLIER) 2,4"]
+    fetches = [ln for ln in lines if b" FETCH " in ln]
+    assert len(fetches) == 1 and re.match(rb"\* 2 FETCH \(UID 3 FLAGS \(\\Seen\) MODSEQ", fetches[0]), \
+        lines
+    # Without known-uids every changed message is reported.
+    lines = s.run(f"EXAMINE INBOX (QRESYNC ({uidv} {modseq}))")
+    assert [re.match(rb"\* \d+ FETCH \(UID (\d+)", ln).group(1) for ln in lines
+            if b" FETCH " in ln] == [b"1", b"3", b"5"], lines
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:*))", expect=b"BAD")
+    s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} 1:6 (1:* 1:*)))", expect=b"BAD")
+    s.close()
+
+
+def test_vanished_never_names_a_uid_not_yet_given(imapd):
+    """known-uids and UID FETCH sets may reach past UIDNEXT (the client
+    asks about 1:10 with UIDNEXT 7): UIDs from UIDNEXT on were never
+    given, so they are not "vanished" (RFC 7162 3.2.10 lists expunged UIDs
+    only; Dovecot 2.3 answers 2,4 here). A mutation that cut the range at
+    UIDNEXT instead of UIDNEXT-1 went unnoticed."""
+    m, uidv, modseq = six_messages_then_changes(imapd)
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    for known in ("1:10", "5:4294967295", "7:9"):
+        lines = s.run(f"SELECT INBOX (QRESYNC ({uidv} {modseq} {known}))")
+        vanished = [ln for ln in lines if ln.startswith(b"* VANISHED")]
+        expect = {"1:10": [b"* VANISHED (EARLIER) 2,4"], "5:4294967295": [], "7:9": []}[known]
+        assert vanished == expect, (known, lines)
+    lines = s.run(f"UID FETCH 1:100 (FLAGS) (CHANGEDSINCE {modseq} VANISHED)")
+    assert lines[0] == b"* VANISHED (EARLIER) 2,4", lines
+    s.close()
+    m.logout()
+
+
+def test_flag_change_fetches_carry_uid_once_qresync_is_on(imapd):
+    """RFC 7162 3.2.4: once QRESYNC is enabled, the untagged FETCH of a
+    STORE (not only UID STORE) and of a FETCH that sets \\Seen carry the UID
+    and the mod-sequence, so a client can apply them without a sequence
+    map (Dovecot 2.3: "* 2 FETCH (UID 2 MODSEQ (8) FLAGS (\\Seen \\Recent))")."""
+    m = login(imapd)
+    for _ in range(3):
+        append(m)
+    m.logout()
+    s = Session(imapd)
+    s.run("ENABLE QRESYNC")
+    s.run("SELECT INBOX")
+    lines = s.run("STORE 2 +FLAGS (\\Flagged)")
+    assert len(lines) == 1 and re.match(rb"\* 2 FETCH \(UID 2 FLAGS \([^)]*\\Flagged[^)]*\) "
+                                        rb"MODSEQ \(\d+\)\)$", lines[0]), lines
+    lines = s.run("FETCH 3 (BODY[TEXT])")
+    assert re.match(rb"\* 3 FETCH \(UID 3 FLAGS \([^)]*\\Seen[^)]*\) MODSEQ \(\d+\) BODY\[TEXT\]",
+                    lines[0]), lines
+    # Without QRESYNC a plain STORE answers as before.
+    t = Session(imapd)
+    t.run("SELECT INBOX")
+    lines = t.run("STORE 1 +FLAGS (\\Flagged)")
+    assert re.match(rb"\* 1 FETCH \(FLAGS \(", lines[0]), lines
+    s.close()
+    t.close()

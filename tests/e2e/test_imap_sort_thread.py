@@ -332,6 +332,138 @@ def test_esort_min_max_count_all(sortbox):
                                                                         uids[2])], uid_lines
 
 
+def test_sort_fallbacks_internaldate_and_address_display(imapd):
+    """RFC 5256 2.2: a missing or unparsable Date: sorts by INTERNALDATE;
+    RFC 5957: without a display name DISPLAYFROM/DISPLAYTO sort by the
+    whole address, mailbox@host (SORT_SET could not tell either from a
+    mutation: sorting such messages first, or by the mailbox alone)."""
+    m = login(imapd)
+    m.create("Fallbacks")
+    msgs = [  # (internal date, From, To, Date or None)
+        ('"02-Jan-2026 00:00:00 +0000"', "same@zzz.org", '"Yves" <y@b.org>',
+         "Thu, 01 Jan 2026 12:00:00 +0000"),
+        ('"03-Jan-2026 00:00:00 +0000"', "same@bbb.org", "same@zzz.org", None),
+        ('"31-Dec-2025 00:00:00 +0000"', '"Anna" <x@zzz.org>', "same@bbb.org", "not a date"),
+        ('"01-Jan-2026 06:00:00 +0000"', "same@mmm.org", "", "Thu, 01 Jan 2026 18:00:00 +0000"),
+    ]
+    for date, frm, to, sent in msgs:
+        text = f"From: {frm}\r\n" + (f"To: {to}\r\n" if to else "") + \
+            (f"Date: {sent}\r\n" if sent else "") + "Subject: f\r\n\r\nbody\r\n"
+        assert m.append("Fallbacks", None, date, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "Fallbacks")
+    # DATE: 3 (31 Dec, internal), 1 (1 Jan 12:00), 4 (1 Jan 18:00), 2 (3 Jan, internal)
+    assert numbers(r.untagged("SORT (DATE) UTF-8 ALL", "SORT")[0]) == [3, 1, 4, 2]
+    # DISPLAYFROM: ANNA, SAME@BBB.ORG, SAME@MMM.ORG, SAME@ZZZ.ORG
+    assert numbers(r.untagged("SORT (DISPLAYFROM) UTF-8 ALL", "SORT")[0]) == [3, 2, 4, 1]
+    # FROM is the mailbox alone: X, then the three SAME in sequence order
+    assert numbers(r.untagged("SORT (FROM) UTF-8 ALL", "SORT")[0]) == [1, 2, 4, 3]
+    # DISPLAYTO: "" (no To), SAME@BBB.ORG, SAME@ZZZ.ORG, YVES
+    assert numbers(r.untagged("SORT (DISPLAYTO) UTF-8 ALL", "SORT")[0]) == [4, 3, 2, 1]
+    r.close()
+
+
+def test_sort_subject_first_header_folded_whitespace_and_key_limit(imapd):
+    """RFC 5256 2.1 (1): runs of white space (tabs too) count as one space
+    in the base subject, and a message's first Subject: is the one sorted
+    by (Dovecot 2.3 answers 2 1 3 here too). Petrel takes at most 16 sort
+    keys (a fixed array; RFC 5256 sets no limit, there are ten distinct
+    keys): 16 are answered, 17 are BAD."""
+    m = login(imapd)
+    m.create("Subj")
+    for text in (b"Subject: b  z\r\nSubject: a first\r\n\r\nbody\r\n",
+                 b"Subject: b a\r\n\r\nbody\r\n", b"Subject: b\tz\r\n\r\nbody\r\n"):
+        assert m.append("Subj", None, None, text)[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "Subj")
+    assert numbers(r.untagged("SORT (SUBJECT) UTF-8 ALL", "SORT")[0]) == [2, 1, 3]
+    assert r.untagged("THREAD ORDEREDSUBJECT UTF-8 ALL", "THREAD") == ["* THREAD (1 3)(2)"]
+    keys = " ".join(["REVERSE SUBJECT"] * 16)
+    assert numbers(r.untagged(f"SORT ({keys}) UTF-8 ALL", "SORT")[0]) == [1, 3, 2]
+    lines = r.cmd(f"SORT ({keys} SIZE) UTF-8 ALL")
+    assert lines[-1].split()[1] == "BAD" and len(lines) == 1, lines
+    r.close()
+
+
+def test_thread_references_subject_merge_prefers_the_non_reply(imapd):
+    """RFC 5256 3.2 step 5: of unlinked roots with one base subject, a
+    non-reply takes the subject table from an earlier reply, and the reply
+    becomes its child (not both children of a new dummy); replies to an
+    original become its children. Dovecot 2.3 answers the same here."""
+    m = login(imapd)
+    m.create("T")
+    for i, subject in enumerate(["Re: topic", "topic", "other", "Re: other", "Fwd: other"]):
+        text = (f"Subject: {subject}\r\nMessage-ID: <{'abcde'[i]}@x>\r\n"
+                f"Date: Thu, 01 Jan 2026 1{i}:00:00 +0000\r\n\r\nbody\r\n").encode()
+        assert m.append("T", None, None, text)[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "T")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (2 1)(3 (4)(5))"]
+    r.close()
+
+
+def test_thread_references_date_ties_and_a_self_reference(imapd):
+    """Siblings with the same sent date stay in mailbox order (RFC 5256
+    3.2 step 6 sorts by date; ties as SORT breaks them), and a message
+    whose References names its own Message-ID is a thread of its own, not
+    a loop (step 1.A: no link that makes a loop). Dovecot 2.3 answers the
+    same."""
+    m = login(imapd)
+    m.create("L")
+    for mid, refs, hour, subject in (("p", None, 10, "p"), ("q", "p", 11, "Re: p"),
+                                     ("r", "p", 11, "Re: p"), ("s", "s", 12, "self")):
+        text = f"Subject: {subject}\r\nMessage-ID: <{mid}@x>\r\n" + \
+            (f"References: <{refs}@x>\r\n" if refs else "") + \
+            f"Date: Thu, 01 Jan 2026 {hour}:00:00 +0000\r\n\r\nbody\r\n"
+        assert m.append("L", None, None, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "L")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (1 (2)(3))(4)"]
+    r.close()
+
+
+def test_thread_references_empty_subjects_are_not_merged(imapd):
+    """RFC 5256 3.2 step 5.B: a root whose thread subject is empty is
+    skipped by the subject grouping: two unrelated messages without a
+    Subject (or with a bare "Re:") stay two threads, as Dovecot answers."""
+    m = login(imapd)
+    m.create("E")
+    for i, subj in enumerate([None, "Re:", None]):
+        text = (f"Subject: {subj}\r\n" if subj else "") + \
+            f"Message-ID: <e{i}@x>\r\nDate: Thu, 01 Jan 2026 1{i}:00:00 +0000\r\n\r\nb\r\n"
+        assert m.append("E", None, None, text.encode())[0] == "OK"
+    m.logout()
+    r = Raw(imapd, "E")
+    assert r.untagged("THREAD REFERENCES UTF-8 ALL", "THREAD") == ["* THREAD (1)(2)(3)"]
+    r.close()
+
+
+def test_esort_with_modseq_criterion_carries_modseq(sortbox):
+    """RFC 7162 3.1.5: a SORT RETURN with a MODSEQ search key answers
+    MODSEQ in its ESEARCH (Dovecot 2.3 does; Petrel's SEARCH did, its ESORT
+    did not): with MIN and/or MAX only, the mod-sequence of the message(s)
+    returned (first and last in sort order), otherwise the highest."""
+    def esort(text):
+        lines = sortbox.untagged(text, "ESEARCH")
+        assert len(lines) == 1, lines
+        return lines[0]
+    def modseq(seq):
+        line = [ln for ln in sortbox.untagged(f"FETCH {seq} (MODSEQ)", f"{seq} FETCH")][0]
+        return int(line.split("MODSEQ (")[1].split(")")[0])
+    sortbox.untagged("STORE 4 +FLAGS (\\Flagged)", "4 FETCH")  # the highest mod-sequence
+    high, m3, m2 = modseq(4), modseq(3), modseq(2)
+    assert high > max(m3, m2)
+    # DATE order is 3 ... 2 (test_esort_min_max_count_all).
+    assert esort("SORT RETURN (MIN) (DATE) UTF-8 MODSEQ 1").endswith(f" MIN 3 MODSEQ {m3}")
+    assert esort("SORT RETURN (MAX) (DATE) UTF-8 MODSEQ 1").endswith(f" MAX 2 MODSEQ {m2}")
+    assert esort("SORT RETURN (MIN MAX) (DATE) UTF-8 MODSEQ 1").endswith(
+        f" MIN 3 MAX 2 MODSEQ {max(m2, m3)}")
+    assert esort("SORT RETURN (COUNT) (DATE) UTF-8 MODSEQ 1").endswith(f" COUNT 5 MODSEQ {high}")
+    assert esort("UID SORT RETURN (ALL) (DATE) UTF-8 MODSEQ 1").endswith(f" MODSEQ {high}")
+    # Nothing matched: no MODSEQ (RFC 7162 3.1.5 gives it for matches only).
+    assert esort(f"SORT RETURN (COUNT) (DATE) UTF-8 MODSEQ {high + 1}").endswith(" COUNT 0")
+
+
 # ---------- THREAD (RFC 5256 3) ----------
 
 def test_thread_references_tree(threadbox):
@@ -408,10 +540,18 @@ def test_searchres_save_then_use(sortbox):
     biggest = max(range(1, 6), key=lambda i: len(sort_message(SORT_SET[i - 1][1],
                                                               SORT_SET[i - 1][2])))
     assert fetch_uids(r, "FETCH $ (UID)") == [(biggest, all_uids[biggest])]
-    # COPY $ and a failed SAVE empties $.
+    # COPY $. RFC 5182 2.1: a SAVE answered BAD leaves $ as it was (as
+    # Dovecot does), one answered NO empties it.
     r.cmd("CREATE Saved")
     assert r.cmd("COPY $ Saved")[-1].split()[1] == "OK"
     assert r.cmd("SEARCH RETURN (SAVE) MOOSE")[-1].split()[1] == "BAD"
+    assert r.cmd("SORT RETURN (SAVE) (MOOSE) UTF-8 ALL")[-1].split()[1] == "BAD"
+    assert r.cmd("SORT RETURN (SAVE) (SIZE) UTF-8 MOOSE")[-1].split()[1] == "BAD"
+    assert fetch_uids(r, "FETCH $ (UID)") == [(biggest, all_uids[biggest])]
+    assert r.cmd("SEARCH RETURN (SAVE) CHARSET X-NOSUCH ALL")[-1].split()[1] == "NO"
+    assert fetch_uids(r, "FETCH $ (UID)") == []
+    r.cmd("SEARCH RETURN (SAVE) ALL")
+    assert r.cmd("SORT RETURN (SAVE) (SIZE) X-NOSUCH ALL")[-1].split()[1] == "NO"
     assert fetch_uids(r, "FETCH $ (UID)") == []
     st = r.untagged("STATUS Saved (MESSAGES)", "STATUS")
     assert st and st[0].endswith("(MESSAGES 1)"), st

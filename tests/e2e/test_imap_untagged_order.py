@@ -371,6 +371,18 @@ def test_recent_mark_file_damaged_or_older_form(imapd, tmp_path):
     b = Session(imapd)
     assert recent_of(b.run("SELECT INBOX")) == 3
     assert mark.read_bytes() == text
+    b.close()
+    # Damaged past a record's length (garbage after it): recent once more,
+    # and the file is a record again, not unreadable (and every message
+    # recent) at every SELECT from then on.
+    mark.write_bytes(text + b"garbage\n")
+    c = Session(imapd)
+    assert recent_of(c.run("SELECT INBOX")) == 3
+    c.close()
+    assert mark.read_bytes() == text
+    d = Session(imapd)
+    assert recent_of(d.run("SELECT INBOX")) == 0
+    d.close()
 
 
 def test_recent_under_racing_selects_examines_and_appends(imapd):

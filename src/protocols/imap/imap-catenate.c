@@ -3,10 +3,12 @@
 
 #include "core/buf.h"
 #include "core/fs-util.h"
+#include "core/utf8.h"
 #include "protocols/imap/imap-literal-spool.h"
 #include "protocols/imap/imap-private.h"
 #include "protocols/imap/imap-section.h"
 #include "protocols/imap/imap-url.h"
+#include "storage/mailbox-name.h"
 #include "storage/message/message-parser.h"
 
 #include <errno.h>
@@ -31,22 +33,56 @@ static bool copy_spool(int fd, uint64_t at, const struct imap_literal_spool *sp,
     return true;
 }
 
-/* The bytes a URL names, as FETCH BODY[section]<partial> gives them. */
+/* The bytes a URL names, as FETCH BODY[section]<partial> gives them.
+ * `other` keeps the last folder opened that is not the selected one, for
+ * the next parts: a CATENATE of many URLs into one folder opens it once,
+ * not once a part (each open reads its index). */
 static enum imap_catenate_result fetch_url(struct imap_session *s, const struct imap_url *u,
-                                           struct buf *out)
+                                           struct mailbox **other, struct buf *out)
 {
     if (u->absolute && u->user[0] != '\0' && strcasecmp(u->user, s->io.username) != 0)
         return IMAP_CATENATE_BADURL;
-    struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = u->mailbox,
-                            .len = strlen(u->mailbox)};
-    const struct namespace_config *ns;
-    char *folder;
-    if (!imap_resolve_folder(s, &name, &ns, &folder))
-        return IMAP_CATENATE_REPLIED;
     struct petrel_error err;
-    bool selected = s->box != NULL && mailbox_is(s->box, ns, folder);
-    struct mailbox *box = selected ? s->box : mailbox_open(s->user, ns, folder, &err);
-    free(folder);
+    struct mailbox *box = NULL;
+    bool selected;
+    if (u->mailbox[0] == '\0') {
+        /* ";UID=n...": relative to the selected mailbox's URL (RFC 5092
+         * 7.1, as Dovecot resolves it). */
+        if (s->box == NULL)
+            return IMAP_CATENATE_BADURL;
+        selected = true;
+        box = s->box;
+    } else {
+        /* RFC 5092 (enc-mailbox): a URL's mailbox is UTF-8, percent-encoded, whatever
+         * the session speaks; taken to the session's wire form here. */
+        struct buf wire = {0};
+        if (!utf8_valid(u->mailbox, strlen(u->mailbox)))
+            return IMAP_CATENATE_BADURL;
+        if (s->utf8_accept)
+            buf_append_str(&wire, u->mailbox);
+        else if (!mailbox_name_to_mutf7(u->mailbox, &wire)) {
+            buf_free(&wire);
+            return IMAP_CATENATE_BADURL;
+        }
+        struct imap_arg name = {.type = IMAP_ARG_QUOTED, .str = buf_cstr(&wire), .len = wire.len};
+        const struct namespace_config *ns;
+        char *folder;
+        bool resolved = imap_resolve_folder(s, &name, &ns, &folder);
+        buf_free(&wire);
+        if (!resolved)
+            return IMAP_CATENATE_REPLIED;
+        selected = s->box != NULL && mailbox_is(s->box, ns, folder);
+        if (selected) {
+            box = s->box;
+        } else if (*other != NULL && mailbox_is(*other, ns, folder)) {
+            box = *other;
+        } else {
+            if (*other != NULL)
+                mailbox_close(*other);
+            box = *other = mailbox_open(s->user, ns, folder, &err);
+        }
+        free(folder);
+    }
     if (box == NULL)
         return IMAP_CATENATE_BADURL;
     enum imap_catenate_result r = IMAP_CATENATE_BADURL;
@@ -66,8 +102,6 @@ static enum imap_catenate_result fetch_url(struct imap_session *s, const struct 
             mailbox_message_release(m);
         }
     }
-    if (!selected)
-        mailbox_close(box);
     return r;
 }
 
@@ -88,6 +122,7 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
         return IMAP_CATENATE_NO;
     }
     uint64_t max = (uint64_t)s->ctx->cfg->max_literal_size;
+    struct mailbox *other = NULL;
     enum imap_catenate_result r = IMAP_CATENATE_OK;
     for (size_t i = 0; r == IMAP_CATENATE_OK && i < parts->count; i += 2) {
         const struct imap_arg *kind = &parts->list[i], *v = &parts->list[i + 1];
@@ -114,7 +149,7 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             if (!imap_url_parse(v->str, v->len, &u))
                 r = IMAP_CATENATE_BADURL;
             else
-                r = fetch_url(s, &u, &bytes);
+                r = fetch_url(s, &u, &other, &bytes);
             if (r == IMAP_CATENATE_OK && *len + bytes.len > max) {
                 *text = "[TOOBIG] The message would be too large.";
                 r = IMAP_CATENATE_NO;
@@ -129,6 +164,8 @@ enum imap_catenate_result imap_catenate_build(struct imap_session *s, const stru
             r = IMAP_CATENATE_BAD;
         }
     }
+    if (other != NULL)
+        mailbox_close(other);
     if (r != IMAP_CATENATE_OK) {
         close(out);
         return r;

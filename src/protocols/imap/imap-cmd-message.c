@@ -622,7 +622,9 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
     buf_append_str(out, " FETCH (");
     const char *sep = "";
     unsigned a = items->attrs;
-    if (uid_mode || (a & IMAP_FETCH_UID)) {
+    /* RFC 7162 3.2.4: a FETCH that set \Seen carries the UID once QRESYNC
+     * is on, and the mod-sequence once CONDSTORE is. */
+    if (uid_mode || (a & IMAP_FETCH_UID) || (flags_too && s->qresync)) {
         buf_append_str(out, "UID ");
         buf_append_uint(out, e->uid);
         sep = " ";
@@ -642,7 +644,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
         buf_printf(out, "%sRFC822.SIZE %llu", sep, (unsigned long long)e->vsize);
         sep = " ";
     }
-    if ((a & IMAP_FETCH_MODSEQ) || items->changedsince) {
+    if ((a & IMAP_FETCH_MODSEQ) || items->changedsince || (flags_too && s->condstore)) {
         buf_printf(out, "%sMODSEQ (%llu)", sep, (unsigned long long)e->modseq);
         sep = " ";
     }
@@ -949,7 +951,9 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
         if (seq == 0 || (silent && unchanged_since == 0))
             continue;
         buf_printf(&out, "* %u FETCH (", seq);
-        if (uid_mode)
+        /* RFC 7162 3.2.4: with QRESYNC every FETCH a flag change causes
+         * carries the UID (as Dovecot sends it). */
+        if (uid_mode || s->qresync)
             buf_printf(&out, "UID %u ", res[k].uid);
         buf_append_str(&out, "FLAGS ");
         imap_append_flags(&out, s, res[k].uid, res[k].flags, res[k].keywords);

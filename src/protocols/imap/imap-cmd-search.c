@@ -368,7 +368,9 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
     struct imap_search_program prog;
     struct petrel_error err;
     if (!imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, &prog, &err)) {
-        if (imap_searchres_requested(args, argc)) /* RFC 5182 2.1: a failed save empties $ */
+        /* RFC 5182 2.1: a SAVE answered NO empties $, one answered BAD
+         * leaves it as it was (Dovecot does the same). */
+        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, argc))
             imap_searchres_clear(s);
         if (err.code == PETREL_ERR_UNSUPPORTED)
             imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);

@@ -156,6 +156,10 @@ static void qresync_catch_up(struct imap_session *s, const struct imap_qresync_p
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
         if (e->modseq <= q->modseq)
             continue;
+        /* RFC 7162 3.2.5: with known-uids, flag changes are reported only
+         * for the messages the client named (Dovecot does so too). */
+        if (q->known_given && !imap_seqset_contains(&q->known, e->uid))
+            continue;
         buf_printf(&out, "* %u FETCH (UID %u FLAGS ", seq, e->uid);
         imap_append_flags(&out, s, e->uid, e->flags, e->keywords);
         buf_printf(&out, " MODSEQ (%llu))\r\n", (unsigned long long)e->modseq);

@@ -133,7 +133,8 @@ static bool parse_criteria(struct imap_session *s, const struct imap_arg *ret,
     struct petrel_error err;
     bool ok = imap_search_parse(args, n, (uint32_t)count, last != NULL ? last->uid : 0, prog, &err);
     if (!ok) {
-        if (imap_searchres_requested(args, n))
+        /* RFC 5182 2.1: NO empties $, BAD leaves it (as SEARCH). */
+        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, n))
             imap_searchres_clear(s);
         if (err.code == PETREL_ERR_UNSUPPORTED)
             imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
@@ -171,6 +172,24 @@ bool imap_sort_facts_read(struct imap_session *s, uint32_t uid, bool header,
     return ok;
 }
 
+/* The MODSEQ of an ESORT answer (RFC 7162 3.1.5 with RFC 4731): with
+ * only MIN and/or MAX that of the message(s) returned (first and last in
+ * sort order), otherwise the highest of all matches. */
+static uint64_t esort_modseq(struct imap_session *s, const struct imap_sort_facts *facts,
+                             size_t count, unsigned r)
+{
+    bool all = (r & (IMAP_SEARCH_RETURN_ALL | IMAP_SEARCH_RETURN_COUNT)) != 0;
+    uint64_t m = 0;
+    for (size_t k = 0; k < count; k++) {
+        bool returned = all || ((r & IMAP_SEARCH_RETURN_MIN) && k == 0) ||
+                        ((r & IMAP_SEARCH_RETURN_MAX) && k == count - 1);
+        uint64_t v = mailbox_view_at(s->view, facts[k].seq)->modseq;
+        if (returned && v > m)
+            m = v;
+    }
+    return m;
+}
+
 static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode)
 {
     size_t i = 0;
@@ -184,16 +203,12 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         i = 2;
     }
     if (argc < i + 3) {
-        if (imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
         imap_reply_bad(s, "SORT needs sort criteria, a charset and search criteria.");
         return;
     }
     struct imap_sort_program sort;
     struct petrel_error err;
     if (!imap_sort_parse(&args[i], &sort, &err)) {
-        if (imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
         imap_reply_bad(s, "%s", err.message);
         return;
     }
@@ -255,6 +270,10 @@ static void do_sort(struct imap_session *s, const struct imap_arg *args, size_t 
         }
         if (r & IMAP_SEARCH_RETURN_COUNT)
             buf_printf(&out, " COUNT %zu", count);
+        /* RFC 7162 3.1.5: a MODSEQ criterion adds MODSEQ here too, chosen
+         * as SEARCH's ESEARCH chooses it. */
+        if ((imap_search_needs(&prog) & IMAP_SEARCH_NEEDS_MODSEQ) && count > 0)
+            buf_printf(&out, " MODSEQ %llu", (unsigned long long)esort_modseq(s, facts, count, r));
     } else if (!prog.has_return) {
         buf_append_str(&out, "* SORT");
         uint64_t max_modseq = 0;

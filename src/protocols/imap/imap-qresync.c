@@ -18,10 +18,12 @@ static bool parse_number(const struct imap_arg *a, uint64_t max, uint64_t *out)
     return v > 0;
 }
 
+/* RFC 7162 3.2.5: known-uids and the seq-match sets are sequence-sets
+ * without "*" (the client names what it knows); Dovecot refuses it too. */
 static bool parse_set(const struct imap_arg *a, struct imap_seqset *set)
 {
     struct petrel_error err;
-    return a->type == IMAP_ARG_ATOM &&
+    return a->type == IMAP_ARG_ATOM && memchr(a->str, '*', a->len) == NULL &&
            imap_seqset_parse(a->str, a->len, UINT32_MAX, 0, set, &err);
 }
 

@@ -15,7 +15,7 @@ struct imap_qresync_param {
     uint32_t uid_validity; /* nz-number */
     uint64_t modseq;       /* 1 .. 2^63-1 */
     bool known_given;
-    struct imap_seqset known; /* known-uids ('*' as the largest UID there is) */
+    struct imap_seqset known; /* known-uids ("*" is refused, as RFC 7162 says) */
 };
 
 /* Parses `list`; on success *out holds the values (free it with

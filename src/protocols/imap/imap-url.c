@@ -84,28 +84,32 @@ bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
             return false;
         p = slash;
     }
-    if (p >= end || *p != '/')
-        return false;
-    p++;
-    /* mailbox up to ";UIDVALIDITY=" or "/;UID=" */
-    const char *mb_end = p;
-    while (mb_end < end && *mb_end != ';' && !(*mb_end == '/' && mb_end + 1 < end &&
-                                                 mb_end[1] == ';'))
-        mb_end++;
-    if (mb_end == p || !decode(p, (size_t)(mb_end - p), out->mailbox, sizeof(out->mailbox)))
-        return false;
-    p = mb_end;
     uint64_t v = 0;
-    if (take_prefix(&p, end, ";UIDVALIDITY=")) {
-        const char *n = p;
-        while (p < end && *p != '/')
-            p++;
-        if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+    /* ";UID=n...": a relative URL naming a message of the selected
+     * mailbox (RFC 5092 7.1); the mailbox stays "". */
+    if (out->absolute || !take_prefix(&p, end, ";UID=")) {
+        if (p >= end || *p != '/')
             return false;
-        out->uid_validity = (uint32_t)v;
+        p++;
+        /* mailbox up to ";UIDVALIDITY=" or "/;UID=" */
+        const char *mb_end = p;
+        while (mb_end < end && *mb_end != ';' &&
+               !(*mb_end == '/' && mb_end + 1 < end && mb_end[1] == ';'))
+            mb_end++;
+        if (mb_end == p || !decode(p, (size_t)(mb_end - p), out->mailbox, sizeof(out->mailbox)))
+            return false;
+        p = mb_end;
+        if (take_prefix(&p, end, ";UIDVALIDITY=")) {
+            const char *n = p;
+            while (p < end && *p != '/')
+                p++;
+            if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+                return false;
+            out->uid_validity = (uint32_t)v;
+        }
+        if (!take_prefix(&p, end, "/;UID="))
+            return false;
     }
-    if (!take_prefix(&p, end, "/;UID="))
-        return false;
     const char *n = p;
     while (p < end && *p != '/')
         p++;

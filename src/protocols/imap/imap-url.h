@@ -2,8 +2,9 @@
  * section of one, in one of the user's own folders:
  *   [imap://[user[;AUTH=*]@]host[:port]]/mailbox[;UIDVALIDITY=n]/;UID=n
  *       [/;SECTION=section][/;PARTIAL=start[.length]]
- * The mailbox is percent-decoded (it is then modified UTF-7, or UTF-8 after
- * UTF8=ACCEPT); the section is percent-decoded text for
+ * or, relative to the selected mailbox, ";UID=n[/;SECTION=...][/;PARTIAL=...]"
+ * (mailbox ""). The mailbox is percent-decoded UTF-8 (RFC 5092, for
+ * the caller to check and convert); the section is percent-decoded text for
  * imap_section_parse(). Pure grammar, fuzzed with the IMAP parser. */
 #ifndef PETREL_PROTOCOLS_IMAP_IMAP_URL_H
 #define PETREL_PROTOCOLS_IMAP_IMAP_URL_H
@@ -17,7 +18,7 @@
 struct imap_url {
     char user[256];     /* "" when the URL names none */
     bool absolute;      /* imap://... (the host is the caller's to judge) */
-    char mailbox[1024]; /* percent-decoded, NUL-terminated */
+    char mailbox[1024]; /* percent-decoded, NUL-terminated; "" for ";UID=" */
     uint32_t uid_validity; /* 0: not given */
     uint32_t uid;
     char section[512]; /* percent-decoded; "" for the whole message */

@@ -75,6 +75,8 @@ struct auth_req {
     unsigned ip_failures;     /* the IP's failures when the attempt was admitted */
     char *user_key;           /* "user:<name>": the user's count in the penalty store */
     bool reserved;            /* holds a slot in the in-flight counts (admit()) */
+    bool ip_watch;            /* holds a reference in svc->ip_failed_here (ip_failures_fresh()) */
+    uint64_t ip_failed_mark;  /* that entry's count when ip_failures was answered */
     struct auth_req *wait_next; /* REQ_WAITING: the service's wait list */
     struct auth_req *wait_prev;
     struct event *timer;
@@ -142,6 +144,11 @@ struct auth_service {
      * before the first of their failures is counted. */
     struct smap *inflight_ip;
     struct smap *inflight_user;
+    /* Failures this process has counted per IP key since an attempt's IP
+     * count was answered, for the attempts between that answer and
+     * admit(): the user's count is asked after the IP's (a warden round
+     * trip), and failures counted meanwhile are not in the IP's count. */
+    struct smap *ip_failed_here;
     /* Attempts that would pass the limit if every attempt being checked
      * failed: they wait for those outcomes instead of being refused, so a
      * burst of good logins from one webmail host is only serialised. */
@@ -150,6 +157,12 @@ struct auth_service {
     struct event *wake; /* re-examines the waiting attempts, off the caller's stack */
     bool mech_allowed[3];
     struct auth_metrics m;
+};
+
+/* An entry of ip_failed_here. */
+struct ip_failed {
+    uint64_t count; /* failures counted here while the entry lived */
+    unsigned refs;  /* attempts between their IP count and admit() */
 };
 
 /* ---------- time ---------- */
@@ -266,10 +279,13 @@ static void req_unlink(struct auth_req *r)
 static void release(struct auth_req *r);
 static void wait_remove(struct auth_req *r);
 
+static void ip_unwatch(struct auth_req *r);
+
 static void req_free(struct auth_req *r)
 {
     if (r->state == REQ_WAITING)
         wait_remove(r);
+    ip_unwatch(r);
     release(r);
     req_unlink(r);
     if (r->timer != NULL)
@@ -504,8 +520,12 @@ static void login_failed(struct auth_req *r, const char *why)
     /* Not needed any more: do not keep it through the delay. */
     wipe_free(r->password);
     r->password = NULL;
-    if (r->ip != NULL && !r->trusted_ip)
+    if (r->ip != NULL && !r->trusted_ip) {
         svc->penalty.ops->inc(svc->penalty.store, r->ip_key, clock_mono_ms());
+        struct ip_failed *f = r->ip_key != NULL ? smap_get(svc->ip_failed_here, r->ip_key) : NULL;
+        if (f != NULL)
+            f->count++;
+    }
     if (r->username != NULL && r->reserved)
         svc->penalty.ops->inc(svc->penalty.store, r->user_key, clock_mono_ms());
     release(r);
@@ -689,7 +709,12 @@ static void auth_job_done(void *job, bool cancelled)
 {
     struct auth_req *r = job;
     struct auth_service *svc = r->svc;
-    if (cancelled || r->conn == NULL) {
+    /* A login whose client left while its password was checked is still
+     * answered into the void: its failure counts and is logged, or a
+     * client could have any number of (costly) checks made past the
+     * failure limits by closing each connection before the answer. */
+    bool login = r->verb == VERB_VERIFY || r->verb == VERB_AUTH;
+    if (cancelled || (r->conn == NULL && !login)) {
         req_free(r);
         return;
     }
@@ -872,11 +897,47 @@ static void login_limited(struct auth_req *r, const char *which)
     evtimer_add(r->timer, &tv);
 }
 
+/* Takes note of the IP's count being answered now (see ip_failed_here). */
+static void ip_watch(struct auth_req *r)
+{
+    struct ip_failed *f = smap_get(r->svc->ip_failed_here, r->ip_key);
+    if (f == NULL) {
+        f = xcalloc(1, sizeof(*f));
+        smap_put(r->svc->ip_failed_here, r->ip_key, f);
+    }
+    f->refs++;
+    r->ip_watch = true;
+    r->ip_failed_mark = f->count;
+}
+
+static void ip_unwatch(struct auth_req *r)
+{
+    if (!r->ip_watch)
+        return;
+    r->ip_watch = false;
+    struct ip_failed *f = smap_get(r->svc->ip_failed_here, r->ip_key);
+    if (f != NULL && --f->refs == 0)
+        free(smap_remove(r->svc->ip_failed_here, r->ip_key));
+}
+
+/* The IP's failures as of now: its answered count plus the failures
+ * counted here since (their increments may not be in that answer). */
+static void ip_failures_fresh(struct auth_req *r)
+{
+    if (!r->ip_watch)
+        return;
+    const struct ip_failed *f = smap_get(r->svc->ip_failed_here, r->ip_key);
+    if (f != NULL)
+        r->ip_failures += (unsigned)(f->count - r->ip_failed_mark);
+    ip_unwatch(r);
+}
+
 /* Both counts are known: admit the attempt (check the password at once)
  * or refuse it because the IP or the user is at its limit. */
 static void admit(struct auth_req *r, unsigned user_failures)
 {
     struct auth_service *svc = r->svc;
+    ip_failures_fresh(r);
     const struct auth_penalty_config *pc = &svc->cfg->penalty;
     bool count_ip = !r->trusted_ip && r->ip != NULL && pc->max_ip_failures > 0;
     bool count_user = pc->max_user_failures > 0;
@@ -952,6 +1013,7 @@ static void penalty_answer(unsigned failures, void *ctx)
         return;
     }
     r->ip_failures = failures;
+    ip_watch(r);
     ask_user_failures(r);
 }
 
@@ -1202,6 +1264,7 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->cache = auth_cache_new(&cfg->cache);
     svc->inflight_ip = smap_new();
     svc->inflight_user = smap_new();
+    svc->ip_failed_here = smap_new();
     svc->wake = event_new(svc->base, -1, 0, wake_cb, svc);
     if (svc->wake == NULL)
         petrel_fatal("out of memory creating an auth event");
@@ -1310,6 +1373,8 @@ void auth_service_free(struct auth_service *svc)
         smap_free(svc->inflight_ip, free);
     if (svc->inflight_user != NULL)
         smap_free(svc->inflight_user, free);
+    if (svc->ip_failed_here != NULL)
+        smap_free(svc->ip_failed_here, free);
     if (svc->wake != NULL)
         event_free(svc->wake);
     free(svc);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAILDIR_RECENT "petrel-recent"
@@ -101,6 +102,13 @@ static bool write_mark(struct mailbox *box, uint32_t mark, struct petrel_error *
         return petrel_error_set_errno(err, n < 0 ? errno : EIO, "cannot write %s/%s: %s",
                                       box->dir, MAILDIR_RECENT,
                                       n < 0 ? strerror(errno) : "short write");
+    /* A damaged file longer than a record would stay unreadable under the
+     * record written over its start, and every message recent at every
+     * SELECT from then on: cut it to the record. */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size > RECORD_LEN && ftruncate(fd, RECORD_LEN) != 0)
+        return petrel_error_set_errno(err, errno, "cannot truncate %s/%s: %s", box->dir,
+                                      MAILDIR_RECENT, strerror(errno));
     return true;
 }
 
