@@ -70,7 +70,7 @@ struct auth_req {
     char *ip_key; /* what ip's failures are counted under (penalty_ip_key()) */
     struct sasl_exchange sasl;
     struct timespec started;
-    int64_t check_started_ms; /* login_process(): the failure delay counts from here */
+    int64_t check_started_us; /* login_process(): the failure delay counts from here */
     bool trusted_ip;          /* ip is in auth.trusted_networks: no per-IP penalty */
     unsigned ip_failures;     /* the IP's failures when the attempt was admitted */
     char *user_key;           /* "user:<name>": the user's count in the penalty store */
@@ -537,9 +537,12 @@ static void login_failed(struct auth_req *r, const char *why)
     int64_t delay = r->trusted_ip ? 0
                                   : svc->cfg->penalty.failure_delay_ms +
                                         auth_penalty_delay_ms(&svc->cfg->penalty, r->ip_failures);
-    if (delay > 0 && r->check_started_ms != 0)
-        delay -= clock_mono_ms() - r->check_started_ms;
-    if (delay <= 0 || r->conn == NULL) {
+    /* In microseconds: whole milliseconds on both ends would answer up to
+     * a millisecond before the delay has passed. */
+    int64_t delay_us = delay * 1000;
+    if (delay_us > 0 && r->check_started_us != 0)
+        delay_us -= clock_mono_us() - r->check_started_us;
+    if (delay_us <= 0 || r->conn == NULL) {
         send_login_failure(r);
         return;
     }
@@ -547,7 +550,10 @@ static void login_failed(struct auth_req *r, const char *why)
     r->timer = evtimer_new(svc->base, failure_timer_cb, r);
     if (r->timer == NULL)
         petrel_fatal("out of memory creating an auth timer");
-    struct timeval tv = clock_ms_to_timeval(delay);
+    struct timeval tv = {(time_t)(delay_us / 1000000), (suseconds_t)(delay_us % 1000000)};
+    /* libevent counts a timer from the time it cached at the start of this
+     * loop iteration, which the password check may have left behind. */
+    event_base_update_cache_time(svc->base);
     evtimer_add(r->timer, &tv);
 }
 
@@ -771,7 +777,7 @@ static void submit(struct auth_req *r)
 static void login_process(struct auth_req *r)
 {
     struct auth_service *svc = r->svc;
-    r->check_started_ms = clock_mono_ms();
+    r->check_started_us = clock_mono_us();
     const struct userdb_entry *cached = NULL;
     enum auth_cache_result cr =
         auth_cache_lookup(svc->cache, r->username, r->password, clock_mono_ms(), &cached);
