@@ -23,11 +23,20 @@
  *   PETREL_ERR_UNAVAILABLE  IMAP NO [UNAVAILABLE], LMTP 451 4.3.2, HTTP 503
  * and the other codes as the storage's own errors are mapped.
  *
+ * A module that says no must set `err` (the front end replies from it).
+ *
  * Hooks after an operation cannot undo it (the change is committed); a
  * failure there is the module's to log. Exception: folder_created may fail
  * when the folder's creation asked for something of that module (a special
  * use) that it could not give; the storage then removes the folder again
+ * and tells folder_deleted to the modules already told folder_created
  * (see mail_folder_create_params).
+ *
+ * What a module does not see as an operation of its own: the source side
+ * of a MOVE is part of the save (kind MOVE; its messages leave `src`
+ * without flags/expunge hooks), and mailbox_append_undo() (a MULTIAPPEND
+ * failing part way takes out what it had saved) asks no module, only
+ * tells the expunged hook.
  *
  * Every hook may be NULL. Hooks run on the caller's thread: a module's
  * `ctx` is shared by every thread and must be read-only after start-up or

@@ -232,9 +232,11 @@ bool mail_folder_create_with(struct mail_user *user, const struct namespace_conf
     HOOKS_BEFORE(st, folder_create, user, ns, name, params, err);
     if (!st->v->folder_create(user, ns, name, err))
         return false;
-    /* In order, and the folder goes again when one of them cannot give
-     * what the creator asked of it. */
-    for (size_t i = 0; i < st->module_count; i++) {
+    /* Innermost first, like every hook after an operation; the folder goes
+     * again when one of them cannot give what the creator asked of it, and
+     * the modules told of it already hear of its deletion, so none keeps
+     * state (a special use, an ACL) for a folder that is not there. */
+    for (size_t i = st->module_count; i-- > 0;) {
         const struct mail_storage_module_entry *e = &st->modules[i];
         if (e->module->folder_created == NULL ||
             e->module->folder_created(e->ctx, user, ns, name, params, err))
@@ -245,6 +247,11 @@ bool mail_folder_create_with(struct mail_user *user, const struct namespace_conf
         if (!st->v->folder_delete(user, ns, name, &derr))
             log_error(COMPONENT, "folder left behind", "user=%s folder=%s error=\"%s\"", user->name,
                       name, derr.message);
+        for (size_t k = i + 1; k < st->module_count; k++) {
+            const struct mail_storage_module_entry *told = &st->modules[k];
+            if (told->module->folder_deleted != NULL)
+                told->module->folder_deleted(told->ctx, user, ns, name);
+        }
         return false;
     }
     return true;
@@ -384,6 +391,27 @@ bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
         return false;
     HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
     return true;
+}
+
+bool mailbox_append_undo(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                         struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    if (uid_count == 0)
+        return true;
+    /* Not asked: taking out what the modules let in must not depend on
+     * them (a user may append without the right to expunge). Told: a quota
+     * gives the bytes back. */
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD,
+                                             .flags = MAIL_FLAG_DELETED};
+    uint32_t *gone = NULL;
+    size_t gone_count = 0;
+    bool ok = st->v->update_flags(box, uids, uid_count, &del, NULL, NULL, NULL, NULL, err) &&
+              st->v->expunge(box, uids, uid_count, &gone, &gone_count, err);
+    if (gone_count > 0)
+        HOOKS_AFTER(st, expunged, box, gone, gone_count);
+    free(gone);
+    return ok;
 }
 
 /* ---------- expunge and flags ---------- */

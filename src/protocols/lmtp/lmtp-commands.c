@@ -277,6 +277,10 @@ static void reply_per_recipient(struct lmtp_session *s, const struct lmtp_delive
              * words; the module logs the details. */
             lmtp_reply(s, "552 5.2.2 <%s> Quota exceeded (mailbox for user is full)",
                        r->name.address);
+        else if (dr->err.code == PETREL_ERR_LIMIT)
+            /* A storage limit this message cannot fit (RFC 3463 5.3.4);
+             * trying again will not help. */
+            lmtp_reply(s, "552 5.3.4 <%s> Message exceeds a storage limit", r->name.address);
         else if (dr->err.code == PETREL_ERR_PERMISSION && dr->err.sys_errno == 0)
             /* A storage module's refusal (an ACL), not a file system's. */
             lmtp_reply(s, "550 5.7.1 <%s> Delivery not authorized", r->name.address);
