@@ -199,3 +199,45 @@ def test_api_mail_append_refused_507(vetod, tmp_path):
     assert len(message_files(tmp_path, "alice")) == 1
     assert len(message_files(tmp_path, "bob")) == 1
     assert refusals(vetod) == [(0, 1, len(MSG))]
+
+
+def raw_imap(d):
+    """A raw connection logged in as alice: cmd(line) -> the tagged reply."""
+    host, port = d.config["imap"]["listen"][0].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    f = s.makefile("rb")
+    f.readline()  # greeting
+
+    def cmd(line):
+        tag = line.split(b" ", 1)[0]
+        s.sendall(line + b"\r\n")
+        while True:
+            got = f.readline()
+            assert got, "connection closed"
+            if got.startswith(tag + b" "):
+                return got
+
+    assert cmd(b"a LOGIN alice wonderland").startswith(b"a OK")
+    return s, cmd
+
+
+def test_imap_multiappend_and_catenate_refused(vetod, tmp_path):
+    """MULTIAPPEND (RFC 3502) is refused as a whole and CATENATE (RFC 4469)
+    like any APPEND: NO [OVERQUOTA], nothing on disk."""
+    m = imap(vetod)
+    m.select("INBOX")
+    m.logout()
+    before = sorted(f.name for f in message_files(tmp_path, "alice"))
+    s, cmd = raw_imap(vetod)
+    line = (b"b APPEND INBOX {%d+}\r\n" % len(MSG) + MSG +
+            b" (\\Seen) {%d+}\r\n" % len(MSG) + MSG)
+    assert cmd(line).startswith(b"b NO [OVERQUOTA]")
+    line = (b"c APPEND INBOX CATENATE (URL \"/INBOX/;UID=1\" TEXT {%d+}\r\n" % len(MSG) + MSG +
+            b")")
+    assert cmd(line).startswith(b"c NO [OVERQUOTA]")
+    assert cmd(b"d LOGOUT").startswith(b"d OK")
+    s.close()
+    assert sorted(f.name for f in message_files(tmp_path, "alice")) == before
+    # The first message of the MULTIAPPEND was refused (nothing to take out
+    # again); CATENATE's hook saw the whole built message.
+    assert refusals(vetod) == [(0, 1, len(MSG)), (0, 1, len(SEED) + len(MSG))]
