@@ -16,8 +16,9 @@
  * Vetoes: a hook before an operation returns false with `err` set to say
  * no. Nothing has been written then: no file, no index record, no byte of
  * a message. The error's code is what the client is told, mapped once per
- * front end (docs/storage.md "How a storage module plugs in"):
- *   PETREL_ERR_OVER_QUOTA   IMAP NO [OVERQUOTA], LMTP 552 5.2.2, HTTP 507
+ * front end (docs/storage.md "How a storage module plugs in"); for
+ * OVER_QUOTA the message is the reply's text too (IMAP and LMTP):
+ *   PETREL_ERR_OVER_QUOTA   IMAP NO [OVERQUOTA], LMTP 452 4.2.2, HTTP 507
  *   PETREL_ERR_PERMISSION   IMAP NO [NOPERM],    LMTP 550 5.7.1, HTTP 403
  *   PETREL_ERR_LIMIT        IMAP NO [LIMIT],     LMTP 552 5.3.4, HTTP 409
  *   PETREL_ERR_UNAVAILABLE  IMAP NO [UNAVAILABLE], LMTP 451 4.3.2, HTTP 503

@@ -192,6 +192,18 @@ const struct namespace_config *mail_user_namespace(const struct mail_user *user,
 
 /* ---------- hooks ---------- */
 
+/* A module's refusal is the client's reply text (IMAP, LMTP): one line of
+ * printable characters, whatever the module (or its configuration) wrote. */
+static void veto_text(struct petrel_error *err)
+{
+    if (err == NULL)
+        return;
+    for (char *c = err->message; *c != '\0'; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = ' ';
+    }
+}
+
 /* Runs hook `fn` of every module in order while they say yes. */
 #define HOOKS_BEFORE(storage, fn, ...)                                                             \
     do {                                                                                           \
@@ -200,6 +212,7 @@ const struct namespace_config *mail_user_namespace(const struct mail_user *user,
             if (e_->module->fn != NULL && !e_->module->fn(e_->ctx, __VA_ARGS__)) {                 \
                 log_debug(COMPONENT, "storage module said no", "module=%s hook=%s",                \
                           e_->module->name, #fn);                                                  \
+                veto_text(err);                                                                    \
                 return false;                                                                      \
             }                                                                                      \
         }                                                                                          \
@@ -241,6 +254,7 @@ bool mail_folder_create_with(struct mail_user *user, const struct namespace_conf
         if (e->module->folder_created == NULL ||
             e->module->folder_created(e->ctx, user, ns, name, params, err))
             continue;
+        veto_text(err);
         log_warn(COMPONENT, "folder creation undone", "user=%s module=%s error=\"%s\"", user->name,
                  e->module->name, err != NULL ? err->message : "");
         struct petrel_error derr;
@@ -295,8 +309,10 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
     for (size_t i = 0; i < st->module_count; i++) {
         const struct mail_storage_module_entry *e = &st->modules[i];
         if (e->module->mailbox_open != NULL &&
-            !e->module->mailbox_open(e->ctx, user, ns, name, err))
+            !e->module->mailbox_open(e->ctx, user, ns, name, err)) {
+            veto_text(err);
             return NULL;
+        }
     }
     return st->v->mailbox_open(user, ns, name, err);
 }
@@ -402,8 +418,7 @@ bool mailbox_append_undo(struct mailbox *box, const uint32_t *uids, size_t uid_c
     /* Not asked: taking out what the modules let in must not depend on
      * them (a user may append without the right to expunge). Told: a quota
      * gives the bytes back. */
-    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD,
-                                             .flags = MAIL_FLAG_DELETED};
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_DELETED};
     uint32_t *gone = NULL;
     size_t gone_count = 0;
     bool ok = st->v->update_flags(box, uids, uid_count, &del, NULL, NULL, NULL, NULL, err) &&

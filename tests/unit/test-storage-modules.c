@@ -4,8 +4,9 @@
  * first, a veto stops the later modules and the driver before anything is
  * written, a failed folder_created undoes the folder and tells the modules
  * already told, mailbox_append_undo() takes out what a MULTIAPPEND saved
- * even when a module would refuse an expunge, and the special-use module
- * (the storage's own, registered first) follows renames and deletions. */
+ * even when a module would refuse an expunge, a refusal's text is one line
+ * (it becomes a reply), and the special-use module (the storage's own,
+ * registered first) follows renames and deletions. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -235,8 +236,8 @@ static size_t files_on_disk(struct fixture *f, const char *folder)
     size_t n = 0;
     static const char *const subs[] = {"tmp", "new", "cur"};
     for (size_t i = 0; i < 3; i++) {
-        char *path = xasprintf("%s/alice/Maildir%s%s/%s", f->dir, *folder ? "/." : "", folder,
-                               subs[i]);
+        char *path =
+            xasprintf("%s/alice/Maildir%s%s/%s", f->dir, *folder ? "/." : "", folder, subs[i]);
         DIR *d = opendir(path);
         if (d != NULL) {
             struct dirent *e;
@@ -288,8 +289,8 @@ static void test_every_operation_in_order(void **state)
     FILE *spool = fopen(spool_path, "rb");
     assert_non_null(spool);
     uint32_t uid2 = 0;
-    assert_true(mailbox_append_file(inbox, "X: 1\r\n", 6, fileno(spool), 0, strlen(msg), 0, NULL,
-                                    0, &uid2, &err));
+    assert_true(mailbox_append_file(inbox, "X: 1\r\n", 6, fileno(spool), 0, strlen(msg), 0, NULL, 0,
+                                    &uid2, &err));
     fclose(spool);
     free(spool_path);
     snprintf(expect, sizeof(expect), "A:save(append,1,%zu) B:save(append,1,%zu) B:saved A:saved ",
@@ -311,8 +312,7 @@ static void test_every_operation_in_order(void **state)
     assert_int_equal(count_messages(inbox), 1);
     assert_int_equal(count_messages(job), 2);
 
-    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD,
-                                             .flags = MAIL_FLAG_DELETED};
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_DELETED};
     assert_true(mailbox_update_flags(inbox, &uid, 1, &del, NULL, NULL, NULL, NULL, &err));
     assert_log(f, "A:flags B:flags ");
     assert_true(mailbox_set_flags(inbox, uid, MAIL_FLAG_DELETED | MAIL_FLAG_SEEN, NULL, &err));
@@ -371,8 +371,7 @@ static void test_veto_stops_everything(void **state)
     f->b.veto = NULL;
 
     f->a.veto = "flags";
-    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD,
-                                             .flags = MAIL_FLAG_DELETED};
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_DELETED};
     assert_false(mailbox_update_flags(inbox, &uid, 1, &del, NULL, NULL, NULL, NULL, &err));
     assert_int_equal(err.code, PETREL_ERR_PERMISSION);
     assert_false(mailbox_set_flags(inbox, uid, MAIL_FLAG_DELETED, NULL, &err));
@@ -453,6 +452,30 @@ static void test_append_undo_not_vetoed(void **state)
     mailbox_close(inbox);
 }
 
+/* A refusal's text becomes a reply line (IMAP NO, LMTP 452): whatever the
+ * module wrote, no CR, LF or other control character reaches the client. */
+static void test_veto_text_is_one_line(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    f->a.name = "A\r\n* BYE\tinjected";
+    f->a.veto = "save";
+    struct mailbox *inbox = open_box(f, "INBOX");
+    assert_false(mailbox_append(inbox, msg, strlen(msg), 0, NULL, 0, NULL, &err));
+    assert_string_equal(err.message, "A  * BYE injected refuses the save");
+    f->a.veto = "open";
+    assert_null(mailbox_open(f->user, f->ns, "INBOX", &err));
+    assert_null(strpbrk(err.message, "\r\n\t"));
+    f->a.veto = "folder_create";
+    assert_false(mail_folder_create(f->user, f->ns, "X", &err));
+    assert_null(strpbrk(err.message, "\r\n\t"));
+    f->a.veto = "folder_created";
+    assert_false(mail_folder_create(f->user, f->ns, "Y", &err));
+    assert_null(strpbrk(err.message, "\r\n\t"));
+    f->a.veto = NULL;
+    mailbox_close(inbox);
+}
+
 static const char *attr_of(struct fixture *f, const char *folder)
 {
     static char out[64];
@@ -508,6 +531,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_creation_undone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_undo_not_vetoed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_special_use_module, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_veto_text_is_one_line, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
