@@ -16,25 +16,33 @@
  * Vetoes: a hook before an operation returns false with `err` set to say
  * no. Nothing has been written then: no file, no index record, no byte of
  * a message. The error's code is what the client is told, mapped once per
- * front end (docs/storage.md "How a storage module plugs in"):
- *   PETREL_ERR_OVER_QUOTA   IMAP NO [OVERQUOTA], LMTP 552 5.2.2, HTTP 507
- *   PETREL_ERR_PERMISSION   IMAP NO [NOPERM],    LMTP 550 5.7.1 (set without an errno), HTTP 403
- *   PETREL_ERR_LIMIT        IMAP NO [LIMIT],     LMTP 451 4.3.0, HTTP 409
+ * front end (docs/storage.md "How a storage module plugs in"); for
+ * OVER_QUOTA the message is the reply's text too (IMAP and LMTP):
+ *   PETREL_ERR_OVER_QUOTA   IMAP NO [OVERQUOTA], LMTP 452 4.2.2, HTTP 507
+ *   PETREL_ERR_PERMISSION   IMAP NO [NOPERM],    LMTP 550 5.7.1, HTTP 403
+ *   PETREL_ERR_LIMIT        IMAP NO [LIMIT],     LMTP 552 5.3.4, HTTP 409
  *   PETREL_ERR_UNAVAILABLE  IMAP NO [UNAVAILABLE], LMTP 451 4.3.2, HTTP 503
  * and the other codes as the storage's own errors are mapped.
+ *
+ * A module that says no must set `err` (the front end replies from it).
  *
  * Hooks after an operation cannot undo it (the change is committed); a
  * failure there is the module's to log. Exception: folder_created may fail
  * when the folder's creation asked for something of that module (a special
  * use) that it could not give; the storage then removes the folder again
+ * and tells folder_deleted to the modules already told folder_created
  * (see mail_folder_create_params).
  *
  * Handles live on: IMAP keeps the selected folder open, LMTP caches open
  * folders between deliveries. mailbox_open runs when a handle is made, so
  * a rule for each operation (an ACL right to post, to expunge) belongs in
- * that operation's hook, not only in mailbox_open. A MOVE's removal from
- * its source is part of the save (kind MAIL_SAVE_MOVE, `src` given): the
- * expunge and flags hooks are not called for it.
+ * that operation's hook, not only in mailbox_open.
+ *
+ * What a module does not see as an operation of its own: the source side
+ * of a MOVE is part of the save (kind MOVE; its messages leave `src`
+ * without flags/expunge hooks), and mailbox_append_undo() (a MULTIAPPEND
+ * failing part way takes out what it had saved) asks no module, only
+ * tells the expunged hook.
  *
  * Every hook may be NULL. Hooks run on the caller's thread: a module's
  * `ctx` is shared by every thread and must be read-only after start-up or

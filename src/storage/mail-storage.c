@@ -192,6 +192,18 @@ const struct namespace_config *mail_user_namespace(const struct mail_user *user,
 
 /* ---------- hooks ---------- */
 
+/* A module's refusal is the client's reply text (IMAP, LMTP): one line of
+ * printable characters, whatever the module (or its configuration) wrote. */
+static void veto_text(struct petrel_error *err)
+{
+    if (err == NULL)
+        return;
+    for (char *c = err->message; *c != '\0'; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = ' ';
+    }
+}
+
 /* Runs hook `fn` of every module in order while they say yes. */
 #define HOOKS_BEFORE(storage, fn, ...)                                                             \
     do {                                                                                           \
@@ -200,6 +212,7 @@ const struct namespace_config *mail_user_namespace(const struct mail_user *user,
             if (e_->module->fn != NULL && !e_->module->fn(e_->ctx, __VA_ARGS__)) {                 \
                 log_debug(COMPONENT, "storage module said no", "module=%s hook=%s",                \
                           e_->module->name, #fn);                                                  \
+                veto_text(err);                                                                    \
                 return false;                                                                      \
             }                                                                                      \
         }                                                                                          \
@@ -232,19 +245,27 @@ bool mail_folder_create_with(struct mail_user *user, const struct namespace_conf
     HOOKS_BEFORE(st, folder_create, user, ns, name, params, err);
     if (!st->v->folder_create(user, ns, name, err))
         return false;
-    /* In order, and the folder goes again when one of them cannot give
-     * what the creator asked of it. */
-    for (size_t i = 0; i < st->module_count; i++) {
+    /* Innermost first, like every hook after an operation; the folder goes
+     * again when one of them cannot give what the creator asked of it, and
+     * the modules told of it already hear of its deletion, so none keeps
+     * state (a special use, an ACL) for a folder that is not there. */
+    for (size_t i = st->module_count; i-- > 0;) {
         const struct mail_storage_module_entry *e = &st->modules[i];
         if (e->module->folder_created == NULL ||
             e->module->folder_created(e->ctx, user, ns, name, params, err))
             continue;
+        veto_text(err);
         log_warn(COMPONENT, "folder creation undone", "user=%s module=%s error=\"%s\"", user->name,
                  e->module->name, err != NULL ? err->message : "");
         struct petrel_error derr;
         if (!st->v->folder_delete(user, ns, name, &derr))
             log_error(COMPONENT, "folder left behind", "user=%s folder=%s error=\"%s\"", user->name,
                       name, derr.message);
+        for (size_t k = i + 1; k < st->module_count; k++) {
+            const struct mail_storage_module_entry *told = &st->modules[k];
+            if (told->module->folder_deleted != NULL)
+                told->module->folder_deleted(told->ctx, user, ns, name);
+        }
         return false;
     }
     return true;
@@ -288,8 +309,10 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
     for (size_t i = 0; i < st->module_count; i++) {
         const struct mail_storage_module_entry *e = &st->modules[i];
         if (e->module->mailbox_open != NULL &&
-            !e->module->mailbox_open(e->ctx, user, ns, name, err))
+            !e->module->mailbox_open(e->ctx, user, ns, name, err)) {
+            veto_text(err);
             return NULL;
+        }
     }
     return st->v->mailbox_open(user, ns, name, err);
 }
@@ -384,6 +407,26 @@ bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
         return false;
     HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
     return true;
+}
+
+bool mailbox_append_undo(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                         struct petrel_error *err)
+{
+    struct mail_storage *st = box_storage(box);
+    if (uid_count == 0)
+        return true;
+    /* Not asked: taking out what the modules let in must not depend on
+     * them (a user may append without the right to expunge). Told: a quota
+     * gives the bytes back. */
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_DELETED};
+    uint32_t *gone = NULL;
+    size_t gone_count = 0;
+    bool ok = st->v->update_flags(box, uids, uid_count, &del, NULL, NULL, NULL, NULL, err) &&
+              st->v->expunge(box, uids, uid_count, &gone, &gone_count, err);
+    if (gone_count > 0)
+        HOOKS_AFTER(st, expunged, box, gone, gone_count);
+    free(gone);
+    return ok;
 }
 
 /* ---------- expunge and flags ---------- */

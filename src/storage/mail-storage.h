@@ -203,6 +203,13 @@ int mail_user_spool_open(struct mail_user *user, struct petrel_error *err);
 bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
                          uint64_t offset, uint64_t len, uint32_t flags, const char *const *keywords,
                          int64_t internal_date, uint32_t *uid_out, struct petrel_error *err);
+/* Takes out again messages the caller appended to `box` a moment ago (a
+ * MULTIAPPEND that failed part way, RFC 3502 all or nothing): marked
+ * \Deleted and expunged without asking the storage modules (what they let
+ * in may always go again), which are told (expunged hook). Per-message
+ * failures are logged and skipped, as by mailbox_expunge(). */
+bool mailbox_append_undo(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                         struct petrel_error *err);
 /* Expunges \Deleted messages (only `uids` when given). Per-message failures
  * are logged and skipped; *expunged (caller frees) lists what went. */
 bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count,

@@ -710,6 +710,35 @@ def test_subscriptions_migrate_refused_where_nothing_to_migrate(shared_store):
     s.error("subscriptions/migrate", {"user": "alice", "namespace": "shared", "apply": "yes"}, 400)
 
 
+def test_subscriptions_migration_keeps_sources_when_the_merge_fails(shared_store):
+    """The old files go only after every row is in the user's file: when
+    writing that file fails (here its lock cannot be taken: a directory
+    stands in its place), both sources stay as they were, and a later
+    migrate folds them in."""
+    s = shared_store
+    ns_root = s.tmp / "shared" / "alice"
+    ns_root.mkdir(parents=True)
+    old_a = "V\t2\n\nbob\tInbox\n"
+    old_b = "V\t2\n\ncarol\tNews\n"
+    (ns_root / "subscriptions").write_text(old_a)
+    s.root().mkdir(parents=True)
+    (s.root() / "subscriptions.shared").write_text(old_b)
+    lock = s.root() / "subscriptions.lock"
+    lock.mkdir()
+    r = s.raw("subscriptions/migrate", {"user": "alice", "namespace": "shared", "apply": True})
+    assert r.status >= 500, r
+    assert (ns_root / "subscriptions").read_text() == old_a
+    assert (s.root() / "subscriptions.shared").read_text() == old_b
+    assert not (s.root() / "subscriptions").exists()
+    lock.rmdir()
+    done = s.call("subscriptions/migrate", {"user": "alice", "namespace": "shared",
+                                            "apply": True})
+    assert done["folded"] == 2
+    assert sorted(subs(s, namespace="shared")) == ["bob/Inbox", "carol/News"]
+    assert not (ns_root / "subscriptions").exists()
+    assert not (s.root() / "subscriptions.shared").exists()
+
+
 # ---------------------------------------------------------------- special use
 
 def test_specialuse_list_get_set_delete(store):

@@ -9,8 +9,11 @@ that veto through the storage's hook and answer with its own protocol's
 error, and nothing may be left on disk:
 
   IMAP APPEND (small, and a large literal saved from its spool file),
-  COPY, MOVE                  NO [OVERQUOTA]
-  LMTP delivery               552 5.2.2 for alice, 250 for bob in the same DATA
+  MULTIAPPEND, CATENATE, COPY, MOVE
+                              NO [OVERQUOTA] <the module's text>
+  LMTP delivery               452 4.2.2 <the module's text> for alice (over
+                              quota is temporary: docs/spec 3), 250 for bob
+                              in the same DATA
   API mail/append             HTTP 507
 
 bob, not named by the switch, saves as before; alice's reads, flag changes
@@ -103,6 +106,8 @@ def test_imap_append_refused_with_overquota(vetod, tmp_path):
     before = sorted(f.name for f in message_files(tmp_path, "alice"))
     typ, data = m.append("INBOX", None, None, MSG)
     assert typ == "NO" and data[0].startswith(b"[OVERQUOTA]"), (typ, data)
+    # The reply's text is the module's (a quota's quota_exceeded_message).
+    assert b"saves of alice are refused" in data[0], data
     # A literal large enough to be spooled is saved from its file: the same
     # hook refuses it before the file becomes a message.
     big = MSG + b"x" * 200 + b"\r\n" + (b"y" * 998 + b"\r\n") * 300
@@ -173,8 +178,9 @@ def test_lmtp_delivery_refused_per_recipient(vetod, tmp_path):
     c = client(vetod)
     out = deliver(c, ["alice@example.org", "bob@example.org"], msg=MSG)
     c.quit()
-    assert out["alice@example.org"][0] == 552, out
-    assert out["alice@example.org"][1].startswith(b"5.2.2"), out
+    assert out["alice@example.org"][0] == 452, out
+    assert out["alice@example.org"][1].startswith(b"4.2.2"), out
+    assert b"saves of alice are refused" in out["alice@example.org"][1], out
     assert out["bob@example.org"][0] == 250, out
     # alice has only the seed; bob got the message.
     assert len(message_files(tmp_path, "alice")) == 1
@@ -199,3 +205,45 @@ def test_api_mail_append_refused_507(vetod, tmp_path):
     assert len(message_files(tmp_path, "alice")) == 1
     assert len(message_files(tmp_path, "bob")) == 1
     assert refusals(vetod) == [(0, 1, len(MSG))]
+
+
+def raw_imap(d):
+    """A raw connection logged in as alice: cmd(line) -> the tagged reply."""
+    host, port = d.config["imap"]["listen"][0].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    f = s.makefile("rb")
+    f.readline()  # greeting
+
+    def cmd(line):
+        tag = line.split(b" ", 1)[0]
+        s.sendall(line + b"\r\n")
+        while True:
+            got = f.readline()
+            assert got, "connection closed"
+            if got.startswith(tag + b" "):
+                return got
+
+    assert cmd(b"a LOGIN alice wonderland").startswith(b"a OK")
+    return s, cmd
+
+
+def test_imap_multiappend_and_catenate_refused(vetod, tmp_path):
+    """MULTIAPPEND (RFC 3502) is refused as a whole and CATENATE (RFC 4469)
+    like any APPEND: NO [OVERQUOTA], nothing on disk."""
+    m = imap(vetod)
+    m.select("INBOX")
+    m.logout()
+    before = sorted(f.name for f in message_files(tmp_path, "alice"))
+    s, cmd = raw_imap(vetod)
+    line = (b"b APPEND INBOX {%d+}\r\n" % len(MSG) + MSG +
+            b" (\\Seen) {%d+}\r\n" % len(MSG) + MSG)
+    assert cmd(line).startswith(b"b NO [OVERQUOTA]")
+    line = (b"c APPEND INBOX CATENATE (URL \"/INBOX/;UID=1\" TEXT {%d+}\r\n" % len(MSG) + MSG +
+            b")")
+    assert cmd(line).startswith(b"c NO [OVERQUOTA]")
+    assert cmd(b"d LOGOUT").startswith(b"d OK")
+    s.close()
+    assert sorted(f.name for f in message_files(tmp_path, "alice")) == before
+    # The first message of the MULTIAPPEND was refused (nothing to take out
+    # again); CATENATE's hook saw the whole built message.
+    assert refusals(vetod) == [(0, 1, len(MSG)), (0, 1, len(SEED) + len(MSG))]

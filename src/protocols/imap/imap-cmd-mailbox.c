@@ -52,8 +52,9 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
         imap_reply_no(s, "[LIMIT] %s", err->message);
         return;
     case PETREL_ERR_OVER_QUOTA:
-        /* A storage module's refusal (quota); the module logs the details. */
-        imap_reply_no(s, "[OVERQUOTA] Quota exceeded (mailbox for user is full).");
+        /* A storage module's refusal (quota), in the module's words: the
+         * text a quota configures (quota_exceeded_message, docs/spec 3). */
+        imap_reply_no(s, "[OVERQUOTA] %s", err->message);
         return;
     default:
         break;

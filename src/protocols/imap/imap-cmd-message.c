@@ -1281,17 +1281,10 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     bool failed = !ok || bad != NULL || no != NULL;
     /* The UIDVALIDITY the new UIDs were given under, as committed. */
     uint32_t uid_validity = mailbox_handle_uid_validity(box);
-    if (failed && added_count > 0) {
-        struct mailbox_flags_update del = {MAILBOX_FLAGS_ADD, MAIL_FLAG_DELETED, NULL, 0};
-        struct petrel_error rb;
-        uint32_t *gone = NULL;
-        size_t gone_count = 0;
-        if (!mailbox_update_flags(box, added, added_count, &del, NULL, NULL, NULL, NULL, &rb) ||
-            !mailbox_expunge(box, added, added_count, &gone, &gone_count, &rb))
-            log_error(IMAP_COMPONENT, "APPEND rollback failed", "session=%s error=\"%s\"", s->io.id,
-                      rb.message);
-        free(gone);
-    }
+    struct petrel_error rb;
+    if (failed && !mailbox_append_undo(box, added, added_count, &rb))
+        log_error(IMAP_COMPONENT, "APPEND rollback failed", "session=%s error=\"%s\"", s->io.id,
+                  rb.message);
     if (!selected)
         mailbox_close(box);
     if (bad != NULL)

@@ -273,11 +273,15 @@ static void reply_per_recipient(struct lmtp_session *s, const struct lmtp_delive
         else if (dr->err.code == PETREL_ERR_UNAVAILABLE)
             lmtp_reply(s, "451 4.3.2 <%s> Service shutting down, try again later", r->name.address);
         else if (dr->err.code == PETREL_ERR_OVER_QUOTA)
-            /* A storage module's refusal (RFC 3463 5.2.2), in Dovecot's
-             * words; the module logs the details. */
-            lmtp_reply(s, "552 5.2.2 <%s> Quota exceeded (mailbox for user is full)",
-                       r->name.address);
-        else if (dr->err.code == PETREL_ERR_PERMISSION && dr->err.sys_errno == 0)
+            /* A storage module's refusal: over quota is temporary (the
+             * user may make room; docs/spec 3 "LMTP delivery over quota:
+             * 452"), RFC 3463 4.2.2 mailbox full, in the module's words. */
+            lmtp_reply(s, "452 4.2.2 <%s> %s", r->name.address, dr->err.message);
+        else if (dr->err.code == PETREL_ERR_LIMIT)
+            /* A storage limit this message cannot fit (RFC 3463 5.3.4);
+             * trying again will not help. */
+            lmtp_reply(s, "552 5.3.4 <%s> Message exceeds a storage limit", r->name.address);
+        else if (lmtp_delivery_permanent(&dr->err))
             /* A storage module's refusal (an ACL), not a file system's. */
             lmtp_reply(s, "550 5.7.1 <%s> Delivery not authorized", r->name.address);
         else

@@ -75,6 +75,12 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
     r->seconds = elapsed(&t0);
 }
 
+bool lmtp_delivery_permanent(const struct petrel_error *err)
+{
+    return err->code == PETREL_ERR_LIMIT ||
+           (err->code == PETREL_ERR_PERMISSION && err->sys_errno == 0);
+}
+
 void lmtp_deliver(struct mail_storage *storage, struct lmtp_folder_cache *folders,
                   struct lmtp_delivery *d)
 {

@@ -53,6 +53,10 @@ struct lmtp_delivery {
 
 /* Delivers to every recipient, filling in their results, through the
  * folders this thread keeps open (`folders`, on `storage`). */
+/* Whether a recipient's storage error is a permanent refusal (5xx: a
+ * module's LIMIT, or its PERMISSION rather than a file system's); anything
+ * else is answered and counted as a temporary failure. */
+bool lmtp_delivery_permanent(const struct petrel_error *err);
 void lmtp_deliver(struct mail_storage *storage, struct lmtp_folder_cache *folders,
                   struct lmtp_delivery *d);
 

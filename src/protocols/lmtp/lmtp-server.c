@@ -137,14 +137,20 @@ static void folder_sweep_start(struct lmtp_server *srv)
 static void job_account(struct lmtp_server *srv, const struct lmtp_delivery *d,
                         const char *session_id)
 {
-    static const char *const ok[] = {"ok"}, *const tempfail[] = {"tempfail"};
+    static const char *const ok[] = {"ok"}, *const tempfail[] = {"tempfail"},
+                             *const permfail[] = {"permfail"};
     for (size_t i = 0; i < d->rcpt_count; i++) {
         const struct lmtp_delivery_rcpt *r = &d->rcpts[i];
         char addr[300];
         char user[300];
         log_quote(addr, sizeof(addr), r->address);
         log_quote(user, sizeof(user), r->username);
-        metric_add(metric_series_get(srv->ctx.m.deliveries, r->ok ? ok : tempfail), 1);
+        const char *const *result = tempfail;
+        if (r->ok)
+            result = ok;
+        else if (lmtp_delivery_permanent(&r->err))
+            result = permfail;
+        metric_add(metric_series_get(srv->ctx.m.deliveries, result), 1);
         metric_observe(srv->ctx.m.delivery_seconds, r->seconds);
         if (r->ok) {
             char folder[300];

@@ -11,7 +11,6 @@
 #include "services/auth/auth-client.h"
 #include "services/quota-status/policy-recipient.h"
 #include "services/quota-status/policy-request.h"
-#include "storage/fileindex/fileindex.h"
 #include "storage/quota/quota-limits.h"
 #include "storage/quota/quota-rule.h"
 #include "storage/quota/quota-usage.h"
@@ -308,7 +307,7 @@ struct quota_status_service *quota_status_service_start(const struct service_env
     svc->cfg = cfg;
     svc->storage = storage;
     metrics_init(svc, env->metrics);
-    svc->usage_cache = fileindex_usage_cache_new(USAGE_CACHE_FOLDERS);
+    svc->usage_cache = quota_usage_cache_new(USAGE_CACHE_FOLDERS);
     const struct quota_status_config *s = &cfg->status;
     svc->auth = auth_client_new(env->base, s->auth_addr, s->auth_timeout_ms, err);
     if (svc->auth == NULL)
@@ -369,6 +368,6 @@ void quota_status_service_free(struct quota_status_service *s)
         return;
     line_server_free(svc->server); /* every connection: their lookups cancelled */
     auth_client_free(svc->auth);
-    fileindex_usage_cache_free(svc->usage_cache);
+    quota_usage_cache_free(svc->usage_cache);
     free(svc);
 }

@@ -1,6 +1,8 @@
 /* A user's quota usage summed over folders (quota-usage.h). */
 #include "storage/quota/quota-usage.h"
 
+#include "storage/fileindex/fileindex.h"
+
 #include <string.h>
 
 static bool sum(struct mail_user *user, const struct quota_rules *rules, bool recalc,
@@ -58,4 +60,14 @@ bool quota_usage_recalc(struct mail_user *user, const struct quota_rules *rules,
                         struct quota_usage *out, struct petrel_error *err)
 {
     return sum(user, rules, true, NULL, out, err);
+}
+
+struct fileindex_usage_cache *quota_usage_cache_new(size_t folders)
+{
+    return fileindex_usage_cache_new(folders);
+}
+
+void quota_usage_cache_free(struct fileindex_usage_cache *cache)
+{
+    fileindex_usage_cache_free(cache);
 }

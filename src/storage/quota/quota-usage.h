@@ -14,6 +14,13 @@
 
 #include <stdbool.h>
 
+/* A cache of folder aggregates for a long-lived reader (quota-status),
+ * holding at most `folders` folders; checked against the index files on
+ * each use, so never stale. The storage API's name for the fileindex's
+ * cache, so that callers outside the storage need not reach into it. */
+struct fileindex_usage_cache *quota_usage_cache_new(size_t folders);
+void quota_usage_cache_free(struct fileindex_usage_cache *cache);
+
 /* Sums the user's folders into *out, through `cache` when not NULL
  * (fileindex_usage_cache: never stale). A folder that disappears while
  * being counted is skipped; any other failure (IO, damage that cannot be
