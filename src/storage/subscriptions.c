@@ -20,11 +20,11 @@
  * skipped; the next write drops them, as Dovecot does. */
 #include "storage/subscriptions.h"
 
-#include "core/utf8.h"
-
+#include "core/bsearch-insert.h"
 #include "core/buf.h"
 #include "core/fs-util.h"
 #include "core/log.h"
+#include "core/utf8.h"
 #include "core/xalloc.h"
 #include "storage/mailbox-name.h"
 
@@ -48,24 +48,16 @@ static const char v2_header[] = "V\t2\n\n";
 
 /* ---------- the sorted set ---------- */
 
+static int name_cmp(const void *key, const void *element)
+{
+    return strcmp(key, *(char *const *)element);
+}
+
 /* Index where `name` is or would go; *found says which. */
 static size_t find_pos(const struct subscriptions *subs, const char *name, bool *found)
 {
-    size_t lo = 0, hi = subs->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(subs->names[mid], name);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
+    return bsearch_insert_pos(name, subs->names, subs->count, sizeof(subs->names[0]), name_cmp,
+                              found);
 }
 
 /* Inserts a copy; false when it was there. */

@@ -1,6 +1,7 @@
 /* Access control lists of folders (see acl-list.h). */
 #include "storage/acl/acl-list.h"
 
+#include "core/bsearch-insert.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
@@ -89,24 +90,16 @@ int acl_id_compare(const struct acl_id *a, const struct acl_id *b)
     return (int)a->negative - (int)b->negative;
 }
 
+static int entry_cmp(const void *key, const void *element)
+{
+    return acl_id_compare(key, &((const struct acl_entry *)element)->id);
+}
+
 /* Index of `id`, or of where it would go (with *found false). */
 static size_t find_pos(const struct acl_list *list, const struct acl_id *id, bool *found)
 {
-    size_t lo = 0, hi = list->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = acl_id_compare(&list->entries[mid].id, id);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *found = false;
-    return lo;
+    return bsearch_insert_pos(id, list->entries, list->count, sizeof(list->entries[0]), entry_cmp,
+                              found);
 }
 
 const struct acl_entry *acl_list_find(const struct acl_list *list, const struct acl_id *id)
