@@ -17,6 +17,7 @@
 #include "protocols/imap/imap-search.h"
 #include "protocols/imap/imap-seqset.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,59 @@ static char *body_name(const struct imap_fetch_body *b)
     struct buf out = {0};
     imap_fetch_body_name(b, &out);
     return buf_steal(&out);
+}
+
+static const char *formatted(const struct imap_seqset *set)
+{
+    static char out[256];
+    struct buf b = {0};
+    imap_seqset_format(set, &b);
+    snprintf(out, sizeof(out), "%s", buf_cstr(&b));
+    buf_free(&b);
+    return out;
+}
+
+/* imap_seqset_add keeps the set sorted and merged whatever the order;
+ * numbers added one by one in ascending order extend the last range in
+ * place (a mass expunge's VANISHED: 200,000 UIDs must not sort 200,000
+ * times). */
+static void test_seqset_add(void **state)
+{
+    (void)state;
+    struct imap_seqset set = {0};
+    for (uint32_t uid = 1; uid <= 200000; uid++)
+        imap_seqset_add(&set, uid, uid);
+    assert_int_equal(set.count, 1);
+    assert_string_equal(formatted(&set), "1:200000");
+    imap_seqset_clear(&set);
+    /* runs with gaps (UIDs 1 2, 4 5, 7 8, ...): each second UID touches the
+     * last of many ranges, which used to sort the whole set */
+    for (uint32_t k = 0; k < 100000; k++) {
+        imap_seqset_add(&set, 3 * k + 1, 3 * k + 1);
+        imap_seqset_add(&set, 3 * k + 2, 3 * k + 2);
+    }
+    assert_int_equal(set.count, 100000);
+    assert_int_equal(set.ranges[99999].lo, 299998);
+    assert_int_equal(set.ranges[99999].hi, 299999);
+    imap_seqset_clear(&set);
+    for (uint32_t uid = 1; uid <= 200000; uid++)
+        imap_seqset_add(&set, uid, uid);
+    imap_seqset_add(&set, 200002, 200002); /* a gap: a new range */
+    imap_seqset_add(&set, 200001, 200001); /* fills it: one range again */
+    assert_string_equal(formatted(&set), "1:200002");
+    imap_seqset_clear(&set);
+    static const uint32_t order[][2] = {{10, 12}, {20, 20}, {13, 13}, {5, 6}, {21, 25},
+                                        {7, 9},  {30, 31}, {24, 29}, {1, 1}};
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+        imap_seqset_add(&set, order[i][0], order[i][1]);
+    assert_string_equal(formatted(&set), "1,5:13,20:31");
+    imap_seqset_add(&set, 40, UINT32_MAX);
+    imap_seqset_add(&set, 50, 60); /* inside the open-ended last range */
+    imap_seqset_add(&set, UINT32_MAX, UINT32_MAX);
+    assert_string_equal(formatted(&set), "1,5:13,20:31,40:4294967295");
+    imap_seqset_add(&set, 14, 39); /* joins everything from 5 */
+    assert_string_equal(formatted(&set), "1,5:4294967295");
+    imap_seqset_free(&set);
 }
 
 static void test_fetch_items(void **state)
@@ -586,6 +640,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seqset_parse),
         cmocka_unit_test(test_seqset_use),
+        cmocka_unit_test(test_seqset_add),
         cmocka_unit_test(test_fetch_items),
         cmocka_unit_test(test_search_rfc_examples),
         cmocka_unit_test(test_search_every_key),

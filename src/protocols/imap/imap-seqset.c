@@ -59,11 +59,21 @@ void imap_seqset_add(struct imap_seqset *set, uint32_t lo, uint32_t hi)
     append_range(set, lo, hi);
     if (set->count == before || before == 0)
         return;
-    const struct imap_seq_range *prev = &set->ranges[before - 1];
+    struct imap_seq_range *prev = &set->ranges[before - 1];
     const struct imap_seq_range *added = &set->ranges[before];
     /* Appending in ascending order (the common case) needs no sort. */
-    if (prev->hi == UINT32_MAX || added->lo <= prev->hi + 1)
-        normalise(set);
+    if (prev->hi != UINT32_MAX && added->lo > prev->hi + 1)
+        return;
+    /* Touching or overlapping the last range only (the set is sorted and
+     * merged, so that range is the highest): extend it. Adding UIDs one by
+     * one (VANISHED of a mass expunge) stays linear this way. */
+    if (added->lo >= prev->lo) {
+        if (added->hi > prev->hi)
+            prev->hi = added->hi;
+        set->count--;
+        return;
+    }
+    normalise(set);
 }
 
 /* One seq-number: nz-number or '*'. */
