@@ -5,8 +5,8 @@
  * message is then recent once more), and so needs neither an index
  * transaction record nor an fsync.
  *
- * The file is rewritten in place (pwrite at offset 0 under the folder
- * lock), not replaced by a renamed copy: a claim follows every APPEND of a
+ * The file is rewritten in place (pwrite at offset 0 under the file's own
+ * flock), not replaced by a renamed copy: a claim follows every APPEND of a
  * session that has the folder selected, and a new file per claim cost an
  * inode allocation and a directory update each time. A record is
  * "<10 digits> <crc32c as 8 hex digits>\n", all records the same length,
@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #define MAILDIR_RECENT "petrel-recent"
@@ -65,9 +65,11 @@ static uint32_t parse_record(const char *data, size_t len)
 }
 
 /* The stored mark; 1 (every message recent once) when there is none or it
- * cannot be read. */
-static uint32_t read_mark(struct mailbox *box)
+ * cannot be read (*damaged then says whether a file is there but holds no
+ * valid record: the next write must cut it to one record). */
+static uint32_t read_mark_checked(struct mailbox *box, bool *damaged)
 {
+    *damaged = false;
     int fd = recent_fd(box, false);
     if (fd < 0)
         return 1;
@@ -82,10 +84,17 @@ static uint32_t read_mark(struct mailbox *box)
         if (v != 0)
             return v;
     }
-    return 1; /* damaged, not racing a writer */
+    *damaged = true; /* not racing a writer */
+    return 1;
 }
 
-static bool write_mark(struct mailbox *box, uint32_t mark, struct petrel_error *err)
+static uint32_t read_mark(struct mailbox *box)
+{
+    bool damaged;
+    return read_mark_checked(box, &damaged);
+}
+
+static bool write_mark(struct mailbox *box, uint32_t mark, bool damaged, struct petrel_error *err)
 {
     int fd = recent_fd(box, true);
     if (fd < 0)
@@ -105,8 +114,7 @@ static bool write_mark(struct mailbox *box, uint32_t mark, struct petrel_error *
     /* A damaged file longer than a record would stay unreadable under the
      * record written over its start, and every message recent at every
      * SELECT from then on: cut it to the record. */
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size > RECORD_LEN && ftruncate(fd, RECORD_LEN) != 0)
+    if (damaged && ftruncate(fd, RECORD_LEN) != 0)
         return petrel_error_set_errno(err, errno, "cannot truncate %s/%s: %s", box->dir,
                                       MAILDIR_RECENT, strerror(errno));
     return true;
@@ -120,24 +128,36 @@ uint32_t mailbox_recent_peek(struct mailbox *box)
 bool mailbox_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
                           struct petrel_error *err)
 {
-    /* Nothing new since the mark as the handle last read the index (the
-     * caller has just synced it): no lock needed, the common SELECT. */
+    /* The handle's view has just been synced by the caller: it claims what
+     * it has seen, up to its next UID. Nothing new since the mark: no lock,
+     * the common SELECT. */
     uint32_t seen_next = fileindex_get_header(box->index)->next_uid;
     uint32_t seen_mark = read_mark(box);
     if (seen_mark >= seen_next) {
         *first = *until = seen_mark;
         return true;
     }
-    /* The folder lock orders claims: two sessions never both take a UID. */
-    struct fileindex_txn *txn = fileindex_begin(box->index, err);
-    if (txn == NULL)
-        return false;
-    uint32_t next = fileindex_get_header(box->index)->next_uid;
-    uint32_t mark = read_mark(box);
+    /* A lock on the mark file orders claims (two sessions never both take
+     * a UID; the mark only grows). It is the file's own lock, not the
+     * folder's: a claim follows each of a session's own APPENDs, and
+     * taking the folder lock would also bring the index up to date. */
+    int fd = recent_fd(box, true);
+    if (fd < 0)
+        return petrel_error_set_errno(err, errno, "cannot open %s/%s: %s", box->dir,
+                                      MAILDIR_RECENT, strerror(errno));
+    int rc;
+    do
+        rc = flock(fd, LOCK_EX);
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0)
+        return petrel_error_set_errno(err, errno, "cannot lock %s/%s: %s", box->dir,
+                                      MAILDIR_RECENT, strerror(errno));
+    bool damaged;
+    uint32_t mark = read_mark_checked(box, &damaged);
     *first = mark;
-    *until = next > mark ? next : mark;
-    bool ok = next <= mark || write_mark(box, next, err);
-    fileindex_txn_rollback(txn);
+    *until = seen_next > mark ? seen_next : mark;
+    bool ok = seen_next <= mark || write_mark(box, seen_next, damaged, err);
+    (void)flock(fd, LOCK_UN);
     return ok;
 }
 
