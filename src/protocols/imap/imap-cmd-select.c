@@ -359,10 +359,14 @@ void imap_selected_sync(struct imap_session *s)
         recent_take(s);
     if (ch.new_count > 0 || ch.expunged_count > 0)
         buf_printf(&out, "* %u EXISTS\r\n", ch.exists);
-    uint32_t recent = recent_in_view(s);
-    if (recent != s->recent_reported) /* as Dovecot: only a change */
-        buf_printf(&out, "* %u RECENT\r\n", recent);
-    s->recent_reported = recent;
+    /* The count moves only with messages coming or going (new ones are
+     * claimed just above): most syncs find neither. */
+    if (ch.new_count > 0 || ch.expunged_count > 0) {
+        uint32_t recent = recent_in_view(s);
+        if (recent != s->recent_reported) /* as Dovecot: only a change */
+            buf_printf(&out, "* %u RECENT\r\n", recent);
+        s->recent_reported = recent;
+    }
     if (out.len > 0)
         imap_send_raw(s, out.data, out.len);
     buf_reset(&out);
