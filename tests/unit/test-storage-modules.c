@@ -523,6 +523,27 @@ static void test_special_use_module(void **state)
     assert_log(f, "");
 }
 
+/* A sibling handle (another thread's: IMAP workers, LMTP delivery threads)
+ * runs the same modules, after the storage's own special-use module. */
+static void test_sibling_carries_modules(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    struct mail_storage *sib = mail_storage_new_sibling(f->storage, NULL);
+    struct mail_user *u = mail_user_get(sib, "alice", &err);
+    assert_non_null(u);
+    struct mail_folder_create_params params = {.special_use = "\\Archive"};
+    assert_true(mail_folder_create_with(u, f->ns, "Kept", &params, &err));
+    assert_log(f, "A:folder_create B:folder_create B:folder_created A:folder_created ");
+    const char *attr = NULL;
+    enum special_use_source source;
+    struct special_use_list scratch;
+    assert_true(special_use_get(u, "Kept", &attr, &source, &scratch, &err));
+    assert_string_equal(attr, "\\Archive");
+    special_use_list_free(&scratch);
+    mail_storage_free(sib);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_append_undo_not_vetoed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_special_use_module, setup, teardown),
         cmocka_unit_test_setup_teardown(test_veto_text_is_one_line, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sibling_carries_modules, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
