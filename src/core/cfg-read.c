@@ -29,6 +29,13 @@ bool cfg_fail(const struct cfg_ctx *ctx, const struct ynode *node, const char *p
     return petrel_error_set(ctx->err, PETREL_ERR_INVALID, "%s: %s%s%s", ctx->file, path, sep, msg);
 }
 
+bool cfg_fail_key(const struct cfg_ctx *ctx, const struct ynode *section, const char *key,
+                  const char *path, const char *msg)
+{
+    const struct ynode *at = ynode_get(section, key);
+    return cfg_fail(ctx, at != NULL ? at : section, path, "%s", msg);
+}
+
 static void join_path(char *dst, size_t size, const char *path, const char *key)
 {
     if (path == NULL || *path == '\0')

@@ -24,6 +24,11 @@ struct cfg_ctx {
 bool cfg_fail(const struct cfg_ctx *ctx, const struct ynode *node, const char *path,
               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* As cfg_fail, at the line of `key` in the map `section` when it is there
+ * (a key present but wrong), else at the section (a key missing). */
+bool cfg_fail_key(const struct cfg_ctx *ctx, const struct ynode *section, const char *key,
+                  const char *path, const char *msg);
+
 /* Ensures `node` is a map (NULL counts as an empty map). */
 bool cfg_expect_map(const struct cfg_ctx *ctx, const struct ynode *node, const char *path);
 /* Fails on the first key of `map` not in the NULL-terminated `allowed` list. */

@@ -41,11 +41,9 @@ void warden_config_free(struct warden_config *cfg)
 static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                                size_t count)
 {
-    if (count == 0 && required) {
-        const struct ynode *at = ynode_get(node, "listen");
-        return cfg_fail(ctx, at != NULL ? at : node, SECTION ".listen",
-                        "the warden component needs an address to listen on");
-    }
+    if (count == 0 && required)
+        return cfg_fail_key(ctx, node, "listen", SECTION ".listen",
+                            "the warden component needs an address to listen on");
     return true;
 }
 

@@ -289,16 +289,12 @@ static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, boo
         !cfg_string(ctx, node, p, "username_format", &s->username_format) ||
         !check_username_format(ctx, node, s->username_format))
         return false;
-    if (required && listen_count == 0) {
-        const struct ynode *at = ynode_get(node, "listen");
-        return cfg_fail(ctx, at != NULL ? at : node, STATUS_SECTION ".listen",
-                        "the quota-status component needs an address to listen on");
-    }
-    if (required && s->auth_addr[0] == '\0') {
-        const struct ynode *at = ynode_get(node, "auth_addr");
-        return cfg_fail(ctx, at != NULL ? at : node, STATUS_SECTION ".auth_addr",
-                        "the quota-status component needs the auth service's address");
-    }
+    if (required && listen_count == 0)
+        return cfg_fail_key(ctx, node, "listen", STATUS_SECTION ".listen",
+                            "the quota-status component needs an address to listen on");
+    if (required && s->auth_addr[0] == '\0')
+        return cfg_fail_key(ctx, node, "auth_addr", STATUS_SECTION ".auth_addr",
+                            "the quota-status component needs the auth service's address");
     return true;
 }
 
