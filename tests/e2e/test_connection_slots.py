@@ -21,18 +21,40 @@ CAP = 3
 ROUNDS = CAP + 1  # a slot lost per close has locked the address out by then
 
 
-def served_imap(addr):
-    """127.0.0.1 gets a greeting (not the per-address BYE)."""
+def answered(addr, request, expect):
+    """Connects from 127.0.0.1, sends `request` (b"" for none) and says
+    whether the first line back starts with `expect`; False when refused or
+    cut off (the per-address BYE, a closed slot)."""
     try:
         s = connect_from("127.0.0.1", addr, timeout=5)
     except OSError:
         return False
     try:
-        return s.makefile("rb").readline().startswith(b"* OK")
+        if request:
+            s.sendall(request)
+        return s.makefile("rb").readline().startswith(expect)
     except OSError:
         return False
     finally:
         s.close()
+
+
+def drain_and_close(s, data=b""):
+    """Sends `data`, reads until the server closes (or the read fails),
+    then closes."""
+    try:
+        if data:
+            s.sendall(data)
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+
+
+def served_imap(addr):
+    """127.0.0.1 gets a greeting (not the per-address BYE)."""
+    return answered(addr, b"", b"* OK")
 
 
 def wait_served(check, addr, what):
@@ -42,14 +64,7 @@ def wait_served(check, addr, what):
 
 def tls_garbage(addr):
     """Connects and sends bytes that are no TLS ClientHello."""
-    s = connect_from("127.0.0.1", addr, timeout=5)
-    s.sendall(b"GET / HTTP/1.0\r\n\r\n" * 4)
-    try:
-        while s.recv(4096):
-            pass
-    except OSError:
-        pass
-    s.close()
+    drain_and_close(connect_from("127.0.0.1", addr, timeout=5), b"GET / HTTP/1.0\r\n\r\n" * 4)
 
 
 def test_imap_slots_come_back_on_every_close_path(petreld, tmp_path, pki):
@@ -91,13 +106,7 @@ def test_imap_slots_come_back_on_every_close_path(petreld, tmp_path, pki):
         f.readline()
         s.sendall(b"a STARTTLS\r\n")
         f.readline()
-        s.sendall(b"\x16\x03\x01\x00\x05hello" * 8)
-        try:
-            while s.recv(4096):
-                pass
-        except OSError:
-            pass
-        s.close()
+        drain_and_close(s, b"\x16\x03\x01\x00\x05hello" * 8)
 
     def tls_bad_handshake():
         tls_garbage(tls_addr)
@@ -137,17 +146,8 @@ def test_imap_slots_come_back_on_every_close_path(petreld, tmp_path, pki):
 
 
 def served_http(addr):
-    try:
-        s = connect_from("127.0.0.1", addr, timeout=5)
-    except OSError:
-        return False
-    try:
-        s.sendall(b"GET /api/backend/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        return s.recv(64).startswith(b"HTTP/1.1 200")
-    except OSError:
-        return False
-    finally:
-        s.close()
+    return answered(addr, b"GET /api/backend/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"HTTP/1.1 200")
 
 
 def test_http_slots_come_back_on_every_close_path(petreld):
@@ -156,14 +156,7 @@ def test_http_slots_come_back_on_every_close_path(petreld):
     api = d.backend
 
     def bad_request():
-        s = connect_from("127.0.0.1", api)
-        s.sendall(b"GARBAGE\r\n\r\n")
-        try:
-            while s.recv(4096):
-                pass
-        except OSError:
-            pass
-        s.close()
+        drain_and_close(connect_from("127.0.0.1", api), b"GARBAGE\r\n\r\n")
 
     def reset_mid_body():
         s = connect_from("127.0.0.1", api)
@@ -186,17 +179,7 @@ def test_http_slots_come_back_on_every_close_path(petreld):
 
 
 def served_auth(addr):
-    try:
-        s = connect_from("127.0.0.1", addr, timeout=5)
-    except OSError:
-        return False
-    try:
-        s.sendall(b"VERIFY\t1\talice\twonderland\tservice=imap\n")
-        return s.makefile("rb").readline().startswith(b"OK")
-    except OSError:
-        return False
-    finally:
-        s.close()
+    return answered(addr, b"VERIFY\t1\talice\twonderland\tservice=imap\n", b"OK")
 
 
 def test_auth_slots_come_back_on_every_close_path(petreld, tmp_path):
@@ -207,24 +190,12 @@ def test_auth_slots_come_back_on_every_close_path(petreld, tmp_path):
     assert served_auth(addr)
 
     def line_too_long():
-        s = connect_from("127.0.0.1", addr)
-        try:
-            s.sendall(b"x" * 200000)
-            while s.recv(4096):
-                pass
-        except OSError:
-            pass
-        s.close()
+        drain_and_close(connect_from("127.0.0.1", addr), b"x" * 200000)
 
     def handshake_timeout():
         s = connect_from("127.0.0.1", addr)
         s.settimeout(5)
-        try:
-            while s.recv(4096):
-                pass
-        except OSError:
-            pass
-        s.close()
+        drain_and_close(s)
 
     for path in (line_too_long, handshake_timeout):
         for _ in range(ROUNDS):
