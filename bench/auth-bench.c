@@ -11,7 +11,7 @@
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
-#include "services/auth/auth-protocol.h"
+#include "clients/auth/auth-protocol.h"
 
 #include <errno.h>
 #include <poll.h>

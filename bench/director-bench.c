@@ -14,7 +14,7 @@
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <errno.h>
 #include <poll.h>

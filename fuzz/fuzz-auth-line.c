@@ -1,4 +1,4 @@
-/* libFuzzer target: the auth line protocol (services/auth/auth-protocol.h).
+/* libFuzzer target: the auth line protocol (clients/auth/auth-protocol.h).
  * The input is what a peer sent on an auth connection; it is cut at each LF
  * the way the server and the client read it, and every piece goes through:
  *   1. auth_line_parse() from an exact-size copy (plus the LF's place);
@@ -13,8 +13,8 @@
  *      them, the entry written with auth_line_add_userdb() and read back is
  *      the same entry; when it refuses, it says why. */
 #include "core/buf.h"
-#include "services/auth/auth-protocol.h"
-#include "services/auth/userdb.h"
+#include "clients/auth/auth-protocol.h"
+#include "clients/auth/userdb.h"
 
 #include <assert.h>
 #include <stdint.h>

@@ -26,9 +26,9 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-sync.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 #include "services/director/ring-hash.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <assert.h>
 #include <event2/event.h>

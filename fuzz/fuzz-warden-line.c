@@ -1,4 +1,4 @@
-/* libFuzzer target: the warden line protocol (services/warden/warden-protocol.h)
+/* libFuzzer target: the warden line protocol (clients/warden/warden-protocol.h)
  * and, behind it, the session registry and penalty table it drives.
  * The input is what peers sent on warden connections; it is cut at each LF
  * the way both sides read it, and every piece goes through:
@@ -21,7 +21,7 @@
  *      and the limits hold. */
 #include "core/buf.h"
 #include "services/warden/warden-penalty.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 #include "services/warden/warden-registry.h"
 
 #include <assert.h>

@@ -13,9 +13,9 @@
 #include "core/buf.h"
 #include "core/json-util.h"
 #include "net/sockaddr.h"
-#include "services/auth/auth-protocol.h"
-#include "services/auth/password-scheme.h"
-#include "services/auth/userdb.h"
+#include "clients/auth/auth-protocol.h"
+#include "clients/auth/password-scheme.h"
+#include "clients/auth/userdb.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -2,6 +2,8 @@
 
 #include "core/log.h"
 #include "core/metrics.h"
+#include "clients/auth/auth-penalty.h"
+#include "clients/warden/warden-penalty-store.h"
 #include "core/xalloc.h"
 #include "net/readiness.h"
 #include "net/tls.h"
@@ -17,7 +19,7 @@
 #include "services/director/director-service.h"
 #include "services/monitor/monitor-service.h"
 #include "services/quota-status/quota-status-service.h"
-#include "services/service.h"
+#include "net/service-env.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-service.h"
 #include "storage/mail-storage-module.h"
@@ -34,6 +36,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #define COMPONENT "petreld"
 
@@ -283,13 +286,32 @@ static bool register_storage_modules(struct mail_storage *storage, struct petrel
     return true;
 }
 
+/* Where auth counts failed logins: shared in the warden named by
+ * auth.warden_addr, so that every auth instance using it sees one count per
+ * address, or in this process. */
+static struct auth_penalty_store auth_penalty_store_for(struct petrel_context *ctx,
+                                                        struct petrel_error *err)
+{
+    const struct auth_config *cfg = &ctx->config->auth;
+    if (cfg->warden_addr == NULL || cfg->warden_addr[0] == '\0')
+        return auth_penalty_local_store(&cfg->penalty);
+    char host[256] = "localhost", instance[160];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(instance, sizeof(instance), "auth@%.60s:%.60s", host, cfg->listen[0]);
+    return warden_penalty_store_new(ctx->env.base, cfg->warden_addr, instance, &cfg->penalty,
+                                    err);
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
     if (ctx->telemetry == NULL)
         return false;
     if (config_has_component(ctx->config, "auth")) {
-        ctx->auth = auth_service_start(&ctx->env, &ctx->config->auth, err);
+        struct auth_penalty_store penalty = auth_penalty_store_for(ctx, err);
+        if (penalty.ops == NULL)
+            return false;
+        ctx->auth = auth_service_start(&ctx->env, &ctx->config->auth, penalty, err);
         if (ctx->auth == NULL)
             return false;
     }

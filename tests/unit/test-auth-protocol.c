@@ -1,4 +1,4 @@
-/* Unit tests for services/auth/auth-protocol.h: escaping round trips of
+/* Unit tests for clients/auth/auth-protocol.h: escaping round trips of
  * every byte, bad escapes, line and field limits, parameters and flags,
  * request ids, and userdb fields as parameters both ways. */
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "services/auth/auth-protocol.h"
+#include "clients/auth/auth-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Unit tests for services/auth/auth-sasl.h: PLAIN with and without an
+/* Unit tests for clients/auth/auth-sasl.h: PLAIN with and without an
  * initial response, authorization identities, LOGIN's two steps, and
  * malformed responses. */
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "core/base64.h"
-#include "services/auth/auth-sasl.h"
+#include "clients/auth/auth-sasl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #include "services/director/director-tombstones.h"
 #include "services/director/director-topology.h"
 #include "services/director/director-watermarks.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <event2/event.h>
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* Unit tests for services/auth/password-scheme.h: hashes made by independent
+/* Unit tests for clients/auth/password-scheme.h: hashes made by independent
  * tools verify (and reject wrong passwords), `{SCHEME}` prefixes and default
  * schemes, unknown schemes and malformed hashes give INVALID, fresh hashes
  * round-trip, 8-bit and empty passwords, and verification from several
@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "services/auth/password-scheme.h"
+#include "clients/auth/password-scheme.h"
 
 #include <pthread.h>
 #include <stdio.h>

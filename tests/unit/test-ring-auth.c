@@ -1,4 +1,4 @@
-/* Ring authentication (services/director/ring-auth.c) and its lines in the
+/* Ring authentication (clients/ring/ring-auth.c) and its lines in the
  * codec: the HMAC-SHA256 proofs against vectors computed with Python's
  * hmac/hashlib (not with the code under test), the properties that stop
  * replay and reflection, the constant-time check refusing every near miss,
@@ -13,8 +13,8 @@
 
 #include "core/buf.h"
 #include "services/director/director-config.h"
-#include "services/director/ring-auth.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-auth.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* The ring protocol codec (services/director/ring-protocol.c): splitting,
+/* The ring protocol codec (clients/ring/ring-protocol.c): splitting,
  * escaping, decoding every message, rejecting malformed fields, and
  * writing messages that decode back to themselves. */
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "core/buf.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
 
 #include "core/user-name.h"
 #include "services/auth/auth-db.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 #include "storage/mail-storage.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Unit tests for services/auth/userdb.h: setting fields by name (with and
+/* Unit tests for clients/auth/userdb.h: setting fields by name (with and
  * without the userdb_ prefix), lists and their caps, bad uid/gid and CIDRs,
  * the JSON shape, allow_nets matching and deep copies. */
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include <stdio.h>
 #include <stdlib.h>

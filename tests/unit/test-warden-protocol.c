@@ -1,4 +1,4 @@
-/* Unit tests for services/warden/warden-protocol.h: escaping round trips of
+/* Unit tests for clients/warden/warden-protocol.h: escaping round trips of
  * every byte, bad escapes, the line and field limits, every request verb
  * read and written back, field rules (ids, services, users, addresses,
  * times), and replies both ways. */
@@ -8,7 +8,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Auth and warden clients of a mail protocol server (see mail-clients.h). */
 #include "protocols/common/mail-clients.h"
 
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 bool mail_clients_connect(struct event_base *base, const struct mail_login_config *cfg,
                           const char *instance, struct auth_client **auth,

@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "protocols/common/mail-listeners.h"
 #include "protocols/common/mail-login-config.h"
-#include "services/auth/auth-client.h"
-#include "services/warden/warden-client.h"
+#include "clients/auth/auth-client.h"
+#include "clients/warden/warden-client.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

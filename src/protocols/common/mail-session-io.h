@@ -28,7 +28,7 @@
 
 #include "core/buf.h"
 #include "protocols/common/mail-listeners.h"
-#include "services/warden/warden-client.h"
+#include "clients/warden/warden-client.h"
 #include "storage/mail-storage.h"
 
 #include <event2/bufferevent.h>

@@ -11,9 +11,9 @@
 #include "protocols/imap/imap-config.h"
 #include "protocols/imap/imap-parser.h"
 #include "protocols/imap/imap-seqset.h"
-#include "services/auth/auth-client.h"
-#include "services/auth/auth-sasl.h"
-#include "services/warden/warden-client.h"
+#include "clients/auth/auth-client.h"
+#include "clients/auth/auth-sasl.h"
+#include "clients/warden/warden-client.h"
 #include "storage/mail-storage.h"
 
 #include <event2/bufferevent.h>

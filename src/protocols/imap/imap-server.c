@@ -10,7 +10,7 @@
 #include "protocols/common/mail-clients.h"
 #include "protocols/imap/imap-private.h"
 #include "protocols/imap/imap-worker.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "protocols/imap/imap-config.h"
-#include "services/service.h"
+#include "net/service-env.h"
 #include "storage/mail-storage.h"
 
 #include <stddef.h>

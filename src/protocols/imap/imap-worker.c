@@ -5,7 +5,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/common/mail-clients.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <errno.h>
 #include <pthread.h>

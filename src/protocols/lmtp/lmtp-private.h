@@ -15,7 +15,7 @@
 #include "protocols/lmtp/lmtp-parser.h"
 #include "protocols/lmtp/lmtp-recipient.h"
 #include "protocols/lmtp/lmtp-spool.h"
-#include "services/auth/auth-client.h"
+#include "clients/auth/auth-client.h"
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>

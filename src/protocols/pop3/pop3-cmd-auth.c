@@ -8,7 +8,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "services/auth/auth-sasl.h"
+#include "clients/auth/auth-sasl.h"
 
 #include <openssl/crypto.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include "protocols/pop3/pop3-body.h"
 #include "protocols/pop3/pop3-config.h"
 #include "protocols/pop3/pop3-parser.h"
-#include "services/auth/auth-client.h"
+#include "clients/auth/auth-client.h"
 #include "storage/mail-storage.h"
 
 #include <event2/bufferevent.h>

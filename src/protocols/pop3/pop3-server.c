@@ -6,7 +6,7 @@
 #include "core/xalloc.h"
 #include "protocols/common/mail-clients.h"
 #include "protocols/pop3/pop3-private.h"
-#include "services/warden/warden-client.h"
+#include "clients/warden/warden-client.h"
 
 #include <stdlib.h>
 

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "protocols/pop3/pop3-config.h"
-#include "services/service.h"
+#include "net/service-env.h"
 #include "storage/mail-storage.h"
 
 #include <stddef.h>

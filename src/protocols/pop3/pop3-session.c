@@ -6,7 +6,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
-#include "services/warden/warden-client.h"
+#include "clients/warden/warden-client.h"
 
 #include <event2/buffer.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
 #ifndef PETREL_SERVICES_AUTH_CACHE_H
 #define PETREL_SERVICES_AUTH_CACHE_H
 
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include <stdbool.h>
 #include <stddef.h>

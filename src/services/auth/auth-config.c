@@ -7,7 +7,7 @@
 #include "net/cidr.h"
 #include "net/listen-config.h"
 #include "net/sockaddr.h"
-#include "services/auth/auth-sasl.h"
+#include "clients/auth/auth-sasl.h"
 
 #include <stdlib.h>
 #include <string.h>

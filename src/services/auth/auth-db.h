@@ -12,8 +12,8 @@
 #include "core/cfg-read.h"
 #include "core/error.h"
 #include "core/user-name.h"
-#include "services/auth/password-scheme.h"
-#include "services/auth/userdb.h"
+#include "clients/auth/password-scheme.h"
+#include "clients/auth/userdb.h"
 
 #include <stdbool.h>
 #include <stdint.h>

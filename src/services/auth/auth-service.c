@@ -12,9 +12,8 @@
 #include "net/cidr.h"
 #include "net/line-server.h"
 #include "net/sockaddr.h"
-#include "services/auth/auth-protocol.h"
-#include "services/auth/auth-sasl.h"
-#include "services/warden/warden-penalty-store.h"
+#include "clients/auth/auth-protocol.h"
+#include "clients/auth/auth-sasl.h"
 
 #include <openssl/crypto.h>
 #include <stdlib.h>
@@ -1253,14 +1252,18 @@ static unsigned worker_count(const struct auth_config *cfg)
 }
 
 struct auth_service *auth_service_start(const struct service_env *env,
-                                        const struct auth_config *cfg, struct petrel_error *err)
+                                        const struct auth_config *cfg,
+                                        struct auth_penalty_store penalty, struct petrel_error *err)
 {
     if (!cfg->has_passdb) {
+        if (penalty.ops != NULL)
+            penalty.ops->free(penalty.store);
         petrel_error_set(err, PETREL_ERR_INVALID, "auth: no passdb configured");
         return NULL;
     }
     struct auth_service *svc = xcalloc(1, sizeof(*svc));
     svc->cfg = cfg;
+    svc->penalty = penalty; /* ours from here on, freed with the service */
     svc->base = env->base;
     svc->registry = env->metrics;
     metrics_init(svc, env->metrics);
@@ -1297,18 +1300,6 @@ struct auth_service *auth_service_start(const struct service_env *env,
     svc->server = line_server_new(env->base, &svc->server_cfg, &server_ops, svc, err);
     if (svc->server == NULL)
         goto fail;
-    if (cfg->warden_addr != NULL && cfg->warden_addr[0] != '\0') {
-        /* Failure counts shared by every auth instance using this warden. */
-        char host[256] = "localhost", instance[160];
-        gethostname(host, sizeof(host) - 1);
-        snprintf(instance, sizeof(instance), "auth@%.60s:%.60s", host, cfg->listen[0]);
-        svc->penalty =
-            warden_penalty_store_new(env->base, cfg->warden_addr, instance, &cfg->penalty, err);
-        if (svc->penalty.ops == NULL)
-            goto fail;
-    } else {
-        svc->penalty = auth_penalty_local_store(&cfg->penalty);
-    }
     svc->passdb = auth_db_open(&cfg->passdb, threads, err);
     if (svc->passdb == NULL)
         goto fail;

@@ -12,8 +12,8 @@
 #include "core/error.h"
 #include "services/auth/auth-cache.h"
 #include "services/auth/auth-db.h"
-#include "services/auth/auth-penalty.h"
-#include "services/service.h"
+#include "clients/auth/auth-penalty.h"
+#include "net/service-env.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,9 +58,13 @@ void auth_config_print(const struct auth_config *cfg, FILE *out);
 
 struct auth_service;
 
-/* Opens the drivers, starts the workers and binds every listener. */
+/* Opens the drivers, starts the workers and binds every listener. Failed
+ * logins are counted in `penalty` (made by the caller: the in-process
+ * store or the warden's, see auth.warden_addr), which the service owns from
+ * this call on, also when it fails. */
 struct auth_service *auth_service_start(const struct service_env *env,
-                                        const struct auth_config *cfg, struct petrel_error *err);
+                                        const struct auth_config *cfg,
+                                        struct auth_penalty_store penalty, struct petrel_error *err);
 /* The first listener's address ("127.0.0.1:10200", "unix:/run/petrel/auth"). */
 const char *auth_service_address(const struct auth_service *svc);
 /* Closes the listeners; open connections keep being served. */

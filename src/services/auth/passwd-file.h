@@ -9,7 +9,7 @@
 #ifndef PETREL_SERVICES_AUTH_PASSWD_FILE_H
 #define PETREL_SERVICES_AUTH_PASSWD_FILE_H
 
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include <stdbool.h>
 #include <stddef.h>

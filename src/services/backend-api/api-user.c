@@ -4,7 +4,7 @@
 
 #include "core/json-util.h"
 #include "core/xalloc.h"
-#include "services/auth/auth-client.h"
+#include "clients/auth/auth-client.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,8 +18,8 @@
 
 #include "core/json-util.h"
 #include "core/xalloc.h"
-#include "services/warden/warden-client.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-client.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
 #include "core/log.h"
 #include "services/backend-api/api-storage.h"
 #include "core/xalloc.h"
-#include "services/auth/auth-client.h"
-#include "services/warden/warden-client.h"
+#include "clients/auth/auth-client.h"
+#include "clients/warden/warden-client.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #include "dict/dict.h"
 #include "storage/mail-storage.h"
 #include "net/http-server.h"
-#include "services/service.h"
+#include "net/service-env.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,7 +11,7 @@
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "services/director/director-http-get.h"
+#include "net/http-get.h"
 #include "services/director/director-topology.h"
 
 #include <stdio.h>
@@ -72,7 +72,7 @@ struct topology_call;
 
 struct peer_fetch {
     struct topology_call *call;
-    struct director_http_get *get; /* NULL once answered */
+    struct http_get *get; /* NULL once answered */
     json_t *replica;               /* {addr, reachable, status|error}, filled on answer */
 };
 
@@ -88,7 +88,7 @@ struct topology_call {
 static void call_free(struct topology_call *call)
 {
     for (size_t i = 0; i < call->count; i++)
-        director_http_get_cancel(call->fetches[i].get);
+        http_get_cancel(call->fetches[i].get);
     free(call->fetches);
     json_decref(call->replicas);
     free(call);
@@ -183,7 +183,7 @@ static void handle_topology(struct http_request *req, void *arg)
         json_array_append_new(call->replicas, f->replica); /* the array owns it */
         char api[80];
         api_addr_of(p, ctx->api_port, api);
-        f->get = director_http_get_start(ctx->base, api, "/api/director/ring", ctx->token,
+        f->get = http_get_start(ctx->base, api, "/api/director/ring", ctx->token,
                                          ctx->cfg->ring_peer_timeout_ms, TOPOLOGY_MAX_ANSWER,
                                          fetch_done, f);
     }

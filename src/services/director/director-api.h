@@ -19,7 +19,7 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-sync.h"
-#include "services/service.h"
+#include "net/service-env.h"
 
 #include <stdbool.h>
 #include <stddef.h>

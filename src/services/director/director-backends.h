@@ -10,7 +10,7 @@
 #define PETREL_SERVICES_DIRECTOR_BACKENDS_H
 
 #include "core/error.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -7,7 +7,7 @@
 #include "core/yaml-print.h"
 #include "net/cidr.h"
 #include "net/sockaddr.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

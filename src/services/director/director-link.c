@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

@@ -23,7 +23,7 @@
 #ifndef PETREL_SERVICES_DIRECTOR_LINK_H
 #define PETREL_SERVICES_DIRECTOR_LINK_H
 
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

@@ -10,7 +10,7 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-sync.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 #include "services/director/ring-server.h"
 
 #include <event2/event.h>

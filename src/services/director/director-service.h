@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "services/director/director-config.h"
-#include "services/service.h"
+#include "net/service-env.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "services/director/director-backends.h"
 #include "services/director/director-users.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "services/director/director-link.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 #include "services/director/director-watermarks.h"
 
 #include <stdio.h>

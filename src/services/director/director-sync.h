@@ -29,7 +29,7 @@
 #include "services/director/director-peers.h"
 #include "services/director/director-state.h"
 #include "services/director/director-tombstones.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

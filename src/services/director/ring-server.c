@@ -21,8 +21,8 @@
 #include "net/cidr.h"
 #include "net/listener.h"
 #include "net/sockaddr.h"
-#include "services/director/ring-auth.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-auth.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

@@ -6,7 +6,7 @@
  * director's AUTH-OK proof before it takes any HOST line (ring-auth.h); a
  * director that offers no challenge, or proves another secret, is treated
  * as a failed connection. Lines are coded with the
- * director's codec (services/director/ring-protocol.h).
+ * director's codec (clients/ring/ring-protocol.h).
  *
  * The link reconnects by itself: after a refused or broken connection, a
  * malformed line, a version mismatch, or silence (nothing heard for
@@ -20,7 +20,7 @@
 #define PETREL_SERVICES_MONITOR_DIRECTOR_LINK_H
 
 #include "core/error.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

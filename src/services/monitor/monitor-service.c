@@ -20,7 +20,7 @@
 #include "core/metrics.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 #include "services/monitor/monitor-backend-state.h"
 #include "services/monitor/monitor-director-link.h"
 #include "services/monitor/monitor-probe.h"

@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "services/monitor/monitor-config.h"
-#include "services/service.h"
+#include "net/service-env.h"
 
 #include <stddef.h>
 

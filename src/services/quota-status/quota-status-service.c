@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/line-server.h"
-#include "services/auth/auth-client.h"
+#include "clients/auth/auth-client.h"
 #include "services/quota-status/policy-recipient.h"
 #include "services/quota-status/policy-request.h"
 #include "storage/quota/quota-limits.h"

@@ -20,7 +20,7 @@
 #define PETREL_SERVICES_QUOTA_STATUS_SERVICE_H
 
 #include "core/error.h"
-#include "services/service.h"
+#include "net/service-env.h"
 #include "storage/mail-storage.h"
 #include "storage/quota/quota-config.h"
 

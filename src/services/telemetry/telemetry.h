@@ -8,7 +8,7 @@
 #define PETREL_SERVICES_TELEMETRY_H
 
 #include "core/error.h"
-#include "services/service.h"
+#include "net/service-env.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/listen-config.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -19,8 +19,8 @@
 #define PETREL_SERVICES_WARDEN_REGISTRY_H
 
 #include "core/error.h"
-#include "services/warden/warden-client.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-client.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>

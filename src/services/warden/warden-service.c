@@ -10,7 +10,7 @@
 #include "core/xalloc.h"
 #include "net/line-server.h"
 #include "services/warden/warden-penalty.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 #include "services/warden/warden-registry.h"
 
 #include <stdio.h>

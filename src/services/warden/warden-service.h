@@ -14,7 +14,7 @@
 #define PETREL_SERVICES_WARDEN_SERVICE_H
 
 #include "core/error.h"
-#include "services/service.h"
+#include "net/service-env.h"
 #include "services/warden/warden-config.h"
 
 #include <stddef.h>

@@ -20,8 +20,8 @@
  * Parameters after the positional fields are `key=value`; unknown ones are
  * ignored so a newer peer can add some. This module only frames and
  * validates: it keeps no state. */
-#ifndef PETREL_SERVICES_WARDEN_PROTOCOL_H
-#define PETREL_SERVICES_WARDEN_PROTOCOL_H
+#ifndef PETREL_CLIENTS_WARDEN_PROTOCOL_H
+#define PETREL_CLIENTS_WARDEN_PROTOCOL_H
 
 #include "core/buf.h"
 #include "core/error.h"

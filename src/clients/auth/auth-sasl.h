@@ -3,8 +3,8 @@
  * client's base64 responses into challenges and, at the end, a username
  * and password. Authorization identities (acting as another user) are
  * refused: master-user login is not offered. */
-#ifndef PETREL_SERVICES_AUTH_SASL_H
-#define PETREL_SERVICES_AUTH_SASL_H
+#ifndef PETREL_CLIENTS_AUTH_SASL_H
+#define PETREL_CLIENTS_AUTH_SASL_H
 
 #include "core/buf.h"
 

@@ -34,8 +34,8 @@
  *
  * Decoded messages point into the line they were parsed from: the line
  * buffer must outlive the struct ring_msg. */
-#ifndef PETREL_SERVICES_DIRECTOR_RING_PROTOCOL_H
-#define PETREL_SERVICES_DIRECTOR_RING_PROTOCOL_H
+#ifndef PETREL_CLIENTS_RING_RING_PROTOCOL_H
+#define PETREL_CLIENTS_RING_RING_PROTOCOL_H
 
 #include "core/buf.h"
 #include "core/error.h"

@@ -8,7 +8,7 @@
  * userdb entry. The writer writes what the entry holds; the one thing it
  * cannot express, an extra field whose key is empty or contains '=', is
  * left out (the reader splits `extra=<key>=<value>` at the first '='). */
-#include "services/auth/auth-protocol.h"
+#include "clients/auth/auth-protocol.h"
 
 #include "core/xalloc.h"
 #include "net/cidr.h"

@@ -3,8 +3,8 @@
  * `{SCHEME}` prefix; a bare value uses the passdb's default scheme. Every
  * function is thread-safe and may take tens of milliseconds (the hashing
  * schemes are slow by design): call them from worker threads only. */
-#ifndef PETREL_SERVICES_AUTH_PASSWORD_SCHEME_H
-#define PETREL_SERVICES_AUTH_PASSWORD_SCHEME_H
+#ifndef PETREL_CLIENTS_AUTH_PASSWORD_SCHEME_H
+#define PETREL_CLIENTS_AUTH_PASSWORD_SCHEME_H
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "services/auth/auth-sasl.h"
+#include "clients/auth/auth-sasl.h"
 
 #include "core/base64.h"
 #include "core/xalloc.h"

@@ -9,11 +9,11 @@
  * was cancelled. A callback never runs inside the call that issued its
  * request (a failure found at once is reported from the loop), so the
  * caller can store the returned handle before any callback sees it. */
-#ifndef PETREL_SERVICES_AUTH_CLIENT_H
-#define PETREL_SERVICES_AUTH_CLIENT_H
+#ifndef PETREL_CLIENTS_AUTH_CLIENT_H
+#define PETREL_CLIENTS_AUTH_CLIENT_H
 
 #include "core/error.h"
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include <event2/event.h>
 #include <stdbool.h>

@@ -1,4 +1,4 @@
-#include "services/auth/auth-penalty.h"
+#include "clients/auth/auth-penalty.h"
 
 #include "core/sorted-map.h"
 #include "core/xalloc.h"

@@ -15,12 +15,12 @@
  *   FAIL <id> [user=] [reason=] [temp]   ITEM <id> <user>   DONE <id>
  * Userdb fields: uid= gid= home= mail_location= group=* quota_rule=*
  * allow_net=* extra=<key>=<value>* (`*` = may repeat). */
-#ifndef PETREL_SERVICES_AUTH_PROTOCOL_H
-#define PETREL_SERVICES_AUTH_PROTOCOL_H
+#ifndef PETREL_CLIENTS_AUTH_PROTOCOL_H
+#define PETREL_CLIENTS_AUTH_PROTOCOL_H
 
 #include "core/buf.h"
 #include "core/error.h"
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,7 +11,7 @@
  *  - quota_rule, quota_rule2, quota_rule3, ... append in the order given;
  *  - allow_nets replaces the list (it is one field in every passdb);
  *  - a failed set leaves the entry unchanged. */
-#include "services/auth/userdb.h"
+#include "clients/auth/userdb.h"
 
 #include "core/buf.h"
 #include "core/utf8.h"

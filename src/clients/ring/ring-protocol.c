@@ -7,7 +7,7 @@
  * real IP literals, ids and names have bounded lengths. The writer escapes
  * every field, so whatever a message holds, the line it writes splits back
  * into the same fields. */
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include "core/slice.h"
 #include "net/line-fields.h"

@@ -34,12 +34,12 @@
  * before its final callback runs, and the client is held around callbacks,
  * so a free inside one only finishes once the outermost callback
  * returned. */
-#include "services/auth/auth-client.h"
+#include "clients/auth/auth-client.h"
 
 #include "core/buf.h"
 #include "core/xalloc.h"
 #include "net/line-client.h"
-#include "services/auth/auth-protocol.h"
+#include "clients/auth/auth-protocol.h"
 
 #include <inttypes.h>
 #include <stdio.h>

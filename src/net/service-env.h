@@ -1,8 +1,8 @@
 /* What the process gives every service when it starts: the event loop,
  * the metrics registry, the readiness checks and the internal TLS context.
  * All pointers are borrowed from the process context and outlive services. */
-#ifndef PETREL_SERVICES_SERVICE_H
-#define PETREL_SERVICES_SERVICE_H
+#ifndef PETREL_NET_SERVICE_ENV_H
+#define PETREL_NET_SERVICE_ENV_H
 
 #include "core/metrics.h"
 #include "net/readiness.h"

@@ -1,5 +1,5 @@
-/* The topology check's HTTP GET (director-http-get.h). */
-#include "services/director/director-http-get.h"
+/* A minimal HTTP/1.1 GET client (http-get.h). */
+#include "net/http-get.h"
 
 #include "core/buf.h"
 #include "core/clock.h"
@@ -13,25 +13,25 @@
 #include <string.h>
 #include <strings.h>
 
-struct director_http_get {
+struct http_get {
     struct bufferevent *bev;
     struct event *timer; /* the deadline; also delivers an early failure */
-    director_http_get_fn fn;
+    http_get_fn fn;
     void *ctx;
     size_t max_bytes;
     char error[128]; /* set: fail with it when the timer fires */
     struct buf req;
 };
 
-static void finish(struct director_http_get *get, int status, const char *body, size_t len,
+static void finish(struct http_get *get, int status, const char *body, size_t len,
                    const char *error)
 {
     get->fn(status, body != NULL ? body : "", len, error, get->ctx);
-    director_http_get_cancel(get);
+    http_get_cancel(get);
 }
 
 /* Parses "HTTP/1.x NNN ...\r\n...\r\n\r\nbody" (Content-Length honoured). */
-static void deliver(struct director_http_get *get)
+static void deliver(struct http_get *get)
 {
     struct evbuffer *in = bufferevent_get_input(get->bev);
     size_t n = evbuffer_get_length(in);
@@ -63,7 +63,7 @@ static void deliver(struct director_http_get *get)
 
 static void read_cb(struct bufferevent *bev, void *arg)
 {
-    struct director_http_get *get = arg;
+    struct http_get *get = arg;
     if (evbuffer_get_length(bufferevent_get_input(bev)) > get->max_bytes)
         finish(get, 0, NULL, 0, "answer too large");
 }
@@ -71,7 +71,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
-    struct director_http_get *get = arg;
+    struct http_get *get = arg;
     if (what & BEV_EVENT_CONNECTED) {
         bufferevent_write(get->bev, get->req.data, get->req.len);
         return;
@@ -86,16 +86,16 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    struct director_http_get *get = arg;
+    struct http_get *get = arg;
     finish(get, 0, NULL, 0, get->error[0] != '\0' ? get->error : "timed out");
 }
 
-struct director_http_get *director_http_get_start(struct event_base *base, const char *addr,
+struct http_get *http_get_start(struct event_base *base, const char *addr,
                                                   const char *path, const char *token,
                                                   int64_t timeout_ms, size_t max_bytes,
-                                                  director_http_get_fn fn, void *ctx)
+                                                  http_get_fn fn, void *ctx)
 {
-    struct director_http_get *get = xcalloc(1, sizeof(*get));
+    struct http_get *get = xcalloc(1, sizeof(*get));
     get->fn = fn;
     get->ctx = ctx;
     get->max_bytes = max_bytes;
@@ -130,7 +130,7 @@ struct director_http_get *director_http_get_start(struct event_base *base, const
     return get;
 }
 
-void director_http_get_cancel(struct director_http_get *get)
+void http_get_cancel(struct http_get *get)
 {
     if (get == NULL)
         return;

@@ -1,8 +1,8 @@
 /* One user's database record as every component sees it: the userdb fields
  * of document 1's Userdb block, plus the stored password when it came from
  * a passdb. Owned by whoever holds the pointer; free with userdb_entry_free. */
-#ifndef PETREL_SERVICES_AUTH_USERDB_H
-#define PETREL_SERVICES_AUTH_USERDB_H
+#ifndef PETREL_CLIENTS_AUTH_USERDB_H
+#define PETREL_CLIENTS_AUTH_USERDB_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -15,11 +15,11 @@
  *
  * Used by the director's ring server and its peer links and by the
  * monitor's link; pure functions apart from the random nonces. */
-#ifndef PETREL_SERVICES_DIRECTOR_RING_AUTH_H
-#define PETREL_SERVICES_DIRECTOR_RING_AUTH_H
+#ifndef PETREL_CLIENTS_RING_RING_AUTH_H
+#define PETREL_CLIENTS_RING_RING_AUTH_H
 
 #include "core/error.h"
-#include "services/director/ring-protocol.h"
+#include "clients/ring/ring-protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -28,14 +28,14 @@
  * decided there are queued and answered from the loop. A callback may
  * cancel or issue requests and may free the client: the client is held
  * around callbacks. */
-#include "services/warden/warden-client.h"
+#include "clients/warden/warden-client.h"
 
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/line-client.h"
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include <inttypes.h>
 #include <stdio.h>

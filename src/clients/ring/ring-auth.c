@@ -1,5 +1,5 @@
 /* Ring authentication (ring-auth.h). */
-#include "services/director/ring-auth.h"
+#include "clients/ring/ring-auth.h"
 
 #include "core/xalloc.h"
 

@@ -7,8 +7,8 @@
  * Where the counts live is pluggable: this module keeps them in the
  * process (auth_penalty_local_store); the warden (a separate component)
  * provides a store shared by every auth instance through the same hooks. */
-#ifndef PETREL_SERVICES_AUTH_PENALTY_H
-#define PETREL_SERVICES_AUTH_PENALTY_H
+#ifndef PETREL_CLIENTS_AUTH_PENALTY_H
+#define PETREL_CLIENTS_AUTH_PENALTY_H
 
 #include <stdint.h>
 

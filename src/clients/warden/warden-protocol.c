@@ -6,7 +6,7 @@
  * Reading is strict: a request whose field breaks a rule is refused with a
  * reason naming the field, never cut or repaired, so what the warden stores
  * is exactly what the client sent. */
-#include "services/warden/warden-protocol.h"
+#include "clients/warden/warden-protocol.h"
 
 #include "core/slice.h"
 #include "core/user-name.h"

@@ -1,8 +1,8 @@
 /* The warden-backed auth penalty store (warden-penalty-store.h). */
-#include "services/warden/warden-penalty-store.h"
+#include "clients/warden/warden-penalty-store.h"
 
 #include "core/xalloc.h"
-#include "services/warden/warden-client.h"
+#include "clients/warden/warden-client.h"
 
 #include <stdio.h>
 #include <stdlib.h>

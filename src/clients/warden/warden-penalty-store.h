@@ -1,4 +1,4 @@
-/* An auth penalty store (services/auth/auth-penalty.h) kept in the warden,
+/* An auth penalty store (clients/auth/auth-penalty.h) kept in the warden,
  * so that every auth instance pointed at one warden shares failed-login
  * counts per client IP. Selected by auth.warden_addr.
  *
@@ -8,11 +8,11 @@
  * answers whenever the warden cannot: an unreachable warden weakens the
  * protection to per-instance counts, never to none, and never blocks a
  * login. */
-#ifndef PETREL_SERVICES_WARDEN_PENALTY_STORE_H
-#define PETREL_SERVICES_WARDEN_PENALTY_STORE_H
+#ifndef PETREL_CLIENTS_WARDEN_PENALTY_STORE_H
+#define PETREL_CLIENTS_WARDEN_PENALTY_STORE_H
 
 #include "core/error.h"
-#include "services/auth/auth-penalty.h"
+#include "clients/auth/auth-penalty.h"
 
 #include <event2/event.h>
 

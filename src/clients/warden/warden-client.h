@@ -25,8 +25,8 @@
  * passes gets WARDEN_CLIENT_ERROR; requests are never re-sent.
  * CONNECT, DISCONNECT and PENALTY-INC are fire-and-forget; the warden
  * answers only an error, which is logged. */
-#ifndef PETREL_SERVICES_WARDEN_CLIENT_H
-#define PETREL_SERVICES_WARDEN_CLIENT_H
+#ifndef PETREL_CLIENTS_WARDEN_CLIENT_H
+#define PETREL_CLIENTS_WARDEN_CLIENT_H
 
 #include "core/error.h"
 

@@ -7,7 +7,7 @@
  * well-formed stored hash and the result always have the same length. A
  * length difference (or a crypt failure) therefore means the stored hash is
  * malformed: INVALID. Equal lengths are compared in constant time. */
-#include "services/auth/password-scheme.h"
+#include "clients/auth/password-scheme.h"
 
 #include "core/xalloc.h"
 
