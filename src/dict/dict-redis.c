@@ -51,6 +51,7 @@
 #include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/backoff.h"
 
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
@@ -306,8 +307,7 @@ struct kv_dict {
     struct kv_list inflight; /* handed to hiredis, in reply order */
     size_t handshake_left;
     struct event *timer;
-    int64_t retry_at; /* monotonic ms: no connect attempt before */
-    int64_t backoff_ms;
+    struct net_backoff backoff; /* no connect attempt before backoff.retry_at_ms */
     uint64_t drops; /* connections (or attempts) lost so far */
     char *last_error;
     bool failure_shown; /* a failed attempt was logged since the last success */
@@ -413,9 +413,7 @@ static void conn_down(struct kv_dict *kd, const char *reason)
     kd->last_error = xstrdup(reason);
     set_gauge(kd, 0);
     if (!kd->closing) {
-        kd->retry_at = clock_mono_ms() + kd->backoff_ms;
-        kd->backoff_ms =
-            kd->backoff_ms * 2 > KV_BACKOFF_MAX_MS ? KV_BACKOFF_MAX_MS : kd->backoff_ms * 2;
+        net_backoff_failed(&kd->backoff, clock_mono_ms());
         char q[KV_ERR_SIZE];
         if (was_ready) {
             log_warn(COMPONENT, "kvstore connection lost", "dict=%s address=%s error=%s",
@@ -534,8 +532,7 @@ static void handshake_done(struct kv_req *req, const redisReply *reply, const ch
     if (--kd->handshake_left > 0)
         return;
     kd->state = KV_READY;
-    kd->backoff_ms = KV_BACKOFF_MIN_MS;
-    kd->retry_at = 0;
+    net_backoff_reset(&kd->backoff);
     kd->failure_shown = false;
     set_gauge(kd, 1);
     log_info(COMPONENT, "kvstore connected", "dict=%s address=%s db=%" PRId64, kd->dict->name,
@@ -695,11 +692,11 @@ static bool resolve_start(struct kv_dict *kd)
 static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
 {
     int64_t now = clock_mono_ms();
-    if (now < kd->retry_at) {
+    if (net_backoff_remaining(&kd->backoff, now) > 0) {
         char why[KV_ERR_SIZE];
         snprintf(why, sizeof(why), "unavailable (%s; next connect attempt in %.1fs)",
                  kd->last_error != NULL ? kd->last_error : "down",
-                 (double)(kd->retry_at - now) / 1000.0);
+                 (double)net_backoff_remaining(&kd->backoff, now) / 1000.0);
         format_error(kd, err, err_size, why);
         return false;
     }
@@ -764,7 +761,7 @@ static bool kv_open(struct dict *dict, struct petrel_error *err)
     struct kv_dict *kd = xcalloc(1, sizeof(*kd));
     kd->dict = dict;
     kd->cfg = dict->config;
-    kd->backoff_ms = KV_BACKOFF_MIN_MS;
+    net_backoff_init(&kd->backoff, KV_BACKOFF_MIN_MS, KV_BACKOFF_MAX_MS);
     script_sha1(kd->script_sha);
     kd->timer = evtimer_new(dict->base, on_timer, kd);
     if (kd->timer == NULL) {

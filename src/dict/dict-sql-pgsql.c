@@ -36,6 +36,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/backoff.h"
 #include "sql/sql-pgsql.h"
 
 #include <event2/event.h>
@@ -119,8 +120,7 @@ struct pg_dict {
     struct pg_conn *conns;
     size_t conn_count;
     struct pg_job *queue;
-    int64_t backoff_ms;
-    int64_t retry_at_ms;
+    struct net_backoff backoff; /* no new connection before backoff.retry_at_ms */
     char *last_error;
     bool schema_ready;
     bool pumping;
@@ -232,10 +232,7 @@ static void on_connect_failed(void *arg, const char *why)
     c->state = CONN_DOWN;
     free(pd->last_error);
     pd->last_error = xasprintf("cannot connect to postgresql: %s", why);
-    pd->backoff_ms = pd->backoff_ms == 0 ? PG_BACKOFF_MIN_MS : pd->backoff_ms * 2;
-    if (pd->backoff_ms > PG_BACKOFF_MAX_MS)
-        pd->backoff_ms = PG_BACKOFF_MAX_MS;
-    pd->retry_at_ms = clock_mono_ms() + pd->backoff_ms;
+    net_backoff_failed(&pd->backoff, clock_mono_ms());
     if (!pd->outage_logged) {
         pd->outage_logged = true;
         char q[512];
@@ -249,8 +246,7 @@ static void on_connected(void *arg)
 {
     struct pg_conn *c = arg;
     struct pg_dict *pd = c->pd;
-    pd->backoff_ms = 0;
-    pd->retry_at_ms = 0;
+    net_backoff_reset(&pd->backoff);
     if (pd->outage_logged) {
         pd->outage_logged = false;
         log_info(COMPONENT, "postgresql reachable again", "dict=%s", pd->dict->name);
@@ -416,7 +412,7 @@ static void pump_once(struct pg_dict *pd)
     size_t opening = 0;
     for (size_t i = 0; i < pd->conn_count; i++)
         opening += pd->conns[i].state == CONN_CONNECTING || pd->conns[i].state == CONN_SETUP;
-    while (waiting > opening && clock_mono_ms() >= pd->retry_at_ms) {
+    while (waiting > opening && net_backoff_remaining(&pd->backoff, clock_mono_ms()) == 0) {
         struct pg_conn *down = find_conn(pd, CONN_DOWN);
         if (down == NULL)
             break;
@@ -440,7 +436,7 @@ static void pump_once(struct pg_dict *pd)
     if (failed == NULL)
         return;
     char *why;
-    int64_t wait = pd->retry_at_ms - clock_mono_ms();
+    int64_t wait = net_backoff_remaining(&pd->backoff, clock_mono_ms());
     if (pd->last_error != NULL && wait > 0)
         why = xasprintf("postgresql unavailable: %s (next attempt in %" PRId64 " ms)",
                         pd->last_error, wait);
@@ -935,6 +931,7 @@ static bool pg_open(struct dict *dict, struct petrel_error *err)
     struct pg_dict *pd = xcalloc(1, sizeof(*pd));
     pd->dict = dict;
     pd->cfg = dict->config;
+    net_backoff_init(&pd->backoff, PG_BACKOFF_MIN_MS, PG_BACKOFF_MAX_MS);
     pd->settings = (struct sql_pgsql_settings){
         .conninfo = pd->cfg->connect,
         .application_name = "petrel",

@@ -18,6 +18,7 @@
 #include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/backoff.h"
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
@@ -77,8 +78,7 @@ struct line_client {
     struct event *deliver;
     uint64_t last_id;
 
-    int64_t backoff_ms; /* 0: the last connection worked */
-    int64_t retry_at;   /* monotonic ms: no connect before */
+    struct net_backoff backoff;
     char *last_error;
     bool failing; /* a failure was logged and the peer was not up since */
 
@@ -354,7 +354,7 @@ static void schedule_reconnect(struct line_client *lc)
 {
     if (lc->closing || !lc->keep || lc->bev != NULL)
         return;
-    int64_t wait = lc->retry_at - clock_mono_ms();
+    int64_t wait = net_backoff_remaining(&lc->backoff, clock_mono_ms());
     if (wait < BACKOFF_MIN_MS)
         wait = BACKOFF_MIN_MS;
     struct timeval tv = clock_ms_to_timeval(wait);
@@ -370,16 +370,13 @@ static void conn_down(struct line_client *lc, const char *reason, bool failure)
     free(lc->last_error);
     lc->last_error = xstrdup(reason);
     if (failure) {
-        lc->backoff_ms = lc->backoff_ms == 0 ? BACKOFF_MIN_MS : lc->backoff_ms * 2;
-        if (lc->backoff_ms > BACKOFF_MAX_MS)
-            lc->backoff_ms = BACKOFF_MAX_MS;
-        lc->retry_at = clock_mono_ms() + lc->backoff_ms;
+        int64_t wait = net_backoff_failed(&lc->backoff, clock_mono_ms());
         if (!lc->failing) {
             char q_addr[256], q_reason[REASON_MAX], msg[64], extra[LOG_FIELDS_MAX];
             snprintf(msg, sizeof(msg), "%s unavailable", lc->peer);
             log_warn(lc->component, msg, "addr=%s reason=%s retry_ms=%" PRId64 "%s",
                      log_quote(q_addr, sizeof(q_addr), lc->address),
-                     log_quote(q_reason, sizeof(q_reason), reason), lc->backoff_ms,
+                     log_quote(q_reason, sizeof(q_reason), reason), wait,
                      log_fields(lc, extra, sizeof(extra)));
             lc->failing = true;
         }
@@ -423,8 +420,7 @@ bool line_client_mark_up(struct line_client *lc)
     if (lc->up)
         return false;
     lc->up = true;
-    lc->backoff_ms = 0;
-    lc->retry_at = 0;
+    net_backoff_reset(&lc->backoff);
     if (!lc->failing)
         return false;
     char q_addr[256], msg[64], extra[LOG_FIELDS_MAX];
@@ -561,7 +557,7 @@ bool line_client_ensure(struct line_client *lc)
         return false;
     if (lc->bev != NULL)
         return true;
-    if (clock_mono_ms() < lc->retry_at) {
+    if (net_backoff_remaining(&lc->backoff, clock_mono_ms()) > 0) {
         schedule_reconnect(lc);
         return false;
     }
@@ -645,6 +641,7 @@ struct line_client *line_client_new(struct event_base *base, const struct line_c
     lc->max_line = cfg->max_line;
     lc->output_max = cfg->output_max;
     lc->keepalive = cfg->keepalive;
+    net_backoff_init(&lc->backoff, BACKOFF_MIN_MS, BACKOFF_MAX_MS);
     lc->handshake = cfg->handshake;
     lc->timeout_tv = clock_ms_to_timeval(cfg->timeout_ms);
     /* Every deadline has the same length: libevent keeps such timers in a

@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/backoff.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 
@@ -41,7 +42,7 @@ struct director_link {
     enum link_state state;
     struct bufferevent *bev;
     struct event *timer; /* retry wait, or the connect + handshake deadline */
-    int64_t backoff_ms;
+    struct net_backoff backoff;
     int64_t since_ms;
     bool got_version;
     bool awaiting_pong; /* connected: a keep-alive PING is unanswered */
@@ -70,20 +71,19 @@ static void fail(struct director_link *link, const char *why)
     close_conn(link);
     link->state = WAIT_RETRY;
     link->since_ms = 0;
+    if (was_connected)
+        net_backoff_reset(&link->backoff); /* a lost link is redialled after min_ms */
+    int64_t wait = net_backoff_failed(&link->backoff, clock_mono_ms());
     if (was_connected) {
-        link->backoff_ms = link->cfg.reconnect_min_ms;
         char why_q[200];
         log_warn(COMPONENT, "peer link lost", "peer=%s reason=%s", link->addr,
                  log_quote(why_q, sizeof(why_q), why));
     } else {
         char why_q[200];
         log_debug(COMPONENT, "peer dial failed", "peer=%s reason=%s retry_ms=%lld", link->addr,
-                  log_quote(why_q, sizeof(why_q), why), (long long)link->backoff_ms);
+                  log_quote(why_q, sizeof(why_q), why), (long long)wait);
     }
-    arm(link, link->backoff_ms);
-    link->backoff_ms *= 2;
-    if (link->backoff_ms > link->cfg.reconnect_max_ms)
-        link->backoff_ms = link->cfg.reconnect_max_ms;
+    arm(link, wait);
     if (link->cb.lost != NULL)
         link->cb.lost(link, why, link->cb.ctx);
 }
@@ -200,7 +200,7 @@ static void handle_line(struct director_link *link, char *text, size_t len)
     link->awaiting_pong = false;
     arm(link, link->cfg.ping_interval_ms);
     link->since_ms = clock_real_ms();
-    link->backoff_ms = link->cfg.reconnect_min_ms;
+    net_backoff_reset(&link->backoff);
     log_info(COMPONENT, "peer link connected", "peer=%s", link->addr);
     if (link->cb.connected != NULL)
         link->cb.connected(link, link->cb.ctx);
@@ -306,7 +306,7 @@ struct director_link *director_link_new(struct event_base *base, const char *add
     link->cb = *cb;
     snprintf(link->addr, sizeof(link->addr), "%s", addr);
     link->timer = evtimer_new(base, timer_cb, link);
-    link->backoff_ms = cfg->reconnect_min_ms;
+    net_backoff_init(&link->backoff, cfg->reconnect_min_ms, cfg->reconnect_max_ms);
     link->state = WAIT_RETRY;
     arm(link, 0);
     return link;

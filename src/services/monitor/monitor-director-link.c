@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/backoff.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 
@@ -40,8 +41,6 @@ struct monitor_link {
     char director_nonce[RING_AUTH_HEX_LEN + 1]; /* from the director's VERSION */
     bool awaiting_auth_ok;
     size_t max_line;
-    int64_t reconnect_min_ms;
-    int64_t reconnect_max_ms;
     int64_t ping_ms;
     struct monitor_link_events ev;
     void *ctx;
@@ -55,7 +54,7 @@ struct monitor_link {
     uint64_t ping_seq;
     struct event *retry;
     struct event *watch;
-    int64_t backoff_ms;
+    struct net_backoff backoff;
     bool failing; /* a failure was logged at warn; quiet until the next success */
     struct buf line;
     struct buf out;
@@ -106,22 +105,20 @@ static void link_fail(struct monitor_link *l, const char *reason)
     bool was_ready = l->state == LINK_READY;
     link_close(l);
     l->state = LINK_IDLE;
-    l->backoff_ms = l->backoff_ms == 0 ? l->reconnect_min_ms : l->backoff_ms * 2;
-    if (l->backoff_ms > l->reconnect_max_ms)
-        l->backoff_ms = l->reconnect_max_ms;
+    int64_t wait = net_backoff_failed(&l->backoff, clock_mono_ms());
     char q_addr[256], q_reason[REASON_MAX + 16];
     log_quote(q_addr, sizeof(q_addr), l->address);
     log_quote(q_reason, sizeof(q_reason), reason);
     if (!l->failing || was_ready) {
         log_warn(COMPONENT, "director link down", "director=%s reason=%s retry_ms=%" PRId64, q_addr,
-                 q_reason, l->backoff_ms);
+                 q_reason, wait);
         l->failing = true;
     } else {
         log_debug(COMPONENT, "director link still down", "director=%s reason=%s retry_ms=%" PRId64,
-                  q_addr, q_reason, l->backoff_ms);
+                  q_addr, q_reason, wait);
     }
     struct timeval tv;
-    tv = clock_ms_to_timeval(l->backoff_ms);
+    tv = clock_ms_to_timeval(wait);
     evtimer_add(l->retry, &tv);
     if (was_ready && l->ev.lost != NULL)
         l->ev.lost(l->ctx);
@@ -227,7 +224,7 @@ static bool handle(struct monitor_link *l, const struct ring_msg *m)
             return true;
         begin_hosts(l);
         l->state = LINK_READY;
-        l->backoff_ms = 0;
+        net_backoff_reset(&l->backoff);
         l->failing = false;
         char q_addr[256];
         log_info(COMPONENT, "director link ready", "director=%s backends=%zu",
@@ -404,8 +401,7 @@ struct monitor_link *monitor_link_new(struct event_base *base,
                        RING_NAME_MAX);
     l->secret = xstrdup(opts->secret != NULL ? opts->secret : "");
     l->max_line = opts->max_line;
-    l->reconnect_min_ms = opts->reconnect_min_ms;
-    l->reconnect_max_ms = opts->reconnect_max_ms;
+    net_backoff_init(&l->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
     l->ping_ms = opts->ping_interval_ms;
     l->ev = *events;
     l->ctx = ctx;
