@@ -280,3 +280,11 @@ bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const c
         *count = n->count;
     return true;
 }
+
+const struct ynode *cfg_list_item(const struct ynode *map, const char *key, size_t i)
+{
+    const struct ynode *list = ynode_get(map, key);
+    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
+        return list->items[i];
+    return list;
+}

@@ -49,6 +49,10 @@ bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const c
 bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                      const char *key, size_t max_items, char ***out, size_t *count);
 void cfg_strv_free(char **v);
+/* Item `i` of the list under `key` in `map` (what an error about that item
+ * points at, for its line); the key's node itself when it is no list or
+ * too short, NULL when absent. */
+const struct ynode *cfg_list_item(const struct ynode *map, const char *key, size_t i);
 /* A copy of a NULL-terminated list of strings (defaults), freed with
  * cfg_strv_free. */
 char **cfg_strv_dup(const char *const *items);

@@ -11,14 +11,6 @@
 
 /* Item `i` of the list under `key`, for error positions; the list itself
  * when it is not a sequence that long. */
-static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
-{
-    const struct ynode *list = ynode_get(map, key);
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list;
-}
-
 bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
                                   const char *section, size_t max, char ***listen, size_t *count)
 {
@@ -31,7 +23,7 @@ bool listen_config_read_addresses(const struct cfg_ctx *ctx, const struct ynode 
         struct petrel_error e;
         struct net_addr addr;
         if (!net_addr_parse((*listen)[n], &addr, &e))
-            return cfg_fail(ctx, item_node(node, "listen", n), path, "%s", e.message);
+            return cfg_fail(ctx, cfg_list_item(node, "listen", n), path, "%s", e.message);
     }
     *count = n;
     return true;
@@ -48,7 +40,7 @@ bool listen_config_read_nets_key(const struct cfg_ctx *ctx, const struct ynode *
         struct petrel_error e;
         struct cidr c;
         if (!cidr_parse((*nets)[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, key, i), path, "%s", e.message);
+            return cfg_fail(ctx, cfg_list_item(node, key, i), path, "%s", e.message);
     }
     return true;
 }
@@ -57,6 +49,18 @@ bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node
                              const char *section, char ***nets)
 {
     return listen_config_read_nets_key(ctx, node, section, "allowed_nets", nets);
+}
+
+bool listen_config_check_address(const struct cfg_ctx *ctx, const struct ynode *map,
+                                 const char *section, const char *key, const char *value)
+{
+    struct petrel_error e;
+    struct net_addr addr;
+    if (value == NULL || net_addr_parse(value, &addr, &e))
+        return true;
+    char full[256];
+    snprintf(full, sizeof(full), "%s.%s", section, key);
+    return cfg_fail(ctx, ynode_get(map, key), full, "%s", e.message);
 }
 
 bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,

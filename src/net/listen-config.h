@@ -25,6 +25,11 @@ bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node
 /* The same for a list of CIDRs under another key. */
 bool listen_config_read_nets_key(const struct cfg_ctx *ctx, const struct ynode *node,
                                  const char *section, const char *key, char ***nets);
+/* Checks that `value` (the value of `key` in `map`) is an address
+ * net_addr_parse() takes ("host:port", "[v6]:port", "unix:/path"); NULL
+ * passes (the key is absent). Errors name `<section>.<key>`. */
+bool listen_config_check_address(const struct cfg_ctx *ctx, const struct ynode *map,
+                                 const char *section, const char *key, const char *value);
 /* Reads `socket_mode`, octal text such as "0660" (0-0777), into *mode;
  * absent: *mode is kept. */
 bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,

@@ -1,16 +1,15 @@
 #include "server/config.h"
 
+#include "server/component.h"
+
 #include "core/cfg-read.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "core/yaml-doc.h"
-#include "net/cidr.h"
-#include "net/sockaddr.h"
+#include "net/listen-config.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-const char *const config_component_names[] = {"backend-api", "auth", "imap", "warden", "pop3", "lmtp", "monitor", "director", "quota-status", NULL};
 
 static void defaults(struct petrel_config *cfg)
 {
@@ -20,25 +19,8 @@ static void defaults(struct petrel_config *cfg)
     cfg->telemetry.listen = xstrdup(":8080");
     cfg->telemetry.readiness_deadline_ms = 800;
     cfg->telemetry.token_env = xstrdup("TELEMETRY_TOKEN");
-    /* Loopback by default (the spec says ":9105"): the operator API must
-     * not be reachable from other hosts until someone chooses so
-     * (docs/decisions.md). */
-    cfg->backend_api.listen = xstrdup("127.0.0.1:9105");
-    cfg->backend_api.token_env = xstrdup("BACKEND_API_TOKEN");
-    cfg->backend_api.auth_master_addr = xstrdup("");
-    cfg->backend_api.request_timeout_ms = 30000;
-    cfg->backend_api.stream_timeout_ms = 300000;
-    cfg->backend_api.max_body_bytes = 1024 * 1024;
-    cfg->backend_api.max_connections = 4096;
-    cfg->backend_api.max_connections_per_ip = 128;
-    auth_config_defaults(&cfg->auth);
-    imap_config_defaults(&cfg->imap);
-    lmtp_config_defaults(&cfg->lmtp);
-    pop3_config_defaults(&cfg->pop3);
-    warden_config_defaults(&cfg->warden);
-    monitor_config_defaults(&cfg->monitor);
-    director_config_defaults(&cfg->director);
-    quota_config_defaults(&cfg->quota);
+    for (size_t i = 0; component_table[i] != NULL; i++)
+        component_table[i]->config_defaults(cfg);
     cfg->internal_tls.require_client_cert = true;
 }
 
@@ -61,56 +43,11 @@ void config_free(struct petrel_config *cfg)
     free(cfg->internal_tls.cert_file);
     free(cfg->internal_tls.key_file);
     free(cfg->internal_tls.ca_file);
-    free(cfg->backend_api.listen);
-    cfg_strv_free(cfg->backend_api.allowed_nets);
-    free(cfg->backend_api.token_env);
-    free(cfg->backend_api.auth_master_addr);
-    auth_config_free(&cfg->auth);
-    imap_config_free(&cfg->imap);
-    lmtp_config_free(&cfg->lmtp);
-    pop3_config_free(&cfg->pop3);
-    warden_config_free(&cfg->warden);
-    monitor_config_free(&cfg->monitor);
-    director_config_free(&cfg->director);
-    quota_config_free(&cfg->quota);
+    for (size_t i = 0; component_table[i] != NULL; i++)
+        component_table[i]->config_free(cfg);
     dict_registry_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
-}
-
-/* The node of item `i` of a list read by cfg_string_list() (for its line). */
-static const struct ynode *list_item(const struct ynode *list, size_t i)
-{
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list;
-}
-
-static bool check_address(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
-                          const char *key, const char *value)
-{
-    struct petrel_error e;
-    struct net_addr addr;
-    if (net_addr_parse(value, &addr, &e))
-        return true;
-    char full[256];
-    snprintf(full, sizeof(full), "%s.%s", path, key);
-    return cfg_fail(ctx, ynode_get(map, key), full, "%s", e.message);
-}
-
-static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
-                       const char *key, char **nets)
-{
-    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
-        struct petrel_error e;
-        struct cidr c;
-        if (!cidr_parse(nets[i], &c, &e)) {
-            char full[256];
-            snprintf(full, sizeof(full), "%s.%s", path, key);
-            return cfg_fail(ctx, list_item(ynode_get(map, key), i), full, "%s", e.message);
-        }
-    }
-    return true;
 }
 
 static bool read_log(const struct cfg_ctx *ctx, const struct ynode *root, struct petrel_config *cfg)
@@ -161,10 +98,8 @@ static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
     if (!cfg_expect_map(ctx, node, "telemetry") || !cfg_check_keys(ctx, node, "telemetry", keys))
         return false;
     if (!cfg_string(ctx, node, "telemetry", "listen", &t->listen) ||
-        !check_address(ctx, node, "telemetry", "listen", t->listen) ||
-        !cfg_string_list(ctx, node, "telemetry", "allowed_nets", CONFIG_MAX_LIST,
-                         &t->allowed_nets, NULL) ||
-        !check_nets(ctx, node, "telemetry", "allowed_nets", t->allowed_nets) ||
+        !listen_config_check_address(ctx, node, "telemetry", "listen", t->listen) ||
+        !listen_config_read_nets(ctx, node, "telemetry", &t->allowed_nets) ||
         !cfg_duration_ms(ctx, node, "telemetry", "readiness_deadline", 10, 60000,
                          &t->readiness_deadline_ms) ||
         !cfg_string(ctx, node, "telemetry", "token_env", &t->token_env) ||
@@ -195,7 +130,7 @@ static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
             return cfg_fail(ctx, c, path, "name is required");
         if (rc->tcp == NULL)
             return cfg_fail(ctx, c, path, "tcp (host:port) is required");
-        if (!check_address(ctx, c, path, "tcp", rc->tcp))
+        if (!listen_config_check_address(ctx, c, path, "tcp", rc->tcp))
             return false;
     }
     return true;
@@ -219,73 +154,20 @@ static bool read_tls(const struct cfg_ctx *ctx, const struct ynode *node, struct
     return true;
 }
 
-static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node,
-                             struct backend_api_config *b)
-{
-    static const char *const keys[] = {"listen",          "allowed_nets",   "token_env",
-                                       "auth_master_addr", "request_timeout", "stream_timeout",
-                                       "max_body_bytes",  "max_connections",
-                                       "max_connections_per_ip", "allow_unauthenticated_remote",
-                                       NULL};
-    const char *p = "backend_api";
-    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
-        return false;
-    const struct ynode *listen = ynode_get(node, "listen");
-    if (listen != NULL)
-        b->listen_line = listen->line;
-    return cfg_string(ctx, node, p, "listen", &b->listen) &&
-           cfg_bool(ctx, node, p, "allow_unauthenticated_remote",
-                    &b->allow_unauthenticated_remote) &&
-           check_address(ctx, node, p, "listen", b->listen) &&
-           cfg_string_list(ctx, node, p, "allowed_nets", CONFIG_MAX_LIST, &b->allowed_nets,
-                           NULL) &&
-           check_nets(ctx, node, p, "allowed_nets", b->allowed_nets) &&
-           cfg_string(ctx, node, p, "token_env", &b->token_env) &&
-           cfg_string(ctx, node, p, "auth_master_addr", &b->auth_master_addr) &&
-           cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000,
-                           &b->request_timeout_ms) &&
-           cfg_duration_ms(ctx, node, p, "stream_timeout", 100, 86400000,
-                           &b->stream_timeout_ms) &&
-           cfg_int(ctx, node, p, "max_body_bytes", 1024, 64 * 1024 * 1024, &b->max_body_bytes) &&
-           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &b->max_connections) &&
-           cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
-                   &b->max_connections_per_ip);
-}
-
-/* quota.quota_clone_dicts names dicts of the `dicts:` section. */
-static bool check_clone_dicts(const struct cfg_ctx *ctx, const struct ynode *quota,
-                              const struct petrel_config *cfg)
-{
-    for (size_t i = 0; cfg->quota.clone_dicts[i] != NULL; i++) {
-        bool found = false;
-        for (size_t k = 0; k < dict_registry_count(cfg->dicts) && !found; k++)
-            found = strcmp(dict_registry_name(cfg->dicts, k), cfg->quota.clone_dicts[i]) == 0;
-        if (!found)
-            return cfg_fail(ctx, list_item(ynode_get(quota, "quota_clone_dicts"), i),
-                            "quota.quota_clone_dicts", "no dict named '%s' in dicts:",
-                            cfg->quota.clone_dicts[i]);
-    }
-    return true;
-}
-
 static bool valid_component(const char *name)
 {
-    for (size_t i = 0; config_component_names[i] != NULL; i++) {
-        if (strcmp(config_component_names[i], name) == 0)
-            return true;
-    }
-    return false;
+    return component_find(name) != NULL;
 }
 
-static bool check_components(const struct cfg_ctx *ctx, const struct ynode *node, char **list)
+static bool check_components(const struct cfg_ctx *ctx, const struct ynode *root, char **list)
 {
     for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
         if (!valid_component(list[i]))
-            return cfg_fail(ctx, list_item(node, i), "components", "unknown component '%s'",
+            return cfg_fail(ctx, cfg_list_item(root, "components", i), "components", "unknown component '%s'",
                             list[i]);
         for (size_t k = 0; k < i; k++) {
             if (strcmp(list[k], list[i]) == 0)
-                return cfg_fail(ctx, list_item(node, i), "components", "'%s' listed twice",
+                return cfg_fail(ctx, cfg_list_item(root, "components", i), "components", "'%s' listed twice",
                                 list[i]);
         }
     }
@@ -340,19 +222,32 @@ static bool apply_env(const struct cfg_ctx *ctx, struct petrel_config *cfg)
     return true;
 }
 
+/* The top-level keys: the process's own, then each component's section. */
+static const char *const *root_keys(const char **keys, size_t cap)
+{
+    static const char *const own[] = {"components", "log_level", "log_level_overrides", "user",
+                                      "group", "allow_root", "shutdown_timeout",
+                                      "memory_trim_interval", "telemetry", "internal_tls",
+                                      "dicts", "mail", NULL};
+    size_t n = 0;
+    for (size_t i = 0; own[i] != NULL && n + 1 < cap; i++)
+        keys[n++] = own[i];
+    for (size_t i = 0; component_table[i] != NULL && n + 1 < cap; i++) {
+        if (component_table[i]->section != NULL)
+            keys[n++] = component_table[i]->section;
+    }
+    keys[n] = NULL;
+    return keys;
+}
+
 static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struct petrel_config *cfg)
 {
-    static const char *const keys[] = {"components",   "log_level",        "log_level_overrides",
-                                       "user",         "group",            "allow_root",
-                                       "shutdown_timeout", "telemetry",    "internal_tls",
-                                       "backend_api",  "auth",             "imap",
-                                       "dicts",        "mail",             "warden_service",
-                                       "pop3",         "lmtp",           "monitor",
-                                       "director",     "memory_trim_interval", "quota", NULL};
-    if (!cfg_expect_map(ctx, root, "") || !cfg_check_keys(ctx, root, "", keys))
+    const char *keys[64];
+    if (!cfg_expect_map(ctx, root, "") ||
+        !cfg_check_keys(ctx, root, "", root_keys(keys, sizeof(keys) / sizeof(keys[0]))))
         return false;
     if (!cfg_string_list(ctx, root, "", "components", 64, &cfg->components, NULL) ||
-        !check_components(ctx, ynode_get(root, "components"), cfg->components) ||
+        !check_components(ctx, root, cfg->components) ||
         !read_log(ctx, root, cfg) || !cfg_string(ctx, root, "", "user", &cfg->user) ||
         !cfg_string(ctx, root, "", "group", &cfg->group) ||
         !cfg_bool(ctx, root, "", "allow_root", &cfg->allow_root) ||
@@ -361,33 +256,19 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !cfg_duration_ms(ctx, root, "", "memory_trim_interval", 0, 3600000,
                          &cfg->memory_trim_interval_ms) ||
         !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
-        !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls) ||
-        !read_backend_api(ctx, ynode_get(root, "backend_api"), &cfg->backend_api) ||
-        !auth_config_read(ctx, ynode_get(root, "auth"), listed(cfg->components, "auth"),
-                          &cfg->auth) ||
-        !imap_config_read(ctx, ynode_get(root, "imap"), listed(cfg->components, "imap"),
-                          &cfg->imap) ||
-        !lmtp_config_read(ctx, ynode_get(root, "lmtp"), listed(cfg->components, "lmtp"),
-                          &cfg->lmtp) ||
-        !pop3_config_read(ctx, ynode_get(root, "pop3"), listed(cfg->components, "pop3"),
-                          &cfg->pop3) ||
-        !warden_config_read(ctx, ynode_get(root, "warden_service"),
-                            listed(cfg->components, "warden"), &cfg->warden))
+        !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls))
         return false;
-    cfg->backend_api.warden_addr = warden_config_client_address(&cfg->warden);
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;
     if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err))
         return false;
-    if (!monitor_section_read(ctx, ynode_get(root, "monitor"), &cfg->monitor))
-        return false;
-    if (!director_config_read(ctx, ynode_get(root, "director"), &cfg->director))
-        return false;
-    if (!quota_config_read(ctx, ynode_get(root, "quota"), listed(cfg->components, "quota-status"),
-                           &cfg->quota) ||
-        !check_clone_dicts(ctx, ynode_get(root, "quota"), cfg))
-        return false;
+    for (size_t i = 0; component_table[i] != NULL; i++) {
+        const struct component_def *c = component_table[i];
+        const struct ynode *section = c->section != NULL ? ynode_get(root, c->section) : NULL;
+        if (!c->config_read(ctx, section, listed(cfg->components, c->name), cfg))
+            return false;
+    }
     if (cfg->components == NULL) {
         cfg->components = xcalloc(2, sizeof(char *));
         cfg->components[0] = xstrdup("backend-api");
@@ -471,31 +352,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "ca_file", cfg->internal_tls.ca_file);
     fprintf(out, "  require_client_cert: %s\n",
             cfg->internal_tls.require_client_cert ? "true" : "false");
-    const struct backend_api_config *b = &cfg->backend_api;
-    const char *token = getenv(b->token_env);
-    fputs("backend_api:\n", out);
-    yaml_put_kv(out, "  ", "listen", b->listen);
-    yaml_put_list(out, "  ", "allowed_nets", b->allowed_nets);
-    /* Never the token itself: only whether it is set. */
-    fprintf(out, "  # %s\n", token != NULL && *token != '\0' ? "token set" : "token unset: auth disabled");
-    yaml_put_kv(out, "  ", "token_env", b->token_env);
-    yaml_put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
-    fprintf(out,
-            "  request_timeout: %lldms\n  stream_timeout: %lldms\n  max_body_bytes: %lld\n"
-            "  max_connections: %lld\n  max_connections_per_ip: %lld\n",
-            (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
-            (long long)b->max_body_bytes, (long long)b->max_connections,
-            (long long)b->max_connections_per_ip);
-    fprintf(out, "  allow_unauthenticated_remote: %s\n",
-            b->allow_unauthenticated_remote ? "true" : "false");
-    auth_config_print(&cfg->auth, out);
-    imap_config_print(&cfg->imap, out);
-    lmtp_config_print(&cfg->lmtp, out);
-    pop3_config_print(&cfg->pop3, out);
-    warden_config_print(&cfg->warden, out);
-    monitor_config_print(&cfg->monitor, out);
-    director_config_print(&cfg->director, out);
-    quota_config_print(&cfg->quota, out);
+    for (size_t i = 0; component_table[i] != NULL; i++)
+        component_table[i]->config_print(cfg, out);
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);

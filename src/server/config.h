@@ -52,9 +52,6 @@ struct petrel_config {
     struct quota_config quota;       /* `quota:` section */
 };
 
-/* Names `components:` may list. */
-extern const char *const config_component_names[];
-
 /* Loads `path`; applies environment overrides (LOG_LEVEL, PETREL_COMPONENT).
  * Returns NULL with the message in err. */
 struct petrel_config *config_load(const char *path, struct petrel_error *err);

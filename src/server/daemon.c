@@ -1,9 +1,9 @@
 #include "server/daemon.h"
 
+#include "server/component.h"
+
 #include "core/log.h"
 #include "core/metrics.h"
-#include "clients/auth/auth-penalty.h"
-#include "clients/warden/warden-penalty-store.h"
 #include "core/xalloc.h"
 #include "net/readiness.h"
 #include "net/tls.h"
@@ -11,17 +11,7 @@
 #include "server/config.h"
 #include "server/memory-trim.h"
 #include "server/privileges.h"
-#include "protocols/imap/imap-server.h"
-#include "protocols/lmtp/lmtp-server.h"
-#include "protocols/pop3/pop3-server.h"
-#include "services/auth/auth-service.h"
-#include "services/backend-api/backend-api.h"
-#include "services/director/director-service.h"
-#include "services/monitor/monitor-service.h"
-#include "services/quota-status/quota-status-service.h"
-#include "net/service-env.h"
 #include "services/telemetry/telemetry.h"
-#include "services/warden/warden-service.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #ifdef PETREL_TEST_MODULES
@@ -54,15 +44,8 @@ struct petrel_context {
     SSL_CTX *internal_tls;
     struct service_env env;
     struct telemetry *telemetry;
-    struct backend_api *backend_api;
-    struct auth_service *auth;
-    struct warden_service *warden;
-    struct director_service *director;
-    struct monitor_service *monitor;
-    struct imap_server *imap;
-    struct lmtp_server *lmtp;
-    struct pop3_server *pop3;
-    struct quota_status_service *quota_status;
+    /* running[i]: component_table[i] once started, else NULL. */
+    void *running[COMPONENT_TABLE_MAX];
     struct mail_storage *storage;
     bool stopping;
     struct timespec stop_started;
@@ -75,25 +58,11 @@ struct petrel_context {
 
 static size_t in_flight(const struct petrel_context *ctx)
 {
-    size_t n = 0;
-    if (ctx->backend_api != NULL)
-        n += backend_api_in_flight(ctx->backend_api);
-    if (ctx->telemetry != NULL)
-        n += telemetry_in_flight(ctx->telemetry);
-    if (ctx->auth != NULL)
-        n += auth_service_in_flight(ctx->auth);
-    if (ctx->director != NULL)
-        n += director_service_in_flight(ctx->director);
-    if (ctx->monitor != NULL)
-        n += monitor_service_in_flight(ctx->monitor);
-    if (ctx->imap != NULL)
-        n += imap_server_sessions(ctx->imap);
-    if (ctx->lmtp != NULL)
-        n += lmtp_server_sessions(ctx->lmtp);
-    if (ctx->pop3 != NULL)
-        n += pop3_server_sessions(ctx->pop3);
-    if (ctx->quota_status != NULL)
-        n += quota_status_service_in_flight(ctx->quota_status);
+    size_t n = ctx->telemetry != NULL ? telemetry_in_flight(ctx->telemetry) : 0;
+    for (size_t i = 0; component_table[i] != NULL; i++) {
+        if (ctx->running[i] != NULL && component_table[i]->in_flight != NULL)
+            n += component_table[i]->in_flight(ctx->running[i]);
+    }
     return n;
 }
 
@@ -118,10 +87,10 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
     if (waited * 1000 >= (double)ctx->config->shutdown_timeout_ms) {
         log_warn(COMPONENT, "shutdown timeout reached", "abandoned_requests=%zu", busy);
         /* Tell the clients (503) and give the replies a moment to leave. */
-        if (ctx->backend_api != NULL)
-            backend_api_abandon_in_flight(ctx->backend_api);
-        if (ctx->director != NULL)
-            director_service_abandon_in_flight(ctx->director);
+        for (size_t i = component_count(); i-- > 0;) {
+            if (ctx->running[i] != NULL && component_table[i]->abandon != NULL)
+                component_table[i]->abandon(ctx->running[i]);
+        }
         if (ctx->telemetry != NULL)
             telemetry_abandon_in_flight(ctx->telemetry);
         struct timeval flush = {0, 500000};
@@ -142,24 +111,12 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
     ctx->stopping = true;
     clock_gettime(CLOCK_MONOTONIC, &ctx->stop_started);
     log_info(COMPONENT, "stopping", "signal=%s in_flight=%zu", signal_name, in_flight(ctx));
-    if (ctx->backend_api != NULL)
-        backend_api_stop_accepting(ctx->backend_api);
-    if (ctx->auth != NULL)
-        auth_service_stop_accepting(ctx->auth);
-    if (ctx->warden != NULL)
-        warden_service_stop_accepting(ctx->warden);
-    if (ctx->director != NULL)
-        director_service_stop_accepting(ctx->director);
-    if (ctx->monitor != NULL)
-        monitor_service_stop(ctx->monitor); /* no more probes, director link closed */
-    if (ctx->imap != NULL)
-        imap_server_stop_accepting(ctx->imap); /* BYE to every session */
-    if (ctx->lmtp != NULL)
-        lmtp_server_stop_accepting(ctx->lmtp); /* 421 once each transaction is over */
-    if (ctx->pop3 != NULL)
-        pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
-    if (ctx->quota_status != NULL)
-        quota_status_service_stop_accepting(ctx->quota_status);
+    /* IMAP says BYE to every session, LMTP 421 once each transaction is
+     * over, POP3 -ERR without deletions; the monitor stops probing. */
+    for (size_t i = component_count(); i-- > 0;) {
+        if (ctx->running[i] != NULL)
+            component_table[i]->stop_accepting(ctx->running[i]);
+    }
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -286,78 +243,46 @@ static bool register_storage_modules(struct mail_storage *storage, struct petrel
     return true;
 }
 
-/* Where auth counts failed logins: shared in the warden named by
- * auth.warden_addr, so that every auth instance using it sees one count per
- * address, or in this process. */
-static struct auth_penalty_store auth_penalty_store_for(struct petrel_context *ctx,
-                                                        struct petrel_error *err)
-{
-    const struct auth_config *cfg = &ctx->config->auth;
-    if (cfg->warden_addr == NULL || cfg->warden_addr[0] == '\0')
-        return auth_penalty_local_store(&cfg->penalty);
-    char host[256] = "localhost", instance[160];
-    gethostname(host, sizeof(host) - 1);
-    snprintf(instance, sizeof(instance), "auth@%.60s:%.60s", host, cfg->listen[0]);
-    return warden_penalty_store_new(ctx->env.base, cfg->warden_addr, instance, &cfg->penalty,
-                                    err);
-}
-
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
     if (ctx->telemetry == NULL)
         return false;
-    if (config_has_component(ctx->config, "auth")) {
-        struct auth_penalty_store penalty = auth_penalty_store_for(ctx, err);
-        if (penalty.ops == NULL)
-            return false;
-        ctx->auth = auth_service_start(&ctx->env, &ctx->config->auth, penalty, err);
-        if (ctx->auth == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "director")) {
-        ctx->director = director_service_start(&ctx->env, &ctx->config->director, err);
-        if (ctx->director == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "monitor")) {
-        ctx->monitor = monitor_service_start(&ctx->env, &ctx->config->monitor, err);
-        if (ctx->monitor == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "warden")) {
-        ctx->warden = warden_service_start(&ctx->env, &ctx->config->warden, err);
-        if (ctx->warden == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "imap")) {
-        ctx->imap = imap_server_start(&ctx->env, &ctx->config->imap, ctx->storage, err);
-        if (ctx->imap == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "lmtp")) {
-        ctx->lmtp = lmtp_server_start(&ctx->env, &ctx->config->lmtp, ctx->storage, err);
-        if (ctx->lmtp == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "pop3")) {
-        ctx->pop3 = pop3_server_start(&ctx->env, &ctx->config->pop3, ctx->storage, err);
-        if (ctx->pop3 == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "quota-status")) {
-        ctx->quota_status =
-            quota_status_service_start(&ctx->env, &ctx->config->quota, ctx->storage, err);
-        if (ctx->quota_status == NULL)
-            return false;
-    }
-    if (config_has_component(ctx->config, "backend-api")) {
-        ctx->backend_api = backend_api_start(&ctx->env, &ctx->config->backend_api,
-                                             ctx->config->dicts, ctx->storage, err);
-        if (ctx->backend_api == NULL)
+    const struct component_start start = {
+        .env = &ctx->env,
+        .config = ctx->config,
+        .storage = ctx->storage,
+    };
+    for (size_t i = 0; component_table[i] != NULL; i++) {
+        if (!config_has_component(ctx->config, component_table[i]->name))
+            continue;
+        ctx->running[i] = component_table[i]->start(&start, err);
+        if (ctx->running[i] == NULL)
             return false;
     }
     return true;
+}
+
+/* "name=address" for each component ("off" when not running), as the
+ * `started` line lists them. */
+static void started_fields(const struct petrel_context *ctx, char *dst, size_t size)
+{
+    size_t used = 0;
+    dst[0] = '\0';
+    for (size_t i = 0; component_table[i] != NULL && used < size; i++) {
+        const struct component_def *c = component_table[i];
+        const char *addr = ctx->running[i] == NULL ? "off"
+                           : c->address != NULL    ? c->address(ctx->running[i])
+                                                   : "on";
+        char key[32];
+        snprintf(key, sizeof(key), "%s", c->name);
+        for (char *p = key; *p != '\0'; p++)
+            *p = *p == '-' ? '_' : *p;
+        int n = snprintf(dst + used, size - used, " %s=%s", key, addr);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
 }
 
 static void context_free(struct petrel_context *ctx)
@@ -369,15 +294,10 @@ static void context_free(struct petrel_context *ctx)
         dict_registry_free(ctx->config->dicts);
         ctx->config->dicts = NULL;
     }
-    backend_api_free(ctx->backend_api);
-    imap_server_free(ctx->imap);
-    lmtp_server_free(ctx->lmtp);
-    pop3_server_free(ctx->pop3);
-    quota_status_service_free(ctx->quota_status);
-    auth_service_free(ctx->auth);
-    warden_service_free(ctx->warden);
-    monitor_service_free(ctx->monitor);
-    director_service_free(ctx->director);
+    for (size_t i = component_count(); i-- > 0;) {
+        if (ctx->running[i] != NULL)
+            component_table[i]->free(ctx->running[i]);
+    }
     memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
     telemetry_free(ctx->telemetry);
@@ -410,10 +330,7 @@ static bool override_components(struct petrel_config *cfg, const char *const *na
         n++;
     char **list = xcalloc(n + 1, sizeof(char *));
     for (size_t i = 0; i < n; i++) {
-        bool known = false;
-        for (size_t k = 0; config_component_names[k] != NULL; k++)
-            known = known || strcmp(config_component_names[k], names[i]) == 0;
-        if (!known) {
+        if (component_find(names[i]) == NULL) {
             for (size_t k = 0; k < i; k++)
                 free(list[k]);
             free(list);
@@ -447,13 +364,17 @@ int daemon_run(const struct daemon_options *opts)
         config_free(ctx.config);
         return 2;
     }
-    /* The monitor's own file (MONITOR_CONFIG, monitor.config_file), once the
-     * component list is final. */
-    if (config_has_component(ctx.config, "monitor") &&
-        !monitor_config_load(&ctx.config->monitor, &err)) {
-        fprintf(stderr, "petreld: %s\n", err.message);
-        config_free(ctx.config);
-        return 2;
+    /* What a component reads once the list is final (the monitor's own
+     * file). */
+    for (size_t i = 0; component_table[i] != NULL; i++) {
+        const struct component_def *c = component_table[i];
+        if (c->config_finish == NULL || !config_has_component(ctx.config, c->name))
+            continue;
+        if (!c->config_finish(ctx.config, &err)) {
+            fprintf(stderr, "petreld: %s\n", err.message);
+            config_free(ctx.config);
+            return 2;
+        }
     }
     /* An operator API reachable from other hosts without a token is a
      * configuration error, once the component list is final. */
@@ -535,19 +456,10 @@ int daemon_run(const struct daemon_options *opts)
 
     telemetry_start_refresh(ctx.telemetry);
     ctx.memory_trim = memory_trim_start(ctx.base, ctx.config->memory_trim_interval_ms);
-    log_info(COMPONENT, "started",
-             "version=%s config=%s telemetry=%s backend_api=%s auth=%s imap=%s warden=%s pop3=%s "
-             "lmtp=%s director=%s monitor=%s quota_status=%s",
-             PETREL_VERSION, ctx.config->file, telemetry_address(ctx.telemetry),
-             ctx.backend_api != NULL ? backend_api_address(ctx.backend_api) : "off",
-             ctx.auth != NULL ? auth_service_address(ctx.auth) : "off",
-             ctx.imap != NULL ? imap_server_address(ctx.imap) : "off",
-             ctx.warden != NULL ? warden_service_address(ctx.warden) : "off",
-             ctx.pop3 != NULL ? pop3_server_address(ctx.pop3) : "off",
-             ctx.lmtp != NULL ? lmtp_server_address(ctx.lmtp) : "off",
-             ctx.director != NULL ? director_service_api_address(ctx.director) : "off",
-             ctx.monitor != NULL ? "on" : "off",
-             ctx.quota_status != NULL ? quota_status_service_address(ctx.quota_status) : "off");
+    char fields[1024];
+    started_fields(&ctx, fields, sizeof(fields));
+    log_info(COMPONENT, "started", "version=%s config=%s telemetry=%s%s", PETREL_VERSION,
+             ctx.config->file, telemetry_address(ctx.telemetry), fields);
     event_base_dispatch(ctx.base);
     log_info(COMPONENT, "stopped", "in_flight=%zu", in_flight(&ctx));
     rc = 0;

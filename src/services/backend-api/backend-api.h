@@ -5,6 +5,7 @@
 #ifndef PETREL_SERVICES_BACKEND_API_H
 #define PETREL_SERVICES_BACKEND_API_H
 
+#include "core/cfg-read.h"
 #include "core/error.h"
 #include "dict/dict.h"
 #include "storage/mail-storage.h"
@@ -14,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* The `backend_api` configuration section. */
 struct backend_api_config {
@@ -33,6 +35,16 @@ struct backend_api_config {
     int listen_line; /* not a key: where `listen` was set, for errors (0 = default) */
     int64_t max_connections_per_ip; /* 0 = no cap */
 };
+
+/* The `backend_api:` section (docs/configuration.md): defaults, reading
+ * (errors `file:line: backend_api.<key>: message`), the effective values
+ * for --check-config (never the token, only whether it is set) and
+ * freeing. */
+void backend_api_config_defaults(struct backend_api_config *cfg);
+bool backend_api_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
+                             struct backend_api_config *cfg);
+void backend_api_config_print(const struct backend_api_config *cfg, FILE *out);
+void backend_api_config_free(struct backend_api_config *cfg);
 
 struct backend_api;
 
