@@ -15,11 +15,16 @@ extern const struct component_def component_quota_status;
 extern const struct component_def component_backend_api;
 
 const struct component_def *const component_table[] = {
-    &component_auth,        &component_director,
-    &component_monitor,     &component_warden,
-    &component_imap,        &component_lmtp,
-    &component_pop3,        &component_quota_status,
-    &component_backend_api, NULL,
+    &component_auth,         /* the front ends ask it at login */
+    &component_director,     /* routes users to backends */
+    &component_monitor,      /* probes backends, tells the directors */
+    &component_warden,       /* the session registry */
+    &component_imap,         /* mail front end */
+    &component_lmtp,         /* delivery */
+    &component_pop3,         /* mail front end */
+    &component_quota_status, /* Postfix's policy service */
+    &component_backend_api,  /* last: reports on the others */
+    NULL,
 };
 
 size_t component_count(void)
