@@ -12,7 +12,12 @@
  *       CLIENTS (default: every user in the file) connections, one per user:
  *       LOGIN, SELECT INBOX, then, once all are ready, a fixed-weight mix of
  *       commands for SECONDS (see `mix` below). Prints commands/s and
- *       per-command p50/p99.
+ *       per-command p50/p99. IMAP_BENCH_COMMANDS=N: each connection runs
+ *       exactly N commands instead (SECONDS becomes a limit); with one
+ *       connection the session is then the same bytes on every run, which
+ *       bench/imap-cpu.sh counts instructions on. IMAP_BENCH_HOOK_START and
+ *       IMAP_BENCH_HOOK_STOP: shell commands run just before the first and
+ *       just after the last measured command.
  *   imap-bench idle ADDR USERS_FILE SESSIONS PID
  *       Opens SESSIONS connections (user i % users), then in phases: all
  *       greeted, all LOGIN, all SELECT INBOX, and reads VmRSS/RssAnon of
@@ -376,6 +381,7 @@ struct conn {
     uint32_t pending[64];   /* load: own appended UIDs not expunged yet */
     size_t pending_n;
     bool force_expunge;
+    unsigned long commands; /* load: mix commands answered inside the window */
 };
 
 static const char *server_addr;
@@ -860,6 +866,35 @@ static size_t *msg_sizes;      /* [conn][message] sizes, for BODY[] checks */
 static bool load_started, load_stopping;
 static double load_start, load_end;
 static unsigned long load_commands;
+static unsigned long load_fixed; /* IMAP_BENCH_COMMANDS: commands per connection, 0: timed */
+
+/* IMAP_BENCH_HOOK_START / _STOP: a shell command run when every connection
+ * is logged in and selected, and when the last command of the window was
+ * answered (bench/imap-cpu.sh zeroes and dumps callgrind's counters there). */
+static void run_hook(const char *name)
+{
+    const char *cmd = getenv(name);
+    if (cmd == NULL || *cmd == '\0')
+        return;
+    fflush(stdout);
+    int rc = system(cmd);
+    if (rc != 0)
+        fprintf(stderr, "imap-bench: %s (%s) exited %d\n", name, cmd, rc);
+}
+
+/* Fixed-count mode: every connection answered its commands and has
+ * nothing in flight (closed ones count as finished: they are errors). */
+static bool load_all_finished(void)
+{
+    for (size_t i = 0; i < conn_count; i++) {
+        const struct conn *c = &conns[i];
+        if (c->state == CS_CLOSED)
+            continue;
+        if (c->state != CS_READY || c->commands < load_fixed || c->force_expunge)
+            return false;
+    }
+    return true;
+}
 
 /* The mix: weights per 100 commands. IMAP_BENCH_MIX="name=weight,..."
  * replaces it (names below), e.g. "noop=1" to measure one command alone. */
@@ -1026,6 +1061,8 @@ static void load_ready(struct conn *c)
         load_send(c, K_EXPUNGE);
         return;
     }
+    if (load_fixed > 0 && c->commands >= load_fixed && !load_stopping)
+        return; /* done: waits for the others, then logs out */
     if (load_stopping) {
         c->step = 3;
         send_cmd(c, K_LOGOUT, "LOGOUT");
@@ -1049,8 +1086,10 @@ static void load_done(struct conn *c, bool ok, const char *line, size_t len)
                  load_messages);
         conn_error(c, what, NULL, 0);
     }
-    if (load_started && !load_stopping && c->kind != K_LOGOUT)
+    if (load_started && !load_stopping && c->kind != K_LOGOUT) {
         load_commands++;
+        c->commands++;
+    }
     if (c->kind == K_APPEND && ok) {
         if (c->append_uid == 0)
             conn_error(c, "APPEND without APPENDUID", line, len);
@@ -1102,6 +1141,8 @@ static int run_load(uint32_t messages, double seconds, size_t clients)
 {
     load_messages = messages;
     mix_from_env();
+    const char *fixed = getenv("IMAP_BENCH_COMMANDS");
+    load_fixed = fixed != NULL ? strtoul(fixed, NULL, 10) : 0;
     conns_alloc(clients);
     mode = &load_mode;
     /* Sizes of every pre-filled message, for the BODY[] check. */
@@ -1141,13 +1182,25 @@ static int run_load(uint32_t messages, double seconds, size_t clients)
     free(stats[K_EXPUNGE].lat);
     memset(&stats[K_EXPUNGE], 0, sizeof(stats[K_EXPUNGE]));
     double login_secs = now_s() - t0;
+    run_hook("IMAP_BENCH_HOOK_START");
     load_started = true;
     load_start = now_s();
     load_end = load_start + seconds;
     double cpu0 = cpu_seconds();
-    while (now_s() < load_end)
-        run_once(50);
+    if (load_fixed > 0) {
+        /* SECONDS is only a limit here: the window ends with the last answer. */
+        while (!load_all_finished() && now_s() < load_end)
+            run_once(50);
+        if (!load_all_finished())
+            fprintf(stderr, "imap-bench: %lu commands per connection not done in %.0f s\n",
+                    load_fixed, seconds);
+        load_end = now_s();
+    } else {
+        while (now_s() < load_end)
+            run_once(50);
+    }
     double client_cpu = cpu_seconds() - cpu0;
+    run_hook("IMAP_BENCH_HOOK_STOP");
     load_stopping = true;
     double stop = now_s();
     /* In-flight commands finish; then every client logs out. */

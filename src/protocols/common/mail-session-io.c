@@ -99,12 +99,37 @@ static bool wake_now(const struct mail_session_io *io)
            evbuffer_get_length(bufferevent_get_output(io->bev)) <= io->output_low_water;
 }
 
+/* The input bound (input_high_water) as libevent's read watermark, but
+ * only while input waits unparsed after the owner's input callback: the
+ * watermark callback runs on every read and every drain and re-arms the
+ * read event each time (two event_adds and a timer move per command), and
+ * most sessions parse everything they read at once. With nothing left over
+ * a read adds at most libevent's single-read step (16 KiB, below any bound
+ * used here), so the bound holds as before: once bytes wait, the watermark
+ * is in place before the next read. */
+static void update_input_watermark(struct mail_session_io *io)
+{
+    if (io->input_high_water == 0 || io->closing)
+        return;
+    bool waiting = evbuffer_get_length(bufferevent_get_input(io->bev)) > 0;
+    if (waiting == io->input_wm_on)
+        return;
+    bufferevent_setwatermark(io->bev, EV_READ, 0, waiting ? io->input_high_water : 0);
+    io->input_wm_on = waiting;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct mail_session_io *io = arg;
     if (io->ops->drained != NULL && io->output_high_water == 0) {
+        bool alive = true;
+        io->alive = &alive;
         io->ops->input(io->owner);
+        if (!alive)
+            return;
+        io->alive = NULL;
+        update_input_watermark(io);
         return;
     }
     if (!run_corked(io, io->ops->input))
@@ -114,6 +139,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
         if (!run_corked(io, io->ops->drained))
             return;
     }
+    update_input_watermark(io);
 }
 
 static void write_cb(struct bufferevent *bev, void *arg)
@@ -220,8 +246,8 @@ static void setup_bev(struct mail_session_io *io)
 {
     bufferevent_setcb(io->bev, read_cb, write_cb, event_cb, io);
     bufferevent_set_max_single_write(io->bev, io->max_single_write);
-    if (io->input_high_water > 0)
-        bufferevent_setwatermark(io->bev, EV_READ, 0, io->input_high_water);
+    io->input_wm_on = false; /* installed once input waits (read_cb) */
+    update_input_watermark(io);
     apply_output_limits(io);
     apply_timeout(io);
     bufferevent_enable(io->bev, EV_READ | EV_WRITE);

@@ -81,6 +81,7 @@ struct mail_session_io {
     unsigned close_polls;
     size_t max_single_write;
     size_t input_high_water;
+    bool input_wm_on; /* the read watermark is installed on io->bev */
     int64_t timeout_ms;
     bool timeout_on_output;
     size_t output_high_water; /* 0: no bound (mail_session_io_set_output_limits) */

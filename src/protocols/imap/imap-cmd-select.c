@@ -209,10 +209,13 @@ void imap_selected_send_flags(struct imap_session *s)
 {
     struct buf line = {0};
     buf_append_str(&line, "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft");
+    s->keyword_names = 0;
     for (unsigned k = 0; k < 32; k++) {
         const char *name = mailbox_view_keyword_name(s->view, k);
-        if (name != NULL)
+        if (name != NULL) {
             buf_printf(&line, " %s", name);
+            s->keyword_names |= 1u << k;
+        }
     }
     buf_append_str(&line, ")\r\n");
     struct mailbox_view_status st;
@@ -268,17 +271,6 @@ void imap_selected_close(struct imap_session *s)
         s->state = IMAP_STATE_AUTHENTICATED;
 }
 
-/* Keyword slots the view has a name for. */
-static uint32_t keyword_names_mask(const struct mailbox_view *view)
-{
-    uint32_t mask = 0;
-    for (unsigned k = 0; k < 32; k++) {
-        if (mailbox_view_keyword_name(view, k) != NULL)
-            mask |= 1u << k;
-    }
-    return mask;
-}
-
 /* A message can carry a keyword before the view knows its name (our own
  * \Seen or STORE took in another session's keyword bit while the name was
  * not read yet): its FETCH then left the keyword out, and once the name is
@@ -317,7 +309,7 @@ void imap_selected_sync(struct imap_session *s)
      * changed the folder, what is new to the view is the session's own
      * APPEND or EXPUNGE, which its handle holds already. */
     bool others = s->watch == NULL || mailbox_watch_take_changed(s->watch);
-    uint32_t named_before = keyword_names_mask(s->view);
+    uint32_t named_before = s->keyword_names;
     struct mailbox_view_changes ch;
     struct petrel_error err;
     if (!(others ? mailbox_view_sync(s->view, &ch, &err)
@@ -371,7 +363,7 @@ void imap_selected_sync(struct imap_session *s)
         imap_send_raw(s, out.data, out.len);
     buf_reset(&out);
     if (ch.keywords_changed)
-        imap_selected_send_flags(s);
+        imap_selected_send_flags(s); /* and s->keyword_names */
     for (size_t i = 0; i < ch.changed_count; i++) {
         const struct mailbox_view_entry *e = mailbox_view_at(s->view, ch.changed_seqs[i]);
         if (e == NULL)
@@ -382,7 +374,7 @@ void imap_selected_sync(struct imap_session *s)
             buf_printf(&out, " MODSEQ (%llu)", (unsigned long long)e->modseq);
         buf_append_str(&out, ")\r\n");
     }
-    uint32_t newly_named = ch.keywords_changed ? keyword_names_mask(s->view) & ~named_before : 0;
+    uint32_t newly_named = ch.keywords_changed ? s->keyword_names & ~named_before : 0;
     if (ch.keywords_changed)
         send_newly_named(s, &ch, newly_named, &out);
     if (out.len > 0)

@@ -63,6 +63,11 @@ struct imap_session {
     struct mailbox_watch *watch;
     bool readonly; /* EXAMINE */
     bool idling;   /* IDLE: waiting for DONE */
+    /* Keyword slots the view had a name for at the last FLAGS response
+     * (imap_selected_send_flags): the view's names change only where a
+     * FLAGS response follows (SELECT, a sync or STORE that adopted names),
+     * so this is the view's mask without asking it 32 times per sync. */
+    uint32_t keyword_names;
     /* a FETCH produced message by message as the output drains
      * (imap-cmd-message.c); the session is busy meanwhile */
     struct imap_fetch_state *fetch;
