@@ -141,6 +141,9 @@ struct mailbox_message_data *mailbox_message_data_load(int fd, size_t size, cons
 
 /* The drivers there are (mail-storage.c picks one by scheme). */
 extern const struct mail_storage_vfuncs maildir_storage_vfuncs;
+/* The listed driver whose scheme starts `location` ("<scheme>:..."), or
+ * NULL: what the configuration accepts. */
+const struct mail_storage_vfuncs *mail_storage_driver_find(const char *location);
 
 struct mail_storage_module_entry {
     const struct mail_storage_module *module;
