@@ -139,6 +139,9 @@ struct mailbox_message_data *mailbox_message_data_load(int fd, size_t size, cons
                                                        uint64_t indexed_vsize,
                                                        struct petrel_error *err);
 
+/* The size of `size` bytes with every bare LF made CRLF (RFC822.SIZE). */
+uint64_t mailbox_message_vsize(const char *data, size_t size);
+
 /* The drivers there are (mail-storage.c picks one by scheme). */
 extern const struct mail_storage_vfuncs maildir_storage_vfuncs;
 /* The listed driver whose scheme starts `location` ("<scheme>:..."), or

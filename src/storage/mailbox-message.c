@@ -5,6 +5,7 @@
  * here (mailbox_message_data_load) and a release needs no driver. */
 #include "storage/mail-storage-private.h"
 
+#include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
@@ -53,26 +54,16 @@ static enum mailbox_eol line_endings(const char *data, size_t size, uint64_t vsi
 static bool read_all(int fd, size_t size, char **out, size_t *got)
 {
     char *data = xmalloc(size + 1);
-    size_t done = 0;
-    while (done < size) {
-        ssize_t r = read(fd, data + done, size - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            free(data);
-            return false;
-        }
-        if (r == 0)
-            break; /* shorter than fstat said: take what is there */
-        done += (size_t)r;
+    if (!fs_pread_all(fd, data, size, 0, got)) {
+        free(data);
+        return false;
     }
-    data[done] = '\0';
+    data[*got] = '\0'; /* shorter than fstat said: take what is there */
     *out = data;
-    *got = done;
     return true;
 }
 
-static uint64_t measure_vsize(const char *data, size_t size)
+uint64_t mailbox_message_vsize(const char *data, size_t size)
 {
     uint64_t bare = 0;
     for (size_t i = 0; i < size; i++) {
@@ -114,7 +105,7 @@ struct mailbox_message_data *mailbox_message_data_load(int fd, size_t size, cons
     m->pub.size = size;
     /* The index's vsize was measured from these bytes; a file changed
      * behind our back is measured again. */
-    m->pub.vsize = indexed_size == size ? indexed_vsize : measure_vsize(m->pub.data, size);
+    m->pub.vsize = indexed_size == size ? indexed_vsize : mailbox_message_vsize(m->pub.data, size);
     m->pub.eol = line_endings(m->pub.data, size, m->pub.vsize);
     return &m->pub;
 }

@@ -5,6 +5,9 @@
  * make no call into the driver per message. */
 #include "storage/mail-storage-private.h"
 
+#include "core/bsearch-insert.h"
+
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,15 +69,8 @@ const struct mailbox_view_entry *mailbox_view_at(const struct mailbox_view *view
 uint32_t mailbox_view_seq(const struct mailbox_view *view, uint32_t uid)
 {
     const struct mailbox_view_common *c = mailbox_view_common(view);
-    size_t lo = 0;
-    size_t hi = c->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c->entries[mid].uid < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = bsearch_u32_lower(c->entries, c->count, sizeof(*c->entries),
+                                  offsetof(struct mailbox_view_entry, uid), uid);
     return lo < c->count && c->entries[lo].uid == uid ? (uint32_t)(lo + 1) : 0;
 }
 

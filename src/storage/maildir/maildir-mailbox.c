@@ -1344,16 +1344,6 @@ static bool resolve_keywords(struct mailbox *box, const char *const *names, uint
     return true;
 }
 
-static uint64_t virtual_size(const char *data, size_t len)
-{
-    uint64_t bare = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
-            bare++;
-    }
-    return len + bare;
-}
-
 /* ---------- appending ----------
  *
  * A new message is written into an anonymous file (O_TMPFILE in tmp/) and
@@ -1673,7 +1663,7 @@ static void uidlist_write_out(struct mailbox *box)
  * shorter than promised. */
 static bool source_vsize(const struct append_source *src, uint64_t *vsize)
 {
-    *vsize = virtual_size(src->data, src->len);
+    *vsize = mailbox_message_vsize(src->data, src->len);
     if (src->fd < 0 || src->flen == 0)
         return true;
     char prev = src->len > 0 ? src->data[src->len - 1] : '\0';
