@@ -24,12 +24,11 @@ static void put(struct lmtp_data *d, const char *p, size_t n)
     buf_append(d->out, p, n);
 }
 
-/* Next state after emitting the ordinary content byte `c`. */
-static enum lmtp_data_state after(char c, enum lmtp_data_state in_line)
+/* Emits the ordinary content byte `c`: a CR may start a line end. */
+static void content(struct lmtp_data *d, char c)
 {
-    if (c == '\r')
-        return LMTP_DATA_CR;
-    return in_line;
+    put(d, &c, 1);
+    d->state = c == '\r' ? LMTP_DATA_CR : LMTP_DATA_IN_LINE;
 }
 
 bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *consumed)
@@ -39,24 +38,19 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
         char c = in[i];
         switch (d->state) {
         case LMTP_DATA_LINE_START:
-            if (c == '.') {
+            if (c == '.')
                 d->state = LMTP_DATA_DOT;
-                i++;
-                break;
-            }
-            put(d, &c, 1);
-            d->state = after(c, LMTP_DATA_IN_LINE);
+            else
+                content(d, c);
             i++;
             break;
         case LMTP_DATA_DOT:
-            if (c == '\r') {
+            /* A CR may end the data; anything else follows a stuffed dot,
+             * which is dropped. */
+            if (c == '\r')
                 d->state = LMTP_DATA_DOT_CR;
-                i++;
-                break;
-            }
-            /* A stuffed dot: dropped; c starts the line's content. */
-            put(d, &c, 1);
-            d->state = after(c, LMTP_DATA_IN_LINE);
+            else
+                content(d, c);
             i++;
             break;
         case LMTP_DATA_DOT_CR:
@@ -70,8 +64,9 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
             d->state = LMTP_DATA_CR;
             break; /* c is handled in the CR state */
         case LMTP_DATA_CR:
-            put(d, &c, 1);
-            d->state = c == '\n' ? LMTP_DATA_LINE_START : after(c, LMTP_DATA_IN_LINE);
+            content(d, c);
+            if (c == '\n')
+                d->state = LMTP_DATA_LINE_START;
             i++;
             break;
         case LMTP_DATA_IN_LINE: {
