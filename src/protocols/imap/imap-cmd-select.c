@@ -251,10 +251,10 @@ void imap_condstore_enable(struct imap_session *s)
 void imap_selected_close(struct imap_session *s)
 {
     mailbox_watch_free(s->watch);
-    mailbox_view_free(s->view);
-    mailbox_close(s->box);
     s->watch = NULL;
+    mailbox_view_free(s->view);
     s->view = NULL;
+    mailbox_close(s->box);
     s->box = NULL;
     s->idling = false;
     s->recent_count = 0;

@@ -37,17 +37,11 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
     while (i < len && d->state != LMTP_DATA_DONE) {
         char c = in[i];
         switch (d->state) {
-        case LMTP_DATA_LINE_START:
-            if (c == '.')
+        case LMTP_DATA_LINE_START: /* a dot may begin the end line */
+        case LMTP_DATA_DOT:        /* then a CR; anything else follows a stuffed dot (dropped) */
+            if (d->state == LMTP_DATA_LINE_START && c == '.')
                 d->state = LMTP_DATA_DOT;
-            else
-                content(d, c);
-            i++;
-            break;
-        case LMTP_DATA_DOT:
-            /* A CR may end the data; anything else follows a stuffed dot,
-             * which is dropped. */
-            if (c == '\r')
+            else if (d->state == LMTP_DATA_DOT && c == '\r')
                 d->state = LMTP_DATA_DOT_CR;
             else
                 content(d, c);

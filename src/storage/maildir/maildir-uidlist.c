@@ -123,6 +123,18 @@ static void header_free(struct header *h)
 }
 
 /* Parses the first line (without its newline). */
+/* The next space-separated field from *p on (false at `end`). */
+static bool next_field(const char **p, const char *end, struct slice *field)
+{
+    while (*p < end && **p == ' ')
+        (*p)++;
+    field->ptr = *p;
+    while (*p < end && **p != ' ')
+        (*p)++;
+    field->len = (size_t)(*p - field->ptr);
+    return field->len > 0;
+}
+
 static bool parse_header(const char *name, struct slice line, struct header *h,
                          struct petrel_error *err)
 {
@@ -142,17 +154,11 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
             !parse_u32(second, (size_t)(end - second), &h->next_uid))
             return fail_at(err, name, 1, "corrupted header (version 1)");
     } else if (h->version == 3) {
-        while (p < end) {
-            if (*p == ' ') {
-                p++;
-                continue;
-            }
-            const char *field = p;
-            while (p < end && *p != ' ')
-                p++;
-            char key = field[0];
-            const char *value = field + 1;
-            size_t vlen = (size_t)(p - value);
+        struct slice field;
+        while (next_field(&p, end, &field)) {
+            char key = field.ptr[0];
+            const char *value = field.ptr + 1;
+            size_t vlen = field.len - 1;
             if (key == 'V') {
                 if (!parse_u32(value, vlen, &h->uid_validity))
                     return fail_at(err, name, 1, "invalid UIDVALIDITY \"%s\"",
@@ -169,7 +175,7 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
             } else {
                 if (h->extra.len > 0)
                     buf_append_char(&h->extra, ' ');
-                buf_append(&h->extra, field, (size_t)(p - field));
+                buf_append(&h->extra, field.ptr, field.len);
             }
         }
     } else {
@@ -219,22 +225,16 @@ static void entry_free(struct uidlist_entry *e)
 static bool parse_extensions(const char *p, const char *end, struct buf *out, const char **bad,
                              size_t *bad_len)
 {
-    while (p < end) {
-        if (*p == ' ') {
-            p++;
-            continue;
-        }
-        const char *field = p;
-        while (p < end && *p != ' ')
-            p++;
-        if (field[0] < 'A' || field[0] > 'Z') {
-            *bad = field;
-            *bad_len = (size_t)(p - field);
+    struct slice field;
+    while (next_field(&p, end, &field)) {
+        if (field.ptr[0] < 'A' || field.ptr[0] > 'Z') {
+            *bad = field.ptr;
+            *bad_len = field.len;
             return false;
         }
         if (out->len > 0)
             buf_append_char(out, ' ');
-        buf_append(out, field, (size_t)(p - field));
+        buf_append(out, field.ptr, field.len);
     }
     return true;
 }
