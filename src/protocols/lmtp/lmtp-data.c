@@ -24,11 +24,12 @@ static void put(struct lmtp_data *d, const char *p, size_t n)
     buf_append(d->out, p, n);
 }
 
-/* Emits the ordinary content byte `c`: a CR may start a line end. */
-static void content(struct lmtp_data *d, char c)
+/* Next state after emitting the ordinary content byte `c`. */
+static enum lmtp_data_state after(char c, enum lmtp_data_state in_line)
 {
-    put(d, &c, 1);
-    d->state = c == '\r' ? LMTP_DATA_CR : LMTP_DATA_IN_LINE;
+    if (c == '\r')
+        return LMTP_DATA_CR;
+    return in_line;
 }
 
 bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *consumed)
@@ -37,14 +38,25 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
     while (i < len && d->state != LMTP_DATA_DONE) {
         char c = in[i];
         switch (d->state) {
-        case LMTP_DATA_LINE_START: /* a dot may begin the end line */
-        case LMTP_DATA_DOT:        /* then a CR; anything else follows a stuffed dot (dropped) */
-            if (d->state == LMTP_DATA_LINE_START && c == '.')
+        case LMTP_DATA_LINE_START:
+            if (c == '.') {
                 d->state = LMTP_DATA_DOT;
-            else if (d->state == LMTP_DATA_DOT && c == '\r')
+                i++;
+                break;
+            }
+            put(d, &c, 1);
+            d->state = after(c, LMTP_DATA_IN_LINE);
+            i++;
+            break;
+        case LMTP_DATA_DOT:
+            if (c == '\r') {
                 d->state = LMTP_DATA_DOT_CR;
-            else
-                content(d, c);
+                i++;
+                break;
+            }
+            /* A stuffed dot: dropped; c starts the line's content. */
+            put(d, &c, 1);
+            d->state = after(c, LMTP_DATA_IN_LINE);
             i++;
             break;
         case LMTP_DATA_DOT_CR:
@@ -58,9 +70,8 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
             d->state = LMTP_DATA_CR;
             break; /* c is handled in the CR state */
         case LMTP_DATA_CR:
-            content(d, c);
-            if (c == '\n')
-                d->state = LMTP_DATA_LINE_START;
+            put(d, &c, 1);
+            d->state = c == '\n' ? LMTP_DATA_LINE_START : after(c, LMTP_DATA_IN_LINE);
             i++;
             break;
         case LMTP_DATA_IN_LINE: {
