@@ -167,6 +167,23 @@ bool fs_pwrite_all(int fd, const void *data, size_t len, uint64_t offset)
     return true;
 }
 
+bool fs_pread_all(int fd, void *data, size_t len, uint64_t offset, size_t *got)
+{
+    char *p = data;
+    *got = 0;
+    while (*got < len) {
+        ssize_t r = pread(fd, p + *got, len - *got, (off_t)(offset + *got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return false;
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return true;
+}
+
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err)
 {
     return fs_read_file_at(AT_FDCWD, path, max, data, len, err);
@@ -189,14 +206,7 @@ bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size
     size_t size = (size_t)st.st_size;
     char *buf = xmalloc(size + 1);
     size_t got = 0;
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    (void)fs_pread_all(fd, buf, size, 0, &got); /* an error: what came before it */
     close(fd);
     buf[got] = '\0';
     *data = buf;

@@ -37,6 +37,10 @@ bool fs_write_atomic_at(int dir_fd, const char *path, const void *data, size_t l
 /* pwrite()s all `len` bytes at `offset`, retrying short writes and EINTR.
  * False with errno set on failure (a zero-byte write is EIO). */
 bool fs_pwrite_all(int fd, const void *data, size_t len, uint64_t offset);
+/* pread()s up to `len` bytes at `offset` into `data`, retrying short reads
+ * and EINTR, until `len` or the end of the file; *got says how many came.
+ * False with errno set on a read error (*got is what came before it). */
+bool fs_pread_all(int fd, void *data, size_t len, uint64_t offset, size_t *got);
 /* Reads a whole file (at most max bytes) into a fresh NUL-terminated
  * allocation. A missing file is PETREL_ERR_NOT_FOUND. */
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err);

@@ -54,10 +54,99 @@ struct mail_storage_vfuncs {
                          uint32_t **failed, size_t *failed_count, struct petrel_error *err);
     bool (*set_flags)(struct mailbox *box, uint32_t uid, uint32_t flags,
                       const char *const *keywords, struct petrel_error *err);
+
+    /* Reading messages and their cached data (no module hooks these). A
+     * driver builds the data it hands out with mailbox_message_data_load()
+     * (so mailbox_message_release() needs no driver). */
+    struct mailbox_message_data *(*message_open)(struct mailbox *box, uint32_t uid,
+                                                 struct petrel_error *err);
+    int (*message_open_file)(struct mailbox *box, uint32_t uid, uint64_t *size,
+                             struct petrel_error *err);
+    bool (*message_sizes)(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,
+                          struct petrel_error *err);
+    const char *(*keyword_name)(const struct mailbox *box, unsigned idx);
+    const void *(*cache_lookup)(struct mailbox *box, uint32_t uid, const char *field, size_t *len);
+    bool (*cache_store)(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                        size_t len, bool queue, struct petrel_error *err);
+    bool (*cache_flush)(struct mailbox *box, struct petrel_error *err);
+
+    /* A session's view (mail-storage.h): the driver makes and syncs it
+     * (from the disk when `refresh`, else from what the handle holds);
+     * the storage API answers the lookups from its struct
+     * mailbox_view_common without a call. */
+    struct mailbox_view *(*view_new)(struct mailbox *box, struct petrel_error *err);
+    void (*view_free)(struct mailbox_view *view);
+    bool (*view_sync)(struct mailbox_view *view, bool refresh, struct mailbox_view_changes *changes,
+                      struct petrel_error *err);
+    bool (*view_note_flags)(struct mailbox_view *view, const struct mailbox_flags_result *results,
+                            size_t count);
+
+    /* Folders and the user's spool, unhooked (mail-folder.c). */
+    bool (*folder_list)(struct mail_user *user, const struct namespace_config *ns, char ***names,
+                        size_t *count, struct petrel_error *err);
+    bool (*folder_exists)(struct mail_user *user, const struct namespace_config *ns,
+                          const char *name);
+    bool (*folder_usage)(struct mail_user *user, const struct namespace_config *ns,
+                         const char *name, struct fileindex_usage_cache *cache,
+                         struct mail_folder_usage *out, struct petrel_error *err);
+    int (*spool_open)(struct mail_user *user, struct petrel_error *err);
+
+    /* One open folder, unhooked (mailbox.c); mailbox_close never gets NULL. */
+    void (*mailbox_close)(struct mailbox *box);
+    bool (*is_read_only)(const struct mailbox *box);
+    size_t (*memory_bytes)(const struct mailbox *box);
+    bool (*mailbox_is)(const struct mailbox *box, const struct namespace_config *ns,
+                       const char *name);
+    bool (*mailbox_sync)(struct mailbox *box, struct petrel_error *err);
+    uint32_t (*handle_uid_validity)(const struct mailbox *box);
+    bool (*get_info)(struct mailbox *box, bool stats, struct mailbox_info *info,
+                     struct petrel_error *err);
+    bool (*foreach)(struct mailbox *box, size_t limit,
+                    void (*fn)(const struct mailbox_message *msg, void *ctx), void *ctx,
+                    bool *truncated, struct petrel_error *err);
+    bool (*recent_claim)(struct mailbox *box, uint32_t *first, uint32_t *until,
+                         struct petrel_error *err);
+    uint32_t (*recent_peek)(struct mailbox *box);
+    bool (*index_rebuild)(struct mailbox *box, struct mailbox_rebuild_stats *stats,
+                          struct petrel_error *err);
+    bool (*index_optimize)(struct mailbox *box, struct petrel_error *err);
+    bool (*cache_purge)(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
+                        struct petrel_error *err);
+    bool (*usage_recalc)(struct mailbox *box, struct mail_folder_usage *out,
+                         struct petrel_error *err);
+
+    /* Change notification (mailbox-watch.c): the driver's share of a hub
+     * (made on its first watch there), and its watches, whose struct
+     * starts with a struct mailbox_watch_common. With `native_only` a
+     * watch that cannot use the kernel's notification is NULL. */
+    void *(*watch_hub_new)(struct event_base *base, bool native);
+    void (*watch_hub_free)(void *hub);
+    struct mailbox_watch *(*watch_new)(void *hub, struct mailbox *box, void (*fn)(void *ctx),
+                                       void *ctx, bool native_only, struct petrel_error *err);
+    bool (*watch_take_changed)(struct mailbox_watch *watch);
+    bool (*watch_is_native)(const struct mailbox_watch *watch);
+    bool (*watch_lost)(struct mailbox_watch *watch);
+    void (*watch_free)(struct mailbox_watch *watch);
 };
+
+/* For a driver's message_open: the `size` bytes of the open file `fd`
+ * (not closed), mapped when large, else read; `what` names it in errors.
+ * The index's sizes are trusted when the file still has `indexed_size`
+ * bytes, else the vsize is measured. The caller sets uid and
+ * internal_date; mailbox_message_release() frees the result. */
+struct mailbox_message_data *mailbox_message_data_load(int fd, size_t size, const char *what,
+                                                       uint64_t indexed_size,
+                                                       uint64_t indexed_vsize,
+                                                       struct petrel_error *err);
+
+/* The size of `size` bytes with every bare LF made CRLF (RFC822.SIZE). */
+uint64_t mailbox_message_vsize(const char *data, size_t size);
 
 /* The drivers there are (mail-storage.c picks one by scheme). */
 extern const struct mail_storage_vfuncs maildir_storage_vfuncs;
+/* The listed driver whose scheme starts `location` ("<scheme>:..."), or
+ * NULL: what the configuration accepts. */
+const struct mail_storage_vfuncs *mail_storage_driver_find(const char *location);
 
 struct mail_storage_module_entry {
     const struct mail_storage_module *module;
@@ -90,6 +179,31 @@ struct mailbox_common {
     struct mail_user *user;
     const struct namespace_config *ns;
     char *name; /* as opened ("INBOX" for the inbox) */
+};
+
+/* The first member of every driver's struct mailbox_view: the snapshot
+ * itself (mailbox_view_* in mail-storage.h), kept by the driver, read by
+ * the storage API (mailbox-view.c) without a call per message. */
+struct mailbox_view_common {
+    struct mailbox *box;
+    struct mailbox_view_entry *entries; /* ascending UIDs */
+    size_t count;
+    size_t cap;
+    char *keyword_names[MAILBOX_MAX_KEYWORDS];
+    uint32_t uid_validity;
+    uint32_t uid_next;
+    uint64_t highest_modseq;
+};
+
+static inline struct mailbox_view_common *mailbox_view_common(const struct mailbox_view *view)
+{
+    return (struct mailbox_view_common *)(void *)view;
+}
+
+/* The first member of every driver's struct mailbox_watch (set by the
+ * storage API). */
+struct mailbox_watch_common {
+    const struct mail_storage_vfuncs *v;
 };
 
 static inline struct mailbox_common *mailbox_common(const struct mailbox *box)

@@ -19,18 +19,24 @@ static const struct mail_storage_vfuncs *const mail_storage_drivers[] = {
     &maildir_storage_vfuncs,
 };
 
-/* The driver of the personal namespace's location scheme (the
- * configuration accepts only schemes a driver is listed for). */
-static const struct mail_storage_vfuncs *driver_for(const struct mail_config *cfg)
+const struct mail_storage_vfuncs *mail_storage_driver_find(const char *location)
 {
-    const struct namespace_config *ns = namespace_by_slug(cfg, "personal");
-    const char *location = ns != NULL ? ns->location : "maildir:";
     for (size_t i = 0; i < sizeof(mail_storage_drivers) / sizeof(mail_storage_drivers[0]); i++) {
         size_t n = strlen(mail_storage_drivers[i]->scheme);
         if (strncmp(location, mail_storage_drivers[i]->scheme, n) == 0 && location[n] == ':')
             return mail_storage_drivers[i];
     }
-    return mail_storage_drivers[0];
+    return NULL;
+}
+
+/* The driver of the personal namespace's location scheme (the
+ * configuration accepts only schemes a driver is listed for). */
+static const struct mail_storage_vfuncs *driver_for(const struct mail_config *cfg)
+{
+    const struct namespace_config *ns = namespace_by_slug(cfg, "personal");
+    const struct mail_storage_vfuncs *v =
+        ns != NULL ? mail_storage_driver_find(ns->location) : NULL;
+    return v != NULL ? v : mail_storage_drivers[0];
 }
 
 static struct mail_storage *storage_new(const struct mail_config *cfg,

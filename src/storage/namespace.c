@@ -3,6 +3,7 @@
 #include "core/cfg-read.h"
 #include "core/xalloc.h"
 #include "storage/fileindex/fileindex.h"
+#include "storage/mail-storage-private.h"
 
 #include <ctype.h>
 #include <stddef.h>
@@ -127,9 +128,10 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
         ns->prefix = xstrdup("");
     if (ns->location == NULL)
         return cfg_fail(ctx, node, path, "location is required (maildir:<path>)");
-    if (strncmp(ns->location, "maildir:", 8) != 0 || ns->location[8] == '\0')
+    const struct mail_storage_vfuncs *driver = mail_storage_driver_find(ns->location);
+    if (driver == NULL || ns->location[strlen(driver->scheme) + 1] == '\0')
         return cfg_fail(ctx, ynode_get(node, "location"), "mail.namespaces.location",
-                        "only maildir:<path> locations are supported");
+                        "a location is <driver>:<path> with a storage driver (maildir)");
     if (ns->prefix[0] != '\0' && ns->prefix[strlen(ns->prefix) - 1] != ns->separator)
         return cfg_fail(ctx, ynode_get(node, "prefix"), "mail.namespaces.prefix",
                         "a prefix ends with the separator ('%s%c')", ns->prefix, ns->separator);

@@ -135,23 +135,10 @@ static void tab_unescape(const char *p, size_t len, struct buf *out)
         }
         if (++i == len)
             break;
-        switch (p[i]) {
-        case '1':
-            buf_append_char(out, '\001');
-            break;
-        case 't':
-            buf_append_char(out, '\t');
-            break;
-        case 'r':
-            buf_append_char(out, '\r');
-            break;
-        case 'n':
-            buf_append_char(out, '\n');
-            break;
-        default:
-            buf_append_char(out, p[i]);
-            break;
-        }
+        static const char code[] = "1trn";
+        static const char byte[] = "\001\t\r\n";
+        const char *k = memchr(code, p[i], sizeof(code) - 1);
+        buf_append_char(out, k != NULL ? byte[k - code] : p[i]);
     }
 }
 

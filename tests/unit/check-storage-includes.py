@@ -10,6 +10,13 @@ fileindex). A front end or
 the format-neutral fileindex that needs a type or constant gets it from the
 storage API headers (src/storage/*.h) instead.
 
+Nor does such a file name a driver's symbol (a `maildir_` function, type or
+variable, a `MAILDIR_` constant): it calls the storage API, which passes
+the call to the driver through its table (mail-storage-private.h). The one
+exception is the driver list itself, which names each driver's table
+(`<driver>_storage_vfuncs`) in src/storage/mail-storage.c and
+mail-storage-private.h.
+
 Usage: check-storage-includes.py <source root>"""
 import os
 import re
@@ -20,6 +27,27 @@ DRIVERS = ("maildir",)
 # storage module's hook) and the index. Only the storage includes them.
 STORAGE_INTERNAL = ("storage/mail-storage-private.h", "storage/fileindex/")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
+# Comments and string literals: what they say is no call.
+NOT_CODE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+DRIVER_LIST_FILES = ("src/storage/mail-storage.c", "src/storage/mail-storage-private.h")
+
+
+def driver_symbols(rel, text):
+    """(line, symbol, driver) for each driver symbol the code of `rel` names."""
+    code = NOT_CODE.sub(lambda m: re.sub(r'[^\n]', ' ', m.group(0)), text)
+    out = []
+    for d in DRIVERS:
+        if rel.startswith(f"src/storage/{d}/"):
+            continue
+        if rel.startswith("tests/unit/") and os.path.basename(rel).startswith(f"test-{d}-"):
+            continue
+        pattern = re.compile(r'\b(?:%s|%s)_\w+' % (d, d.upper()))
+        for m in pattern.finditer(code):
+            sym = m.group(0)
+            if sym == f"{d}_storage_vfuncs" and rel in DRIVER_LIST_FILES:
+                continue
+            out.append((code.count("\n", 0, m.start()) + 1, sym, d))
+    return out
 
 
 def driver_of_include(path):
@@ -42,24 +70,27 @@ def offences(root):
     for path in sorted(candidates):
         rel = os.path.relpath(path, root)
         with open(path, encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                m = INCLUDE.match(line)
-                if not m:
-                    continue
-                inc = m.group(1)
-                if (rel.startswith("src/") and not rel.startswith("src/storage/")
-                        and any(inc.startswith(p) for p in STORAGE_INTERNAL)):
-                    found.append(f"{rel}:{lineno}: includes {inc} (storage internal: "
-                                 "front ends use the storage API)")
-                    continue
-                d = driver_of_include(inc)
-                if d is None:
-                    continue
-                if rel.startswith(f"src/storage/{d}/"):
-                    continue
-                if rel.startswith("tests/unit/") and os.path.basename(rel).startswith(f"test-{d}-"):
-                    continue
-                found.append(f"{rel}:{lineno}: includes {m.group(1)} (driver '{d}' private)")
+            text = f.read()
+        for lineno, sym, d in driver_symbols(rel, text):
+            found.append(f"{rel}:{lineno}: names {sym} (driver '{d}' private: call the storage API)")
+        for lineno, line in enumerate(text.splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            inc = m.group(1)
+            if (rel.startswith("src/") and not rel.startswith("src/storage/")
+                    and any(inc.startswith(p) for p in STORAGE_INTERNAL)):
+                found.append(f"{rel}:{lineno}: includes {inc} (storage internal: "
+                             "front ends use the storage API)")
+                continue
+            d = driver_of_include(inc)
+            if d is None:
+                continue
+            if rel.startswith(f"src/storage/{d}/"):
+                continue
+            if rel.startswith("tests/unit/") and os.path.basename(rel).startswith(f"test-{d}-"):
+                continue
+            found.append(f"{rel}:{lineno}: includes {m.group(1)} (driver '{d}' private)")
     return found
 
 
@@ -72,7 +103,7 @@ def main():
     for line in found:
         print(line)
     if found:
-        print(f"{len(found)} include(s) of storage internals outside the storage",
+        print(f"{len(found)} use(s) of storage internals outside the storage",
               file=sys.stderr)
         return 1
     print("storage drivers are reached only through the storage API")

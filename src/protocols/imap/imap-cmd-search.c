@@ -75,6 +75,18 @@ static void unload(struct search_ctx *c)
     c->gone = false;
 }
 
+/* The message's next top-level header field from *pos on (0: the first);
+ * false after the last one or when the message cannot be read. */
+static bool next_header(struct search_ctx *c, size_t *pos, struct message_header_field *f)
+{
+    if (!load(c))
+        return false;
+    const struct message_range *hdr = &c->parsed.parts[0].header;
+    if (*pos < hdr->start)
+        *pos = hdr->start;
+    return message_header_next(c->data->data, hdr, pos, f);
+}
+
 /* Any field `name` of the top-level header whose unfolded value holds
  * `needle`; an empty needle matches when the field exists. With
  * `as_addresses` (FROM, TO, CC, BCC) the value is compared as its
@@ -85,13 +97,10 @@ static void unload(struct search_ctx *c)
 static bool header_has(struct search_ctx *c, const char *name, bool as_addresses,
                        const char *needle, size_t needle_len)
 {
-    if (!load(c))
-        return false;
-    const struct message_range *hdr = &c->parsed.parts[0].header;
-    size_t pos = hdr->start;
+    size_t pos = 0;
     struct message_header_field f;
     bool found = false;
-    while (!found && message_header_next(c->data->data, hdr, &pos, &f)) {
+    while (!found && next_header(c, &pos, &f)) {
         if (!f.has_colon || !message_header_is(c->data->data, &f, name))
             continue;
         struct buf v = {0}, decoded = {0};
@@ -152,12 +161,9 @@ static bool body_has(struct search_ctx *c, const char *needle, size_t len)
 /* TEXT: every header field (decoded) or the body. */
 static bool text_has(struct search_ctx *c, const char *needle, size_t len)
 {
-    if (!load(c))
-        return false;
-    const struct message_range *hdr = &c->parsed.parts[0].header;
-    size_t pos = hdr->start;
+    size_t pos = 0;
     struct message_header_field f;
-    while (message_header_next(c->data->data, hdr, &pos, &f)) {
+    while (next_header(c, &pos, &f)) {
         struct buf v = {0}, decoded = {0};
         message_header_unfold(&v, c->data->data + f.start, f.len);
         message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
@@ -174,12 +180,9 @@ static bool text_has(struct search_ctx *c, const char *needle, size_t len)
 /* The Date: header as a day number; false when absent or unparsable. */
 static bool sent_day(struct search_ctx *c, int32_t *day)
 {
-    if (!load(c))
-        return false;
-    const struct message_range *hdr = &c->parsed.parts[0].header;
-    size_t pos = hdr->start;
+    size_t pos = 0;
     struct message_header_field f;
-    while (message_header_next(c->data->data, hdr, &pos, &f)) {
+    while (next_header(c, &pos, &f)) {
         if (!f.has_colon || !message_header_is(c->data->data, &f, "Date"))
             continue;
         struct buf v = {0};

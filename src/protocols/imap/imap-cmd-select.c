@@ -253,14 +253,11 @@ void imap_condstore_enable(struct imap_session *s)
 
 void imap_selected_close(struct imap_session *s)
 {
-    if (s->watch != NULL)
-        mailbox_watch_free(s->watch);
-    if (s->view != NULL)
-        mailbox_view_free(s->view);
-    if (s->box != NULL)
-        mailbox_close(s->box);
+    mailbox_watch_free(s->watch);
     s->watch = NULL;
+    mailbox_view_free(s->view);
     s->view = NULL;
+    mailbox_close(s->box);
     s->box = NULL;
     s->idling = false;
     s->recent_count = 0;

@@ -214,6 +214,18 @@ static void append_address_text(struct addr_parser *ap, const struct buf *name,
     buf_append_char(o, '>');
 }
 
+/* A mailbox or host part: NIL when absent, `missing` when empty (as
+ * Dovecot writes a group's or a broken address's parts). */
+static void append_part(struct buf *o, const struct buf *part, const char *missing)
+{
+    if (part == NULL)
+        buf_append_str(o, "NIL");
+    else if (part->len == 0)
+        buf_append_str(o, missing);
+    else
+        imap_envelope_append_nstring(o, part->data, part->len);
+}
+
 static void append_address(struct addr_parser *ap, const struct buf *name, const struct buf *route,
                            const struct buf *mailbox, const struct buf *host)
 {
@@ -230,19 +242,9 @@ static void append_address(struct addr_parser *ap, const struct buf *name, const
     imap_envelope_append_nstring(o, route != NULL && route->len > 0 ? route->data : NULL,
                                  route != NULL ? route->len : 0);
     buf_append_char(o, ' ');
-    if (mailbox == NULL)
-        buf_append_str(o, "NIL");
-    else if (mailbox->len == 0)
-        buf_append_str(o, "\"MISSING_MAILBOX\"");
-    else
-        imap_envelope_append_nstring(o, mailbox->data, mailbox->len);
+    append_part(o, mailbox, "\"MISSING_MAILBOX\"");
     buf_append_char(o, ' ');
-    if (host == NULL)
-        buf_append_str(o, "NIL");
-    else if (host->len == 0)
-        buf_append_str(o, "\"MISSING_DOMAIN\"");
-    else
-        imap_envelope_append_nstring(o, host->data, host->len);
+    append_part(o, host, "\"MISSING_DOMAIN\"");
     buf_append_char(o, ')');
     ap->count++;
 }

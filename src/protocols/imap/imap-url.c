@@ -1,17 +1,11 @@
 /* IMAP URLs for CATENATE (see imap-url.h). */
 #include "protocols/imap/imap-url.h"
 
+#include "core/slice.h"
+
 #include <ctype.h>
 #include <string.h>
 #include <strings.h>
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = (char)tolower((unsigned char)c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
 
 /* Percent-decodes [s, s+len) into `out` (size `cap`, NUL-terminated). */
 static bool decode(const char *s, size_t len, char *out, size_t cap)
@@ -22,7 +16,7 @@ static bool decode(const char *s, size_t len, char *out, size_t cap)
         if (c == '%') {
             if (len - i < 3)
                 return false;
-            int h = hex_value(s[i + 1]), l = hex_value(s[i + 2]);
+            int h = hex_digit_value(s[i + 1]), l = hex_digit_value(s[i + 2]);
             if (h < 0 || l < 0)
                 return false;
             c = (char)(h * 16 + l);

@@ -24,11 +24,8 @@ static void handle_list(struct http_request *req, void *ctx)
     if (!mail_folder_list(sr.user, sr.ns, &names, &count, &err)) {
         http_reply_petrel_error(req, &err);
     } else {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < count; i++)
-            json_array_append_new(arr, json_string(names[i]));
+        storage_reply_names(req, "folders", names, count);
         mail_folder_list_free(names, count);
-        http_reply_json(req, 200, json_pack("{s:o}", "folders", arr));
     }
     storage_request_end(&sr);
 }

@@ -105,48 +105,56 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     storage_request_end(&sr);
 }
 
+/* A request on one folder, opened, timed from now; NULL when answered
+ * already (the request is then ended). */
+static struct mailbox *open_timed(void *ctx, struct http_request *req, struct storage_request *sr,
+                                  struct timespec *start)
+{
+    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, sr))
+        return NULL;
+    clock_gettime(CLOCK_MONOTONIC, start);
+    struct mailbox *box = storage_request_open(req, sr);
+    if (box == NULL)
+        storage_request_end(sr);
+    return box;
+}
+
 static void handle_optimize(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
     struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    struct mailbox *box = storage_request_open(req, &sr);
-    if (box != NULL) {
-        struct petrel_error err;
-        if (!mailbox_index_optimize(box, &err))
-            http_reply_petrel_error(req, &err);
-        else
-            http_reply_json(req, 200,
-                            json_pack("{s:s, s:I}", "folder", mailbox_name(box), "duration_ms",
-                                      (json_int_t)storage_elapsed_ms(&start)));
-        mailbox_close(box);
-    }
+    struct mailbox *box = open_timed(ctx, req, &sr, &start);
+    if (box == NULL)
+        return;
+    struct petrel_error err;
+    if (!mailbox_index_optimize(box, &err))
+        http_reply_petrel_error(req, &err);
+    else
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:I}", "folder", mailbox_name(box), "duration_ms",
+                                  (json_int_t)storage_elapsed_ms(&start)));
+    mailbox_close(box);
     storage_request_end(&sr);
 }
 
 static void handle_cache_purge(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
     struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    struct mailbox *box = storage_request_open(req, &sr);
-    if (box != NULL) {
-        struct petrel_error err;
-        uint64_t carried = 0;
-        uint64_t reclaimed = 0;
-        if (!mailbox_cache_purge(box, &carried, &reclaimed, &err))
-            http_reply_petrel_error(req, &err);
-        else
-            http_reply_json(req, 200,
-                            json_pack("{s:I, s:I, s:I}", "carried", (json_int_t)carried,
-                                      "reclaimed_bytes", (json_int_t)reclaimed, "duration_ms",
-                                      (json_int_t)storage_elapsed_ms(&start)));
-        mailbox_close(box);
-    }
+    struct mailbox *box = open_timed(ctx, req, &sr, &start);
+    if (box == NULL)
+        return;
+    struct petrel_error err;
+    uint64_t carried = 0;
+    uint64_t reclaimed = 0;
+    if (!mailbox_cache_purge(box, &carried, &reclaimed, &err))
+        http_reply_petrel_error(req, &err);
+    else
+        http_reply_json(req, 200,
+                        json_pack("{s:I, s:I, s:I}", "carried", (json_int_t)carried,
+                                  "reclaimed_bytes", (json_int_t)reclaimed, "duration_ms",
+                                  (json_int_t)storage_elapsed_ms(&start)));
+    mailbox_close(box);
     storage_request_end(&sr);
 }
 

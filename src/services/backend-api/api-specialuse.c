@@ -25,15 +25,23 @@ static bool check_request(struct http_request *req, const struct storage_request
     return true;
 }
 
+/* storage_request_begin() and the checks above; false when answered. */
+static bool begin(void *ctx, struct http_request *req, enum storage_folder_rule folder,
+                  struct storage_request *sr)
+{
+    if (!storage_request_begin(ctx, req, folder, sr))
+        return false;
+    if (check_request(req, sr))
+        return true;
+    storage_request_end(sr);
+    return false;
+}
+
 static void handle_list(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
+    if (!begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
         return;
-    if (!check_request(req, &sr)) {
-        storage_request_end(&sr);
-        return;
-    }
     struct petrel_error err;
     struct special_use_list list;
     if (!special_use_read(sr.user, &list, &err)) {
@@ -58,12 +66,8 @@ static void handle_list(struct http_request *req, void *ctx)
 static void handle_get(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
+    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
-    if (!check_request(req, &sr)) {
-        storage_request_end(&sr);
-        return;
-    }
     struct petrel_error err;
     struct special_use_list scratch;
     memset(&scratch, 0, sizeof(scratch));
@@ -82,12 +86,8 @@ static void handle_get(struct http_request *req, void *ctx)
 static void handle_set(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
+    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
-    if (!check_request(req, &sr)) {
-        storage_request_end(&sr);
-        return;
-    }
     struct petrel_error err;
     petrel_error_clear(&err);
     const char *attr = NULL;
@@ -109,12 +109,8 @@ static void handle_set(struct http_request *req, void *ctx)
 static void handle_delete(struct http_request *req, void *ctx)
 {
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
+    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
-    if (!check_request(req, &sr)) {
-        storage_request_end(&sr);
-        return;
-    }
     struct petrel_error err;
     if (!special_use_set(sr.user, sr.folder, NULL, &err))
         http_reply_petrel_error(req, &err);

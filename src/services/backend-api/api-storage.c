@@ -88,6 +88,15 @@ json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t k
     return arr;
 }
 
+void storage_reply_names(struct http_request *req, const char *key, char *const *names,
+                         size_t count)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < count; i++)
+        json_array_append_new(arr, json_string(names[i]));
+    http_reply_json(req, 200, json_pack("{s:o}", key, arr));
+}
+
 long long storage_elapsed_ms(const struct timespec *start)
 {
     struct timespec now;

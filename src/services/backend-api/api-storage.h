@@ -42,6 +42,9 @@ void storage_request_end(struct storage_request *sr);
 struct mailbox *storage_request_open(struct http_request *req, struct storage_request *sr);
 /* Flags + keyword names as a JSON array of strings ("\\Seen", "$Junk", ...). */
 json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t keyword_count);
+/* Answers 200 {"<key>": [names...]} (a folder list, subscriptions). */
+void storage_reply_names(struct http_request *req, const char *key, char *const *names,
+                         size_t count);
 /* Milliseconds since `start` (CLOCK_MONOTONIC). */
 long long storage_elapsed_ms(const struct timespec *start);
 

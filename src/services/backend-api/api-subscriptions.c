@@ -26,14 +26,10 @@ static void handle_list(struct http_request *req, void *ctx)
     struct petrel_error err;
     char **names = NULL;
     size_t count = 0;
-    if (!mail_subscriptions_list(sr.user, sr.ns, &names, &count, &err)) {
+    if (!mail_subscriptions_list(sr.user, sr.ns, &names, &count, &err))
         http_reply_petrel_error(req, &err);
-    } else {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < count; i++)
-            json_array_append_new(arr, json_string(names[i]));
-        http_reply_json(req, 200, json_pack("{s:o}", "subscriptions", arr));
-    }
+    else
+        storage_reply_names(req, "subscriptions", names, count);
     mail_folder_list_free(names, count);
     storage_request_end(&sr);
 }

@@ -8,10 +8,12 @@
  * whatever order the backends were added in. */
 #include "services/director/ring-hash.h"
 
+#include "core/bsearch-insert.h"
 #include "core/xalloc.h"
 
 #include <arpa/inet.h>
 #include <openssl/evp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,15 +259,9 @@ void *ring_hash_lookup(const struct ring_hash *ring, const char *tag, uint32_t u
     const struct tag_ring *t = find_tag(ring, tag);
     if (t == NULL || t->count == 0)
         return NULL;
-    /* Lower bound: the first point with value >= user_hash. */
-    size_t lo = 0, hi = t->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->points[mid].value < user_hash)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    /* The first point with value >= user_hash. */
+    size_t lo = bsearch_u32_lower(t->points, t->count, sizeof(*t->points),
+                                  offsetof(struct point, value), user_hash);
     if (lo == t->count)
         lo = 0;
     return t->owners[t->points[lo].member];

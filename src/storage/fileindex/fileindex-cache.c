@@ -304,15 +304,21 @@ static bool cache_scan(struct fileindex *fi, bool locked, uint64_t size, bool *c
     return true;
 }
 
-static bool write_empty_cache(struct fileindex *fi, uint64_t generation, struct petrel_error *err)
+/* The cache file's header for `generation`. */
+static void cache_header(uint8_t h[FI_CACHE_HDR_SIZE], uint64_t generation)
 {
-    uint8_t h[FI_CACHE_HDR_SIZE];
-    memset(h, 0, sizeof(h));
+    memset(h, 0, FI_CACHE_HDR_SIZE);
     memcpy(h, FI_CACHE_MAGIC, 8);
     fi_put32(h + 8, FI_CACHE_VERSION);
     fi_put32(h + 12, FI_CACHE_HDR_SIZE);
     fi_put64(h + 16, generation);
     fi_put32(h + 28, fi_crc32c(0, h, 28));
+}
+
+static bool write_empty_cache(struct fileindex *fi, uint64_t generation, struct petrel_error *err)
+{
+    uint8_t h[FI_CACHE_HDR_SIZE];
+    cache_header(h, generation);
     cache_close(&fi->cache);
     return fi_replace_file(fi, fi->cache_path, h, sizeof(h), NULL, err);
 }
@@ -710,12 +716,7 @@ bool fileindex_cache_purge(struct fileindex *fi, struct fileindex_purge_stats *s
     uint64_t written = 0;
     if (ok) {
         uint8_t h[FI_CACHE_HDR_SIZE];
-        memset(h, 0, sizeof(h));
-        memcpy(h, FI_CACHE_MAGIC, 8);
-        fi_put32(h + 8, FI_CACHE_VERSION);
-        fi_put32(h + 12, FI_CACHE_HDR_SIZE);
-        fi_put64(h + 16, gen);
-        fi_put32(h + 28, fi_crc32c(0, h, 28));
+        cache_header(h, gen);
         buf_append(&out, h, sizeof(h));
     }
     uint8_t *rec = n > 0 ? xmalloc(MAX_CACHE_REC) : NULL;

@@ -3,11 +3,13 @@
  * record array, name arena, mappings). */
 #include "storage/fileindex/fileindex-private.h"
 
+#include "core/bsearch-insert.h"
 #include "core/error.h"
 #include "core/fs-util.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,15 +305,8 @@ void fi_view_reserve(struct fi_view *v, size_t extra)
 
 size_t fi_view_search(const struct fi_view *v, uint32_t uid, bool *found)
 {
-    size_t lo = 0;
-    size_t hi = v->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->recs[mid].uid < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = bsearch_u32_lower(v->recs, v->count, sizeof(*v->recs),
+                                  offsetof(struct fileindex_record, uid), uid);
     *found = lo < v->count && v->recs[lo].uid == uid;
     return lo;
 }

@@ -1,5 +1,5 @@
 /* mail-storage.h over Maildir++: cached per-message data by field name
- * (mailbox_cache_lookup / _store) over the fileindex cache.
+ * (mailbox_cache_lookup / _store / _queue) over the fileindex cache.
  *
  * The fileindex cache already answers only for its index identity: a new
  * index, or a rebuild that changes UIDVALIDITY, moves cache_reset_id and
@@ -36,7 +36,7 @@ static void put_tag(uint8_t out[TAG_BYTES], uint64_t tag)
         out[i] = (uint8_t)(tag >> (8 * i));
 }
 
-const void *mailbox_cache_lookup(struct mailbox *box, uint32_t uid, const char *field, size_t *len)
+const void *maildir_cache_lookup(struct mailbox *box, uint32_t uid, const char *field, size_t *len)
 {
     if (len != NULL)
         *len = 0;
@@ -55,7 +55,7 @@ const void *mailbox_cache_lookup(struct mailbox *box, uint32_t uid, const char *
 }
 
 /* The value behind its tag, for fileindex_cache_add or _queue. */
-static bool store_tagged(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+bool maildir_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
                          size_t len, bool queue, struct petrel_error *err)
 {
     const struct fileindex_record *r = fileindex_lookup_uid(box->index, uid);
@@ -73,19 +73,7 @@ static bool store_tagged(struct mailbox *box, uint32_t uid, const char *field, c
     return ok;
 }
 
-bool mailbox_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
-                         size_t len, struct petrel_error *err)
-{
-    return store_tagged(box, uid, field, data, len, false, err);
-}
-
-bool mailbox_cache_queue(struct mailbox *box, uint32_t uid, const char *field, const void *data,
-                         size_t len, struct petrel_error *err)
-{
-    return store_tagged(box, uid, field, data, len, true, err);
-}
-
-bool mailbox_cache_flush(struct mailbox *box, struct petrel_error *err)
+bool maildir_cache_flush(struct mailbox *box, struct petrel_error *err)
 {
     return fileindex_cache_flush(box->index, err);
 }

@@ -1163,7 +1163,7 @@ struct mailbox *maildir_mailbox_open(struct mail_user *user, const struct namesp
     return box;
 }
 
-void mailbox_close(struct mailbox *box)
+void maildir_mailbox_close(struct mailbox *box)
 {
     if (box == NULL)
         return;
@@ -1192,12 +1192,12 @@ void mailbox_close(struct mailbox *box)
     free(box);
 }
 
-bool mailbox_is_read_only(const struct mailbox *box)
+bool maildir_is_read_only(const struct mailbox *box)
 {
     return box->read_only || fileindex_read_only(box->index);
 }
 
-size_t mailbox_memory_bytes(const struct mailbox *box)
+size_t maildir_memory_bytes(const struct mailbox *box)
 {
     /* A uidlist entry owns two strings: a maildir base name (~60 bytes)
      * and its extensions, with malloc's overhead. */
@@ -1214,7 +1214,8 @@ struct maildir_name_source *maildir_names(const struct mailbox *box)
     return ms->names;
 }
 
-bool mailbox_is(const struct mailbox *box, const struct namespace_config *ns, const char *name)
+bool maildir_mailbox_is(const struct mailbox *box, const struct namespace_config *ns,
+                        const char *name)
 {
     return box->common.ns == ns && strcmp(box->common.name, name) == 0 && maildir_dir_current(box);
 }
@@ -1230,19 +1231,19 @@ static bool ensure_synced(struct mailbox *box, struct petrel_error *err)
     return true;
 }
 
-bool mailbox_sync(struct mailbox *box, struct petrel_error *err)
+bool maildir_mailbox_sync(struct mailbox *box, struct petrel_error *err)
 {
     return ensure_synced(box, err) && maildir_sync(box, false, err);
 }
 
 /* ---------- reading ---------- */
 
-uint32_t mailbox_handle_uid_validity(const struct mailbox *box)
+uint32_t maildir_handle_uid_validity(const struct mailbox *box)
 {
     return fileindex_get_header(box->index)->uid_validity;
 }
 
-bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
+bool maildir_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
                       struct petrel_error *err)
 {
     if (!ensure_synced(box, err) || !fileindex_refresh(box->index, err))
@@ -1276,7 +1277,7 @@ bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info
     return true;
 }
 
-bool mailbox_foreach(struct mailbox *box, size_t limit,
+bool maildir_foreach(struct mailbox *box, size_t limit,
                      void (*fn)(const struct mailbox_message *msg, void *ctx), void *ctx,
                      bool *truncated, struct petrel_error *err)
 {
@@ -1341,16 +1342,6 @@ static bool resolve_keywords(struct mailbox *box, const char *const *names, uint
         return maildir_keywords_write(box->dir_fd, box_path(box, MAILDIR_KEYWORDS), &box->keywords,
                                       fsync_enabled(box), err);
     return true;
-}
-
-static uint64_t virtual_size(const char *data, size_t len)
-{
-    uint64_t bare = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
-            bare++;
-    }
-    return len + bare;
 }
 
 /* ---------- appending ----------
@@ -1672,7 +1663,7 @@ static void uidlist_write_out(struct mailbox *box)
  * shorter than promised. */
 static bool source_vsize(const struct append_source *src, uint64_t *vsize)
 {
-    *vsize = virtual_size(src->data, src->len);
+    *vsize = mailbox_message_vsize(src->data, src->len);
     if (src->fd < 0 || src->flen == 0)
         return true;
     char prev = src->len > 0 ? src->data[src->len - 1] : '\0';
@@ -1968,7 +1959,7 @@ bool maildir_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
     return ok;
 }
 
-bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *stats,
+bool maildir_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *stats,
                            struct petrel_error *err)
 {
     memset(stats, 0, sizeof(*stats));
@@ -2001,12 +1992,12 @@ bool mailbox_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *st
     return ok;
 }
 
-bool mailbox_index_optimize(struct mailbox *box, struct petrel_error *err)
+bool maildir_index_optimize(struct mailbox *box, struct petrel_error *err)
 {
     return ensure_synced(box, err) && fileindex_optimize(box->index, err);
 }
 
-bool mailbox_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
+bool maildir_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
                          struct petrel_error *err)
 {
     struct fileindex_purge_stats st = {0, 0};

@@ -18,26 +18,15 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Files up to this size are read into memory: a mapping costs more than a
- * read for them (and a page of address space each). */
-#define MESSAGE_READ_MAX (64u * 1024)
 /* Opens that find the expected name missing before cur/ is searched. The
  * rename and the index commit of a concurrent flag change are a few system
  * calls apart, so short pauses between refreshes let the commit land. */
 #define LOCATE_ATTEMPTS 3
 #define LOCATE_PAUSE_NS 5000000L /* 5 ms, doubled each time */
-
-struct message_data {
-    struct mailbox_message_data pub; /* first: the caller holds a pointer to it */
-    void *map;                       /* mmap()ed area, or NULL when read */
-    size_t map_len;
-    char *heap; /* read into memory */
-};
 
 static void pause_ns(long ns)
 {
@@ -155,59 +144,6 @@ out:
     return fd;
 }
 
-static enum mailbox_eol line_endings(const char *data, size_t size, uint64_t vsize)
-{
-    uint64_t bare_lf = vsize > size ? vsize - size : 0;
-    /* The virtual size (from the file name's W= or counted when the file
-     * was indexed) says there is no bare LF: the bytes are already in wire
-     * form, and scanning a large message for its line breaks is wasted.
-     * Dovecot trusts W= the same way. */
-    if (bare_lf == 0)
-        return MAILBOX_EOL_CRLF;
-    uint64_t lf = 0;
-    const char *p = data;
-    const char *end = data + size;
-    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
-        lf++;
-        p++;
-    }
-    return bare_lf >= lf ? MAILBOX_EOL_LF : MAILBOX_EOL_MIXED;
-}
-
-/* The file into a fresh allocation (at most `size` bytes; *got says how
- * many were there); false on a read error. */
-static bool read_all(int fd, size_t size, char **out, size_t *got)
-{
-    char *data = xmalloc(size + 1);
-    size_t done = 0;
-    while (done < size) {
-        ssize_t r = read(fd, data + done, size - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            free(data);
-            return false;
-        }
-        if (r == 0)
-            break; /* shorter than fstat said: take what is there */
-        done += (size_t)r;
-    }
-    data[done] = '\0';
-    *out = data;
-    *got = done;
-    return true;
-}
-
-static uint64_t measure_vsize(const char *data, size_t size)
-{
-    uint64_t bare = 0;
-    for (size_t i = 0; i < size; i++) {
-        if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r'))
-            bare++;
-    }
-    return size + bare;
-}
-
 /* The file of `uid` opened (after the folder's sync), its record, its path
  * for messages and its size now; -1 with `err` set otherwise. */
 static int open_sized(struct mailbox *box, uint32_t uid, struct fileindex_record *rec,
@@ -228,7 +164,7 @@ static int open_sized(struct mailbox *box, uint32_t uid, struct fileindex_record
     return fd;
 }
 
-struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t uid,
+struct mailbox_message_data *maildir_message_open(struct mailbox *box, uint32_t uid,
                                                   struct petrel_error *err)
 {
     struct fileindex_record rec;
@@ -239,46 +175,18 @@ struct mailbox_message_data *mailbox_message_open(struct mailbox *box, uint32_t 
         buf_free(&path);
         return NULL;
     }
-    size_t size = (size_t)file_size;
-    struct message_data *m = xcalloc(1, sizeof(*m));
-    bool ok = true;
-    if (size > MESSAGE_READ_MAX) {
-        /* Populated at once: the caller reads all of it (FETCH, parsing),
-         * and one populate costs far less than a fault per page. */
-        m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        if (m->map == MAP_FAILED) {
-            m->map = NULL;
-            ok =
-                petrel_error_set_errno(err, errno, "cannot map %s: %s", path.data, strerror(errno));
-        } else {
-            m->map_len = size;
-            m->pub.data = m->map;
-            /* FETCH reads a message front to back. */
-            madvise(m->map, size, MADV_SEQUENTIAL);
-        }
-    } else {
-        ok = read_all(fd, size, &m->heap, &size) ||
-             petrel_error_set_errno(err, errno, "read %s: %s", path.data, strerror(errno));
-        m->pub.data = m->heap;
-    }
+    struct mailbox_message_data *m =
+        mailbox_message_data_load(fd, (size_t)file_size, path.data, rec.size, rec.vsize, err);
     close(fd);
-    if (!ok) {
-        mailbox_message_release(&m->pub);
-        buf_free(&path);
-        return NULL;
-    }
-    m->pub.uid = uid;
-    m->pub.size = size;
-    /* The index's vsize was measured from these bytes; a file changed
-     * behind our back (maildir files never change) is measured again. */
-    m->pub.vsize = rec.size == size ? rec.vsize : measure_vsize(m->pub.data, size);
-    m->pub.internal_date = rec.internal_date;
-    m->pub.eol = line_endings(m->pub.data, size, m->pub.vsize);
     buf_free(&path);
-    return &m->pub;
+    if (m == NULL)
+        return NULL;
+    m->uid = uid;
+    m->internal_date = rec.internal_date;
+    return m;
 }
 
-int mailbox_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
+int maildir_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
                               struct petrel_error *err)
 {
     struct fileindex_record rec;
@@ -288,18 +196,7 @@ int mailbox_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
     return fd;
 }
 
-void mailbox_message_release(struct mailbox_message_data *msg)
-{
-    if (msg == NULL)
-        return;
-    struct message_data *m = (struct message_data *)msg;
-    if (m->map != NULL)
-        munmap(m->map, m->map_len);
-    free(m->heap);
-    free(m);
-}
-
-bool mailbox_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,
+bool maildir_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,
                            struct petrel_error *err)
 {
     if (!maildir_ensure_synced(box, err))
@@ -317,7 +214,7 @@ bool mailbox_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, ui
     return true;
 }
 
-const char *mailbox_keyword_name(const struct mailbox *box, unsigned idx)
+const char *maildir_keyword_name(const struct mailbox *box, unsigned idx)
 {
     return idx < MAILDIR_MAX_KEYWORDS ? box->keywords.names[idx] : NULL;
 }

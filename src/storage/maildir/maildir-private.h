@@ -111,6 +111,61 @@ bool maildir_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
                           uint32_t **failed, size_t *failed_count, struct petrel_error *err);
 bool maildir_set_flags(struct mailbox *box, uint32_t uid, uint32_t flags,
                        const char *const *keywords, struct petrel_error *err);
+struct mailbox_message_data *maildir_message_open(struct mailbox *box, uint32_t uid,
+                                                  struct petrel_error *err);
+int maildir_message_open_file(struct mailbox *box, uint32_t uid, uint64_t *size,
+                              struct petrel_error *err);
+bool maildir_message_sizes(struct mailbox *box, uint32_t uid, uint64_t *size, uint64_t *vsize,
+                           struct petrel_error *err);
+const char *maildir_keyword_name(const struct mailbox *box, unsigned idx);
+const void *maildir_cache_lookup(struct mailbox *box, uint32_t uid, const char *field, size_t *len);
+bool maildir_cache_store(struct mailbox *box, uint32_t uid, const char *field, const void *data,
+                         size_t len, bool queue, struct petrel_error *err);
+bool maildir_cache_flush(struct mailbox *box, struct petrel_error *err);
+struct mailbox_view *maildir_view_new(struct mailbox *box, struct petrel_error *err);
+void maildir_view_free(struct mailbox_view *view);
+bool maildir_view_sync(struct mailbox_view *view, bool refresh,
+                       struct mailbox_view_changes *changes, struct petrel_error *err);
+bool maildir_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,
+                             size_t count);
+bool maildir_folder_list(struct mail_user *user, const struct namespace_config *ns, char ***names,
+                         size_t *count, struct petrel_error *err);
+bool maildir_folder_exists(struct mail_user *user, const struct namespace_config *ns,
+                           const char *name);
+bool maildir_folder_usage(struct mail_user *user, const struct namespace_config *ns,
+                          const char *name, struct fileindex_usage_cache *cache,
+                          struct mail_folder_usage *out, struct petrel_error *err);
+int maildir_spool_open(struct mail_user *user, struct petrel_error *err);
+void maildir_mailbox_close(struct mailbox *box);
+bool maildir_is_read_only(const struct mailbox *box);
+size_t maildir_memory_bytes(const struct mailbox *box);
+bool maildir_mailbox_is(const struct mailbox *box, const struct namespace_config *ns,
+                        const char *name);
+bool maildir_mailbox_sync(struct mailbox *box, struct petrel_error *err);
+uint32_t maildir_handle_uid_validity(const struct mailbox *box);
+bool maildir_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
+                      struct petrel_error *err);
+bool maildir_foreach(struct mailbox *box, size_t limit,
+                     void (*fn)(const struct mailbox_message *msg, void *ctx), void *ctx,
+                     bool *truncated, struct petrel_error *err);
+bool maildir_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
+                          struct petrel_error *err);
+uint32_t maildir_recent_peek(struct mailbox *box);
+bool maildir_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *stats,
+                           struct petrel_error *err);
+bool maildir_index_optimize(struct mailbox *box, struct petrel_error *err);
+bool maildir_cache_purge(struct mailbox *box, uint64_t *carried, uint64_t *reclaimed,
+                         struct petrel_error *err);
+bool maildir_usage_recalc(struct mailbox *box, struct mail_folder_usage *out,
+                          struct petrel_error *err);
+void *maildir_watch_hub_new(struct event_base *base, bool native);
+void maildir_watch_hub_free(void *hub);
+struct mailbox_watch *maildir_watch_new(void *hub, struct mailbox *box, void (*fn)(void *ctx),
+                                        void *ctx, bool native_only, struct petrel_error *err);
+bool maildir_watch_take_changed(struct mailbox_watch *watch);
+bool maildir_watch_is_native(const struct mailbox_watch *watch);
+bool maildir_watch_lost(struct mailbox_watch *watch);
+void maildir_watch_free(struct mailbox_watch *watch);
 /* A handle on the folder directory `dir` (taken), open as `dir_fd` (taken),
  * without its index yet (mailbox_open and folder creation build on it). */
 struct mailbox *maildir_mailbox_alloc(struct mail_user *user, const struct namespace_config *ns,

@@ -120,12 +120,12 @@ static bool write_mark(struct mailbox *box, uint32_t mark, bool damaged, struct 
     return true;
 }
 
-uint32_t mailbox_recent_peek(struct mailbox *box)
+uint32_t maildir_recent_peek(struct mailbox *box)
 {
     return read_mark(box);
 }
 
-bool mailbox_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
+bool maildir_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
                           struct petrel_error *err)
 {
     /* The handle's view has just been synced by the caller: it claims what

@@ -36,7 +36,7 @@ static void maildir_storage_deinit(void *driver)
     free(driver);
 }
 
-int mail_user_spool_open(struct mail_user *user, struct petrel_error *err)
+int maildir_spool_open(struct mail_user *user, struct petrel_error *err)
 {
     const struct namespace_config *ns = mail_user_namespace(user, "personal", err);
     if (ns == NULL)
@@ -168,8 +168,8 @@ static bool decode_dir_name(const char *dname, char separator, struct buf *out)
     }
 }
 
-bool mail_folder_list(struct mail_user *user, const struct namespace_config *ns, char ***names,
-                      size_t *count, struct petrel_error *err)
+bool maildir_folder_list(struct mail_user *user, const struct namespace_config *ns, char ***names,
+                         size_t *count, struct petrel_error *err)
 {
     struct buf root = {0};
     if (!mail_user_namespace_root(user, ns, &root, err)) {
@@ -232,14 +232,8 @@ bool mail_folder_list(struct mail_user *user, const struct namespace_config *ns,
     return true;
 }
 
-void mail_folder_list_free(char **names, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        free(names[i]);
-    free(names);
-}
-
-bool mail_folder_exists(struct mail_user *user, const struct namespace_config *ns, const char *name)
+bool maildir_folder_exists(struct mail_user *user, const struct namespace_config *ns,
+                           const char *name)
 {
     if (maildir_is_inbox(ns, name))
         return true;
@@ -416,16 +410,6 @@ out:
     return ok;
 }
 
-void mailbox_guid_hex(const uint8_t guid[16], char out[33])
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < 16; i++) {
-        out[i * 2] = hex[guid[i] >> 4];
-        out[i * 2 + 1] = hex[guid[i] & 15];
-    }
-    out[32] = '\0';
-}
-
 const struct mail_storage_vfuncs maildir_storage_vfuncs = {
     .scheme = "maildir",
     .storage_init = maildir_storage_init,
@@ -441,4 +425,40 @@ const struct mail_storage_vfuncs maildir_storage_vfuncs = {
     .expunge = maildir_expunge,
     .update_flags = maildir_update_flags,
     .set_flags = maildir_set_flags,
+    .message_open = maildir_message_open,
+    .message_open_file = maildir_message_open_file,
+    .message_sizes = maildir_message_sizes,
+    .keyword_name = maildir_keyword_name,
+    .cache_lookup = maildir_cache_lookup,
+    .cache_store = maildir_cache_store,
+    .cache_flush = maildir_cache_flush,
+    .view_new = maildir_view_new,
+    .view_free = maildir_view_free,
+    .view_sync = maildir_view_sync,
+    .view_note_flags = maildir_view_note_flags,
+    .folder_list = maildir_folder_list,
+    .folder_exists = maildir_folder_exists,
+    .folder_usage = maildir_folder_usage,
+    .spool_open = maildir_spool_open,
+    .mailbox_close = maildir_mailbox_close,
+    .is_read_only = maildir_is_read_only,
+    .memory_bytes = maildir_memory_bytes,
+    .mailbox_is = maildir_mailbox_is,
+    .mailbox_sync = maildir_mailbox_sync,
+    .handle_uid_validity = maildir_handle_uid_validity,
+    .get_info = maildir_get_info,
+    .foreach = maildir_foreach,
+    .recent_claim = maildir_recent_claim,
+    .recent_peek = maildir_recent_peek,
+    .index_rebuild = maildir_index_rebuild,
+    .index_optimize = maildir_index_optimize,
+    .cache_purge = maildir_cache_purge,
+    .usage_recalc = maildir_usage_recalc,
+    .watch_hub_new = maildir_watch_hub_new,
+    .watch_hub_free = maildir_watch_hub_free,
+    .watch_new = maildir_watch_new,
+    .watch_take_changed = maildir_watch_take_changed,
+    .watch_is_native = maildir_watch_is_native,
+    .watch_lost = maildir_watch_lost,
+    .watch_free = maildir_watch_free,
 };

@@ -28,11 +28,14 @@
  * unterminated line and ignored. */
 #include "storage/maildir/maildir-uidlist.h"
 
+#include "core/bsearch-insert.h"
 #include "core/buf.h"
 #include "core/fs-util.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,11 +47,6 @@
 
 /* Largest dovecot-uidlist we read (a million messages take about 60 MB). */
 #define UIDLIST_MAX_FILE (512u * 1024 * 1024)
-
-struct slice {
-    const char *p;
-    size_t len;
-};
 
 struct header {
     unsigned version;
@@ -106,23 +104,12 @@ static bool parse_u32(const char *p, size_t len, uint32_t *out)
     return true;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static bool parse_guid(const char *p, size_t len, uint8_t guid[16])
 {
     if (len != 32)
         return false;
     for (size_t i = 0; i < 16; i++) {
-        int hi = hex_value(p[2 * i]), lo = hex_value(p[2 * i + 1]);
+        int hi = hex_digit_value(p[2 * i]), lo = hex_digit_value(p[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         guid[i] = (uint8_t)(hi << 4 | lo);
@@ -136,12 +123,24 @@ static void header_free(struct header *h)
 }
 
 /* Parses the first line (without its newline). */
+/* The next space-separated field from *p on (false at `end`). */
+static bool next_field(const char **p, const char *end, struct slice *field)
+{
+    while (*p < end && **p == ' ')
+        (*p)++;
+    field->ptr = *p;
+    while (*p < end && **p != ' ')
+        (*p)++;
+    field->len = (size_t)(*p - field->ptr);
+    return field->len > 0;
+}
+
 static bool parse_header(const char *name, struct slice line, struct header *h,
                          struct petrel_error *err)
 {
     memset(h, 0, sizeof(*h));
     char ex[48];
-    const char *p = line.p, *end = line.p + line.len;
+    const char *p = line.ptr, *end = line.ptr + line.len;
     if (line.len < 2 || p[0] < '0' || p[0] > '9' || p[1] != ' ')
         return fail_at(err, name, 1, "corrupted header (invalid version number)");
     h->version = (unsigned)(p[0] - '0');
@@ -155,17 +154,11 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
             !parse_u32(second, (size_t)(end - second), &h->next_uid))
             return fail_at(err, name, 1, "corrupted header (version 1)");
     } else if (h->version == 3) {
-        while (p < end) {
-            if (*p == ' ') {
-                p++;
-                continue;
-            }
-            const char *field = p;
-            while (p < end && *p != ' ')
-                p++;
-            char key = field[0];
-            const char *value = field + 1;
-            size_t vlen = (size_t)(p - value);
+        struct slice field;
+        while (next_field(&p, end, &field)) {
+            char key = field.ptr[0];
+            const char *value = field.ptr + 1;
+            size_t vlen = field.len - 1;
             if (key == 'V') {
                 if (!parse_u32(value, vlen, &h->uid_validity))
                     return fail_at(err, name, 1, "invalid UIDVALIDITY \"%s\"",
@@ -182,7 +175,7 @@ static bool parse_header(const char *name, struct slice line, struct header *h,
             } else {
                 if (h->extra.len > 0)
                     buf_append_char(&h->extra, ' ');
-                buf_append(&h->extra, field, (size_t)(p - field));
+                buf_append(&h->extra, field.ptr, field.len);
             }
         }
     } else {
@@ -232,22 +225,16 @@ static void entry_free(struct uidlist_entry *e)
 static bool parse_extensions(const char *p, const char *end, struct buf *out, const char **bad,
                              size_t *bad_len)
 {
-    while (p < end) {
-        if (*p == ' ') {
-            p++;
-            continue;
-        }
-        const char *field = p;
-        while (p < end && *p != ' ')
-            p++;
-        if (field[0] < 'A' || field[0] > 'Z') {
-            *bad = field;
-            *bad_len = (size_t)(p - field);
+    struct slice field;
+    while (next_field(&p, end, &field)) {
+        if (field.ptr[0] < 'A' || field.ptr[0] > 'Z') {
+            *bad = field.ptr;
+            *bad_len = field.len;
             return false;
         }
         if (out->len > 0)
             buf_append_char(out, ' ');
-        buf_append(out, field, (size_t)(p - field));
+        buf_append(out, field.ptr, field.len);
     }
     return true;
 }
@@ -257,7 +244,7 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
                          struct slice *base_out, struct buf *ext, struct petrel_error *err)
 {
     char ex[48];
-    const char *p = line.p, *end = line.p + line.len;
+    const char *p = line.ptr, *end = line.ptr + line.len;
     uint64_t uid = 0;
     const char *digits = p;
     while (p < end && *p >= '0' && *p <= '9') {
@@ -268,7 +255,7 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
     }
     if (p == digits || uid == 0 || p == end || *p != ' ')
         return fail_at(err, name, lineno, "invalid data \"%s\"",
-                       excerpt(line.p, line.len, ex, sizeof(ex)));
+                       excerpt(line.ptr, line.len, ex, sizeof(ex)));
     if (uid >= UINT32_MAX)
         return fail_at(err, name, lineno, "UID too high (%llu)", (unsigned long long)uid);
     if (uid <= prev_uid)
@@ -309,7 +296,7 @@ static bool parse_record(const char *name, size_t lineno, struct slice line, uns
     if (p[base_len - 1] == '\r')
         return fail_at(err, name, lineno, "carriage return at the end of the base file name");
     *uid_out = (uint32_t)uid;
-    base_out->p = p;
+    base_out->ptr = p;
     base_out->len = base_len;
     return true;
 }
@@ -323,9 +310,9 @@ static bool next_line(const char *text, size_t len, size_t *pos, struct slice *l
     const char *nl = memchr(text + *pos, '\n', len - *pos);
     if (nl == NULL)
         return false;
-    line->p = text + *pos;
-    line->len = (size_t)(nl - line->p);
-    if (line->len > 0 && line->p[line->len - 1] == '\r')
+    line->ptr = text + *pos;
+    line->len = (size_t)(nl - line->ptr);
+    if (line->len > 0 && line->ptr[line->len - 1] == '\r')
         line->len--;
     *pos = (size_t)(nl - text) + 1;
     return true;
@@ -340,7 +327,7 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
     if (!next_line(text, len, &pos, &line))
         return fail_at(err, name, 1, len == 0 ? "empty file" : "header line not terminated");
     for (size_t i = 0; i < line.len; i++) {
-        if ((unsigned char)line.p[i] < 0x20)
+        if ((unsigned char)line.ptr[i] < 0x20)
             return fail_at(err, name, 1, "control character in the header");
     }
     struct header h;
@@ -364,11 +351,11 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
     for (size_t lineno = 2; next_line(text, len, &pos, &line); lineno++) {
         uint32_t uid = 0;
         struct slice base = {NULL, 0};
-        if (line.len > 0 && line.p[line.len - 1] == '\r') {
+        if (line.len > 0 && line.ptr[line.len - 1] == '\r') {
             ok = fail_at(err, name, lineno, "stray carriage return at the end of the line");
             break;
         }
-        if (memchr(line.p, '\0', line.len) != NULL) {
+        if (memchr(line.ptr, '\0', line.len) != NULL) {
             ok = fail_at(err, name, lineno, "NUL byte in the line");
             break;
         }
@@ -393,7 +380,7 @@ bool uidlist_parse(const char *name, const char *text, size_t len, struct uidlis
         out->entries = xgrow(out->entries, &out->cap, out->count + 1, sizeof(out->entries[0]));
         struct uidlist_entry *e = &out->entries[out->count];
         e->uid = uid;
-        e->base = xstrndup(base.p, base.len);
+        e->base = xstrndup(base.ptr, base.len);
         e->extensions = xstrdup(buf_cstr(&ext));
         size_t *slot = base_index_slot(&bi, out, e->base);
         if (*slot != 0) {
@@ -460,13 +447,13 @@ static bool add_appended_lines(const char *path, struct uidlist *list, const cha
     while (ok && next_line(text, len, &pos, &line)) {
         uint32_t uid = 0;
         struct slice base = {NULL, 0};
-        ok = line.len > 0 && line.p[line.len - 1] != '\r' &&
-             memchr(line.p, '\0', line.len) == NULL &&
+        ok = line.len > 0 && line.ptr[line.len - 1] != '\r' &&
+             memchr(line.ptr, '\0', line.len) == NULL &&
              parse_record(path, 0, line, list->version, prev_uid, list->next_uid, &uid, &base, &ext,
                           NULL);
         if (!ok)
             break;
-        char *name = xstrndup(base.p, base.len);
+        char *name = xstrndup(base.ptr, base.len);
         /* A name listed again under a higher UID needs the whole read's
          * "the later line wins". */
         if (uidlist_find_base(list, name) != NULL) {
@@ -510,15 +497,8 @@ bool uidlist_read_appended(int dir_fd, const char *path, struct uidlist *list)
         size_t want = (size_t)((uint64_t)st.st_size - list->file_size) + 1;
         char *data = xmalloc(want);
         size_t got = 0;
-        while (got < want) {
-            ssize_t r = pread(fd, data + got, want - got, (off_t)(list->file_size - 1 + got));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-            got += (size_t)r;
-        }
-        if (got == want && data[0] == '\n')
+        if (fs_pread_all(fd, data, want, list->file_size - 1, &got) && got == want &&
+            data[0] == '\n')
             ok = add_appended_lines(path, list, data + 1, want - 1);
         free(data);
     }
@@ -595,6 +575,15 @@ static bool check_entries(const struct uidlist *list, size_t from, struct petrel
         prev = e->uid;
     }
     return true;
+}
+
+/* Entries from `from` on may be appended to the file. */
+static bool check_append(const struct uidlist *list, size_t from, struct petrel_error *err)
+{
+    if (from > list->count)
+        return petrel_error_set(err, PETREL_ERR_INVALID, "uidlist: append from %zu of %zu", from,
+                                list->count);
+    return check_entries(list, from, err);
 }
 
 static void format_entries(const struct uidlist *list, size_t from, struct buf *out)
@@ -787,10 +776,7 @@ static bool append_lines(int fd, const char *path, struct uidlist *list, size_t 
 bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t from, bool fsync,
                     struct petrel_error *err)
 {
-    if (from > list->count)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "uidlist: append from %zu of %zu", from,
-                                list->count);
-    if (!check_entries(list, from, err))
+    if (!check_append(list, from, err))
         return false;
     if (list->file_size == 0)
         return append_rewrite(dir_fd, path, list, NULL, fsync, err);
@@ -836,10 +822,7 @@ bool uidlist_append(int dir_fd, const char *path, struct uidlist *list, size_t f
 bool uidlist_append_fd(int fd, const char *path, struct uidlist *list, size_t from, bool fsync,
                        struct petrel_error *err)
 {
-    if (from > list->count)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "uidlist: append from %zu of %zu", from,
-                                list->count);
-    return check_entries(list, from, err) && append_lines(fd, path, list, from, fsync, err);
+    return check_append(list, from, err) && append_lines(fd, path, list, from, fsync, err);
 }
 
 /* ---------- in memory ---------- */
@@ -857,18 +840,9 @@ void uidlist_add(struct uidlist *list, uint32_t uid, const char *base, const cha
 
 const struct uidlist_entry *uidlist_find_uid(const struct uidlist *list, uint32_t uid)
 {
-    size_t lo = 0, hi = list->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        uint32_t u = list->entries[mid].uid;
-        if (u == uid)
-            return &list->entries[mid];
-        if (u < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    size_t i = bsearch_u32_lower(list->entries, list->count, sizeof(*list->entries),
+                                 offsetof(struct uidlist_entry, uid), uid);
+    return i < list->count && list->entries[i].uid == uid ? &list->entries[i] : NULL;
 }
 
 const struct uidlist_entry *uidlist_find_base(const struct uidlist *list, const char *base)

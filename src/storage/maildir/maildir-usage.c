@@ -6,9 +6,9 @@
 #include <errno.h>
 #include <unistd.h>
 
-bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns, const char *name,
-                       struct fileindex_usage_cache *cache, struct mail_folder_usage *out,
-                       struct petrel_error *err)
+bool maildir_folder_usage(struct mail_user *user, const struct namespace_config *ns,
+                          const char *name, struct fileindex_usage_cache *cache,
+                          struct mail_folder_usage *out, struct petrel_error *err)
 {
     struct buf dir = {0};
     bool ok = maildir_folder_dir(user, ns, name, &dir, err);
@@ -49,7 +49,7 @@ bool mail_folder_usage(struct mail_user *user, const struct namespace_config *ns
     return ok;
 }
 
-bool mailbox_usage_recalc(struct mailbox *box, struct mail_folder_usage *out,
+bool maildir_usage_recalc(struct mailbox *box, struct mail_folder_usage *out,
                           struct petrel_error *err)
 {
     struct fileindex_usage u;

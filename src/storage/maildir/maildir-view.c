@@ -18,14 +18,7 @@
 #include <string.h>
 
 struct mailbox_view {
-    struct mailbox *box;
-    struct mailbox_view_entry *entries;
-    size_t count;
-    size_t cap;
-    char *keyword_names[MAILDIR_MAX_KEYWORDS];
-    uint32_t uid_validity;
-    uint32_t uid_next;
-    uint64_t highest_modseq;
+    struct mailbox_view_common c; /* first: the snapshot (mail-storage-private.h) */
     /* The index as the last full walk saw it (see index_unchanged). */
     struct fileindex_header walked;
     size_t walked_count;
@@ -91,13 +84,13 @@ static bool reload_keywords(struct mailbox *box, struct petrel_error *err)
 static bool adopt_keyword_names(struct mailbox_view *view)
 {
     bool changed = false;
-    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++) {
-        const char *now = view->box->keywords.names[k];
-        char *had = view->keyword_names[k];
+    for (unsigned k = 0; k < MAILBOX_MAX_KEYWORDS; k++) {
+        const char *now = view->c.box->keywords.names[k];
+        char *had = view->c.keyword_names[k];
         if ((now == NULL) == (had == NULL) && (now == NULL || strcmp(now, had) == 0))
             continue;
         free(had);
-        view->keyword_names[k] = now != NULL ? xstrdup(now) : NULL;
+        view->c.keyword_names[k] = now != NULL ? xstrdup(now) : NULL;
         changed = true;
     }
     return changed;
@@ -105,17 +98,17 @@ static bool adopt_keyword_names(struct mailbox_view *view)
 
 static void adopt_header(struct mailbox_view *view)
 {
-    const struct fileindex_header *h = fileindex_get_header(view->box->index);
-    view->uid_validity = h->uid_validity;
-    view->uid_next = h->next_uid;
-    view->highest_modseq = h->highest_modseq;
+    const struct fileindex_header *h = fileindex_get_header(view->c.box->index);
+    view->c.uid_validity = h->uid_validity;
+    view->c.uid_next = h->next_uid;
+    view->c.highest_modseq = h->highest_modseq;
 }
 
 /* The index as the last full walk saw it: records and header. */
 static void note_walked(struct mailbox_view *view)
 {
-    view->walked = *fileindex_get_header(view->box->index);
-    view->walked_count = fileindex_count(view->box->index);
+    view->walked = *fileindex_get_header(view->c.box->index);
+    view->walked_count = fileindex_count(view->c.box->index);
 }
 
 /* Whether the index holds the same records as at the last full walk, so
@@ -126,7 +119,7 @@ static void note_walked(struct mailbox_view *view)
  * lineage. O(1): a NOOP on an unchanged folder no longer costs O(messages). */
 static bool index_unchanged(const struct mailbox_view *view)
 {
-    const struct fileindex *fi = view->box->index;
+    const struct fileindex *fi = view->c.box->index;
     const struct fileindex_header *h = fileindex_get_header(fi);
     const struct fileindex_header *w = &view->walked;
     return fileindex_count(fi) == view->walked_count && h->uid_validity == w->uid_validity &&
@@ -151,91 +144,36 @@ static void push_entry(struct mailbox_view_entry **arr, size_t *count, size_t *c
 
 static void snapshot_all(struct mailbox_view *view)
 {
-    struct fileindex *fi = view->box->index;
+    struct fileindex *fi = view->c.box->index;
     size_t n = fileindex_count(fi);
-    view->count = 0;
+    view->c.count = 0;
     for (size_t i = 0; i < n; i++)
-        push_entry(&view->entries, &view->count, &view->cap, entry_of(fileindex_record_at(fi, i)));
+        push_entry(&view->c.entries, &view->c.count, &view->c.cap,
+                   entry_of(fileindex_record_at(fi, i)));
     adopt_header(view);
     note_walked(view);
     adopt_keyword_names(view);
 }
 
-struct mailbox_view *mailbox_view_new(struct mailbox *box, struct petrel_error *err)
+struct mailbox_view *maildir_view_new(struct mailbox *box, struct petrel_error *err)
 {
     if (!refresh_box(box, err))
         return NULL;
     struct mailbox_view *view = xcalloc(1, sizeof(*view));
-    view->box = box;
+    view->c.box = box;
     snapshot_all(view);
     maildir_watch_view_synced(box);
     return view;
 }
 
-void mailbox_view_free(struct mailbox_view *view)
+void maildir_view_free(struct mailbox_view *view)
 {
     if (view == NULL)
         return;
-    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++)
-        free(view->keyword_names[k]);
-    free(view->entries);
+    for (unsigned k = 0; k < MAILBOX_MAX_KEYWORDS; k++)
+        free(view->c.keyword_names[k]);
+    free(view->c.entries);
     free(view);
-}
-
-size_t mailbox_view_count(const struct mailbox_view *view)
-{
-    return view->count;
-}
-
-const struct mailbox_view_entry *mailbox_view_at(const struct mailbox_view *view, uint32_t seq)
-{
-    return seq >= 1 && seq <= view->count ? &view->entries[seq - 1] : NULL;
-}
-
-uint32_t mailbox_view_seq(const struct mailbox_view *view, uint32_t uid)
-{
-    size_t lo = 0;
-    size_t hi = view->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (view->entries[mid].uid < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < view->count && view->entries[lo].uid == uid ? (uint32_t)(lo + 1) : 0;
-}
-
-uint32_t mailbox_view_seq_hint(const struct mailbox_view *view, uint32_t uid, uint32_t hint)
-{
-    if (hint >= 1 && hint <= view->count && view->entries[hint - 1].uid == uid)
-        return hint;
-    return mailbox_view_seq(view, uid);
-}
-
-const char *mailbox_view_keyword_name(const struct mailbox_view *view, unsigned idx)
-{
-    return idx < MAILDIR_MAX_KEYWORDS ? view->keyword_names[idx] : NULL;
-}
-
-void mailbox_view_get_status(const struct mailbox_view *view, struct mailbox_view_status *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->uid_validity = view->uid_validity;
-    out->uid_next = view->uid_next;
-    out->highest_modseq = view->highest_modseq;
-    out->messages = (uint32_t)view->count;
-    for (size_t i = 0; i < view->count; i++) {
-        if ((view->entries[i].flags & MAIL_FLAG_SEEN) != 0)
-            continue;
-        out->unseen++;
-        if (out->first_unseen_seq == 0)
-            out->first_unseen_seq = (uint32_t)(i + 1);
-    }
-    for (unsigned k = 0; k < MAILDIR_MAX_KEYWORDS; k++) {
-        if (view->keyword_names[k] == NULL)
-            out->keywords_creatable = true;
-    }
 }
 
 static void append_u32(uint32_t **arr, size_t *count, size_t *cap, uint32_t v)
@@ -247,26 +185,26 @@ static void append_u32(uint32_t **arr, size_t *count, size_t *cap, uint32_t v)
 /* The difference between the view and the handle's index, taken into the
  * view; with `refresh` the handle is brought up to date with the disk
  * first. */
-static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_view_changes *changes,
-                      struct petrel_error *err)
+bool maildir_view_sync(struct mailbox_view *view, bool refresh,
+                       struct mailbox_view_changes *changes, struct petrel_error *err)
 {
     memset(changes, 0, sizeof(*changes));
-    struct mailbox *box = view->box;
+    struct mailbox *box = view->c.box;
     if (refresh && !maildir_dir_current(box)) {
         /* Deleted, renamed or replaced: the handle still works on the old
          * directory, but the folder of this name is another one now. */
         changes->uidvalidity_changed = true;
-        changes->exists = (uint32_t)view->count;
+        changes->exists = (uint32_t)view->c.count;
         return true;
     }
     if (refresh && !refresh_box(box, err))
         return false;
     struct fileindex *fi = box->index;
-    if (fileindex_get_header(fi)->uid_validity != view->uid_validity) {
+    if (fileindex_get_header(fi)->uid_validity != view->c.uid_validity) {
         /* Other UIDs: nothing of the old view can be related to them. */
         snapshot_all(view);
         changes->uidvalidity_changed = true;
-        changes->exists = (uint32_t)view->count;
+        changes->exists = (uint32_t)view->c.count;
         maildir_watch_view_synced(box);
         return true;
     }
@@ -277,11 +215,11 @@ static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_vi
          * `walked` behind, so they take the walk below once. */
         adopt_header(view);
         changes->keywords_changed = adopt_keyword_names(view);
-        changes->exists = (uint32_t)view->count;
+        changes->exists = (uint32_t)view->c.count;
         maildir_watch_view_synced(box);
         return true;
     }
-    uint32_t old_max = view->count > 0 ? view->entries[view->count - 1].uid : 0;
+    uint32_t old_max = view->c.count > 0 ? view->c.entries[view->c.count - 1].uid : 0;
     size_t n = fileindex_count(fi);
     /* The new view holds at most the index's records: one allocation. */
     size_t next_cap = n > 0 ? n : 1;
@@ -293,9 +231,9 @@ static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_vi
     size_t seqs_count = 0;
     size_t o = 0; /* old view */
     size_t i = 0; /* index */
-    while (o < view->count || i < n) {
+    while (o < view->c.count || i < n) {
         const struct fileindex_record *r = i < n ? fileindex_record_at(fi, i) : NULL;
-        const struct mailbox_view_entry *old = o < view->count ? &view->entries[o] : NULL;
+        const struct mailbox_view_entry *old = o < view->c.count ? &view->c.entries[o] : NULL;
         if (old != NULL && (r == NULL || old->uid < r->uid)) {
             append_u32(&changes->expunged_uids, &changes->expunged_count, &uids_cap, old->uid);
             append_u32(&changes->expunged_seqs, &seqs_count, &expunged_cap, (uint32_t)(o + 1));
@@ -327,51 +265,31 @@ static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_vi
         changes->expunged_seqs[a] = changes->expunged_seqs[b - 1];
         changes->expunged_seqs[b - 1] = t;
     }
-    free(view->entries);
-    view->entries = next;
-    view->count = next_count;
-    view->cap = next_cap;
+    free(view->c.entries);
+    view->c.entries = next;
+    view->c.count = next_count;
+    view->c.cap = next_cap;
     adopt_header(view);
     note_walked(view);
     changes->keywords_changed = adopt_keyword_names(view);
-    changes->exists = (uint32_t)view->count;
+    changes->exists = (uint32_t)view->c.count;
     maildir_watch_view_synced(box);
     return true;
 }
 
-bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
-                       struct petrel_error *err)
-{
-    return view_sync(view, true, changes, err);
-}
-
-bool mailbox_view_catch_up(struct mailbox_view *view, struct mailbox_view_changes *changes,
-                           struct petrel_error *err)
-{
-    return view_sync(view, false, changes, err);
-}
-
-void mailbox_view_changes_free(struct mailbox_view_changes *changes)
-{
-    free(changes->expunged_seqs);
-    free(changes->expunged_uids);
-    free(changes->changed_seqs);
-    memset(changes, 0, sizeof(*changes));
-}
-
-bool mailbox_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,
+bool maildir_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,
                              size_t count)
 {
     for (size_t i = 0; i < count; i++) {
         uint32_t seq = mailbox_view_seq(view, results[i].uid);
         if (seq == 0)
             continue;
-        struct mailbox_view_entry *e = &view->entries[seq - 1];
+        struct mailbox_view_entry *e = &view->c.entries[seq - 1];
         e->flags = results[i].flags;
         e->keywords = results[i].keywords;
         e->modseq = results[i].modseq;
-        if (results[i].modseq > view->highest_modseq)
-            view->highest_modseq = results[i].modseq;
+        if (results[i].modseq > view->c.highest_modseq)
+            view->c.highest_modseq = results[i].modseq;
     }
     return adopt_keyword_names(view);
 }

@@ -60,7 +60,7 @@ struct hub_target {
     unsigned refs;
 };
 
-struct mailbox_watch_hub {
+struct maildir_watch_hub {
     struct event_base *base;
     int fd; /* -1: every watch polls */
     struct event *io;
@@ -84,7 +84,8 @@ struct own_event {
 #define OWN_EVENTS_MAX 64 /* more renames before the next question: just report */
 
 struct mailbox_watch {
-    struct mailbox_watch_hub *hub;
+    struct mailbox_watch_common c; /* first (mail-storage-private.h) */
+    struct maildir_watch_hub *hub;
     char *dir;
     /* The handle the watching session changes the folder through (NULL
      * once closed), and what it expects to hear of its own changes. */
@@ -154,7 +155,7 @@ static void on_coalesced(evutil_socket_t fd, short what, void *arg)
     w->fn(w->ctx); /* last: the callback may free the watch */
 }
 
-static struct hub_target *find_target(struct mailbox_watch_hub *hub, int wd)
+static struct hub_target *find_target(struct maildir_watch_hub *hub, int wd)
 {
     for (size_t i = 0; i < hub->target_count; i++) {
         if (hub->targets[i].wd == wd)
@@ -230,7 +231,7 @@ static void arm(struct mailbox_watch *w)
  * them on a queue overflow); `gone`: the kernel dropped `wd` with its
  * directory, so those watches hear nothing more. Callbacks run later, from
  * the timers, so a callback freeing watches never meets this loop. */
-static void dispatch(struct mailbox_watch_hub *hub, int wd, const struct inotify_event *ev,
+static void dispatch(struct maildir_watch_hub *hub, int wd, const struct inotify_event *ev,
                      bool all, bool gone)
 {
     for (size_t i = 0; i < hub->watch_count; i++) {
@@ -249,7 +250,7 @@ static void dispatch(struct mailbox_watch_hub *hub, int wd, const struct inotify
 }
 
 /* Reads every queued event (non-blocking) and dispatches it. */
-static void drain(struct mailbox_watch_hub *hub)
+static void drain(struct maildir_watch_hub *hub)
 {
     char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     for (;;) {
@@ -291,7 +292,7 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A counted hold on the hub's watch of `path`; -1 when it cannot be added. */
-static int hold_target(struct mailbox_watch_hub *hub, const char *path, bool folder)
+static int hold_target(struct maildir_watch_hub *hub, const char *path, bool folder)
 {
     int wd = inotify_add_watch(hub->fd, path, folder ? FOLDER_EVENTS : MSG_DIR_EVENTS);
     if (wd < 0)
@@ -309,7 +310,7 @@ static int hold_target(struct mailbox_watch_hub *hub, const char *path, bool fol
     return wd;
 }
 
-static void release_target(struct mailbox_watch_hub *hub, int wd)
+static void release_target(struct maildir_watch_hub *hub, int wd)
 {
     struct hub_target *t = wd >= 0 ? find_target(hub, wd) : NULL;
     if (t == NULL || --t->refs > 0)
@@ -322,7 +323,7 @@ static void release_target(struct mailbox_watch_hub *hub, int wd)
  * part is unavailable. */
 static bool start_inotify(struct mailbox_watch *w)
 {
-    struct mailbox_watch_hub *hub = w->hub;
+    struct maildir_watch_hub *hub = w->hub;
     if (hub->fd < 0)
         return false;
     struct buf path = {0};
@@ -355,9 +356,9 @@ static bool start_inotify(struct mailbox_watch *w)
     return ok;
 }
 
-struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool native)
+void *maildir_watch_hub_new(struct event_base *base, bool native)
 {
-    struct mailbox_watch_hub *hub = xcalloc(1, sizeof(*hub));
+    struct maildir_watch_hub *hub = xcalloc(1, sizeof(*hub));
     hub->base = base;
     hub->fd = native ? inotify_init1(IN_NONBLOCK | IN_CLOEXEC) : -1;
     if (hub->fd >= 0) {
@@ -376,8 +377,9 @@ struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool na
     return hub;
 }
 
-void mailbox_watch_hub_free(struct mailbox_watch_hub *hub)
+void maildir_watch_hub_free(void *state)
 {
+    struct maildir_watch_hub *hub = state;
     if (hub == NULL)
         return;
     if (hub->io != NULL)
@@ -389,7 +391,7 @@ void mailbox_watch_hub_free(struct mailbox_watch_hub *hub)
     free(hub);
 }
 
-static struct mailbox_watch *watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
+static struct mailbox_watch *watch_new(struct maildir_watch_hub *hub, struct mailbox *box,
                                        void (*fn)(void *ctx), void *ctx)
 {
     struct mailbox_watch *w = xcalloc(1, sizeof(*w));
@@ -407,22 +409,7 @@ static struct mailbox_watch *watch_new(struct mailbox_watch_hub *hub, struct mai
     return w;
 }
 
-struct mailbox_watch *mailbox_watch_new_native(struct mailbox_watch_hub *hub, struct mailbox *box,
-                                               void (*fn)(void *ctx), void *ctx)
-{
-    struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
-    if (!w->native) {
-        mailbox_watch_free(w);
-        return NULL;
-    }
-    if (box->own_watch != NULL)
-        box->own_watch->box = NULL; /* a re-SELECT's new watch takes over */
-    w->box = box;
-    box->own_watch = w;
-    return w;
-}
-
-bool mailbox_watch_take_changed(struct mailbox_watch *watch)
+bool maildir_watch_take_changed(struct mailbox_watch *watch)
 {
     if (!watch->native)
         return true;
@@ -495,9 +482,28 @@ void maildir_watch_forget_box(struct mailbox *box)
     box->own_watch = NULL;
 }
 
-struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
-                                        void (*fn)(void *ctx), void *ctx, struct petrel_error *err)
+/* Only inotify: NULL when the folder cannot be watched that way. */
+static struct mailbox_watch *watch_new_native(struct maildir_watch_hub *hub, struct mailbox *box,
+                                              void (*fn)(void *ctx), void *ctx)
 {
+    struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
+    if (!w->native) {
+        maildir_watch_free(w);
+        return NULL;
+    }
+    if (box->own_watch != NULL)
+        box->own_watch->box = NULL; /* a re-SELECT's new watch takes over */
+    w->box = box;
+    box->own_watch = w;
+    return w;
+}
+
+struct mailbox_watch *maildir_watch_new(void *state, struct mailbox *box, void (*fn)(void *ctx),
+                                        void *ctx, bool native_only, struct petrel_error *err)
+{
+    struct maildir_watch_hub *hub = state;
+    if (native_only)
+        return watch_new_native(hub, box, fn, ctx);
     struct mailbox_watch *w = watch_new(hub, box, fn, ctx);
     if (w->native)
         return w;
@@ -505,29 +511,29 @@ struct mailbox_watch *mailbox_watch_new(struct mailbox_watch_hub *hub, struct ma
     w->timer = event_new(hub->base, -1, EV_PERSIST, on_poll, w);
     struct timeval tv = {MAILBOX_WATCH_POLL_MS / 1000, (MAILBOX_WATCH_POLL_MS % 1000) * 1000};
     if (w->timer == NULL || event_add(w->timer, &tv) != 0) {
-        mailbox_watch_free(w);
+        maildir_watch_free(w);
         petrel_error_set(err, PETREL_ERR_IO, "cannot start the folder poll timer");
         return NULL;
     }
     return w;
 }
 
-bool mailbox_watch_is_native(const struct mailbox_watch *watch)
+bool maildir_watch_is_native(const struct mailbox_watch *watch)
 {
     return watch->native;
 }
 
-bool mailbox_watch_lost(struct mailbox_watch *watch)
+bool maildir_watch_lost(struct mailbox_watch *watch)
 {
     drain(watch->hub); /* a removal already done is in the queue */
     return watch->lost;
 }
 
-void mailbox_watch_free(struct mailbox_watch *watch)
+void maildir_watch_free(struct mailbox_watch *watch)
 {
     if (watch == NULL)
         return;
-    struct mailbox_watch_hub *hub = watch->hub;
+    struct maildir_watch_hub *hub = watch->hub;
     for (size_t i = 0; i < hub->watch_count; i++) {
         if (hub->watches[i] == watch) {
             hub->watches[i] = hub->watches[--hub->watch_count];

@@ -1,6 +1,7 @@
 #include "storage/message/message-decode.h"
 
 #include "core/base64.h"
+#include "core/slice.h"
 #include "core/utf8.h"
 
 #include <stdbool.h>
@@ -40,17 +41,6 @@ void message_decode_base64(struct buf *out, const char *s, size_t len)
     }
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 void message_decode_qp(struct buf *out, const char *s, size_t len)
 {
     size_t pos = 0;
@@ -67,8 +57,8 @@ void message_decode_qp(struct buf *out, const char *s, size_t len)
             end--;
         for (size_t i = pos; i < end; i++) {
             int hi, lo;
-            if (s[i] == '=' && i + 2 < end && (hi = hex_value(s[i + 1])) >= 0 &&
-                (lo = hex_value(s[i + 2])) >= 0) {
+            if (s[i] == '=' && i + 2 < end && (hi = hex_digit_value(s[i + 1])) >= 0 &&
+                (lo = hex_digit_value(s[i + 2])) >= 0) {
                 buf_append_char(out, (char)(hi * 16 + lo));
                 i += 2;
             } else {
@@ -108,8 +98,8 @@ static void decode_q(struct buf *out, const char *s, size_t len)
         int hi, lo;
         if (s[i] == '_') {
             buf_append_char(out, ' ');
-        } else if (s[i] == '=' && i + 2 < len && (hi = hex_value(s[i + 1])) >= 0 &&
-                   (lo = hex_value(s[i + 2])) >= 0) {
+        } else if (s[i] == '=' && i + 2 < len && (hi = hex_digit_value(s[i + 1])) >= 0 &&
+                   (lo = hex_digit_value(s[i + 2])) >= 0) {
             buf_append_char(out, (char)(hi * 16 + lo));
             i += 2;
         } else {
