@@ -23,6 +23,7 @@
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #ifdef PETREL_TEST_MODULES
+#include "storage/quota/quota-module.h"
 #include "storage/test-veto-module.h"
 #endif
 #include "version.h"
@@ -61,6 +62,7 @@ struct petrel_context {
     struct pop3_server *pop3;
     struct quota_status_service *quota_status;
     struct mail_storage *storage;
+    struct quota_module *quota; /* NULL when neither the engine nor IMAP QUOTA is on */
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -266,8 +268,15 @@ static void raise_fd_limit(const struct petrel_config *cfg)
 
 /* The storage modules this process adds after the storage's own, before
  * any component makes its sibling handles (which copy the list). */
-static bool register_storage_modules(struct mail_storage *storage, struct petrel_error *err)
+static bool register_storage_modules(struct petrel_context *ctx, struct mail_storage *storage,
+                                     struct petrel_error *err)
 {
+    const struct quota_config *qcfg = &ctx->config->quota;
+    if (qcfg->enabled || ctx->config->imap.imap_quota) {
+        ctx->quota = quota_module_new(qcfg, ctx->base, ctx->metrics);
+        if (!quota_module_register(ctx->quota, storage, err))
+            return false;
+    }
 #ifdef PETREL_TEST_MODULES
     /* Test builds only: the environment's value lives as long as the
      * process (nothing here changes the environment). */
@@ -358,6 +367,7 @@ static void context_free(struct petrel_context *ctx)
     director_service_free(ctx->director);
     memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
+    quota_module_free(ctx->quota);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)
@@ -486,7 +496,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(ctx.storage, &err)) {
+    if (!register_storage_modules(&ctx, ctx.storage, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }
