@@ -2,7 +2,8 @@
  * GETQUOTA, SETQUOTA (refused). One quota root per user, named
  * quota.quota_name, holding the personal namespace (as Dovecot's quota
  * plugin with one root). A resource without a limit is left out of the
- * QUOTA response, and STORAGE counts KiB rounded up, as Dovecot 2.3 does. */
+ * QUOTA response, and STORAGE counts KiB rounded up, as Dovecot 2.3 does.
+ * The root name is always a quoted string, as RFC 9208's examples write it. */
 #include "protocols/imap/imap-private.h"
 
 #include "core/buf.h"
@@ -36,7 +37,7 @@ static void send_quota(struct imap_session *s, const struct quota_report *r)
 {
     struct buf line = {0};
     buf_append_str(&line, "* QUOTA ");
-    imap_quote_astring(&line, r->name, strlen(r->name), quote_flags(s));
+    imap_quote_string(&line, r->name, strlen(r->name), quote_flags(s));
     buf_append_str(&line, " (");
     bool first = true;
     if (r->limits.storage != 0) {
@@ -78,12 +79,9 @@ static void cmd_getquotaroot(struct imap_session *s, const struct imap_command *
     char *name;
     if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
         return;
+    /* Dovecot 2.3 answers for a folder that does not exist (yet) too: its
+     * root is known from the name alone. */
     bool personal = ns->type == NAMESPACE_PERSONAL;
-    if (personal && strcmp(name, "INBOX") != 0 && !mail_folder_exists(s->user, ns, name)) {
-        free(name);
-        imap_reply_no(s, "[NONEXISTENT] Mailbox doesn't exist.");
-        return;
-    }
     free(name);
     struct quota_report r;
     if (personal && !report(s, &r))
@@ -95,7 +93,7 @@ static void cmd_getquotaroot(struct imap_session *s, const struct imap_command *
     bool shown = personal && !r.hidden;
     if (shown) {
         buf_append_char(&line, ' ');
-        imap_quote_astring(&line, r.name, strlen(r.name), quote_flags(s));
+        imap_quote_string(&line, r.name, strlen(r.name), quote_flags(s));
     }
     imap_send(s, "%s", line.data);
     buf_free(&line);
