@@ -110,6 +110,7 @@ static void rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name, c
     memset(name, 0, sizeof(*name));
     r->username = xstrdup(username);
     r->dup_of = dup_of;
+    r->quota_rule = NULL;
 }
 
 static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
