@@ -17,7 +17,10 @@
 #include <unistd.h>
 
 #define COMPONENT "quota"
-#define USAGE_CACHE_FOLDERS 1024 /* per user and handle: a stat instead of an index read */
+/* Per user and handle, made at the first check: a stat of a folder's index
+ * files instead of a read (~13 KiB; a user with more folders reads the
+ * indexes of the rest again on each check). */
+#define USAGE_CACHE_FOLDERS 64
 #define MAX_QUEUED_PROGRAMS 1024 /* crossings waiting for the loop */
 #define OVER_FLAG_FRESH_MS 10000 /* document 3: the userdb flag counts within 10 s of login */
 
@@ -319,7 +322,7 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields)
     qu->rules_bad = false;
     struct petrel_error err;
     if (rule_fields != NULL && !quota_rules_add_list(&qu->rules, rule_fields, &err)) {
-        /* Unreadable is not unlimited on purpose: it is logged on each use. */
+        /* Not enforced (fail open), as quota-status answers DUNNO for it. */
         qu->rules_bad = true;
         log_warn(COMPONENT, "quota rule does not parse: the user's quota is not enforced",
                  "user=%s error=\"%s\"", user->name, err.message);
@@ -344,8 +347,8 @@ static bool glob_ci(const char *p, const char *s)
         if (*p == '*') {
             star = ++p;
             retry = s;
-        } else if (*p == '?' || (*p != '\0' && tolower((unsigned char)*p) ==
-                                                   tolower((unsigned char)*s))) {
+        } else if (*p == '?' ||
+                   (*p != '\0' && tolower((unsigned char)*p) == tolower((unsigned char)*s))) {
             p++;
             s++;
         } else if (star != NULL) {
@@ -391,14 +394,14 @@ static void over_check(struct mail_user *user, struct quota_user *qu)
     }
     struct quota_limits l;
     quota_limits_compute(qm->cfg, &qu->rules, NULL, QUOTA_POINT_INTERACTIVE, &l);
-    bool over = (l.storage != 0 && u.storage >= l.storage) ||
-                (l.messages != 0 && u.messages >= l.messages);
+    bool over =
+        (l.storage != 0 && u.storage >= l.storage) || (l.messages != 0 && u.messages >= l.messages);
     const char *flag = qu->over_flag != NULL ? qu->over_flag : "";
     bool flagged = flag[0] != '\0' && glob_ci(qm->cfg->over_status_mask, flag);
     if (over == flagged)
         return;
-    log_info(COMPONENT, "quota over-flag differs from usage", "user=%s flag=%s over=%s",
-             user->name, flag, over ? "yes" : "no");
+    log_info(COMPONENT, "quota over-flag differs from usage", "user=%s flag=%s over=%s", user->name,
+             flag, over ? "yes" : "no");
     struct job *j = xcalloc(1, sizeof(*j));
     j->user = xstrdup(user->name);
     j->home = xstrdup(user->home != NULL ? user->home : "");
@@ -460,6 +463,7 @@ static bool q_save(void *ctx, const struct mail_save_info *info, struct petrel_e
     struct mail_user *user = mailbox_user(info->dst);
     struct quota_user *qu = user_state(user, qm);
     qu->pending = false;
+    qu->exp_before_ok = false;
     over_check(user, qu);
     const char *point = point_name(info);
     const char *dst = mailbox_name(info->dst);

@@ -63,9 +63,9 @@ void quota_user_free(struct quota_user *qu);
 
 /* What GETQUOTA/GETQUOTAROOT show for a user. */
 struct quota_report {
-    const char *name;            /* quota_name (borrowed from the configuration) */
-    bool hidden;                 /* quota_hidden, or quota_ignore_unlimited for an unlimited user */
-    struct quota_limits limits;  /* scaled, without grace; 0 = unlimited */
+    const char *name;           /* quota_name (borrowed from the configuration) */
+    bool hidden;                /* quota_hidden, or quota_ignore_unlimited for an unlimited user */
+    struct quota_limits limits; /* scaled, without grace; 0 = unlimited */
     struct quota_usage usage;
 };
 /* False when the module is absent (NOT_FOUND), a rule is bad (INVALID) or

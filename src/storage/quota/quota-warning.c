@@ -146,8 +146,7 @@ static void child_exited(evutil_socket_t fd, short what, void *arg)
     else if (got == c->pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         res = WR_OK;
     if (res == WR_OK)
-        log_info(COMPONENT, "quota program finished", "user=%s program=%s", c->user,
-                 c->program);
+        log_info(COMPONENT, "quota program finished", "user=%s program=%s", c->user, c->program);
     else if (res == WR_TIMEOUT)
         log_warn(COMPONENT, "quota program killed at the timeout",
                  "user=%s program=%s timeout_ms=%lld", c->user, c->program,
@@ -209,8 +208,8 @@ static bool spawn(struct quota_warning_runner *r, const char *what, const char *
     posix_spawnattr_destroy(&attr);
     bool ok = false;
     if (rc != 0) {
-        log_warn(COMPONENT, "cannot start the quota program", "user=%s what=%s program=%s error=\"%s\"",
-                 user, what, path, strerror(rc));
+        log_warn(COMPONENT, "cannot start the quota program",
+                 "user=%s what=%s program=%s error=\"%s\"", user, what, path, strerror(rc));
         if (counted)
             count(r, WR_FAILED);
         goto out;
