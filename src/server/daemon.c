@@ -22,8 +22,8 @@
 #include "services/warden/warden-service.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
-#ifdef PETREL_TEST_MODULES
 #include "storage/quota/quota-module.h"
+#ifdef PETREL_TEST_MODULES
 #include "storage/test-veto-module.h"
 #endif
 #include "version.h"
