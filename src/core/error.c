@@ -11,6 +11,7 @@ bool petrel_error_set(struct petrel_error *err, enum petrel_error_code code, con
         return false;
     err->code = code;
     err->sys_errno = 0;
+    err->permanent = false;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
@@ -25,6 +26,7 @@ bool petrel_error_set_errno(struct petrel_error *err, int errnum, const char *fm
     err->code = errnum == EACCES || errnum == EPERM || errnum == EROFS ? PETREL_ERR_PERMISSION
                                                                        : PETREL_ERR_IO;
     err->sys_errno = errnum;
+    err->permanent = false;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
@@ -52,6 +54,7 @@ void petrel_error_clear(struct petrel_error *err)
         return;
     err->code = PETREL_OK;
     err->sys_errno = 0;
+    err->permanent = false;
     err->message[0] = '\0';
 }
 

@@ -29,6 +29,10 @@ struct petrel_error {
      * tell a full disk (ENOSPC, EDQUOT) or a passing shortage (EMFILE,
      * ENOMEM) from a fault. */
     int sys_errno;
+    /* Set after petrel_error_set() by a storage module whose OVER_QUOTA
+     * refusal trying again will not cure (one message above the size cap,
+     * a folder at its message cap): LMTP answers 552 instead of 452. */
+    bool permanent;
 };
 
 /* Sets code and message; a NULL `err` is ignored. Always returns false so

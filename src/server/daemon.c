@@ -14,6 +14,7 @@
 #include "services/telemetry/telemetry.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
+#include "storage/quota/quota-module.h"
 #ifdef PETREL_TEST_MODULES
 #include "storage/test-veto-module.h"
 #endif
@@ -47,6 +48,7 @@ struct petrel_context {
     /* running[i]: component_table[i] once started, else NULL. */
     void *running[COMPONENT_TABLE_MAX];
     struct mail_storage *storage;
+    struct quota_module *quota; /* NULL when neither the engine nor IMAP QUOTA is on */
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -226,8 +228,15 @@ static void raise_fd_limit(const struct petrel_config *cfg)
 
 /* The storage modules this process adds after the storage's own, before
  * any component makes its sibling handles (which copy the list). */
-static bool register_storage_modules(struct mail_storage *storage, struct petrel_error *err)
+static bool register_storage_modules(struct petrel_context *ctx, struct mail_storage *storage,
+                                     struct petrel_error *err)
 {
+    const struct quota_config *qcfg = &ctx->config->quota;
+    if (qcfg->enabled || ctx->config->imap.imap_quota) {
+        ctx->quota = quota_module_new(qcfg, ctx->base, ctx->metrics);
+        if (!quota_module_register(ctx->quota, storage, err))
+            return false;
+    }
 #ifdef PETREL_TEST_MODULES
     /* Test builds only: the environment's value lives as long as the
      * process (nothing here changes the environment). */
@@ -300,6 +309,7 @@ static void context_free(struct petrel_context *ctx)
     }
     memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
+    quota_module_free(ctx->quota);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)
@@ -429,7 +439,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(ctx.storage, &err)) {
+    if (!register_storage_modules(&ctx, ctx.storage, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

@@ -69,6 +69,7 @@ struct mail_save_info {
     struct mailbox *src; /* COPY and MOVE; NULL for APPEND */
     size_t count;        /* messages */
     uint64_t size;       /* their physical bytes in total (what a quota counts) */
+    bool delivery;       /* an inbound delivery (LMTP): a quota adds its grace */
 };
 
 struct mail_storage_module {
@@ -100,6 +101,11 @@ struct mail_storage_module {
     /* After the commit: uids[i] is the new message i (0 for a source
      * message that was gone by then, COPY/MOVE). */
     void (*saved)(void *ctx, const struct mail_save_info *info, const uint32_t *uids, size_t count);
+    /* The save this module said yes to did not happen (a module after it
+     * said no, or the driver failed): what `save` held for it (a quota's
+     * reservation) goes back. Exactly one of saved/save_aborted follows
+     * every save that returned true. */
+    void (*save_aborted)(void *ctx, const struct mail_save_info *info);
 
     /* Expunging \Deleted messages (`uids` NULL: all of them). */
     bool (*expunge)(void *ctx, struct mailbox *box, const uint32_t *uids, size_t uid_count,
@@ -121,5 +127,10 @@ struct mail_storage_module {
 bool mail_storage_module_register(struct mail_storage *storage,
                                   const struct mail_storage_module *module, void *ctx,
                                   struct petrel_error *err);
+
+/* The context `name` was registered with on this storage (siblings share
+ * it), NULL when no module of that name is there: how a front end reaches
+ * a module's own API (the quota's GETQUOTA). */
+void *mail_storage_module_ctx(const struct mail_storage *storage, const char *name);
 
 #endif

@@ -172,6 +172,9 @@ struct mail_user {
     char *name;
     char *home;
     unsigned refs; /* long-lived holders (sessions): never evicted while > 0 */
+    /* The userdb's quota rules and the quota module's state for this user
+     * on this handle (quota-module.h); NULL until a front end sets them. */
+    struct quota_user *quota;
 };
 
 /* The first member of every driver's struct mailbox. */
@@ -179,6 +182,7 @@ struct mailbox_common {
     struct mail_user *user;
     const struct namespace_config *ns;
     char *name; /* as opened ("INBOX" for the inbox) */
+    bool delivery; /* saves here are inbound deliveries (mailbox_set_delivery) */
 };
 
 /* The first member of every driver's struct mailbox_view: the snapshot

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "storage/quota/quota-module.h"
 #include "storage/special-use.h"
 
 #include <stdlib.h>
@@ -73,6 +74,15 @@ struct mail_storage *mail_storage_new_sibling(struct mail_storage *parent,
     return storage_new(&parent->cfg, metrics, parent);
 }
 
+void *mail_storage_module_ctx(const struct mail_storage *storage, const char *name)
+{
+    for (size_t i = 0; i < storage->module_count; i++) {
+        if (strcmp(storage->modules[i].module->name, name) == 0)
+            return storage->modules[i].ctx;
+    }
+    return NULL;
+}
+
 bool mail_storage_module_register(struct mail_storage *storage,
                                   const struct mail_storage_module *module, void *ctx,
                                   struct petrel_error *err)
@@ -91,6 +101,7 @@ bool mail_storage_module_register(struct mail_storage *storage,
 
 static void user_free(struct mail_user *u)
 {
+    quota_user_free(u->quota);
     free(u->name);
     free(u->home);
     free(u);
@@ -239,6 +250,33 @@ static struct mail_storage *box_storage(const struct mailbox *box)
     return mailbox_common(box)->user->storage;
 }
 
+/* The save hooks in order; a module that said yes hears save_aborted when
+ * a later one says no. */
+static bool save_before(struct mail_storage *st, const struct mail_save_info *info,
+                        struct petrel_error *err)
+{
+    for (size_t i = 0; i < st->module_count; i++) {
+        const struct mail_storage_module_entry *e = &st->modules[i];
+        if (e->module->save == NULL || e->module->save(e->ctx, info, err))
+            continue;
+        log_debug(COMPONENT, "storage module said no", "module=%s hook=save", e->module->name);
+        veto_text(err);
+        while (i-- > 0) {
+            e = &st->modules[i];
+            if (e->module->save_aborted != NULL)
+                e->module->save_aborted(e->ctx, info);
+        }
+        return false;
+    }
+    return true;
+}
+
+/* The driver failed after every save hook said yes. */
+static void save_failed(struct mail_storage *st, const struct mail_save_info *info)
+{
+    HOOKS_AFTER(st, save_aborted, info);
+}
+
 /* ---------- folders ---------- */
 
 bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
@@ -333,6 +371,11 @@ struct mail_user *mailbox_user(const struct mailbox *box)
     return mailbox_common(box)->user;
 }
 
+void mailbox_set_delivery(struct mailbox *box, bool delivery)
+{
+    mailbox_common(box)->delivery = delivery;
+}
+
 /* ---------- saving ---------- */
 
 bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
@@ -341,10 +384,17 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND, .dst = box, .count = 1, .size = len};
-    HOOKS_BEFORE(st, save, &info, err);
-    if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err))
+    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
+                                  .dst = box,
+                                  .count = 1,
+                                  .size = len,
+                                  .delivery = mailbox_common(box)->delivery};
+    if (!save_before(st, &info, err))
         return false;
+    if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err)) {
+        save_failed(st, &info);
+        return false;
+    }
     HOOKS_AFTER(st, saved, &info, &uid, 1);
     if (uid_out != NULL)
         *uid_out = uid;
@@ -357,12 +407,18 @@ bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {
-        .kind = MAIL_SAVE_APPEND, .dst = box, .count = 1, .size = prefix_len + len};
-    HOOKS_BEFORE(st, save, &info, err);
-    if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
-                            internal_date, &uid, err))
+    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
+                                  .dst = box,
+                                  .count = 1,
+                                  .size = prefix_len + len,
+                                  .delivery = mailbox_common(box)->delivery};
+    if (!save_before(st, &info, err))
         return false;
+    if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
+                            internal_date, &uid, err)) {
+        save_failed(st, &info);
+        return false;
+    }
     HOOKS_AFTER(st, saved, &info, &uid, 1);
     if (uid_out != NULL)
         *uid_out = uid;
@@ -394,9 +450,12 @@ bool mailbox_copy(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
     struct mail_save_info info;
     *new_uids = NULL;
     copy_info(st, MAIL_SAVE_COPY, src, uids, uid_count, dst, &info);
-    HOOKS_BEFORE(st, save, &info, err);
-    if (!st->v->copy(src, uids, uid_count, dst, keep_flags, new_uids, err))
+    if (!save_before(st, &info, err))
         return false;
+    if (!st->v->copy(src, uids, uid_count, dst, keep_flags, new_uids, err)) {
+        save_failed(st, &info);
+        return false;
+    }
     HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
     return true;
 }
@@ -408,9 +467,12 @@ bool mailbox_move(struct mailbox *src, const uint32_t *uids, size_t uid_count, s
     struct mail_save_info info;
     *new_uids = NULL;
     copy_info(st, MAIL_SAVE_MOVE, src, uids, uid_count, dst, &info);
-    HOOKS_BEFORE(st, save, &info, err);
-    if (!st->v->move(src, uids, uid_count, dst, new_uids, err))
+    if (!save_before(st, &info, err))
         return false;
+    if (!st->v->move(src, uids, uid_count, dst, new_uids, err)) {
+        save_failed(st, &info);
+        return false;
+    }
     HOOKS_AFTER(st, saved, &info, *new_uids, uid_count);
     return true;
 }

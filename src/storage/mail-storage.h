@@ -112,6 +112,9 @@ void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
 /* The user whose folder this is (the handle holds a reference to it). */
 struct mail_user *mailbox_user(const struct mailbox *box);
+/* Saves into this handle are inbound deliveries (LMTP): storage modules
+ * see mail_save_info.delivery (a quota then allows its grace). */
+void mailbox_set_delivery(struct mailbox *box, bool delivery);
 /* Bytes the open handle holds in memory (its index view, the loaded
  * dovecot-uidlist): what keeping it open costs. An estimate; O(1). */
 size_t mailbox_memory_bytes(const struct mailbox *box);

@@ -16,6 +16,9 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
                    "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC CATENATE SORT SORT=DISPLAY "
                    "ESORT THREAD=ORDEREDSUBJECT THREAD=REFERENCES SEARCHRES CONTEXT=SEARCH "
                    "CONTEXT=SORT");
+    /* RFC 9208, after login as Dovecot's quota plugin announces it. */
+    if (s->state != IMAP_STATE_NOT_AUTHENTICATED && ctx->cfg->imap_quota)
+        buf_append_str(out, " QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

@@ -5,6 +5,7 @@
 
 #include "core/base64.h"
 #include "core/log.h"
+#include "storage/quota/quota-module.h"
 
 #include <openssl/crypto.h>
 #include <stdlib.h>
@@ -46,6 +47,17 @@ static void count_login(struct imap_session *s, const char *result)
     metric_add(metric_series_get(s->ctx->m.logins, values), 1);
 }
 
+/* The userdb's quota rules and over-flag reach the storage's quota. */
+static void quota_login(struct imap_session *s, const struct userdb_entry *u)
+{
+    const char *over_flag = NULL;
+    for (size_t i = 0; u != NULL && i < u->extra_count; i++) {
+        if (strcmp(u->extra[i].key, "quota_over_flag") == 0)
+            over_flag = u->extra[i].value;
+    }
+    quota_user_login(s->user, u != NULL ? u->quota_rule : NULL, over_flag);
+}
+
 /* The auth service's answer to LOGIN or AUTHENTICATE. */
 static void auth_done(const struct auth_client_reply *r, void *ctx)
 {
@@ -67,6 +79,7 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
             return;
         }
         count_login(s, "ok");
+        quota_login(s, r->userdb);
         char uq[300];
         log_info(IMAP_COMPONENT, "logged in", "session=%s user=%s peer=%s tls=%s", s->io.id,
                  log_quote(uq, sizeof(uq), r->user), s->io.peer, s->io.tls ? "yes" : "no");

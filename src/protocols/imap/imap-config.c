@@ -26,6 +26,7 @@ void imap_config_defaults(struct imap_config *cfg)
     cfg->max_line_length = 64 * 1024;
     cfg->max_literal_size = 64 * 1024 * 1024;
     cfg->workers = 0;
+    cfg->imap_quota = true;
 }
 
 unsigned imap_config_workers(const struct imap_config *cfg)
@@ -49,7 +50,7 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                       struct imap_config *cfg)
 {
     static const char *const keys[] = {MAIL_LOGIN_CONFIG_KEYS, "max_line_length",
-                                       "max_literal_size", "workers", NULL};
+                                       "max_literal_size", "workers", "imap_quota", NULL};
     const char *p = imap_section.name;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
@@ -59,6 +60,7 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
            cfg_int(ctx, node, p, "max_literal_size", 1024, (int64_t)4 << 30,
                    &cfg->max_literal_size) &&
            cfg_int(ctx, node, p, "workers", 0, IMAP_MAX_WORKERS, &cfg->workers) &&
+           cfg_bool(ctx, node, p, "imap_quota", &cfg->imap_quota) &&
            mail_login_config_read_limits(ctx, node, &imap_section, &cfg->login) &&
            mail_login_config_read_timeouts(ctx, node, &imap_section, &cfg->login) &&
            mail_login_config_check(ctx, node, &imap_section, required, &cfg->login);
@@ -74,6 +76,7 @@ void imap_config_print(const struct imap_config *cfg, FILE *out)
             cfg->login.disable_plaintext_auth ? "true" : "false", (long long)cfg->max_line_length,
             (long long)cfg->max_literal_size, (long long)cfg->workers,
             cfg->workers == 0 ? "  # auto" : "");
+    fprintf(out, "  imap_quota: %s\n", cfg->imap_quota ? "true" : "false");
     mail_login_config_print_limits(&cfg->login, out);
     mail_login_config_print_timeouts(&cfg->login, out);
 }

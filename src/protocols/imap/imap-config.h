@@ -16,6 +16,7 @@ struct imap_config {
     int64_t max_line_length;
     int64_t max_literal_size;
     int64_t workers; /* session loops on threads of their own (0: auto); 1: the process's loop */
+    bool imap_quota; /* RFC 9208 QUOTA commands and capabilities (independent of quota.enabled) */
 };
 
 void imap_config_defaults(struct imap_config *cfg);

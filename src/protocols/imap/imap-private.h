@@ -236,6 +236,7 @@ bool imap_searchres_requested(const struct imap_arg *args, size_t argc);
 struct imap_search_program;
 struct imap_sort_program;
 extern const struct imap_command_def imap_commands_context[]; /* CANCELUPDATE */
+extern const struct imap_command_def imap_commands_quota[];   /* imap-cmd-quota.c: RFC 9208 */
 /* Whether a live context was created by a command tagged `tag` (a second
  * UPDATE under the same tag is answered BAD, RFC 5267 4.3). */
 bool imap_context_tag_in_use(const struct imap_session *s, const char *tag);

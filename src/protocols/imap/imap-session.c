@@ -27,6 +27,7 @@
 static const struct imap_command_def *const command_tables[] = {
     imap_commands_any,     imap_commands_login,  imap_commands_mailbox, imap_commands_select,
     imap_commands_message, imap_commands_search, imap_commands_sort,    imap_commands_context,
+    imap_commands_quota,
 };
 
 /* ---------- output ---------- */

@@ -89,6 +89,18 @@ static void cmd_mail(struct lmtp_session *s, const struct lmtp_command *cmd)
 
 /* ---------- RCPT ---------- */
 
+/* A copy of a NULL-terminated list of strings. */
+static char **strv_dup(char *const *v)
+{
+    size_t n = 0;
+    while (v != NULL && v[n] != NULL)
+        n++;
+    char **out = xcalloc(n + 1, sizeof(*out));
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
+}
+
 static void rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name, const char *username,
                      size_t dup_of)
 {
@@ -98,6 +110,7 @@ static void rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name, c
     memset(name, 0, sizeof(*name));
     r->username = xstrdup(username);
     r->dup_of = dup_of;
+    r->quota_rule = NULL;
 }
 
 static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
@@ -119,6 +132,8 @@ static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
         }
         lmtp_reply(s, "250 2.1.5 <%s> Recipient OK", s->pending.address);
         rcpt_add(s, &s->pending, reply->user, SIZE_MAX);
+        if (reply->userdb != NULL)
+            s->rcpts[s->rcpt_count - 1].quota_rule = strv_dup(reply->userdb->quota_rule);
         count_rcpt(s, "accepted");
         break;
     case AUTH_CLIENT_NOT_FOUND:
@@ -252,6 +267,7 @@ static struct lmtp_delivery *delivery_new(struct lmtp_session *s)
         struct lmtp_delivery_rcpt *dr = &d->rcpts[d->rcpt_count++];
         dr->address = xstrdup(r->name.address);
         dr->username = xstrdup(r->username);
+        dr->quota_rule = strv_dup(r->quota_rule);
         dr->detail = r->name.detail != NULL ? xstrdup(r->name.detail) : NULL;
     }
     return d;
@@ -272,6 +288,11 @@ static void reply_per_recipient(struct lmtp_session *s, const struct lmtp_delive
             lmtp_reply(s, "250 2.0.0 <%s> %s Saved", r->name.address, s->id);
         else if (dr->err.code == PETREL_ERR_UNAVAILABLE)
             lmtp_reply(s, "451 4.3.2 <%s> Service shutting down, try again later", r->name.address);
+        else if (dr->err.code == PETREL_ERR_OVER_QUOTA && dr->err.permanent)
+            /* A quota refusal retrying cannot cure (one message above
+             * quota_mail_size, a folder at its message cap): docs/spec 3
+             * "LMTP 552", RFC 3463 5.2.2 mailbox full, in the module's words. */
+            lmtp_reply(s, "552 5.2.2 <%s> %s", r->name.address, dr->err.message);
         else if (dr->err.code == PETREL_ERR_OVER_QUOTA)
             /* A storage module's refusal: over quota is temporary (the
              * user may make room; docs/spec 3 "LMTP delivery over quota:

@@ -3,6 +3,7 @@
 
 #include "core/buf.h"
 #include "core/xalloc.h"
+#include "storage/quota/quota-module.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +61,11 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
     clock_gettime(CLOCK_MONOTONIC, &t0);
     petrel_error_clear(&r->err);
     struct mail_user *user = mail_user_get(storage, r->username, &r->err);
+    if (user != NULL)
+        quota_user_set(user, r->quota_rule); /* this delivery's userdb answer */
     struct mailbox *box = user != NULL ? open_target(folders, user, r->detail, &r->err) : NULL;
     if (box != NULL) {
+        mailbox_set_delivery(box, true); /* a quota allows its grace */
         lmtp_deliver_compose(d, r, msg);
         /* A spooled message is copied from its file by the kernel, after
          * this recipient's trace headers. */
@@ -78,6 +82,7 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
 bool lmtp_delivery_permanent(const struct petrel_error *err)
 {
     return err->code == PETREL_ERR_LIMIT ||
+           (err->code == PETREL_ERR_OVER_QUOTA && err->permanent) ||
            (err->code == PETREL_ERR_PERMISSION && err->sys_errno == 0);
 }
 
@@ -98,6 +103,9 @@ void lmtp_delivery_free(struct lmtp_delivery *d)
         struct lmtp_delivery_rcpt *r = &d->rcpts[i];
         free(r->address);
         free(r->username);
+        for (size_t k = 0; r->quota_rule != NULL && r->quota_rule[k] != NULL; k++)
+            free(r->quota_rule[k]);
+        free(r->quota_rule);
         free(r->detail);
         free(r->folder);
     }

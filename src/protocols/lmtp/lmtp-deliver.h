@@ -32,6 +32,7 @@ struct lmtp_delivery_rcpt {
     char *address;  /* canonical recipient address (Delivered-To) */
     char *username; /* the storage user (canonical userdb name) */
     char *detail;   /* folder wanted by the address detail, or NULL */
+    char **quota_rule; /* the userdb's quota rules (NULL-terminated, owned), or NULL */
     /* out */
     bool ok;
     uint32_t uid;

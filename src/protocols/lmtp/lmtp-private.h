@@ -37,6 +37,7 @@ struct lmtp_rcpt {
     struct lmtp_recipient_name name;
     char *username; /* canonical, from the userdb */
     size_t dup_of;  /* index of the earlier RCPT with the same address, or SIZE_MAX */
+    char **quota_rule; /* the userdb's quota rules (NULL-terminated), NULL for a duplicate */
 };
 
 struct lmtp_session {

@@ -116,6 +116,9 @@ void lmtp_session_reset_transaction(struct lmtp_session *s)
     for (size_t i = 0; i < s->rcpt_count; i++) {
         lmtp_recipient_name_free(&s->rcpts[i].name);
         free(s->rcpts[i].username);
+        for (size_t k = 0; s->rcpts[i].quota_rule != NULL && s->rcpts[i].quota_rule[k] != NULL; k++)
+            free(s->rcpts[i].quota_rule[k]);
+        free(s->rcpts[i].quota_rule);
     }
     s->rcpt_count = 0;
     s->in_data = false;

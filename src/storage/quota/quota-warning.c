@@ -25,6 +25,7 @@ struct child {
     pid_t pid;
     int pidfd;
     bool killed;
+    bool counted; /* a warning (petrel_quota_warnings_total), not the over-flag program */
     char *program;
     char *user;
     struct event *exit_ev;
@@ -145,16 +146,16 @@ static void child_exited(evutil_socket_t fd, short what, void *arg)
     else if (got == c->pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         res = WR_OK;
     if (res == WR_OK)
-        log_info(COMPONENT, "quota warning program finished", "user=%s program=%s", c->user,
-                 c->program);
+        log_info(COMPONENT, "quota program finished", "user=%s program=%s", c->user, c->program);
     else if (res == WR_TIMEOUT)
-        log_warn(COMPONENT, "quota warning program killed at the timeout",
+        log_warn(COMPONENT, "quota program killed at the timeout",
                  "user=%s program=%s timeout_ms=%lld", c->user, c->program,
                  (long long)c->runner->cfg->warning_exec_timeout_ms);
     else
-        log_warn(COMPONENT, "quota warning program failed", "user=%s program=%s status=%d", c->user,
+        log_warn(COMPONENT, "quota program failed", "user=%s program=%s status=%d", c->user,
                  c->program, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    count(c->runner, res);
+    if (c->counted)
+        count(c->runner, res);
     child_free(c);
 }
 
@@ -173,48 +174,20 @@ static char *env_entry(const char *name, const char *value)
     return xasprintf("%s=%s", name, value != NULL ? value : "");
 }
 
-bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warning_config *w,
-                       const char *user, const char *home, uint64_t usage, uint64_t limit)
+/* Starts `bin_dir/program` with `envp` (no shell, own process group,
+ * stdio on /dev/null) and watches it on the loop. `what` names it in logs. */
+static bool spawn(struct quota_warning_runner *r, const char *what, const char *program,
+                  const char *user, char *const *envp, bool counted)
 {
-    const char *resource = w->resource == QUOTA_RES_STORAGE ? "storage" : "message";
-    const char *threshold = quota_warning_threshold_name(w->threshold);
-    if (r->cfg->warning_bin_dir == NULL || w->execute == NULL) {
-        log_info(COMPONENT, "quota warning",
-                 "user=%s name=%s resource=%s threshold=%s "
-                 "percentage=%lld usage=%llu limit=%llu",
-                 user, w->name, resource, threshold, (long long)w->percentage,
-                 (unsigned long long)usage, (unsigned long long)limit);
-        count(r, WR_LOGGED);
-        return false;
-    }
     if (r->running >= QUOTA_WARNING_MAX_RUNNING) {
-        log_warn(COMPONENT, "too many quota warning programs running, crossing dropped",
-                 "user=%s name=%s running=%zu", user, w->name, r->running);
-        count(r, WR_DROPPED);
+        log_warn(COMPONENT, "too many quota programs running, event dropped",
+                 "user=%s what=%s running=%zu", user, what, r->running);
+        if (counted)
+            count(r, WR_DROPPED);
         return false;
     }
-    char host[256];
-    if (gethostname(host, sizeof(host)) != 0)
-        snprintf(host, sizeof(host), "localhost");
-    host[sizeof(host) - 1] = '\0';
-    char pct[32], use[32], lim[32];
-    snprintf(pct, sizeof(pct), "%lld", (long long)w->percentage);
-    snprintf(use, sizeof(use), "%llu", (unsigned long long)usage);
-    snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit);
-    char *envp[] = {
-        env_entry("USER", user),
-        env_entry("HOME", home),
-        env_entry("HOST", host),
-        env_entry("QUOTA_WARNING_NAME", w->name),
-        env_entry("QUOTA_RESOURCE", resource),
-        env_entry("QUOTA_THRESHOLD", threshold),
-        env_entry("QUOTA_PERCENTAGE", pct),
-        env_entry("QUOTA_USAGE", use),
-        env_entry("QUOTA_LIMIT", lim),
-        NULL,
-    };
-    char *path = xasprintf("%s/%s", r->cfg->warning_bin_dir, w->execute);
-    char *argv[] = {w->execute, NULL};
+    char *path = xasprintf("%s/%s", r->cfg->warning_bin_dir, program);
+    char *argv[] = {(char *)program, NULL};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&fa);
@@ -233,33 +206,30 @@ bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warnin
     int rc = posix_spawn(&pid, path, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
-    for (size_t i = 0; envp[i] != NULL; i++)
-        free(envp[i]);
     bool ok = false;
     if (rc != 0) {
-        log_warn(COMPONENT, "cannot start the quota warning program",
-                 "user=%s program=%s "
-                 "error=\"%s\"",
-                 user, path, strerror(rc));
-        count(r, WR_FAILED);
+        log_warn(COMPONENT, "cannot start the quota program",
+                 "user=%s what=%s program=%s error=\"%s\"", user, what, path, strerror(rc));
+        if (counted)
+            count(r, WR_FAILED);
         goto out;
     }
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pidfd < 0) {
         /* Cannot watch it without blocking: stop it rather than leave it. */
-        log_warn(COMPONENT, "cannot watch the quota warning program",
-                 "user=%s program=%s "
-                 "error=\"%s\"",
+        log_warn(COMPONENT, "cannot watch the quota program", "user=%s program=%s error=\"%s\"",
                  user, path, strerror(errno));
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        count(r, WR_FAILED);
+        if (counted)
+            count(r, WR_FAILED);
         goto out;
     }
     struct child *c = xcalloc(1, sizeof(*c));
     c->runner = r;
     c->pid = pid;
     c->pidfd = pidfd;
+    c->counted = counted;
     c->program = xstrdup(path);
     c->user = xstrdup(user);
     c->exit_ev = event_new(r->base, pidfd, EV_READ | EV_PERSIST, child_exited, c);
@@ -271,13 +241,82 @@ bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warnin
     c->next = r->children;
     r->children = c;
     r->running++;
-    log_info(COMPONENT, "quota warning program started",
-             "user=%s name=%s program=%s pid=%d "
-             "usage=%llu limit=%llu",
-             user, w->name, path, (int)pid, (unsigned long long)usage, (unsigned long long)limit);
+    log_info(COMPONENT, "quota program started", "user=%s what=%s program=%s pid=%d", user, what,
+             path, (int)pid);
     ok = true;
 out:
     free(path);
+    return ok;
+}
+
+static void host_name(char *host, size_t size)
+{
+    if (gethostname(host, size) != 0)
+        snprintf(host, size, "localhost");
+    host[size - 1] = '\0';
+}
+
+bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warning_config *w,
+                       const char *user, const char *home, uint64_t usage, uint64_t limit)
+{
+    const char *resource = w->resource == QUOTA_RES_STORAGE ? "storage" : "message";
+    const char *threshold = quota_warning_threshold_name(w->threshold);
+    if (r->cfg->warning_bin_dir == NULL || w->execute == NULL) {
+        log_info(COMPONENT, "quota warning",
+                 "user=%s name=%s resource=%s threshold=%s "
+                 "percentage=%lld usage=%llu limit=%llu",
+                 user, w->name, resource, threshold, (long long)w->percentage,
+                 (unsigned long long)usage, (unsigned long long)limit);
+        count(r, WR_LOGGED);
+        return false;
+    }
+    char host[256];
+    host_name(host, sizeof(host));
+    char pct[32], use[32], lim[32];
+    snprintf(pct, sizeof(pct), "%lld", (long long)w->percentage);
+    snprintf(use, sizeof(use), "%llu", (unsigned long long)usage);
+    snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit);
+    char *envp[] = {
+        env_entry("USER", user),
+        env_entry("HOME", home),
+        env_entry("HOST", host),
+        env_entry("QUOTA_WARNING_NAME", w->name),
+        env_entry("QUOTA_RESOURCE", resource),
+        env_entry("QUOTA_THRESHOLD", threshold),
+        env_entry("QUOTA_PERCENTAGE", pct),
+        env_entry("QUOTA_USAGE", use),
+        env_entry("QUOTA_LIMIT", lim),
+        NULL,
+    };
+    log_info(COMPONENT, "quota warning crossed", "user=%s name=%s usage=%llu limit=%llu", user,
+             w->name, (unsigned long long)usage, (unsigned long long)limit);
+    bool ok = spawn(r, "warning", w->execute, user, envp, true);
+    for (size_t i = 0; envp[i] != NULL; i++)
+        free(envp[i]);
+    return ok;
+}
+
+bool quota_over_status_run(struct quota_warning_runner *r, const char *user, const char *home,
+                           const char *flag, bool over)
+{
+    if (r->cfg->warning_bin_dir == NULL || r->cfg->over_status_execute == NULL) {
+        log_info(COMPONENT, "quota over-flag stale", "user=%s flag=%s over=%s", user, flag,
+                 over ? "yes" : "no");
+        return false;
+    }
+    char host[256];
+    host_name(host, sizeof(host));
+    char *envp[] = {
+        env_entry("USER", user),
+        env_entry("HOME", home),
+        env_entry("HOST", host),
+        env_entry("QUOTA_OVER_FLAG", flag),
+        env_entry("QUOTA_OVER", over ? "yes" : "no"),
+        NULL,
+    };
+    bool ok = spawn(r, "over-status", r->cfg->over_status_execute, user, envp, false);
+    for (size_t i = 0; envp[i] != NULL; i++)
+        free(envp[i]);
     return ok;
 }
 

@@ -51,6 +51,12 @@ void quota_warning_runner_free(struct quota_warning_runner *r);
  * start: each logged and counted). */
 bool quota_warning_run(struct quota_warning_runner *r, const struct quota_warning_config *w,
                        const char *user, const char *home, uint64_t usage, uint64_t limit);
+/* The over-flag sync's program (quota_over_status_execute in the bin dir)
+ * with USER, HOME, HOST, QUOTA_OVER_FLAG (the stale value) and QUOTA_OVER
+ * (yes|no), run and watched like a warning's (not counted in its metric).
+ * Without a bin dir or a program the mismatch is only logged. */
+bool quota_over_status_run(struct quota_warning_runner *r, const char *user, const char *home,
+                           const char *flag, bool over);
 /* Programs running now. */
 size_t quota_warning_runner_running(const struct quota_warning_runner *r);
 

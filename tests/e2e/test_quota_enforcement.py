@@ -1,0 +1,311 @@
+"""Quota enforcement (document 3) on a real petreld: the storage module
+refuses saves with exactly the replies of the Errors table, to real clients
+(imaplib, raw IMAP for MULTIAPPEND, smtplib.LMTP).
+
+Users come from a passwd-file through the auth service, with their
+`quota_rule` as userdb extra fields, so the rules travel the way an
+operator's do. Usage is what the index aggregate says (document 3: computed,
+never stored), checked by the bytes on disk.
+
+Also: two sessions appending in parallel to a user near the limit do not
+together pass it by more than one message; an expunge lowers usage so the
+next APPEND fits; a transient error reading usage lets the save through
+(fail open, logged); the rejections metric counts each refusal by point and
+resource."""
+
+import imaplib
+import re
+import smtplib
+import socket
+import threading
+
+import pytest
+
+from conftest import free_port, http_request
+
+EXCEEDED = "Quota exceeded (mailbox for user is full)"
+
+PASSWD = ("alice:{PLAIN}a:1001:1001::::userdb_quota_rule=*:storage=3000\n"
+          "bob:{PLAIN}b:1002:1002::::userdb_quota_rule=*:messages=2\n"
+          "carol:{PLAIN}c:1003:1003::::userdb_quota_rule=*:storage=20K "
+          "userdb_quota_rule2=Trash:ignore\n"
+          "dave:{PLAIN}d:1004:1004\n"
+          "erin:{PLAIN}e:1005:1005::::userdb_quota_rule=*:storage=100K\n")
+
+
+def config(tmp_path, quota=None, imap=None):
+    passwd = tmp_path / "passwd"
+    passwd.write_text(PASSWD)
+    auth = f"127.0.0.1:{free_port()}"
+    q = {"enabled": True, "quota_storage_grace": "1000", "quota_mail_size": "50K"}
+    q.update(quota or {})
+    i = {"listen": [f"127.0.0.1:{free_port()}"], "auth_addr": auth}
+    i.update(imap or {})
+    return {
+        "components": ["auth", "imap", "lmtp"],
+        "mail": {"home": str(tmp_path / "mail" / "%u"), "fsync": "never"},
+        "auth": {"listen": [auth], "passdb": {"driver": "passwd-file", "path": str(passwd)}},
+        "imap": i,
+        "lmtp": {"listen": [f"127.0.0.1:{free_port()}"], "auth_addr": auth,
+                 "username_format": "%n"},
+        "quota": q,
+    }
+
+
+def addr(d, section):
+    host, port = d.config[section]["listen"][0].rsplit(":", 1)
+    return host, int(port)
+
+
+def login(d, user):
+    m = imaplib.IMAP4(*addr(d, "imap"), timeout=30)
+    m.login(user, user[0])
+    return m
+
+
+def message(n, size):
+    head = (f"From: s@example.net\r\nTo: x@example.org\r\nSubject: m{n}\r\n"
+            f"Message-ID: <e{n}@example.net>\r\n\r\n").encode()
+    return head + b"x" * (size - len(head) - 2) + b"\r\n"
+
+
+def append(m, folder, msg):
+    typ, data = m.append(folder, None, None, msg)
+    return typ, data[0].decode() if data and data[0] else ""
+
+
+def lmtp(d, rcpt, msg):
+    with smtplib.LMTP(*addr(d, "lmtp"), timeout=30) as c:
+        c.ehlo("client.test")
+        assert c.mail("s@example.net")[0] == 250
+        code, text = c.rcpt(rcpt)
+        assert code == 250, text
+        try:
+            code, text = c.data(msg)
+        except smtplib.SMTPDataError as e:
+            code, text = e.smtp_code, e.smtp_error
+        return code, text.decode()
+
+
+def on_disk(d, user):
+    root = d.workdir / "mail" / user / "Maildir"
+    total = 0
+    for folder in [root] + [p for p in root.iterdir() if p.name.startswith(".")]:
+        for sub in ("new", "cur"):
+            if (folder / sub).is_dir():
+                total += sum(f.stat().st_size for f in (folder / sub).iterdir())
+    return total
+
+
+def rejections(d, point, resource):
+    r = http_request(d.telemetry, "GET", "/metrics")
+    key = f'petrel_quota_rejections_total{{point="{point}",resource="{resource}"}}'
+    for line in r.body.decode().splitlines():
+        if line.startswith(key):
+            return float(line.split()[-1])
+    return 0.0
+
+
+class Raw:
+    def __init__(self, d, user):
+        self.sock = socket.create_connection(addr(d, "imap"), timeout=10)
+        self.f = self.sock.makefile("rb")
+        self.f.readline()
+        self.n = 0
+        assert self.run(f"LOGIN {user} {user[0]}".encode())[-1].startswith(b"c1 OK")
+
+    def run(self, data):
+        self.n += 1
+        tag = b"c%d" % self.n
+        self.sock.sendall(tag + b" " + data + b"\r\n")
+        out = []
+        while True:
+            line = self.f.readline()
+            assert line, out
+            out.append(line)
+            if line.startswith(tag + b" "):
+                return out
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def qd(petreld, tmp_path):
+    return petreld(config(tmp_path))
+
+
+def test_imap_append_copy_move_over_quota(qd):
+    d = qd
+    m = login(d, "alice")
+    assert append(m, "INBOX", message(1, 1400))[0] == "OK"
+    assert append(m, "INBOX", message(2, 1400))[0] == "OK"
+    # 2800 of 3000: 300 more do not fit (no grace for IMAP)
+    typ, text = append(m, "INBOX", message(3, 300))
+    assert (typ, text) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
+    assert append(m, "INBOX", message(4, 200))[0] == "OK"
+    m.create("Archive")
+    m.select("INBOX")
+    typ, data = m.copy("1", "Archive")
+    assert (typ, data[0].decode()) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
+    # a move between the user's folders changes no usage: allowed when full
+    typ, data = m.uid("MOVE", "1", "Archive")
+    assert typ == "OK", data
+    assert on_disk(d, "alice") <= 3000
+    assert rejections(d, "append", "storage") == 1
+    assert rejections(d, "copy", "storage") == 1
+    m.logout()
+
+
+def test_message_count_limit_and_mail_size(qd):
+    d = qd
+    m = login(d, "bob")
+    assert append(m, "INBOX", message(1, 100))[0] == "OK"
+    assert append(m, "INBOX", message(2, 100))[0] == "OK"
+    assert append(m, "INBOX", message(3, 100)) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
+    assert rejections(d, "append", "messages") == 1
+    # quota_mail_size (50K) whatever the usage, with its own text; dave is unlimited
+    m2 = login(d, "dave")
+    big = message(5, 50 * 1024 + 1)
+    assert append(m2, "INBOX", big) == (
+        "NO", f"[OVERQUOTA] Requested allocation size {len(big)} exceeds max mail size 51200")
+    assert append(m2, "INBOX", message(6, 50 * 1024))[0] == "OK"
+    code, text = lmtp(d, "dave@example.org", big)
+    assert code == 552 and text.startswith("5.2.2 <dave@example.org> Requested allocation size "), text
+    assert text.endswith("exceeds max mail size 51200"), text
+    assert rejections(d, "append", "mail_size") == 1
+    assert rejections(d, "delivery", "mail_size") == 1
+    m.logout()
+    m2.logout()
+
+
+def test_lmtp_over_quota_is_452_with_grace(qd):
+    d = qd
+    # alice: 3000 + 1000 grace at delivery
+    assert lmtp(d, "alice@example.org", message(1, 2500))[0] == 250
+    assert lmtp(d, "alice@example.org", message(2, 1000))[0] == 250  # over 3000, within grace
+    used = on_disk(d, "alice")
+    assert 3000 < used <= 4000
+    code, text = lmtp(d, "alice@example.org", message(3, 4000 - used + 10))
+    assert code == 452, text
+    assert text == f"4.2.2 <alice@example.org> {EXCEEDED}"
+    assert on_disk(d, "alice") == used
+    # IMAP has no grace: alice is full for APPEND now
+    m = login(d, "alice")
+    assert append(m, "INBOX", message(4, 10)) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
+    m.logout()
+    assert rejections(d, "delivery", "storage") == 1
+
+
+def test_mailbox_message_count_and_mailbox_count(petreld, tmp_path):
+    d = petreld(config(tmp_path, quota={"quota_mailbox_message_count": 2,
+                                        "quota_mailbox_count": 3}))
+    m = login(d, "dave")
+    assert append(m, "INBOX", message(1, 100))[0] == "OK"
+    assert append(m, "INBOX", message(2, 100))[0] == "OK"
+    assert append(m, "INBOX", message(3, 100)) == (
+        "NO", "[OVERQUOTA] Too many messages in the mailbox")
+    code, text = lmtp(d, "dave@example.org", message(4, 100))
+    assert code == 552 and text == "5.2.2 <dave@example.org> Too many messages in the mailbox"
+    # INBOX + 2 folders = 3: the next CREATE is refused
+    assert m.create("A")[0] == "OK"
+    assert m.create("B")[0] == "OK"
+    typ, data = m.create("C")
+    assert (typ, data[0].decode()) == ("NO", "[LIMIT] Maximum number of mailboxes reached.")
+    assert rejections(d, "create", "mailbox_count") == 1
+    assert rejections(d, "append", "mailbox_messages") == 1
+    assert rejections(d, "delivery", "mailbox_messages") == 1
+    m.logout()
+
+
+def test_multiappend_all_or_nothing(qd):
+    d = qd
+    r = Raw(d, "alice")
+    one, two = message(1, 1500), message(2, 1600)
+    out = r.run(b"APPEND INBOX {%d+}\r\n" % len(one) + one + b" {%d+}\r\n" % len(two) + two)
+    assert out[-1] == f"c{r.n} NO [OVERQUOTA] {EXCEEDED}\r\n".encode(), out
+    assert on_disk(d, "alice") == 0
+    out = r.run(b"STATUS INBOX (MESSAGES)")
+    assert b"(MESSAGES 0)" in out[0], out
+    # both fit: both saved
+    two = message(2, 1400)
+    out = r.run(b"APPEND INBOX {%d+}\r\n" % len(one) + one + b" {%d+}\r\n" % len(two) + two)
+    assert out[-1].startswith(b"c%d OK" % r.n), out
+    r.close()
+
+
+def test_expunge_lowers_usage(qd):
+    d = qd
+    m = login(d, "alice")
+    for i in range(3):
+        assert append(m, "INBOX", message(i, 900))[0] == "OK"
+    assert append(m, "INBOX", message(9, 900))[0] == "NO"
+    m.select("INBOX")
+    m.store("1", "+FLAGS", "\\Deleted")
+    m.expunge()
+    assert on_disk(d, "alice") == 1800
+    assert append(m, "INBOX", message(9, 900))[0] == "OK"
+    assert append(m, "INBOX", message(10, 900))[0] == "NO"
+    m.logout()
+
+
+def test_ignored_folder_and_unlimited_user(qd):
+    d = qd
+    m = login(d, "carol")
+    m.create("Trash")
+    for i in range(5):  # Trash is not counted: 25K into a 20K user
+        assert append(m, "Trash", message(i, 5 * 1024))[0] == "OK"
+    assert append(m, "INBOX", message(9, 19 * 1024))[0] == "OK"
+    assert append(m, "INBOX", message(10, 2 * 1024))[0] == "NO"
+    m.logout()
+    m = login(d, "dave")  # no quota_rule: unlimited
+    for i in range(3):
+        assert append(m, "INBOX", message(i, 40 * 1024))[0] == "OK"
+    m.logout()
+
+
+def test_usage_read_error_fails_open(qd):
+    d = qd
+    m = login(d, "alice")
+    assert append(m, "INBOX", message(1, 2500))[0] == "OK"
+    assert append(m, "INBOX", message(2, 1000))[0] == "NO"
+    # A folder whose index cannot be read (a directory where its log file
+    # belongs): summing usage fails, the check is skipped and logged.
+    m.create("Broken")
+    m.select("Broken")
+    m.close()
+    root = d.workdir / "mail" / "alice" / "Maildir" / ".Broken"
+    for f in root.glob("petrel.index*"):
+        f.unlink()
+    (root / "petrel.index").mkdir()
+    assert append(m, "INBOX", message(2, 1000))[0] == "OK"
+    assert "quota check skipped: cannot read usage" in d.stderr()
+    m.logout()
+
+
+def test_parallel_sessions_overshoot_at_most_one_message(petreld, tmp_path):
+    d = petreld(config(tmp_path, imap={"workers": 4}))
+    size = 2000
+    limit = 100 * 1024  # erin
+    results = []
+
+    def fill(n):
+        m = login(d, "erin")
+        ok = 0
+        for i in range(200):
+            typ, _ = append(m, "INBOX", message(n * 1000 + i, size))
+            if typ != "OK":
+                break
+            ok += 1
+        results.append(ok)
+        m.logout()
+
+    threads = [threading.Thread(target=fill, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    used = on_disk(d, "erin")
+    assert used <= limit + size, (used, results)
+    assert used > limit - size, (used, results)
+    assert sum(results) == used // size
