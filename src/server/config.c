@@ -375,6 +375,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
                             listed(cfg->components, "warden"), &cfg->warden))
         return false;
     cfg->backend_api.warden_addr = warden_config_client_address(&cfg->warden);
+    cfg->backend_api.quota = &cfg->quota;
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;

@@ -22,6 +22,7 @@
 #include "services/warden/warden-service.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
+#include "storage/quota/quota-clone.h"
 #ifdef PETREL_TEST_MODULES
 #include "storage/test-veto-module.h"
 #endif
@@ -61,6 +62,7 @@ struct petrel_context {
     struct pop3_server *pop3;
     struct quota_status_service *quota_status;
     struct mail_storage *storage;
+    struct quota_clone *quota_clone; /* quota.quota_clone_dicts; NULL without */
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -157,6 +159,8 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
     if (ctx->quota_status != NULL)
         quota_status_service_stop_accepting(ctx->quota_status);
+    /* The mirror's last writes go out before the dicts close. */
+    quota_clone_flush_all(ctx->quota_clone);
     /* Requests still arriving on open connections get 503 from the dicts. */
     dict_registry_close(ctx->config->dicts);
     if (ctx->telemetry != NULL)
@@ -283,6 +287,23 @@ static bool register_storage_modules(struct mail_storage *storage, struct petrel
     return true;
 }
 
+/* The quota mirror (docs/quota.md), part of the quota engine: a storage
+ * module, so it is registered with the others before any sibling handle. */
+static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *err)
+{
+    const struct quota_config *q = &ctx->config->quota;
+    if (q->clone_dicts[0] == NULL)
+        return true;
+    if (!q->enabled) {
+        log_warn(COMPONENT, "quota mirror off", "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
+        return true;
+    }
+    ctx->quota_clone =
+        quota_clone_new(ctx->base, q, ctx->config->dicts, ctx->storage, ctx->metrics, err);
+    return ctx->quota_clone != NULL &&
+           mail_storage_module_register(ctx->storage, &quota_clone_module, ctx->quota_clone, err);
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
@@ -347,6 +368,7 @@ static void context_free(struct petrel_context *ctx)
         dict_registry_free(ctx->config->dicts);
         ctx->config->dicts = NULL;
     }
+    quota_clone_free(ctx->quota_clone); /* after the dicts answered its batches */
     backend_api_free(ctx->backend_api);
     imap_server_free(ctx->imap);
     lmtp_server_free(ctx->lmtp);
@@ -486,7 +508,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(ctx.storage, &err)) {
+    if (!register_storage_modules(ctx.storage, &err) || !start_quota_clone(&ctx, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }
