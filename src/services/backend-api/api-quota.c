@@ -19,10 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Folder aggregates remembered between show calls (about 200 bytes each;
+ * checked against the index files on each use, so never stale). */
+#define QUOTA_API_USAGE_CACHE_FOLDERS 65536
+
 struct quota_api {
     struct storage_api *storage;
     const struct quota_config *cfg;
     struct dict_registry *dicts;
+    struct fileindex_usage_cache *usage_cache;
 };
 
 /* ---------- show, recalc ---------- */
@@ -69,7 +74,7 @@ static void usage_reply(struct quota_api *api, struct http_request *req, const c
     }
     struct quota_usage usage;
     bool ok = recalc ? quota_usage_recalc(user, &rules, &usage, &err)
-                     : quota_usage_get(user, &rules, NULL, &usage, &err);
+                     : quota_usage_get(user, &rules, api->usage_cache, &usage, &err);
     if (!ok) {
         http_reply_petrel_error(req, &err);
         goto out;
@@ -282,7 +287,9 @@ static void handle_clone_get(struct http_request *req, void *ctx)
 
 static void quota_api_free(void *ctx)
 {
-    free(ctx);
+    struct quota_api *api = ctx;
+    quota_usage_cache_free(api->usage_cache);
+    free(api);
 }
 
 void backend_api_register_quota(struct http_server *http, struct storage_api *storage,
@@ -292,6 +299,7 @@ void backend_api_register_quota(struct http_server *http, struct storage_api *st
     api->storage = storage;
     api->cfg = cfg;
     api->dicts = dicts;
+    api->usage_cache = quota_usage_cache_new(QUOTA_API_USAGE_CACHE_FOLDERS);
     http_server_on_free(http, quota_api_free, api);
     http_server_route(http, HTTP_GET, "/api/backend/quota/show", 0, handle_show, api);
     http_server_route(http, HTTP_POST, "/api/backend/quota/recalc", 0, handle_recalc, api);
