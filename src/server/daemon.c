@@ -63,6 +63,7 @@ struct petrel_context {
     struct quota_status_service *quota_status;
     struct mail_storage *storage;
     struct quota_clone *quota_clone; /* quota.quota_clone_dicts; NULL without */
+    bool dicts_closed;
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -93,7 +94,27 @@ static size_t in_flight(const struct petrel_context *ctx)
         n += pop3_server_sessions(ctx->pop3);
     if (ctx->quota_status != NULL)
         n += quota_status_service_in_flight(ctx->quota_status);
+    n += quota_clone_in_flight(ctx->quota_clone);
     return n;
+}
+
+/* Stopping: the dicts close (requests still arriving on open connections
+ * get 503 from them) once the quota mirror has nothing left to write: its
+ * dirty users are written first, those of sessions that end during the
+ * drain too, and its batches answered. */
+static void close_dicts_when_done(struct petrel_context *ctx)
+{
+    if (ctx->dicts_closed)
+        return;
+    if (ctx->quota_clone != NULL) {
+        quota_clone_flush_all(ctx->quota_clone);
+        size_t sessions = (ctx->imap != NULL ? imap_server_sessions(ctx->imap) : 0) +
+                          (ctx->pop3 != NULL ? pop3_server_sessions(ctx->pop3) : 0);
+        if (quota_clone_in_flight(ctx->quota_clone) > 0 || sessions > 0)
+            return;
+    }
+    dict_registry_close(ctx->config->dicts);
+    ctx->dicts_closed = true;
 }
 
 static double since(const struct timespec *t)
@@ -108,6 +129,7 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct petrel_context *ctx = arg;
+    close_dicts_when_done(ctx);
     size_t busy = in_flight(ctx);
     double waited = since(&ctx->stop_started);
     if (busy == 0) {
@@ -159,10 +181,7 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         pop3_server_stop_accepting(ctx->pop3); /* -ERR to every session, no deletions */
     if (ctx->quota_status != NULL)
         quota_status_service_stop_accepting(ctx->quota_status);
-    /* The mirror's last writes go out before the dicts close. */
-    quota_clone_flush_all(ctx->quota_clone);
-    /* Requests still arriving on open connections get 503 from the dicts. */
-    dict_registry_close(ctx->config->dicts);
+    close_dicts_when_done(ctx);
     if (ctx->telemetry != NULL)
         telemetry_stop_accepting(ctx->telemetry);
     ctx->drain_poll = evtimer_new(ctx->base, drain_poll_cb, ctx);

@@ -266,3 +266,17 @@ def test_redis_down_blocks_nothing(petreld, tmp_path):
         assert d.stderr().count("cannot write the quota mirror") == 1, d.stderr()
     finally:
         stop_redis(redis)
+
+
+def test_shutdown_writes_what_is_dirty(petreld, tmp_path, redis_server):
+    redis_server.flushall()
+    d = petreld(config(tmp_path, redis_server.address, "60s"), env={"BACKEND_API_TOKEN": TOKEN})
+    lmtp_deliver(d, "carol@example.org", message(1))
+    lmtp_deliver(d, "carol@example.org", message(2))
+    want = show(d, "carol")
+    assert want[1] == 2
+    time.sleep(0.5)
+    assert redis_values(redis_server, "carol") is None  # the delay has not passed
+    d.stop()  # SIGTERM: exit 0, sanitizer-clean
+    assert redis_values(redis_server, "carol") == want
+    assert sqlite_values(tmp_path, "carol") == want
