@@ -65,7 +65,8 @@ int main(int argc, char **argv)
     int nl = 0;           /* newlines seen at the end of the previous read */
     int dunno_state = -1; /* position matching "action=DUNNO" at an answer's start */
     static const char dunno_text[] = "action=DUNNO\n";
-    double start = now(CLOCK_MONOTONIC), end = start + seconds, cpu0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    double start = now(CLOCK_MONOTONIC), end = start + seconds,
+           cpu0 = now(CLOCK_PROCESS_CPUTIME_ID);
     for (;;) {
         double t = now(CLOCK_MONOTONIC);
         if (t < end && sent - done < window) {

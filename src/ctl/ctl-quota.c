@@ -38,9 +38,8 @@ static int show(const struct ctl_options *opts, const char *user)
 static int recalc(const struct ctl_options *opts, const char *user)
 {
     struct ctl_response resp;
-    enum ctl_exit rc =
-        ctl_post_json(&opts->backend, "/api/backend/quota/recalc", json_pack("{s:s}", "user", user),
-                      &resp);
+    enum ctl_exit rc = ctl_post_json(&opts->backend, "/api/backend/quota/recalc",
+                                     json_pack("{s:s}", "user", user), &resp);
     if (rc != CTL_OK)
         return rc;
     rc = ctl_print_reply(opts, &resp);

@@ -314,7 +314,8 @@ static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *e
     if (q->clone_dicts[0] == NULL)
         return true;
     if (!q->enabled) {
-        log_warn(COMPONENT, "quota mirror off", "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
+        log_warn(COMPONENT, "quota mirror off",
+                 "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
         return true;
     }
     ctx->quota_clone =

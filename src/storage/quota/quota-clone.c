@@ -187,8 +187,8 @@ static void batch_done(enum dict_commit_result result, const char *error, void *
     if (result == DICT_COMMIT_OK) {
         metric_add(t->ok, (double)b->users);
         if (t->last_fail_log_ms != 0) {
-            log_info(COMPONENT, "quota mirror writes again", "dict=%s failed_since_last_log=%" PRIu64,
-                     t->name, t->failed_since_log);
+            log_info(COMPONENT, "quota mirror writes again",
+                     "dict=%s failed_since_last_log=%" PRIu64, t->name, t->failed_since_log);
             t->last_fail_log_ms = 0;
             t->failed_since_log = 0;
         }
@@ -254,8 +254,8 @@ static void flush_users(struct quota_clone *clone, char **names, size_t count)
         struct mail_user *user = mail_user_get(clone->storage, names[i], &err);
         struct quota_usage usage;
         if (user == NULL || !quota_usage_get(user, &rules, clone->usage_cache, &usage, &err)) {
-            log_warn(COMPONENT, "cannot read the usage to mirror", "user=%s error=\"%s\"",
-                     names[i], err.message);
+            log_warn(COMPONENT, "cannot read the usage to mirror", "user=%s error=\"%s\"", names[i],
+                     err.message);
             continue;
         }
         values[n].user = names[i];
@@ -377,8 +377,8 @@ struct quota_clone *quota_clone_new(struct event_base *base, const struct quota_
         "Usage values of one user written to a quota mirror dict, by dict and result.", labels);
     for (size_t i = 0; cfg->clone_dicts[i] != NULL; i++)
         clone->target_count++;
-    clone->targets = xcalloc(clone->target_count > 0 ? clone->target_count : 1,
-                             sizeof(*clone->targets));
+    clone->targets =
+        xcalloc(clone->target_count > 0 ? clone->target_count : 1, sizeof(*clone->targets));
     for (size_t i = 0; i < clone->target_count; i++) {
         struct clone_target *t = &clone->targets[i];
         t->name = cfg->clone_dicts[i];
