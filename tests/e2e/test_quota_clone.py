@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import free_port, http_request, wait_for
-from servers import REDIS_CLI, redis_server, start_redis, stop_redis  # noqa: F401
+from servers import REDIS_CLI, pgsql_server, redis_server, start_redis, stop_redis  # noqa: F401
 
 TOKEN = "quota-clone-token"
 PASSWD = ("alice:{PLAIN}a:1001:1001::::userdb_quota_rule=*:storage=100M\n"
@@ -280,3 +280,43 @@ def test_shutdown_writes_what_is_dirty(petreld, tmp_path, redis_server):
     d.stop()  # SIGTERM: exit 0, sanitizer-clean
     assert redis_values(redis_server, "carol") == want
     assert sqlite_values(tmp_path, "carol") == want
+
+
+def test_mirror_into_postgresql_columns(petreld, tmp_path, pgsql_server):
+    """Dovecot's dict-sql quota layout: a table with one row per user and a
+    column per resource, through the sql dict's maps."""
+    db = f"petrel_quota_clone_{free_port()}"
+    pgsql_server.psql(f"CREATE DATABASE {db}")
+    pgsql_server.psql("CREATE TABLE quota (username TEXT PRIMARY KEY, bytes BIGINT, "
+                      "messages BIGINT)", db=db)
+    cfg = config(tmp_path, "127.0.0.1:1", "200ms")
+    maps = [{"pattern": "priv/quota/storage", "table": "quota", "username_field": "username",
+             "value_field": "bytes"},
+            {"pattern": "priv/quota/messages", "table": "quota", "username_field": "username",
+             "value_field": "messages"}]
+    cfg["dicts"] = {"pg": {"driver": "sql", "backend": "pgsql",
+                           "connect": pgsql_server.connect_for(db), "maps": maps},
+                    "sq": cfg["dicts"]["sq"]}
+    cfg["quota"]["quota_clone_dicts"] = ["pg", "sq"]
+    d = petreld(cfg, env={"BACKEND_API_TOKEN": TOKEN})
+    host, port = d.config["lmtp"]["listen"][0].rsplit(":", 1)
+    with smtplib.LMTP(host, int(port), timeout=30) as c:
+        c.ehlo("client.test")
+        assert c.mail("s@example.net")[0] == 250
+        for user in ("alice", "bob"):
+            assert c.rcpt(f"{user}@example.org")[0] == 250
+        assert c.data(message(1))[0] == 250
+        assert c.getreply()[0] == 250
+    lmtp_deliver(d, "alice@example.org", message(2))
+
+    def rows():
+        out = pgsql_server.psql("SELECT username, bytes, messages FROM quota ORDER BY username",
+                                db=db)
+        return [tuple(line.split("|")) for line in out.split()]
+    want = [(u, str(show(d, u)[0]), str(show(d, u)[1])) for u in ("alice", "bob")]
+    wait_for(lambda: rows() == want, timeout=10, what="rows in PostgreSQL")
+    assert want[0][2] == "2" and want[1][2] == "1"
+    r = http_request(d.backend, "GET", "/api/backend/quota/clone/get?backend=pg&user=alice",
+                     token=TOKEN)
+    assert r.json() == {"backend": "pg", "user": "alice", "storage": int(want[0][1]),
+                        "messages": 2}
