@@ -388,7 +388,6 @@ static void context_free(struct petrel_context *ctx)
         dict_registry_free(ctx->config->dicts);
         ctx->config->dicts = NULL;
     }
-    quota_clone_free(ctx->quota_clone); /* after the dicts answered its batches */
     backend_api_free(ctx->backend_api);
     imap_server_free(ctx->imap);
     lmtp_server_free(ctx->lmtp);
@@ -400,6 +399,9 @@ static void context_free(struct petrel_context *ctx)
     director_service_free(ctx->director);
     memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
+    /* After the dicts answered its batches and the sessions (whose end
+     * marks users) are gone. */
+    quota_clone_free(ctx->quota_clone);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)
