@@ -26,7 +26,9 @@
 #define CLONE_USAGE_CACHE_FOLDERS 16384
 /* A dict that keeps failing is logged at most this often. */
 #define CLONE_FAIL_LOG_INTERVAL_MS 60000
-/* Users due within this much of the first one join its batch. */
+/* Users due within this much of the first one join its batch. A user is
+ * due this much after its delay has passed, so that joining a batch early
+ * never brings its write closer than the delay to its previous one. */
 #define CLONE_BATCH_SLACK_MS 50
 
 /* Flags of a mark (the value of `marks`, as a pointer-sized integer). */
@@ -336,7 +338,8 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
             if ((flags & MARK_DIRTY) == 0)
                 continue;
             u = xcalloc(1, sizeof(*u));
-            u->due_ms = now + clone->cfg->clone_flush_delay_ms;
+            int64_t delay = clone->cfg->clone_flush_delay_ms;
+            u->due_ms = now + (delay > 0 ? delay + CLONE_BATCH_SLACK_MS : 0);
             smap_put(clone->dirty, key, u);
         }
         if ((flags & MARK_FINAL) != 0)
