@@ -242,8 +242,8 @@ def test_session_end_writes_at_once(petreld, tmp_path, redis_server):
 
 def test_redis_down_blocks_nothing(petreld, tmp_path):
     redis = start_redis(tmp_path / "redis", port=free_port())
-    d = petreld(config(tmp_path, redis.address, "200ms"), env={"BACKEND_API_TOKEN": TOKEN})
     try:
+        d = petreld(config(tmp_path, redis.address, "200ms"), env={"BACKEND_API_TOKEN": TOKEN})
         m = imap_login(d, "alice")
         assert m.append("INBOX", None, None, message(1))[0] == "OK"
         wait_for(lambda: redis_values(redis, "alice") == show(d, "alice"), timeout=10,
