@@ -126,6 +126,9 @@ quota:
               f"({load()})")
         print(f"  petreld CPU per call {cpu * 1e3 / a.runs:.2f} ms (the cost on a core of its own)")
         print(f"  reply: {json.dumps(reply)}")
+        with open(f"/proc/{proc.pid}/status") as f:
+            rss = [line.split()[1] for line in f if line.startswith("VmRSS:")][0]
+        print(f"  petreld VmRSS {rss} kB (auth and backend-api, {a.folders} folders cached)")
         conn.close()
     finally:
         if proc is not None and proc.poll() is None:
