@@ -9,7 +9,7 @@ the mirror; every status code: 400 bad/missing fields and bad JSON, 404
 unknown user / unknown clone backend, 405 wrong method, 401 without the
 token, 403 outside the allow-list, 503 without the auth service."""
 
-import imaplib
+import base64
 import json
 import smtplib
 from pathlib import Path
@@ -162,6 +162,14 @@ def test_clone_list_and_get(api):
     r = get(api, "/api/backend/quota/clone/get?backend=sq&user=bob")
     assert r.status == 200, r.body
     assert r.json() == {"backend": "sq", "user": "bob", "storage": None, "messages": None}
+    # A message saved through the API itself (the main loop's storage handle) is mirrored too.
+    r = post(api, "/api/backend/mail/append",
+             {"user": "bob", "folder": "INBOX",
+              "message": base64.b64encode(message(9, 1234)).decode()})
+    assert r.status == 200, r.body
+    wait_for(lambda: get(api, "/api/backend/quota/clone/get?backend=sq&user=bob").json()
+             == {"backend": "sq", "user": "bob", "storage": 1234, "messages": 1},
+             timeout=10, what="bob mirrored after mail/append")
     # alice got three deliveries: the mirror follows within the delay.
     show = get(api, "/api/backend/quota/show?user=alice").json()
     for backend in ("default", "sq"):
