@@ -51,6 +51,7 @@ static const struct area areas[] = {
     {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
     {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
     {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
+    {"quota", ctl_backend_quota, "quota ...              show, recalc, clone list, clone get"},
     {"who", ctl_backend_who, "who [count] ...        active sessions (from the warden)"},
 };
 

@@ -61,6 +61,8 @@ int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
 int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "who": who [count] (ctl-who.c). */
 int ctl_backend_who(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] == "quota": show, recalc, clone list, clone get (ctl-quota.c). */
+int ctl_backend_quota(const struct ctl_options *opts, int argc, char **argv);
 /* `petrelctl auth ...`: argv[0] is test or user; talks to the auth service
  * directly (--auth-addr, env PETREL_AUTH_ADDR, default 127.0.0.1:10200). */
 int ctl_auth_main(const struct ctl_options *opts, int argc, char **argv);

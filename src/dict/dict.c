@@ -541,6 +541,12 @@ struct dict_transaction *dict_transaction_begin(struct dict *dict,
     return tx;
 }
 
+void dict_transaction_set_user(struct dict_transaction *tx, const char *username)
+{
+    free(tx->username);
+    tx->username = username != NULL ? xstrdup(username) : NULL;
+}
+
 static struct dict_tx_op *add_op(struct dict_transaction *tx, enum dict_op_kind kind,
                                  const char *key)
 {

@@ -148,6 +148,9 @@ void dict_iterate_deinit(struct dict_iterate *it);
 
 struct dict_transaction *dict_transaction_begin(struct dict *dict,
                                                 const struct dict_op_settings *set);
+/* Makes the priv/ keys queued from now on belong to `username` (one
+ * transaction over several users' keys: the quota mirror's batch). */
+void dict_transaction_set_user(struct dict_transaction *tx, const char *username);
 /* Queue operations; invalid keys are remembered and fail the commit. */
 void dict_set(struct dict_transaction *tx, const char *key, const void *value, size_t len);
 void dict_unset(struct dict_transaction *tx, const char *key);

@@ -17,6 +17,7 @@ static bool section_read(const struct cfg_ctx *ctx, const struct ynode *node, bo
     /* The API asks the warden for sessions (api-who): the warden's first
      * listener, read before (the table's order). */
     cfg->backend_api.warden_addr = warden_config_client_address(&cfg->warden);
+    cfg->backend_api.quota = &cfg->quota; /* quota/show reads the site-wide options */
     return backend_api_config_read(ctx, node, &cfg->backend_api);
 }
 

@@ -15,6 +15,7 @@
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #include "storage/quota/quota-module.h"
+#include "storage/quota/quota-clone.h"
 #ifdef PETREL_TEST_MODULES
 #include "storage/test-veto-module.h"
 #endif
@@ -49,6 +50,8 @@ struct petrel_context {
     void *running[COMPONENT_TABLE_MAX];
     struct mail_storage *storage;
     struct quota_module *quota; /* NULL when neither the engine nor IMAP QUOTA is on */
+    struct quota_clone *quota_clone; /* quota.quota_clone_dicts; NULL without */
+    bool dicts_closed;
     bool stopping;
     struct timespec stop_started;
     struct event *sig_term;
@@ -65,7 +68,37 @@ static size_t in_flight(const struct petrel_context *ctx)
         if (ctx->running[i] != NULL && component_table[i]->in_flight != NULL)
             n += component_table[i]->in_flight(ctx->running[i]);
     }
+    n += quota_clone_in_flight(ctx->quota_clone);
     return n;
+}
+
+/* Stopping: the dicts close (requests still arriving on open connections
+ * get 503 from them) once the quota mirror has nothing left to write: its
+ * dirty users are written first, those of sessions that end during the
+ * drain too, and its batches answered. */
+/* The work in flight of the component `name` (0 when it does not run). */
+static size_t running_in_flight(const struct petrel_context *ctx, const char *name)
+{
+    for (size_t i = 0; component_table[i] != NULL; i++) {
+        if (ctx->running[i] != NULL && component_table[i]->in_flight != NULL &&
+            strcmp(component_table[i]->name, name) == 0)
+            return component_table[i]->in_flight(ctx->running[i]);
+    }
+    return 0;
+}
+
+static void close_dicts_when_done(struct petrel_context *ctx)
+{
+    if (ctx->dicts_closed)
+        return;
+    if (ctx->quota_clone != NULL) {
+        quota_clone_flush_all(ctx->quota_clone);
+        size_t sessions = running_in_flight(ctx, "imap") + running_in_flight(ctx, "pop3");
+        if (quota_clone_in_flight(ctx->quota_clone) > 0 || sessions > 0)
+            return;
+    }
+    dict_registry_close(ctx->config->dicts);
+    ctx->dicts_closed = true;
 }
 
 static double since(const struct timespec *t)
@@ -80,6 +113,7 @@ static void drain_poll_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct petrel_context *ctx = arg;
+    close_dicts_when_done(ctx);
     size_t busy = in_flight(ctx);
     double waited = since(&ctx->stop_started);
     if (busy == 0) {
@@ -119,8 +153,7 @@ static void begin_shutdown(struct petrel_context *ctx, const char *signal_name)
         if (ctx->running[i] != NULL)
             component_table[i]->stop_accepting(ctx->running[i]);
     }
-    /* Requests still arriving on open connections get 503 from the dicts. */
-    dict_registry_close(ctx->config->dicts);
+    close_dicts_when_done(ctx);
     if (ctx->telemetry != NULL)
         telemetry_stop_accepting(ctx->telemetry);
     ctx->drain_poll = evtimer_new(ctx->base, drain_poll_cb, ctx);
@@ -252,6 +285,24 @@ static bool register_storage_modules(struct petrel_context *ctx, struct mail_sto
     return true;
 }
 
+/* The quota mirror (docs/quota.md), part of the quota engine: a storage
+ * module, so it is registered with the others before any sibling handle. */
+static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *err)
+{
+    const struct quota_config *q = &ctx->config->quota;
+    if (q->clone_dicts[0] == NULL)
+        return true;
+    if (!q->enabled) {
+        log_warn(COMPONENT, "quota mirror off",
+                 "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
+        return true;
+    }
+    ctx->quota_clone =
+        quota_clone_new(ctx->base, q, ctx->config->dicts, ctx->storage, ctx->metrics, err);
+    return ctx->quota_clone != NULL &&
+           mail_storage_module_register(ctx->storage, &quota_clone_module, ctx->quota_clone, err);
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
@@ -310,6 +361,9 @@ static void context_free(struct petrel_context *ctx)
     memory_trim_free(ctx->memory_trim);
     mail_storage_free(ctx->storage);
     quota_module_free(ctx->quota);
+    /* After the dicts answered its batches and the sessions (whose end
+     * marks users) are gone. */
+    quota_clone_free(ctx->quota_clone);
     telemetry_free(ctx->telemetry);
     readiness_free(ctx->readiness);
     if (ctx->internal_tls != NULL)
@@ -439,7 +493,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(&ctx, ctx.storage, &err)) {
+    if (!register_storage_modules(&ctx, ctx.storage, &err) || !start_quota_clone(&ctx, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

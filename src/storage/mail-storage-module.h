@@ -116,6 +116,11 @@ struct mail_storage_module {
      * replacement, mailbox_set_flags, comes as MAILBOX_FLAGS_REPLACE). */
     bool (*flags)(void *ctx, struct mailbox *box, const uint32_t *uids, size_t uid_count,
                   const struct mailbox_flags_update *upd, struct petrel_error *err);
+
+    /* The last holder of `user` on this storage handle let go of it
+     * (mail_user_unref brought its references to 0: an IMAP or POP3
+     * session ended). */
+    void (*user_released)(void *ctx, struct mail_user *user);
 };
 
 /* How many modules one storage takes (the storage's own included). */

@@ -170,8 +170,13 @@ void mail_user_ref(struct mail_user *user)
 
 void mail_user_unref(struct mail_user *user)
 {
-    if (user != NULL && user->refs > 0)
-        user->refs--;
+    if (user != NULL && user->refs > 0 && --user->refs == 0) {
+        for (size_t i = user->storage->module_count; i-- > 0;) {
+            const struct mail_storage_module_entry *e = &user->storage->modules[i];
+            if (e->module->user_released != NULL)
+                e->module->user_released(e->ctx, user);
+        }
+    }
 }
 
 const char *mail_user_name(const struct mail_user *user)

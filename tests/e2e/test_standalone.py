@@ -253,3 +253,31 @@ def test_quota_status_answers_postfix_for_the_demo_user(standalone):
             assert chunk, data
             data += chunk
     assert data == b"action=DUNNO\n\naction=REJECT Unknown user\n\n"
+
+
+def test_quota_on_and_mirrored_into_the_default_dict(standalone):
+    """quota.enabled with the demo user's *:storage=1G, and the mirror into
+    the `default` dict that the example configures."""
+    import smtplib
+    with smtplib.LMTP("127.0.0.1", standalone.port(10024), timeout=30) as c:
+        c.ehlo("client.test")
+        assert c.mail("sender@example.net")[0] == 250
+        assert c.rcpt("demo@example.org")[0] == 250
+        assert c.data(b"Subject: q\r\n\r\nquota\r\n")[0] == 250
+    out = standalone.ctl("--json", "backend", "quota", "show", "demo")
+    assert out.returncode == 0, out.stderr
+    import json
+    show = json.loads(out.stdout)
+    assert show["storage"]["limit"] == 1 << 30 and show["messages"]["used"] == 1, show
+    assert show["storage"]["used"] > 0
+    out = standalone.ctl("--json", "backend", "quota", "clone", "list")
+    assert json.loads(out.stdout) == {"backends": ["default"]}, out.stdout
+    # The end of an IMAP session writes the mirror at once (no 10 s wait).
+    m = imap_login(standalone)
+    m.logout()
+
+    def mirrored():
+        out = standalone.ctl("--json", "backend", "quota", "clone", "get", "default", "demo")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["storage"] == show["storage"]["used"]
+    wait_for(mirrored, timeout=5, what="demo's usage in the default dict")

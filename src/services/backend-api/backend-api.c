@@ -72,6 +72,8 @@ struct backend_api *backend_api_start(const struct service_env *env,
     backend_api_register_specialuse(api->http, &api->storage);
     backend_api_register_user(api->http, &api->storage);
     backend_api_register_mail(api->http, &api->storage);
+    if (cfg->quota != NULL)
+        backend_api_register_quota(api->http, &api->storage, cfg->quota, dicts);
     if (cfg->warden_addr != NULL && *cfg->warden_addr != '\0') {
         char host[256] = "localhost", instance[160];
         gethostname(host, sizeof(host) - 1);

@@ -11,6 +11,7 @@
 #include "storage/mail-storage.h"
 #include "net/http-server.h"
 #include "net/service-env.h"
+#include "storage/quota/quota-config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,6 +27,9 @@ struct backend_api_config {
     /* Not a key: warden_service.listen's first entry ("" or NULL: no
      * warden), set by the configuration loader; borrowed from it. */
     const char *warden_addr;
+    /* Not a key: the `quota:` section (the quota endpoints), set by the
+     * configuration loader; borrowed from it. */
+    const struct quota_config *quota;
     int64_t request_timeout_ms;
     int64_t stream_timeout_ms;
     int64_t max_body_bytes;
@@ -73,6 +77,9 @@ void backend_api_register_subscriptions(struct http_server *http, struct storage
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
 void backend_api_register_user(struct http_server *http, struct storage_api *api);
 void backend_api_register_mail(struct http_server *http, struct storage_api *api);
+/* quota/show, quota/recalc, quota/clone/list, quota/clone/get. */
+void backend_api_register_quota(struct http_server *http, struct storage_api *storage,
+                                const struct quota_config *cfg, struct dict_registry *dicts);
 /* who and who/count; a NULL `warden` (none configured) answers 501. */
 struct warden_client;
 void backend_api_register_who(struct http_server *http, struct warden_client *warden);
