@@ -20,6 +20,7 @@
 #include "services/service.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-service.h"
+#include "storage/acl/acl-module.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #ifdef PETREL_TEST_MODULES
@@ -266,8 +267,14 @@ static void raise_fd_limit(const struct petrel_config *cfg)
 
 /* The storage modules this process adds after the storage's own, before
  * any component makes its sibling handles (which copy the list). */
-static bool register_storage_modules(struct mail_storage *storage, struct petrel_error *err)
+static bool register_storage_modules(struct mail_storage *storage, const struct mail_config *mail,
+                                     struct petrel_error *err)
 {
+    /* ACLs first: a folder the user may not use is refused before any
+     * other module (quota) counts anything for it. */
+    if (mail->acl.enabled &&
+        !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
+        return false;
 #ifdef PETREL_TEST_MODULES
     /* Test builds only: the environment's value lives as long as the
      * process (nothing here changes the environment). */
@@ -486,7 +493,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(ctx.storage, &err)) {
+    if (!register_storage_modules(ctx.storage, &ctx.config->mail, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

@@ -54,6 +54,11 @@ struct mail_storage_vfuncs {
                          uint32_t **failed, size_t *failed_count, struct petrel_error *err);
     bool (*set_flags)(struct mailbox *box, uint32_t uid, uint32_t flags,
                       const char *const *keywords, struct petrel_error *err);
+
+    /* The folder's own directory, where files about it live beside its
+     * messages (dovecot-acl): mail_folder_dir(). */
+    bool (*folder_dir)(struct mail_user *user, const struct namespace_config *ns,
+                       const char *name, struct buf *out, struct petrel_error *err);
 };
 
 /* The drivers there are (mail-storage.c picks one by scheme). */
@@ -83,6 +88,21 @@ struct mail_user {
     char *name;
     char *home;
     unsigned refs; /* long-lived holders (sessions): never evicted while > 0 */
+    /* A logged-in user (mail_user_get_session): storage modules check its
+     * rights (ACLs). The admin plane's users (mail_user_get) are not
+     * sessions and pass every check (document 1). Cached apart by this. */
+    bool session;
+    char **groups; /* the userdb's groups (ACL group= entries), NULL-terminated */
+    size_t group_count;
+};
+
+/* What a storage module (ACLs) keeps about one handle: the rights it
+ * worked out, and when and against which file state. */
+struct mailbox_rights_cache {
+    bool valid;
+    uint32_t rights;
+    int64_t checked_ms; /* monotonic */
+    uint64_t stamp;     /* of the ACL file it read (inode, size, mtime) */
 };
 
 /* The first member of every driver's struct mailbox. */
@@ -90,6 +110,8 @@ struct mailbox_common {
     struct mail_user *user;
     const struct namespace_config *ns;
     char *name; /* as opened ("INBOX" for the inbox) */
+    enum mailbox_open_purpose purpose; /* set by mailbox_open_for() */
+    struct mailbox_rights_cache rights;
 };
 
 static inline struct mailbox_common *mailbox_common(const struct mailbox *box)

@@ -441,4 +441,5 @@ const struct mail_storage_vfuncs maildir_storage_vfuncs = {
     .expunge = maildir_expunge,
     .update_flags = maildir_update_flags,
     .set_flags = maildir_set_flags,
+    .folder_dir = maildir_folder_dir,
 };
