@@ -206,10 +206,11 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
     out->acl.cache_ms = 1000;
     const struct ynode *acl = ynode_get(section, "acl");
     if (acl != NULL) {
-        static const char *const acl_keys[] = {"enabled", "cache_secs", NULL};
+        static const char *const acl_keys[] = {"enabled", "cache_secs", "allow_anyone", NULL};
         if (!cfg_expect_map(&ctx, acl, "mail.acl") ||
             !cfg_check_keys(&ctx, acl, "mail.acl", acl_keys) ||
             !cfg_bool(&ctx, acl, "mail.acl", "enabled", &out->acl.enabled) ||
+            !cfg_bool(&ctx, acl, "mail.acl", "allow_anyone", &out->acl.allow_anyone) ||
             !cfg_duration_ms(&ctx, acl, "mail.acl", "cache_secs", 0, 3600 * 1000,
                              &out->acl.cache_ms))
             goto fail;

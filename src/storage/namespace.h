@@ -14,6 +14,7 @@
  *     acl:                             # RFC 4314 ACLs (storage/acl/acl-module.h)
  *       enabled: false
  *       cache_secs: 1                  # how stale a handle's rights may get
+ *       allow_anyone: false            # IMAP SETACL to anyone/authenticated
  *
  * A namespace is addressed by its slug, derived from the prefix and never
  * from the type: the namespace with an empty prefix is `personal`; "Public/"
@@ -50,6 +51,7 @@ struct special_use_default {
 /* mail.acl (docs/acl.md). */
 struct mail_acl_config {
     bool enabled;
+    bool allow_anyone; /* SETACL may grant to "anyone"/"authenticated" (Dovecot's acl_anyone) */
     int64_t cache_ms; /* a handle re-checks its ACL file at most this often */
 };
 

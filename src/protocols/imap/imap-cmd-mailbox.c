@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/utf8.h"
 #include "core/xalloc.h"
+#include "storage/acl/acl-rights.h"
 #include "storage/mailbox-name.h"
 #include "storage/special-use.h"
 #include "storage/subscription-store.h"
@@ -539,6 +540,16 @@ static bool list_namespace(struct list_out *o, const struct namespace_config *ns
     struct list_ns n = {.ns = ns, .special_use = special_use};
     if (!mail_folder_list(o->s->user, ns, &n.names, &n.count, err))
         return false;
+    /* A folder the ACL does not let the user look up is left out here, so
+     * every later step treats it as a folder that is not there. */
+    size_t kept = 0;
+    for (size_t i = 0; i < n.count; i++) {
+        if ((mail_folder_my_rights(o->s->user, ns, n.names[i]) & ACL_LOOKUP) != 0)
+            n.names[kept++] = n.names[i];
+        else
+            free(n.names[i]);
+    }
+    n.count = kept;
     bool need_subs = q->sel_subscribed || q->ret_subscribed;
     if (need_subs && !mail_subscriptions_list(o->s->user, ns, &n.subs, &n.sub_count, err)) {
         mail_folder_list_free(n.names, n.count);
