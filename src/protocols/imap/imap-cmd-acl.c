@@ -52,13 +52,16 @@ static bool acl_folder(struct imap_session *s, const struct imap_arg *arg, uint3
     if (!imap_resolve_folder(s, arg, ns, name))
         return false;
     *rights = mail_folder_my_rights(s->user, *ns, *name);
-    if (!mail_folder_exists(s->user, *ns, *name) || (*rights & ACL_LOOKUP) == 0) {
+    /* The admin right alone is enough to manage the ACL (Dovecot's
+     * imap_acl_mailbox_open); a folder without it and without l is
+     * answered as a missing one. */
+    if (!mail_folder_exists(s->user, *ns, *name) ||
+        ((*rights & need) != need && (*rights & ACL_LOOKUP) == 0))
         imap_reply_no(s, "[NONEXISTENT] Mailbox does not exist.");
-    } else if ((*rights & need) != need) {
+    else if ((*rights & need) != need)
         imap_reply_no(s, NOT_ADMIN);
-    } else {
+    else
         return true;
-    }
     free(*name);
     *name = NULL;
     return false;

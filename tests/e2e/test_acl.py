@@ -1,0 +1,356 @@
+"""ACLs (RFC 4314, docs/acl.md): the ACL storage module checks rights on the
+storage hooks for every front end, and IMAP speaks SETACL, DELETEACL,
+GETACL, LISTRIGHTS and MYRIGHTS as Dovecot's imap_acl plugin answers them.
+
+Real parts: one petreld with auth (passwd-file with a userdb group for
+bob), IMAP, LMTP and the backend API; imaplib and smtplib's LMTP clients.
+mail.acl.cache_secs is 0 here so a change made by one session is seen by
+the next command of another without waiting.
+
+Until shared namespaces exist, a user addresses only their own folders:
+the rights checks are shown on the owner's own folders restricted by an
+"owner"/user=/negative group entry (the owner's implicit rights give way to
+an entry that names them), and a grant to a second user is shown in the
+file and in GETACL."""
+
+import imaplib
+import smtplib
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+
+PASSWD = ("alice:{PLAIN}wonderland:1001:1001\n"
+          "bob:{PLAIN}builder:1002:1002::::userdb_acl_groups=staff,ops\n")
+
+MSG = (b"From: Sender <sender@example.net>\r\n"
+       b"Subject: acl\r\n"
+       b"\r\n"
+       b"Body.\r\n")
+
+NOPERM = b"[NOPERM] The mail store does not allow this."
+NONEXISTENT = b"[NONEXISTENT] Mailbox does not exist."
+
+
+def acl_config(tmp_path, enabled=True):
+    passwd = tmp_path / "passwd"
+    passwd.write_text(PASSWD)
+    auth_port = free_port()
+    return {
+        "components": ["auth", "imap", "lmtp", "backend-api"],
+        "mail": {"home": str(tmp_path / "mail" / "%u"), "fsync": "never",
+                 "acl": {"enabled": enabled, "cache_secs": 0}},
+        "auth": {"listen": [f"127.0.0.1:{auth_port}"],
+                 "passdb": {"driver": "passwd-file", "path": str(passwd)}},
+        "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                 "auth_addr": f"127.0.0.1:{auth_port}"},
+        "lmtp": {"listen": [f"127.0.0.1:{free_port()}"],
+                 "auth_addr": f"127.0.0.1:{auth_port}", "username_format": "%n",
+                 "hostname": "mx.test.example"},
+    }
+
+
+@pytest.fixture
+def acld(petreld, tmp_path):
+    return petreld(acl_config(tmp_path))
+
+
+def addr(d, section):
+    host, port = d.config[section]["listen"][0].rsplit(":", 1)
+    return host, int(port)
+
+
+def login(d, user="alice", password="wonderland"):
+    m = imaplib.IMAP4(*addr(d, "imap"))
+    m.login(user, password)
+    return m
+
+
+def raw(m, line):
+    """Sends one command line; returns (untagged lines, tagged line) as
+    bytes, exactly as they came."""
+    tag = m._new_tag()
+    m.send(tag + b" " + line + b"\r\n")
+    untagged = []
+    while True:
+        got = m._get_line()
+        if got.startswith(tag + b" "):
+            return untagged, got[len(tag) + 1:]
+        untagged.append(got)
+
+
+def ok(m, line):
+    untagged, tagged = raw(m, line)
+    assert tagged.startswith(b"OK"), (line, untagged, tagged)
+    return untagged
+
+
+def acl_file(tmp_path, user, folder):
+    root = Path(tmp_path) / "mail" / user / "Maildir"
+    return (root / ("." + folder) if folder else root) / "dovecot-acl"
+
+
+def test_capabilities_only_after_login_and_only_when_enabled(acld, petreld, tmp_path):
+    m = imaplib.IMAP4(*addr(acld, "imap"))
+    assert b"ACL" not in m.capabilities and "ACL" not in m.capabilities
+    m.login("alice", "wonderland")
+    untagged = ok(m, b"CAPABILITY")
+    assert b" ACL RIGHTS=texk" in untagged[0], untagged
+    m.logout()
+
+    (tmp_path / "off").mkdir()
+    off = petreld(acl_config(tmp_path / "off", enabled=False))
+    m = login(off)
+    untagged = ok(m, b"CAPABILITY")
+    assert b"ACL" not in untagged[0]
+    assert raw(m, b"GETACL INBOX") == ([], b"BAD Unknown command.")
+    # Without ACLs an "owner" entry in a file restricts nothing.
+    ok(m, b"CREATE Work")
+    acl_file(tmp_path / "off", "alice", "Work").write_text("owner lr\n")
+    ok(m, b"SELECT Work")
+    m.append("Work", None, None, MSG)
+    m.logout()
+
+
+def test_getacl_setacl_deleteacl_myrights_listrights_exact(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Shared")
+    # No file: the owner's implicit rights, under the owner's name.
+    assert raw(m, b"GETACL Shared") == (
+        [b"* ACL Shared alice lrswipkxtecda"], b"OK Getacl completed.")
+    assert raw(m, b"MYRIGHTS Shared") == (
+        [b"* MYRIGHTS Shared lrswipkxtecda"], b"OK Myrights completed.")
+    assert raw(m, b"LISTRIGHTS Shared bob") == (
+        [b'* LISTRIGHTS Shared bob "" l r w s t p i e k x a c d'], b"OK Listrights completed.")
+
+    assert raw(m, b"SETACL Shared bob lr") == ([], b"OK Setacl complete.")
+    assert acl_file(tmp_path, "alice", "Shared").read_text() == "user=bob lr\n"
+    assert raw(m, b"GETACL Shared") == (
+        [b"* ACL Shared bob lr alice lrswipkxtecda"], b"OK Getacl completed.")
+    ok(m, b"SETACL Shared bob +w")
+    ok(m, b"SETACL Shared -bob w")
+    ok(m, b"SETACL Shared $staff lr")
+    assert raw(m, b"GETACL Shared")[0] == [
+        b"* ACL Shared $staff lr bob lrw -bob w alice lrswipkxtecda"]
+    ok(m, b"SETACL Shared bob -r")
+    # c and d as RFC 2086 clients send them: c = k x, d = e t.
+    ok(m, b"SETACL Shared bob lrcd")
+    assert raw(m, b"GETACL Shared")[0] == [
+        b"* ACL Shared $staff lr bob lrkxtecd -bob w alice lrswipkxtecda"]
+    assert acl_file(tmp_path, "alice", "Shared").read_text() == (
+        "group=staff lr\nuser=bob lrkxte\n-user=bob w\n")
+
+    assert raw(m, b"DELETEACL Shared -bob") == ([], b"OK Deleteacl complete.")
+    assert raw(m, b"DELETEACL Shared carol") == ([], b"OK Deleteacl complete.")
+    ok(m, b'SETACL Shared bob ""')  # empty rights remove the entry
+    assert raw(m, b"GETACL Shared")[0] == [b"* ACL Shared $staff lr alice lrswipkxtecda"]
+
+    # Errors, as Dovecot words them (its "Error in IMAP command SETACL: "
+    # prefix aside).
+    assert raw(m, b"SETACL Shared bob lrZ") == ([], b"BAD Invalid ACL right: Z")
+    assert raw(m, b"SETACL Shared anyone lr") == (
+        [], b"BAD 'anyone' identifier is disallowed.")
+    assert raw(m, b"SETACL Shared authenticated lr") == (
+        [], b"BAD 'authenticated' identifier is disallowed.")
+    for cmd in (b"GETACL Nope", b"SETACL Nope bob lr", b"DELETEACL Nope bob",
+                b"LISTRIGHTS Nope bob", b"MYRIGHTS Nope"):
+        assert raw(m, cmd) == ([], b"NO " + NONEXISTENT), cmd
+
+    # Whoever changes their own entry keeps "a" (nobody locks themselves
+    # out): "owner lr" is stored as "owner lra".
+    ok(m, b"SETACL Shared owner lr")
+    assert raw(m, b"MYRIGHTS Shared")[0] == [b"* MYRIGHTS Shared lra"]
+    assert raw(m, b"GETACL Shared")[0] == [b"* ACL Shared $staff lr alice lra"]
+    ok(m, b"SETACL Shared alice -a")
+    assert raw(m, b"MYRIGHTS Shared")[0] == [b"* MYRIGHTS Shared lra"]
+    m.logout()
+
+
+def test_rights_checked_on_every_imap_command(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Work")
+    for _ in range(2):
+        m.append("Work", None, None, MSG)
+    # Read-only for the owner: l r (and the a they keep).
+    ok(m, b"SETACL Work owner lr")
+    assert raw(m, b"MYRIGHTS Work")[0] == [b"* MYRIGHTS Work lra"]
+    ok(m, b"SELECT Work")
+    # FETCH works; without s the \Seen a BODY[] fetch sets is not kept.
+    untagged, tagged = raw(m, b"FETCH 1 (BODY[] FLAGS)")
+    assert tagged == b"OK FETCH completed." and b"\\Seen" not in b"".join(
+        x for x in untagged if isinstance(x, bytes)), untagged
+    for cmd in (b"STORE 1 +FLAGS (\\Flagged)", b"STORE 1 +FLAGS (\\Seen)",
+                b"STORE 1 +FLAGS (\\Deleted)", b"STORE 1 FLAGS ()", b"EXPUNGE",
+                b"UID EXPUNGE 1", b"COPY 1 Work", b"MOVE 1 INBOX"):
+        assert raw(m, cmd)[1] == b"NO " + NOPERM, cmd
+    assert m.append("Work", None, None, MSG) == ("NO", [NOPERM])
+    for cmd in (b"CREATE Work/Sub", b"DELETE Work", b"RENAME Work Other"):
+        assert raw(m, cmd)[1] == b"NO " + NOPERM, cmd
+    ok(m, b"CLOSE")
+
+    # Each right alone lets its own command through.
+    ok(m, b"SETACL Work owner lrw")
+    ok(m, b"SELECT Work")
+    ok(m, b"STORE 1 +FLAGS (\\Flagged)")
+    assert raw(m, b"STORE 1 +FLAGS (\\Deleted)")[1] == b"NO " + NOPERM
+    ok(m, b"SETACL Work owner lrwt")
+    ok(m, b"STORE 1 +FLAGS (\\Deleted)")
+    assert raw(m, b"EXPUNGE")[1] == b"NO " + NOPERM
+    ok(m, b"SETACL Work owner lrwte")
+    ok(m, b"EXPUNGE")
+    ok(m, b"SETACL Work owner lrwtei")
+    assert m.append("Work", None, None, MSG)[0] == "OK"
+    ok(m, b"SETACL Work owner lrwteik")
+    ok(m, b"CREATE Work/Sub")
+    ok(m, b"CLOSE")
+    ok(m, b"SETACL Work owner lrwteikx")
+    # Work/Sub was born with Work's ACL of then, without x.
+    assert raw(m, b"MYRIGHTS Work/Sub")[0] == [b"* MYRIGHTS Work/Sub lrwiktecda"]
+    assert raw(m, b"RENAME Work/Sub Work/Sub2")[1] == b"NO " + NOPERM
+    ok(m, b"SETACL Work/Sub alice lrx")
+    ok(m, b"RENAME Work/Sub Work/Sub2")
+    ok(m, b"DELETE Work/Sub2")
+    m.logout()
+
+
+def test_folder_without_lookup_is_indistinguishable_from_a_missing_one(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Secret")
+    m.append("Secret", None, None, MSG)
+    ok(m, b'SETACL Secret alice ""')  # only the "a" the owner keeps
+    assert raw(m, b"MYRIGHTS Secret")[0] == [b"* MYRIGHTS Secret a"]
+    listing = b"".join(ok(m, b'LIST "" "*"'))
+    assert b"Secret" not in listing and b"INBOX" in listing
+    assert b"Secret" not in b"".join(ok(m, b'LIST "" "%" RETURN (CHILDREN STATUS (MESSAGES))'))
+    for verb in (b"SELECT", b"EXAMINE", b"STATUS", b"DELETE", b"APPEND", b"RENAME"):
+        args = {b"STATUS": b" (MESSAGES)", b"APPEND": b" {1+}\r\nx",
+                b"RENAME": b" Elsewhere"}.get(verb, b"")
+        hidden = raw(m, verb + b" Secret" + args)
+        missing = raw(m, verb + b" Missing" + args)
+        assert hidden == missing, (verb, hidden, missing)
+    # The admin right alone still manages the ACL (Dovecot's rule).
+    ok(m, b"SETACL Secret alice lr")
+    assert b"Secret" in b"".join(ok(m, b'LIST "" "*"'))
+    m.logout()
+
+
+def test_userdb_groups_reach_the_session(acld, tmp_path):
+    bob = login(acld, "bob", "builder")
+    ok(bob, b"CREATE Proj")
+    bob.append("Proj", None, None, MSG)
+    # A negative entry for one of bob's userdb groups takes w away.
+    ok(bob, b"SETACL Proj -$ops w")
+    assert raw(bob, b"MYRIGHTS Proj")[0] == [b"* MYRIGHTS Proj lrsipkxtecda"]
+    ok(bob, b"SELECT Proj")
+    assert raw(bob, b"STORE 1 +FLAGS (\\Flagged)")[1] == b"NO " + NOPERM
+    ok(bob, b"STORE 1 +FLAGS (\\Seen)")
+    # A group bob is not in changes nothing.
+    ok(bob, b"DELETEACL Proj -$ops")
+    ok(bob, b"SETACL Proj -$others w")
+    ok(bob, b"STORE 1 +FLAGS (\\Flagged)")
+    bob.logout()
+
+
+def test_new_folders_inherit_their_parents_acl(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Parent")
+    ok(m, b"SETACL Parent bob lr")
+    ok(m, b"CREATE Parent/Child")
+    assert raw(m, b"GETACL Parent/Child")[0] == [
+        b"* ACL Parent/Child bob lr alice lrswipkxtecda"]
+    assert acl_file(tmp_path, "alice", "Parent.Child").read_text() == "user=bob lr\n"
+    # A grandchild whose parent level is no folder inherits from the
+    # nearest folder above it.
+    ok(m, b"CREATE Parent/Gap/Leaf")
+    assert acl_file(tmp_path, "alice", "Parent.Gap.Leaf").read_text() == "user=bob lr\n"
+    # Top-level folders inherit the namespace root's (in maildir, the
+    # root directory is INBOX's, as in Dovecot).
+    ok(m, b"SETACL INBOX bob l")
+    ok(m, b"CREATE Top")
+    assert acl_file(tmp_path, "alice", "Top").read_text() == "user=bob l\n"
+    # The file moves with a rename, and goes with a delete.
+    ok(m, b"RENAME Top Top2")
+    assert acl_file(tmp_path, "alice", "Top2").read_text() == "user=bob l\n"
+    ok(m, b"DELETE Top2")
+    assert not acl_file(tmp_path, "alice", "Top2").parent.exists()
+    m.logout()
+
+
+def test_concurrent_setacl_loses_no_writer(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Busy")
+    errors = []
+
+    def grant(i):
+        try:
+            c = login(acld)
+            for k in range(5):
+                ok(c, b"SETACL Busy user%d_%d lr" % (i, k))
+            c.logout()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=grant, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    lines = acl_file(tmp_path, "alice", "Busy").read_text().splitlines()
+    assert sorted(lines) == sorted(f"user=user{i}_{k} lr" for i in range(8) for k in range(5))
+    m.logout()
+
+
+def test_admin_plane_bypasses_acls(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Locked")
+    m.append("Locked", None, None, MSG)
+    ok(m, b'SETACL Locked alice ""')
+    m.logout()
+    r = acld.post("backend", "/api/backend/folder/info", body={"user": "alice", "folder": "Locked"})
+    assert r.status == 200 and r.json()["messages"] == 1, r
+    r = acld.post("backend", "/api/backend/folder/list", body={"user": "alice"})
+    assert "Locked" in r.json()["folders"], r
+    r = acld.post("backend", "/api/backend/folder/delete", body={"user": "alice", "folder": "Locked"})
+    assert r.status == 200, r
+
+
+def lmtp_deliver(d, rcpt):
+    c = smtplib.LMTP(*addr(d, "lmtp"), timeout=30)
+    c.ehlo("client.test.example")
+    c.mail("sender@example.net")
+    code, text = c.rcpt(rcpt)
+    assert code == 250, text
+    code, text = c.data(MSG)
+    c.quit()
+    return code, text
+
+
+def count(m, folder):
+    typ, data = m.status(folder, "(MESSAGES)")
+    assert typ == "OK", data
+    return int(data[0].split(b"MESSAGES ")[1].rstrip(b")"))
+
+
+def test_lmtp_detail_delivery_needs_post(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Lists")
+    # The owner's own folder: their i will do.
+    assert lmtp_deliver(acld, "alice+Lists@example.org")[0] == 250
+    assert count(m, "Lists") == 1
+    # Neither p nor i: the delivery falls back to INBOX (Dovecot's
+    # lmtp_save_to_detail_mailbox).
+    ok(m, b"SETACL Lists owner lrs")
+    assert lmtp_deliver(acld, "alice+Lists@example.org")[0] == 250
+    assert count(m, "Lists") == 1 and count(m, "INBOX") == 1
+    # p alone is enough.
+    ok(m, b"SETACL Lists owner lrsp")
+    assert lmtp_deliver(acld, "alice+Lists@example.org")[0] == 250
+    assert count(m, "Lists") == 2
+    # INBOX itself without p or i: refused for good.
+    ok(m, b"SETACL INBOX owner lrs")
+    code, text = lmtp_deliver(acld, "alice@example.org")
+    assert (code, text) == (550, b"5.7.1 <alice@example.org> Delivery not authorized"), text
+    m.logout()
