@@ -354,3 +354,119 @@ def test_lmtp_detail_delivery_needs_post(acld, tmp_path):
     code, text = lmtp_deliver(acld, "alice@example.org")
     assert (code, text) == (550, b"5.7.1 <alice@example.org> Delivery not authorized"), text
     m.logout()
+
+
+def api(d, path, body):
+    r = d.post("backend", "/api/backend/acl/" + path, body=body)
+    return r.status, r.json()
+
+
+def test_api_acl_endpoints(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Team")
+    ok(m, b"CREATE Team/Old")
+    m.logout()
+    u = {"user": "alice"}
+    assert api(acld, "get", {**u, "folder": "Team"}) == (
+        200, {"folder": "Team", "namespace": "personal", "root": False, "entries": []})
+    # set replaces the whole list; rights come back in canonical order with c and d.
+    assert api(acld, "set", {**u, "folder": "Team", "entries": [
+        {"identifier": "user=bob", "rights": "rl"},
+        {"identifier": "-group=staff", "rights": "w"},
+        {"identifier": "owner", "rights": "lrswipkxtea"}]}) == (200, {"status": "ok"})
+    assert api(acld, "get", {**u, "folder": "Team"})[1]["entries"] == [
+        {"identifier": "-group=staff", "rights": "w"},
+        {"identifier": "owner", "rights": "lrswipkxtecda"},
+        {"identifier": "user=bob", "rights": "lr"}]
+    assert acl_file(tmp_path, "alice", "Team").read_text() == (
+        "-group=staff w\nowner lrswipkxtea\nuser=bob lr\n")
+    # apply: one identifier; default mode replace; replace with "" removes.
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "user=bob", "rights": "w",
+                               "mode": "add"}) == (200, {"status": "ok"})
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "user=bob", "rights": "r",
+                               "mode": "remove"}) == (200, {"status": "ok"})
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "user=carol",
+                               "rights": "lr"}) == (200, {"status": "ok"})
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "-group=staff",
+                               "rights": ""}) == (200, {"status": "ok"})
+    assert api(acld, "delete", {**u, "folder": "Team", "identifier": "owner"}) == (
+        200, {"status": "ok"})
+    assert api(acld, "get", {**u, "folder": "Team"})[1]["entries"] == [
+        {"identifier": "user=bob", "rights": "lw"}, {"identifier": "user=carol", "rights": "lr"}]
+    # my-rights and list-rights
+    assert api(acld, "my-rights", {**u, "folder": "Team", "identifier": "user=carol"}) == (
+        200, {"folder": "Team", "namespace": "personal", "root": False,
+              "identifier": "user=carol", "rights": "lr"})
+    assert api(acld, "my-rights", {**u, "folder": "Team", "identifier": "owner"})[1]["rights"] \
+        == "lrswipkxtecda"
+    assert api(acld, "my-rights", {**u, "folder": "Team", "identifier": "anyone"})[1]["rights"] \
+        == ""
+    assert api(acld, "list-rights", {**u, "folder": "Team", "identifier": "user=bob"})[1] == {
+        "folder": "Team", "namespace": "personal", "root": False, "identifier": "user=bob",
+        "required": "", "optional": list("lrwstpiekxacd")}
+    # The root: no folder, root true.
+    assert api(acld, "apply", {**u, "root": True, "identifier": "user=bob", "rights": "l"}) == (
+        200, {"status": "ok"})
+    assert api(acld, "get", {**u, "root": True}) == (
+        200, {"folder": "", "namespace": "personal", "root": True,
+              "entries": [{"identifier": "user=bob", "rights": "l"}]})
+    # Errors: 404 for a missing folder (nothing written), 400 for bad input.
+    assert api(acld, "get", {**u, "folder": "Nope"}) == (404, {"error": "folder not found"})
+    assert api(acld, "set", {**u, "folder": "Nope", "entries": []})[0] == 404
+    assert not acl_file(tmp_path, "alice", "Nope").parent.exists()
+    assert api(acld, "get", u) == (400, {"error": "folder is required"})
+    assert api(acld, "get", {**u, "folder": ""}) == (400, {"error": "folder is required"})
+    assert api(acld, "get", {**u, "root": True, "folder": "Team"})[0] == 400
+    assert api(acld, "get", {**u, "folder": "Team", "namespace": "public"}) == (
+        404, {"error": "namespace not configured: public"})
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "user=bob",
+                               "rights": "lZ"}) == (400, {"error": "unknown right 'Z'"})
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "nobody", "rights": "l"})[0] \
+        == 400
+    assert api(acld, "apply", {**u, "folder": "Team", "identifier": "user=bob", "rights": "l",
+                               "mode": "merge"})[0] == 400
+
+    # materialise: Team/Old was created before Team had an ACL.
+    assert not acl_file(tmp_path, "alice", "Team.Old").exists()
+    dry = api(acld, "materialise", {**u, "folders": ["Team/Old"]})
+    assert dry == (200, {"added": [
+        {"folder": "Team/Old", "identifier": "user=bob", "rights": "lw"},
+        {"folder": "Team/Old", "identifier": "user=carol", "rights": "lr"}],
+        "skipped": [], "apply": False}), dry
+    assert not acl_file(tmp_path, "alice", "Team.Old").exists()
+    api(acld, "apply", {**u, "folder": "Team/Old", "identifier": "user=carol", "rights": "l"})
+    done = api(acld, "materialise", {**u, "folders": ["Team/Old"], "apply": True})
+    assert done == (200, {"added": [
+        {"folder": "Team/Old", "identifier": "user=bob", "rights": "lw"}],
+        "skipped": [{"folder": "Team/Old", "identifier": "user=carol", "rights": "l"}],
+        "apply": True}), done
+    again = api(acld, "materialise", {**u, "folders": ["Team/Old"], "apply": True})
+    assert again[1]["added"] == [] and len(again[1]["skipped"]) == 2
+    assert api(acld, "materialise", {**u, "folders": ["Nope"], "apply": True})[0] == 404
+
+
+def test_api_apply_from_8_clients_loses_none(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Busy")
+    m.logout()
+    errors = []
+
+    def grant(i):
+        try:
+            for k in range(5):
+                st, body = api(acld, "apply", {"user": "alice", "folder": "Busy",
+                                               "identifier": f"user=api{i}_{k}", "rights": "lr",
+                                               "mode": "add"})
+                assert st == 200, body
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=grant, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    entries = api(acld, "get", {"user": "alice", "folder": "Busy"})[1]["entries"]
+    assert sorted(e["identifier"] for e in entries) == sorted(
+        f"user=api{i}_{k}" for i in range(8) for k in range(5))

@@ -161,9 +161,7 @@ static bool module_open_for(void *ctx, struct mail_user *user, const struct name
     return true;
 }
 
-/* The parent whose ACL rules a new child `name`: the nearest existing
- * ancestor folder, else the namespace root (""). Written into `out`. */
-static void parent_of(struct mail_user *user, const struct namespace_config *ns, const char *name,
+void acl_parent_of(struct mail_user *user, const struct namespace_config *ns, const char *name,
                       struct buf *out)
 {
     buf_reset(out);
@@ -187,7 +185,7 @@ static bool may_create_in(struct mail_user *user, const struct namespace_config 
                           const char *name, struct petrel_error *err)
 {
     struct buf parent = {0};
-    parent_of(user, ns, name, &parent);
+    acl_parent_of(user, ns, name, &parent);
     uint32_t have = rights_now(user, ns, parent.data);
     bool ok = (have & ACL_CREATE) != 0 ||
               petrel_error_set(err, PETREL_ERR_PERMISSION, DENIED);
@@ -223,7 +221,7 @@ static bool module_folder_created(void *ctx, struct mail_user *user,
     struct buf to = {0};
     struct acl_list list = {0};
     struct petrel_error e;
-    parent_of(user, ns, name, &parent);
+    acl_parent_of(user, ns, name, &parent);
     if (!acl_store_dir(user, ns, parent.data, &from, &e) || !acl_store_dir(user, ns, name, &to, &e))
         goto out;
     buf_append_char(&from, '\0');

@@ -38,4 +38,9 @@ void acl_user_identity(const struct mail_user *user, const struct namespace_conf
 bool acl_id_matches_user(const struct acl_id *id, const struct mail_user *user,
                          const struct namespace_config *ns);
 
+/* The folder whose ACL a new folder `name` inherits: the nearest existing
+ * ancestor, else the namespace root (""), NUL-terminated in `out`. */
+void acl_parent_of(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                   struct buf *out);
+
 #endif
