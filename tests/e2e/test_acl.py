@@ -14,6 +14,7 @@ an entry that names them), and a grant to a second user is shown in the
 file and in GETACL."""
 
 import imaplib
+import json
 import smtplib
 import threading
 from pathlib import Path
@@ -470,3 +471,37 @@ def test_api_apply_from_8_clients_loses_none(acld, tmp_path):
     entries = api(acld, "get", {"user": "alice", "folder": "Busy"})[1]["entries"]
     assert sorted(e["identifier"] for e in entries) == sorted(
         f"user=api{i}_{k}" for i in range(8) for k in range(5))
+
+
+def test_petrelctl_backend_acl(acld, tmp_path):
+    from conftest import run_petrelctl
+
+    def ctl(*args, json_out=True):
+        pre = ["--backend-url", f"http://{acld.backend}"] + (["--json"] if json_out else [])
+        return run_petrelctl([*pre, "backend", "acl", *args], timeout=60)
+
+    m = login(acld)
+    ok(m, b"CREATE Team")
+    m.logout()
+    p = ctl("set", "alice", "Team", "user=bob", "lr")
+    assert (p.returncode, json.loads(p.stdout)) == (0, {"status": "ok"}), p.stderr
+    assert ctl("apply", "alice", "Team", "user=bob", "w", "--mode", "add").returncode == 0
+    assert ctl("set", "alice", "--root", "group=staff", "l").returncode == 0
+    p = ctl("get", "alice", "Team", json_out=False)
+    assert p.returncode == 0 and "user=bob" in p.stdout and "lw" not in p.stdout, p.stdout
+    assert json.loads(ctl("get", "alice", "Team").stdout)["entries"] == [
+        {"identifier": "user=bob", "rights": "lrw"}]
+    assert json.loads(ctl("get", "alice", "--root").stdout)["entries"] == [
+        {"identifier": "group=staff", "rights": "l"}]
+    assert json.loads(ctl("my-rights", "alice", "Team", "user=bob").stdout)["rights"] == "lrw"
+    assert json.loads(ctl("list-rights", "alice", "Team", "user=bob").stdout)["required"] == ""
+    p = ctl("materialise", "alice", "Team")
+    assert json.loads(p.stdout) == {"added": [{"folder": "Team", "identifier": "group=staff",
+                                               "rights": "l"}], "skipped": [], "apply": False}
+    assert ctl("delete", "alice", "Team", "user=bob").returncode == 0
+    assert json.loads(ctl("get", "alice", "Team").stdout)["entries"] == []
+    # exit codes: 1 the server said no, 2 usage
+    p = ctl("get", "alice", "Nope")
+    assert p.returncode == 1 and "404" in p.stderr, (p.returncode, p.stderr)
+    assert ctl("set", "alice", "Team", "user=bob").returncode == 2
+    assert ctl("frobnicate", "alice").returncode == 2
