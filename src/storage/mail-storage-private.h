@@ -94,6 +94,22 @@ struct mail_user {
     bool session;
     char **groups; /* the userdb's groups (ACL group= entries), NULL-terminated */
     size_t group_count;
+    /* Rights a module (ACLs) worked out for folders by name (LIST, open,
+     * STATUS), kept for mail.acl.cache_secs; allocated on first use. A
+     * change of `rights_gen` (mail_user_rights_changed) voids these and
+     * the handles' caches. */
+    struct mail_user_rights *rights;
+    size_t rights_next; /* the slot to reuse next (round robin) */
+    uint64_t rights_gen;
+};
+
+#define MAIL_USER_RIGHTS_CACHED 32
+struct mail_user_rights {
+    const struct namespace_config *ns;
+    char *name; /* NULL: free slot */
+    uint32_t rights;
+    int64_t checked_ms;
+    uint64_t gen;
 };
 
 /* What a storage module (ACLs) keeps about one handle: the rights it
@@ -103,6 +119,8 @@ struct mailbox_rights_cache {
     uint32_t rights;
     int64_t checked_ms; /* monotonic */
     uint64_t stamp;     /* of the ACL file it read (inode, size, mtime) */
+    uint64_t gen;       /* the user's rights_gen it was worked out under */
+    bool stamped;       /* `stamp` known (false: taken from the user's cache by name) */
 };
 
 /* The first member of every driver's struct mailbox. */

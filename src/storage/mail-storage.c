@@ -96,6 +96,9 @@ static void user_groups_free(struct mail_user *u)
 static void user_free(struct mail_user *u)
 {
     user_groups_free(u);
+    for (size_t i = 0; u->rights != NULL && i < MAIL_USER_RIGHTS_CACHED; i++)
+        free(u->rights[i].name);
+    free(u->rights);
     free(u->name);
     free(u->home);
     free(u);
@@ -179,6 +182,11 @@ struct mail_user *mail_user_get_session(struct mail_storage *storage, const char
         u->groups[i] = xstrdup(groups[i]);
     u->group_count = n;
     return u;
+}
+
+void mail_user_rights_changed(struct mail_user *user)
+{
+    user->rights_gen++;
 }
 
 bool mail_user_is_session(const struct mail_user *user)

@@ -133,6 +133,10 @@ uint32_t mail_folder_my_rights(struct mail_user *user, const struct namespace_co
 /* The same for an open handle, cached in it (re-checked against the ACL
  * file at most every mail.acl.cache_secs). */
 uint32_t mailbox_my_rights(struct mailbox *box);
+/* Rights worked out for `user` (by name and in its handles) are stale: an
+ * ACL was changed through this user (IMAP SETACL), so its next check reads
+ * the files again instead of waiting for mail.acl.cache_secs. */
+void mail_user_rights_changed(struct mail_user *user);
 
 /* ---------- one folder ---------- */
 

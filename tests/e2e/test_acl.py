@@ -505,3 +505,21 @@ def test_petrelctl_backend_acl(acld, tmp_path):
     assert p.returncode == 1 and "404" in p.stderr, (p.returncode, p.stderr)
     assert ctl("set", "alice", "Team", "user=bob").returncode == 2
     assert ctl("frobnicate", "alice").returncode == 2
+
+
+def test_own_setacl_seen_at_once_with_the_default_cache(petreld, tmp_path):
+    cfg = acl_config(tmp_path)
+    del cfg["mail"]["acl"]["cache_secs"]  # the default, 1 s
+    d = petreld(cfg)
+    m = login(d)
+    ok(m, b"CREATE Work")
+    m.append("Work", None, None, MSG)
+    ok(m, b"SELECT Work")
+    ok(m, b"STORE 1 +FLAGS (\\Flagged)")
+    ok(m, b'LIST "" "*"')
+    ok(m, b"SETACL Work owner lr")
+    assert raw(m, b"STORE 1 +FLAGS (\\Answered)")[1] == b"NO " + NOPERM
+    ok(m, b"CLOSE")
+    ok(m, b'SETACL Work owner ""')
+    assert b"Work" not in b"".join(ok(m, b'LIST "" "*"'))
+    m.logout()

@@ -245,14 +245,22 @@ static void test_cached_rights_follow_the_file(void **state)
 {
     struct fixture *f = *state;
     struct petrel_error err;
-    f->cfg.acl.cache_ms = 3600 * 1000; /* the module reads it live */
     assert_true(mail_folder_create(f->alice, f->ns, "C", &err));
+    f->cfg.acl.cache_ms = 3600 * 1000; /* the module reads it live */
     struct mailbox *box = mailbox_open(f->alice, f->ns, "C", &err);
     assert_int_equal(mailbox_my_rights(box), ACL_ALL_RIGHTS);
     write_acl(f, "C", "owner lr\n");
     /* within the cache time the handle keeps what it knew */
     assert_int_equal(mailbox_my_rights(box), ACL_ALL_RIGHTS);
+    assert_int_equal(mail_folder_my_rights(f->alice, f->ns, "C"), ACL_ALL_RIGHTS);
+    /* a change made through this user voids both caches at once */
+    mail_user_rights_changed(f->alice);
+    assert_int_equal(mailbox_my_rights(box), rights("lr"));
+    assert_int_equal(mail_folder_my_rights(f->alice, f->ns, "C"), rights("lr"));
+    write_acl(f, "C", "owner lrw\n");
+    assert_int_equal(mailbox_my_rights(box), rights("lr"));
     f->cfg.acl.cache_ms = 0;
+    write_acl(f, "C", "owner lr\n");
     assert_int_equal(mailbox_my_rights(box), rights("lr"));
     /* acl_store_update changes the file under its lock */
     struct buf dir = {0};

@@ -303,8 +303,11 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
     struct buf dir = {0};
     struct petrel_error err;
     if (folder_dir(s, ns, name, &dir)) {
-        if (acl_store_update(dir.data, apply_change, c, &err))
+        if (acl_store_update(dir.data, apply_change, c, &err)) {
+            /* This user's own next command sees the change at once. */
+            mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);
+        }
         else
             imap_reply_storage_error(s, &err);
     }

@@ -3,10 +3,12 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/xalloc.h"
 #include "storage/acl/acl-rights.h"
 #include "storage/acl/acl-store.h"
 #include "storage/mail-storage-private.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define COMPONENT "acl"
@@ -85,6 +87,33 @@ static uint32_t rights_now(struct mail_user *user, const struct namespace_config
     return rights;
 }
 
+/* rights_now() through the user's small cache of folders by name: a
+ * folder asked again within cache_ms (a LIST after a LIST, STATUS of a
+ * folder just listed) costs a lookup, not a path and an open. */
+static uint32_t rights_by_name(const struct mail_acl_config *cfg, struct mail_user *user,
+                               const struct namespace_config *ns, const char *name)
+{
+    if (cfg->cache_ms <= 0)
+        return rights_now(user, ns, name);
+    int64_t now = clock_mono_ms();
+    if (user->rights == NULL)
+        user->rights = xcalloc(MAIL_USER_RIGHTS_CACHED, sizeof(*user->rights));
+    for (size_t i = 0; i < MAIL_USER_RIGHTS_CACHED; i++) {
+        struct mail_user_rights *e = &user->rights[i];
+        if (e->name != NULL && e->ns == ns && e->gen == user->rights_gen &&
+            now - e->checked_ms < cfg->cache_ms && strcmp(e->name, name) == 0)
+            return e->rights;
+    }
+    uint32_t rights = rights_now(user, ns, name);
+    struct mail_user_rights *e = &user->rights[user->rights_next];
+    user->rights_next = (user->rights_next + 1) % MAIL_USER_RIGHTS_CACHED;
+    free(e->name);
+    *e = (struct mail_user_rights){
+        .ns = ns, .name = xstrdup(name), .rights = rights, .checked_ms = now,
+        .gen = user->rights_gen};
+    return rights;
+}
+
 /* The rights on an open handle, from its cache while that is fresh: the
  * file is looked at (a stat) at most every cache_ms, and read again only
  * when it changed. */
@@ -93,8 +122,19 @@ static uint32_t rights_cached(const struct mail_acl_config *cfg, struct mailbox 
     struct mailbox_common *c = mailbox_common(box);
     struct mailbox_rights_cache *rc = &c->rights;
     int64_t now = clock_mono_ms();
-    if (rc->valid && now - rc->checked_ms < cfg->cache_ms)
+    bool current = rc->valid && rc->gen == c->user->rights_gen;
+    if (current && now - rc->checked_ms < cfg->cache_ms)
         return rc->rights;
+    if (!current && cfg->cache_ms > 0) {
+        /* A handle just opened was checked by name a moment ago: start
+         * from that answer; the file's state is taken when it expires. */
+        rc->rights = rights_by_name(cfg, c->user, c->ns, c->name);
+        rc->valid = true;
+        rc->stamped = false;
+        rc->gen = c->user->rights_gen;
+        rc->checked_ms = now;
+        return rc->rights;
+    }
     struct buf dir = {0};
     struct petrel_error err;
     if (!acl_store_dir(c->user, c->ns, c->name, &dir, &err)) {
@@ -103,10 +143,12 @@ static uint32_t rights_cached(const struct mail_acl_config *cfg, struct mailbox 
     }
     buf_append_char(&dir, '\0');
     uint64_t st = acl_store_stamp_of(dir.data);
-    if (!rc->valid || st != rc->stamp) {
+    if (!current || !rc->stamped || st != rc->stamp) {
         rc->rights = rights_in(dir.data, c->user, c->ns, &st);
         rc->stamp = st;
+        rc->stamped = true;
         rc->valid = true;
+        rc->gen = c->user->rights_gen;
     }
     rc->checked_ms = now;
     buf_free(&dir);
@@ -119,7 +161,7 @@ static uint32_t module_folder_rights(void *ctx, struct mail_user *user,
 {
     if (!user->session)
         return ACL_ALL_RIGHTS;
-    return box != NULL ? rights_cached(ctx, box) : rights_now(user, ns, name);
+    return box != NULL ? rights_cached(ctx, box) : rights_by_name(ctx, user, ns, name);
 }
 
 /* False with the refusal for someone lacking `need` (all of it) out of
@@ -146,10 +188,9 @@ static bool module_open_for(void *ctx, struct mail_user *user, const struct name
                             const char *name, enum mailbox_open_purpose purpose,
                             struct petrel_error *err)
 {
-    (void)ctx;
     if (!user->session)
         return true;
-    uint32_t have = rights_now(user, ns, name);
+    uint32_t have = rights_by_name(ctx, user, ns, name);
     switch (purpose) {
     case MAILBOX_OPEN_READ:
         return require(have, ACL_READ, name, err);
@@ -216,6 +257,7 @@ static bool module_folder_created(void *ctx, struct mail_user *user,
     (void)ctx;
     (void)params;
     (void)err;
+    mail_user_rights_changed(user);
     struct buf parent = {0};
     struct buf from = {0};
     struct buf to = {0};
@@ -262,6 +304,23 @@ static bool module_folder_rename(void *ctx, struct mail_user *user,
         return true;
     return require(rights_now(user, ns, old_name), ACL_DELETE, old_name, err) &&
            may_create_in(user, ns, new_name, err);
+}
+
+/* A name now means another folder (or none): what was cached for names
+ * of this user is worked out again. */
+static void module_folder_deleted(void *ctx, struct mail_user *user,
+                                  const struct namespace_config *ns, const char *name)
+{
+    (void)ctx, (void)ns, (void)name;
+    mail_user_rights_changed(user);
+}
+
+static void module_folder_renamed(void *ctx, struct mail_user *user,
+                                  const struct namespace_config *ns, const char *old_name,
+                                  const char *new_name)
+{
+    (void)ctx, (void)ns, (void)old_name, (void)new_name;
+    mail_user_rights_changed(user);
 }
 
 static uint32_t box_rights(void *ctx, struct mailbox *box)
@@ -326,7 +385,9 @@ const struct mail_storage_module acl_storage_module = {
     .folder_create = module_folder_create,
     .folder_created = module_folder_created,
     .folder_delete = module_folder_delete,
+    .folder_deleted = module_folder_deleted,
     .folder_rename = module_folder_rename,
+    .folder_renamed = module_folder_renamed,
     .save = module_save,
     .expunge = module_expunge,
     .flags = module_flags,
