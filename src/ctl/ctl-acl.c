@@ -21,17 +21,18 @@ struct acl_args {
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: petrelctl backend acl <command> ...\n"
-            "  get          <user> <folder|--root>\n"
-            "  set          <user> <folder|--root> <identifier> <rights>\n"
-            "  delete       <user> <folder|--root> <identifier>\n"
-            "  apply        <user> <folder|--root> <identifier> <rights> [--mode add|remove|replace]\n"
-            "  materialise  <user> <folder>... [--apply]   (a dry run without --apply)\n"
-            "  my-rights    <user> <folder|--root> <identifier>\n"
-            "  list-rights  <user> <folder|--root> <identifier>\n"
-            "identifiers: anyone, authenticated, owner, user=NAME, group=NAME; a leading - is "
-            "negative\ncommon option: --namespace NS (default personal)\n");
+    fprintf(
+        stderr,
+        "usage: petrelctl backend acl <command> ...\n"
+        "  get          <user> <folder|--root>\n"
+        "  set          <user> <folder|--root> <identifier> <rights>\n"
+        "  delete       <user> <folder|--root> <identifier>\n"
+        "  apply        <user> <folder|--root> <identifier> <rights> [--mode add|remove|replace]\n"
+        "  materialise  <user> <folder>... [--apply]   (a dry run without --apply)\n"
+        "  my-rights    <user> <folder|--root> <identifier>\n"
+        "  list-rights  <user> <folder|--root> <identifier>\n"
+        "identifiers: anyone, authenticated, owner, user=NAME, group=NAME; a leading - is "
+        "negative\ncommon option: --namespace NS (default personal)\n");
 }
 
 static bool parse(int argc, char **argv, struct acl_args *a)
@@ -109,9 +110,9 @@ int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv)
         path = "/api/backend/acl/apply";
         json_object_set_new(body, "identifier", json_string(a.pos[next]));
         json_object_set_new(body, "rights", json_string(a.pos[next + 1]));
-        json_object_set_new(body, "mode",
-                            json_string(strcmp(cmd, "apply") == 0 && a.mode != NULL ? a.mode
-                                                                                     : "replace"));
+        json_object_set_new(
+            body, "mode",
+            json_string(strcmp(cmd, "apply") == 0 && a.mode != NULL ? a.mode : "replace"));
     } else if (strcmp(cmd, "delete") == 0 && rest == 1) {
         path = "/api/backend/acl/apply";
         json_object_set_new(body, "identifier", json_string(a.pos[next]));

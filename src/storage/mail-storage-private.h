@@ -57,8 +57,8 @@ struct mail_storage_vfuncs {
 
     /* The folder's own directory, where files about it live beside its
      * messages (dovecot-acl): mail_folder_dir(). */
-    bool (*folder_dir)(struct mail_user *user, const struct namespace_config *ns,
-                       const char *name, struct buf *out, struct petrel_error *err);
+    bool (*folder_dir)(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                       struct buf *out, struct petrel_error *err);
 };
 
 /* The drivers there are (mail-storage.c picks one by scheme). */

@@ -122,8 +122,8 @@ const struct mail_config *mail_storage_config(const struct mail_storage *storage
 
 /* ---------- users ---------- */
 
-static struct mail_user *user_get(struct mail_storage *storage, const char *username,
-                                   bool session, struct petrel_error *err)
+static struct mail_user *user_get(struct mail_storage *storage, const char *username, bool session,
+                                  struct petrel_error *err)
 {
     if (!user_name_valid(username, USER_NAME_MAX, err))
         return NULL;

@@ -52,7 +52,7 @@ struct special_use_default {
 struct mail_acl_config {
     bool enabled;
     bool allow_anyone; /* SETACL may grant to "anyone"/"authenticated" (Dovecot's acl_anyone) */
-    int64_t cache_ms; /* a handle re-checks its ACL file at most this often */
+    int64_t cache_ms;  /* a handle re-checks its ACL file at most this often */
 };
 
 struct mail_config {

@@ -523,3 +523,25 @@ def test_own_setacl_seen_at_once_with_the_default_cache(petreld, tmp_path):
     ok(m, b'SETACL Work owner ""')
     assert b"Work" not in b"".join(ok(m, b'LIST "" "*"'))
     m.logout()
+
+
+def test_list_myrights(acld, petreld, tmp_path):
+    m = login(acld)
+    assert b" LIST-MYRIGHTS" in ok(m, b"CAPABILITY")[0]
+    ok(m, b"CREATE Shared")
+    ok(m, b"CREATE Hidden")
+    ok(m, b"SETACL Shared owner lr")
+    ok(m, b'SETACL Hidden owner ""')
+    # RFC 8440 2: a MYRIGHTS response after each listed folder's LIST.
+    untagged, tagged = raw(m, b'LIST "" "%" RETURN (MYRIGHTS)')
+    assert tagged.startswith(b"OK"), tagged
+    assert untagged == [
+        b'* LIST () "/" "INBOX"', b'* MYRIGHTS "INBOX" lrswipkxtecda',
+        b'* LIST () "/" "Shared"', b'* MYRIGHTS "Shared" lra'], untagged
+    m.logout()
+    (tmp_path / "off").mkdir()
+    off = petreld(acl_config(tmp_path / "off", enabled=False))
+    m = login(off)
+    assert b"LIST-MYRIGHTS" not in ok(m, b"CAPABILITY")[0]
+    assert raw(m, b'LIST "" "%" RETURN (MYRIGHTS)')[1].startswith(b"BAD")
+    m.logout()

@@ -123,8 +123,7 @@ static void test_each_hook_asks_its_right(void **state)
     write_acl(f, "Work", "owner lr\n");
     assert_int_equal(mailbox_my_rights(box), rights("lr"));
     const struct mailbox_flags_update seen = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_SEEN};
-    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD,
-                                             .flags = MAIL_FLAG_DELETED};
+    const struct mailbox_flags_update del = {.mode = MAILBOX_FLAGS_ADD, .flags = MAIL_FLAG_DELETED};
     const struct mailbox_flags_update flag = {.mode = MAILBOX_FLAGS_ADD,
                                               .flags = MAIL_FLAG_FLAGGED};
     const struct mailbox_flags_update *updates[] = {&seen, &del, &flag};

@@ -135,8 +135,8 @@ static void append_rights(struct buf *out, uint32_t rights)
     append_astring(out, acl_rights_str(rights, true, letters));
 }
 
-static bool folder_dir(struct imap_session *s, const struct namespace_config *ns,
-                       const char *name, struct buf *dir)
+static bool folder_dir(struct imap_session *s, const struct namespace_config *ns, const char *name,
+                       struct buf *dir)
 {
     struct petrel_error err;
     if (!acl_store_dir(s->user, ns, name, dir, &err)) {
@@ -175,9 +175,9 @@ static void cmd_getacl(struct imap_session *s, const struct imap_command *cmd)
     bool owner_shown = false;
     for (size_t i = 0; i < list.count; i++) {
         const struct acl_entry *e = &list.entries[i];
-        if (!e->id.negative && (e->id.kind == ACL_ID_OWNER ||
-                                (e->id.kind == ACL_ID_USER &&
-                                 strcmp(e->id.name, mail_user_name(s->user)) == 0)))
+        if (!e->id.negative &&
+            (e->id.kind == ACL_ID_OWNER ||
+             (e->id.kind == ACL_ID_USER && strcmp(e->id.name, mail_user_name(s->user)) == 0)))
             owner_shown = true;
         buf_append_char(&line, ' ');
         append_identifier(&line, s, ns, &e->id);
@@ -307,8 +307,7 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
             /* This user's own next command sees the change at once. */
             mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);
-        }
-        else
+        } else
             imap_reply_storage_error(s, &err);
     }
     buf_free(&dir);

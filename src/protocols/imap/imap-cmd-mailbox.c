@@ -378,6 +378,7 @@ struct list_query {
     bool recursive_match;
     bool ret_subscribed;
     bool ret_children;
+    bool ret_myrights; /* RFC 8440 LIST-MYRIGHTS (with ACLs only) */
     const struct imap_arg *status_items; /* RETURN (STATUS (...)), else NULL */
     bool status_want_size;
     char **patterns; /* full-name patterns (reference joined), UTF-8 */
@@ -526,6 +527,18 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
         err.code != PETREL_ERR_NOT_FOUND)
         log_warn(IMAP_COMPONENT, "LIST-STATUS failed", "session=%s error=\"%s\"", o->s->io.id,
                  err.message);
+    /* RFC 8440 2: after the folder's LIST (and STATUS), for a folder that
+     * exists and is selected by the pattern. */
+    if (q->ret_myrights && selected && exists) {
+        char letters[14];
+        struct buf mr = {0};
+        buf_append_str(&mr, "* MYRIGHTS ");
+        append_wire_name(&mr, o->s, n->ns, name);
+        buf_printf(&mr, " %s\r\n",
+                   acl_rights_str(mail_folder_my_rights(o->s->user, n->ns, name), true, letters));
+        imap_send_raw(o->s, mr.data, mr.len);
+        buf_free(&mr);
+    }
 }
 
 /* Lists the folders of one namespace. The candidates are the existing
@@ -625,6 +638,8 @@ static bool list_return_options(const struct imap_arg *opts, struct list_query *
             q->ret_subscribed = true;
         } else if (imap_arg_atom_equals(o, "CHILDREN")) {
             q->ret_children = true;
+        } else if (imap_arg_atom_equals(o, "MYRIGHTS")) {
+            q->ret_myrights = true;
         } else if (imap_arg_atom_equals(o, "STATUS")) {
             if (i + 1 >= opts->count || q->status_items != NULL ||
                 !status_items_check(&opts->list[i + 1], &q->status_want_size))
@@ -682,7 +697,8 @@ static bool list_parse(struct imap_session *s, const struct imap_command *cmd, s
             imap_reply_bad(s, "LIST takes RETURN (options) after the mailbox pattern.");
             return false;
         }
-        if (!list_return_options(&args[i + 1], q)) {
+        if (!list_return_options(&args[i + 1], q) ||
+            (q->ret_myrights && !mail_cfg(s)->acl.enabled)) {
             imap_reply_bad(s, "Unknown or malformed LIST return option.");
             return false;
         }

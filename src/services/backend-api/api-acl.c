@@ -124,8 +124,7 @@ static bool get_identifier(struct http_request *req, const json_t *obj, const ch
     return true;
 }
 
-static bool get_rights(struct http_request *req, const json_t *obj, bool required,
-                       uint32_t *rights)
+static bool get_rights(struct http_request *req, const json_t *obj, bool required, uint32_t *rights)
 {
     struct petrel_error err;
     petrel_error_clear(&err);
@@ -352,9 +351,9 @@ static void handle_list_rights(struct http_request *req, void *ctx)
             json_array_append_new(optional, json_string(one));
         }
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t.folder,
-                                  "namespace", t.sr.ns->slug, "root", t.root, "identifier",
-                                  idtext.data, "required", "", "optional", optional));
+                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t.folder, "namespace",
+                                  t.sr.ns->slug, "root", t.root, "identifier", idtext.data,
+                                  "required", "", "optional", optional));
         buf_free(&idtext);
     }
     target_end(&t);
@@ -442,15 +441,14 @@ static void handle_materialise(struct http_request *req, void *ctx)
             ok = acl_store_read(from.data, &plist, NULL, &err) >= 0;
         }
         if (ok && plist.count > 0) {
-            struct materialise m = {.parent = &plist, .folder = name, .added = added,
-                                    .skipped = skipped};
+            struct materialise m = {
+                .parent = &plist, .folder = name, .added = added, .skipped = skipped};
             if (apply) {
                 ok = acl_store_update(to.data, add_missing, &m, &err);
             } else {
                 /* A dry run: the same answer from the file as it is. */
                 struct acl_list now = {0};
-                ok = acl_store_read(to.data, &now, NULL, &err) >= 0 &&
-                     add_missing(&now, &m, &err);
+                ok = acl_store_read(to.data, &now, NULL, &err) >= 0 && add_missing(&now, &m, &err);
                 acl_list_free(&now);
             }
         }
@@ -460,8 +458,9 @@ static void handle_materialise(struct http_request *req, void *ctx)
         buf_free(&to);
     }
     if (ok)
-        http_reply_json(req, 200, json_pack("{s:o, s:o, s:b}", "added", added, "skipped", skipped,
-                                            "apply", apply));
+        http_reply_json(
+            req, 200,
+            json_pack("{s:o, s:o, s:b}", "added", added, "skipped", skipped, "apply", apply));
     else {
         json_decref(added);
         json_decref(skipped);
@@ -476,9 +475,7 @@ void backend_api_register_acl(struct http_server *http, struct storage_api *api)
     http_server_route(http, HTTP_POST, "/api/backend/acl/set", 0, handle_set, api);
     http_server_route(http, HTTP_POST, "/api/backend/acl/delete", 0, handle_delete, api);
     http_server_route(http, HTTP_POST, "/api/backend/acl/apply", 0, handle_apply, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/materialise", 0, handle_materialise,
-                      api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/materialise", 0, handle_materialise, api);
     http_server_route(http, HTTP_POST, "/api/backend/acl/my-rights", 0, handle_my_rights, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/list-rights", 0, handle_list_rights,
-                      api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/list-rights", 0, handle_list_rights, api);
 }

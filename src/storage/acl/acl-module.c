@@ -108,9 +108,11 @@ static uint32_t rights_by_name(const struct mail_acl_config *cfg, struct mail_us
     struct mail_user_rights *e = &user->rights[user->rights_next];
     user->rights_next = (user->rights_next + 1) % MAIL_USER_RIGHTS_CACHED;
     free(e->name);
-    *e = (struct mail_user_rights){
-        .ns = ns, .name = xstrdup(name), .rights = rights, .checked_ms = now,
-        .gen = user->rights_gen};
+    *e = (struct mail_user_rights){.ns = ns,
+                                   .name = xstrdup(name),
+                                   .rights = rights,
+                                   .checked_ms = now,
+                                   .gen = user->rights_gen};
     return rights;
 }
 
@@ -203,7 +205,7 @@ static bool module_open_for(void *ctx, struct mail_user *user, const struct name
 }
 
 void acl_parent_of(struct mail_user *user, const struct namespace_config *ns, const char *name,
-                      struct buf *out)
+                   struct buf *out)
 {
     buf_reset(out);
     buf_append_str(out, name);
@@ -228,16 +230,14 @@ static bool may_create_in(struct mail_user *user, const struct namespace_config 
     struct buf parent = {0};
     acl_parent_of(user, ns, name, &parent);
     uint32_t have = rights_now(user, ns, parent.data);
-    bool ok = (have & ACL_CREATE) != 0 ||
-              petrel_error_set(err, PETREL_ERR_PERMISSION, DENIED);
+    bool ok = (have & ACL_CREATE) != 0 || petrel_error_set(err, PETREL_ERR_PERMISSION, DENIED);
     buf_free(&parent);
     return ok;
 }
 
 static bool module_folder_create(void *ctx, struct mail_user *user,
                                  const struct namespace_config *ns, const char *name,
-                                 struct mail_folder_create_params *params,
-                                 struct petrel_error *err)
+                                 struct mail_folder_create_params *params, struct petrel_error *err)
 {
     (void)ctx;
     (void)params;
@@ -351,8 +351,8 @@ static bool module_save(void *ctx, const struct mail_save_info *info, struct pet
     return box_require(ctx, info->src, need, err);
 }
 
-static bool module_expunge(void *ctx, struct mailbox *box, const uint32_t *uids,
-                           size_t uid_count, struct petrel_error *err)
+static bool module_expunge(void *ctx, struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                           struct petrel_error *err)
 {
     (void)uids;
     (void)uid_count;
