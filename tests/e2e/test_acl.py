@@ -174,18 +174,29 @@ def test_rights_checked_on_every_imap_command(acld, tmp_path):
     ok(m, b"CREATE Work")
     for _ in range(2):
         m.append("Work", None, None, MSG)
-    # Read-only for the owner: l r (and the a they keep).
+    # l r (and the a they keep): nothing in the folder may change, so
+    # SELECT opens it read-only with no permanent flags (as Dovecot).
     ok(m, b"SETACL Work owner lr")
     assert raw(m, b"MYRIGHTS Work")[0] == [b"* MYRIGHTS Work lra"]
-    ok(m, b"SELECT Work")
+    untagged, tagged = raw(m, b"SELECT Work")
+    assert tagged == b"OK [READ-ONLY] EXAMINE completed.", tagged  # Petrel's wording
+    assert b"* OK [PERMANENTFLAGS ()] Read-only mailbox." in untagged
+    ok(m, b"CLOSE")
+    # l r i: read-write, but only the rights given.
+    ok(m, b"SETACL Work owner lri")
+    untagged, tagged = raw(m, b"SELECT Work")
+    assert tagged == b"OK [READ-WRITE] SELECT completed.", tagged
+    assert b"* OK [PERMANENTFLAGS ()] Flags permitted." in untagged, untagged
     # FETCH works; without s the \Seen a BODY[] fetch sets is not kept.
     untagged, tagged = raw(m, b"FETCH 1 (BODY[] FLAGS)")
     assert tagged == b"OK FETCH completed." and b"\\Seen" not in b"".join(
         x for x in untagged if isinstance(x, bytes)), untagged
     for cmd in (b"STORE 1 +FLAGS (\\Flagged)", b"STORE 1 +FLAGS (\\Seen)",
                 b"STORE 1 +FLAGS (\\Deleted)", b"STORE 1 FLAGS ()", b"EXPUNGE",
-                b"UID EXPUNGE 1", b"COPY 1 Work", b"MOVE 1 INBOX"):
+                b"UID EXPUNGE 1", b"MOVE 1 INBOX"):
         assert raw(m, cmd)[1] == b"NO " + NOPERM, cmd
+    ok(m, b"SETACL Work owner lr")
+    assert raw(m, b"COPY 1 Work")[1] == b"NO " + NOPERM
     assert m.append("Work", None, None, MSG) == ("NO", [NOPERM])
     for cmd in (b"CREATE Work/Sub", b"DELETE Work", b"RENAME Work Other"):
         assert raw(m, cmd)[1] == b"NO " + NOPERM, cmd
@@ -193,7 +204,8 @@ def test_rights_checked_on_every_imap_command(acld, tmp_path):
 
     # Each right alone lets its own command through.
     ok(m, b"SETACL Work owner lrw")
-    ok(m, b"SELECT Work")
+    assert b"* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Draft \\*)] Flags permitted." in ok(
+        m, b"SELECT Work")
     ok(m, b"STORE 1 +FLAGS (\\Flagged)")
     assert raw(m, b"STORE 1 +FLAGS (\\Deleted)")[1] == b"NO " + NOPERM
     ok(m, b"SETACL Work owner lrwt")
