@@ -423,6 +423,10 @@ def test_api_acl_endpoints(acld, tmp_path):
     assert api(acld, "get", {**u, "root": True}) == (
         200, {"folder": "", "namespace": "personal", "root": True,
               "entries": [{"identifier": "user=bob", "rights": "l"}]})
+    # The root of a user who has no mail yet.
+    assert api(acld, "apply", {"user": "carol", "root": True, "identifier": "user=bob",
+                               "rights": "l"}) == (200, {"status": "ok"})
+    assert acl_file(tmp_path, "carol", "").read_text() == "user=bob l\n"
     # Errors: 404 for a missing folder (nothing written), 400 for bad input.
     assert api(acld, "get", {**u, "folder": "Nope"}) == (404, {"error": "folder not found"})
     assert api(acld, "set", {**u, "folder": "Nope", "entries": []})[0] == 404

@@ -63,6 +63,13 @@ static bool target_begin(struct storage_api *api, struct http_request *req, stru
         goto fail;
     }
     t->folder = folder;
+    if (root && t->sr.ns->type == NAMESPACE_PERSONAL) {
+        /* The root of a user who never had mail yet: opening INBOX makes
+         * it (as any first login does), so a root ACL can be written. */
+        struct mailbox *inbox = mailbox_open(t->sr.user, t->sr.ns, "INBOX", &err);
+        if (inbox != NULL)
+            mailbox_close(inbox);
+    }
     if (!acl_store_dir(t->sr.user, t->sr.ns, folder, &t->dir, &err)) {
         http_reply_petrel_error(req, &err);
         goto fail;
