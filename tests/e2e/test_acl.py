@@ -561,3 +561,17 @@ def test_list_myrights(acld, petreld, tmp_path):
     assert b"LIST-MYRIGHTS" not in ok(m, b"CAPABILITY")[0]
     assert raw(m, b'LIST "" "%" RETURN (MYRIGHTS)')[1].startswith(b"BAD")
     m.logout()
+
+
+def test_acl_commands_need_the_admin_right(acld, tmp_path):
+    m = login(acld)
+    ok(m, b"CREATE Team")
+    # The operator takes the owner's "a" away (IMAP would keep it).
+    assert api(acld, "set", {"user": "alice", "folder": "Team",
+                             "entries": [{"identifier": "owner", "rights": "lr"}]})[0] == 200
+    for cmd in (b"GETACL Team", b"SETACL Team bob l", b"DELETEACL Team bob",
+                b"LISTRIGHTS Team bob"):
+        assert raw(m, cmd) == (
+            [], b"NO [NOPERM] You lack administrator privileges on this mailbox."), cmd
+    assert raw(m, b"MYRIGHTS Team") == ([b"* MYRIGHTS Team lr"], b"OK Myrights completed.")
+    m.logout()
