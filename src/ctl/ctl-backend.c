@@ -49,6 +49,7 @@ static const struct area areas[] = {
     {"index", ctl_backend_storage, "index ...              dump, rebuild, optimize, cache-purge"},
     {"subscriptions", ctl_backend_storage, "subscriptions ...      list, add, remove, migrate"},
     {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
+    {"acl", ctl_backend_acl, "acl ...                get, set, delete, apply, materialise, my-rights, list-rights"},
     {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
     {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
     {"quota", ctl_backend_quota, "quota ...              show, recalc, clone list, clone get"},

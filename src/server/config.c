@@ -373,6 +373,9 @@ void config_print(const struct petrel_config *cfg, FILE *out)
         yaml_put_kv(out, "      ", "location", ns->location);
         fprintf(out, "      subscriptions: %s\n", ns->subscriptions ? "true" : "false");
     }
+    fprintf(out, "  acl:\n    enabled: %s\n    allow_anyone: %s\n    cache_secs: %lldms\n",
+            cfg->mail.acl.enabled ? "true" : "false", cfg->mail.acl.allow_anyone ? "true" : "false",
+            (long long)cfg->mail.acl.cache_ms);
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
     for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
         fprintf(out, "  %s: {driver: %s}  # driver options not shown\n",

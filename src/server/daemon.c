@@ -12,6 +12,7 @@
 #include "server/memory-trim.h"
 #include "server/privileges.h"
 #include "services/telemetry/telemetry.h"
+#include "storage/acl/acl-module.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #include "storage/quota/quota-module.h"
@@ -264,6 +265,12 @@ static void raise_fd_limit(const struct petrel_config *cfg)
 static bool register_storage_modules(struct petrel_context *ctx, struct mail_storage *storage,
                                      struct petrel_error *err)
 {
+    /* ACLs first: a folder the user may not use is refused before any
+     * other module (quota) counts anything for it. */
+    const struct mail_config *mail = &ctx->config->mail;
+    if (mail->acl.enabled &&
+        !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
+        return false;
     const struct quota_config *qcfg = &ctx->config->quota;
     if (qcfg->enabled || ctx->config->imap.imap_quota) {
         ctx->quota = quota_module_new(qcfg, ctx->base, ctx->metrics);

@@ -121,6 +121,23 @@ struct mail_storage_module {
      * (mail_user_unref brought its references to 0: an IMAP or POP3
      * session ended). */
     void (*user_released)(void *ctx, struct mail_user *user);
+    /* Opening for a purpose (mailbox_open_for; mailbox_open is READ),
+     * after the mailbox_open hooks. A folder the user may not see is
+     * refused as missing (NOT_FOUND), one they may see but not use so with
+     * PERMISSION. */
+    bool (*mailbox_open_for)(void *ctx, struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, enum mailbox_open_purpose purpose,
+                             struct petrel_error *err);
+
+    /* The rights this module leaves the user on a folder (RFC 4314 bits,
+     * storage/acl/acl-rights.h; ACL_ALL_RIGHTS for "no objection"); `box`
+     * is the open handle when there is one (a module may cache in it),
+     * else NULL. mail_folder_my_rights() and mailbox_my_rights() give the
+     * intersection over the modules. Never fails: a module that cannot
+     * tell (an unreadable ACL file) answers with the rights it is sure of,
+     * none at worst. */
+    uint32_t (*folder_rights)(void *ctx, struct mail_user *user, const struct namespace_config *ns,
+                              const char *name, struct mailbox *box);
 };
 
 /* How many modules one storage takes (the storage's own included). */

@@ -127,6 +127,10 @@ struct mail_storage_vfuncs {
     bool (*watch_is_native)(const struct mailbox_watch *watch);
     bool (*watch_lost)(struct mailbox_watch *watch);
     void (*watch_free)(struct mailbox_watch *watch);
+    /* The folder's own directory, where files about it live beside its
+     * messages (dovecot-acl): mail_folder_dir(). */
+    bool (*folder_dir)(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                       struct buf *out, struct petrel_error *err);
 };
 
 /* For a driver's message_open: the `size` bytes of the open file `fd`
@@ -175,6 +179,39 @@ struct mail_user {
     /* The userdb's quota rules and the quota module's state for this user
      * on this handle (quota-module.h); NULL until a front end sets them. */
     struct quota_user *quota;
+    /* A logged-in user (mail_user_get_session): storage modules check its
+     * rights (ACLs). The admin plane's users (mail_user_get) are not
+     * sessions and pass every check (document 1). Cached apart by this. */
+    bool session;
+    char **groups; /* the userdb's groups (ACL group= entries), NULL-terminated */
+    size_t group_count;
+    /* Rights a module (ACLs) worked out for folders by name (LIST, open,
+     * STATUS), kept for mail.acl.cache_secs; allocated on first use. A
+     * change of `rights_gen` (mail_user_rights_changed) voids these and
+     * the handles' caches. */
+    struct mail_user_rights *rights;
+    size_t rights_next; /* the slot to reuse next (round robin) */
+    uint64_t rights_gen;
+};
+
+#define MAIL_USER_RIGHTS_CACHED 32
+struct mail_user_rights {
+    const struct namespace_config *ns;
+    char *name; /* NULL: free slot */
+    uint32_t rights;
+    int64_t checked_ms;
+    uint64_t gen;
+};
+
+/* What a storage module (ACLs) keeps about one handle: the rights it
+ * worked out, and when and against which file state. */
+struct mailbox_rights_cache {
+    bool valid;
+    uint32_t rights;
+    int64_t checked_ms; /* monotonic */
+    uint64_t stamp;     /* of the ACL file it read (inode, size, mtime) */
+    uint64_t gen;       /* the user's rights_gen it was worked out under */
+    bool stamped;       /* `stamp` known (false: taken from the user's cache by name) */
 };
 
 /* The first member of every driver's struct mailbox. */
@@ -182,6 +219,8 @@ struct mailbox_common {
     struct mail_user *user;
     const struct namespace_config *ns;
     char *name; /* as opened ("INBOX" for the inbox) */
+    enum mailbox_open_purpose purpose; /* set by mailbox_open_for() */
+    struct mailbox_rights_cache rights;
     bool delivery; /* saves here are inbound deliveries (mailbox_set_delivery) */
 };
 

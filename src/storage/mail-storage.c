@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "storage/quota/quota-module.h"
+#include "storage/acl/acl-rights.h"
 #include "storage/special-use.h"
 
 #include <stdlib.h>
@@ -99,9 +100,22 @@ bool mail_storage_module_register(struct mail_storage *storage,
     return true;
 }
 
+static void user_groups_free(struct mail_user *u)
+{
+    for (size_t i = 0; i < u->group_count; i++)
+        free(u->groups[i]);
+    free(u->groups);
+    u->groups = NULL;
+    u->group_count = 0;
+}
+
 static void user_free(struct mail_user *u)
 {
     quota_user_free(u->quota);
+    user_groups_free(u);
+    for (size_t i = 0; u->rights != NULL && i < MAIL_USER_RIGHTS_CACHED; i++)
+        free(u->rights[i].name);
+    free(u->rights);
     free(u->name);
     free(u->home);
     free(u);
@@ -125,13 +139,13 @@ const struct mail_config *mail_storage_config(const struct mail_storage *storage
 
 /* ---------- users ---------- */
 
-struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
-                                struct petrel_error *err)
+static struct mail_user *user_get(struct mail_storage *storage, const char *username, bool session,
+                                  struct petrel_error *err)
 {
     if (!user_name_valid(username, USER_NAME_MAX, err))
         return NULL;
     for (size_t i = 0; i < storage->user_count; i++) {
-        if (strcmp(storage->users[i]->name, username) == 0)
+        if (storage->users[i]->session == session && strcmp(storage->users[i]->name, username) == 0)
             return storage->users[i];
     }
     struct buf home = {0};
@@ -157,10 +171,50 @@ struct mail_user *mail_user_get(struct mail_storage *storage, const char *userna
     u->storage = storage;
     u->name = xstrdup(username);
     u->home = buf_steal(&home);
+    u->session = session;
     storage->users =
         xgrow(storage->users, &storage->user_cap, storage->user_count + 1, sizeof(*storage->users));
     storage->users[storage->user_count++] = u;
     return u;
+}
+
+struct mail_user *mail_user_get(struct mail_storage *storage, const char *username,
+                                struct petrel_error *err)
+{
+    return user_get(storage, username, false, err);
+}
+
+struct mail_user *mail_user_get_session(struct mail_storage *storage, const char *username,
+                                        const char *const *groups, struct petrel_error *err)
+{
+    struct mail_user *u = user_get(storage, username, true, err);
+    if (u == NULL)
+        return NULL;
+    user_groups_free(u);
+    size_t n = 0;
+    while (groups != NULL && groups[n] != NULL)
+        n++;
+    u->groups = xcalloc(n + 1, sizeof(*u->groups));
+    for (size_t i = 0; i < n; i++)
+        u->groups[i] = xstrdup(groups[i]);
+    u->group_count = n;
+    return u;
+}
+
+void mail_user_rights_changed(struct mail_user *user)
+{
+    user->rights_gen++;
+}
+
+bool mail_user_is_session(const struct mail_user *user)
+{
+    return user->session;
+}
+
+const char *const *mail_user_groups(const struct mail_user *user, size_t *count)
+{
+    *count = user->group_count;
+    return (const char *const *)user->groups;
 }
 
 void mail_user_ref(struct mail_user *user)
@@ -349,10 +403,44 @@ bool mail_folder_rename(struct mail_user *user, const struct namespace_config *n
     return true;
 }
 
+bool mail_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                     struct buf *out, struct petrel_error *err)
+{
+    return user->storage->v->folder_dir(user, ns, name, out, err);
+}
+
+/* ---------- rights ---------- */
+
+static uint32_t module_rights(struct mail_user *user, const struct namespace_config *ns,
+                              const char *name, struct mailbox *box)
+{
+    struct mail_storage *st = user->storage;
+    uint32_t rights = ACL_ALL_RIGHTS;
+    for (size_t i = 0; i < st->module_count; i++) {
+        const struct mail_storage_module_entry *e = &st->modules[i];
+        if (e->module->folder_rights != NULL)
+            rights &= e->module->folder_rights(e->ctx, user, ns, name, box);
+    }
+    return rights;
+}
+
+uint32_t mail_folder_my_rights(struct mail_user *user, const struct namespace_config *ns,
+                               const char *name)
+{
+    return module_rights(user, ns, name, NULL);
+}
+
+uint32_t mailbox_my_rights(struct mailbox *box)
+{
+    const struct mailbox_common *c = mailbox_common(box);
+    return module_rights(c->user, c->ns, c->name, box);
+}
+
 /* ---------- one folder ---------- */
 
-struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
-                             const char *name, struct petrel_error *err)
+struct mailbox *mailbox_open_for(struct mail_user *user, const struct namespace_config *ns,
+                                 const char *name, enum mailbox_open_purpose purpose,
+                                 struct petrel_error *err)
 {
     struct mail_storage *st = user->storage;
     for (size_t i = 0; i < st->module_count; i++) {
@@ -363,7 +451,24 @@ struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_conf
             return NULL;
         }
     }
-    return st->v->mailbox_open(user, ns, name, err);
+    for (size_t i = 0; i < st->module_count; i++) {
+        const struct mail_storage_module_entry *e = &st->modules[i];
+        if (e->module->mailbox_open_for != NULL &&
+            !e->module->mailbox_open_for(e->ctx, user, ns, name, purpose, err)) {
+            veto_text(err);
+            return NULL;
+        }
+    }
+    struct mailbox *box = st->v->mailbox_open(user, ns, name, err);
+    if (box != NULL)
+        mailbox_common(box)->purpose = purpose;
+    return box;
+}
+
+struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
+                             const char *name, struct petrel_error *err)
+{
+    return mailbox_open_for(user, ns, name, MAILBOX_OPEN_READ, err);
 }
 
 const char *mailbox_name(const struct mailbox *box)

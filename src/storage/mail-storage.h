@@ -58,6 +58,16 @@ void mail_user_unref(struct mail_user *user);
 const char *mail_user_name(const struct mail_user *user);
 struct mail_storage *mail_user_storage(const struct mail_user *user);
 const char *mail_user_home(const struct mail_user *user);
+/* The user of a logged-in session (IMAP, POP3, LMTP): the same owner as
+ * mail_user_get() but held apart from the admin plane's, because storage
+ * modules check a session's rights (ACLs) and let the admin plane pass
+ * (document 1). `groups` (NULL-terminated or NULL) are the userdb's, for
+ * ACL group= entries; each login sets them again (the userdb's latest). */
+struct mail_user *mail_user_get_session(struct mail_storage *storage, const char *username,
+                                        const char *const *groups, struct petrel_error *err);
+/* Whether the user is a session's (rights are checked) and its groups. */
+bool mail_user_is_session(const struct mail_user *user);
+const char *const *mail_user_groups(const struct mail_user *user, size_t *count);
 /* The resolved root directory of namespace `ns` for this user. */
 bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
                               struct buf *out, struct petrel_error *err);
@@ -104,10 +114,48 @@ bool mail_folder_delete(struct mail_user *user, const struct namespace_config *n
 bool mail_folder_rename(struct mail_user *user, const struct namespace_config *ns,
                         const char *old_name, const char *new_name, struct petrel_error *err);
 
+/* The folder's own directory (its messages, index and files such as
+ * dovecot-acl live there; INBOX's is the namespace root's in maildir). */
+bool mail_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                     struct buf *out, struct petrel_error *err);
+
+/* ---------- access rights (storage/acl/acl-rights.h bits) ---------- */
+
+/* The rights the storage modules give the user on a folder, as RFC 4314
+ * bits (ACL_LOOKUP, ACL_READ, ...): every right (ACL_ALL_RIGHTS) when no
+ * module restricts (ACLs off, the admin plane). A folder without
+ * ACL_LOOKUP is one the user must not learn exists. `name` "" is the
+ * namespace root. For other modules (METADATA's shared entries) and the
+ * front ends (IMAP MYRIGHTS, LIST). Cheap: a stat per call when nothing
+ * changed. */
+uint32_t mail_folder_my_rights(struct mail_user *user, const struct namespace_config *ns,
+                               const char *name);
+/* The same for an open handle, cached in it (re-checked against the ACL
+ * file at most every mail.acl.cache_secs). */
+uint32_t mailbox_my_rights(struct mailbox *box);
+/* Rights worked out for `user` (by name and in its handles) are stale: an
+ * ACL was changed through this user (IMAP SETACL), so its next check reads
+ * the files again instead of waiting for mail.acl.cache_secs. */
+void mail_user_rights_changed(struct mail_user *user);
+
 /* ---------- one folder ---------- */
 
+/* What a folder is opened for: the right an ACL asks of the opener. */
+enum mailbox_open_purpose {
+    MAILBOX_OPEN_READ, /* SELECT, EXAMINE, STATUS, reading (RFC 4314 r) */
+    MAILBOX_OPEN_SAVE, /* APPEND, COPY or MOVE into (i) */
+    MAILBOX_OPEN_POST, /* delivery, LMTP (p; the owner's i will do) */
+};
+
+/* mailbox_open_for(..., MAILBOX_OPEN_READ). */
 struct mailbox *mailbox_open(struct mail_user *user, const struct namespace_config *ns,
                              const char *name, struct petrel_error *err);
+/* Opens for `purpose`: a module may refuse (PERMISSION; NOT_FOUND, as for
+ * a missing folder, when the user may not even see it). The handle keeps
+ * the purpose: its saves are checked for the same right. */
+struct mailbox *mailbox_open_for(struct mail_user *user, const struct namespace_config *ns,
+                                 const char *name, enum mailbox_open_purpose purpose,
+                                 struct petrel_error *err);
 void mailbox_close(struct mailbox *box);
 const char *mailbox_name(const struct mailbox *box);
 /* The user whose folder this is (the handle holds a reference to it). */

@@ -149,7 +149,7 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
 bool mail_config_read(const char *file, const struct ynode *section, struct mail_config *out,
                       struct petrel_error *err)
 {
-    static const char *const keys[] = {"home", "fsync", "special_use", "namespaces", NULL};
+    static const char *const keys[] = {"home", "fsync", "special_use", "namespaces", "acl", NULL};
     struct cfg_ctx ctx = {.file = file, .err = err};
     memset(out, 0, sizeof(*out));
     out->home = xstrdup("./var/mail/%u");
@@ -204,6 +204,18 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                                                   {"Archive", "\\Archive"}};
         for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++)
             add_special_use(out, defaults[i][0], defaults[i][1]);
+    }
+    out->acl.cache_ms = 1000;
+    const struct ynode *acl = ynode_get(section, "acl");
+    if (acl != NULL) {
+        static const char *const acl_keys[] = {"enabled", "cache_secs", "allow_anyone", NULL};
+        if (!cfg_expect_map(&ctx, acl, "mail.acl") ||
+            !cfg_check_keys(&ctx, acl, "mail.acl", acl_keys) ||
+            !cfg_bool(&ctx, acl, "mail.acl", "enabled", &out->acl.enabled) ||
+            !cfg_bool(&ctx, acl, "mail.acl", "allow_anyone", &out->acl.allow_anyone) ||
+            !cfg_duration_ms(&ctx, acl, "mail.acl", "cache_secs", 0, 3600 * 1000,
+                             &out->acl.cache_ms))
+            goto fail;
     }
     const struct ynode *nss = ynode_get(section, "namespaces");
     if (nss != NULL && nss->type != YNODE_SEQ) {

@@ -11,6 +11,10 @@
  *         separator: "/"
  *         location: maildir:%h/Maildir # %h the user's home, %u, %n, %d
  *         subscriptions: true
+ *     acl:                             # RFC 4314 ACLs (storage/acl/acl-module.h)
+ *       enabled: false
+ *       cache_secs: 1                  # how stale a handle's rights may get
+ *       allow_anyone: false            # IMAP SETACL to anyone/authenticated
  *
  * A namespace is addressed by its slug, derived from the prefix and never
  * from the type: the namespace with an empty prefix is `personal`; "Public/"
@@ -25,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum namespace_type { NAMESPACE_PERSONAL, NAMESPACE_SHARED, NAMESPACE_PUBLIC };
 
@@ -43,6 +48,13 @@ struct special_use_default {
     char *attr; /* "\Drafts" ... */
 };
 
+/* mail.acl (docs/acl.md). */
+struct mail_acl_config {
+    bool enabled;
+    bool allow_anyone; /* SETACL may grant to "anyone"/"authenticated" (Dovecot's acl_anyone) */
+    int64_t cache_ms;  /* a handle re-checks its ACL file at most this often */
+};
+
 struct mail_config {
     char *home;
     int fsync; /* enum fileindex_fsync */
@@ -50,6 +62,7 @@ struct mail_config {
     size_t namespace_count;
     struct special_use_default *special_use;
     size_t special_use_count;
+    struct mail_acl_config acl;
 };
 
 /* Reads the `mail:` section (NULL = defaults: home ./var/mail/%u, one

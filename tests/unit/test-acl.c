@@ -169,6 +169,11 @@ static void test_effective_rights(void **state)
     assert_true(acl_list_modify(&l, &own, rights("lr"), ACL_MODIFY_REPLACE));
     assert_int_equal(acl_list_rights(&l, &owner), rights("lr"));
     assert_true(acl_list_modify(&l, &own, 0, ACL_MODIFY_REPLACE));
+    /* an entry naming the owner by name replaces their implicit rights too */
+    struct acl_id olga = id("user=olga");
+    assert_true(acl_list_modify(&l, &olga, rights("lra"), ACL_MODIFY_REPLACE));
+    assert_int_equal(acl_list_rights(&l, &owner), rights("lra"));
+    assert_true(acl_list_remove(&l, &olga));
     assert_true(acl_list_modify(&l, &nany, rights("x"), ACL_MODIFY_REPLACE));
     assert_int_equal(acl_list_rights(&l, &owner), ACL_ALL_RIGHTS & ~ACL_DELETE);
     /* group-override decides alone when it matches */

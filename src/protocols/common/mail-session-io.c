@@ -467,11 +467,11 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
 
 enum mail_session_login mail_session_io_login(struct mail_session_io *io,
                                               struct mail_storage *storage, const char *username,
-                                              struct mail_user **user)
+                                              const char *const *groups, struct mail_user **user)
 {
     const char *component = mail_listeners_params(io->listeners)->component;
     struct petrel_error err;
-    *user = mail_user_get(storage, username, &err);
+    *user = mail_user_get_session(storage, username, groups, &err);
     if (*user == NULL) {
         log_warn(component, "login refused by storage", "session=%s error=\"%s\"", io->id,
                  err.message);

@@ -186,12 +186,13 @@ enum mail_session_login {
     MAIL_SESSION_LOGIN_REFUSED,  /* the storage cannot serve the name (logged) */
     MAIL_SESSION_LOGIN_TOO_MANY, /* max_connections_per_user reached (logged) */
 };
-/* Admits `username` (canonical form): the storage's user (borrowed; take a
- * reference to keep it) in *user, and the session counted for the user,
- * whose name io->username then holds. */
+/* Admits `username` (canonical form): the storage's session user
+ * (borrowed; take a reference to keep it; `groups` from the userdb, for
+ * ACLs, NULL-terminated or NULL) in *user, and the session counted for the
+ * user, whose name io->username then holds. */
 enum mail_session_login mail_session_io_login(struct mail_session_io *io,
                                               struct mail_storage *storage, const char *username,
-                                              struct mail_user **user);
+                                              const char *const *groups, struct mail_user **user);
 /* The user leaves (IMAP LOGOUT, POP3 QUIT), before the protocol replies:
  * the per-user count and the warden registration are released now, so a
  * client that has seen the reply can log in again at once (the connection

@@ -19,6 +19,9 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
     /* RFC 9208, after login as Dovecot's quota plugin announces it. */
     if (s->state != IMAP_STATE_NOT_AUTHENTICATED && ctx->cfg->imap_quota)
         buf_append_str(out, " QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE");
+    /* After login, as Dovecot's imap_acl plugin announces them. */
+    if (s->user != NULL && mail_storage_config(mail_user_storage(s->user))->acl.enabled)
+        buf_append_str(out, " ACL RIGHTS=texk LIST-MYRIGHTS");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

@@ -73,7 +73,8 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
     s->sasl_waiting_client = false;
     s->auth_sasl = false;
     if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
-        if (!imap_session_login(s, r->user)) {
+        if (!imap_session_login(
+                s, r->user, r->userdb != NULL ? (const char *const *)r->userdb->groups : NULL)) {
             count_login(s, "refused");
             imap_reply_no(s, "[UNAVAILABLE] Cannot serve this account now; try again later.");
             return;

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/utf8.h"
 #include "core/xalloc.h"
+#include "storage/acl/acl-rights.h"
 #include "storage/mailbox-name.h"
 #include "storage/special-use.h"
 #include "storage/subscription-store.h"
@@ -377,6 +378,7 @@ struct list_query {
     bool recursive_match;
     bool ret_subscribed;
     bool ret_children;
+    bool ret_myrights; /* RFC 8440 LIST-MYRIGHTS (with ACLs only) */
     const struct imap_arg *status_items; /* RETURN (STATUS (...)), else NULL */
     bool status_want_size;
     char **patterns; /* full-name patterns (reference joined), UTF-8 */
@@ -525,6 +527,18 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
         err.code != PETREL_ERR_NOT_FOUND)
         log_warn(IMAP_COMPONENT, "LIST-STATUS failed", "session=%s error=\"%s\"", o->s->io.id,
                  err.message);
+    /* RFC 8440 2: after the folder's LIST (and STATUS), for a folder that
+     * exists and is selected by the pattern. */
+    if (q->ret_myrights && selected && exists) {
+        char letters[14];
+        struct buf mr = {0};
+        buf_append_str(&mr, "* MYRIGHTS ");
+        append_wire_name(&mr, o->s, n->ns, name);
+        buf_printf(&mr, " %s\r\n",
+                   acl_rights_str(mail_folder_my_rights(o->s->user, n->ns, name), true, letters));
+        imap_send_raw(o->s, mr.data, mr.len);
+        buf_free(&mr);
+    }
 }
 
 /* Lists the folders of one namespace. The candidates are the existing
@@ -539,6 +553,16 @@ static bool list_namespace(struct list_out *o, const struct namespace_config *ns
     struct list_ns n = {.ns = ns, .special_use = special_use};
     if (!mail_folder_list(o->s->user, ns, &n.names, &n.count, err))
         return false;
+    /* A folder the ACL does not let the user look up is left out here, so
+     * every later step treats it as a folder that is not there. */
+    size_t kept = 0;
+    for (size_t i = 0; i < n.count; i++) {
+        if ((mail_folder_my_rights(o->s->user, ns, n.names[i]) & ACL_LOOKUP) != 0)
+            n.names[kept++] = n.names[i];
+        else
+            free(n.names[i]);
+    }
+    n.count = kept;
     bool need_subs = q->sel_subscribed || q->ret_subscribed;
     if (need_subs && !mail_subscriptions_list(o->s->user, ns, &n.subs, &n.sub_count, err)) {
         mail_folder_list_free(n.names, n.count);
@@ -614,6 +638,8 @@ static bool list_return_options(const struct imap_arg *opts, struct list_query *
             q->ret_subscribed = true;
         } else if (imap_arg_atom_equals(o, "CHILDREN")) {
             q->ret_children = true;
+        } else if (imap_arg_atom_equals(o, "MYRIGHTS")) {
+            q->ret_myrights = true;
         } else if (imap_arg_atom_equals(o, "STATUS")) {
             if (i + 1 >= opts->count || q->status_items != NULL ||
                 !status_items_check(&opts->list[i + 1], &q->status_want_size))
@@ -671,7 +697,8 @@ static bool list_parse(struct imap_session *s, const struct imap_command *cmd, s
             imap_reply_bad(s, "LIST takes RETURN (options) after the mailbox pattern.");
             return false;
         }
-        if (!list_return_options(&args[i + 1], q)) {
+        if (!list_return_options(&args[i + 1], q) ||
+            (q->ret_myrights && !mail_cfg(s)->acl.enabled)) {
             imap_reply_bad(s, "Unknown or malformed LIST return option.");
             return false;
         }

@@ -12,6 +12,7 @@
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-fetch-items.h"
 #include "protocols/imap/imap-literal-spool.h"
+#include "storage/acl/acl-rights.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-section.h"
 #include "protocols/imap/imap-seqset.h"
@@ -755,7 +756,10 @@ static void do_fetch(struct imap_session *s, const struct imap_command *cmd,
     }
     /* Non-PEEK body items set \Seen first, so the FLAGS sent are current. */
     bool seen_changed = false;
-    if (imap_fetch_items_set_seen(&items) && !s->readonly && count > 0) {
+    /* Without the ACL's s right the flag is not kept (RFC 4314 4: no
+     * error; the FETCH goes on as a PEEK would). */
+    if (imap_fetch_items_set_seen(&items) && !s->readonly && count > 0 &&
+        (mailbox_my_rights(s->box) & ACL_WRITE_SEEN) != 0) {
         struct mailbox_flags_update upd = {MAILBOX_FLAGS_ADD, MAIL_FLAG_SEEN, NULL, 0};
         struct mailbox_flags_result *res = NULL;
         size_t res_count = 0;
@@ -1007,7 +1011,7 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         return;
     }
     struct petrel_error err;
-    struct mailbox *dst = mailbox_open(s->user, ns, name, &err);
+    struct mailbox *dst = mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
     free(name);
     if (dst == NULL) {
         free(uids);
@@ -1157,7 +1161,8 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     /* Appending to the selected folder goes through its open handle: a
      * second open would read the index and replay its log again. */
     bool selected = s->box != NULL && mailbox_is(s->box, ns, name);
-    struct mailbox *box = selected ? s->box : mailbox_open(s->user, ns, name, &err);
+    struct mailbox *box =
+        selected ? s->box : mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
     free(name);
     if (box == NULL) {
         if (err.code == PETREL_ERR_NOT_FOUND)

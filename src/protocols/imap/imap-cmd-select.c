@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-qresync.h"
+#include "storage/acl/acl-rights.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -223,15 +224,29 @@ void imap_selected_send_flags(struct imap_session *s)
     if (s->readonly) {
         buf_append_str(&line, "* OK [PERMANENTFLAGS ()] Read-only mailbox.\r\n");
     } else {
-        buf_append_str(&line,
-                       "* OK [PERMANENTFLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft");
-        for (unsigned k = 0; k < 32; k++) {
+        /* Only the flags the ACL lets this user keep (as Dovecot): \\Seen
+         * with s, \\Deleted with t, the others and keywords with w. */
+        uint32_t rights = mailbox_my_rights(s->box);
+        bool w = (rights & ACL_WRITE) != 0;
+        struct buf perm = {0};
+        if (w)
+            buf_append_str(&perm, " \\Answered \\Flagged");
+        if ((rights & ACL_WRITE_DELETED) != 0)
+            buf_append_str(&perm, " \\Deleted");
+        if ((rights & ACL_WRITE_SEEN) != 0)
+            buf_append_str(&perm, " \\Seen");
+        if (w)
+            buf_append_str(&perm, " \\Draft");
+        for (unsigned k = 0; w && k < 32; k++) {
             const char *name = mailbox_view_keyword_name(s->view, k);
             if (name != NULL)
-                buf_printf(&line, " %s", name);
+                buf_printf(&perm, " %s", name);
         }
-        buf_append_str(&line, st.keywords_creatable ? " \\*)] Flags permitted.\r\n"
-                                                    : ")] Flags permitted.\r\n");
+        if (w && st.keywords_creatable)
+            buf_append_str(&perm, " \\*");
+        buf_printf(&line, "* OK [PERMANENTFLAGS (%s)] Flags permitted.\r\n",
+                   perm.len > 0 ? buf_cstr(&perm) + 1 : "");
+        buf_free(&perm);
     }
     imap_send_raw(s, line.data, line.len);
     buf_free(&line);
@@ -470,6 +485,11 @@ static void select_common(struct imap_session *s, const struct imap_command *cmd
     /* A folder the server may not write opens read-only, as for EXAMINE
      * (RFC 3501 allows SELECT to answer [READ-ONLY]). */
     readonly = readonly || mailbox_is_read_only(box);
+    /* So does one whose ACL gives no right to change anything in it
+     * (Dovecot's rule): the client shows it read-only. */
+    if ((mailbox_my_rights(box) & (ACL_INSERT | ACL_EXPUNGE | ACL_WRITE | ACL_WRITE_DELETED |
+                                   ACL_WRITE_SEEN)) == 0)
+        readonly = true;
     s->box = box;
     s->view = view;
     s->readonly = readonly;

@@ -156,8 +156,8 @@ void imap_session_close_after_output(struct imap_session *s);
 void imap_capabilities(const struct imap_session *s, struct buf *out);
 /* Marks the session authenticated as `username` (canonical form). False
  * with a NO sent when the user cannot be served (storage refuses the name,
- * too many sessions). */
-bool imap_session_login(struct imap_session *s, const char *username);
+ * too many sessions). `groups`: the userdb's (ACLs), may be NULL. */
+bool imap_session_login(struct imap_session *s, const char *username, const char *const *groups);
 /* Writes `text` as an IMAP string (quoted when safe, else a literal). */
 void imap_append_string(struct buf *out, const char *text, size_t len);
 /* The same for a session that enabled UTF8=ACCEPT: valid UTF-8 goes in a
@@ -187,6 +187,7 @@ extern const struct imap_command_def imap_commands_mailbox[]; /* imap-cmd-mailbo
 extern const struct imap_command_def imap_commands_select[];  /* imap-cmd-select.c */
 extern const struct imap_command_def imap_commands_message[]; /* imap-cmd-message.c */
 extern const struct imap_command_def imap_commands_search[];  /* imap-cmd-search.c */
+extern const struct imap_command_def imap_commands_acl[];     /* imap-cmd-acl.c */
 /* A FETCH waiting for the output (s->fetch): produces the next messages,
  * and ends the command with its tagged reply once all are out. */
 void imap_fetch_continue(struct imap_session *s);

@@ -28,6 +28,7 @@ static const struct imap_command_def *const command_tables[] = {
     imap_commands_any,     imap_commands_login,  imap_commands_mailbox, imap_commands_select,
     imap_commands_message, imap_commands_search, imap_commands_sort,    imap_commands_context,
     imap_commands_quota,
+    imap_commands_acl,
 };
 
 /* ---------- output ---------- */
@@ -472,11 +473,12 @@ static void session_timeout(void *arg)
     imap_session_close_after_output(s);
 }
 
-bool imap_session_login(struct imap_session *s, const char *username)
+bool imap_session_login(struct imap_session *s, const char *username, const char *const *groups)
 {
     const struct imap_server_ctx *ctx = s->ctx;
     struct mail_user *user;
-    if (mail_session_io_login(&s->io, ctx->storage, username, &user) != MAIL_SESSION_LOGIN_OK)
+    if (mail_session_io_login(&s->io, ctx->storage, username, groups, &user) !=
+        MAIL_SESSION_LOGIN_OK)
         return false;
     s->user = user;
     mail_user_ref(user);

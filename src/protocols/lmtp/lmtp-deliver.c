@@ -44,11 +44,15 @@ static struct mailbox *open_target(struct lmtp_folder_cache *folders, struct mai
         struct mailbox *box = lmtp_folder_cache_get(folders, user, ns, detail, &ferr);
         if (box != NULL)
             return box;
-        if (ferr.code != PETREL_ERR_NOT_FOUND && ferr.code != PETREL_ERR_INVALID) {
+        /* An ACL without the right to post: INBOX, as Dovecot's
+         * lmtp_save_to_detail_mailbox falls back (a refusal for
+         * the file system's reasons, sys_errno set, stays an error). */
+        if (ferr.code != PETREL_ERR_NOT_FOUND && ferr.code != PETREL_ERR_INVALID &&
+            !(ferr.code == PETREL_ERR_PERMISSION && ferr.sys_errno == 0)) {
             *err = ferr;
             return NULL;
         }
-        /* gone meanwhile, or a name the storage refuses: INBOX */
+        /* gone meanwhile, a name the storage refuses, no right: INBOX */
     }
     return lmtp_folder_cache_get(folders, user, ns, "INBOX", err);
 }
@@ -60,7 +64,8 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     petrel_error_clear(&r->err);
-    struct mail_user *user = mail_user_get(storage, r->username, &r->err);
+    /* Delivered as the recipient's own session: their ACLs apply. */
+    struct mail_user *user = mail_user_get_session(storage, r->username, NULL, &r->err);
     if (user != NULL)
         quota_user_set(user, r->quota_rule); /* this delivery's userdb answer */
     struct mailbox *box = user != NULL ? open_target(folders, user, r->detail, &r->err) : NULL;

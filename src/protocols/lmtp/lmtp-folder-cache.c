@@ -81,7 +81,7 @@ struct mailbox *lmtp_folder_cache_get(struct lmtp_folder_cache *cache, struct ma
         entry_close(&found);
         break;
     }
-    return mailbox_open(user, ns, name, err);
+    return mailbox_open_for(user, ns, name, MAILBOX_OPEN_POST, err);
 }
 
 void lmtp_folder_cache_put(struct lmtp_folder_cache *cache, struct mailbox *box, bool healthy)

@@ -64,7 +64,8 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
     s->auth_req = NULL;
     s->sasl_waiting_client = false;
     if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
-        if (!pop3_session_login(s, r->user)) {
+        if (!pop3_session_login(
+                s, r->user, r->userdb != NULL ? (const char *const *)r->userdb->groups : NULL)) {
             count_login(s, "refused");
             return;
         }

@@ -150,7 +150,7 @@ void pop3_session_close_after_output(struct pop3_session *s);
 /* Enters the TRANSACTION state as `username` (canonical form): opens the
  * INBOX and takes the maildrop snapshot. False with an -ERR sent (the
  * session stays in AUTHORIZATION) when the user cannot be served. */
-bool pop3_session_login(struct pop3_session *s, const char *username);
+bool pop3_session_login(struct pop3_session *s, const char *username, const char *const *groups);
 
 /* ---------- the maildrop (pop3-maildrop.c) ---------- */
 

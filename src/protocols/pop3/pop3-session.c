@@ -377,11 +377,11 @@ void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
 
 /* ---------- login ---------- */
 
-bool pop3_session_login(struct pop3_session *s, const char *username)
+bool pop3_session_login(struct pop3_session *s, const char *username, const char *const *groups)
 {
     const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
     struct mail_user *user;
-    switch (mail_session_io_login(&s->io, ctx->storage, username, &user)) {
+    switch (mail_session_io_login(&s->io, ctx->storage, username, groups, &user)) {
     case MAIL_SESSION_LOGIN_OK:
         break;
     case MAIL_SESSION_LOGIN_REFUSED:

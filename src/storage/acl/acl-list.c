@@ -217,7 +217,11 @@ uint32_t acl_list_rights(const struct acl_list *list, const struct acl_identity 
     bool override = false, owner_entry = false;
     for (size_t i = 0; i < list->count; i++) {
         const struct acl_entry *e = &list->entries[i];
-        if (e->id.kind == ACL_ID_OWNER && !e->id.negative)
+        /* An entry naming the owner, as "owner" or by name, replaces
+         * their implicit rights (Dovecot 2.3 does the same). */
+        if (!e->id.negative && who->user != NULL && who->owner &&
+            (e->id.kind == ACL_ID_OWNER ||
+             (e->id.kind == ACL_ID_USER && strcmp(e->id.name, who->user) == 0)))
             owner_entry = true;
         if (!matches(&e->id, who))
             continue;

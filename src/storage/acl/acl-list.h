@@ -99,8 +99,8 @@ void acl_list_free(struct acl_list *list);
 /* The rights `who` has on a folder with this list: the union of the
  * positive entries that match minus the union of the negative ones (RFC
  * 4314 section 2). The owner of a personal folder has every right unless
- * an "owner" entry says otherwise. Matching group-override entries, when
- * there are any, decide alone. */
+ * an "owner" entry or a user= entry with their name says otherwise. Matching group-override
+ * entries, when there are any, decide alone. */
 uint32_t acl_list_rights(const struct acl_list *list, const struct acl_identity *who);
 
 #endif

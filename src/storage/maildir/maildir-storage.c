@@ -461,4 +461,5 @@ const struct mail_storage_vfuncs maildir_storage_vfuncs = {
     .watch_is_native = maildir_watch_is_native,
     .watch_lost = maildir_watch_lost,
     .watch_free = maildir_watch_free,
+    .folder_dir = maildir_folder_dir,
 };

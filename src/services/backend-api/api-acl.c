@@ -1,0 +1,488 @@
+/* /api/backend/acl/{get,set,delete,apply,materialise,my-rights,list-rights}
+ * (document 1 "ACL", DECISIONS.md): the folders' dovecot-acl files through
+ * storage/acl/acl-store.h. Admin plane: no ACL is checked here (document 1
+ * "Folder operations are admin-path operations"). Writes go through
+ * acl_store_update(), under the ACL's lock, so a concurrent IMAP SETACL or
+ * another apply is never lost.
+ *
+ * Entries in JSON: {"identifier": "user=bob" | "-group=staff" | "owner" |
+ * "anyone" | "authenticated", "rights": "lr"}; rights are answered in RFC
+ * 4314's canonical order with the virtual c and d; an unknown letter or
+ * identifier answers 400. `root: true` addresses the namespace root (no
+ * folder with it: 400); a named folder that does not exist answers 404
+ * "folder not found" and nothing is written. */
+#include "services/backend-api/api-storage.h"
+#include "services/backend-api/backend-api.h"
+
+#include "core/json-util.h"
+#include "storage/acl/acl-module.h"
+#include "storage/acl/acl-rights.h"
+#include "storage/acl/acl-store.h"
+#include "storage/mailbox-name.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The addressed place: a folder or the root (folder ""), its directory. */
+struct acl_target {
+    struct storage_request sr;
+    const char *folder; /* "" for the root */
+    bool root;
+    struct buf dir; /* NUL-terminated */
+};
+
+static bool target_begin(struct storage_api *api, struct http_request *req, struct acl_target *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (!storage_request_begin(api, req, STORAGE_FOLDER_OPTIONAL, &t->sr))
+        return false;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    bool root = false;
+    if (!json_get_bool(t->sr.body, "root", false, &root, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto fail;
+    }
+    t->root = root;
+    const char *folder = t->sr.folder != NULL ? t->sr.folder : "";
+    if (root && folder[0] != '\0') {
+        http_reply_error(req, 400, "conflicting fields: root addresses no folder");
+        goto fail;
+    }
+    if (!root && folder[0] == '\0') {
+        http_reply_error(req, 400, "folder is required");
+        goto fail;
+    }
+    if (!root && !mailbox_name_is_inbox(folder) &&
+        !mailbox_name_validate(folder, t->sr.ns->separator, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto fail;
+    }
+    if (!root && !mail_folder_exists(t->sr.user, t->sr.ns, folder)) {
+        http_reply_error(req, 404, "folder not found");
+        goto fail;
+    }
+    t->folder = folder;
+    if (root && t->sr.ns->type == NAMESPACE_PERSONAL) {
+        /* The root of a user who never had mail yet: opening INBOX makes
+         * it (as any first login does), so a root ACL can be written. */
+        struct mailbox *inbox = mailbox_open(t->sr.user, t->sr.ns, "INBOX", &err);
+        if (inbox != NULL)
+            mailbox_close(inbox);
+    }
+    if (!acl_store_dir(t->sr.user, t->sr.ns, folder, &t->dir, &err)) {
+        http_reply_petrel_error(req, &err);
+        goto fail;
+    }
+    buf_append_char(&t->dir, '\0');
+    return true;
+fail:
+    storage_request_end(&t->sr);
+    buf_free(&t->dir);
+    return false;
+}
+
+static void target_end(struct acl_target *t)
+{
+    storage_request_end(&t->sr);
+    buf_free(&t->dir);
+}
+
+static json_t *rights_json(uint32_t rights)
+{
+    char letters[14];
+    return json_string(acl_rights_str(rights, true, letters));
+}
+
+static json_t *entry_json(const struct acl_entry *e)
+{
+    struct buf id = {0};
+    acl_id_format(&e->id, &id);
+    buf_append_char(&id, '\0');
+    json_t *o = json_pack("{s:s, s:o}", "identifier", id.data, "rights", rights_json(e->rights));
+    buf_free(&id);
+    return o;
+}
+
+static json_t *entries_json(const struct acl_list *list)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < list->count; i++)
+        json_array_append_new(arr, entry_json(&list->entries[i]));
+    return arr;
+}
+
+/* Field `key` as an identifier; replies 400 itself. */
+static bool get_identifier(struct http_request *req, const json_t *obj, const char *key,
+                           struct acl_id *id)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    const char *text = NULL;
+    if (!json_get_string(obj, key, true, &text, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        return false;
+    }
+    const char *why = NULL;
+    if (!acl_id_parse(text, strlen(text), id, &why)) {
+        http_reply_error(req, 400, "identifier '%s': %s", text, why != NULL ? why : "not valid");
+        return false;
+    }
+    return true;
+}
+
+static bool get_rights(struct http_request *req, const json_t *obj, bool required, uint32_t *rights)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    const char *text = "";
+    if (!json_get_string(obj, "rights", required, &text, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        return false;
+    }
+    char bad = 0;
+    if (!acl_rights_parse(text, strlen(text), rights, &bad)) {
+        http_reply_error(req, 400, "unknown right '%c'", bad);
+        return false;
+    }
+    return true;
+}
+
+static void reply_ok(struct http_request *req)
+{
+    http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* ---------- get ---------- */
+
+static void handle_get(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct acl_list list = {0};
+    struct petrel_error err;
+    if (acl_store_read(t.dir.data, &list, NULL, &err) < 0)
+        http_reply_petrel_error(req, &err);
+    else
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:s, s:b, s:o}", "folder", t.folder, "namespace",
+                                  t.sr.ns->slug, "root", t.root, "entries", entries_json(&list)));
+    acl_list_free(&list);
+    target_end(&t);
+}
+
+/* ---------- set, delete, apply ---------- */
+
+static bool replace_all(struct acl_list *list, void *ctx, struct petrel_error *err)
+{
+    (void)err;
+    acl_list_copy(list, ctx);
+    return true;
+}
+
+static void handle_set(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    json_t *entries = NULL;
+    struct acl_list list = {0};
+    if (!json_get_array(t.sr.body, "entries", true, &entries, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto out;
+    }
+    for (size_t i = 0; i < json_array_size(entries); i++) {
+        json_t *e = json_array_get(entries, i);
+        struct acl_id id;
+        uint32_t rights = 0;
+        if (!json_is_object(e)) {
+            http_reply_error(req, 400, "entries[%zu] must be an object", i);
+            goto out;
+        }
+        if (!get_identifier(req, e, "identifier", &id) || !get_rights(req, e, true, &rights))
+            goto out;
+        acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
+    }
+    if (!acl_store_update(t.dir.data, replace_all, &list, &err))
+        http_reply_petrel_error(req, &err);
+    else
+        reply_ok(req);
+out:
+    acl_list_free(&list);
+    target_end(&t);
+}
+
+struct change {
+    struct acl_id id;
+    uint32_t rights;
+    enum acl_modify mode;
+    bool remove;
+};
+
+static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
+{
+    (void)err;
+    const struct change *c = ctx;
+    if (c->remove)
+        acl_list_remove(list, &c->id);
+    else
+        acl_list_modify(list, &c->id, c->rights, c->mode);
+    return true;
+}
+
+static void change(struct http_request *req, struct acl_target *t, const struct change *c)
+{
+    struct petrel_error err;
+    if (!acl_store_update(t->dir.data, apply_change, (void *)c, &err))
+        http_reply_petrel_error(req, &err);
+    else
+        reply_ok(req);
+}
+
+static void handle_delete(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct change c = {.remove = true};
+    if (get_identifier(req, t.sr.body, "identifier", &c.id))
+        change(req, &t, &c);
+    target_end(&t);
+}
+
+static void handle_apply(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    struct change c = {.mode = ACL_MODIFY_REPLACE};
+    const char *mode = "replace";
+    if (!get_identifier(req, t.sr.body, "identifier", &c.id) ||
+        !get_rights(req, t.sr.body, false, &c.rights))
+        goto out;
+    if (!json_get_string(t.sr.body, "mode", false, &mode, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        goto out;
+    }
+    if (strcmp(mode, "add") == 0)
+        c.mode = ACL_MODIFY_ADD;
+    else if (strcmp(mode, "remove") == 0)
+        c.mode = ACL_MODIFY_REMOVE;
+    else if (strcmp(mode, "replace") != 0) {
+        http_reply_error(req, 400, "mode must be add, remove or replace");
+        goto out;
+    }
+    change(req, &t, &c);
+out:
+    target_end(&t);
+}
+
+/* ---------- my-rights, list-rights ---------- */
+
+static void handle_my_rights(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct acl_id id;
+    struct acl_list list = {0};
+    struct petrel_error err;
+    if (!get_identifier(req, t.sr.body, "identifier", &id))
+        goto out;
+    if (id.negative) {
+        http_reply_error(req, 400, "identifier: a negative identifier has no rights of its own");
+        goto out;
+    }
+    if (acl_store_read(t.dir.data, &list, NULL, &err) < 0) {
+        http_reply_petrel_error(req, &err);
+        goto out;
+    }
+    /* Who the identifier stands for; the admin plane knows no one's groups
+     * but the one named. */
+    const char *owner_name = mail_user_name(t.sr.user);
+    const char *group = id.name;
+    struct acl_identity who = {.user = ""};
+    switch (id.kind) {
+    case ACL_ID_ANYONE:
+        who.user = NULL;
+        break;
+    case ACL_ID_AUTHENTICATED:
+        break;
+    case ACL_ID_OWNER:
+        who.user = owner_name;
+        who.owner = t.sr.ns->type == NAMESPACE_PERSONAL;
+        break;
+    case ACL_ID_USER:
+        who.user = id.name;
+        who.owner = t.sr.ns->type == NAMESPACE_PERSONAL && strcmp(id.name, owner_name) == 0;
+        break;
+    case ACL_ID_GROUP:
+    case ACL_ID_GROUP_OVERRIDE:
+        who.groups = &group;
+        who.group_count = 1;
+        break;
+    }
+    struct buf idtext = {0};
+    acl_id_format(&id, &idtext);
+    buf_append_char(&idtext, '\0');
+    http_reply_json(req, 200,
+                    json_pack("{s:s, s:s, s:b, s:s, s:o}", "folder", t.folder, "namespace",
+                              t.sr.ns->slug, "root", t.root, "identifier", idtext.data, "rights",
+                              rights_json(acl_list_rights(&list, &who))));
+    buf_free(&idtext);
+out:
+    acl_list_free(&list);
+    target_end(&t);
+}
+
+static void handle_list_rights(struct http_request *req, void *ctx)
+{
+    struct acl_target t;
+    if (!target_begin(ctx, req, &t))
+        return;
+    struct acl_id id;
+    if (get_identifier(req, t.sr.body, "identifier", &id)) {
+        /* RFC 4314 LISTRIGHTS: nothing is always granted, each right can
+         * be given alone (as IMAP LISTRIGHTS answers). */
+        struct buf idtext = {0};
+        acl_id_format(&id, &idtext);
+        buf_append_char(&idtext, '\0');
+        json_t *optional = json_array();
+        for (const char *p = "lrwstpiekxacd"; *p != '\0'; p++) {
+            char one[2] = {*p, '\0'};
+            json_array_append_new(optional, json_string(one));
+        }
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t.folder, "namespace",
+                                  t.sr.ns->slug, "root", t.root, "identifier", idtext.data,
+                                  "required", "", "optional", optional));
+        buf_free(&idtext);
+    }
+    target_end(&t);
+}
+
+/* ---------- materialise ---------- */
+
+struct materialise {
+    const struct acl_list *parent;
+    const char *folder;
+    json_t *added;
+    json_t *skipped;
+};
+
+static json_t *report(const char *folder, const struct acl_entry *e)
+{
+    json_t *o = entry_json(e);
+    json_object_set_new(o, "folder", json_string(folder));
+    return o;
+}
+
+/* Adds the parent's entries the folder lacks; an identifier already in
+ * the folder's file is left as it is. */
+static bool add_missing(struct acl_list *list, void *ctx, struct petrel_error *err)
+{
+    (void)err;
+    struct materialise *m = ctx;
+    for (size_t i = 0; i < m->parent->count; i++) {
+        const struct acl_entry *e = &m->parent->entries[i];
+        const struct acl_entry *have = acl_list_find(list, &e->id);
+        if (have != NULL) {
+            json_array_append_new(m->skipped, report(m->folder, have));
+            continue;
+        }
+        json_array_append_new(m->added, report(m->folder, e));
+        acl_list_modify(list, &e->id, e->rights, ACL_MODIFY_REPLACE);
+    }
+    return true;
+}
+
+static void handle_materialise(struct http_request *req, void *ctx)
+{
+    struct storage_request sr;
+    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
+        return;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    json_t *folders = NULL;
+    bool apply = false;
+    if (!json_get_array(sr.body, "folders", true, &folders, &err) ||
+        !json_get_bool(sr.body, "apply", false, &apply, &err)) {
+        http_reply_error(req, 400, "%s", err.message);
+        storage_request_end(&sr);
+        return;
+    }
+    /* Every name is checked before anything is written. */
+    for (size_t i = 0; i < json_array_size(folders); i++) {
+        const char *name = json_string_value(json_array_get(folders, i));
+        if (name == NULL || name[0] == '\0') {
+            http_reply_error(req, 400, "folders[%zu] must be a folder name", i);
+            storage_request_end(&sr);
+            return;
+        }
+        if (!mail_folder_exists(sr.user, sr.ns, name)) {
+            http_reply_error(req, 404, "folder not found: %s", name);
+            storage_request_end(&sr);
+            return;
+        }
+    }
+    json_t *added = json_array();
+    json_t *skipped = json_array();
+    bool ok = true;
+    for (size_t i = 0; ok && i < json_array_size(folders); i++) {
+        const char *name = json_string_value(json_array_get(folders, i));
+        struct buf parent = {0};
+        struct buf from = {0};
+        struct buf to = {0};
+        struct acl_list plist = {0};
+        acl_parent_of(sr.user, sr.ns, name, &parent);
+        ok = acl_store_dir(sr.user, sr.ns, parent.data, &from, &err) &&
+             acl_store_dir(sr.user, sr.ns, name, &to, &err);
+        if (ok) {
+            buf_append_char(&from, '\0');
+            buf_append_char(&to, '\0');
+            ok = acl_store_read(from.data, &plist, NULL, &err) >= 0;
+        }
+        if (ok && plist.count > 0) {
+            struct materialise m = {
+                .parent = &plist, .folder = name, .added = added, .skipped = skipped};
+            if (apply) {
+                ok = acl_store_update(to.data, add_missing, &m, &err);
+            } else {
+                /* A dry run: the same answer from the file as it is. */
+                struct acl_list now = {0};
+                ok = acl_store_read(to.data, &now, NULL, &err) >= 0 && add_missing(&now, &m, &err);
+                acl_list_free(&now);
+            }
+        }
+        acl_list_free(&plist);
+        buf_free(&parent);
+        buf_free(&from);
+        buf_free(&to);
+    }
+    if (ok)
+        http_reply_json(
+            req, 200,
+            json_pack("{s:o, s:o, s:b}", "added", added, "skipped", skipped, "apply", apply));
+    else {
+        json_decref(added);
+        json_decref(skipped);
+        http_reply_petrel_error(req, &err);
+    }
+    storage_request_end(&sr);
+}
+
+void backend_api_register_acl(struct http_server *http, struct storage_api *api)
+{
+    http_server_route(http, HTTP_POST, "/api/backend/acl/get", 0, handle_get, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/set", 0, handle_set, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/delete", 0, handle_delete, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/apply", 0, handle_apply, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/materialise", 0, handle_materialise, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/my-rights", 0, handle_my_rights, api);
+    http_server_route(http, HTTP_POST, "/api/backend/acl/list-rights", 0, handle_list_rights, api);
+}

@@ -1,0 +1,162 @@
+/* dovecot-acl files on disk (see acl-store.h). */
+#include "storage/acl/acl-store.h"
+
+#include "core/fs-util.h"
+#include "storage/acl/acl-file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool acl_store_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                   struct buf *out, struct petrel_error *err)
+{
+    if (name[0] == '\0')
+        return mail_user_namespace_root(user, ns, out, err);
+    return mail_folder_dir(user, ns, name, out, err);
+}
+
+static void file_path(const char *dir, const char *file, struct buf *out)
+{
+    buf_append_str(out, dir);
+    buf_append_char(out, '/');
+    buf_append_str(out, file);
+    buf_append_char(out, '\0');
+}
+
+static uint64_t stamp(const struct stat *st)
+{
+    /* FNV-1a over what changes when the file is replaced or written. */
+    const uint64_t parts[] = {(uint64_t)st->st_ino, (uint64_t)st->st_size,
+                              (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
+                              (uint64_t)st->st_ctim.tv_nsec};
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        h ^= parts[i];
+        h *= 1099511628211ull;
+    }
+    return h != 0 ? h : 1;
+}
+
+uint64_t acl_store_stamp_of(const char *dir)
+{
+    struct buf path = {0};
+    file_path(dir, ACL_STORE_FILE, &path);
+    struct stat st;
+    uint64_t s = stat(path.data, &st) == 0 ? stamp(&st) : 0;
+    buf_free(&path);
+    return s;
+}
+
+int acl_store_read(const char *dir, struct acl_list *list, uint64_t *stamp_out,
+                   struct petrel_error *err)
+{
+    acl_list_clear(list);
+    if (stamp_out != NULL)
+        *stamp_out = 0;
+    struct buf path = {0};
+    file_path(dir, ACL_STORE_FILE, &path);
+    int fd = open(path.data, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        int e = errno;
+        buf_free(&path);
+        if (e == ENOENT || e == ENOTDIR)
+            return 0;
+        petrel_error_set_errno(err, e, "cannot open the ACL file");
+        return -1;
+    }
+    struct stat st;
+    int ret = -1;
+    char *data = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        petrel_error_set(err, PETREL_ERR_IO, "the ACL file is not a regular file");
+        goto out;
+    }
+    if (st.st_size > ACL_FILE_MAX) {
+        petrel_error_set(err, PETREL_ERR_INVALID, "the ACL file is larger than %d bytes",
+                         ACL_FILE_MAX);
+        goto out;
+    }
+    data = malloc((size_t)st.st_size + 1);
+    if (data == NULL) {
+        petrel_error_set(err, PETREL_ERR_IO, "out of memory");
+        goto out;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    char why[128];
+    if (!acl_file_parse(data, got, list, why, sizeof(why))) {
+        petrel_error_set(err, PETREL_ERR_INVALID, "%s: %s", path.data, why);
+        goto out;
+    }
+    if (stamp_out != NULL)
+        *stamp_out = stamp(&st);
+    ret = 1;
+out:
+    free(data);
+    close(fd);
+    buf_free(&path);
+    return ret;
+}
+
+bool acl_store_write(const char *dir, const struct acl_list *list, struct petrel_error *err)
+{
+    struct buf path = {0};
+    file_path(dir, ACL_STORE_FILE, &path);
+    bool ok;
+    if (list->count == 0) {
+        ok = unlink(path.data) == 0 || errno == ENOENT ||
+             petrel_error_set_errno(err, errno, "cannot remove the ACL file");
+    } else {
+        struct buf text = {0};
+        acl_file_format(list, &text);
+        ok = fs_write_atomic(path.data, text.data, text.len, true, err);
+        buf_free(&text);
+    }
+    buf_free(&path);
+    return ok;
+}
+
+bool acl_store_update(const char *dir,
+                      bool (*change)(struct acl_list *list, void *ctx, struct petrel_error *err),
+                      void *ctx, struct petrel_error *err)
+{
+    struct buf lock_path = {0};
+    file_path(dir, ACL_STORE_LOCK, &lock_path);
+    int fd = open(lock_path.data, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    buf_free(&lock_path);
+    if (fd < 0)
+        return errno == ENOENT ? petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found")
+                               : petrel_error_set_errno(err, errno, "cannot open the ACL lock");
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+            close(fd);
+            return petrel_error_set_errno(err, e, "cannot lock the ACL");
+        }
+    }
+    struct acl_list list = {0};
+    struct acl_list before = {0};
+    bool ok = acl_store_read(dir, &list, NULL, err) >= 0;
+    if (ok) {
+        acl_list_copy(&before, &list);
+        ok = change(&list, ctx, err);
+    }
+    if (ok && !acl_list_equal(&before, &list))
+        ok = acl_store_write(dir, &list, err);
+    acl_list_free(&list);
+    acl_list_free(&before);
+    close(fd); /* releases the lock */
+    return ok;
+}
