@@ -216,6 +216,10 @@ struct imap_fetch_state {
     bool streaming; /* `stream` is open: the current message's last item */
     struct fetch_stream stream;
     char *chunk; /* FETCH_STREAM_STEP bytes, while streaming */
+    /* Something went to the session's output since imap_session_output_full()
+     * was last asked (lines collect in `out` meanwhile, which it does not
+     * count): the loop asks again only then, not once per message. */
+    bool output_moved;
 };
 
 struct fetch_message {
@@ -453,6 +457,7 @@ static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st
     buf_append(out, prefix, literal_prefix(prefix, (size_t)len));
     imap_send_raw(s, out->data, out->len);
     buf_reset(out);
+    st->output_moved = true;
     *handled = true;
     if (nul_free && mail_session_io_file_ready(&s->io)) {
         mail_session_io_write_file(&s->io, fd, (off_t)from, (size_t)len);
@@ -805,8 +810,10 @@ bool imap_fetch_abort(struct imap_session *s)
 
 static void fetch_flush(struct imap_session *s, struct imap_fetch_state *st)
 {
-    if (st->out.len > 0)
+    if (st->out.len > 0) {
         imap_send_raw(s, st->out.data, st->out.len);
+        st->output_moved = true;
+    }
     if (st->out.cap > FETCH_BATCH * 2)
         buf_free(&st->out);
     else
@@ -825,8 +832,10 @@ static void fetch_wait(struct imap_session *s, struct imap_fetch_state *st)
 void imap_fetch_continue(struct imap_session *s)
 {
     struct imap_fetch_state *st = s->fetch;
+    st->output_moved = true; /* the output may have drained since the last call */
     for (;;) {
         if (st->streaming) {
+            st->output_moved = true;
             enum stream_result r = stream_pump(s, st);
             if (r == STREAM_WAIT) {
                 fetch_wait(s, st);
@@ -843,9 +852,12 @@ void imap_fetch_continue(struct imap_session *s)
             break;
         if (st->out.len >= FETCH_BATCH)
             fetch_flush(s, st);
-        if (imap_session_output_full(s)) {
-            fetch_wait(s, st);
-            return;
+        if (st->output_moved) {
+            if (imap_session_output_full(s)) {
+                fetch_wait(s, st);
+                return;
+            }
+            st->output_moved = false;
         }
         uint32_t uid = st->uids[st->next++];
         st->seq = mailbox_view_seq_hint(s->view, uid, st->seq + 1);

@@ -71,6 +71,7 @@ struct imap_parser {
     struct imap_parse_error error;
     struct imap_literal_sink sink;
     bool have_sink;
+    bool holds_literals; /* some token owns a literal buffer or spool */
 };
 
 struct literal_announcement {
@@ -104,6 +105,10 @@ struct imap_parser *imap_parser_new(const struct imap_parser_limits *limits)
 
 static void free_literals(struct imap_parser *p)
 {
+    /* Twice per command (answered, then reset); most commands have none. */
+    if (!p->holds_literals)
+        return;
+    p->holds_literals = false;
     for (size_t i = 0; i < p->token_count; i++) {
         free(p->tokens[i].literal);
         p->tokens[i].literal = NULL;
@@ -621,6 +626,7 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         t->literal = xmalloc(t->len + 1);
         t->literal[t->len] = '\0';
     }
+    p->holds_literals = true;
     p->literal_token = t;
     p->literal_got = 0;
     p->state = ST_LITERAL;

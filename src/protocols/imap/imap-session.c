@@ -107,6 +107,10 @@ static bool updates_allowed(const struct imap_session *s)
     static const char *const quiet[] = {"FETCH",     "STORE",      "SEARCH", "UID FETCH",
                                         "UID STORE", "UID SEARCH", "SORT",   "UID SORT",
                                         "THREAD",    "UID THREAD"};
+    /* Every tagged reply asks: most commands are none of these. */
+    char c0 = s->command[0];
+    if (c0 != 'F' && c0 != 'S' && c0 != 'U' && c0 != 'T')
+        return true;
     for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
         if (strcmp(s->command, quiet[i]) == 0)
             return false;
