@@ -61,6 +61,7 @@ struct dict {
     struct event_base *base;
     struct metrics_registry *metrics;
     bool closing;
+    bool config_borrowed; /* an instance (dict_instance_open): the registry owns it */
 };
 
 /* Common head of every driver iterator. */

@@ -103,10 +103,34 @@ static void dict_free(struct dict *dict)
         return;
     if (dict->driver_data != NULL)
         dict->ops->close(dict);
-    if (dict->config != NULL)
+    if (dict->config != NULL && !dict->config_borrowed)
         dict->ops->config_free(dict->config);
     free(dict->name);
     free(dict);
+}
+
+struct dict *dict_instance_open(const struct dict *proto, struct event_base *base,
+                                struct petrel_error *err)
+{
+    struct dict *dict = xcalloc(1, sizeof(*dict));
+    dict->name = xstrdup(proto->name);
+    dict->ops = proto->ops;
+    dict->config = proto->config;
+    dict->config_borrowed = true;
+    dict->base = base;
+    if (!dict->ops->open(dict, err)) {
+        petrel_error_prefix(err, "dict %s", dict->name);
+        dict_free(dict);
+        return NULL;
+    }
+    return dict;
+}
+
+void dict_instance_free(struct dict *dict)
+{
+    if (dict != NULL)
+        dict->closing = true;
+    dict_free(dict);
 }
 
 struct dict_registry *dict_registry_read(const char *file, const struct ynode *section,

@@ -252,6 +252,30 @@ static bool read_backend_api(const struct cfg_ctx *ctx, const struct ynode *node
                    &b->max_connections_per_ip);
 }
 
+/* mail.attribute_dict names a dict of the `dicts:` section that every
+ * thread can share: a memory dict is private to the loop it is opened on
+ * (IMAP workers each get their own instance), so entries would differ
+ * between the API and IMAP. */
+static bool check_attribute_dict(const struct cfg_ctx *ctx, const struct ynode *mail,
+                                 const struct petrel_config *cfg)
+{
+    const char *name = cfg->mail.attribute_dict;
+    if (name == NULL)
+        return true;
+    for (size_t k = 0; k < dict_registry_count(cfg->dicts); k++) {
+        if (strcmp(dict_registry_name(cfg->dicts, k), name) != 0)
+            continue;
+        if (strcmp(dict_registry_driver(cfg->dicts, k), "memory") == 0)
+            return cfg_fail(ctx, ynode_get(mail, "attribute_dict"), "mail.attribute_dict",
+                            "dict '%s' is a memory dict, which each IMAP worker would hold apart; "
+                            "use file, sql or kvstore",
+                            name);
+        return true;
+    }
+    return cfg_fail(ctx, ynode_get(mail, "attribute_dict"), "mail.attribute_dict",
+                    "no dict named '%s' in dicts:", name);
+}
+
 /* quota.quota_clone_dicts names dicts of the `dicts:` section. */
 static bool check_clone_dicts(const struct cfg_ctx *ctx, const struct ynode *quota,
                               const struct petrel_config *cfg)
@@ -378,7 +402,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;
-    if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err))
+    if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err) ||
+        !check_attribute_dict(ctx, ynode_get(root, "mail"), cfg))
         return false;
     if (!monitor_section_read(ctx, ynode_get(root, "monitor"), &cfg->monitor))
         return false;
@@ -499,6 +524,14 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);
+    yaml_put_kv(out, "  ", "attribute_dict",
+                cfg->mail.attribute_dict != NULL ? cfg->mail.attribute_dict : "");
+    fprintf(out,
+            "  metadata_max_value_bytes: %lld\n  metadata_max_entries: %lld\n"
+            "  metadata_private: %s\n",
+            (long long)cfg->mail.metadata_max_value_bytes,
+            (long long)cfg->mail.metadata_max_entries,
+            cfg->mail.metadata_private ? "true" : "false");
     fprintf(out, "  fsync: %s\n  special_use:%s\n", fsync_names[cfg->mail.fsync],
             cfg->mail.special_use_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)

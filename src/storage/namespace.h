@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum namespace_type { NAMESPACE_PERSONAL, NAMESPACE_SHARED, NAMESPACE_PUBLIC };
 
@@ -50,6 +51,13 @@ struct mail_config {
     size_t namespace_count;
     struct special_use_default *special_use;
     size_t special_use_count;
+    /* METADATA (docs/metadata.md): the dict of `dicts:` that holds the
+     * entries (NULL: no METADATA), the longest value and the most entries
+     * one folder (or the server) holds for one user, both scopes counted. */
+    char *attribute_dict;
+    int64_t metadata_max_value_bytes;
+    int64_t metadata_max_entries;
+    bool metadata_private; /* /private entries allowed (else [METADATA NOPRIVATE]) */
 };
 
 /* Reads the `mail:` section (NULL = defaults: home ./var/mail/%u, one

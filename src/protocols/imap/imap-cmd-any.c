@@ -16,6 +16,8 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
                    "SPECIAL-USE CREATE-SPECIAL-USE UTF8=ACCEPT QRESYNC CATENATE SORT SORT=DISPLAY "
                    "ESORT THREAD=ORDEREDSUBJECT THREAD=REFERENCES SEARCHRES CONTEXT=SEARCH "
                    "CONTEXT=SORT");
+    if (imap_metadata_enabled(s))
+        buf_append_str(out, " METADATA METADATA-SERVER");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");
