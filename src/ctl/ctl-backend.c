@@ -49,6 +49,7 @@ static const struct area areas[] = {
     {"index", ctl_backend_storage, "index ...              dump, rebuild, optimize, cache-purge"},
     {"subscriptions", ctl_backend_storage, "subscriptions ...      list, add, remove, migrate"},
     {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
+    {"metadata", ctl_backend_metadata, "metadata ...           list, get, set, delete (RFC 5464 entries)"},
     {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
     {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
     {"who", ctl_backend_who, "who [count] ...        active sessions (from the warden)"},

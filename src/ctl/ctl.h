@@ -59,6 +59,8 @@ int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);
 int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] is folder, index, subscriptions, specialuse, user or mail. */
 int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] == "metadata": list, get, set, delete (ctl-metadata.c). */
+int ctl_backend_metadata(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "who": who [count] (ctl-who.c). */
 int ctl_backend_who(const struct ctl_options *opts, int argc, char **argv);
 /* `petrelctl auth ...`: argv[0] is test or user; talks to the auth service

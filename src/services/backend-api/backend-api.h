@@ -59,6 +59,7 @@ void backend_api_register_folder(struct http_server *http, struct storage_api *a
 void backend_api_register_index(struct http_server *http, struct storage_api *api);
 void backend_api_register_subscriptions(struct http_server *http, struct storage_api *api);
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
+void backend_api_register_metadata(struct http_server *http, struct storage_api *api);
 void backend_api_register_user(struct http_server *http, struct storage_api *api);
 void backend_api_register_mail(struct http_server *http, struct storage_api *api);
 /* who and who/count; a NULL `warden` (none configured) answers 501. */
