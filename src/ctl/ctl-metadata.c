@@ -17,7 +17,7 @@ struct md_args {
     const char *scope;
     const char *as_user;
     const char *file;
-    const char *pos[4];
+    const char *pos[5];
     int npos;
 };
 
@@ -51,7 +51,7 @@ static bool parse(int argc, char **argv, struct md_args *a)
         } else if (strncmp(argv[i], "--", 2) == 0) {
             fprintf(stderr, "petrelctl: unknown option %s\n", argv[i]);
             return false;
-        } else if (a->npos < 4) {
+        } else if (a->npos < 5) {
             a->pos[a->npos++] = argv[i];
         } else {
             return false;

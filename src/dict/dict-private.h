@@ -61,7 +61,10 @@ struct dict {
     struct event_base *base;
     struct metrics_registry *metrics;
     bool closing;
-    bool config_borrowed; /* an instance (dict_instance_open): the registry owns it */
+    /* `config`'s owners: the registry's dict and each of its instances
+     * (dict_instance_open); the last one frees it (an instance may be
+     * closed after the registry, on another thread's way out). */
+    struct dict_config_ref *config_ref;
 };
 
 /* Common head of every driver iterator. */

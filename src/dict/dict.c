@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ const char *dict_driver_name_at(size_t i)
 {
     return i < DRIVER_COUNT ? drivers[i]->name : NULL;
 }
+
+struct dict_config_ref {
+    atomic_uint refs;
+};
 
 struct dict_registry {
     struct dict **dicts;
@@ -103,7 +108,15 @@ static void dict_free(struct dict *dict)
         return;
     if (dict->driver_data != NULL)
         dict->ops->close(dict);
-    if (dict->config != NULL && !dict->config_borrowed)
+    if (dict->config_ref != NULL) {
+        if (atomic_fetch_sub(&dict->config_ref->refs, 1) == 1) {
+            free(dict->config_ref);
+            dict->config_ref = NULL;
+        } else {
+            dict->config = NULL; /* another owner still uses it */
+        }
+    }
+    if (dict->config != NULL)
         dict->ops->config_free(dict->config);
     free(dict->name);
     free(dict);
@@ -116,7 +129,8 @@ struct dict *dict_instance_open(const struct dict *proto, struct event_base *bas
     dict->name = xstrdup(proto->name);
     dict->ops = proto->ops;
     dict->config = proto->config;
-    dict->config_borrowed = true;
+    dict->config_ref = proto->config_ref;
+    atomic_fetch_add(&dict->config_ref->refs, 1);
     dict->base = base;
     if (!dict->ops->open(dict, err)) {
         petrel_error_prefix(err, "dict %s", dict->name);
@@ -182,6 +196,8 @@ struct dict_registry *dict_registry_read(const char *file, const struct ynode *s
         dict->name = xstrdup(name);
         dict->ops = ops;
         dict->config = config;
+        dict->config_ref = xcalloc(1, sizeof(*dict->config_ref));
+        atomic_init(&dict->config_ref->refs, 1);
         reg->dicts = xgrow(reg->dicts, &reg->cap, reg->count + 1, sizeof(*reg->dicts));
         reg->dicts[reg->count++] = dict;
     }
