@@ -398,3 +398,40 @@ def test_petrelctl_metadata(mdd, tmp_path):
     r = ctl("get", "alice", "INBOX", "/shared/comment")
     assert r.returncode == 1 and r.stdout == b""
     assert ctl("list", "alice", "INBOX").returncode == 2  # --scope is required
+
+
+# ---------- configuration ----------
+
+def test_config_checks_attribute_dict(tmp_path):
+    from conftest import default_config, merge, run_petreld, to_yaml
+
+    def check(mail, dicts):
+        cfg = merge(default_config(), {"dicts": dicts, "mail": mail})
+        path = tmp_path / "c.yaml"
+        path.write_text(to_yaml(cfg) + "\n")
+        return run_petreld(["-c", str(path), "--check-config"])
+
+    ok = check({"attribute_dict": "meta", "metadata_max_entries": 50},
+               {"meta": {"driver": "file", "path": str(tmp_path / "m.db")}})
+    assert ok.returncode == 0, ok.stderr
+    assert 'attribute_dict: "meta"' in ok.stdout and "metadata_max_entries: 50" in ok.stdout
+    assert "metadata_max_value_bytes: 65536" in ok.stdout
+    bad = check({"attribute_dict": "nope"}, {})
+    assert bad.returncode != 0
+    assert "mail.attribute_dict: no dict named 'nope' in dicts:" in bad.stderr, bad.stderr
+    mem = check({"attribute_dict": "m"}, {"m": {"driver": "memory"}})
+    assert mem.returncode != 0 and "is a memory dict" in mem.stderr, mem.stderr
+    big = check({"metadata_max_value_bytes": 2 * 1024 * 1024}, {})
+    assert big.returncode != 0 and "mail.metadata_max_value_bytes" in big.stderr, big.stderr
+
+
+def test_without_attribute_dict_no_metadata(petreld, tmp_path):
+    cfg = imap_overrides(tmp_path)
+    cfg["components"] = ["auth", "imap", "backend-api"]
+    d = petreld(cfg)
+    m = login(d)
+    assert "METADATA" not in m.capabilities
+    m.logout()
+    r = d.post("backend", "/api/backend/metadata/get",
+               body={"user": "alice", "folder": "INBOX", "entry": "/shared/comment"})
+    assert r.status == 501 and r.json() == {"error": "METADATA is not configured"}, r
