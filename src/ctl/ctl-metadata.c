@@ -109,8 +109,7 @@ static void print_raw_b64(const char *b64)
 /* Readable output of list and get; the others print as every command. */
 static int print(const struct ctl_options *opts, const char *cmd, struct ctl_response *resp)
 {
-    if (opts->json || resp->status != 200 ||
-        (strcmp(cmd, "list") != 0 && strcmp(cmd, "get") != 0))
+    if (opts->json || resp->status != 200 || (strcmp(cmd, "list") != 0 && strcmp(cmd, "get") != 0))
         return ctl_print_reply(opts, resp);
     json_t *reply = json_loadb(resp->body, resp->len, 0, NULL);
     if (reply == NULL)
@@ -148,8 +147,7 @@ int ctl_backend_metadata(const struct ctl_options *opts, int argc, char **argv)
     if (!list && !set && strcmp(cmd, "get") != 0 && strcmp(cmd, "delete") != 0)
         return usage();
     if ((list && (a.npos != 3 || a.scope == NULL)) ||
-        (set && (a.file != NULL ? a.npos != 4 : a.npos != 5)) ||
-        (!list && !set && a.npos != 4))
+        (set && (a.file != NULL ? a.npos != 4 : a.npos != 5)) || (!list && !set && a.npos != 4))
         return usage();
     /* positional: command, user, folder, entry, value */
     json_t *body = json_pack("{s:s, s:s}", "user", a.pos[1], "folder", a.pos[2]);

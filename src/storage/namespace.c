@@ -148,10 +148,14 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
 bool mail_config_read(const char *file, const struct ynode *section, struct mail_config *out,
                       struct petrel_error *err)
 {
-    static const char *const keys[] = {"home",           "fsync",
-                                       "special_use",    "namespaces",
-                                       "attribute_dict", "metadata_max_value_bytes",
-                                       "metadata_max_entries", "metadata_private",
+    static const char *const keys[] = {"home",
+                                       "fsync",
+                                       "special_use",
+                                       "namespaces",
+                                       "attribute_dict",
+                                       "metadata_max_value_bytes",
+                                       "metadata_max_entries",
+                                       "metadata_private",
                                        NULL};
     struct cfg_ctx ctx = {.file = file, .err = err};
     memset(out, 0, sizeof(*out));

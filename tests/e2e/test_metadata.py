@@ -291,6 +291,19 @@ def test_api_and_imap_share_entries(variant, petreld, tmp_path, request):
     assert api.get("/private/comment", folder="Projects") == b"mine"
     assert api.list("private", folder="Projects") == {"/private/comment": b"mine"}
     assert api.list("shared", folder="Projects") == {"/shared/comment": b"from the operator"}
+    # DEPTH over the dict's iteration (asynchronous for PostgreSQL and Redis)
+    assert m._simple_command("SETMETADATA", "Projects",
+                             '(/private/a/b "1" /private/a/b/c "2" /private/a/d "3")')[0] == "OK"
+    typ, data = m._simple_command("GETMETADATA", "(DEPTH 1)", "Projects", "/private/a")
+    assert typ == "OK", data
+    assert m._untagged_response(typ, data, "METADATA")[1] == \
+        [b'"Projects" (/private/a/b "1" /private/a/d "3")']
+    typ, data = m._simple_command("GETMETADATA", "(DEPTH infinity)", "Projects", "/private")
+    assert m._untagged_response(typ, data, "METADATA")[1] == \
+        [b'"Projects" (/private/a/b "1" /private/a/b/c "2" /private/a/d "3" '
+         b'/private/comment "mine")']
+    assert m._simple_command("SETMETADATA", "Projects",
+                             '(/private/a/b NIL /private/a/b/c NIL /private/a/d NIL)')[0] == "OK"
     # an admin delete too
     r = api.post("delete", {"user": "alice", "folder": "Projects", "entry": "/shared/comment"})
     assert r.status == 200 and r.json() == {"status": "ok"}

@@ -44,8 +44,7 @@ static bool parse_options(const struct imap_arg *list, struct imap_getmetadata_a
         const struct imap_arg *v = &list->list[i + 1];
         if (imap_arg_atom_equals(name, "MAXSIZE") && !have_maxsize) {
             uint64_t n;
-            if (!slice_parse_u64((struct slice){.ptr = v->str, .len = v->len}, UINT32_MAX,
-                                 &n)) {
+            if (!slice_parse_u64((struct slice){.ptr = v->str, .len = v->len}, UINT32_MAX, &n)) {
                 *why = "Invalid MAXSIZE value";
                 return false;
             }
@@ -133,8 +132,7 @@ bool imap_setmetadata_parse(const struct imap_arg *args, size_t argc,
                             struct imap_setmetadata_args *out, const char **why)
 {
     memset(out, 0, sizeof(*out));
-    if (argc != 2 || !is_string(&args[0]) || args[0].str == NULL ||
-        args[1].type != IMAP_ARG_LIST) {
+    if (argc != 2 || !is_string(&args[0]) || args[0].str == NULL || args[1].type != IMAP_ARG_LIST) {
         *why = "SETMETADATA takes a mailbox and a list of entries and values";
         return false;
     }

@@ -67,8 +67,8 @@ static struct dict *prepare(struct http_request *req, struct storage_api *api, e
     }
     if (as_user != NULL && *as_user == '\0')
         as_user = NULL;
-    if (as_user != NULL && (!user_name_valid(as_user, USER_NAME_MAX, &err) ||
-                            strchr(as_user, '/') != NULL)) {
+    if (as_user != NULL &&
+        (!user_name_valid(as_user, USER_NAME_MAX, &err) || strchr(as_user, '/') != NULL)) {
         http_reply_error(req, 400, "as_user: %s",
                          err.message[0] != '\0' ? err.message : "invalid user name");
         return NULL;
@@ -142,9 +142,9 @@ static void list_done(const struct metadata_read_result *r, void *ctx)
         buf_reset(&b64);
         metadata_entry_format(&r->values[i].entry, &name);
         base64_encode_append(&b64, r->values[i].value, r->values[i].len);
-        json_array_append_new(entries, json_pack("{s:s%, s:s%}", "entry", name.data, name.len,
-                                                 "value", b64.data != NULL ? b64.data : "",
-                                                 b64.len));
+        json_array_append_new(entries,
+                              json_pack("{s:s%, s:s%}", "entry", name.data, name.len, "value",
+                                        b64.data != NULL ? b64.data : "", b64.len));
     }
     buf_free(&name);
     buf_free(&b64);
@@ -164,8 +164,8 @@ static void get_done(const struct metadata_read_result *r, void *ctx)
     if (!r->ok) {
         http_reply_error(req, 500, "metadata read failed: %s", r->error);
     } else if (r->count == 0) {
-        http_reply_json(req, 200, json_pack("{s:s, s:b, s:n}", "entry", name.data, "found", 0,
-                                            "value"));
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:b, s:n}", "entry", name.data, "found", 0, "value"));
     } else {
         struct buf b64 = {0};
         base64_encode_append(&b64, r->values[0].value, r->values[0].len);

@@ -67,8 +67,8 @@ uint64_t metadata_max_entries(const struct mail_storage *storage)
 /* ---------- where entries live ---------- */
 
 bool metadata_target_resolve(struct mail_user *user, const struct namespace_config *ns,
-                             const char *name, const char *private_user,
-                             struct metadata_target *t, struct petrel_error *err)
+                             const char *name, const char *private_user, struct metadata_target *t,
+                             struct petrel_error *err)
 {
     memset(t, 0, sizeof(*t));
     t->server = name == NULL || *name == '\0';
@@ -115,8 +115,8 @@ struct read_op {
     struct metadata_target t;
     struct metadata_entry *bases;
     size_t count;
-    size_t next;  /* the base being read */
-    bool looked;  /* its lookup is done */
+    size_t next; /* the base being read */
+    bool looked; /* its lookup is done */
     int depth;
     struct dict_iterate *it;
     struct metadata_value *values;
@@ -321,7 +321,7 @@ static void write_committed(enum dict_commit_result result, const char *error, v
         op->cb(METADATA_WRITE_OK, NULL, op->ctx);
     else
         op->cb(METADATA_WRITE_FAILED,
-               error != NULL ? error
+               error != NULL                           ? error
                : result == DICT_COMMIT_WRITE_UNCERTAIN ? "write outcome uncertain"
                                                        : "commit failed",
                op->ctx);

@@ -66,8 +66,8 @@ struct metadata_target {
  * folder does not exist; a folder whose index has no GUID is an I/O error.
  * `private_user` NULL means the user itself. */
 bool metadata_target_resolve(struct mail_user *user, const struct namespace_config *ns,
-                             const char *name, const char *private_user,
-                             struct metadata_target *t, struct petrel_error *err);
+                             const char *name, const char *private_user, struct metadata_target *t,
+                             struct petrel_error *err);
 
 /* ---------- reading ---------- */
 
