@@ -62,7 +62,7 @@ struct dict {
     struct metrics_registry *metrics;
     bool closing;
     /* `config`'s owners: the registry's dict and each of its instances
-     * (dict_instance_open); the last one frees it (an instance may be
+     * (dict_instance_new); the last one frees it (an instance may be
      * closed after the registry, on another thread's way out). */
     struct dict_config_ref *config_ref;
 };

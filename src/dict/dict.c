@@ -122,8 +122,7 @@ static void dict_free(struct dict *dict)
     free(dict);
 }
 
-struct dict *dict_instance_open(const struct dict *proto, struct event_base *base,
-                                struct petrel_error *err)
+struct dict *dict_instance_new(const struct dict *proto)
 {
     struct dict *dict = xcalloc(1, sizeof(*dict));
     dict->name = xstrdup(proto->name);
@@ -131,13 +130,22 @@ struct dict *dict_instance_open(const struct dict *proto, struct event_base *bas
     dict->config = proto->config;
     dict->config_ref = proto->config_ref;
     atomic_fetch_add(&dict->config_ref->refs, 1);
+    return dict;
+}
+
+bool dict_instance_start(struct dict *dict, struct event_base *base, struct petrel_error *err)
+{
+    if (dict->driver_data != NULL)
+        return true;
     dict->base = base;
     if (!dict->ops->open(dict, err)) {
         petrel_error_prefix(err, "dict %s", dict->name);
-        dict_free(dict);
-        return NULL;
+        if (dict->driver_data != NULL)
+            dict->ops->close(dict);
+        dict->driver_data = NULL;
+        return false;
     }
-    return dict;
+    return true;
 }
 
 void dict_instance_free(struct dict *dict)

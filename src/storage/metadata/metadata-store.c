@@ -24,6 +24,11 @@ void metadata_storage_set_dict(struct mail_storage *storage, struct dict *dict)
 void metadata_storage_bind_loop(struct mail_storage *storage, struct event_base *base)
 {
     storage->attr_base = base;
+    /* Made now, on the thread that owns the registry, so that the
+     * instance holds the configuration whatever the registry does later;
+     * opened on the loop's own thread at first use. */
+    if (storage->attr_proto != NULL && storage->attr_dict == NULL)
+        storage->attr_dict = dict_instance_new(storage->attr_proto);
 }
 
 struct dict *metadata_storage_dict(struct mail_storage *storage, struct petrel_error *err)
@@ -34,16 +39,14 @@ struct dict *metadata_storage_dict(struct mail_storage *storage, struct petrel_e
     }
     if (storage->attr_main)
         return storage->attr_proto;
-    if (storage->attr_dict != NULL)
-        return storage->attr_dict;
-    if (storage->attr_base == NULL) {
+    if (storage->attr_dict == NULL || storage->attr_base == NULL) {
         petrel_error_set(err, PETREL_ERR_UNAVAILABLE, "METADATA is not available here");
         return NULL;
     }
-    storage->attr_dict = dict_instance_open(storage->attr_proto, storage->attr_base, err);
-    if (storage->attr_dict == NULL) {
+    if (!dict_instance_start(storage->attr_dict, storage->attr_base, err)) {
         log_error(COMPONENT, "cannot open the attribute dict", "error=\"%s\"", err->message);
         err->code = PETREL_ERR_UNAVAILABLE;
+        return NULL;
     }
     return storage->attr_dict;
 }

@@ -5,8 +5,9 @@
  * on. Each storage handle has its own: the process's main storage uses the
  * registry's dict (opened on the main loop, which runs the operator API);
  * a sibling made for another loop (an IMAP worker) is given that loop with
- * metadata_storage_bind_loop() and opens its own instance of the same dict
- * on first use (dict_instance_open), on that loop's thread. No operation
+ * metadata_storage_bind_loop() (on the main thread, at start-up) and opens
+ * its own instance of the same dict (dict_instance_new) on first use, on
+ * that loop's thread. No operation
  * ever crosses threads, and none blocks a loop: every call below completes
  * through a callback from the handle's loop (at once for the file and
  * SQLite drivers, later for PostgreSQL and Redis). Callbacks are always
@@ -39,7 +40,8 @@ struct dict;
  * before any sibling is made; siblings inherit it. */
 void metadata_storage_set_dict(struct mail_storage *storage, struct dict *dict);
 /* The sibling `storage` runs on `base` (not the main loop): its dict is an
- * instance of its own, opened on first use. */
+ * instance of its own, made here (call it on the main thread while the
+ * configuration's registry exists) and opened on first use. */
 void metadata_storage_bind_loop(struct mail_storage *storage, struct event_base *base);
 /* The dict for this handle's loop; NULL with UNSUPPORTED when METADATA is
  * not configured, UNAVAILABLE when the instance cannot be opened or the
