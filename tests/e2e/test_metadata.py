@@ -448,3 +448,46 @@ def test_without_attribute_dict_no_metadata(petreld, tmp_path):
     r = d.post("backend", "/api/backend/metadata/get",
                body={"user": "alice", "folder": "INBOX", "entry": "/shared/comment"})
     assert r.status == 501 and r.json() == {"error": "METADATA is not configured"}, r
+
+
+# ---------- back-pressure ----------
+
+def vm_rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_pipelined_getmetadata_waits_for_a_slow_reader(mdd):
+    """20,000 GETMETADATA of ~8 KB each (160 MB of answers) pipelined by a
+    client that reads nothing: the session stops taking commands once its
+    output is over the high-water mark, so petreld grows by far less than
+    the answers would take (release build: ~0.4 MB; under ASan 13-20 MB of
+    allocator quarantine and shadow, hence the 48 MB margin)."""
+    import fcntl
+    import termios
+    api = Api(mdd)
+    for i in range(MAX_ENTRIES):
+        api.set(f"/shared/big{i}", "v" * MAX_VALUE)
+    c = Raw(mdd)
+    assert c.cmd("w", 'GETMETADATA "INBOX" (DEPTH 1) /shared').count(b"/shared/big") == MAX_ENTRIES
+    before = vm_rss_kb(mdd.pid)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    c.sock.settimeout(2)
+    data = b"".join(b'p%d GETMETADATA "INBOX" (DEPTH 1) /shared\r\n' % i for i in range(20000))
+    try:
+        c.sock.sendall(data)
+    except socket.timeout:
+        pass  # petreld stopped reading: what it has is in its buffers
+
+    def queued():
+        n = bytearray(4)
+        fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, n)
+        return int.from_bytes(n, "little")
+
+    wait_for(lambda: queued() > 32 * 1024, what="answers waiting in the client's socket")
+    grown = vm_rss_kb(mdd.pid) - before
+    assert grown < 48 * 1024, f"petreld grew by {grown} kB for a client that does not read"
+    c.close()
