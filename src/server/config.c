@@ -532,6 +532,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             (long long)cfg->mail.metadata_max_value_bytes,
             (long long)cfg->mail.metadata_max_entries,
             cfg->mail.metadata_private ? "true" : "false");
+    yaml_put_kv(out, "  ", "metadata_server_admin",
+                cfg->mail.metadata_server_admin != NULL ? cfg->mail.metadata_server_admin : "");
     fprintf(out, "  fsync: %s\n  special_use:%s\n", fsync_names[cfg->mail.fsync],
             cfg->mail.special_use_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)

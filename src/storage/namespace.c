@@ -59,6 +59,7 @@ void mail_config_free(struct mail_config *cfg)
     }
     free(cfg->special_use);
     free(cfg->attribute_dict);
+    free(cfg->metadata_server_admin);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -156,6 +157,7 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                                        "metadata_max_value_bytes",
                                        "metadata_max_entries",
                                        "metadata_private",
+                                       "metadata_server_admin",
                                        NULL};
     struct cfg_ctx ctx = {.file = file, .err = err};
     memset(out, 0, sizeof(*out));
@@ -171,8 +173,13 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                  &out->metadata_max_value_bytes) ||
         !cfg_int(&ctx, section, "mail", "metadata_max_entries", 1, 1000000,
                  &out->metadata_max_entries) ||
-        !cfg_bool(&ctx, section, "mail", "metadata_private", &out->metadata_private))
+        !cfg_bool(&ctx, section, "mail", "metadata_private", &out->metadata_private) ||
+        !cfg_string(&ctx, section, "mail", "metadata_server_admin", &out->metadata_server_admin))
         goto fail;
+    if (out->metadata_server_admin != NULL && *out->metadata_server_admin == '\0') {
+        free(out->metadata_server_admin);
+        out->metadata_server_admin = NULL;
+    }
     if (out->attribute_dict != NULL && *out->attribute_dict == '\0') {
         free(out->attribute_dict); /* "" is the default: no METADATA */
         out->attribute_dict = NULL;

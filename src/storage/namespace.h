@@ -58,6 +58,7 @@ struct mail_config {
     int64_t metadata_max_value_bytes;
     int64_t metadata_max_entries;
     bool metadata_private; /* /private entries allowed (else [METADATA NOPRIVATE]) */
+    char *metadata_server_admin; /* the server's /shared/admin (NULL: an ordinary entry) */
 };
 
 /* Reads the `mail:` section (NULL = defaults: home ./var/mail/%u, one

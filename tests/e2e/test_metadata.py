@@ -239,12 +239,35 @@ def test_rfc5464_setmetadata_forms_and_codes(mdd, petreld, tmp_path):
     # NOPRIVATE: an operator who allows shared entries only
     (tmp_path / "np").mkdir()
     d2 = petreld(md_overrides(tmp_path / "np", {"driver": "file", "path": str(tmp_path / "np.db")},
-                              metadata_private=False))
+                              metadata_private=False,
+                              metadata_server_admin="mailto:postmaster@example.org"))
     c2 = Raw(d2)
     assert c2.cmd("a", 'SETMETADATA INBOX (/private/comment "x")') == \
         b"a NO [METADATA NOPRIVATE] Private annotations are not supported\r\n"
     assert c2.cmd("a", 'SETMETADATA INBOX (/shared/comment "x")') == \
         b"a OK SETMETADATA complete\r\n"
+    # the server's /shared/admin from the configuration (Dovecot's
+    # mail_server_admin): read-only, whatever the dict holds
+    assert c2.cmd("a", 'GETMETADATA "" /shared/admin') == (
+        b'* METADATA "" (/shared/admin "mailto:postmaster@example.org")\r\n'
+        b"a OK GETMETADATA complete\r\n")
+    assert c2.cmd("a", 'SETMETADATA "" (/shared/comment "hello" /shared/admin "x")') == \
+        b"a NO [NOPERM] /shared/admin is set by the server's configuration.\r\n"
+    assert c2.cmd("a", 'SETMETADATA "" (/shared/comment "hello")') == \
+        b"a OK SETMETADATA complete\r\n"
+    assert c2.cmd("a", 'GETMETADATA "" (DEPTH infinity) /shared') == (
+        b'* METADATA "" (/shared/comment "hello" /shared/admin "mailto:postmaster@example.org")'
+        b"\r\na OK GETMETADATA complete\r\n")
+    # a folder's /shared/admin is an ordinary entry
+    assert c2.cmd("a", 'SETMETADATA INBOX (/shared/admin "folder admin")') == \
+        b"a OK SETMETADATA complete\r\n"
+    api2 = Api(d2)
+    assert api2.get("/shared/admin", folder="") == b"mailto:postmaster@example.org"
+    assert api2.list("shared", folder="") == {"/shared/comment": b"hello",
+                                              "/shared/admin": b"mailto:postmaster@example.org"}
+    r = api2.post("set", {"user": "alice", "folder": "", "entry": "/shared/admin",
+                          "value": b64("x")})
+    assert r.status == 403, r
     c2.close()
 
 

@@ -238,6 +238,8 @@ static void setmetadata_done(enum metadata_write_status status, const char *erro
         imap_reply_ok(s, "SETMETADATA complete");
     else if (status == METADATA_WRITE_TOOMANY)
         imap_reply_no(s, "[METADATA TOOMANY] Too many annotations");
+    else if (status == METADATA_WRITE_READONLY)
+        imap_reply_no(s, "[NOPERM] /shared/admin is set by the server's configuration.");
     else
         imap_reply_no(s, "[UNAVAILABLE] Metadata storage failed.");
 }

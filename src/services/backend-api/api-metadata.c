@@ -186,6 +186,8 @@ static void write_done(enum metadata_write_status status, const char *error, voi
         http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
     else if (status == METADATA_WRITE_TOOMANY)
         http_reply_error(req, 409, "too many entries (mail.metadata_max_entries)");
+    else if (status == METADATA_WRITE_READONLY)
+        http_reply_error(req, 403, "/shared/admin is set by mail.metadata_server_admin");
     else
         http_reply_error(req, 500, "metadata write failed: %s", error != NULL ? error : "");
 }

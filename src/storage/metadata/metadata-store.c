@@ -96,6 +96,8 @@ bool metadata_target_resolve(struct mail_user *user, const struct namespace_conf
     mailbox_close(box);
     if (!ok)
         return false;
+    if (t->server)
+        t->server_admin = mail_storage_config(mail_user_storage(user))->metadata_server_admin;
     static const uint8_t zero[16];
     if (memcmp(info.guid, zero, sizeof(zero)) == 0)
         return petrel_error_set(err, PETREL_ERR_IO, "folder %s has no GUID in its index", name);
@@ -132,8 +134,40 @@ struct read_op {
 
 static void read_step(struct read_op *op);
 
+static bool is_server_admin(const struct metadata_target *t, const struct metadata_entry *e)
+{
+    return t->server && t->server_admin != NULL && e->scope == METADATA_SHARED &&
+           strcmp(e->path, "admin") == 0;
+}
+
+static void read_add(struct read_op *op, const struct metadata_entry *e, const char *value,
+                     size_t len);
+
+/* The configured /shared/admin instead of whatever the dict holds, after
+ * the last base that asks for it. */
+static void read_server_admin(struct read_op *op)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < op->value_count; i++) {
+        if (is_server_admin(&op->t, &op->values[i].entry))
+            free(op->values[i].value);
+        else
+            op->values[n++] = op->values[i];
+    }
+    op->value_count = n;
+    struct metadata_entry admin = {.scope = METADATA_SHARED, .path = "admin"};
+    for (size_t i = 0; i < op->count; i++) {
+        if (metadata_entry_in_depth(&op->bases[i], &admin, op->depth)) {
+            read_add(op, &admin, op->t.server_admin, strlen(op->t.server_admin));
+            return;
+        }
+    }
+}
+
 static void read_finish(struct read_op *op, const char *error)
 {
+    if (error == NULL && op->t.server && op->t.server_admin != NULL)
+        read_server_admin(op);
     struct metadata_read_result r = {
         .ok = error == NULL,
         .error = error,
@@ -438,6 +472,12 @@ void metadata_write(struct dict *dict, const struct metadata_target *t,
                     const struct metadata_change *changes, size_t count, uint64_t max_entries,
                     metadata_write_cb *cb, void *ctx)
 {
+    for (size_t i = 0; i < count; i++) {
+        if (is_server_admin(t, &changes[i].entry)) {
+            cb(METADATA_WRITE_READONLY, NULL, ctx);
+            return;
+        }
+    }
     struct write_op *op = xcalloc(1, sizeof(*op));
     op->dict = dict;
     op->t = *t;

@@ -61,6 +61,9 @@ struct metadata_target {
     char username[256]; /* whose /private entries: the owner, or as_user */
     char guid[33];      /* the folder's GUID, or the INBOX's for the server */
     bool server;
+    /* the server's /shared/admin from mail.metadata_server_admin (NULL:
+     * an ordinary entry); read-only, as Dovecot's mail_server_admin */
+    const char *server_admin;
 };
 
 /* Resolves folder `name` of `ns` (NULL or "": the server, kept on the
@@ -92,7 +95,8 @@ typedef void metadata_read_cb(const struct metadata_read_result *r, void *ctx);
 
 /* Reads the entries named by `bases` (count of them) with DEPTH `depth`
  * (0, 1, -1 infinity): each base itself when it has a value, and its
- * descendants down to the depth. Internal entries are never returned. */
+ * descendants down to the depth. Internal entries are never returned. The
+ * configured server /shared/admin (t->server_admin) replaces the dict's. */
 void metadata_read(struct dict *dict, const struct metadata_target *t,
                    const struct metadata_entry *bases, size_t count, int depth,
                    metadata_read_cb *cb, void *ctx);
@@ -108,11 +112,13 @@ struct metadata_change {
 enum metadata_write_status {
     METADATA_WRITE_OK,
     METADATA_WRITE_TOOMANY, /* more entries than metadata_max_entries would exist */
+    METADATA_WRITE_READONLY, /* the configured server /shared/admin */
     METADATA_WRITE_FAILED,  /* dict failure: `error` says why */
 };
 typedef void metadata_write_cb(enum metadata_write_status status, const char *error, void *ctx);
 
-/* Applies `changes` as one dict transaction. The caller has checked the
+/* Applies `changes` as one dict transaction (READONLY, nothing written,
+ * when one is the configured server /shared/admin). The caller has checked the
  * names and the value sizes; here, when any change sets an entry that does
  * not exist yet, the folder's entries (both scopes, `t`'s private ones)
  * are counted first and the write refused with TOOMANY when the result
