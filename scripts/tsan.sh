@@ -30,7 +30,7 @@ case "$WHAT" in all | unit | e2e) ;; *) sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 
 UNIT=${TSAN_UNIT:-"test-crc32c test-fileindex test-worker-pool test-log test-auth-db"}
 # IMAP workers, LMTP delivery threads, auth threads in a real petreld.
 # (the 10,000-message LMTP test is left out: minutes under TSan for no other code path)
-E2E=${TSAN_E2E:-"tests/e2e/test_imap_workers.py tests/e2e/test_lmtp.py tests/e2e/test_lmtp_memory_at_rest.py"}
+E2E=${TSAN_E2E:-"tests/e2e/test_imap_workers.py tests/e2e/test_lmtp.py tests/e2e/test_lmtp_memory_at_rest.py tests/e2e/test_metadata.py"}
 E2E_FILTER=${TSAN_E2E_FILTER:-"not ten_thousand"}
 
 if [ ! -f "$BUILD/build.ninja" ]; then

@@ -50,6 +50,8 @@ static const struct area areas[] = {
     {"subscriptions", ctl_backend_storage, "subscriptions ...      list, add, remove, migrate"},
     {"specialuse", ctl_backend_storage, "specialuse ...         list, get, set, delete"},
     {"acl", ctl_backend_acl, "acl ...                get, set, delete, apply, materialise, my-rights, list-rights"},
+    {"metadata", ctl_backend_metadata,
+     "metadata ...           list, get, set, delete (RFC 5464 entries)"},
     {"user", ctl_backend_storage, "user ...               info, iterate, usage"},
     {"mail", ctl_backend_storage, "mail ...               append, import (mbox or maildir)"},
     {"quota", ctl_backend_quota, "quota ...              show, recalc, clone list, clone get"},

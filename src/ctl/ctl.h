@@ -61,6 +61,8 @@ int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv);
 int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "acl" (ctl-acl.c). */
 int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv);
+/* argv[0] == "metadata": list, get, set, delete (ctl-metadata.c). */
+int ctl_backend_metadata(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "who": who [count] (ctl-who.c). */
 int ctl_backend_who(const struct ctl_options *opts, int argc, char **argv);
 /* argv[0] == "quota": show, recalc, clone list, clone get (ctl-quota.c). */

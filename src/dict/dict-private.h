@@ -61,6 +61,10 @@ struct dict {
     struct event_base *base;
     struct metrics_registry *metrics;
     bool closing;
+    /* `config`'s owners: the registry's dict and each of its instances
+     * (dict_instance_new); the last one frees it (an instance may be
+     * closed after the registry, on another thread's way out). */
+    struct dict_config_ref *config_ref;
 };
 
 /* Common head of every driver iterator. */

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ const char *dict_driver_name_at(size_t i)
 {
     return i < DRIVER_COUNT ? drivers[i]->name : NULL;
 }
+
+struct dict_config_ref {
+    atomic_uint refs;
+};
 
 struct dict_registry {
     struct dict **dicts;
@@ -103,10 +108,51 @@ static void dict_free(struct dict *dict)
         return;
     if (dict->driver_data != NULL)
         dict->ops->close(dict);
+    if (dict->config_ref != NULL) {
+        if (atomic_fetch_sub(&dict->config_ref->refs, 1) == 1) {
+            free(dict->config_ref);
+            dict->config_ref = NULL;
+        } else {
+            dict->config = NULL; /* another owner still uses it */
+        }
+    }
     if (dict->config != NULL)
         dict->ops->config_free(dict->config);
     free(dict->name);
     free(dict);
+}
+
+struct dict *dict_instance_new(const struct dict *proto)
+{
+    struct dict *dict = xcalloc(1, sizeof(*dict));
+    dict->name = xstrdup(proto->name);
+    dict->ops = proto->ops;
+    dict->config = proto->config;
+    dict->config_ref = proto->config_ref;
+    atomic_fetch_add(&dict->config_ref->refs, 1);
+    return dict;
+}
+
+bool dict_instance_start(struct dict *dict, struct event_base *base, struct petrel_error *err)
+{
+    if (dict->driver_data != NULL)
+        return true;
+    dict->base = base;
+    if (!dict->ops->open(dict, err)) {
+        petrel_error_prefix(err, "dict %s", dict->name);
+        if (dict->driver_data != NULL)
+            dict->ops->close(dict);
+        dict->driver_data = NULL;
+        return false;
+    }
+    return true;
+}
+
+void dict_instance_free(struct dict *dict)
+{
+    if (dict != NULL)
+        dict->closing = true;
+    dict_free(dict);
 }
 
 struct dict_registry *dict_registry_read(const char *file, const struct ynode *section,
@@ -158,6 +204,8 @@ struct dict_registry *dict_registry_read(const char *file, const struct ynode *s
         dict->name = xstrdup(name);
         dict->ops = ops;
         dict->config = config;
+        dict->config_ref = xcalloc(1, sizeof(*dict->config_ref));
+        atomic_init(&dict->config_ref->refs, 1);
         reg->dicts = xgrow(reg->dicts, &reg->cap, reg->count + 1, sizeof(*reg->dicts));
         reg->dicts[reg->count++] = dict;
     }

@@ -83,6 +83,23 @@ const char *dict_registry_driver(const struct dict_registry *reg, size_t i);
 void dict_registry_close(struct dict_registry *reg);
 void dict_registry_free(struct dict_registry *reg);
 
+/* Another instance of `proto` (a configured dict of a registry, opened or
+ * not), for a thread with a loop of its own (an IMAP worker) so that no dict
+ * handle crosses threads: same driver and options, its own state and
+ * connections. It takes a reference on the configuration, so it may outlive
+ * the registry (a worker stopping after the registry was freed); make it
+ * while the registry exists (at start-up) and start it on its loop's thread.
+ * No metrics are registered for it (the registry's dict has them). Instances
+ * of the file, sql and kvstore drivers see each other's writes as separate
+ * processes do; a memory dict's instance is an empty map of its own. */
+struct dict *dict_instance_new(const struct dict *proto);
+/* Opens the instance on `base` (idempotent once it succeeded). False with
+ * err when the driver cannot open; it may be tried again. */
+bool dict_instance_start(struct dict *dict, struct event_base *base, struct petrel_error *err);
+/* Closes an instance (pending callbacks are answered with an error) and
+ * frees it; NULL is ignored. */
+void dict_instance_free(struct dict *dict);
+
 /* The registered drivers, in name order. */
 size_t dict_driver_count(void);
 const char *dict_driver_name_at(size_t i);

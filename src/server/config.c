@@ -154,6 +154,30 @@ static bool read_tls(const struct cfg_ctx *ctx, const struct ynode *node, struct
     return true;
 }
 
+/* mail.attribute_dict names a dict of the `dicts:` section that every
+ * thread can share: a memory dict is private to the loop it is opened on
+ * (IMAP workers each get their own instance), so entries would differ
+ * between the API and IMAP. */
+static bool check_attribute_dict(const struct cfg_ctx *ctx, const struct ynode *mail,
+                                 const struct petrel_config *cfg)
+{
+    const char *name = cfg->mail.attribute_dict;
+    if (name == NULL)
+        return true;
+    for (size_t k = 0; k < dict_registry_count(cfg->dicts); k++) {
+        if (strcmp(dict_registry_name(cfg->dicts, k), name) != 0)
+            continue;
+        if (strcmp(dict_registry_driver(cfg->dicts, k), "memory") == 0)
+            return cfg_fail(ctx, ynode_get(mail, "attribute_dict"), "mail.attribute_dict",
+                            "dict '%s' is a memory dict, which each IMAP worker would hold apart; "
+                            "use file, sql or kvstore",
+                            name);
+        return true;
+    }
+    return cfg_fail(ctx, ynode_get(mail, "attribute_dict"), "mail.attribute_dict",
+                    "no dict named '%s' in dicts:", name);
+}
+
 static bool valid_component(const char *name)
 {
     return component_find(name) != NULL;
@@ -261,7 +285,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;
-    if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err))
+    if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err) ||
+        !check_attribute_dict(ctx, ynode_get(root, "mail"), cfg))
         return false;
     for (size_t i = 0; component_table[i] != NULL; i++) {
         const struct component_def *c = component_table[i];
@@ -357,6 +382,16 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     static const char *const fsync_names[] = {"always", "optimized", "never"};
     fputs("mail:\n", out);
     yaml_put_kv(out, "  ", "home", cfg->mail.home);
+    yaml_put_kv(out, "  ", "attribute_dict",
+                cfg->mail.attribute_dict != NULL ? cfg->mail.attribute_dict : "");
+    fprintf(out,
+            "  metadata_max_value_bytes: %lld\n  metadata_max_entries: %lld\n"
+            "  metadata_private: %s\n",
+            (long long)cfg->mail.metadata_max_value_bytes,
+            (long long)cfg->mail.metadata_max_entries,
+            cfg->mail.metadata_private ? "true" : "false");
+    yaml_put_kv(out, "  ", "metadata_server_admin",
+                cfg->mail.metadata_server_admin != NULL ? cfg->mail.metadata_server_admin : "");
     fprintf(out, "  fsync: %s\n  special_use:%s\n", fsync_names[cfg->mail.fsync],
             cfg->mail.special_use_count == 0 ? " {}" : "");
     for (size_t i = 0; i < cfg->mail.special_use_count; i++)

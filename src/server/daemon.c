@@ -17,6 +17,7 @@
 #include "storage/mail-storage.h"
 #include "storage/quota/quota-module.h"
 #include "storage/quota/quota-clone.h"
+#include "storage/metadata/metadata-store.h"
 #ifdef PETREL_TEST_MODULES
 #include "storage/test-veto-module.h"
 #endif
@@ -310,6 +311,19 @@ static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *e
            mail_storage_module_register(ctx->storage, &quota_clone_module, ctx->quota_clone, err);
 }
 
+/* METADATA (docs/metadata.md): the main storage uses the configured dict
+ * as it is (opened on the main loop below); siblings on other loops open
+ * instances of their own. The module comes last, after every module that
+ * may refuse a folder deletion. */
+static bool register_metadata(struct petrel_context *ctx, struct petrel_error *err)
+{
+    const char *name = ctx->config->mail.attribute_dict;
+    if (name == NULL)
+        return true;
+    metadata_storage_set_dict(ctx->storage, dict_registry_get(ctx->config->dicts, name));
+    return mail_storage_module_register(ctx->storage, &metadata_module, NULL, err);
+}
+
 static bool start_components(struct petrel_context *ctx, struct petrel_error *err)
 {
     ctx->telemetry = telemetry_start(&ctx->env, &ctx->config->telemetry, err);
@@ -500,7 +514,8 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
-    if (!register_storage_modules(&ctx, ctx.storage, &err) || !start_quota_clone(&ctx, &err)) {
+    if (!register_storage_modules(&ctx, ctx.storage, &err) || !start_quota_clone(&ctx, &err) ||
+        !register_metadata(&ctx, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

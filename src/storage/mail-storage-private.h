@@ -169,6 +169,13 @@ struct mail_storage {
     struct mail_user **users;
     size_t user_count;
     size_t user_cap;
+    /* METADATA's dict (storage/metadata/metadata-store.c): the configured
+     * one (shared by siblings, used as is by the main handle only), the
+     * loop of a sibling and its own instance on that loop */
+    struct dict *attr_proto;
+    bool attr_main;
+    struct event_base *attr_base;
+    struct dict *attr_dict;
 };
 
 struct mail_user {

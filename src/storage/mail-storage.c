@@ -10,6 +10,7 @@
 #include "storage/quota/quota-module.h"
 #include "storage/acl/acl-rights.h"
 #include "storage/special-use.h"
+#include "storage/metadata/metadata-store.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,7 @@ static struct mail_storage *storage_new(const struct mail_config *cfg,
         memcpy(s->modules, parent->modules, sizeof(s->modules));
         s->module_count = parent->module_count;
         s->save_hooks = parent->save_hooks;
+        s->attr_proto = parent->attr_proto;
     } else {
         /* The storage's own rules come first. */
         mail_storage_module_register(s, &special_use_module, NULL, NULL);
@@ -128,6 +130,7 @@ void mail_storage_free(struct mail_storage *storage)
     for (size_t i = 0; i < storage->user_count; i++)
         user_free(storage->users[i]);
     free(storage->users);
+    metadata_storage_free(storage);
     storage->v->storage_deinit(storage->driver);
     free(storage);
 }

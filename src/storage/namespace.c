@@ -59,6 +59,8 @@ void mail_config_free(struct mail_config *cfg)
         free(cfg->special_use[i].attr);
     }
     free(cfg->special_use);
+    free(cfg->attribute_dict);
+    free(cfg->metadata_server_admin);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -149,14 +151,42 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
 bool mail_config_read(const char *file, const struct ynode *section, struct mail_config *out,
                       struct petrel_error *err)
 {
-    static const char *const keys[] = {"home", "fsync", "special_use", "namespaces", "acl", NULL};
+    static const char *const keys[] = {"home",
+                                       "fsync",
+                                       "special_use",
+                                       "namespaces",
+                                       "acl",
+                                       "attribute_dict",
+                                       "metadata_max_value_bytes",
+                                       "metadata_max_entries",
+                                       "metadata_private",
+                                       "metadata_server_admin",
+                                       NULL};
     struct cfg_ctx ctx = {.file = file, .err = err};
     memset(out, 0, sizeof(*out));
     out->home = xstrdup("./var/mail/%u");
     out->fsync = FILEINDEX_FSYNC_ALWAYS;
+    out->metadata_max_value_bytes = 64 * 1024;
+    out->metadata_max_entries = 1000;
+    out->metadata_private = true;
     if (!cfg_expect_map(&ctx, section, "mail") || !cfg_check_keys(&ctx, section, "mail", keys) ||
-        !cfg_string(&ctx, section, "mail", "home", &out->home))
+        !cfg_string(&ctx, section, "mail", "home", &out->home) ||
+        !cfg_string(&ctx, section, "mail", "attribute_dict", &out->attribute_dict) ||
+        !cfg_int(&ctx, section, "mail", "metadata_max_value_bytes", 1, 1024 * 1024,
+                 &out->metadata_max_value_bytes) ||
+        !cfg_int(&ctx, section, "mail", "metadata_max_entries", 1, 1000000,
+                 &out->metadata_max_entries) ||
+        !cfg_bool(&ctx, section, "mail", "metadata_private", &out->metadata_private) ||
+        !cfg_string(&ctx, section, "mail", "metadata_server_admin", &out->metadata_server_admin))
         goto fail;
+    if (out->metadata_server_admin != NULL && *out->metadata_server_admin == '\0') {
+        free(out->metadata_server_admin);
+        out->metadata_server_admin = NULL;
+    }
+    if (out->attribute_dict != NULL && *out->attribute_dict == '\0') {
+        free(out->attribute_dict); /* "" is the default: no METADATA */
+        out->attribute_dict = NULL;
+    }
     char *fsync = NULL;
     if (!cfg_string(&ctx, section, "mail", "fsync", &fsync))
         goto fail;

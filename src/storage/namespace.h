@@ -63,6 +63,14 @@ struct mail_config {
     struct special_use_default *special_use;
     size_t special_use_count;
     struct mail_acl_config acl;
+    /* METADATA (docs/metadata.md): the dict of `dicts:` that holds the
+     * entries (NULL: no METADATA), the longest value and the most entries
+     * one folder (or the server) holds for one user, both scopes counted. */
+    char *attribute_dict;
+    int64_t metadata_max_value_bytes;
+    int64_t metadata_max_entries;
+    bool metadata_private; /* /private entries allowed (else [METADATA NOPRIVATE]) */
+    char *metadata_server_admin; /* the server's /shared/admin (NULL: an ordinary entry) */
 };
 
 /* Reads the `mail:` section (NULL = defaults: home ./var/mail/%u, one

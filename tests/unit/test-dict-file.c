@@ -14,6 +14,8 @@
 #include "core/yaml-doc.h"
 #include "dict/dict.h"
 
+#include <event2/event.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -921,6 +923,37 @@ static void test_large_snapshot_spans_records(void **state)
     free(big);
 }
 
+/* ---------- an instance of a configured dict (dict_instance_new) ---------- */
+
+/* An IMAP worker's instance: made from the registry's dict, opened on its
+ * own loop, sharing the file with the registry's; it keeps the
+ * configuration when the registry is freed first (daemon shutdown order). */
+static void test_instance_shares_the_file_and_outlives_the_registry(void **state)
+{
+    struct fx *fx = *state;
+    struct dict_registry *reg = open_ok(fx->path, NULL);
+    struct dict *inst = dict_instance_new(D(reg));
+    struct event_base *base = event_base_new();
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    assert_true(dict_instance_start(inst, base, &err));
+    assert_true(dict_instance_start(inst, base, &err)); /* idempotent */
+    set(D(reg), "shared/x", "from the registry");
+    check_value(inst, "shared/x", "from the registry");
+    set(inst, "shared/y", "from the instance");
+    check_value(D(reg), "shared/y", "from the instance");
+    dict_registry_free(reg);
+    check_value(inst, "shared/x", "from the registry");
+    set(inst, "shared/z", "after");
+    dict_instance_free(inst);
+    /* an instance never started frees cleanly too */
+    reg = open_ok(fx->path, NULL);
+    struct dict *idle = dict_instance_new(D(reg));
+    dict_registry_free(reg);
+    dict_instance_free(idle);
+    event_base_free(base);
+}
+
 /* ---------- two processes (two instances) ---------- */
 
 static void test_two_instances_see_each_other(void **state)
@@ -1123,6 +1156,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_instances_see_each_other, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_left_by_a_crashed_peer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_timeout_fails_operations, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_instance_shares_the_file_and_outlives_the_registry,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_applies_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deleted_file_fails_cleanly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritable_directory_fails_open, setup, teardown),

@@ -22,6 +22,8 @@ void imap_capabilities(const struct imap_session *s, struct buf *out)
     /* After login, as Dovecot's imap_acl plugin announces them. */
     if (s->user != NULL && mail_storage_config(mail_user_storage(s->user))->acl.enabled)
         buf_append_str(out, " ACL RIGHTS=texk LIST-MYRIGHTS");
+    if (imap_metadata_enabled(s))
+        buf_append_str(out, " METADATA METADATA-SERVER");
     if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, " STARTTLS");

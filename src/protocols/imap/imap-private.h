@@ -87,6 +87,8 @@ struct imap_session {
     size_t context_count;
     uint32_t *context_dirty;
     size_t context_dirty_count, context_dirty_cap;
+    /* GETMETADATA/SETMETADATA waiting for the dict (imap-cmd-metadata.c) */
+    struct imap_metadata_call *metadata_call;
 };
 
 struct imap_recent_range {
@@ -196,6 +198,12 @@ void imap_fetch_continue(struct imap_session *s);
  * close without a BYE). */
 bool imap_fetch_abort(struct imap_session *s);
 extern const struct imap_command_def imap_commands_sort[];    /* imap-cmd-sort.c */
+extern const struct imap_command_def imap_commands_metadata[]; /* imap-cmd-metadata.c */
+/* Whether METADATA is configured (the capabilities say so). */
+bool imap_metadata_enabled(const struct imap_session *s);
+/* Forgets a GETMETADATA/SETMETADATA waiting for the dict (the session is
+ * being freed): its answer, when it comes, is dropped. */
+void imap_metadata_abort(struct imap_session *s);
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
 /* UID SORT and UID THREAD (imap-cmd-sort.c), called by the UID dispatcher. */

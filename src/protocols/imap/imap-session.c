@@ -29,6 +29,7 @@ static const struct imap_command_def *const command_tables[] = {
     imap_commands_message, imap_commands_search, imap_commands_sort,    imap_commands_context,
     imap_commands_quota,
     imap_commands_acl,
+    imap_commands_metadata,
 };
 
 /* ---------- output ---------- */
@@ -225,6 +226,7 @@ void imap_session_free(struct imap_session *s)
     const struct imap_server_ctx *ctx = s->ctx;
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
+    imap_metadata_abort(s);
     imap_fetch_abort(s); /* a disconnected client's FETCH stops here */
     imap_selected_close(s);
     free(s->recent);

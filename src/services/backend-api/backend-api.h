@@ -76,6 +76,7 @@ void backend_api_register_index(struct http_server *http, struct storage_api *ap
 void backend_api_register_subscriptions(struct http_server *http, struct storage_api *api);
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
 void backend_api_register_acl(struct http_server *http, struct storage_api *api); /* api-acl.c */
+void backend_api_register_metadata(struct http_server *http, struct storage_api *api);
 void backend_api_register_user(struct http_server *http, struct storage_api *api);
 void backend_api_register_mail(struct http_server *http, struct storage_api *api);
 /* quota/show, quota/recalc, quota/clone/list, quota/clone/get. */
