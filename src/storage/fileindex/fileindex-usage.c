@@ -26,6 +26,19 @@
 
 enum usage_read { USAGE_OK, USAGE_RETRY, USAGE_FALLBACK, USAGE_ERROR };
 
+/* "<dir>/<name>" into path[FI_MAX_DIR + 32] (dir at most FI_MAX_DIR bytes,
+ * names the index's own): a quota check makes several per folder, where
+ * snprintf cost as much as the rest of the read. */
+static void join(char *path, const char *dir, const char *name)
+{
+    size_t d = strnlen(dir, FI_MAX_DIR);
+    size_t n = strnlen(name, 30);
+    memcpy(path, dir, d);
+    path[d] = '/';
+    memcpy(path + d + 1, name, n);
+    path[d + 1 + n] = '\0';
+}
+
 /* What a file was when it was read: a cached answer holds while both index
  * files still are exactly this (a fold replaces them, a commit appends to
  * the log, a cut shortens it: each changes one of these). */
@@ -133,7 +146,7 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
     int lfd = -1;
     uint8_t *data = NULL;
     char path[FI_MAX_DIR + 32];
-    snprintf(path, sizeof(path), "%s/%s", dir, FI_BASE_FILE);
+    join(path, dir, FI_BASE_FILE);
     int bfd = open(path, O_RDONLY | O_CLOEXEC);
     if (bfd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -162,7 +175,7 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
         goto out; /* damaged or older: the full open judges */
     struct fileindex_usage u = {info.count, info.usage_bytes};
     bool have = (info.flags & FI_BASE_FLAG_USAGE) != 0;
-    snprintf(path, sizeof(path), "%s/%s", dir, FI_LOG_FILE);
+    join(path, dir, FI_LOG_FILE);
     lfd = open(path, O_RDONLY | O_CLOEXEC);
     if (lfd < 0)
         goto out;
@@ -320,7 +333,7 @@ static struct cache_entry *slot_of(struct fileindex_usage_cache *c, const char *
 static bool stat_stamp(const char *dir, const char *name, struct file_stamp *out)
 {
     char path[FI_MAX_DIR + 32];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    join(path, dir, name);
     struct stat st;
     if (stat(path, &st) != 0)
         return false;
@@ -340,7 +353,7 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
         now[1].size - e->stamps[1].size > (off_t)MAX_LOG_READ)
         return false;
     char path[FI_MAX_DIR + 32];
-    snprintf(path, sizeof(path), "%s/%s", dir, FI_LOG_FILE);
+    join(path, dir, FI_LOG_FILE);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
