@@ -8,7 +8,7 @@ processes from one passwd-file whose users carry `quota_rule=*:storage=10G`:
 one with `quota.enabled: true` (and three warning rules, so the saved hook
 works out crossings too), one with it off; both with imap.workers 1 and
 lmtp.delivery_threads 1, mail.fsync never (so the disk does not hide the
-CPU). Then, in pairs alternating which goes first (the machine is shared:
+CPU; BENCH_FSYNC=always for the default). Then, in pairs alternating which goes first (the machine is shared:
 what drifts over time falls on both sides alike):
 
   LMTP    one smtplib.LMTP connection delivers --lmtp messages of --size
@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("PETREL_BUILD", ROOT / "build-release"))
 USERS = 20
+FSYNC = os.environ.get("BENCH_FSYNC", "never")
 
 
 def free_port():
@@ -93,7 +94,7 @@ class Daemon:
             "allow_root": True, "log_level": "warn",
             "components": ["auth", "imap", "lmtp"],
             "telemetry": {"listen": f"127.0.0.1:{free_port()}"},
-            "mail": {"home": str(self.dir / "mail" / "%u"), "fsync": "never"},
+            "mail": {"home": str(self.dir / "mail" / "%u"), "fsync": FSYNC},
             "auth": {"listen": [auth], "passdb": {"driver": "passwd-file", "path": str(passwd)}},
             "imap": {"listen": [f"127.0.0.1:{self.imap}"], "auth_addr": auth, "workers": 1},
             "lmtp": {"listen": [f"127.0.0.1:{self.lmtp}"], "auth_addr": auth,
