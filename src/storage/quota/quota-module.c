@@ -417,8 +417,9 @@ static void over_check(struct mail_user *user, struct quota_user *qu)
     bool flagged = flag[0] != '\0' && glob_ci(qm->cfg->over_status_mask, flag);
     if (over == flagged)
         return;
+    char fq[300];
     log_info(COMPONENT, "quota over-flag differs from usage", "user=%s flag=%s over=%s", user->name,
-             flag, over ? "yes" : "no");
+             log_quote(fq, sizeof(fq), flag), over ? "yes" : "no");
     struct job *j = xcalloc(1, sizeof(*j));
     j->user = xstrdup(user->name);
     j->home = xstrdup(user->home != NULL ? user->home : "");
