@@ -8,7 +8,7 @@ processes from one passwd-file whose users carry `quota_rule=*:storage=10G`:
 one with `quota.enabled: true` (and three warning rules, so the saved hook
 works out crossings too), one with it off; both with imap.workers 1 and
 lmtp.delivery_threads 1, mail.fsync never (so the disk does not hide the
-CPU). Then, in pairs alternating which goes first (the machine is shared:
+CPU; BENCH_FSYNC=always for the default). Then, in pairs alternating which goes first (the machine is shared:
 what drifts over time falls on both sides alike):
 
   LMTP    one smtplib.LMTP connection delivers --lmtp messages of --size
@@ -19,6 +19,11 @@ For each run: messages/s and petreld's CPU time (utime+stime from
 /proc/PID/stat) per message. Prints every pair and the medians of the
 on/off ratios. CPU per message is the figure that matters on a busy
 machine; rates are printed too.
+
+With --callgrind both daemons run under valgrind's callgrind, the counters
+zeroed before each workload and dumped after it (callgrind_control -z,
+-d): instructions per message are exact and do not depend on what
+else the machine runs (the rates under valgrind mean nothing).
 """
 
 import argparse
@@ -36,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("PETREL_BUILD", ROOT / "build-release"))
 USERS = 20
+FSYNC = os.environ.get("BENCH_FSYNC", "never")
 
 
 def free_port():
@@ -74,7 +80,7 @@ WARNINGS = """
 
 
 class Daemon:
-    def __init__(self, work, name, enabled):
+    def __init__(self, work, name, enabled, callgrind=False):
         self.dir = work / name
         self.dir.mkdir()
         passwd = self.dir / "passwd"
@@ -88,7 +94,7 @@ class Daemon:
             "allow_root": True, "log_level": "warn",
             "components": ["auth", "imap", "lmtp"],
             "telemetry": {"listen": f"127.0.0.1:{free_port()}"},
-            "mail": {"home": str(self.dir / "mail" / "%u"), "fsync": "never"},
+            "mail": {"home": str(self.dir / "mail" / "%u"), "fsync": FSYNC},
             "auth": {"listen": [auth], "passdb": {"driver": "passwd-file", "path": str(passwd)}},
             "imap": {"listen": [f"127.0.0.1:{self.imap}"], "auth_addr": auth, "workers": 1},
             "lmtp": {"listen": [f"127.0.0.1:{self.lmtp}"], "auth_addr": auth,
@@ -97,9 +103,15 @@ class Daemon:
         }
         text = yaml(cfg) + "\n" + (WARNINGS if enabled else "")
         (self.dir / "petrel.yaml").write_text(text)
-        self.proc = subprocess.Popen([str(BUILD / "petreld"), "-c", str(self.dir / "petrel.yaml")],
+        cmd = [str(BUILD / "petreld"), "-c", str(self.dir / "petrel.yaml")]
+        self.callgrind = callgrind
+        self.dumps = 0
+        if callgrind:
+            cmd = ["valgrind", "--tool=callgrind",
+                   f"--callgrind-out-file={self.dir}/cg.out"] + cmd
+        self.proc = subprocess.Popen(cmd,
                                      stdout=open(self.dir / "log", "wb"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + (120 if callgrind else 20)
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.imap), timeout=1).close()
@@ -108,6 +120,22 @@ class Daemon:
             except OSError:
                 time.sleep(0.05)
         raise SystemExit("petreld did not start:\n" + (self.dir / "log").read_text())
+
+    def collect(self, on):
+        """callgrind: zero the counters (on), or dump and return the
+        instructions since (off)."""
+        if on:
+            subprocess.run(["callgrind_control", "-z", str(self.proc.pid)], check=True,
+                           capture_output=True)
+            return 0
+        subprocess.run(["callgrind_control", "-d", str(self.proc.pid)], check=True,
+                       capture_output=True)
+        self.dumps += 1
+        path = Path(f"{self.dir}/cg.out.{self.dumps}")
+        for line in path.read_text().splitlines():
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+        raise SystemExit(f"no totals in {path}")
 
     def stop(self):
         self.proc.terminate()
@@ -124,10 +152,14 @@ def run_lmtp(d, n, size, seed):
     msgs = [message(seed * 100000 + i, size) for i in range(n)]
     c = smtplib.LMTP("127.0.0.1", d.lmtp)
     c.ehlo("bench")
+    if d.callgrind:
+        d.collect(True)
     cpu0, t0 = cpu_seconds(d.proc.pid), time.monotonic()
     for i, m in enumerate(msgs):
         c.sendmail("b@example.org", [f"u{i % USERS}@example.org"], m)
     t, cpu = time.monotonic() - t0, cpu_seconds(d.proc.pid) - cpu0
+    if d.callgrind:
+        return n / t, d.collect(False) / n
     c.quit()
     return n / t, cpu / n * 1e6
 
@@ -136,11 +168,15 @@ def run_append(d, n, size, user):
     msgs = [message(i, size) for i in range(n)]
     m = imaplib.IMAP4("127.0.0.1", d.imap)
     m.login(user, "p")
+    if d.callgrind:
+        d.collect(True)
     cpu0, t0 = cpu_seconds(d.proc.pid), time.monotonic()
     for msg in msgs:
         typ, _ = m.append("INBOX", None, None, msg)
         assert typ == "OK"
     t, cpu = time.monotonic() - t0, cpu_seconds(d.proc.pid) - cpu0
+    if d.callgrind:
+        return n / t, d.collect(False) / n
     m.logout()
     return n / t, cpu / n * 1e6
 
@@ -151,9 +187,12 @@ def main():
     ap.add_argument("--lmtp", type=int, default=2000)
     ap.add_argument("--append", type=int, default=2000)
     ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--callgrind", action="store_true")
     a = ap.parse_args()
+    unit = "instr/msg" if a.callgrind else "us CPU/msg"
     work = Path(tempfile.mkdtemp(prefix="petrel-quota-bench-", dir="/var/tmp"))
-    on, off = Daemon(work, "on", True), Daemon(work, "off", False)
+    on = Daemon(work, "on", True, a.callgrind)
+    off = Daemon(work, "off", False, a.callgrind)
     ratios = {"lmtp_rate": [], "lmtp_cpu": [], "append_rate": [], "append_cpu": []}
     try:
         # warm-up: every user's INBOX and index exist
@@ -170,8 +209,8 @@ def main():
                 (r_on, c_on), (r_off, c_off) = res["on_" + kind], res["off_" + kind]
                 ratios[kind + "_rate"].append(r_on / r_off)
                 ratios[kind + "_cpu"].append(c_on / c_off)
-                print(f"pair {p} {kind:6}: on {r_on:7.0f} msg/s {c_on:6.0f} us CPU/msg | "
-                      f"off {r_off:7.0f} msg/s {c_off:6.0f} us CPU/msg | "
+                print(f"pair {p} {kind:6}: on {r_on:7.0f} msg/s {c_on:8.0f} {unit} | "
+                      f"off {r_off:7.0f} msg/s {c_off:8.0f} {unit} | "
                       f"rate {100 * (r_on / r_off - 1):+5.1f} % CPU {100 * (c_on / c_off - 1):+5.1f} %",
                       flush=True)
         for k, v in ratios.items():
@@ -179,7 +218,10 @@ def main():
     finally:
         on.stop()
         off.stop()
-        subprocess.run(["rm", "-rf", str(work)])
+        if not os.environ.get("BENCH_KEEP"):
+            subprocess.run(["rm", "-rf", str(work)])
+        else:
+            print("kept", work)
 
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ static bool register_storage_modules(struct petrel_context *ctx, struct mail_sto
         !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
         return false;
     const struct quota_config *qcfg = &ctx->config->quota;
-    if (qcfg->enabled || ctx->config->imap.imap_quota) {
+    if (qcfg->enabled || ctx->config->imap.imap_quota || qcfg->over_status_mask[0] != '\0') {
         ctx->quota = quota_module_new(qcfg, ctx->base, ctx->metrics);
         if (!quota_module_register(ctx->quota, storage, err))
             return false;

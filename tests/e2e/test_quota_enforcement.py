@@ -307,5 +307,8 @@ def test_parallel_sessions_overshoot_at_most_one_message(petreld, tmp_path):
         t.join()
     used = on_disk(d, "erin")
     assert used <= limit + size, (used, results)
-    assert used > limit - size, (used, results)
+    # A save whose read may already hold another's commit counts it twice
+    # (safe side): near the limit each session may stop up to one message
+    # of each other session early.
+    assert used > limit - 4 * size, (used, results)
     assert sum(results) == used // size

@@ -451,6 +451,36 @@ static void test_cache_never_stale(void **state)
     fileindex_usage_cache_free(c);
 }
 
+/* A log that only grows is read from where the cache left it: after each
+ * commit (appends and expunges, one transaction or several between reads)
+ * the cached answer is the records' sum, with no full read after the first
+ * (a fold in between starts over). */
+static void test_cache_follows_growth(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    struct fileindex_usage_cache *c = fileindex_usage_cache_new(4);
+    assert_usage(cached(c, fx->dir), 0, 0);
+    for (int i = 1; i <= 60; i++) {
+        for (int k = 0; k < 1 + i % 3; k++) {
+            struct fileindex_txn *t = begin_ok(fi);
+            append(t, 10 + i);
+            if (i % 4 == 0)
+                assert_true(fileindex_txn_expunge(t, fileindex_record_at(fi, 0)->uid));
+            commit_ok(t);
+        }
+        struct fileindex_usage want = summed(fi);
+        assert_usage(cached(c, fx->dir), want.messages, want.bytes);
+        assert_usage(read_usage(fx->dir, false), want.messages, want.bytes);
+        if (i == 30) {
+            struct petrel_error err = {0};
+            assert_true(fileindex_optimize(fi, &err));
+        }
+    }
+    fileindex_close(fi);
+    fileindex_usage_cache_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +488,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_self_heal_and_recalc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_never_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_follows_growth, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,7 +50,8 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                       struct imap_config *cfg)
 {
     static const char *const keys[] = {MAIL_LOGIN_CONFIG_KEYS, "max_line_length",
-                                       "max_literal_size", "workers", "imap_quota", NULL};
+                                       "max_literal_size",     "workers",
+                                       "imap_quota",           NULL};
     const char *p = imap_section.name;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;

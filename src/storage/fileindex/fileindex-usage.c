@@ -26,6 +26,19 @@
 
 enum usage_read { USAGE_OK, USAGE_RETRY, USAGE_FALLBACK, USAGE_ERROR };
 
+/* "<dir>/<name>" into path[FI_MAX_DIR + 32] (dir at most FI_MAX_DIR bytes,
+ * names the index's own): a quota check makes several per folder, where
+ * snprintf cost as much as the rest of the read. */
+static void join(char *path, const char *dir, const char *name)
+{
+    size_t d = strnlen(dir, FI_MAX_DIR);
+    size_t n = strnlen(name, 30);
+    memcpy(path, dir, d);
+    path[d] = '/';
+    memcpy(path + d + 1, name, n);
+    path[d + 1 + n] = '\0';
+}
+
 /* What a file was when it was read: a cached answer holds while both index
  * files still are exactly this (a fold replaces them, a commit appends to
  * the log, a cut shortens it: each changes one of these). */
@@ -76,11 +89,11 @@ static size_t op_length(const uint8_t *p, size_t left)
 }
 
 /* Applies the USAGE operations of the valid transactions in data[0..len)
- * (the log after its header, file offset FI_LOG_HDR_SIZE). False when a
+ * (log bytes from file offset `file_off`, a transaction's start). False when a
  * transaction changes records without one (an older writer) and no later
  * one carries the aggregate: it cannot be known without the records. */
-static bool scan_log(const uint8_t *data, size_t len, struct fileindex_usage *u, bool *have,
-                     size_t *end)
+static bool scan_log(const uint8_t *data, size_t len, uint64_t file_off, struct fileindex_usage *u,
+                     bool *have, size_t *end)
 {
     size_t pos = 0;
     bool unknown = false;
@@ -89,8 +102,7 @@ static bool scan_log(const uint8_t *data, size_t len, struct fileindex_usage *u,
         const uint8_t *t = data + pos;
         uint32_t tlen = fi_get32(t);
         if (tlen < FI_TXN_HDR_SIZE + 1 || tlen > FI_MAX_TXN || tlen > len - pos ||
-            fi_get64(t + 8) != FI_LOG_HDR_SIZE + pos ||
-            fi_crc32c(0, t + 8, tlen - 8) != fi_get32(t + 4))
+            fi_get64(t + 8) != file_off + pos || fi_crc32c(0, t + 8, tlen - 8) != fi_get32(t + 4))
             break; /* the end, a torn tail, or a write in progress */
         bool changes = false;
         bool got = false;
@@ -134,7 +146,7 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
     int lfd = -1;
     uint8_t *data = NULL;
     char path[FI_MAX_DIR + 32];
-    snprintf(path, sizeof(path), "%s/%s", dir, FI_BASE_FILE);
+    join(path, dir, FI_BASE_FILE);
     int bfd = open(path, O_RDONLY | O_CLOEXEC);
     if (bfd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -163,7 +175,7 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
         goto out; /* damaged or older: the full open judges */
     struct fileindex_usage u = {info.count, info.usage_bytes};
     bool have = (info.flags & FI_BASE_FLAG_USAGE) != 0;
-    snprintf(path, sizeof(path), "%s/%s", dir, FI_LOG_FILE);
+    join(path, dir, FI_LOG_FILE);
     lfd = open(path, O_RDONLY | O_CLOEXEC);
     if (lfd < 0)
         goto out;
@@ -206,7 +218,9 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
         goto out;
     }
     size_t end = 0;
-    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, &u, &have, &end) && have) {
+    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, FI_LOG_HDR_SIZE, &u, &have,
+                 &end) &&
+        have) {
         *out = u;
         r = USAGE_OK;
         /* Only a log read to its very end, with no torn or unfinished
@@ -319,12 +333,58 @@ static struct cache_entry *slot_of(struct fileindex_usage_cache *c, const char *
 static bool stat_stamp(const char *dir, const char *name, struct file_stamp *out)
 {
     char path[FI_MAX_DIR + 32];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    join(path, dir, name);
     struct stat st;
     if (stat(path, &st) != 0)
         return false;
     stamp_of(&st, out);
     return true;
+}
+
+/* A cached log that only grew since (same base, same log file, longer):
+ * the new transactions are read on top of the cached aggregate instead of
+ * the whole log again (a folder being delivered to changes on each check).
+ * False when that cannot be done (then the caller reads it all). */
+static bool read_growth(struct cache_entry *e, const char *dir, const struct file_stamp *now,
+                        struct fileindex_usage *out)
+{
+    if (!stamp_equal(&now[0], &e->stamps[0]) || now[1].dev != e->stamps[1].dev ||
+        now[1].ino != e->stamps[1].ino || now[1].size <= e->stamps[1].size ||
+        now[1].size - e->stamps[1].size > (off_t)MAX_LOG_READ)
+        return false;
+    char path[FI_MAX_DIR + 32];
+    join(path, dir, FI_LOG_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    struct file_stamp stamp;
+    bool ok = false;
+    uint8_t *data = NULL;
+    if (fstat(fd, &st) != 0)
+        goto out;
+    stamp_of(&st, &stamp);
+    if (stamp.ino != e->stamps[1].ino || stamp.size <= e->stamps[1].size)
+        goto out;
+    size_t len = (size_t)(stamp.size - e->stamps[1].size);
+    data = xmalloc(len);
+    if (fi_pread_all(fd, data, len, e->stamps[1].size) != (ssize_t)len)
+        goto out;
+    struct fileindex_usage u = e->usage;
+    bool have = true;
+    size_t end = 0;
+    if (!scan_log(data, len, (uint64_t)e->stamps[1].size, &u, &have, &end))
+        goto out;
+    *out = u;
+    ok = true;
+    if (end == len) { /* read to a complete end: the cache moves on */
+        e->stamps[1] = stamp;
+        e->usage = u;
+    }
+out:
+    free(data);
+    close(fd);
+    return ok;
 }
 
 bool fileindex_read_usage_cached(struct fileindex_usage_cache *c, const char *dir,
@@ -338,12 +398,15 @@ bool fileindex_read_usage_cached(struct fileindex_usage_cache *c, const char *di
     struct cache_entry *e = slot_of(c, dir);
     if (e->dir != NULL) {
         struct file_stamp now[2];
-        if (stat_stamp(dir, FI_BASE_FILE, &now[0]) && stat_stamp(dir, FI_LOG_FILE, &now[1]) &&
-            stamp_equal(&now[0], &e->stamps[0]) && stamp_equal(&now[1], &e->stamps[1])) {
+        bool stamped =
+            stat_stamp(dir, FI_BASE_FILE, &now[0]) && stat_stamp(dir, FI_LOG_FILE, &now[1]);
+        if (stamped && stamp_equal(&now[0], &e->stamps[0]) && stamp_equal(&now[1], &e->stamps[1])) {
             *out = e->usage;
             c->hits++;
             return true;
         }
+        if (stamped && read_growth(e, dir, now, out))
+            return true; /* read, but only the new part: not a hit */
     }
     struct file_stamp stamps[2];
     enum usage_read r = read_once(dir, out, stamps, err);

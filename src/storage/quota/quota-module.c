@@ -1,6 +1,7 @@
 /* The quota storage module (quota-module.h). */
 #include "storage/quota/quota-module.h"
 
+#include "core/buf.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "storage/mail-storage-private.h"
@@ -67,6 +68,7 @@ struct quota_user {
     struct quota_module *qm;
     struct quota_rules rules;
     bool rules_bad;
+    char *rule_text; /* the fields the rules came from, '\n'-joined (NULL: none set yet) */
     struct fileindex_usage_cache *cache;
     /* the save between its hook and saved/save_aborted */
     bool pending;
@@ -307,6 +309,7 @@ void quota_user_free(struct quota_user *qu)
     quota_rules_free(&qu->rules);
     if (qu->cache != NULL)
         quota_usage_cache_free(qu->cache);
+    free(qu->rule_text);
     free(qu->over_flag);
     free(qu);
 }
@@ -317,6 +320,20 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields)
     if (qm == NULL)
         return;
     struct quota_user *qu = user_state(user, qm);
+    /* LMTP sets them for every delivery: parsed again only when changed */
+    struct buf text = {0};
+    for (size_t i = 0; rule_fields != NULL && rule_fields[i] != NULL; i++) {
+        buf_append_str(&text, rule_fields[i]);
+        buf_append_char(&text, '\n');
+    }
+    const char *now = text.len > 0 ? buf_cstr(&text) : "";
+    if (qu->rule_text != NULL && strcmp(qu->rule_text, now) == 0) {
+        buf_free(&text);
+        return;
+    }
+    free(qu->rule_text);
+    qu->rule_text = xstrdup(now);
+    buf_free(&text);
     quota_rules_free(&qu->rules);
     quota_rules_init(&qu->rules);
     qu->rules_bad = false;
@@ -400,8 +417,9 @@ static void over_check(struct mail_user *user, struct quota_user *qu)
     bool flagged = flag[0] != '\0' && glob_ci(qm->cfg->over_status_mask, flag);
     if (over == flagged)
         return;
+    char fq[300];
     log_info(COMPONENT, "quota over-flag differs from usage", "user=%s flag=%s over=%s", user->name,
-             flag, over ? "yes" : "no");
+             log_quote(fq, sizeof(fq), flag), over ? "yes" : "no");
     struct job *j = xcalloc(1, sizeof(*j));
     j->user = xstrdup(user->name);
     j->home = xstrdup(user->home != NULL ? user->home : "");

@@ -3,7 +3,8 @@
  * over-flag sync at IMAP login, and the per-user report GETQUOTA answers.
  *
  * Registered once at start-up on the process's storage (siblings take it)
- * when `quota.enabled` or `imap.imap_quota` is on; with the engine off it
+ * when `quota.enabled`, `imap.imap_quota` or the over-flag sync is on; with
+ * the engine off it
  * registers without hooks, so only the report works. Front ends find it by
  * name (mail_storage_module_ctx(storage, QUOTA_MODULE_NAME)).
  *

@@ -300,8 +300,9 @@ bool quota_over_status_run(struct quota_warning_runner *r, const char *user, con
                            const char *flag, bool over)
 {
     if (r->cfg->warning_bin_dir == NULL || r->cfg->over_status_execute == NULL) {
-        log_info(COMPONENT, "quota over-flag stale", "user=%s flag=%s over=%s", user, flag,
-                 over ? "yes" : "no");
+        char fq[300];
+        log_info(COMPONENT, "quota over-flag stale", "user=%s flag=%s over=%s", user,
+                 log_quote(fq, sizeof(fq), flag), over ? "yes" : "no");
         return false;
     }
     char host[256];
