@@ -11,11 +11,10 @@
 
 #define FILLED(entry) assert_true(v->entry != NULL)
 
-static void maildir_fills_every_entry(void **state)
+static void listed_driver_fills_every_entry(void **state)
 {
     (void)state;
     const struct mail_storage_vfuncs *v = mail_storage_driver_find("maildir:%h/Maildir");
-    assert_ptr_equal(v, &maildir_storage_vfuncs);
     assert_string_equal(v->scheme, "maildir");
     FILLED(storage_init);
     FILLED(storage_deinit);
@@ -81,7 +80,7 @@ static void only_listed_schemes_are_found(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(maildir_fills_every_entry),
+        cmocka_unit_test(listed_driver_fills_every_entry),
         cmocka_unit_test(only_listed_schemes_are_found),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
