@@ -2,6 +2,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/json-util.h"
 #include "core/log.h"
 #include "core/xalloc.h"
@@ -812,12 +813,7 @@ static void conn_free(struct http_conn *conn)
             request_free(req);
         }
     }
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
+    DLIST_UNLINK(srv->conns, conn);
     srv->conn_count--;
     if (conn->outsider)
         srv->outsider_count--;

@@ -4,6 +4,7 @@
 #include "net/line-server.h"
 
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/cidr.h"
@@ -84,12 +85,7 @@ static void conn_free(struct line_conn *conn)
     if (conn->closing && srv->cfg->drain_on_close)
         discard_pending_input(conn);
     srv->ops->close(conn->state);
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
+    DLIST_UNLINK(srv->conns, conn);
     srv->conn_count--;
     count_connections(srv);
     conn_limits_release(srv->limits, (const struct sockaddr *)&conn->addr);

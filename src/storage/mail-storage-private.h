@@ -5,11 +5,15 @@
  * A driver (maildir/ now; sdbox and mdbox to come as siblings) fills a
  * struct mail_storage_vfuncs and is listed in mail_storage_drivers[]
  * (mail-storage.c), chosen by the scheme of the personal namespace's
- * `location` ("maildir:..."). The storage API runs the modules' hooks
- * around each call it passes to the driver, so no driver and no front end
- * carries a module's rule. Each driver's struct mailbox starts with a
- * struct mailbox_common, through which the storage API finds the user (and
- * so the driver and the modules) of a handle without knowing the rest. */
+ * `location` ("maildir:..."). Every call of mail-storage.h reaches the
+ * driver through the table: the hooked ones (mail-storage.c) after the
+ * modules' hooks, so no driver and no front end carries a module's rule;
+ * the rest as they are (mail-folder.c, mailbox.c, mailbox-message.c,
+ * mailbox-view.c, mailbox-watch.c). Each driver's struct mailbox starts
+ * with a struct mailbox_common, through which the storage API finds the
+ * user (and so the driver and the modules) of a handle without knowing the
+ * rest; views and watches likewise start with their _common parts. Every
+ * entry is required. */
 #ifndef PETREL_STORAGE_MAIL_STORAGE_PRIVATE_H
 #define PETREL_STORAGE_MAIL_STORAGE_PRIVATE_H
 

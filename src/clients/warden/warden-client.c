@@ -32,6 +32,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/line-client.h"
@@ -548,12 +549,7 @@ void warden_client_session_disconnect(struct warden_client_session *s)
     if (s == NULL)
         return;
     struct warden_client *c = s->client;
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        c->sessions = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
+    DLIST_UNLINK(c->sessions, s);
     c->session_count--;
     if (s->registrable && line_client_is_open(c->lc)) {
         struct warden_request req = {.verb = WARDEN_DISCONNECT, .id = "-", .session_id = s->id};

@@ -2,6 +2,7 @@
  * under the connection limit, the connection list and per-user counts. */
 #include "protocols/common/mail-listeners.h"
 
+#include "core/dlist.h"
 #include "core/sorted-map.h"
 #include "core/log.h"
 #include "core/xalloc.h"
@@ -396,12 +397,7 @@ void mail_listeners_attach(struct mail_session_set *set, struct mail_session_io 
 
 void mail_listeners_detach(struct mail_session_set *set, struct mail_session_io *io)
 {
-    if (io->prev != NULL)
-        io->prev->next = io->next;
-    else
-        set->sessions = io->next;
-    if (io->next != NULL)
-        io->next->prev = io->prev;
+    DLIST_UNLINK(set->sessions, io);
     io->next = io->prev = NULL;
     set->count--;
     release_ip_text(set->listeners, io->peer_ip);

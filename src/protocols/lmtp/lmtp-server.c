@@ -19,6 +19,7 @@
  * by one thread at a time. */
 #include "protocols/lmtp/lmtp-server.h"
 
+#include "core/dlist.h"
 #include "core/fs-util.h"
 #include "core/log.h"
 #include "core/worker-pool.h"
@@ -91,12 +92,7 @@ void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
 
 void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 {
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        srv->sessions = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
+    DLIST_UNLINK(srv->sessions, s);
     srv->session_count--;
     metric_gauge_add(srv->ctx.m.sessions, -1);
 }

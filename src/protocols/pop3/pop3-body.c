@@ -6,13 +6,12 @@
 void pop3_body_init(struct pop3_body_writer *w, const char *data, size_t size, bool top,
                     uint64_t lines)
 {
-    memset(w, 0, sizeof(*w));
-    w->data = data;
-    w->size = size;
-    w->at_line_start = true;
-    w->top = top;
-    w->in_header = true;
-    w->body_lines = lines;
+    *w = (struct pop3_body_writer){.data = data,
+                                   .size = size,
+                                   .at_line_start = true,
+                                   .top = top,
+                                   .in_header = true,
+                                   .body_lines = lines};
 }
 
 static void finish(struct pop3_body_writer *w, struct buf *out)

@@ -5,6 +5,7 @@
 #include "services/auth/auth-service.h"
 
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
 #include "core/worker-pool.h"
@@ -264,12 +265,7 @@ static void req_unlink(struct auth_req *r)
     struct auth_conn *conn = r->conn;
     if (conn == NULL)
         return;
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        conn->reqs = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
+    DLIST_UNLINK(conn->reqs, r);
     r->next = r->prev = NULL;
     conn->pending--;
     r->conn = NULL;

@@ -4,6 +4,7 @@
 #include "services/director/director-state.h"
 
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/xalloc.h"
 #include "services/director/ring-hash.h"
 
@@ -638,12 +639,7 @@ void director_state_session_end(struct director_state *st, struct director_sessi
     struct director_user *u = s->user;
     if (s->backend != NULL && s->backend->sessions[s->proto] > 0)
         s->backend->sessions[s->proto]--;
-    if (s->prev != NULL)
-        s->prev->next = s->next;
-    else
-        st->sessions = s->next;
-    if (s->next != NULL)
-        s->next->prev = s->prev;
+    DLIST_UNLINK(st->sessions, s);
     if (s->user_prev != NULL)
         s->user_prev->user_next = s->user_next;
     else

@@ -15,6 +15,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/dlist.h"
 #include "core/log.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
@@ -137,12 +138,7 @@ static void conn_free(struct ring_conn *conn)
     }
     if (conn->handshake_timer != NULL)
         event_free(conn->handshake_timer);
-    if (conn->prev != NULL)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next != NULL)
-        conn->next->prev = conn->prev;
+    DLIST_UNLINK(srv->conns, conn);
     srv->conn_count--;
     bufferevent_free(conn->bev);
     free(conn);

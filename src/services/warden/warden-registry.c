@@ -11,6 +11,7 @@
  * users come from the sorted user map. */
 #include "services/warden/warden-registry.h"
 
+#include "core/dlist.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 
@@ -221,12 +222,7 @@ size_t warden_registry_detach(struct warden_registry *reg, struct warden_owner *
         return 0;
     size_t n = owner_reap(reg, o);
     struct winstance *inst = o->instance;
-    if (o->prev != NULL)
-        o->prev->next = o->next;
-    else
-        inst->owners = o->next;
-    if (o->next != NULL)
-        o->next->prev = o->prev;
+    DLIST_UNLINK(inst->owners, o);
     instance_free_if_unused(reg, inst);
     free(o->boot_id);
     free(o);

@@ -146,10 +146,13 @@ static void snapshot_all(struct mailbox_view *view)
 {
     struct fileindex *fi = view->c.box->index;
     size_t n = fileindex_count(fi);
+    /* One allocation for the whole snapshot (SELECT), not a chain of
+     * reallocations while it fills. */
+    if (n > 0)
+        view->c.entries = xgrow(view->c.entries, &view->c.cap, n, sizeof(*view->c.entries));
     view->c.count = 0;
     for (size_t i = 0; i < n; i++)
-        push_entry(&view->c.entries, &view->c.count, &view->c.cap,
-                   entry_of(fileindex_record_at(fi, i)));
+        view->c.entries[view->c.count++] = entry_of(fileindex_record_at(fi, i));
     adopt_header(view);
     note_walked(view);
     adopt_keyword_names(view);
