@@ -155,6 +155,8 @@ extern const struct mail_storage_vfuncs maildir_storage_vfuncs;
 /* The listed driver whose scheme starts `location` ("<scheme>:..."), or
  * NULL: what the configuration accepts. */
 const struct mail_storage_vfuncs *mail_storage_driver_find(const char *location);
+/* Listed driver `i` (0, 1, ...), NULL past the last. */
+const struct mail_storage_vfuncs *mail_storage_driver_at(size_t i);
 
 struct mail_storage_module_entry {
     const struct mail_storage_module *module;

@@ -32,6 +32,13 @@ const struct mail_storage_vfuncs *mail_storage_driver_find(const char *location)
     return NULL;
 }
 
+const struct mail_storage_vfuncs *mail_storage_driver_at(size_t i)
+{
+    return i < sizeof(mail_storage_drivers) / sizeof(mail_storage_drivers[0])
+               ? mail_storage_drivers[i]
+               : NULL;
+}
+
 /* The driver of the personal namespace's location scheme (the
  * configuration accepts only schemes a driver is listed for). */
 static const struct mail_storage_vfuncs *driver_for(const struct mail_config *cfg)

@@ -1,7 +1,9 @@
 /* The storage API's change notification (mail-storage.h "change
  * notification"): a hub is what the watches of one event loop share; each
- * driver keeps its own part of it (an inotify instance for maildir), made
- * when the driver's first watch on that hub is. Watches are the driver's. */
+ * listed driver keeps its own part of it (an inotify instance for
+ * maildir), made with the hub, so a loop's descriptors are all there from
+ * its start and a session's first SELECT opens none that outlive it.
+ * Watches are the driver's. */
 #include "storage/mail-storage-private.h"
 
 #include "core/xalloc.h"
@@ -21,13 +23,6 @@ struct mailbox_watch_hub {
     size_t driver_count;
 };
 
-struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool native)
-{
-    struct mailbox_watch_hub *hub = xcalloc(1, sizeof(*hub));
-    hub->base = base;
-    hub->native = native;
-    return hub;
-}
 
 void mailbox_watch_hub_free(struct mailbox_watch_hub *hub)
 {
@@ -52,6 +47,16 @@ static void *hub_part(struct mailbox_watch_hub *hub, const struct mail_storage_v
     hub->drivers[hub->driver_count].state = state;
     hub->driver_count++;
     return state;
+}
+
+struct mailbox_watch_hub *mailbox_watch_hub_new(struct event_base *base, bool native)
+{
+    struct mailbox_watch_hub *hub = xcalloc(1, sizeof(*hub));
+    hub->base = base;
+    hub->native = native;
+    for (size_t i = 0; mail_storage_driver_at(i) != NULL; i++)
+        hub_part(hub, mail_storage_driver_at(i));
+    return hub;
 }
 
 static struct mailbox_watch *watch_new(struct mailbox_watch_hub *hub, struct mailbox *box,
