@@ -281,6 +281,24 @@ static void test_literal_limits(void **state)
     expect("A1 X {18446744073709551615}\r\n", "E(A1,toobig,Literal too large)");
 }
 
+/* One command's literals in memory share one budget: past it a literal is
+ * refused (no sink takes it here), however small, and the next command is
+ * parsed normally. */
+static void test_literal_memory_budget(void **state)
+{
+    (void)state;
+    struct imap_parser_limits lim;
+    imap_parser_limits_default(&lim);
+    lim.max_memory_literals = 10;
+    const char *s = "A1 X {4+}\r\nabcd {4+}\r\nefgh {4+}\r\nijkl\r\nA2 NOOP\r\n";
+    expect_n(s, strlen(s), &lim, "E(A1,toobig,Literal too large)C(A2 NOOP)");
+    s = "A1 X {4}\r\nabcd {4}\r\nefgh {4}\r\n";
+    expect_n(s, strlen(s), &lim, "++E(A1,toobig,Literal too large)");
+    /* Within it: every literal kept; the budget is per command. */
+    s = "A1 X {4+}\r\nabcd {6+}\r\nefghij\r\nA2 X {10+}\r\n0123456789\r\n";
+    expect_n(s, strlen(s), &lim, "C(A1 X l:abcd l:efghij)C(A2 X l:0123456789)");
+}
+
 static void test_line_limit(void **state)
 {
     (void)state;
@@ -603,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_simple_commands), cmocka_unit_test(test_fetch_sections),
         cmocka_unit_test(test_literals),        cmocka_unit_test(test_literal_progress),
         cmocka_unit_test(test_literal_limits),  cmocka_unit_test(test_line_limit),
+        cmocka_unit_test(test_literal_memory_budget),
         cmocka_unit_test(test_arg_limits),      cmocka_unit_test(test_broken_corpus),
         cmocka_unit_test(test_pipelining),      cmocka_unit_test(test_arg_helpers),
         cmocka_unit_test(test_literal_sink),

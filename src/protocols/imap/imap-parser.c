@@ -72,6 +72,7 @@ struct imap_parser {
     struct imap_literal_sink sink;
     bool have_sink;
     bool holds_literals; /* some token owns a literal buffer or spool */
+    uint64_t memory_literal_bytes; /* this command's literals in memory */
 };
 
 struct literal_announcement {
@@ -87,6 +88,7 @@ void imap_parser_limits_default(struct imap_parser_limits *limits)
     limits->non_sync_max = limits->max_literal;
     limits->max_args = 4096;
     limits->max_depth = 32;
+    limits->max_memory_literals = 8ull * 1024 * 1024;
 }
 
 struct imap_parser *imap_parser_new(const struct imap_parser_limits *limits)
@@ -109,6 +111,7 @@ static void free_literals(struct imap_parser *p)
     if (!p->holds_literals)
         return;
     p->holds_literals = false;
+    p->memory_literal_bytes = 0;
     for (size_t i = 0; i < p->token_count; i++) {
         free(p->tokens[i].literal);
         p->tokens[i].literal = NULL;
@@ -606,25 +609,30 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         return report_error(p, false);
     }
     t->len = (size_t)ann.size;
-    if (p->have_sink && ann.size > p->sink.threshold) {
+    /* memory_literal_bytes never passes the budget, so this cannot wrap. */
+    bool over_budget = ann.size > p->limits.max_memory_literals - p->memory_literal_bytes;
+    bool too_big = over_budget;
+    if (p->have_sink && (ann.size > p->sink.threshold || over_budget)) {
         size_t index = p->top_count - 1; /* a list counts from its "(" */
         t->spool =
             p->sink.open(p->sink.ctx, p->text.data + p->name_off, index, ann.size, t->literal8);
-        if (t->spool == NULL && ann.size > p->sink.max_memory) {
-            set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
-            if (!ann.non_sync)
-                return report_error(p, false);
-            /* Its bytes are on the way: skipped, then the rest of the line. */
-            p->skip_remaining = ann.size;
-            p->state = ST_SKIP_LITERAL;
-            p->tail_len = 0;
-            return IMAP_PARSE_NEED_MORE;
-        }
+        too_big = t->spool == NULL && (ann.size > p->sink.max_memory || over_budget);
+    }
+    if (too_big) {
+        set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
+        if (!ann.non_sync)
+            return report_error(p, false);
+        /* Its bytes are on the way: skipped, then the rest of the line. */
+        p->skip_remaining = ann.size;
+        p->state = ST_SKIP_LITERAL;
+        p->tail_len = 0;
+        return IMAP_PARSE_NEED_MORE;
     }
     /* Else one allocation of the announced size (plus the terminator). */
     if (t->spool == NULL) {
         t->literal = xmalloc(t->len + 1);
         t->literal[t->len] = '\0';
+        p->memory_literal_bytes += ann.size;
     }
     p->holds_literals = true;
     p->literal_token = t;

@@ -25,6 +25,11 @@ struct imap_parser_limits {
     uint64_t non_sync_max; /* largest {n+}; 4096 for LITERAL-, 0 refuses them */
     size_t max_args;       /* argument nodes in one command (4096) */
     size_t max_depth;      /* parenthesis nesting (32) */
+    /* Bytes of one command's literals held in memory, all of them together
+     * (8 MiB): past it a literal goes to the sink's spool if it takes it,
+     * else the command is refused [TOOBIG]. Without it 4,096 literals of
+     * up to a MiB each could make one command hold gigabytes. */
+    uint64_t max_memory_literals;
 };
 
 /* RFC 7888: a LITERAL- server accepts non-synchronizing literals up to this. */
