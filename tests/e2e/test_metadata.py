@@ -21,8 +21,10 @@ from test_imap_session import addr, imap_overrides, login
 imaplib.Commands.setdefault("GETMETADATA", ("AUTH", "SELECTED"))
 imaplib.Commands.setdefault("SETMETADATA", ("AUTH", "SELECTED"))
 
+# RFC 5464 4.1's minimums: a server MUST accept 1024-byte values and 10
+# entries per folder or server (the configuration refuses less)
 MAX_VALUE = 1024
-MAX_ENTRIES = 8
+MAX_ENTRIES = 10
 
 
 def b64(data):
@@ -228,6 +230,11 @@ def test_rfc5464_setmetadata_forms_and_codes(mdd, petreld, tmp_path):
              b"Entry name must name an entry below /private or /shared"),
             ('SETMETADATA INBOX (/shared/x)', b"Entry and value pairs expected"),
             ('GETMETADATA INBOX', b"GETMETADATA takes [options] mailbox entries"),
+            # RFC 5464 errata 3868: several entries only as a list
+            ('GETMETADATA INBOX /private/comment /shared/comment',
+             b"GETMETADATA takes [options] mailbox entries"),
+            # section 3.2: names with control characters or 8-bit bytes are BAD
+            ('GETMETADATA INBOX "/shared/a\tb"', b"Entry name must be printable ASCII"),
             ('GETMETADATA (MAXSIZE -1) INBOX /shared/x', b"Invalid MAXSIZE value")]:
         assert c.cmd("b", text) == b"b BAD " + reason + b"\r\n", text
     # Dovecot's internal entries are not the client's
@@ -459,6 +466,11 @@ def test_config_checks_attribute_dict(tmp_path):
     assert mem.returncode != 0 and "is a memory dict" in mem.stderr, mem.stderr
     big = check({"metadata_max_value_bytes": 2 * 1024 * 1024}, {})
     assert big.returncode != 0 and "mail.metadata_max_value_bytes" in big.stderr, big.stderr
+    # below RFC 5464 4.1's "MUST accept ... at least 1024 bytes ... at least 10"
+    for key, value in (("metadata_max_value_bytes", 1023), ("metadata_max_entries", 9)):
+        low = check({key: value}, {})
+        assert low.returncode != 0 and f"mail.{key}" in low.stderr, (key, low.stderr)
+    assert check({"metadata_max_value_bytes": 1024, "metadata_max_entries": 10}, {}).returncode == 0
 
 
 def test_without_attribute_dict_no_metadata(petreld, tmp_path):
