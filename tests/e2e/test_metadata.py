@@ -140,7 +140,8 @@ def test_rfc5464_getmetadata_examples(mdd):
     assert c.cmd("a", 'GETMETADATA "INBOX" (/shared/comment /private/comment)') == (
         b'* METADATA "INBOX" (/shared/comment "Shared comment" /private/comment "My own comment")'
         b"\r\na OK GETMETADATA complete\r\n")
-    # 4.2.1 MAXSIZE: the 2199-byte value (written by the operator straight
+    # 4.2.1 MAXSIZE, as printed (options after the mailbox) and below as
+    # erratum 2785 corrects it: the 2199-byte value (written by the operator straight
     # into the dict, past the IMAP limit) is left out and its size reported
     api = Api(mdd)
     guid = mdd.post("backend", "/api/backend/folder/guid",
@@ -160,12 +161,42 @@ def test_rfc5464_getmetadata_examples(mdd):
     c.close()
 
 
+def test_rfc5464_section_4_3_and_4_4_examples(mdd):
+    """The SETMETADATA of several pairs (4.3) and the METADATA responses with
+    values (4.4.1, with erratum 3868's list of entries), byte for byte; the
+    server answers with one METADATA response for all entries, the first
+    of the two forms 4.4.1 shows."""
+    c = Raw(mdd)
+    assert c.cmd("a", 'SETMETADATA INBOX (/private/comment "My new comment" '
+                      '/shared/comment "This one is for you!")') == b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "INBOX" (/private/comment /shared/comment)') == (
+        b'* METADATA "INBOX" (/private/comment "My new comment" '
+        b'/shared/comment "This one is for you!")\r\na OK GETMETADATA complete\r\n')
+    assert c.cmd("a", 'SETMETADATA "" (/shared/comment "My comment")') == \
+        b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "" /shared/comment') == (
+        b'* METADATA "" (/shared/comment "My comment")\r\na OK GETMETADATA complete\r\n')
+    assert c.cmd("a", 'SETMETADATA INBOX (/private/comment "My comment" '
+                      '/shared/comment "Its sunny outside!")') == b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "INBOX" (/private/comment /shared/comment)') == (
+        b'* METADATA "INBOX" (/private/comment "My comment" /shared/comment "Its sunny outside!")'
+        b"\r\na OK GETMETADATA complete\r\n")
+    c.close()
+
+
 def test_rfc5464_depth(mdd):
     c = Raw(mdd)
     assert c.cmd("s", 'SETMETADATA INBOX (/private/filters/values/small "SMALLER 5000" '
                       '/private/filters/values/boss "FROM \\"boss@example.com\\"" '
                       '/private/filters/values/boss/deep "x" /private/filtersx "no")') == \
         b"s OK SETMETADATA complete\r\n"
+    # 4.2.2's example as erratum 2786 corrects it, then as printed (options
+    # after the mailbox). The RFC lists small before boss; the order of
+    # entries is the server's (key order here)
+    assert c.cmd("a", 'GETMETADATA (DEPTH 1) "INBOX" (/private/filters/values)') == (
+        b'* METADATA "INBOX" (/private/filters/values/boss "FROM \\"boss@example.com\\"" '
+        b'/private/filters/values/small "SMALLER 5000")\r\n'
+        b"a OK GETMETADATA complete\r\n")
     assert c.cmd("a", 'GETMETADATA "INBOX" (DEPTH 1) (/private/filters/values)') == (
         b'* METADATA "INBOX" (/private/filters/values/boss "FROM \\"boss@example.com\\"" '
         b'/private/filters/values/small "SMALLER 5000")\r\n'
