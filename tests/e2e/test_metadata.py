@@ -293,6 +293,8 @@ def test_rfc5464_setmetadata_forms_and_codes(mdd, petreld, tmp_path):
         b"a NO [NOPERM] /shared/admin is set by the server's configuration.\r\n"
     assert c2.cmd("a", 'SETMETADATA "" (/shared/comment "hello")') == \
         b"a OK SETMETADATA complete\r\n"
+    # DEPTH 0 of the bare scope names no entry: not even the configured one
+    assert c2.cmd("a", 'GETMETADATA "" /shared') == b"a OK GETMETADATA complete\r\n"
     assert c2.cmd("a", 'GETMETADATA "" (DEPTH infinity) /shared') == (
         b'* METADATA "" (/shared/comment "hello" /shared/admin "mailto:postmaster@example.org")'
         b"\r\na OK GETMETADATA complete\r\n")

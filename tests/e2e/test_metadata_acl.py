@@ -141,3 +141,28 @@ def test_delete_with_x_but_no_r_still_removes_the_entries(mdacl):
 
     assert keys() == []
     m.logout()
+
+
+def test_without_acls_another_namespace_is_not_the_sessions_but_the_api_reaches_it(
+        petreld, tmp_path):
+    """ACLs off: a session reaches the entries of its personal folders and
+    of the server only; a public namespace's folder answers NOPERM over IMAP
+    while the operator API (admin plane) reads and writes it."""
+    from test_metadata import md_overrides
+    from test_storage_api import personal_ns, public_ns
+    cfg = md_overrides(tmp_path, {"driver": "file", "path": str(tmp_path / "meta.db")})
+    cfg["mail"]["namespaces"] = [personal_ns(), public_ns(tmp_path)]
+    d = petreld(cfg)
+    r = d.post("backend", "/api/backend/folder/create",
+               body={"user": "alice", "folder": "News", "namespace": "public"})
+    assert r.status == 200, r
+    body = {"user": "alice", "folder": "News", "namespace": "public", "entry": "/shared/comment"}
+    assert api(d, "set", {**body, "value": base64.b64encode(b"board").decode()}) == \
+        (200, {"status": "ok"})
+    assert api(d, "get", body)[1]["value"] == base64.b64encode(b"board").decode()
+    m = login(d, "alice", "wonderland")
+    assert get(m, b'"Public/News"', b"/shared/comment") == ([], NOPERM)
+    assert put(m, b'"Public/News"', b"/shared/comment", b'"mine now"') == NOPERM
+    assert put(m, b"INBOX", b"/shared/comment", b'"own"').startswith(b"OK")
+    m.logout()
+    assert api(d, "get", body)[1]["value"] == base64.b64encode(b"board").decode()
