@@ -155,6 +155,12 @@ static void getmetadata_done(const struct metadata_read_result *r, void *ctx)
         buf_append(&out, name.data, name.len);
         buf_append_char(&out, ' ');
         append_value(&out, v->value, v->len);
+        /* Queued entry by entry: a response of many large values is never
+         * built whole beside the values it copies. */
+        if (out.len >= 64 * 1024) {
+            imap_send_raw(s, out.data, out.len);
+            buf_reset(&out);
+        }
     }
     if (any) {
         buf_append_str(&out, ")\r\n");
