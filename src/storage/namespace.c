@@ -172,9 +172,11 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
     if (!cfg_expect_map(&ctx, section, "mail") || !cfg_check_keys(&ctx, section, "mail", keys) ||
         !cfg_string(&ctx, section, "mail", "home", &out->home) ||
         !cfg_string(&ctx, section, "mail", "attribute_dict", &out->attribute_dict) ||
-        !cfg_int(&ctx, section, "mail", "metadata_max_value_bytes", 1, 1024 * 1024,
+        /* RFC 5464 4.1: a server MUST accept values of 1024 bytes and 10
+         * entries per folder or server. */
+        !cfg_int(&ctx, section, "mail", "metadata_max_value_bytes", 1024, 1024 * 1024,
                  &out->metadata_max_value_bytes) ||
-        !cfg_int(&ctx, section, "mail", "metadata_max_entries", 1, 1000000,
+        !cfg_int(&ctx, section, "mail", "metadata_max_entries", 10, 1000000,
                  &out->metadata_max_entries) ||
         !cfg_bool(&ctx, section, "mail", "metadata_private", &out->metadata_private) ||
         !cfg_string(&ctx, section, "mail", "metadata_server_admin", &out->metadata_server_admin))

@@ -21,8 +21,10 @@ from test_imap_session import addr, imap_overrides, login
 imaplib.Commands.setdefault("GETMETADATA", ("AUTH", "SELECTED"))
 imaplib.Commands.setdefault("SETMETADATA", ("AUTH", "SELECTED"))
 
+# RFC 5464 4.1's minimums: a server MUST accept 1024-byte values and 10
+# entries per folder or server (the configuration refuses less)
 MAX_VALUE = 1024
-MAX_ENTRIES = 8
+MAX_ENTRIES = 10
 
 
 def b64(data):
@@ -138,7 +140,8 @@ def test_rfc5464_getmetadata_examples(mdd):
     assert c.cmd("a", 'GETMETADATA "INBOX" (/shared/comment /private/comment)') == (
         b'* METADATA "INBOX" (/shared/comment "Shared comment" /private/comment "My own comment")'
         b"\r\na OK GETMETADATA complete\r\n")
-    # 4.2.1 MAXSIZE: the 2199-byte value (written by the operator straight
+    # 4.2.1 MAXSIZE, as printed (options after the mailbox) and below as
+    # erratum 2785 corrects it: the 2199-byte value (written by the operator straight
     # into the dict, past the IMAP limit) is left out and its size reported
     api = Api(mdd)
     guid = mdd.post("backend", "/api/backend/folder/guid",
@@ -158,12 +161,42 @@ def test_rfc5464_getmetadata_examples(mdd):
     c.close()
 
 
+def test_rfc5464_section_4_3_and_4_4_examples(mdd):
+    """The SETMETADATA of several pairs (4.3) and the METADATA responses with
+    values (4.4.1, with erratum 3868's list of entries), byte for byte; the
+    server answers with one METADATA response for all entries, the first
+    of the two forms 4.4.1 shows."""
+    c = Raw(mdd)
+    assert c.cmd("a", 'SETMETADATA INBOX (/private/comment "My new comment" '
+                      '/shared/comment "This one is for you!")') == b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "INBOX" (/private/comment /shared/comment)') == (
+        b'* METADATA "INBOX" (/private/comment "My new comment" '
+        b'/shared/comment "This one is for you!")\r\na OK GETMETADATA complete\r\n')
+    assert c.cmd("a", 'SETMETADATA "" (/shared/comment "My comment")') == \
+        b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "" /shared/comment') == (
+        b'* METADATA "" (/shared/comment "My comment")\r\na OK GETMETADATA complete\r\n')
+    assert c.cmd("a", 'SETMETADATA INBOX (/private/comment "My comment" '
+                      '/shared/comment "Its sunny outside!")') == b"a OK SETMETADATA complete\r\n"
+    assert c.cmd("a", 'GETMETADATA "INBOX" (/private/comment /shared/comment)') == (
+        b'* METADATA "INBOX" (/private/comment "My comment" /shared/comment "Its sunny outside!")'
+        b"\r\na OK GETMETADATA complete\r\n")
+    c.close()
+
+
 def test_rfc5464_depth(mdd):
     c = Raw(mdd)
     assert c.cmd("s", 'SETMETADATA INBOX (/private/filters/values/small "SMALLER 5000" '
                       '/private/filters/values/boss "FROM \\"boss@example.com\\"" '
                       '/private/filters/values/boss/deep "x" /private/filtersx "no")') == \
         b"s OK SETMETADATA complete\r\n"
+    # 4.2.2's example as erratum 2786 corrects it, then as printed (options
+    # after the mailbox). The RFC lists small before boss; the order of
+    # entries is the server's (key order here)
+    assert c.cmd("a", 'GETMETADATA (DEPTH 1) "INBOX" (/private/filters/values)') == (
+        b'* METADATA "INBOX" (/private/filters/values/boss "FROM \\"boss@example.com\\"" '
+        b'/private/filters/values/small "SMALLER 5000")\r\n'
+        b"a OK GETMETADATA complete\r\n")
     assert c.cmd("a", 'GETMETADATA "INBOX" (DEPTH 1) (/private/filters/values)') == (
         b'* METADATA "INBOX" (/private/filters/values/boss "FROM \\"boss@example.com\\"" '
         b'/private/filters/values/small "SMALLER 5000")\r\n'
@@ -228,6 +261,11 @@ def test_rfc5464_setmetadata_forms_and_codes(mdd, petreld, tmp_path):
              b"Entry name must name an entry below /private or /shared"),
             ('SETMETADATA INBOX (/shared/x)', b"Entry and value pairs expected"),
             ('GETMETADATA INBOX', b"GETMETADATA takes [options] mailbox entries"),
+            # RFC 5464 errata 3868: several entries only as a list
+            ('GETMETADATA INBOX /private/comment /shared/comment',
+             b"GETMETADATA takes [options] mailbox entries"),
+            # section 3.2: names with control characters or 8-bit bytes are BAD
+            ('GETMETADATA INBOX "/shared/a\tb"', b"Entry name must be printable ASCII"),
             ('GETMETADATA (MAXSIZE -1) INBOX /shared/x', b"Invalid MAXSIZE value")]:
         assert c.cmd("b", text) == b"b BAD " + reason + b"\r\n", text
     # Dovecot's internal entries are not the client's
@@ -255,6 +293,8 @@ def test_rfc5464_setmetadata_forms_and_codes(mdd, petreld, tmp_path):
         b"a NO [NOPERM] /shared/admin is set by the server's configuration.\r\n"
     assert c2.cmd("a", 'SETMETADATA "" (/shared/comment "hello")') == \
         b"a OK SETMETADATA complete\r\n"
+    # DEPTH 0 of the bare scope names no entry: not even the configured one
+    assert c2.cmd("a", 'GETMETADATA "" /shared') == b"a OK GETMETADATA complete\r\n"
     assert c2.cmd("a", 'GETMETADATA "" (DEPTH infinity) /shared') == (
         b'* METADATA "" (/shared/comment "hello" /shared/admin "mailto:postmaster@example.org")'
         b"\r\na OK GETMETADATA complete\r\n")
@@ -459,6 +499,11 @@ def test_config_checks_attribute_dict(tmp_path):
     assert mem.returncode != 0 and "is a memory dict" in mem.stderr, mem.stderr
     big = check({"metadata_max_value_bytes": 2 * 1024 * 1024}, {})
     assert big.returncode != 0 and "mail.metadata_max_value_bytes" in big.stderr, big.stderr
+    # below RFC 5464 4.1's "MUST accept ... at least 1024 bytes ... at least 10"
+    for key, value in (("metadata_max_value_bytes", 1023), ("metadata_max_entries", 9)):
+        low = check({key: value}, {})
+        assert low.returncode != 0 and f"mail.{key}" in low.stderr, (key, low.stderr)
+    assert check({"metadata_max_value_bytes": 1024, "metadata_max_entries": 10}, {}).returncode == 0
 
 
 def test_without_attribute_dict_no_metadata(petreld, tmp_path):

@@ -177,3 +177,70 @@ def test_same_entries_as_dovecot(petreld, dovecot, workroot, tmp_path):  # noqa:
     # the same keys and values in the dicts
     dpairs = dovecot_dict(home_root / USER / "dovecot-attributes")
     assert dpairs == petrel_pairs
+
+
+# RFC 5464's grammar at its edges, on both servers: (command, Petrel's
+# result, Dovecot 2.3's result). Where they differ the difference is
+# Petrel's documented choice (docs/metadata.md, "Interoperability").
+EDGES = [
+    # erratum 2785: options before the mailbox; the RFC's printed examples
+    # had them after it, which Petrel also takes and Dovecot refuses
+    ('GETMETADATA (MAXSIZE 1024) "INBOX" (/shared/comment)', "OK", "OK"),
+    ('GETMETADATA "INBOX" (MAXSIZE 1024) (/shared/comment)', "OK", "BAD"),
+    # erratum 3868: several entries only in a list
+    ("GETMETADATA INBOX /private/comment /shared/comment", "BAD", "BAD"),
+    # 4.2.1: a value as long as MAXSIZE is returned; one octet less is not
+    ('GETMETADATA (MAXSIZE 14) "INBOX" /private/comment', "OK", "OK"),
+    ('GETMETADATA (MAXSIZE 13) "INBOX" /private/comment', "OK [METADATA LONGENTRIES 14]",
+     "OK [METADATA LONGENTRIES 14]"),
+    # 4.2.2: DEPTH is 0, 1 or infinity
+    ("GETMETADATA (DEPTH 2) INBOX /private", "BAD", "BAD"),
+    # 3.2: "*", "%", "//", a trailing "/" and control characters are BAD
+    ("GETMETADATA INBOX /shared/a*", "BAD", "BAD"),
+    ("GETMETADATA INBOX /shared//a", "BAD", "BAD"),
+    ("GETMETADATA INBOX /shared/a/", "BAD", "BAD"),
+    ('GETMETADATA INBOX "/shared/a\tb"', "BAD", "BAD"),
+    ("GETMETADATA INBOX /comment", "BAD", "BAD"),
+    # 4.3: entry-values are pairs
+    ("SETMETADATA INBOX (/shared/comment)", "BAD", "BAD"),
+]
+
+
+def test_grammar_edges_against_dovecot(petreld, dovecot, workroot, tmp_path):  # noqa: F811
+    home_root = workroot / "home"
+    cfg = petrel_mail_config(home_root, tmp_path)
+    cfg["dicts"] = {"meta": {"driver": "file", "path": str(tmp_path / "meta.db")}}
+    cfg["mail"]["attribute_dict"] = "meta"
+    d = petreld(cfg)
+    host, port = d.config["imap"]["listen"][0].rsplit(":", 1)
+
+    def results(session):
+        out = []
+        for c, _, _ in EDGES:
+            lines, done = session.cmd(c)
+            word = done.split(b" ")[0].decode()
+            code = re.match(rb"OK (\[METADATA LONGENTRIES \d+\])", done)
+            out.append((c, word + (" " + code.group(1).decode() if code else ""), lines))
+        return out
+
+    p = Session(host, int(port))
+    p.run(SETS[:1])
+    petrel = results(p)
+    p.close()
+    d.stop()
+
+    uid, gid = _nobody()
+    chown_tree(home_root, uid, gid)
+    dv = MetadataDovecot(workroot, home_root).start()
+    s = Session("127.0.0.1", dv.port)
+    s.run(SETS[:1])
+    dovecot_out = results(s)
+    s.close()
+    dv.stop()
+    assert not dv.errors(), "\n".join(dv.errors())
+
+    for (c, want_p, want_d), (_, got_p, lines_p), (_, got_d, lines_d) in zip(EDGES, petrel,
+                                                                            dovecot_out):
+        assert (got_p, got_d) == (want_p, want_d), c
+        if got_p == got_d == "OK":
+            assert lines_p == lines_d, (c, lines_p, lines_d)

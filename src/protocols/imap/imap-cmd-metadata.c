@@ -50,27 +50,6 @@ static void call_free(struct imap_metadata_call *call)
     free(call);
 }
 
-/* ---------- rights ---------- */
-
-/* The one place METADATA asks whether the session may read (`write`
- * false) or change entries of `scope` on folder `name` of `ns` (ns NULL:
- * the server). Until folder ACLs exist (storage/acl), a user has every
- * right on the folders of the personal namespace and none on another
- * namespace's; with ACLs the rule becomes RFC 5464 3.3's: /shared entries
- * need "l" and "r" to read and "w" to write, /private entries "l" and
- * "r" (reading) or "l" (writing) -- the ACL module's rights function
- * belongs here. The server's entries are each user's own (kept on their
- * INBOX). */
-static bool metadata_allowed(struct imap_session *s, const struct namespace_config *ns,
-                             const char *name, enum metadata_scope scope, bool write)
-{
-    (void)s;
-    (void)name;
-    (void)scope;
-    (void)write;
-    return ns == NULL || ns->type == NAMESPACE_PERSONAL;
-}
-
 /* ---------- shared steps ---------- */
 
 /* The mailbox argument: "" for the server, else a folder of a namespace
@@ -86,9 +65,12 @@ static bool resolve_mailbox(struct imap_session *s, const struct imap_arg *arg,
     return imap_resolve_folder(s, arg, ns, name);
 }
 
-/* The dict and the target, or a NO sent and false. */
+/* The dict and the target, or a NO sent and NULL. Whether the session may
+ * do `access` (metadata_access bits) is the storage's rule
+ * (metadata_access_check): a folder it may not see answers as a missing
+ * one, a missing right NOPERM. */
 static struct dict *begin(struct imap_session *s, const struct namespace_config *ns,
-                          const char *name, struct metadata_target *t)
+                          const char *name, unsigned access, struct metadata_target *t)
 {
     struct petrel_error err;
     petrel_error_clear(&err);
@@ -97,7 +79,7 @@ static struct dict *begin(struct imap_session *s, const struct namespace_config 
         imap_reply_no(s, "[UNAVAILABLE] Metadata storage is unavailable.");
         return NULL;
     }
-    if (!metadata_target_resolve(s->user, ns, name, NULL, t, &err)) {
+    if (!metadata_target_resolve(s->user, ns, name, NULL, access, t, &err)) {
         imap_reply_storage_error(s, &err);
         return NULL;
     }
@@ -173,6 +155,12 @@ static void getmetadata_done(const struct metadata_read_result *r, void *ctx)
         buf_append(&out, name.data, name.len);
         buf_append_char(&out, ' ');
         append_value(&out, v->value, v->len);
+        /* Queued entry by entry: a response of many large values is never
+         * built whole beside the values it copies. */
+        if (out.len >= 64 * 1024) {
+            imap_send_raw(s, out.data, out.len);
+            buf_reset(&out);
+        }
     }
     if (any) {
         buf_append_str(&out, ")\r\n");
@@ -206,14 +194,11 @@ static void cmd_getmetadata(struct imap_session *s, const struct imap_command *c
         imap_getmetadata_args_free(&a);
         return;
     }
-    for (size_t i = 0; i < a.count; i++) {
-        if (!metadata_allowed(s, ns, name, a.entries[i].scope, false)) {
-            imap_reply_no(s, "[NOPERM] Permission denied.");
-            goto out;
-        }
-    }
+    unsigned access = 0;
+    for (size_t i = 0; i < a.count; i++)
+        access |= metadata_access_for(a.entries[i].scope, false);
     struct metadata_target t;
-    struct dict *dict = begin(s, ns, name, &t);
+    struct dict *dict = begin(s, ns, name, access, &t);
     if (dict == NULL)
         goto out;
     struct imap_metadata_call *call = call_new(s, a.mailbox, a.maxsize);
@@ -269,8 +254,7 @@ static void cmd_setmetadata(struct imap_session *s, const struct imap_command *c
             imap_reply_no(s, "[METADATA NOPRIVATE] Private annotations are not supported");
             goto out;
         }
-        if (!metadata_allowed(s, ns, name, e->entry.scope, true) ||
-            metadata_entry_internal(&e->entry)) {
+        if (metadata_entry_internal(&e->entry)) {
             imap_reply_no(s, "[NOPERM] Permission denied.");
             goto out;
         }
@@ -280,8 +264,11 @@ static void cmd_setmetadata(struct imap_session *s, const struct imap_command *c
             goto out;
         }
     }
+    unsigned access = 0;
+    for (size_t i = 0; i < a.count; i++)
+        access |= metadata_access_for(a.sets[i].entry.scope, true);
     struct metadata_target t;
-    struct dict *dict = begin(s, ns, name, &t);
+    struct dict *dict = begin(s, ns, name, access, &t);
     if (dict == NULL)
         goto out;
     changes = xcalloc(a.count, sizeof(*changes));

@@ -114,7 +114,9 @@ static struct dict *prepare(struct http_request *req, struct storage_api *api, e
         http_reply_petrel_error(req, &err);
         return NULL;
     }
-    if (!metadata_target_resolve(sr->user, sr->ns, sr->folder, as_user, t, &err)) {
+    /* The admin plane's user passes the rights check (document 1). */
+    unsigned access = metadata_access_for(entry->scope, op == MD_SET || op == MD_DELETE);
+    if (!metadata_target_resolve(sr->user, sr->ns, sr->folder, as_user, access, t, &err)) {
         if (err.code == PETREL_ERR_NOT_FOUND)
             http_reply_error(req, 404, "folder not found: %s", sr->folder);
         else

@@ -118,7 +118,7 @@ static bool module_folder_delete(void *ctx, struct mail_user *user,
         return true;
     struct purge_op *op = xcalloc(1, sizeof(*op));
     op->dict = dict;
-    if (!metadata_target_resolve(user, ns, name, NULL, &op->t, &e)) {
+    if (!metadata_target_resolve(user, ns, name, NULL, METADATA_ACCESS_NONE, &op->t, &e)) {
         free(op);
         return true; /* no index, no GUID: no entries can be keyed to it */
     }

@@ -66,13 +66,40 @@ struct metadata_target {
     const char *server_admin;
 };
 
+/* What a caller is about to do with a folder's entries (bits), for
+ * metadata_access_check(). NONE checks nothing (the folder's own deletion
+ * purging its entries). */
+enum metadata_access {
+    METADATA_ACCESS_NONE = 0,
+    METADATA_READ_PRIVATE = 1u << 0,
+    METADATA_READ_SHARED = 1u << 1,
+    METADATA_WRITE_PRIVATE = 1u << 2,
+    METADATA_WRITE_SHARED = 1u << 3,
+};
+
+/* The bit for reading (`write` false) or writing entries of `scope`. */
+unsigned metadata_access_for(enum metadata_scope scope, bool write);
+
+/* The one rule for who may touch a folder's entries, for every front end
+ * (RFC 5464 3.3 with the folder's RFC 4314 rights, mail_folder_my_rights):
+ * a folder without "l" answers NOT_FOUND, as a missing one; "l" without
+ * any of "r", "s", "w", "i", "p" is PERMISSION for either scope; reading
+ * /shared entries needs "r" and writing them "w" (PERMISSION). Without
+ * ACLs a session reaches the entries of its personal namespace's folders
+ * only (PERMISSION elsewhere). The server's entries (`name` NULL or "")
+ * are each user's own and always reachable (RFC 5464 3.3). The admin
+ * plane's users (not sessions) pass every check (document 1). */
+bool metadata_access_check(struct mail_user *user, const struct namespace_config *ns,
+                           const char *name, unsigned access, struct petrel_error *err);
+
 /* Resolves folder `name` of `ns` (NULL or "": the server, kept on the
- * user's INBOX) to its GUID as its index holds it. NOT_FOUND when the
- * folder does not exist; a folder whose index has no GUID is an I/O error.
- * `private_user` NULL means the user itself. */
+ * user's INBOX) to its GUID as its index holds it, after
+ * metadata_access_check(`access`). NOT_FOUND when the folder does not
+ * exist; a folder whose index has no GUID is an I/O error. `private_user`
+ * NULL means the user itself. */
 bool metadata_target_resolve(struct mail_user *user, const struct namespace_config *ns,
-                             const char *name, const char *private_user, struct metadata_target *t,
-                             struct petrel_error *err);
+                             const char *name, const char *private_user, unsigned access,
+                             struct metadata_target *t, struct petrel_error *err);
 
 /* ---------- reading ---------- */
 
