@@ -720,3 +720,39 @@ def test_iterate_failure_reason_is_generic(petreld, tmp_path, hashes):
         r = c.read()
         assert r[0] == "FAIL" and "temp" in r, r
         assert params(r, 2)["reason"] == ["temporary authentication failure"], r
+
+
+def test_auth_client_backoff_starts_over_after_a_connection_worked(petreld, tmp_path):
+    """The auth client's reconnect waits (net/backoff.h: 100 ms doubling to
+    5 s) grow while the auth service is away; once a connection worked,
+    losing the service again is retried after 100 ms, not after what the
+    earlier outage had grown to (the retry_ms of the warning)."""
+    port = free_port()
+    api = petreld({"components": ["backend-api"], "mail": {"home": str(tmp_path / "m" / "%u")},
+                   "backend_api": {"auth_master_addr": f"127.0.0.1:{port}"}},
+                  env={"BACKEND_API_TOKEN": TOKEN})
+
+    def retries():
+        return [int(m) for m in re.findall(r'msg="auth service unavailable" .*retry_ms=(\d+)',
+                                          api.stderr())]
+
+    def ask():
+        return api.post("backend", "/api/backend/user/info", {"user": "plain"}, token=TOKEN)
+
+    # The client connects on demand: requests for 2 s make it try each time
+    # its wait is over (100, 200, 400, 800 ms): the next wait is >= 1.6 s.
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 2.0:
+        assert ask().json()["userdb_status"] == "error"
+        time.sleep(0.02)
+    assert retries() == [100], api.stderr()
+    cfg = auth_overrides(tmp_path, "plain:{PLAIN}pw:1000:1000::/h\n")
+    cfg["auth"]["listen"] = [f"127.0.0.1:{port}"]
+    auth = petreld(cfg)
+    wait_for(lambda: ask().json()["userdb_status"] == "ok", timeout=15,
+             what="the auth client connected")
+    assert "auth service available again" in api.stderr()
+    auth.stop()
+    wait_for(lambda: ask().json()["userdb_status"] == "error" and len(retries()) == 2,
+             timeout=15, what="the auth service gone again")
+    assert retries()[1] == 100, api.stderr()

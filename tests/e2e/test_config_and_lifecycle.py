@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import (default_config, http_request, is_root, merge, read_response, run_petreld,
-                      to_yaml)
+                      to_yaml, wait_for)
 
 needs_root = pytest.mark.skipif(not is_root(), reason="needs root (CI runs as root)")
 
@@ -286,3 +286,45 @@ def test_standalone_example_is_valid(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for component in ("auth", "imap", "backend-api"):
         assert f'  - "{component}"' in proc.stdout
+
+
+def test_shutdown_timeout_answers_a_backend_api_request_503(petreld, silent_server, tmp_path):
+    """A backend-plane API request still waiting when shutdown_timeout
+    passes is answered 503 by the component's abandon (the component
+    table's abandon step), not cut off when the process exits. Its wait:
+    user/info asks an auth service that never answers (each call bounded
+    by 10 s, far beyond the timeout)."""
+    token = "lifecycle-token"
+    d = petreld({"components": ["backend-api"], "shutdown_timeout": "300ms",
+                 "mail": {"home": str(tmp_path / "m" / "%u")},
+                 "backend_api": {"auth_master_addr": silent_server.addr}},
+                env={"BACKEND_API_TOKEN": token})
+    result = {}
+
+    def call():
+        try:
+            result["resp"] = d.post("backend", "/api/backend/user/info", {"user": "alice"},
+                                    token=token, timeout=15)
+        except Exception as e:  # noqa: BLE001 - the test reports it
+            result["error"] = e
+
+    t = threading.Thread(target=call)
+    t.start()
+
+    def asked():
+        for c in list(silent_server.conns):
+            try:
+                if b"alice" in c.recv(4096, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    return True
+            except BlockingIOError:
+                pass
+        return False
+
+    wait_for(asked, timeout=10, what="the lookup sent to the silent auth service")
+    d.signal(signal.SIGTERM)
+    t.join(15)
+    assert d.wait() == 0, d.stderr()
+    d.assert_clean()
+    assert "shutdown timeout reached" in d.stderr()
+    assert "error" not in result, f"request cut off instead of answered: {result['error']!r}"
+    assert result["resp"].status == 503, result["resp"]

@@ -755,3 +755,32 @@ def test_real_imap_backend_and_director(petreld, tmp_path, pki):
     wait_for(lambda: up()["127.0.0.1"] is True, timeout=30, what="up again")
     assert metric(d, "petrel_monitor_reports_total", report="up") == 1
     assert "probe-secret" not in d.stderr() and "probe-secret" not in backend.stderr()
+
+
+def test_reconnect_backoff_doubles_caps_and_starts_over(petreld, tmp_path, fakes):
+    """The director link's reconnect waits (net/backoff.h): reconnect_min,
+    doubling, capped at reconnect_max while the director is away; once a
+    link worked, losing it waits reconnect_min again, not the cap the
+    earlier outage had reached."""
+    director = fakes(FakeDirector({}))
+    director.pause()
+    cfg = dict(FAST, director_addr=director.addr, reconnect_min="60ms", reconnect_max="240ms")
+    path = tmp_path / "monitor-backoff.yaml"
+    path.write_text(monitor_yaml(cfg))
+    d = petreld({"components": ["monitor"], "monitor": {"config_file": str(path)},
+                 "log_level": "debug"}, env={"DIRECTOR_RING_SECRET": SECRET})
+
+    def waits():
+        return [int(w) for w in re.findall(r"director link (?:still )?down\" .*retry_ms=(\d+)",
+                                           d.stderr())]
+
+    wait_for(lambda: waits()[:5] == [60, 120, 240, 240, 240] or len(waits()) > 5, timeout=10,
+             what="five failed dials")
+    assert waits()[:5] == [60, 120, 240, 240, 240], waits()
+    director.resume()
+    wait_for(lambda: metric(d, "petrel_monitor_director_connected") == 1, timeout=10,
+             what="link up")
+    before = len(waits())
+    director.drop_connections()
+    wait_for(lambda: len(waits()) > before, timeout=10, what="link lost")
+    assert waits()[before] == 60, waits()

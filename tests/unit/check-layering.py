@@ -44,7 +44,27 @@ ALLOWED = {
 # Folders whose subfolders are siblings that must not include each other
 # (a shared subfolder every sibling may use is named here).
 SIBLING_FOLDERS = {"protocols": {"common"}, "services": set()}
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+# Quoted and angled: the build's include path has src/ and the source root,
+# so <services/auth/x.h> and "src/services/auth/x.h" reach the same header.
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
+
+
+def resolve(file_rel, inc, quoted, exists):
+    """The header `inc`, included by `file_rel` (both under src/), as a path
+    under src/ the way the compiler finds it: a quoted name next to the
+    including file first ("../pop3/x.h", "x.h"), then from src/ or the
+    source root ("src/..."). `exists(path under src/)` says whether a header
+    is there. None: not a header of src/ (a system or generated header)."""
+    candidates = []
+    if quoted:
+        candidates.append(os.path.normpath(os.path.join(os.path.dirname(file_rel), inc)))
+    candidates.append(os.path.normpath(inc))
+    if inc.startswith("src/"):
+        candidates.append(os.path.normpath(inc[len("src/"):]))
+    for c in candidates:
+        if not c.startswith("..") and exists(c):
+            return c
+    return None
 
 
 def breach(file_rel, inc):
@@ -83,9 +103,13 @@ def offences(root):
                     m = INCLUDE.match(line)
                     if m is None:
                         continue
-                    why = breach(rel, m.group(1))
+                    inc = m.group(2)
+                    target = resolve(rel, inc, m.group(1) == '"',
+                                     lambda c: os.path.isfile(os.path.join(src, c)))
+                    why = breach(rel, target if target is not None else inc)
                     if why is not None:
-                        found.append(f"src/{rel}:{lineno}: #include \"{m.group(1)}\": {why}")
+                        close = '"' if m.group(1) == '"' else ">"
+                        found.append(f"src/{rel}:{lineno}: #include {m.group(1)}{inc}{close}: {why}")
     return found
 
 
@@ -118,6 +142,26 @@ def self_test():
         ("storage/x.c", "version.h"),
     ]
     ok = True
+    # Spelled another way, the same header is the same breach.
+    tree = {"protocols/pop3/pop3-server.h", "services/auth/auth-service.h",
+            "protocols/imap/imap-private.h", "clients/auth/auth-client.h"}
+    spelled = [
+        ("protocols/imap/imap-x.c", "../pop3/pop3-server.h", True),
+        ("protocols/imap/imap-x.c", "../../services/auth/auth-service.h", True),
+        ("protocols/imap/imap-x.c", "services/auth/auth-service.h", False),
+        ("protocols/imap/imap-x.c", "src/services/auth/auth-service.h", True),
+        ("protocols/imap/imap-x.c", "./../pop3/../pop3/pop3-server.h", True),
+    ]
+    for f, i, quoted in spelled:
+        target = resolve(f, i, quoted, tree.__contains__)
+        if target is None or breach(f, target) is None:
+            print(f"self-test: {f} including {i} was allowed (resolved to {target})")
+            ok = False
+    for f, i, want in [("protocols/imap/imap-x.c", "imap-private.h", "protocols/imap/imap-private.h"),
+                       ("protocols/imap/imap-x.c", "event2/event.h", None)]:
+        if resolve(f, i, True, tree.__contains__) != want:
+            print(f"self-test: {f} including {i} did not resolve to {want}")
+            ok = False
     for f, i in bad:
         if breach(f, i) is None:
             print(f"self-test: {f} including {i} was allowed")

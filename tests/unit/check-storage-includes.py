@@ -26,7 +26,7 @@ DRIVERS = ("maildir",)
 # The storage's own insides: the driver table (calling it skips every
 # storage module's hook) and the index. Only the storage includes them.
 STORAGE_INTERNAL = ("storage/mail-storage-private.h", "storage/fileindex/")
-INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 # Comments and string literals: what they say is no call.
 NOT_CODE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 DRIVER_LIST_FILES = ("src/storage/mail-storage.c", "src/storage/mail-storage-private.h")
@@ -59,6 +59,20 @@ def driver_of_include(path):
     return None
 
 
+def resolve(root, rel, inc, quoted):
+    """`inc` as a path under src/ the way the compiler finds it (next to the
+    including file first for a quoted name, then src/ and the source root),
+    so "../../storage/fileindex/x.h" is "storage/fileindex/x.h"; else `inc`."""
+    tries = []
+    if quoted:
+        tries.append(os.path.normpath(os.path.join(os.path.dirname(rel), inc)))
+    tries += [os.path.normpath(os.path.join("src", inc)), os.path.normpath(inc)]
+    for t in tries:
+        if t.startswith("src" + os.sep) and os.path.isfile(os.path.join(root, t)):
+            return t[len("src" + os.sep):]
+    return inc
+
+
 def offences(root):
     found = []
     candidates = []
@@ -77,7 +91,7 @@ def offences(root):
             m = INCLUDE.match(line)
             if not m:
                 continue
-            inc = m.group(1)
+            inc = resolve(root, rel, m.group(2), m.group(1) == '"')
             if (rel.startswith("src/") and not rel.startswith("src/storage/")
                     and any(inc.startswith(p) for p in STORAGE_INTERNAL)):
                 found.append(f"{rel}:{lineno}: includes {inc} (storage internal: "
@@ -90,7 +104,7 @@ def offences(root):
                 continue
             if rel.startswith("tests/unit/") and os.path.basename(rel).startswith(f"test-{d}-"):
                 continue
-            found.append(f"{rel}:{lineno}: includes {m.group(1)} (driver '{d}' private)")
+            found.append(f"{rel}:{lineno}: includes {m.group(2)} (driver '{d}' private)")
     return found
 
 
