@@ -257,6 +257,16 @@ def test_ignored_folder_and_unlimited_user(qd):
         assert append(m, "Trash", message(i, 5 * 1024))[0] == "OK"
     assert append(m, "INBOX", message(9, 19 * 1024))[0] == "OK"
     assert append(m, "INBOX", message(10, 2 * 1024))[0] == "NO"
+    # Full, yet the ignored folder still takes saves: APPEND, and a COPY
+    # out of a counted folder; a MOVE out of it into a counted one is a save
+    # the quota counts, and refuses.
+    assert append(m, "Trash", message(11, 5 * 1024))[0] == "OK"
+    m.select("INBOX")
+    typ, data = m.copy("1", "Trash")
+    assert typ == "OK", data
+    m.select("Trash")
+    typ, data = m.uid("MOVE", "1", "INBOX")
+    assert (typ, data[0].decode()) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
     m.logout()
     m = login(d, "dave")  # no quota_rule: unlimited
     for i in range(3):
@@ -309,3 +319,16 @@ def test_parallel_sessions_overshoot_at_most_one_message(petreld, tmp_path):
     assert used <= limit + size, (used, results)
     assert used > limit - size, (used, results)
     assert sum(results) == used // size
+
+
+def test_enormous_rule_scaled_up_is_not_a_tiny_limit(petreld, tmp_path):
+    """quota_storage_percentage above 100 on an enormous rule saturates:
+    9223372036854775900 x 200 % wrapped round to 184 bytes and refused a
+    1000-byte APPEND."""
+    cfg = config(tmp_path, quota={"quota_storage_percentage": 200})
+    (tmp_path / "passwd").write_text(
+        "alice:{PLAIN}a:1001:1001::::userdb_quota_rule=*:storage=9223372036854775900\n")
+    d = petreld(cfg)
+    m = login(d, "alice")
+    assert append(m, "INBOX", message(1, 1000))[0] == "OK"
+    m.logout()
