@@ -501,10 +501,13 @@ static void test_config_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),           cmocka_unit_test(test_grammar),
-        cmocka_unit_test(test_mailbox_rules),   cmocka_unit_test(test_formula),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_grammar),
+        cmocka_unit_test(test_mailbox_rules),
+        cmocka_unit_test(test_formula),
         cmocka_unit_test(test_scaling_never_wraps),
-        cmocka_unit_test(test_config_defaults), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
