@@ -332,3 +332,31 @@ def test_enormous_rule_scaled_up_is_not_a_tiny_limit(petreld, tmp_path):
     m = login(d, "alice")
     assert append(m, "INBOX", message(1, 1000))[0] == "OK"
     m.logout()
+
+
+def test_literal_over_mail_size_refused_before_it_is_sent(qd):
+    """An APPEND whose synchronising literal announces more than
+    quota_mail_size is answered NO at once, without the "+" that would have
+    the client send bytes only to be thrown away (Dovecot's quota plugin
+    refuses at save begin likewise). A non-synchronising literal is on its
+    way already: read, then refused by the save hook."""
+    d = qd
+    r = Raw(d, "dave")
+    want = b"[OVERQUOTA] Requested allocation size 60000 exceeds max mail size 51200\r\n"
+    r.sock.sendall(b"a1 APPEND INBOX {60000}\r\n")
+    assert r.f.readline() == b"a1 NO " + want
+    # MULTIAPPEND: the second message's literal; the first is not saved
+    small = message(1, 1000)
+    r.sock.sendall(b"a2 APPEND INBOX {%d+}\r\n" % len(small) + small + b" {60000}\r\n")
+    assert r.f.readline() == b"a2 NO " + want
+    r.sock.sendall(b"a3 APPEND INBOX {60000+}\r\n" + b"x" * 60000 + b"\r\n")
+    assert r.f.readline() == b"a3 NO " + want
+    assert r.run(b"STATUS INBOX (MESSAGES)")[0] == b"* STATUS \"INBOX\" (MESSAGES 0)\r\n"
+    # at the cap exactly it is asked for and saved
+    ok = message(2, 50 * 1024)
+    r.sock.sendall(b"a4 APPEND INBOX {%d}\r\n" % len(ok))
+    assert r.f.readline() == b"+ OK\r\n"
+    r.sock.sendall(ok + b"\r\n")
+    assert r.f.readline().startswith(b"a4 OK")
+    assert rejections(d, "append", "mail_size") == 3
+    r.close()

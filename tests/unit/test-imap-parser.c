@@ -73,6 +73,8 @@ static const char *code_name(enum imap_parse_error_code code)
         return "toobig";
     case IMAP_PARSE_ERR_LIMIT:
         return "limit";
+    case IMAP_PARSE_ERR_REFUSED:
+        return "refused";
     }
     return "?";
 }

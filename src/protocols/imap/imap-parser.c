@@ -600,6 +600,14 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
         return report_error(p, false);
     }
+    if (!ann.non_sync && p->have_sink && p->sink.refuse != NULL) {
+        const char *why =
+            p->sink.refuse(p->sink.ctx, p->text.data + p->name_off, p->top_count - 1, ann.size);
+        if (why != NULL) {
+            set_error(p, IMAP_PARSE_ERR_REFUSED, why);
+            return report_error(p, false);
+        }
+    }
     t->len = (size_t)ann.size;
     if (p->have_sink && ann.size > p->sink.threshold) {
         size_t index = p->top_count - 1; /* a list counts from its "(" */
