@@ -15,13 +15,14 @@ resource."""
 
 import imaplib
 import re
+import signal
 import smtplib
 import socket
 import threading
 
 import pytest
 
-from conftest import free_port, http_request
+from conftest import free_port, http_request, wait_for
 
 EXCEEDED = "Quota exceeded (mailbox for user is full)"
 
@@ -359,4 +360,46 @@ def test_literal_over_mail_size_refused_before_it_is_sent(qd):
     r.sock.sendall(ok + b"\r\n")
     assert r.f.readline().startswith(b"a4 OK")
     assert rejections(d, "append", "mail_size") == 3
+    r.close()
+
+
+def test_usage_after_kill_9_during_appends(qd):
+    """petreld killed (SIGKILL) while a client appends: after the restart
+    usage is what the folder holds once synchronised (a message whose file
+    landed but whose index record did not is counted, none twice), and the
+    limit still holds to the byte."""
+    d = qd
+    stop = threading.Event()
+
+    def writer():
+        try:
+            m = login(d, "erin")
+            i = 0
+            while not stop.is_set():
+                m.append("INBOX", None, None, message(100 + i, 3000))
+                i += 1
+        except (OSError, imaplib.IMAP4.abort, imaplib.IMAP4.error):
+            pass
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        wait_for(lambda: on_disk(d, "erin") >= 30000, timeout=20, what="appends under way")
+        d.signal(signal.SIGKILL)
+        d.wait()
+    finally:
+        stop.set()
+        t.join()
+    d.start()
+    r = Raw(d, "erin")
+    r.run(b"SELECT INBOX")  # synchronises the folder with its files
+    used = on_disk(d, "erin")
+    quota = [ln for ln in r.run(b'GETQUOTA "User quota"') if ln.startswith(b"* QUOTA")]
+    assert quota == [b'* QUOTA "User quota" (STORAGE %d 100)\r\n' % -(-used // 1024)], (quota, used)
+    while True:
+        out = r.run(b"APPEND INBOX {3000+}\r\n" + message(900, 3000))
+        if not out[-1].split()[1] == b"OK":
+            assert b"[OVERQUOTA]" in out[-1], out
+            break
+    assert 100 * 1024 - 3000 < on_disk(d, "erin") <= 100 * 1024
     r.close()
