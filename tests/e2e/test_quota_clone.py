@@ -12,6 +12,7 @@ failure is logged and counted."""
 import imaplib
 import re
 import smtplib
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -335,3 +336,51 @@ def test_mirror_into_postgresql_columns(petreld, tmp_path, pgsql_server):
                      token=TOKEN)
     assert r.json() == {"backend": "pg", "user": "alice", "storage": int(want[0][1]),
                         "messages": 2}
+
+
+def test_redis_that_never_answers_blocks_nothing(petreld, tmp_path):
+    """A mirror target that accepts and then never answers (a hung Redis):
+    saves go on at their pace, the other target is still written, and the
+    daemon still stops promptly with sessions' final writes pending."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def swallow():
+        hole.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(hole.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                pass
+
+    t = threading.Thread(target=swallow, daemon=True)
+    t.start()
+    try:
+        d = petreld(config(tmp_path, "127.0.0.1:%d" % hole.getsockname()[1], "200ms"),
+                    env={"BACKEND_API_TOKEN": TOKEN})
+        m = imap_login(d, "alice")
+        slowest = 0.0
+        for i in range(8):
+            t0 = time.monotonic()
+            assert m.append("INBOX", None, None, message(10 + i))[0] == "OK"
+            lmtp_deliver(d, "bob@example.org", message(50 + i))
+            slowest = max(slowest, time.monotonic() - t0)
+            time.sleep(0.1)
+        assert slowest < 1.0, slowest
+        wait_for(lambda: len(held) > 0, timeout=10, what="a connection to the hung target")
+        for user in ("alice", "bob"):
+            want = show(d, user)
+            wait_for(lambda: sqlite_values(tmp_path, user) == want, timeout=10,
+                     what=f"{user} in sqlite")
+        t0 = time.monotonic()
+        d.stop(timeout=15)
+        assert time.monotonic() - t0 < 10
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        hole.close()

@@ -15,13 +15,14 @@ resource."""
 
 import imaplib
 import re
+import signal
 import smtplib
 import socket
 import threading
 
 import pytest
 
-from conftest import free_port, http_request
+from conftest import free_port, http_request, wait_for
 
 EXCEEDED = "Quota exceeded (mailbox for user is full)"
 
@@ -257,6 +258,16 @@ def test_ignored_folder_and_unlimited_user(qd):
         assert append(m, "Trash", message(i, 5 * 1024))[0] == "OK"
     assert append(m, "INBOX", message(9, 19 * 1024))[0] == "OK"
     assert append(m, "INBOX", message(10, 2 * 1024))[0] == "NO"
+    # Full, yet the ignored folder still takes saves: APPEND, and a COPY
+    # out of a counted folder; a MOVE out of it into a counted one is a save
+    # the quota counts, and refuses.
+    assert append(m, "Trash", message(11, 5 * 1024))[0] == "OK"
+    m.select("INBOX")
+    typ, data = m.copy("1", "Trash")
+    assert typ == "OK", data
+    m.select("Trash")
+    typ, data = m.uid("MOVE", "1", "INBOX")
+    assert (typ, data[0].decode()) == ("NO", f"[OVERQUOTA] {EXCEEDED}")
     m.logout()
     m = login(d, "dave")  # no quota_rule: unlimited
     for i in range(3):
@@ -312,3 +323,86 @@ def test_parallel_sessions_overshoot_at_most_one_message(petreld, tmp_path):
     # of each other session early.
     assert used > limit - 4 * size, (used, results)
     assert sum(results) == used // size
+
+
+def test_enormous_rule_scaled_up_is_not_a_tiny_limit(petreld, tmp_path):
+    """quota_storage_percentage above 100 on an enormous rule saturates:
+    9223372036854775900 x 200 % wrapped round to 184 bytes and refused a
+    1000-byte APPEND."""
+    cfg = config(tmp_path, quota={"quota_storage_percentage": 200})
+    (tmp_path / "passwd").write_text(
+        "alice:{PLAIN}a:1001:1001::::userdb_quota_rule=*:storage=9223372036854775900\n")
+    d = petreld(cfg)
+    m = login(d, "alice")
+    assert append(m, "INBOX", message(1, 1000))[0] == "OK"
+    m.logout()
+
+
+def test_literal_over_mail_size_refused_before_it_is_sent(qd):
+    """An APPEND whose synchronising literal announces more than
+    quota_mail_size is answered NO at once, without the "+" that would have
+    the client send bytes only to be thrown away (Dovecot's quota plugin
+    refuses at save begin likewise). A non-synchronising literal is on its
+    way already: read, then refused by the save hook."""
+    d = qd
+    r = Raw(d, "dave")
+    want = b"[OVERQUOTA] Requested allocation size 60000 exceeds max mail size 51200\r\n"
+    r.sock.sendall(b"a1 APPEND INBOX {60000}\r\n")
+    assert r.f.readline() == b"a1 NO " + want
+    # MULTIAPPEND: the second message's literal; the first is not saved
+    small = message(1, 1000)
+    r.sock.sendall(b"a2 APPEND INBOX {%d+}\r\n" % len(small) + small + b" {60000}\r\n")
+    assert r.f.readline() == b"a2 NO " + want
+    r.sock.sendall(b"a3 APPEND INBOX {60000+}\r\n" + b"x" * 60000 + b"\r\n")
+    assert r.f.readline() == b"a3 NO " + want
+    assert r.run(b"STATUS INBOX (MESSAGES)")[0] == b"* STATUS \"INBOX\" (MESSAGES 0)\r\n"
+    # at the cap exactly it is asked for and saved
+    ok = message(2, 50 * 1024)
+    r.sock.sendall(b"a4 APPEND INBOX {%d}\r\n" % len(ok))
+    assert r.f.readline() == b"+ OK\r\n"
+    r.sock.sendall(ok + b"\r\n")
+    assert r.f.readline().startswith(b"a4 OK")
+    assert rejections(d, "append", "mail_size") == 3
+    r.close()
+
+
+def test_usage_after_kill_9_during_appends(qd):
+    """petreld killed (SIGKILL) while a client appends: after the restart
+    usage is what the folder holds once synchronised (a message whose file
+    landed but whose index record did not is counted, none twice), and the
+    limit still holds to the byte."""
+    d = qd
+    stop = threading.Event()
+
+    def writer():
+        try:
+            m = login(d, "erin")
+            i = 0
+            while not stop.is_set():
+                m.append("INBOX", None, None, message(100 + i, 3000))
+                i += 1
+        except (OSError, imaplib.IMAP4.abort, imaplib.IMAP4.error):
+            pass
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        wait_for(lambda: on_disk(d, "erin") >= 30000, timeout=20, what="appends under way")
+        d.signal(signal.SIGKILL)
+        d.wait()
+    finally:
+        stop.set()
+        t.join()
+    d.start()
+    r = Raw(d, "erin")
+    r.run(b"SELECT INBOX")  # synchronises the folder with its files
+    used = on_disk(d, "erin")
+    quota = [ln for ln in r.run(b'GETQUOTA "User quota"') if ln.startswith(b"* QUOTA")]
+    assert quota == [b'* QUOTA "User quota" (STORAGE %d 100)\r\n' % -(-used // 1024)], (quota, used)
+    while True:
+        out = r.run(b"APPEND INBOX {3000+}\r\n" + message(900, 3000))
+        if not out[-1].split()[1] == b"OK":
+            assert b"[OVERQUOTA]" in out[-1], out
+            break
+    assert 100 * 1024 - 3000 < on_disk(d, "erin") <= 100 * 1024
+    r.close()

@@ -73,6 +73,8 @@ static const char *code_name(enum imap_parse_error_code code)
         return "toobig";
     case IMAP_PARSE_ERR_LIMIT:
         return "limit";
+    case IMAP_PARSE_ERR_REFUSED:
+        return "refused";
     }
     return "?";
 }
@@ -615,6 +617,49 @@ static void test_literal_sink(void **state)
     assert_int_equal(st.closed, 6);
 }
 
+/* refuse(): asked before a synchronising literal's continuation only. */
+static const char *test_sink_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size)
+{
+    struct test_sink *st = ctx;
+    st->opened += 100; /* counted apart from open() */
+    return strcmp(command, "APPEND") == 0 && arg_index > 0 && size > 5 ? "[OVERQUOTA] big" : NULL;
+}
+
+static void test_literal_refused(void **state)
+{
+    (void)state;
+    struct test_sink st = {.accept = false};
+    struct imap_literal_sink sink = {.threshold = 4,
+                                     .max_memory = 1024,
+                                     .open = test_sink_open,
+                                     .write = test_sink_write,
+                                     .close = test_sink_close,
+                                     .refuse = test_sink_refuse,
+                                     .ctx = &st};
+    struct imap_parser *p = imap_parser_new(NULL);
+    imap_parser_set_sink(p, &sink);
+    /* A small message is asked for; the big second one is refused before
+     * its continuation, and the command with it. */
+    static const char in[] = "a APPEND INBOX {3}\r\nabc {6}\r\n";
+    size_t cont = 0;
+    assert_int_equal(feed_pieces(p, in, sizeof(in) - 1, &cont), IMAP_PARSE_ERROR);
+    assert_int_equal(cont, 1);
+    const struct imap_parse_error *e = imap_parser_error(p);
+    assert_int_equal(e->code, IMAP_PARSE_ERR_REFUSED);
+    assert_false(e->fatal);
+    assert_string_equal(e->tag, "a");
+    assert_string_equal(e->message, "[OVERQUOTA] big");
+    assert_int_equal(st.opened, 200);
+    /* The session goes on; a non-synchronising literal is never asked about. */
+    static const char plus[] = "b APPEND INBOX {6+}\r\n123456\r\n";
+    cont = 0;
+    st.opened = 0;
+    assert_int_equal(feed_pieces(p, plus, sizeof(plus) - 1, &cont), IMAP_PARSE_COMMAND);
+    assert_int_equal(cont, 0);
+    assert_int_equal(st.opened, 0);
+    imap_parser_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,7 +669,7 @@ int main(void)
         cmocka_unit_test(test_literal_memory_budget),
         cmocka_unit_test(test_arg_limits),      cmocka_unit_test(test_broken_corpus),
         cmocka_unit_test(test_pipelining),      cmocka_unit_test(test_arg_helpers),
-        cmocka_unit_test(test_literal_sink),
+        cmocka_unit_test(test_literal_sink),    cmocka_unit_test(test_literal_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

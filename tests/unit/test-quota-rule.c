@@ -292,6 +292,34 @@ static void test_formula(void **state)
     config_free(cfg);
 }
 
+/* An enormous rule scaled up saturates; it never wraps round to a small
+ * limit (2^64 + 184 wrapped would be 184 bytes). */
+static void test_scaling_never_wraps(void **state)
+{
+    (void)state;
+    struct petrel_config *cfg = config_of("quota:\n  enabled: true\n");
+    struct quota_config *q = &cfg->quota;
+    struct quota_rules r;
+    quota_rules_init(&r);
+    /* 9223372036854775900 / 100 * 200 = 2^64 + 184 */
+    parse_ok(&r, "*:storage=9223372036854775900:messages=9223372036854775900");
+    q->storage_percentage = 200;
+    q->message_percentage = 200;
+    struct quota_limits l;
+    quota_limits_compute(q, &r, NULL, QUOTA_POINT_INTERACTIVE, &l);
+    assert_int_equal(l.storage, UINT64_MAX);
+    assert_int_equal(l.messages, UINT64_MAX);
+    quota_rules_free(&r);
+
+    /* A percentage rule of a named mailbox, the same product. */
+    quota_rules_init(&r);
+    parse_ok(&r, "*:storage=9223372036854775900");
+    parse_ok(&r, "Trash:storage=200%");
+    assert_int_equal(quota_rules_limit(&r, QUOTA_RES_STORAGE, "Trash"), UINT64_MAX);
+    quota_rules_free(&r);
+    config_free(cfg);
+}
+
 static void test_config_defaults(void **state)
 {
     (void)state;
@@ -473,9 +501,13 @@ static void test_config_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes),           cmocka_unit_test(test_grammar),
-        cmocka_unit_test(test_mailbox_rules),   cmocka_unit_test(test_formula),
-        cmocka_unit_test(test_config_defaults), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_grammar),
+        cmocka_unit_test(test_mailbox_rules),
+        cmocka_unit_test(test_formula),
+        cmocka_unit_test(test_scaling_never_wraps),
+        cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

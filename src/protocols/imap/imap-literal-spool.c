@@ -3,6 +3,7 @@
 
 #include "core/xalloc.h"
 #include "protocols/imap/imap-private.h"
+#include "storage/quota/quota-module.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,6 +26,21 @@ static void *spool_open(void *ctx, const char *command, size_t arg_index, uint64
     sp->fd = mail_user_spool_open(s->user, &sp->err);
     sp->failed = sp->fd < 0;
     return sp;
+}
+
+/* A message literal over quota_mail_size is refused before the client
+ * sends it (as Dovecot's quota plugin does at save begin): the bytes could
+ * only be spooled to be thrown away. */
+static const char *spool_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size)
+{
+    struct imap_session *s = ctx;
+    if (strcmp(command, "APPEND") != 0 || arg_index == 0 || s->user == NULL)
+        return NULL;
+    char text[sizeof(s->literal_refusal) - 16];
+    if (!quota_user_too_large(s->user, size, text, sizeof(text)))
+        return NULL;
+    snprintf(s->literal_refusal, sizeof(s->literal_refusal), "[OVERQUOTA] %s", text);
+    return s->literal_refusal;
 }
 
 static void spool_write(void *ctx, void *spool, const void *data, size_t len)
@@ -69,6 +85,7 @@ void imap_literal_spool_attach(struct imap_session *s)
         .open = spool_open,
         .write = spool_write,
         .close = spool_close,
+        .refuse = spool_refuse,
         .ctx = s,
     };
     imap_parser_set_sink(s->parser, &sink);

@@ -608,6 +608,14 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
         return report_error(p, false);
     }
+    if (!ann.non_sync && p->have_sink && p->sink.refuse != NULL) {
+        const char *why =
+            p->sink.refuse(p->sink.ctx, p->text.data + p->name_off, p->top_count - 1, ann.size);
+        if (why != NULL) {
+            set_error(p, IMAP_PARSE_ERR_REFUSED, why);
+            return report_error(p, false);
+        }
+    }
     t->len = (size_t)ann.size;
     /* memory_literal_bytes never passes the budget, so this cannot wrap. */
     bool over_budget = ann.size > p->limits.max_memory_literals - p->memory_literal_bytes;

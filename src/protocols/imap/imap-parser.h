@@ -75,6 +75,7 @@ enum imap_parse_error_code {
     IMAP_PARSE_ERR_LINE_TOO_LONG,
     IMAP_PARSE_ERR_TOO_BIG, /* a literal over the limits: [TOOBIG] */
     IMAP_PARSE_ERR_LIMIT,   /* too many arguments or too deep nesting */
+    IMAP_PARSE_ERR_REFUSED, /* the sink's refuse(): the message is the NO's text */
 };
 
 struct imap_parse_error {
@@ -105,6 +106,11 @@ struct imap_literal_sink {
     void *(*open)(void *ctx, const char *command, size_t arg_index, uint64_t size, bool literal8);
     void (*write)(void *ctx, void *spool, const void *data, size_t len);
     void (*close)(void *ctx, void *spool);
+    /* Optional: asked before a synchronizing literal is accepted (before
+     * the continuation). A non-NULL text refuses the command with a
+     * tagged NO of that text (valid until the next feed); the client
+     * never sends the literal. */
+    const char *(*refuse)(void *ctx, const char *command, size_t arg_index, uint64_t size);
     void *ctx;
 };
 

@@ -369,6 +369,10 @@ static void parse_error(struct imap_session *s, const struct imap_parse_error *e
     snprintf(s->tag, sizeof(s->tag), "%s", e->tag != NULL ? e->tag : "*");
     snprintf(s->command, sizeof(s->command), "invalid");
     clock_gettime(CLOCK_MONOTONIC, &s->command_started);
+    if (e->code == IMAP_PARSE_ERR_REFUSED) {
+        imap_reply_no(s, "%s", e->message);
+        return;
+    }
     if (e->fatal) {
         imap_send(s, "* BYE %s%s", code, e->message);
         s->state = IMAP_STATE_LOGOUT;

@@ -11,7 +11,11 @@ static uint64_t scale(uint64_t limit, int64_t percentage)
     if (limit == 0)
         return 0;
     uint64_t pct = percentage > 0 ? (uint64_t)percentage : 100;
-    uint64_t v = limit > UINT64_MAX / pct ? limit / 100 * pct : limit * pct / 100;
+    uint64_t v;
+    if (limit <= UINT64_MAX / pct)
+        v = limit * pct / 100;
+    else /* dividing first can still overflow when pct > 100: saturate */
+        v = limit / 100 > UINT64_MAX / pct ? UINT64_MAX : limit / 100 * pct;
     return v == 0 ? 1 : v;
 }
 

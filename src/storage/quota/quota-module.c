@@ -462,6 +462,23 @@ bool quota_user_report(struct mail_user *user, struct quota_report *out, struct 
     return usage_get(user, qu, &out->usage, err);
 }
 
+/* Dovecot's quota_max_mail_size text (document 3's Errors table). */
+static void too_large_text(char *text, size_t text_size, uint64_t size, uint64_t cap)
+{
+    snprintf(text, text_size, "Requested allocation size %llu exceeds max mail size %llu",
+             (unsigned long long)size, (unsigned long long)cap);
+}
+
+bool quota_user_too_large(struct mail_user *user, uint64_t size, char *text, size_t text_size)
+{
+    struct quota_module *qm = module_of(user);
+    if (qm == NULL || !qm->cfg->enabled || qm->cfg->mail_size == 0 || size <= qm->cfg->mail_size)
+        return false;
+    too_large_text(text, text_size, size, qm->cfg->mail_size);
+    count_rejection(qm, "append", "mail_size");
+    return true;
+}
+
 /* ---------- hooks ---------- */
 
 static bool refuse(struct quota_module *qm, struct petrel_error *err, const char *point,
@@ -487,9 +504,8 @@ static bool q_save(void *ctx, const struct mail_save_info *info, struct petrel_e
     const char *dst = mailbox_name(info->dst);
     char text[256];
     if (info->kind == MAIL_SAVE_APPEND && cfg->mail_size != 0 && info->size > cfg->mail_size) {
-        /* Dovecot's quota_max_mail_size text; never fits, whatever is freed. */
-        snprintf(text, sizeof(text), "Requested allocation size %llu exceeds max mail size %llu",
-                 (unsigned long long)info->size, (unsigned long long)cfg->mail_size);
+        /* never fits, whatever is freed */
+        too_large_text(text, sizeof(text), info->size, cfg->mail_size);
         return refuse(qm, err, point, "mail_size", true, text);
     }
     if (cfg->mailbox_message_count > 0) {

@@ -59,6 +59,12 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields);
  * quota operation with quota_over_status_lazy_check, once per login and
  * only within 10 s of it. */
 void quota_user_login(struct mail_user *user, char *const *rule_fields, const char *over_flag);
+/* Whether a message of `size` bytes is over quota_mail_size, asked before
+ * its bytes arrive (an IMAP APPEND literal's announced size). True (with
+ * the refusal's text in `text`, counted as an append rejection) when it
+ * is: no save of that size can succeed whatever the usage. False without
+ * the module, with the engine off, or without a cap. */
+bool quota_user_too_large(struct mail_user *user, uint64_t size, char *text, size_t text_size);
 /* Frees the user's quota state (mail-storage.c, with the user). */
 void quota_user_free(struct quota_user *qu);
 

@@ -296,8 +296,12 @@ bool quota_rules_mailbox_ignored(const struct quota_rules *r, const char *mailbo
 
 static uint64_t sat_mul_div(uint64_t v, uint64_t mul, uint64_t div)
 {
-    if (mul != 0 && v > UINT64_MAX / mul)
-        return v / div * mul; /* loses the remainder only where it cannot matter */
+    if (mul != 0 && v > UINT64_MAX / mul) {
+        /* loses the remainder only where it cannot matter; saturates
+         * where even the quotient times `mul` is beyond 64 bits */
+        uint64_t q = v / div;
+        return q > UINT64_MAX / mul ? UINT64_MAX : q * mul;
+    }
     return v * mul / div;
 }
 
