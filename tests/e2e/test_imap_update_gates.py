@@ -115,3 +115,41 @@ def test_recent_mark_record_is_read_strictly(imapd, tmp_path):
         mark.write_bytes(older)
         assert status_recent() == recent, older
     m.logout()
+
+
+@pytest.mark.parametrize("enable", [None, "CONDSTORE", "QRESYNC"])
+def test_keywords_from_append_and_after_expunge_are_announced(imapd, enable):
+    """A keyword another session creates by APPEND is in FLAGS and
+    PERMANENTFLAGS before this session's FETCH shows it; after the last
+    message carrying a keyword is expunged, that keyword on another message
+    and a keyword new after it are shown only once announced (the names
+    this session was told stay valid; a new one comes with a FLAGS)."""
+    m = login(imapd)
+    append(m)
+    s = Session(imapd)
+    if enable:
+        s.run(f"ENABLE {enable}")
+    s.run("SELECT INBOX")
+    append(m, flags="($ViaAppend)")
+    lines = s.run("NOOP")
+    lines += s.run("FETCH 2 (FLAGS)")
+    at, perm = flags_announced(lines, b"$ViaAppend")
+    use = first_use(lines, b"$ViaAppend")
+    assert use is not None and 0 <= at < use and perm, lines
+    # Expunge the only message carrying it, then use it again, and a new one.
+    m.select("INBOX")
+    m.store("2", "+FLAGS", "(\\Deleted)")
+    m.expunge()
+    lines = s.run("NOOP")
+    gone = b"* VANISHED 2" if enable == "QRESYNC" else b"* 2 EXPUNGE"
+    assert gone in lines, lines
+    m.store("1", "+FLAGS", "($ViaAppend $AfterExpunge)")
+    lines = s.run("NOOP")
+    at, perm = flags_announced(lines, b"$AfterExpunge")
+    use = first_use(lines, b"$AfterExpunge")
+    assert use is not None and 0 <= at < use and perm, lines
+    assert re.search(rb"^\* 1 FETCH \(.*FLAGS \([^)]*\$ViaAppend", lines[use]), lines
+    if enable:
+        assert b"MODSEQ (" in lines[use], lines
+    s.close()
+    m.logout()
