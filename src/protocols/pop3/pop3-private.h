@@ -69,6 +69,8 @@ struct pop3_session {
     enum pop3_state state;
     bool secured; /* TLS or a secure_nets peer: plaintext authentication allowed */
     bool busy;    /* a command waits (auth service, message streaming) */
+    /* pipelined commands wait for the replies queued to drain */
+    bool output_wait;
     /* the command being run */
     char command[16];
     struct timespec command_started;

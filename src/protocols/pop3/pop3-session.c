@@ -16,6 +16,11 @@
 
 #define POP3_MAX_SINGLE_WRITE (256 * 1024)
 #define POP3_STREAM_STEP (256 * 1024) /* bytes of a message produced per output drain */
+/* Replies queued for a client before its further pipelined commands wait
+ * for them to drain: a client that sends commands and reads nothing holds
+ * this much output, and its unread commands stay in the kernel (the input
+ * bound stops reading once they wait). */
+#define POP3_OUTPUT_HIGH (256 * 1024)
 
 static void process_input(struct pop3_session *s);
 
@@ -318,6 +323,10 @@ static void process_input(struct pop3_session *s)
         size_t avail = evbuffer_get_length(in);
         if (avail == 0)
             return;
+        if (evbuffer_get_length(bufferevent_get_output(s->io.bev)) >= POP3_OUTPUT_HIGH) {
+            s->output_wait = true; /* session_drained() goes on */
+            return;
+        }
         size_t chunk = avail < 65536 ? avail : 65536;
         const unsigned char *data = evbuffer_pullup(in, (ev_ssize_t)chunk);
         size_t consumed = 0;
@@ -348,12 +357,17 @@ static void session_input(void *arg)
     process_input(arg);
 }
 
-/* The output drained: the next piece of a streamed response. */
+/* The output drained: the next piece of a streamed response, or the
+ * pipelined commands that waited for it. */
 static void session_drained(void *arg)
 {
     struct pop3_session *s = arg;
-    if (s->stream != NULL)
+    if (s->stream != NULL) {
         stream_pump(s);
+    } else if (s->output_wait) {
+        s->output_wait = false;
+        process_input(s);
+    }
 }
 
 static void session_timeout(void *arg)
