@@ -319,3 +319,38 @@ def test_one_command_holds_a_bounded_amount_of_literals(petreld, tmp_path, pki):
     s.sendall(b"n NOOP\r\n")
     assert until_tag(s, b"n").startswith(b"n OK")
     s.close()
+
+
+def test_overlong_line_before_login_ends_the_connection(petreld, tmp_path, pki):
+    """Before login a line over imap.max_line_length (64 KiB) ends the
+    connection with BYE at once, as Dovecot does, instead of BAD after the
+    rest of the line: a stranger could otherwise stream bytes in until the
+    login timeout. After login the same line is a BAD and the session goes
+    on."""
+    d = petreld(imap_overrides(tmp_path, pki))
+    s = socket.create_connection(imap_addr(d), timeout=10)
+    assert read_line(s).startswith(b"* OK")
+    s.sendall(b"a LOGIN " + b"x" * (100 * 1024))
+    got, ended = b"", None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(4096)
+        except ConnectionResetError:
+            # Closed with the rest of our line unread: the kernel resets,
+            # which may destroy the BYE in flight (no lingering close yet).
+            ended = "reset"
+            break
+        if not chunk:
+            ended = "eof"
+            break
+        got += chunk
+    assert ended is not None, "the connection stayed open"
+    assert ended == "reset" or (got.startswith(b"* BYE ") and b"too long" in got), got[:200]
+    s.close()
+    s = login_raw(d)
+    s.sendall(b"b NOOP " + b"y" * (100 * 1024) + b"\r\n")
+    assert until_tag(s, b"b").startswith(b"b BAD")
+    s.sendall(b"c NOOP\r\n")
+    assert until_tag(s, b"c").startswith(b"c OK")
+    s.close()

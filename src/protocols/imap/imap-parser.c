@@ -89,6 +89,7 @@ void imap_parser_limits_default(struct imap_parser_limits *limits)
     limits->max_args = 4096;
     limits->max_depth = 32;
     limits->max_memory_literals = 8ull * 1024 * 1024;
+    limits->long_line_fatal = false;
 }
 
 struct imap_parser *imap_parser_new(const struct imap_parser_limits *limits)
@@ -660,6 +661,10 @@ static enum imap_parse_result feed_line(struct imap_parser *p, const char *d, si
     size_t n = nl != NULL ? (size_t)(nl - (d + *pos)) + 1 : len - *pos;
     if (p->line_used + p->segment.len + n > p->limits.max_line) {
         set_error(p, IMAP_PARSE_ERR_LINE_TOO_LONG, "Command line too long");
+        if (p->limits.long_line_fatal) {
+            *pos = len; /* nothing more of this connection is read */
+            return report_error(p, true);
+        }
         /* Take exactly what fits, however the bytes were split into feeds,
          * so the tag (for the BAD) is found or not found the same way. */
         size_t room = p->limits.max_line - p->line_used - p->segment.len;

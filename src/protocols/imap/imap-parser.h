@@ -30,6 +30,11 @@ struct imap_parser_limits {
      * else the command is refused [TOOBIG]. Without it 4,096 literals of
      * up to a MiB each could make one command hold gigabytes. */
     uint64_t max_memory_literals;
+    /* A line over max_line ends the connection at once (fatal error)
+     * instead of BAD after the rest of the line is read and dropped: set
+     * before login, where nobody has a reason to send one and the rest
+     * could stream in until the login timeout (Dovecot disconnects too). */
+    bool long_line_fatal;
 };
 
 /* RFC 7888: a LITERAL- server accepts non-synchronizing literals up to this. */

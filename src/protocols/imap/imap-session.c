@@ -298,6 +298,7 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
         preauth.max_literal = IMAP_PREAUTH_MAX_LITERAL;
     if (preauth.non_sync_max > IMAP_PREAUTH_MAX_LITERAL)
         preauth.non_sync_max = IMAP_PREAUTH_MAX_LITERAL;
+    preauth.long_line_fatal = true;
     s->parser = imap_parser_new(&preauth);
     s->state = IMAP_STATE_NOT_AUTHENTICATED;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
