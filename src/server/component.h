@@ -1,12 +1,12 @@
 /* The components petreld can run (`components:` in petrel.yaml), behind one
- * table. Each component is defined once, in its own component-<name>.c
- * here, by a struct component_def: its name, its configuration section
+ * table. Each component is defined once, in components.c, by a struct
+ * component_def: its name, its configuration section
  * (defaults, read, print, free, and a last step once the component list is
  * final) and its life in the daemon (start, stop accepting, work in flight,
  * abandon at the shutdown timeout, address, free). The configuration reader
- * and the daemon loop over the table (components.c), so adding a component
- * is its own files plus one line there (and its section's field in struct
- * petrel_config).
+ * and the daemon loop over the table, so adding a component is its own
+ * files plus its definition and table line in components.c (and its
+ * section's field in struct petrel_config).
  *
  * Order: the table's order is the start order (auth before the front ends
  * that ask it, the backend-plane API last so that everything it reports on
