@@ -325,3 +325,34 @@ def test_a_paused_getmetadata_resumes_on_every_dict(variant, petreld, tmp_path, 
         b'* METADATA "INBOX" (/shared/e7 {65536}\r\n' + b"x" * 65536 + b")\r\nh OK GETMETADATA complete\r\n"
     other.close()
     c.close()
+
+
+def test_a_stalled_getmetadata_is_closed_after_the_idle_timeout(petreld, tmp_path):
+    """A client that asks for 9.6 MB of entries and never reads: the paused
+    response does not keep the session past imap.idle_timeout (which then
+    counts on the output); it is cut off without a BYE, which would land
+    inside the untagged response, and what the client got is a prefix of
+    the response."""
+    from conftest import wait_for
+    from test_imap_workers import sessions_gauge
+    cfg = md_overrides(tmp_path, {"driver": "file", "path": str(tmp_path / "meta.db")},
+                       metadata_max_value_bytes=65536, metadata_max_entries=1000)
+    cfg["imap"]["idle_timeout"] = "1s"
+    d = petreld(cfg)
+    c = Raw(d)
+    expected = fill_64k_entries(c, 150)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    c.send(b"g GETMETADATA (DEPTH infinity) INBOX /shared\r\n")
+    wait_for(lambda: unread_bytes(c.sock) > 32 * 1024, what="the answer reaching the client")
+    wait_for(lambda: sessions_gauge(d, "authenticated") == 0, timeout=20,
+             what="the stalled session closed")
+    got = b""
+    c.sock.settimeout(10)
+    try:
+        while chunk := c.sock.recv(1 << 20):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    assert 32 * 1024 < len(got) < len(expected), len(got)
+    assert expected.startswith(got) and b"* BYE" not in got
+    c.close()
