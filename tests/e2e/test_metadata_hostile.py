@@ -321,6 +321,14 @@ def test_a_paused_getmetadata_resumes_on_every_dict(variant, petreld, tmp_path, 
             b"w%d OK SETMETADATA complete\r\n" % i
     c.sock.settimeout(30)
     assert c.read_until("g") == expected + b"g OK GETMETADATA complete\r\n"
+    # named entries: one lookup each (asynchronous for PostgreSQL and Redis),
+    # pausing after a lookup's entry, then DEPTH 1's iteration below it
+    names = b" ".join(b"/shared/e%d" % i for i in range(150))
+    c.send(b"n GETMETADATA (DEPTH 1) INBOX (" + names + b")\r\n")
+    assert other.cmd("w9", "NOOP").startswith(b"w9 OK")
+    assert c.read_until("n") == b'* METADATA "INBOX" (' + b" ".join(
+        b"/shared/e%d {65536}\r\n" % i + b"x" * 65536 for i in range(150)) + \
+        b")\r\nn OK GETMETADATA complete\r\n"
     assert c.cmd("h", "GETMETADATA INBOX /shared/e7") == \
         b'* METADATA "INBOX" (/shared/e7 {65536}\r\n' + b"x" * 65536 + b")\r\nh OK GETMETADATA complete\r\n"
     other.close()
