@@ -11,6 +11,7 @@ import time
 import pytest
 
 from servers import REDIS_CLI, REDIS_SERVER, start_redis, stop_redis
+from servers import pgsql_server, redis_server  # noqa: F401 (fixtures of the dict variants)
 from test_metadata import MAX_ENTRIES, MAX_VALUE, Api, Raw, md_overrides, vm_rss_kb
 
 
@@ -223,38 +224,143 @@ def test_maxsize_boundary_and_longentries_is_the_biggest(mdd):
     c.close()
 
 
-def test_a_large_getmetadata_is_not_built_whole(petreld, tmp_path):
-    """200 entries of 64 KiB (12.8 MB) answered to a client that reads
-    nothing: petreld holds the values and the queued response, not a third
-    copy built beside them (measured: 20.6 MB grown when the response was
-    built whole, 11 MB queued entry by entry). ASan's quarantine is off for
-    this daemon so VmRSS shows what is held."""
+NO_QUARANTINE = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:quarantine_size_mb=0:"
+                                 "thread_local_quarantine_size_kb=0"}
+
+
+def fill_64k_entries(c, count):
+    """/shared/e0 .. e<count-1> of INBOX, 64 KiB of "x" each, 100 a command;
+    returns the exact GETMETADATA (DEPTH infinity) response they make."""
+    val = b"x" * 65536
+    for k in range(0, count, 100):
+        n = min(100, count - k)
+        pairs = b" ".join(b"/shared/e%d {65536+}\r\n" % (k + i) + val for i in range(n))
+        c.send(b"s%d SETMETADATA INBOX (" % k + pairs + b")\r\n")
+        assert c.read_until("s%d" % k).endswith(b"OK SETMETADATA complete\r\n")
+    names = sorted(b"/shared/e%d" % i for i in range(count))  # key order
+    return b'* METADATA "INBOX" (' + b" ".join(n + b" {65536}\r\n" + val for n in names) + b")\r\n"
+
+
+def unread_bytes(sock):
     import fcntl
     import termios
+    n = bytearray(4)
+    fcntl.ioctl(sock.fileno(), termios.FIONREAD, n)
+    return int.from_bytes(n, "little")
+
+
+def test_a_large_getmetadata_is_not_built_whole(petreld, tmp_path):
+    """200 entries of 64 KiB (12.8 MB) answered to a client that reads
+    nothing: petreld writes entries only while the client takes them, so
+    it holds the output's high-water mark (256 KiB) and one entry, not the
+    response (measured on this test: 11 MB grown when the whole response
+    was queued at once, under 1 MB streamed). ASan's quarantine is off for
+    this daemon so VmRSS shows what is held. The bytes are those of one
+    untagged response, written in pieces; a client that goes away in the
+    middle of one costs nothing after."""
     from conftest import wait_for
     cfg = md_overrides(tmp_path, {"driver": "file", "path": str(tmp_path / "meta.db")},
                        metadata_max_value_bytes=65536, metadata_max_entries=1000)
-    d = petreld(cfg, env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:quarantine_size_mb=0:"
-                                          "thread_local_quarantine_size_kb=0"})
+    d = petreld(cfg, env=NO_QUARANTINE)
     c = Raw(d)
-    val = b"x" * 65536
-    for k in range(2):
-        pairs = b" ".join(b"/shared/e%d {65536+}\r\n" % (k * 100 + i) + val for i in range(100))
-        c.send(b"s%d SETMETADATA INBOX (" % k + pairs + b")\r\n")
-        assert c.read_until("s%d" % k).endswith(b"OK SETMETADATA complete\r\n")
+    expected = fill_64k_entries(c, 200)
     before = vm_rss_kb(d.pid)
     c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
     c.send(b"g GETMETADATA (DEPTH infinity) INBOX /shared\r\n")
-
-    def queued():
-        n = bytearray(4)
-        fcntl.ioctl(c.sock.fileno(), termios.FIONREAD, n)
-        return int.from_bytes(n, "little")
-
-    wait_for(lambda: queued() > 32 * 1024, what="the answer reaching the client")
-    grown = vm_rss_kb(d.pid) - before
-    assert grown < 16 * 1024, f"petreld grew by {grown} kB answering 12.8 MB of values"
+    wait_for(lambda: unread_bytes(c.sock) > 32 * 1024, what="the answer reaching the client")
+    # Sampled for a while: a daemon that kept producing would show it here.
+    grown = 0
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        grown = max(grown, vm_rss_kb(d.pid) - before)
+        time.sleep(0.05)
+    assert grown < 2 * 1024, f"petreld grew by {grown} kB answering 12.8 MB of values"
+    # another session is served meanwhile (the paused one holds no lock)
+    other = Raw(d)
+    assert other.cmd("n", "SETMETADATA INBOX (/shared/other \"v\")") == \
+        b"n OK SETMETADATA complete\r\n"
     c.sock.settimeout(30)
     out = c.read_until("g")
-    assert out.count(b"/shared/e") == 200 and out.endswith(b"g OK GETMETADATA complete\r\n")
+    assert out == expected + b"g OK GETMETADATA complete\r\n" or out.startswith(
+        expected[:-3]), len(out)  # "other" sorts after the cursor: it may be in the answer
+    assert out.endswith(b")\r\ng OK GETMETADATA complete\r\n")
+    # MAXSIZE leaves every one out, LONGENTRIES names the biggest
+    assert c.cmd("m", "GETMETADATA (MAXSIZE 1000 DEPTH infinity) INBOX /shared") == (
+        b'* METADATA "INBOX" (/shared/other "v")\r\n'
+        b"m OK [METADATA LONGENTRIES 65536] GETMETADATA complete\r\n")
+    c.close()
+    # a client that asks and leaves while its answer waits: the session
+    # and its reader go (ASan checks nothing leaks or is used after)
+    gone = Raw(d)
+    gone.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    gone.send(b"g GETMETADATA (DEPTH infinity) INBOX /shared\r\n")
+    wait_for(lambda: unread_bytes(gone.sock) > 32 * 1024, what="the answer reaching the client")
+    gone.sock.close()
+    assert other.cmd("p", "NOOP").startswith(b"p OK")
+    other.close()
+
+
+@pytest.mark.parametrize("variant", ["file", "sql-sqlite", "sql-pgsql", "kvstore"])
+def test_a_paused_getmetadata_resumes_on_every_dict(variant, petreld, tmp_path, request):
+    """150 entries of 64 KiB (9.6 MB, more than the socket buffers and the
+    output bound hold) read by a client that reads slowly: the reader
+    pauses and resumes on each dict (the SQL and Redis cursors kept across
+    pauses) and the answer is byte for byte the whole one, while another
+    session writes."""
+    from test_dict_behaviour import variant_config
+    cfg = md_overrides(tmp_path, variant_config(variant, request, tmp_path),
+                       metadata_max_value_bytes=65536, metadata_max_entries=1000)
+    d = petreld(cfg)
+    c = Raw(d)
+    expected = fill_64k_entries(c, 150)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    c.send(b"g GETMETADATA (DEPTH infinity) INBOX /shared\r\n")
+    other = Raw(d)
+    for i in range(3):
+        assert other.cmd("w%d" % i, "SETMETADATA INBOX (/private/p%d \"v\")" % i) == \
+            b"w%d OK SETMETADATA complete\r\n" % i
+    c.sock.settimeout(30)
+    assert c.read_until("g") == expected + b"g OK GETMETADATA complete\r\n"
+    # named entries: one lookup each (asynchronous for PostgreSQL and Redis),
+    # pausing after a lookup's entry, then DEPTH 1's iteration below it
+    names = b" ".join(b"/shared/e%d" % i for i in range(150))
+    c.send(b"n GETMETADATA (DEPTH 1) INBOX (" + names + b")\r\n")
+    assert other.cmd("w9", "NOOP").startswith(b"w9 OK")
+    assert c.read_until("n") == b'* METADATA "INBOX" (' + b" ".join(
+        b"/shared/e%d {65536}\r\n" % i + b"x" * 65536 for i in range(150)) + \
+        b")\r\nn OK GETMETADATA complete\r\n"
+    assert c.cmd("h", "GETMETADATA INBOX /shared/e7") == \
+        b'* METADATA "INBOX" (/shared/e7 {65536}\r\n' + b"x" * 65536 + b")\r\nh OK GETMETADATA complete\r\n"
+    other.close()
+    c.close()
+
+
+def test_a_stalled_getmetadata_is_closed_after_the_idle_timeout(petreld, tmp_path):
+    """A client that asks for 9.6 MB of entries and never reads: the paused
+    response does not keep the session past imap.idle_timeout (which then
+    counts on the output); it is cut off without a BYE, which would land
+    inside the untagged response, and what the client got is a prefix of
+    the response."""
+    from conftest import wait_for
+    from test_imap_workers import sessions_gauge
+    cfg = md_overrides(tmp_path, {"driver": "file", "path": str(tmp_path / "meta.db")},
+                       metadata_max_value_bytes=65536, metadata_max_entries=1000)
+    cfg["imap"]["idle_timeout"] = "1s"
+    d = petreld(cfg)
+    c = Raw(d)
+    expected = fill_64k_entries(c, 150)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    c.send(b"g GETMETADATA (DEPTH infinity) INBOX /shared\r\n")
+    wait_for(lambda: unread_bytes(c.sock) > 32 * 1024, what="the answer reaching the client")
+    wait_for(lambda: sessions_gauge(d, "authenticated") == 0, timeout=20,
+             what="the stalled session closed")
+    got = b""
+    c.sock.settimeout(10)
+    try:
+        while chunk := c.sock.recv(1 << 20):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    assert 32 * 1024 < len(got) < len(expected), len(got)
+    assert expected.startswith(got) and b"* BYE" not in got
     c.close()

@@ -20,19 +20,59 @@ struct imap_metadata_call {
     struct imap_session *s; /* NULL once the session is gone */
     struct buf mailbox;     /* the mailbox argument as the client sent it, for the answer */
     uint64_t maxsize;
+    /* GETMETADATA */
+    struct metadata_reader *reader; /* until its end callback */
+    struct buf out;                 /* the response not yet handed to the session */
+    bool any;                       /* the untagged response has begun */
+    bool sent;                      /* part of it is in the session's output */
+    bool paused;                    /* waiting for the output to drain */
+    uint64_t longest;               /* the biggest value left out by MAXSIZE */
 };
+
+/* Below this much a response is handed to the session's output in one
+ * write (the whole of a small answer); above it, entry by entry. */
+#define GETMETADATA_CHUNK (64 * 1024)
 
 bool imap_metadata_enabled(const struct imap_session *s)
 {
     return mail_storage_config(s->ctx->storage)->attribute_dict != NULL;
 }
 
+static void call_free(struct imap_metadata_call *call);
+
 void imap_metadata_abort(struct imap_session *s)
 {
-    if (s->metadata_call != NULL) {
-        s->metadata_call->s = NULL;
-        s->metadata_call = NULL;
+    struct imap_metadata_call *call = s->metadata_call;
+    if (call == NULL)
+        return;
+    s->metadata_call = NULL;
+    if (call->reader != NULL) {
+        /* a GETMETADATA: its reader can be stopped now */
+        metadata_reader_abort(call->reader);
+        call_free(call);
+        return;
     }
+    call->s = NULL;
+}
+
+bool imap_metadata_cut(struct imap_session *s)
+{
+    struct imap_metadata_call *call = s->metadata_call;
+    if (call == NULL || call->reader == NULL || !call->sent)
+        return false;
+    imap_metadata_abort(s);
+    return true;
+}
+
+bool imap_metadata_continue(struct imap_session *s)
+{
+    struct imap_metadata_call *call = s->metadata_call;
+    if (call == NULL || !call->paused)
+        return false;
+    call->paused = false;
+    /* rows, the next pause or the end (the tagged reply) come inside */
+    metadata_reader_resume(call->reader);
+    return true;
 }
 
 /* The session a finished call answers, or NULL (gone); frees nothing. */
@@ -47,6 +87,7 @@ static struct imap_session *call_take(struct imap_metadata_call *call)
 static void call_free(struct imap_metadata_call *call)
 {
     buf_free(&call->mailbox);
+    buf_free(&call->out);
     free(call);
 }
 
@@ -120,56 +161,78 @@ static void append_value(struct buf *out, const char *value, size_t len)
 
 /* ---------- GETMETADATA ---------- */
 
-static void getmetadata_done(const struct metadata_read_result *r, void *ctx)
+static void getmetadata_flush(struct imap_session *s, struct imap_metadata_call *call)
+{
+    if (call->out.len > 0) {
+        imap_send_raw(s, call->out.data, call->out.len);
+        call->sent = true;
+    }
+    if (call->out.cap > 2 * GETMETADATA_CHUNK)
+        buf_free(&call->out); /* a large value's room is not kept */
+    else
+        buf_reset(&call->out);
+}
+
+static enum metadata_row_action getmetadata_row(const struct metadata_entry *e, const char *value,
+                                                size_t len, void *ctx)
 {
     struct imap_metadata_call *call = ctx;
+    struct imap_session *s = call->s;
+    if ((uint64_t)len > call->maxsize) {
+        if ((uint64_t)len > call->longest)
+            call->longest = len;
+        return METADATA_ROW_MORE;
+    }
+    struct buf *out = &call->out;
+    buf_append_str(out, call->any ? " " : "* METADATA ");
+    if (!call->any) {
+        buf_append(out, call->mailbox.data, call->mailbox.len);
+        buf_append_str(out, " (");
+    }
+    call->any = true;
+    metadata_entry_format(e, out);
+    buf_append_char(out, ' ');
+    append_value(out, value, len);
+    if (out->len < GETMETADATA_CHUNK)
+        return METADATA_ROW_MORE;
+    getmetadata_flush(s, call);
+    if (!imap_session_output_full(s))
+        return METADATA_ROW_MORE;
+    /* The client is not reading: no next row until it does
+     * (session_drained calls imap_metadata_continue). */
+    call->paused = true;
+    s->busy = true;
+    imap_session_wait_output(s);
+    return METADATA_ROW_PAUSE;
+}
+
+static void getmetadata_end(bool ok, const char *error, void *ctx)
+{
+    (void)error;
+    struct imap_metadata_call *call = ctx;
+    call->reader = NULL; /* gone after this callback */
     struct imap_session *s = call_take(call);
     if (s == NULL) {
         call_free(call);
         return;
     }
-    if (!r->ok) {
+    if (!ok && !call->sent) {
+        /* nothing of the response went out: it is dropped whole */
         call_free(call);
         imap_reply_no(s, "[UNAVAILABLE] Metadata storage failed.");
         return;
     }
-    uint64_t longest = 0;
-    bool any = false;
-    struct buf out = {0};
-    struct buf name = {0};
-    for (size_t i = 0; i < r->count; i++) {
-        const struct metadata_value *v = &r->values[i];
-        if ((uint64_t)v->len > call->maxsize) {
-            if ((uint64_t)v->len > longest)
-                longest = v->len;
-            continue;
-        }
-        buf_append_str(&out, any ? " " : "* METADATA ");
-        if (!any) {
-            buf_append(&out, call->mailbox.data, call->mailbox.len);
-            buf_append_str(&out, " (");
-        }
-        any = true;
-        buf_reset(&name);
-        metadata_entry_format(&v->entry, &name);
-        buf_append(&out, name.data, name.len);
-        buf_append_char(&out, ' ');
-        append_value(&out, v->value, v->len);
-        /* Queued entry by entry: a response of many large values is never
-         * built whole beside the values it copies. */
-        if (out.len >= 64 * 1024) {
-            imap_send_raw(s, out.data, out.len);
-            buf_reset(&out);
-        }
+    /* After a failure past the first piece, the response already sent is
+     * closed at an entry's end and the command fails. */
+    if (call->any) {
+        buf_append_str(&call->out, ")\r\n");
+        getmetadata_flush(s, call);
     }
-    if (any) {
-        buf_append_str(&out, ")\r\n");
-        imap_send_raw(s, out.data, out.len);
-    }
-    buf_free(&out);
-    buf_free(&name);
+    uint64_t longest = call->longest;
     call_free(call);
-    if (longest > 0)
+    if (!ok)
+        imap_reply_no(s, "[UNAVAILABLE] Metadata storage failed.");
+    else if (longest > 0)
         imap_reply_ok(s, "[METADATA LONGENTRIES %llu] GETMETADATA complete",
                       (unsigned long long)longest);
     else
@@ -202,8 +265,13 @@ static void cmd_getmetadata(struct imap_session *s, const struct imap_command *c
     if (dict == NULL)
         goto out;
     struct imap_metadata_call *call = call_new(s, a.mailbox, a.maxsize);
-    metadata_read(dict, &t, a.entries, a.count, a.depth, getmetadata_done, call);
-    wait_if_pending(s);
+    struct metadata_reader *r = metadata_read_start(dict, &t, a.entries, a.count, a.depth,
+                                                    getmetadata_row, getmetadata_end, call);
+    if (r != NULL) {
+        /* paused, or waiting for an asynchronous dict */
+        call->reader = r;
+        s->busy = true;
+    }
 out:
     free(name);
     imap_getmetadata_args_free(&a);

@@ -202,9 +202,16 @@ extern const struct imap_command_def imap_commands_sort[];    /* imap-cmd-sort.c
 extern const struct imap_command_def imap_commands_metadata[]; /* imap-cmd-metadata.c */
 /* Whether METADATA is configured (the capabilities say so). */
 bool imap_metadata_enabled(const struct imap_session *s);
-/* Forgets a GETMETADATA/SETMETADATA waiting for the dict (the session is
- * being freed): its answer, when it comes, is dropped. */
+/* Forgets a GETMETADATA/SETMETADATA waiting for the dict or the output
+ * (the session is being freed): its answer, when it comes, is dropped. */
 void imap_metadata_abort(struct imap_session *s);
+/* Stops a GETMETADATA whose response is partly out (the session is
+ * closing: a BYE would land inside the untagged response); true when it
+ * did, and the connection must close without a BYE. */
+bool imap_metadata_cut(struct imap_session *s);
+/* A GETMETADATA paused for the output (s->metadata_call): produces the
+ * next entries, ends with the tagged reply; false when none waits. */
+bool imap_metadata_continue(struct imap_session *s);
 /* UID SEARCH (imap-cmd-search.c), called by the UID dispatcher. */
 void imap_uid_search(struct imap_session *s, const struct imap_arg *args, size_t argc);
 /* UID SORT and UID THREAD (imap-cmd-sort.c), called by the UID dispatcher. */

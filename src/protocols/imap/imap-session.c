@@ -213,9 +213,12 @@ void imap_session_shutdown(struct imap_session *s, const char *reason)
 {
     if (s->io.closing)
         return;
-    /* Inside a literal a BYE line would read as message bytes: the answer
-     * is cut off by closing instead. */
-    if (!imap_fetch_abort(s))
+    /* Inside a literal a BYE line would read as message bytes, inside a
+     * METADATA response as its entries: the answer is cut off by closing
+     * instead. */
+    bool cut = imap_fetch_abort(s);
+    cut = imap_metadata_cut(s) || cut;
+    if (!cut)
         imap_send(s, "* BYE %s", reason);
     s->state = IMAP_STATE_LOGOUT;
     imap_session_close_after_output(s);
@@ -470,7 +473,7 @@ static void session_drained(void *arg)
     set_timeout(s);
     if (s->fetch != NULL)
         imap_fetch_continue(s); /* ends with the tagged reply, then reads on */
-    else
+    else if (!imap_metadata_continue(s))
         process_input(s);
 }
 
@@ -478,7 +481,9 @@ static void session_timeout(void *arg)
 {
     struct imap_session *s = arg;
     log_debug(IMAP_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
-    if (!imap_fetch_abort(s))
+    bool cut = imap_fetch_abort(s);
+    cut = imap_metadata_cut(s) || cut;
+    if (!cut)
         imap_send(s, "* BYE Disconnected for inactivity.");
     s->state = IMAP_STATE_LOGOUT;
     imap_session_close_after_output(s);

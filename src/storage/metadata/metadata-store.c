@@ -156,25 +156,31 @@ static struct dict_op_settings op_settings(const struct metadata_target *t)
 
 /* Reads base by base: a lookup of the base itself (unless it is a bare
  * scope, which holds no value), then, with a depth, an iteration of the
- * keys below it (direct children for 1, all for infinity). */
-struct read_op {
+ * keys below it (direct children for 1, all for infinity); each entry goes
+ * to the row callback as it comes, and the configured server /shared/admin
+ * comes last. Between two rows the reader may rest (paused): the dict's
+ * cursor stays where it is, its rows are not taken. */
+struct metadata_reader {
     struct dict *dict;
     struct metadata_target t;
     struct metadata_entry *bases;
     size_t count;
-    size_t next; /* the base being read */
-    bool looked; /* its lookup is done */
+    size_t next;         /* the base being read */
+    bool looked;         /* its lookup is done */
+    bool lookup_pending; /* a dict_lookup has not answered yet */
+    bool admin_done;     /* the configured /shared/admin is out (or not wanted) */
     int depth;
     struct dict_iterate *it;
-    struct metadata_value *values;
-    size_t value_count, value_cap;
-    metadata_read_cb *cb;
+    metadata_row_cb *row_cb;
+    metadata_end_cb *end_cb;
     void *ctx;
     bool pumping;
-    char *error; /* a lookup failed */
+    bool paused;
+    bool aborted; /* abandoned while a lookup was out: freed when it answers */
+    char *error;  /* a lookup failed */
 };
 
-static void read_step(struct read_op *op);
+static bool read_step(struct metadata_reader *op);
 
 static bool is_server_admin(const struct metadata_target *t, const struct metadata_entry *e)
 {
@@ -182,114 +188,114 @@ static bool is_server_admin(const struct metadata_target *t, const struct metada
            strcmp(e->path, "admin") == 0;
 }
 
-static void read_add(struct read_op *op, const struct metadata_entry *e, const char *value,
-                     size_t len);
-
-/* The configured /shared/admin instead of whatever the dict holds, after
- * the last base that asks for it. */
-static void read_server_admin(struct read_op *op)
+static void reader_free(struct metadata_reader *op)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < op->value_count; i++) {
-        if (is_server_admin(&op->t, &op->values[i].entry))
-            free(op->values[i].value);
-        else
-            op->values[n++] = op->values[i];
-    }
-    op->value_count = n;
-    struct metadata_entry admin = {.scope = METADATA_SHARED, .path = "admin"};
-    for (size_t i = 0; i < op->count; i++) {
-        if (metadata_entry_in_depth(&op->bases[i], &admin, op->depth)) {
-            read_add(op, &admin, op->t.server_admin, strlen(op->t.server_admin));
-            return;
-        }
-    }
-}
-
-static void read_finish(struct read_op *op, const char *error)
-{
-    if (error == NULL && op->t.server && op->t.server_admin != NULL)
-        read_server_admin(op);
-    struct metadata_read_result r = {
-        .ok = error == NULL,
-        .error = error,
-        .values = op->values,
-        .count = error == NULL ? op->value_count : 0,
-    };
-    op->cb(&r, op->ctx);
-    for (size_t i = 0; i < op->value_count; i++)
-        free(op->values[i].value);
-    free(op->values);
+    if (op->it != NULL)
+        dict_iterate_deinit(op->it);
     free(op->bases);
     free(op->error);
     free(op);
 }
 
-static void read_add(struct read_op *op, const struct metadata_entry *e, const char *value,
-                     size_t len)
+static void read_finish(struct metadata_reader *op, const char *error)
 {
-    op->values = xgrow(op->values, &op->value_cap, op->value_count + 1, sizeof(*op->values));
-    struct metadata_value *v = &op->values[op->value_count++];
-    v->entry = *e;
-    v->value = xmalloc(len + 1);
-    memcpy(v->value, value, len);
-    v->value[len] = '\0';
-    v->len = len;
+    char msg[512];
+    if (error != NULL)
+        snprintf(msg, sizeof(msg), "%s", error); /* it may live in op */
+    op->end_cb(error == NULL, error != NULL ? msg : NULL, op->ctx);
+    reader_free(op);
+}
+
+/* One entry to the caller; the dict's own /shared/admin gives way to the
+ * configured one. */
+static void read_emit(struct metadata_reader *op, const struct metadata_entry *e, const char *value,
+                      size_t len)
+{
+    if (is_server_admin(&op->t, e))
+        return;
+    if (op->row_cb(e, value, len, op->ctx) == METADATA_ROW_PAUSE)
+        op->paused = true;
 }
 
 static void read_looked_up(const struct dict_lookup_result *r, void *ctx)
 {
-    struct read_op *op = ctx;
+    struct metadata_reader *op = ctx;
+    op->lookup_pending = false;
+    if (op->aborted) {
+        reader_free(op);
+        return;
+    }
     const struct metadata_entry *base = &op->bases[op->next];
+    op->looked = true;
     if (r->ret < 0)
         op->error = xstrdup(r->error != NULL ? r->error : "lookup failed");
     else if (r->ret > 0 && r->value_count > 0 && !metadata_entry_internal(base))
-        read_add(op, base, r->values[0].data, r->values[0].len);
-    op->looked = true;
-    if (!op->pumping)
+        read_emit(op, base, r->values[0].data, r->values[0].len);
+    if (!op->pumping && !op->paused)
         read_step(op);
 }
 
 static void read_iter_ready(void *ctx)
 {
-    struct read_op *op = ctx;
-    if (!op->pumping)
+    struct metadata_reader *op = ctx;
+    if (!op->pumping && !op->paused)
         read_step(op);
 }
 
-/* Takes the rows the iteration has; false when the op finished. */
-static bool read_iter_rows(struct read_op *op, bool *waiting)
+enum iter_rows { ROWS_END, ROWS_WAIT, ROWS_PAUSED, ROWS_FINISHED };
+
+/* Takes the rows the iteration has, up to a pause; FINISHED when the
+ * reader ended (and is freed). */
+static enum iter_rows read_iter_rows(struct metadata_reader *op)
 {
     const struct metadata_entry *base = &op->bases[op->next];
     struct dict_row row;
     for (;;) {
         enum dict_iter_status st = dict_iterate_next(op->it, &row);
-        if (st == DICT_ITER_WAIT) {
-            *waiting = true;
-            return true;
-        }
+        if (st == DICT_ITER_WAIT)
+            return ROWS_WAIT;
         if (st == DICT_ITER_ERROR) {
             char msg[512];
             snprintf(msg, sizeof(msg), "%s", dict_iterate_error(op->it));
-            dict_iterate_deinit(op->it);
-            op->it = NULL;
             read_finish(op, msg);
-            return false;
+            return ROWS_FINISHED;
         }
         if (st == DICT_ITER_DONE) {
             dict_iterate_deinit(op->it);
             op->it = NULL;
-            return true;
+            return ROWS_END;
         }
         struct metadata_entry e;
         if (row.value_count > 0 &&
             metadata_entry_from_key(row.key, base->scope, op->t.guid, op->t.server, &e) &&
-            metadata_entry_in_depth(base, &e, op->depth))
-            read_add(op, &e, row.values[0].data, row.values[0].len);
+            metadata_entry_in_depth(base, &e, op->depth)) {
+            read_emit(op, &e, row.values[0].data, row.values[0].len);
+            if (op->paused)
+                return ROWS_PAUSED;
+        }
     }
 }
 
-static void read_step(struct read_op *op)
+/* The configured server /shared/admin, once, when a base asks for it. */
+static void read_server_admin(struct metadata_reader *op)
+{
+    op->admin_done = true;
+    if (!op->t.server || op->t.server_admin == NULL)
+        return;
+    struct metadata_entry admin = {.scope = METADATA_SHARED, .path = "admin"};
+    for (size_t i = 0; i < op->count; i++) {
+        if (metadata_entry_in_depth(&op->bases[i], &admin, op->depth)) {
+            if (op->row_cb(&admin, op->t.server_admin, strlen(op->t.server_admin), op->ctx) ==
+                METADATA_ROW_PAUSE)
+                op->paused = true;
+            return;
+        }
+    }
+}
+
+/* Goes on until the end, a pause or a wait for the dict; false when the
+ * reader ended (and is freed). */
+static bool read_step(struct metadata_reader *op)
 {
     op->pumping = true;
     struct dict_op_settings set = op_settings(&op->t);
@@ -298,21 +304,24 @@ static void read_step(struct read_op *op)
         if (!op->looked && base->path[0] != '\0') {
             struct buf key = {0};
             metadata_dict_key(base, op->t.guid, op->t.server, &key);
+            op->lookup_pending = true;
             /* a synchronous driver answers inside the call */
             dict_lookup(op->dict, &set, buf_cstr(&key), read_looked_up, op);
             buf_free(&key);
-            if (!op->looked) {
+            if (op->lookup_pending) {
                 op->pumping = false;
-                return; /* read_looked_up goes on */
+                return true; /* read_looked_up goes on */
             }
         }
         if (op->error != NULL) {
-            char msg[512];
-            snprintf(msg, sizeof(msg), "%s", op->error);
-            read_finish(op, msg);
-            return;
+            read_finish(op, op->error);
+            return false;
         }
         op->looked = true;
+        if (op->paused) {
+            op->pumping = false;
+            return true;
+        }
         if (op->depth != 0) {
             if (op->it == NULL) {
                 struct buf path = {0};
@@ -329,30 +338,39 @@ static void read_step(struct read_op *op)
                 buf_free(&path);
                 if (op->it == NULL) {
                     read_finish(op, err.message);
-                    return;
+                    return false;
                 }
                 dict_iterate_set_async_callback(op->it, read_iter_ready, op);
             }
-            bool waiting = false;
-            if (!read_iter_rows(op, &waiting))
-                return;
-            if (waiting) {
+            enum iter_rows rows = read_iter_rows(op);
+            if (rows == ROWS_FINISHED)
+                return false;
+            if (rows != ROWS_END) {
                 op->pumping = false;
-                return;
+                return true;
             }
         }
         op->next++;
         op->looked = false;
     }
+    if (!op->admin_done) {
+        read_server_admin(op);
+        if (op->paused) {
+            op->pumping = false;
+            return true;
+        }
+    }
     op->pumping = false;
     read_finish(op, NULL);
+    return false;
 }
 
-void metadata_read(struct dict *dict, const struct metadata_target *t,
-                   const struct metadata_entry *bases, size_t count, int depth,
-                   metadata_read_cb *cb, void *ctx)
+struct metadata_reader *metadata_read_start(struct dict *dict, const struct metadata_target *t,
+                                            const struct metadata_entry *bases, size_t count,
+                                            int depth, metadata_row_cb *row_cb,
+                                            metadata_end_cb *end_cb, void *ctx)
 {
-    struct read_op *op = xcalloc(1, sizeof(*op));
+    struct metadata_reader *op = xcalloc(1, sizeof(*op));
     op->dict = dict;
     op->t = *t;
     op->bases = xmalloc((count > 0 ? count : 1) * sizeof(*bases));
@@ -360,9 +378,79 @@ void metadata_read(struct dict *dict, const struct metadata_target *t,
         memcpy(op->bases, bases, count * sizeof(*bases));
     op->count = count;
     op->depth = depth;
-    op->cb = cb;
+    op->row_cb = row_cb;
+    op->end_cb = end_cb;
     op->ctx = ctx;
-    read_step(op);
+    return read_step(op) ? op : NULL;
+}
+
+void metadata_reader_resume(struct metadata_reader *op)
+{
+    if (!op->paused)
+        return;
+    op->paused = false;
+    if (!op->pumping && !op->lookup_pending)
+        read_step(op);
+}
+
+void metadata_reader_abort(struct metadata_reader *op)
+{
+    if (op == NULL)
+        return;
+    if (op->lookup_pending) {
+        op->aborted = true; /* dict_lookup cannot be called off */
+        return;
+    }
+    reader_free(op); /* an iteration's pending reply is dropped by its deinit */
+}
+
+/* metadata_read: the rows collected for one answer. */
+struct read_all {
+    struct metadata_value *values;
+    size_t count, cap;
+    metadata_read_cb *cb;
+    void *ctx;
+};
+
+static enum metadata_row_action read_all_row(const struct metadata_entry *e, const char *value,
+                                             size_t len, void *ctx)
+{
+    struct read_all *all = ctx;
+    all->values = xgrow(all->values, &all->cap, all->count + 1, sizeof(*all->values));
+    struct metadata_value *v = &all->values[all->count++];
+    v->entry = *e;
+    v->value = xmalloc(len + 1);
+    memcpy(v->value, value, len);
+    v->value[len] = '\0';
+    v->len = len;
+    return METADATA_ROW_MORE;
+}
+
+static void read_all_end(bool ok, const char *error, void *ctx)
+{
+    struct read_all *all = ctx;
+    struct metadata_read_result r = {
+        .ok = ok,
+        .error = error,
+        .values = all->values,
+        .count = ok ? all->count : 0,
+    };
+    all->cb(&r, all->ctx);
+    for (size_t i = 0; i < all->count; i++)
+        free(all->values[i].value);
+    free(all->values);
+    free(all);
+}
+
+void metadata_read(struct dict *dict, const struct metadata_target *t,
+                   const struct metadata_entry *bases, size_t count, int depth,
+                   metadata_read_cb *cb, void *ctx)
+{
+    struct read_all *all = xcalloc(1, sizeof(*all));
+    all->cb = cb;
+    all->ctx = ctx;
+    /* never paused: it ends by itself, at once or when the dict answers */
+    (void)metadata_read_start(dict, t, bases, count, depth, read_all_row, read_all_end, all);
 }
 
 /* ---------- writing ---------- */

@@ -123,10 +123,37 @@ typedef void metadata_read_cb(const struct metadata_read_result *r, void *ctx);
 /* Reads the entries named by `bases` (count of them) with DEPTH `depth`
  * (0, 1, -1 infinity): each base itself when it has a value, and its
  * descendants down to the depth. Internal entries are never returned. The
- * configured server /shared/admin (t->server_admin) replaces the dict's. */
+ * configured server /shared/admin (t->server_admin) replaces the dict's
+ * (and comes last). Every value is held until the callback: for the
+ * operator API, whose bodies are bounded; IMAP streams with
+ * metadata_read_start() below. */
 void metadata_read(struct dict *dict, const struct metadata_target *t,
                    const struct metadata_entry *bases, size_t count, int depth,
                    metadata_read_cb *cb, void *ctx);
+
+/* Reads the same entries as metadata_read, in the same order, one at a
+ * time: `row_cb` gets each (the value is `len` bytes, not NUL-terminated,
+ * valid only during the call) and answers MORE, or PAUSE to stop taking
+ * rows until metadata_reader_resume(); `end_cb` is called once at the end
+ * (ok false with `error` on a dict failure, possibly after some rows),
+ * after which the reader is gone. Returns the reader, or NULL when it
+ * already ended inside this call. A paused reader holds no row: only the
+ * dict's cursor (the SQLite and PostgreSQL drivers keep a connection for
+ * it, the Redis driver a sorted result). */
+enum metadata_row_action { METADATA_ROW_MORE, METADATA_ROW_PAUSE };
+typedef enum metadata_row_action metadata_row_cb(const struct metadata_entry *e, const char *value,
+                                                 size_t len, void *ctx);
+typedef void metadata_end_cb(bool ok, const char *error, void *ctx);
+struct metadata_reader;
+struct metadata_reader *metadata_read_start(struct dict *dict, const struct metadata_target *t,
+                                            const struct metadata_entry *bases, size_t count,
+                                            int depth, metadata_row_cb *row_cb,
+                                            metadata_end_cb *end_cb, void *ctx);
+/* Takes rows again after a PAUSE (callbacks may come inside the call). */
+void metadata_reader_resume(struct metadata_reader *r);
+/* Ends a reader that has not ended (NULL: nothing): no callback comes
+ * after this. Not from inside its own callbacks. */
+void metadata_reader_abort(struct metadata_reader *r);
 
 /* ---------- writing ---------- */
 
