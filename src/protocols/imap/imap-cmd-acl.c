@@ -261,24 +261,6 @@ static void cmd_listrights(struct imap_session *s, const struct imap_command *cm
 
 /* ---------- SETACL and DELETEACL ---------- */
 
-struct acl_change {
-    struct acl_id id;
-    uint32_t rights;
-    enum acl_modify mode;
-    bool remove;
-};
-
-static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
-{
-    (void)err;
-    const struct acl_change *c = ctx;
-    if (c->remove)
-        acl_list_remove(list, &c->id);
-    else
-        acl_list_modify(list, &c->id, c->rights, c->mode);
-    return true;
-}
-
 static void change_acl(struct imap_session *s, const struct imap_arg *mbox, struct acl_change *c,
                        const char *done)
 {
@@ -303,7 +285,7 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
     struct buf dir = {0};
     struct petrel_error err;
     if (folder_dir(s, ns, name, &dir)) {
-        if (acl_store_update(dir.data, apply_change, c, &err)) {
+        if (acl_store_change(dir.data, c, &err)) {
             /* This user's own next command sees the change at once. */
             mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);

@@ -215,28 +215,10 @@ out:
     target_end(&t);
 }
 
-struct change {
-    struct acl_id id;
-    uint32_t rights;
-    enum acl_modify mode;
-    bool remove;
-};
-
-static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
-{
-    (void)err;
-    const struct change *c = ctx;
-    if (c->remove)
-        acl_list_remove(list, &c->id);
-    else
-        acl_list_modify(list, &c->id, c->rights, c->mode);
-    return true;
-}
-
-static void change(struct http_request *req, struct acl_target *t, const struct change *c)
+static void change(struct http_request *req, struct acl_target *t, const struct acl_change *c)
 {
     struct petrel_error err;
-    if (!acl_store_update(t->dir.data, apply_change, (void *)c, &err))
+    if (!acl_store_change(t->dir.data, c, &err))
         http_reply_petrel_error(req, &err);
     else
         reply_ok(req);
@@ -247,7 +229,7 @@ static void handle_delete(struct http_request *req, void *ctx)
     struct acl_target t;
     if (!target_begin(ctx, req, &t))
         return;
-    struct change c = {.remove = true};
+    struct acl_change c = {.remove = true};
     if (get_identifier(req, t.sr.body, "identifier", &c.id))
         change(req, &t, &c);
     target_end(&t);
@@ -260,7 +242,7 @@ static void handle_apply(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct change c = {.mode = ACL_MODIFY_REPLACE};
+    struct acl_change c = {.mode = ACL_MODIFY_REPLACE};
     const char *mode = "replace";
     if (!get_identifier(req, t.sr.body, "identifier", &c.id) ||
         !get_rights(req, t.sr.body, false, &c.rights))

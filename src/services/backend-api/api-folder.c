@@ -15,19 +15,7 @@
 
 static void handle_list(struct http_request *req, void *ctx)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    char **names = NULL;
-    size_t count = 0;
-    if (!mail_folder_list(sr.user, sr.ns, &names, &count, &err)) {
-        http_reply_petrel_error(req, &err);
-    } else {
-        storage_reply_names(req, "folders", names, count);
-        mail_folder_list_free(names, count);
-    }
-    storage_request_end(&sr);
+    storage_handle_names(req, ctx, "folders", mail_folder_list);
 }
 
 static json_t *info_json(const char *name, const struct mailbox_info *info, bool stats)
