@@ -148,11 +148,6 @@ static bool get_rights(struct http_request *req, const json_t *obj, bool require
     return true;
 }
 
-static void reply_ok(struct http_request *req)
-{
-    http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-}
-
 /* ---------- get ---------- */
 
 static void handle_get(struct http_request *req, void *ctx)
@@ -206,10 +201,7 @@ static void handle_set(struct http_request *req, void *ctx)
             goto out;
         acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
     }
-    if (!acl_store_update(t.dir.data, replace_all, &list, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        reply_ok(req);
+    storage_reply_done(req, acl_store_update(t.dir.data, replace_all, &list, &err), &err);
 out:
     acl_list_free(&list);
     target_end(&t);
@@ -218,10 +210,7 @@ out:
 static void change(struct http_request *req, struct acl_target *t, const struct acl_change *c)
 {
     struct petrel_error err;
-    if (!acl_store_change(t->dir.data, c, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        reply_ok(req);
+    storage_reply_done(req, acl_store_change(t->dir.data, c, &err), &err);
 }
 
 static void handle_delete(struct http_request *req, void *ctx)

@@ -113,10 +113,7 @@ static void handle_delete(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    storage_reply_done(req, mail_folder_delete(sr.user, sr.ns, sr.folder, &err), &err);
     storage_request_end(&sr);
 }
 
@@ -134,10 +131,8 @@ static void handle_rename(struct http_request *req, void *ctx)
         http_reply_error(req, 400, "%s", err.message);
     } else if (old_name[0] == '\0' || new_name[0] == '\0') {
         http_reply_error(req, 400, "folder is required");
-    } else if (!mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err)) {
-        http_reply_petrel_error(req, &err);
     } else {
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+        storage_reply_done(req, mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err), &err);
     }
     storage_request_end(&sr);
 }

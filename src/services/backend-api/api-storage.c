@@ -109,6 +109,14 @@ void storage_handle_names(struct http_request *req, void *ctx, const char *key,
     storage_request_end(&sr);
 }
 
+void storage_reply_done(struct http_request *req, bool ok, const struct petrel_error *err)
+{
+    if (ok)
+        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    else
+        http_reply_petrel_error(req, err);
+}
+
 long long storage_elapsed_ms(const struct timespec *start)
 {
     struct timespec now;

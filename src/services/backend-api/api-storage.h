@@ -50,6 +50,8 @@ typedef bool storage_names_fn(struct mail_user *user, const struct namespace_con
  * {"<key>": [names...]} with what `list` gives, or its error. */
 void storage_handle_names(struct http_request *req, void *ctx, const char *key,
                           storage_names_fn *list);
+/* Answers 200 {"status": "ok"} when `ok`, else the error in `err`. */
+void storage_reply_done(struct http_request *req, bool ok, const struct petrel_error *err);
 /* Milliseconds since `start` (CLOCK_MONOTONIC). */
 long long storage_elapsed_ms(const struct timespec *start);
 

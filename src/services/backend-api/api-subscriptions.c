@@ -31,10 +31,8 @@ static void change(struct http_request *req, void *ctx, bool add)
     struct petrel_error err;
     petrel_error_clear(&err);
     bool changed = false;
-    if (!mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    storage_reply_done(req, mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err),
+                       &err);
     storage_request_end(&sr);
 }
 
