@@ -84,15 +84,17 @@ static bool is_null(const struct ynode *n)
             strcmp(n->scalar, "null") == 0);
 }
 
+/* The scalar under `key` (NULL when absent or on error, *ok telling
+ * which); `full` (FULL_PATH_MAX bytes) gets "<path>.<key>" for messages. */
+#define FULL_PATH_MAX 256
 static const struct ynode *scalar_of(const struct cfg_ctx *ctx, const struct ynode *map,
-                                     const char *path, const char *key, bool *ok)
+                                     const char *path, const char *key, char *full, bool *ok)
 {
     *ok = true;
     const struct ynode *n = ynode_get(map, key);
     if (n == NULL)
         return NULL;
-    char full[256];
-    join_path(full, sizeof(full), path, key);
+    join_path(full, FULL_PATH_MAX, path, key);
     if (n->type != YNODE_SCALAR) {
         *ok = cfg_fail(ctx, n, full, "expected a scalar, found %s", ynode_type_name(n->type));
         return NULL;
@@ -100,11 +102,20 @@ static const struct ynode *scalar_of(const struct cfg_ctx *ctx, const struct yno
     return n;
 }
 
+/* As scalar_of, and NULL for a value that counts as absent (is_null). */
+static const struct ynode *value_of(const struct cfg_ctx *ctx, const struct ynode *map,
+                                    const char *path, const char *key, char *full, bool *ok)
+{
+    const struct ynode *n = scalar_of(ctx, map, path, key, full, ok);
+    return n == NULL || is_null(n) ? NULL : n;
+}
+
 bool cfg_string(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                 const char *key, char **out)
 {
     bool ok;
-    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
+    char full[FULL_PATH_MAX];
+    const struct ynode *n = scalar_of(ctx, map, path, key, full, &ok);
     if (n == NULL)
         return ok;
     if (is_null(n) && n->scalar[0] != '\0')
@@ -118,11 +129,10 @@ bool cfg_bool(const struct cfg_ctx *ctx, const struct ynode *map, const char *pa
               const char *key, bool *out)
 {
     bool ok;
-    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
-    if (n == NULL || is_null(n))
+    char full[FULL_PATH_MAX];
+    const struct ynode *n = value_of(ctx, map, path, key, full, &ok);
+    if (n == NULL)
         return ok;
-    char full[256];
-    join_path(full, sizeof(full), path, key);
     if (n->quoted)
         return cfg_fail(ctx, n, full, "expected true or false, found a quoted string");
     if (strcasecmp(n->scalar, "true") == 0 || strcasecmp(n->scalar, "yes") == 0 ||
@@ -142,11 +152,10 @@ bool cfg_int(const struct cfg_ctx *ctx, const struct ynode *map, const char *pat
              int64_t min, int64_t max, int64_t *out)
 {
     bool ok;
-    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
-    if (n == NULL || is_null(n))
+    char full[FULL_PATH_MAX];
+    const struct ynode *n = value_of(ctx, map, path, key, full, &ok);
+    if (n == NULL)
         return ok;
-    char full[256];
-    join_path(full, sizeof(full), path, key);
     errno = 0;
     char *end = NULL;
     long long v = strtoll(n->scalar, &end, 10);
@@ -216,11 +225,10 @@ bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const c
                      const char *key, int64_t min_ms, int64_t max_ms, int64_t *out_ms)
 {
     bool ok;
-    const struct ynode *n = scalar_of(ctx, map, path, key, &ok);
-    if (n == NULL || is_null(n))
+    char full[FULL_PATH_MAX];
+    const struct ynode *n = value_of(ctx, map, path, key, full, &ok);
+    if (n == NULL)
         return ok;
-    char full[256];
-    join_path(full, sizeof(full), path, key);
     int64_t v;
     if (!duration_parse_ms(n->scalar, &v))
         return cfg_fail(ctx, n, full, "expected a duration like 30s, 5m or 250ms, found '%s'",
@@ -241,6 +249,40 @@ char **cfg_strv_dup(const char *const *items)
     for (size_t i = 0; i < n; i++)
         v[i] = xstrdup(items[i]);
     return v;
+}
+
+bool cfg_check_username_format(const struct cfg_ctx *ctx, const struct ynode *map,
+                               const char *section, const char *fmt)
+{
+    const struct ynode *at = ynode_get(map, "username_format");
+    char full[128];
+    snprintf(full, sizeof(full), "%s.username_format", section);
+    if (*fmt == '\0')
+        return cfg_fail(ctx, at, full, "must not be empty");
+    for (const char *p = fmt; *p != '\0'; p++) {
+        if (*p != '%')
+            continue;
+        p++;
+        if (*p != 'u' && *p != 'n' && *p != 'd' && *p != '%')
+            return cfg_fail(ctx, at, full, "unknown variable %%%c (use %%u, %%n, %%d or %%%%)",
+                            *p != '\0' ? *p : '?');
+    }
+    return true;
+}
+
+bool cfg_check_recipient_delimiter(const struct cfg_ctx *ctx, const struct ynode *map,
+                                   const char *section, const char *delimiters)
+{
+    for (const char *p = delimiters; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c <= ' ' || c >= 0x7f || c == '@' || c == '"' || c == '\\') {
+            char full[128];
+            snprintf(full, sizeof(full), "%s.recipient_delimiter", section);
+            return cfg_fail(ctx, ynode_get(map, "recipient_delimiter"), full,
+                            "printable ASCII characters other than '@', '\"' and '\\' only");
+        }
+    }
+    return true;
 }
 
 void cfg_strv_free(char **v)

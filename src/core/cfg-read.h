@@ -57,6 +57,15 @@ const struct ynode *cfg_list_item(const struct ynode *map, const char *key, size
  * cfg_strv_free. */
 char **cfg_strv_dup(const char *const *items);
 
+/* Recipient-to-user mapping keys (lmtp and quota_status read the same
+ * ones). `username_format`: not empty, only %u, %n, %d and %%.
+ * `recipient_delimiter`: printable ASCII other than '@', '"' and '\\'.
+ * `section` names the section for messages; the key's line is reported. */
+bool cfg_check_username_format(const struct cfg_ctx *ctx, const struct ynode *map,
+                               const char *section, const char *fmt);
+bool cfg_check_recipient_delimiter(const struct cfg_ctx *ctx, const struct ynode *map,
+                                   const char *section, const char *delimiters);
+
 /* Parses "250ms", "30s", "5m", "2h", "1h30m" or a plain number of seconds. */
 bool duration_parse_ms(const char *text, int64_t *out_ms);
 

@@ -9,37 +9,35 @@
 
 #include <stddef.h>
 
-/* Appends `item` at the tail of `list`. */
-#define DLIST_APPEND(list, item)                                                                   \
+/* The same operations for an item whose links have other names (an item
+ * on several lists at once: `lru_prev`/`lru_next`, ...) and a list whose
+ * ends are any two lvalues: `prev` and `next` name the item's members,
+ * `head` and `tail` the list's ends. */
+
+/* Appends `item` after `tail`. */
+#define DLIST_APPEND_AT(head, tail, item, prev, next)                                              \
     do {                                                                                           \
         (item)->next = NULL;                                                                       \
-        (item)->prev = (list)->tail;                                                               \
-        if ((list)->tail != NULL)                                                                  \
-            (list)->tail->next = (item);                                                           \
+        (item)->prev = (tail);                                                                     \
+        if ((tail) != NULL)                                                                        \
+            (tail)->next = (item);                                                                 \
         else                                                                                       \
-            (list)->head = (item);                                                                 \
-        (list)->tail = (item);                                                                     \
+            (head) = (item);                                                                       \
+        (tail) = (item);                                                                           \
     } while (0)
 
-/* Unlinks `item` from `list`. An item that is not linked (prev and next
- * NULL, and not the head) leaves the list as it is. */
-#define DLIST_REMOVE(list, item)                                                                   \
+/* Puts `item` first in a list kept as a head pointer alone. */
+#define DLIST_PUSH_AT(head, item, prev, next)                                                      \
     do {                                                                                           \
-        if ((item)->prev != NULL)                                                                  \
-            (item)->prev->next = (item)->next;                                                     \
-        else if ((list)->head == (item))                                                           \
-            (list)->head = (item)->next;                                                           \
-        if ((item)->next != NULL)                                                                  \
-            (item)->next->prev = (item)->prev;                                                     \
-        else if ((list)->tail == (item))                                                           \
-            (list)->tail = (item)->prev;                                                           \
-        (item)->prev = (item)->next = NULL;                                                        \
+        (item)->prev = NULL;                                                                       \
+        (item)->next = (head);                                                                     \
+        if ((head) != NULL)                                                                        \
+            (head)->prev = (item);                                                                 \
+        (head) = (item);                                                                           \
     } while (0)
 
-/* Unlinks `item` from a list kept as a head pointer alone (`head`, an
- * lvalue). The item's own prev and next are left as they were (a caller
- * walking the list may still step on). */
-#define DLIST_UNLINK(head, item)                                                                   \
+/* Unlinks `item` from a list kept as a head pointer alone; as DLIST_UNLINK. */
+#define DLIST_UNLINK_AT(head, item, prev, next)                                                    \
     do {                                                                                           \
         if ((item)->prev != NULL)                                                                  \
             (item)->prev->next = (item)->next;                                                     \
@@ -48,5 +46,26 @@
         if ((item)->next != NULL)                                                                  \
             (item)->next->prev = (item)->prev;                                                     \
     } while (0)
+
+/* Unlinks `item`; as DLIST_REMOVE. */
+#define DLIST_REMOVE_AT(head, tail, item, prev, next)                                              \
+    do {                                                                                           \
+        if ((item)->next == NULL && (tail) == (item))                                              \
+            (tail) = (item)->prev;                                                                 \
+        DLIST_UNLINK_AT(head, item, prev, next);                                                   \
+        (item)->prev = (item)->next = NULL;                                                        \
+    } while (0)
+
+/* Appends `item` at the tail of `list`. */
+#define DLIST_APPEND(list, item) DLIST_APPEND_AT((list)->head, (list)->tail, item, prev, next)
+
+/* Unlinks `item` from `list`. An item that is not linked (prev and next
+ * NULL, and not the head) leaves the list as it is. */
+#define DLIST_REMOVE(list, item) DLIST_REMOVE_AT((list)->head, (list)->tail, item, prev, next)
+
+/* Unlinks `item` from a list kept as a head pointer alone (`head`, an
+ * lvalue). The item's own prev and next are left as they were (a caller
+ * walking the list may still step on). */
+#define DLIST_UNLINK(head, item) DLIST_UNLINK_AT(head, item, prev, next)
 
 #endif

@@ -5,16 +5,23 @@
 #include <stdio.h>
 #include <string.h>
 
+static bool set_v(struct petrel_error *err, enum petrel_error_code code, int errnum,
+                  const char *fmt, va_list ap)
+{
+    err->code = code;
+    err->sys_errno = errnum;
+    err->permanent = false;
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    return false;
+}
+
 bool petrel_error_set(struct petrel_error *err, enum petrel_error_code code, const char *fmt, ...)
 {
     if (err == NULL)
         return false;
-    err->code = code;
-    err->sys_errno = 0;
-    err->permanent = false;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    set_v(err, code, 0, fmt, ap);
     va_end(ap);
     return false;
 }
@@ -23,13 +30,12 @@ bool petrel_error_set_errno(struct petrel_error *err, int errnum, const char *fm
 {
     if (err == NULL)
         return false;
-    err->code = errnum == EACCES || errnum == EPERM || errnum == EROFS ? PETREL_ERR_PERMISSION
-                                                                       : PETREL_ERR_IO;
-    err->sys_errno = errnum;
-    err->permanent = false;
+    enum petrel_error_code code = errnum == EACCES || errnum == EPERM || errnum == EROFS
+                                      ? PETREL_ERR_PERMISSION
+                                      : PETREL_ERR_IO;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    set_v(err, code, errnum, fmt, ap);
     va_end(ap);
     return false;
 }

@@ -1,5 +1,6 @@
 #include "core/slice.h"
 
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 
@@ -16,17 +17,6 @@ bool slice_eq(struct slice s, const char *text)
 bool slice_eq_ci(struct slice s, const char *text)
 {
     return strlen(text) == s.len && (s.len == 0 || strncasecmp(s.ptr, text, s.len) == 0);
-}
-
-int hex_digit_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static bool parse_base(struct slice s, unsigned base, uint64_t max, uint64_t *out)
@@ -86,4 +76,33 @@ bool str_parse_u64(const char *s, uint64_t max, uint64_t *out)
 bool str_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
     return slice_parse_i64(slice_of(s), min, max, out);
+}
+
+static bool same_char(char a, char b, bool fold_case)
+{
+    return fold_case ? tolower((unsigned char)a) == tolower((unsigned char)b) : a == b;
+}
+
+bool str_glob_match(const char *p, const char *s, bool fold_case)
+{
+    /* Iterative * backtracking: linear in practice, no recursion depth. */
+    const char *star = NULL;
+    const char *retry = NULL;
+    while (*s != '\0') {
+        if (*p == '*') {
+            star = ++p;
+            retry = s;
+        } else if (*p == '?' || (*p != '\0' && same_char(*p, *s, fold_case))) {
+            p++;
+            s++;
+        } else if (star != NULL) {
+            p = star;
+            s = ++retry;
+        } else {
+            return false;
+        }
+    }
+    while (*p == '*')
+        p++;
+    return *p == '\0';
 }

@@ -32,7 +32,21 @@ bool slice_parse_hex_u64(struct slice s, uint64_t max, uint64_t *out);
 bool str_parse_u64(const char *s, uint64_t max, uint64_t *out);
 bool str_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 
-/* 0-15 for a hex digit, -1 for anything else. */
-int hex_digit_value(char c);
+/* 0-15 for a hex digit, -1 for anything else. Inline: the maildir
+ * .recent claim parses its records with it by hand, for speed. */
+static inline int hex_digit_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Whether `s` matches `pattern`, where `*` stands for any run of
+ * characters and `?` for one; ASCII case folded when `fold_case`. */
+bool str_glob_match(const char *pattern, const char *s, bool fold_case);
 
 #endif

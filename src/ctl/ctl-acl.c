@@ -81,17 +81,6 @@ static int address(const struct acl_args *a, json_t *body)
     return 2;
 }
 
-static int post(const struct ctl_options *opts, const char *path, json_t *body)
-{
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
-}
-
 int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv)
 {
     struct acl_args a;
@@ -138,5 +127,5 @@ int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv)
         usage();
         return CTL_USAGE;
     }
-    return post(opts, path, body);
+    return ctl_backend_post(opts, path, body);
 }

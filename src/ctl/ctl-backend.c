@@ -4,17 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int simple_get(const struct ctl_options *opts, const char *path)
-{
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "GET", path, NULL, &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
-}
-
 static int cmd_health(const struct ctl_options *opts, int argc, char **argv)
 {
     (void)argv;
@@ -22,7 +11,7 @@ static int cmd_health(const struct ctl_options *opts, int argc, char **argv)
         fprintf(stderr, "usage: petrelctl backend health\n");
         return CTL_USAGE;
     }
-    return simple_get(opts, "/api/backend/health");
+    return ctl_backend_call(opts, "GET", "/api/backend/health", NULL);
 }
 
 static int cmd_version(const struct ctl_options *opts, int argc, char **argv)
@@ -32,7 +21,7 @@ static int cmd_version(const struct ctl_options *opts, int argc, char **argv)
         fprintf(stderr, "usage: petrelctl backend version\n");
         return CTL_USAGE;
     }
-    return simple_get(opts, "/api/backend/version");
+    return ctl_backend_call(opts, "GET", "/api/backend/version", NULL);
 }
 
 struct area {

@@ -390,18 +390,6 @@ static int cmd_batch(const struct ctl_options *opts, const struct dict_args *a, 
     return print_result(opts, reply);
 }
 
-static int simple(const struct ctl_options *opts, const char *method, const char *path,
-                  const char *body)
-{
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, method, path, body, &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
-}
-
 int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv)
 {
     /* argv[0] is "dict", argv[1] the command. */
@@ -419,10 +407,10 @@ int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv)
     char **pos = argv + 1 + first;
     int n = argc - 1 - first;
     if (strcmp(cmd, "drivers") == 0 && n == 0)
-        return simple(opts, "GET", "/api/backend/dict/drivers", NULL);
+        return ctl_backend_call(opts, "GET", "/api/backend/dict/drivers", NULL);
     if (strcmp(cmd, "exists") == 0 && n == 1) {
         char *path = dict_path(pos[0], "exists");
-        int rc = simple(opts, "GET", path, NULL);
+        int rc = ctl_backend_call(opts, "GET", path, NULL);
         free(path);
         return rc;
     }
@@ -440,7 +428,7 @@ int ctl_backend_dict(const struct ctl_options *opts, int argc, char **argv)
         return cmd_batch(opts, &a, pos, n);
     if (strcmp(cmd, "expire") == 0 && n == 1) {
         char *path = dict_path(pos[0], "expire-scan");
-        int rc = simple(opts, "POST", path, "{}");
+        int rc = ctl_backend_call(opts, "POST", path, "{}");
         free(path);
         return rc;
     }

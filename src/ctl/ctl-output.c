@@ -100,3 +100,26 @@ enum ctl_exit ctl_print_reply(const struct ctl_options *opts, const struct ctl_r
     json_decref(v);
     return CTL_OK;
 }
+
+enum ctl_exit ctl_backend_call(const struct ctl_options *opts, const char *method, const char *path,
+                               const char *body)
+{
+    struct ctl_response resp;
+    enum ctl_exit rc = ctl_http(&opts->backend, method, path, body, &resp);
+    if (rc != CTL_OK)
+        return rc;
+    rc = ctl_print_reply(opts, &resp);
+    ctl_response_free(&resp);
+    return rc;
+}
+
+enum ctl_exit ctl_backend_post(const struct ctl_options *opts, const char *path, json_t *body)
+{
+    struct ctl_response resp;
+    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
+    if (rc != CTL_OK)
+        return rc;
+    rc = ctl_print_reply(opts, &resp);
+    ctl_response_free(&resp);
+    return rc;
+}

@@ -12,24 +12,13 @@
     "       petrelctl backend quota clone list\n"                                                  \
     "       petrelctl backend quota clone get <backend> <user>\n"
 
-static int get(const struct ctl_options *opts, const char *path)
-{
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_http(&opts->backend, "GET", path, NULL, &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
-}
-
 static int show(const struct ctl_options *opts, const char *user)
 {
     char *u = ctl_escape(user);
     size_t n = strlen(u) + 64;
     char *path = malloc(n);
     snprintf(path, n, "/api/backend/quota/show?user=%s", u);
-    int rc = get(opts, path);
+    int rc = ctl_backend_call(opts, "GET", path, NULL);
     free(path);
     free(u);
     return rc;
@@ -37,14 +26,7 @@ static int show(const struct ctl_options *opts, const char *user)
 
 static int recalc(const struct ctl_options *opts, const char *user)
 {
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_post_json(&opts->backend, "/api/backend/quota/recalc",
-                                     json_pack("{s:s}", "user", user), &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
+    return ctl_backend_post(opts, "/api/backend/quota/recalc", json_pack("{s:s}", "user", user));
 }
 
 static int clone_get(const struct ctl_options *opts, const char *backend, const char *user)
@@ -54,7 +36,7 @@ static int clone_get(const struct ctl_options *opts, const char *backend, const 
     size_t n = strlen(b) + strlen(u) + 64;
     char *path = malloc(n);
     snprintf(path, n, "/api/backend/quota/clone/get?backend=%s&user=%s", b, u);
-    int rc = get(opts, path);
+    int rc = ctl_backend_call(opts, "GET", path, NULL);
     free(path);
     free(b);
     free(u);
@@ -68,7 +50,7 @@ int ctl_backend_quota(const struct ctl_options *opts, int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "recalc") == 0)
         return recalc(opts, argv[2]);
     if (argc == 3 && strcmp(argv[1], "clone") == 0 && strcmp(argv[2], "list") == 0)
-        return get(opts, "/api/backend/quota/clone/list");
+        return ctl_backend_call(opts, "GET", "/api/backend/quota/clone/list", NULL);
     if (argc == 5 && strcmp(argv[1], "clone") == 0 && strcmp(argv[2], "get") == 0)
         return clone_get(opts, argv[3], argv[4]);
     fputs(QUOTA_USAGE, stderr);

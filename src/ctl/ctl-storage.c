@@ -158,17 +158,6 @@ static int parse_options(int argc, char **argv, struct options *o)
     return n;
 }
 
-static int post_json(const struct ctl_options *opts, const char *path, json_t *body)
-{
-    struct ctl_response resp;
-    enum ctl_exit rc = ctl_post_json(&opts->backend, path, body, &resp);
-    if (rc != CTL_OK)
-        return rc;
-    rc = ctl_print_reply(opts, &resp);
-    ctl_response_free(&resp);
-    return rc;
-}
-
 /* ---------- mail append / import ---------- */
 
 static bool read_stream(FILE *in, struct buf *out)
@@ -433,5 +422,5 @@ int ctl_backend_storage(const struct ctl_options *opts, int argc, char **argv)
     if (o.uids != NULL)
         json_object_set_new(body, "uids", o.uids);
     json_decref(o.flags);
-    return post_json(opts, c->path, body);
+    return ctl_backend_post(opts, c->path, body);
 }

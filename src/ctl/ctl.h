@@ -48,6 +48,12 @@ enum ctl_exit ctl_post_json(const struct ctl_target *t, const char *path, json_t
 /* Prints a JSON reply (raw with --json, readable otherwise) or, for an
  * error status, "petrelctl: <status>: <error>" on stderr. Returns the exit code. */
 enum ctl_exit ctl_print_reply(const struct ctl_options *opts, const struct ctl_response *resp);
+/* One request to the backend-plane API and its reply printed
+ * (ctl_print_reply); `body` (JSON text) may be NULL. Returns the exit code. */
+enum ctl_exit ctl_backend_call(const struct ctl_options *opts, const char *method, const char *path,
+                               const char *body);
+/* As ctl_backend_call, POSTing `body` (taken: decref'd here) as compact JSON. */
+enum ctl_exit ctl_backend_post(const struct ctl_options *opts, const char *path, json_t *body);
 /* Readable rendering of a JSON value: objects as "key: value" lines. */
 void ctl_print_readable(const json_t *value, int indent);
 /* URL-encodes one path segment or query value into a fresh string. */

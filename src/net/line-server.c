@@ -344,6 +344,20 @@ void line_server_stop_accepting(struct line_server *srv)
 
 /* ---------- life cycle ---------- */
 
+void line_server_metrics(struct metrics_registry *reg, const char *name, const char *what,
+                         struct metric_series **connections,
+                         struct metric_series **connections_total)
+{
+    char metric[128];
+    char help[128];
+    snprintf(metric, sizeof(metric), "petrel_%s_connections", name);
+    snprintf(help, sizeof(help), "Open connections to %s.", what);
+    *connections = metric_series_get(metrics_gauge(reg, metric, help, NULL), NULL);
+    snprintf(metric, sizeof(metric), "petrel_%s_connections_total", name);
+    snprintf(help, sizeof(help), "Connections accepted by %s.", what);
+    *connections_total = metric_series_get(metrics_counter(reg, metric, help, NULL), NULL);
+}
+
 struct line_server *line_server_new(struct event_base *base, const struct line_server_config *cfg,
                                     const struct line_server_ops *ops, void *ctx,
                                     struct petrel_error *err)

@@ -71,6 +71,14 @@ struct line_server_ops {
     void (*close)(void *state);
 };
 
+/* Registers the two series of line_server_config's `connections` and
+ * `connections_total`: petrel_<name>_connections ("Open connections to
+ * <what>.") and petrel_<name>_connections_total ("Connections accepted by
+ * <what>."). */
+void line_server_metrics(struct metrics_registry *reg, const char *name, const char *what,
+                         struct metric_series **connections,
+                         struct metric_series **connections_total);
+
 /* Parses allowed_nets (err names what is wrong); listens nowhere yet. `cfg`
  * and `ops` are borrowed and must outlive the server. */
 struct line_server *line_server_new(struct event_base *base, const struct line_server_config *cfg,

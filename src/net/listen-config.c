@@ -1,6 +1,7 @@
 /* The listener keys of a line-protocol server section (listen-config.h). */
 #include "net/listen-config.h"
 
+#include "core/yaml-print.h"
 #include "net/cidr.h"
 #include "net/sockaddr.h"
 
@@ -92,4 +93,12 @@ bool listen_config_read_client_limits(const struct cfg_ctx *ctx, const struct yn
     return cfg_int(ctx, node, section, "max_connections_per_ip", 0, 1000000, max_per_ip) &&
            cfg_duration_ms(ctx, node, section, "handshake_timeout", 0, 3600000,
                            handshake_timeout_ms);
+}
+
+void listen_config_print(FILE *out, const char *indent, char **listen, char **allowed_nets,
+                         int64_t socket_mode)
+{
+    yaml_put_list(out, indent, "listen", listen);
+    yaml_put_list(out, indent, "allowed_nets", allowed_nets);
+    fprintf(out, "%ssocket_mode: \"%04llo\"\n", indent, (unsigned long long)socket_mode);
 }

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Reads `listen` (at most `max` addresses, replacing *listen when the key
  * is there) and checks that each is "host:port" or "unix:/path". *count
@@ -41,5 +42,10 @@ bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynod
 bool listen_config_read_client_limits(const struct cfg_ctx *ctx, const struct ynode *node,
                                       const char *section, int64_t *max_per_ip,
                                       int64_t *handshake_timeout_ms);
+
+/* Prints `listen`, `allowed_nets` and `socket_mode` (quoted octal) at
+ * `indent`, as --check-config shows every listener section. */
+void listen_config_print(FILE *out, const char *indent, char **listen, char **allowed_nets,
+                         int64_t socket_mode);
 
 #endif

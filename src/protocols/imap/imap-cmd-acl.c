@@ -46,24 +46,30 @@ static void append_astring(struct buf *out, const char *text)
 /* The folder of a command's first argument, which must exist and which
  * the user must see; `need` (0: none) the rights asked of them. Replies
  * itself and returns false otherwise. */
+struct acl_ref {
+    const struct namespace_config *ns;
+    char *name;      /* the caller frees it */
+    uint32_t rights; /* the user's own on the folder */
+};
+
 static bool acl_folder(struct imap_session *s, const struct imap_arg *arg, uint32_t need,
-                       const struct namespace_config **ns, char **name, uint32_t *rights)
+                       struct acl_ref *f)
 {
-    if (!imap_resolve_folder(s, arg, ns, name))
+    if (!imap_resolve_folder(s, arg, &f->ns, &f->name))
         return false;
-    *rights = mail_folder_my_rights(s->user, *ns, *name);
+    f->rights = mail_folder_my_rights(s->user, f->ns, f->name);
     /* The admin right alone is enough to manage the ACL (Dovecot's
      * imap_acl_mailbox_open); a folder without it and without l is
      * answered as a missing one. */
-    if (!mail_folder_exists(s->user, *ns, *name) ||
-        ((*rights & need) != need && (*rights & ACL_LOOKUP) == 0))
+    if (!mail_folder_exists(s->user, f->ns, f->name) ||
+        ((f->rights & need) != need && (f->rights & ACL_LOOKUP) == 0))
         imap_reply_no(s, "[NONEXISTENT] Mailbox does not exist.");
-    else if ((*rights & need) != need)
+    else if ((f->rights & need) != need)
         imap_reply_no(s, NOT_ADMIN);
     else
         return true;
-    free(*name);
-    *name = NULL;
+    free(f->name);
+    f->name = NULL;
     return false;
 }
 
@@ -155,15 +161,13 @@ static void cmd_getacl(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "GETACL needs a mailbox name.");
         return;
     }
-    const struct namespace_config *ns;
-    char *name;
-    uint32_t rights;
-    if (!acl_folder(s, &cmd->args[0], ACL_ADMIN, &ns, &name, &rights))
+    struct acl_ref f;
+    if (!acl_folder(s, &cmd->args[0], ACL_ADMIN, &f))
         return;
     struct buf dir = {0};
     struct acl_list list = {0};
     struct petrel_error err;
-    if (!folder_dir(s, ns, name, &dir))
+    if (!folder_dir(s, f.ns, f.name, &dir))
         goto out;
     if (acl_store_read(dir.data, &list, NULL, &err) < 0) {
         imap_reply_storage_error(s, &err);
@@ -180,11 +184,11 @@ static void cmd_getacl(struct imap_session *s, const struct imap_command *cmd)
              (e->id.kind == ACL_ID_USER && strcmp(e->id.name, mail_user_name(s->user)) == 0)))
             owner_shown = true;
         buf_append_char(&line, ' ');
-        append_identifier(&line, s, ns, &e->id);
+        append_identifier(&line, s, f.ns, &e->id);
         buf_append_char(&line, ' ');
         append_rights(&line, e->rights);
     }
-    if (!owner_shown && ns->type == NAMESPACE_PERSONAL) {
+    if (!owner_shown && f.ns->type == NAMESPACE_PERSONAL) {
         /* The owner's implicit rights, as Dovecot shows them. */
         buf_append_char(&line, ' ');
         append_astring(&line, mail_user_name(s->user));
@@ -197,7 +201,7 @@ static void cmd_getacl(struct imap_session *s, const struct imap_command *cmd)
 out:
     acl_list_free(&list);
     buf_free(&dir);
-    free(name);
+    free(f.name);
 }
 
 /* ---------- MYRIGHTS ---------- */
@@ -208,15 +212,13 @@ static void cmd_myrights(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "MYRIGHTS needs a mailbox name.");
         return;
     }
-    const struct namespace_config *ns;
-    char *name;
-    uint32_t rights;
-    if (!acl_folder(s, &cmd->args[0], 0, &ns, &name, &rights))
+    struct acl_ref f;
+    if (!acl_folder(s, &cmd->args[0], 0, &f))
         return;
-    free(name);
+    free(f.name);
     /* RFC 4314 4: any of l r i k x a lets one ask; p alone is for
      * deliveries and tells nothing. */
-    if ((rights & (ACL_LOOKUP | ACL_READ | ACL_INSERT | ACL_CREATE | ACL_DELETE | ACL_ADMIN)) ==
+    if ((f.rights & (ACL_LOOKUP | ACL_READ | ACL_INSERT | ACL_CREATE | ACL_DELETE | ACL_ADMIN)) ==
         0) {
         imap_reply_no(s, "[NONEXISTENT] Mailbox does not exist.");
         return;
@@ -225,7 +227,7 @@ static void cmd_myrights(struct imap_session *s, const struct imap_command *cmd)
     buf_append_str(&line, "* MYRIGHTS ");
     append_astring(&line, imap_arg_astring(&cmd->args[0]));
     buf_append_char(&line, ' ');
-    append_rights(&line, rights);
+    append_rights(&line, f.rights);
     imap_send(s, "%s", line.data);
     buf_free(&line);
     imap_reply_ok(s, "Myrights completed.");
@@ -240,12 +242,10 @@ static void cmd_listrights(struct imap_session *s, const struct imap_command *cm
         imap_reply_bad(s, "LISTRIGHTS needs a mailbox name and an identifier.");
         return;
     }
-    const struct namespace_config *ns;
-    char *name;
-    uint32_t rights;
-    if (!acl_folder(s, &cmd->args[0], ACL_ADMIN, &ns, &name, &rights))
+    struct acl_ref f;
+    if (!acl_folder(s, &cmd->args[0], ACL_ADMIN, &f))
         return;
-    free(name);
+    free(f.name);
     /* Nothing is always granted, and each right can be given alone (as
      * Dovecot answers, the owner included). */
     struct buf line = {0};
@@ -261,35 +261,15 @@ static void cmd_listrights(struct imap_session *s, const struct imap_command *cm
 
 /* ---------- SETACL and DELETEACL ---------- */
 
-struct acl_change {
-    struct acl_id id;
-    uint32_t rights;
-    enum acl_modify mode;
-    bool remove;
-};
-
-static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
-{
-    (void)err;
-    const struct acl_change *c = ctx;
-    if (c->remove)
-        acl_list_remove(list, &c->id);
-    else
-        acl_list_modify(list, &c->id, c->rights, c->mode);
-    return true;
-}
-
 static void change_acl(struct imap_session *s, const struct imap_arg *mbox, struct acl_change *c,
                        const char *done)
 {
-    const struct namespace_config *ns;
-    char *name;
-    uint32_t rights;
-    if (!acl_folder(s, mbox, ACL_ADMIN, &ns, &name, &rights))
+    struct acl_ref f;
+    if (!acl_folder(s, mbox, ACL_ADMIN, &f))
         return;
     /* Whoever changes an entry that is theirs keeps "a" (Dovecot's
      * imap_acl_update_ensure_keep_admins). */
-    if (acl_id_matches_user(&c->id, s->user, ns)) {
+    if (acl_id_matches_user(&c->id, s->user, f.ns)) {
         if (c->id.negative || c->mode == ACL_MODIFY_REMOVE)
             c->rights &= ~(uint32_t)ACL_ADMIN;
         else
@@ -302,8 +282,8 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
     }
     struct buf dir = {0};
     struct petrel_error err;
-    if (folder_dir(s, ns, name, &dir)) {
-        if (acl_store_update(dir.data, apply_change, c, &err)) {
+    if (folder_dir(s, f.ns, f.name, &dir)) {
+        if (acl_store_change(dir.data, c, &err)) {
             /* This user's own next command sees the change at once. */
             mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);
@@ -311,7 +291,7 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
             imap_reply_storage_error(s, &err);
     }
     buf_free(&dir);
-    free(name);
+    free(f.name);
 }
 
 static void cmd_setacl(struct imap_session *s, const struct imap_command *cmd)

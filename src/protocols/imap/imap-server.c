@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/common/mail-clients.h"
+#include "protocols/common/mail-server-metrics.h"
 #include "protocols/imap/imap-private.h"
 #include "protocols/imap/imap-worker.h"
 #include "clients/warden/warden-protocol.h"
@@ -61,28 +62,14 @@ static bool start_workers(struct imap_server *srv, struct petrel_error *err)
 static void metrics_init(struct imap_server *srv, struct metrics_registry *reg)
 {
     static const char *const state_labels[] = {"state", NULL};
-    static const char *const cmd_labels[] = {"command", "result", NULL};
-    static const char *const dir_labels[] = {"direction", NULL};
-    static const char *const login_labels[] = {"result", NULL};
     struct imap_server_metrics *m = &srv->ctx.m;
     struct metric_family *sessions =
         metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.", state_labels);
     const char *unauth[] = {"not_authenticated"}, *auth[] = {"authenticated"};
     m->sessions_unauth = metric_series_get(sessions, unauth);
     m->sessions_auth = metric_series_get(sessions, auth);
-    m->connections_total = metric_series_get(
-        metrics_counter(reg, "petrel_imap_connections_total", "IMAP connections accepted.", NULL),
-        NULL);
-    m->command_seconds = metrics_histogram(
-        reg, "petrel_imap_command_seconds", "IMAP commands by name and result, in seconds.",
-        cmd_labels, metrics_latency_buckets, metrics_latency_bucket_count);
-    struct metric_family *bytes = metrics_counter(
-        reg, "petrel_imap_bytes_total", "Bytes received and sent by the IMAP server.", dir_labels);
-    const char *in[] = {"in"}, *out[] = {"out"};
-    m->bytes_in = metric_series_get(bytes, in);
-    m->bytes_out = metric_series_get(bytes, out);
-    m->logins =
-        metrics_counter(reg, "petrel_imap_logins_total", "IMAP logins by result.", login_labels);
+    mail_server_metrics_register(reg, "imap", "IMAP", &m->connections_total, &m->command_seconds,
+                                 &m->bytes_in, &m->bytes_out, &m->logins);
 }
 
 struct imap_server *imap_server_start(const struct service_env *env, const struct imap_config *cfg,

@@ -3,8 +3,7 @@
 
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
-#include "net/cidr.h"
-#include "net/sockaddr.h"
+#include "net/listen-config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -57,87 +56,6 @@ void lmtp_config_free(struct lmtp_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
-{
-    const struct ynode *list = ynode_get(map, key);
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list != NULL ? list : map;
-}
-
-static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *node, char **list)
-{
-    for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
-        struct petrel_error e;
-        struct net_addr addr;
-        if (!net_addr_parse(list[i], &addr, &e))
-            return cfg_fail(ctx, item_node(node, "listen", i), "lmtp.listen", "%s", e.message);
-    }
-    return true;
-}
-
-static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *node, char **nets)
-{
-    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
-        struct petrel_error e;
-        struct cidr c;
-        if (!cidr_parse(nets[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, "allowed_nets", i), "lmtp.allowed_nets", "%s",
-                            e.message);
-    }
-    return true;
-}
-
-static bool read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,
-                             struct lmtp_config *cfg)
-{
-    char *text = NULL;
-    if (!cfg_string(ctx, node, "lmtp", "socket_mode", &text))
-        return false;
-    if (text == NULL)
-        return true;
-    char *end = NULL;
-    long mode = strtol(text, &end, 8);
-    bool ok = *text != '\0' && *end == '\0' && mode >= 0 && mode <= 0777;
-    free(text);
-    if (!ok)
-        return cfg_fail(ctx, ynode_get(node, "socket_mode"), "lmtp.socket_mode",
-                        "expected an octal mode such as \"0660\"");
-    cfg->socket_mode = mode;
-    return true;
-}
-
-/* %u (the address without its detail), %n (its local part), %d (its
- * domain) and %%; nothing else. */
-static bool check_username_format(const struct cfg_ctx *ctx, const struct ynode *node,
-                                  const char *fmt)
-{
-    const struct ynode *at = ynode_get(node, "username_format");
-    if (*fmt == '\0')
-        return cfg_fail(ctx, at, "lmtp.username_format", "must not be empty");
-    for (const char *p = fmt; *p != '\0'; p++) {
-        if (*p != '%')
-            continue;
-        p++;
-        if (*p != 'u' && *p != 'n' && *p != 'd' && *p != '%')
-            return cfg_fail(ctx, at, "lmtp.username_format",
-                            "unknown variable %%%c (use %%u, %%n, %%d or %%%%)",
-                            *p != '\0' ? *p : '?');
-    }
-    return true;
-}
-
-static bool check_delimiter(const struct cfg_ctx *ctx, const struct ynode *node, const char *d)
-{
-    for (const char *p = d; *p != '\0'; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c <= ' ' || c >= 0x7f || c == '@' || c == '"' || c == '\\')
-            return cfg_fail(ctx, ynode_get(node, "recipient_delimiter"), "lmtp.recipient_delimiter",
-                            "printable ASCII characters other than '@', '\"' and '\\' only");
-    }
-    return true;
-}
-
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg)
 {
@@ -167,18 +85,18 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
     const char *p = "lmtp";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
-    if (!cfg_string_list(ctx, node, p, "listen", LMTP_MAX_LISTEN, &cfg->listen, NULL) ||
-        !check_listen(ctx, node, cfg->listen) ||
-        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->allowed_nets, NULL) ||
-        !check_nets(ctx, node, cfg->allowed_nets) || !read_socket_mode(ctx, node, cfg) ||
+    size_t listen_count = 0;
+    if (!listen_config_read_addresses(ctx, node, p, LMTP_MAX_LISTEN, &cfg->listen, &listen_count) ||
+        !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
+        !listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) ||
         !cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) ||
         !cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) ||
         !cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) ||
         !cfg_string(ctx, node, p, "hostname", &cfg->hostname) ||
         !cfg_string(ctx, node, p, "recipient_delimiter", &cfg->recipient_delimiter) ||
-        !check_delimiter(ctx, node, cfg->recipient_delimiter) ||
+        !cfg_check_recipient_delimiter(ctx, node, p, cfg->recipient_delimiter) ||
         !cfg_string(ctx, node, p, "username_format", &cfg->username_format) ||
-        !check_username_format(ctx, node, cfg->username_format) ||
+        !cfg_check_username_format(ctx, node, p, cfg->username_format) ||
         !cfg_bool(ctx, node, p, "add_received_header", &cfg->add_received_header) ||
         !cfg_int(ctx, node, p, "max_message_size", 1024, (int64_t)4 << 30,
                  &cfg->max_message_size) ||
@@ -220,11 +138,7 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
 void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
 {
     fputs("lmtp:\n", out);
-    yaml_put_list(out, "  ", "listen", cfg->listen);
-    yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
-    char mode[16];
-    snprintf(mode, sizeof(mode), "%04llo", (unsigned long long)cfg->socket_mode);
-    yaml_put_kv(out, "  ", "socket_mode", mode);
+    listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
     yaml_put_kv(out, "  ", "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
     yaml_put_kv(out, "  ", "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
     yaml_put_kv(out, "  ", "auth_addr", cfg->auth_addr);

@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/common/mail-clients.h"
+#include "protocols/common/mail-server-metrics.h"
 #include "protocols/pop3/pop3-private.h"
 #include "clients/warden/warden-client.h"
 
@@ -27,28 +28,14 @@ static void accept_cb(void *arg, struct bufferevent *bev, bool tls, const struct
 static void metrics_init(struct pop3_server *srv, struct metrics_registry *reg)
 {
     static const char *const state_labels[] = {"state", NULL};
-    static const char *const cmd_labels[] = {"command", "result", NULL};
-    static const char *const dir_labels[] = {"direction", NULL};
-    static const char *const login_labels[] = {"result", NULL};
     struct pop3_server_metrics *m = &srv->ctx.m;
     struct metric_family *sessions = metrics_gauge(
         reg, "petrel_pop3_sessions", "Open POP3 sessions by RFC 1939 state.", state_labels);
     const char *authz[] = {"authorization"}, *trans[] = {"transaction"};
     m->sessions_authorization = metric_series_get(sessions, authz);
     m->sessions_transaction = metric_series_get(sessions, trans);
-    m->connections_total = metric_series_get(
-        metrics_counter(reg, "petrel_pop3_connections_total", "POP3 connections accepted.", NULL),
-        NULL);
-    m->command_seconds = metrics_histogram(
-        reg, "petrel_pop3_command_seconds", "POP3 commands by name and result, in seconds.",
-        cmd_labels, metrics_latency_buckets, metrics_latency_bucket_count);
-    struct metric_family *bytes = metrics_counter(
-        reg, "petrel_pop3_bytes_total", "Bytes received and sent by the POP3 server.", dir_labels);
-    const char *in[] = {"in"}, *out[] = {"out"};
-    m->bytes_in = metric_series_get(bytes, in);
-    m->bytes_out = metric_series_get(bytes, out);
-    m->logins =
-        metrics_counter(reg, "petrel_pop3_logins_total", "POP3 logins by result.", login_labels);
+    mail_server_metrics_register(reg, "pop3", "POP3", &m->connections_total, &m->command_seconds,
+                                 &m->bytes_in, &m->bytes_out, &m->logins);
 }
 
 struct pop3_server *pop3_server_start(const struct service_env *env, const struct pop3_config *cfg,

@@ -16,6 +16,7 @@
  *  - *entry is set (to NULL) on every result but HIT. */
 #include "services/auth/auth-cache.h"
 
+#include "core/dlist.h"
 #include "core/xalloc.h"
 
 #include <openssl/core_names.h>
@@ -131,24 +132,12 @@ static struct cache_node **bucket_of(struct auth_cache *c, uint64_t hash)
 
 static void lru_unlink(struct auth_cache *c, struct cache_node *n)
 {
-    if (n->lru_prev != NULL)
-        n->lru_prev->lru_next = n->lru_next;
-    else
-        c->lru_head = n->lru_next;
-    if (n->lru_next != NULL)
-        n->lru_next->lru_prev = n->lru_prev;
-    else
-        c->lru_tail = n->lru_prev;
-    n->lru_prev = n->lru_next = NULL;
+    DLIST_REMOVE_AT(c->lru_head, c->lru_tail, n, lru_prev, lru_next);
 }
 
 static void lru_push_head(struct auth_cache *c, struct cache_node *n)
 {
-    n->lru_prev = NULL;
-    n->lru_next = c->lru_head;
-    if (c->lru_head != NULL)
-        c->lru_head->lru_prev = n;
-    c->lru_head = n;
+    DLIST_PUSH_AT(c->lru_head, n, lru_prev, lru_next);
     if (c->lru_tail == NULL)
         c->lru_tail = n;
 }

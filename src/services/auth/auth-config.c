@@ -58,14 +58,6 @@ void auth_config_free(struct auth_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
-{
-    const struct ynode *list = ynode_get(map, key);
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list;
-}
-
 static bool read_nets(const struct cfg_ctx *ctx, const struct ynode *node, const char *key,
                       char ***out)
 {
@@ -77,7 +69,7 @@ static bool read_nets(const struct cfg_ctx *ctx, const struct ynode *node, const
         struct cidr c;
         struct petrel_error e;
         if (!cidr_parse((*out)[i], &c, &e))
-            return cfg_fail(ctx, item_node(node, key, i), full, "%s", e.message);
+            return cfg_fail(ctx, cfg_list_item(node, key, i), full, "%s", e.message);
     }
     return true;
 }
@@ -106,7 +98,7 @@ static bool check_mechanisms(const struct cfg_ctx *ctx, const struct ynode *node
 {
     for (size_t i = 0; mechs != NULL && mechs[i] != NULL; i++) {
         if (sasl_mech_parse(mechs[i]) == SASL_MECH_UNKNOWN)
-            return cfg_fail(ctx, item_node(node, "mechanisms", i), "auth.mechanisms",
+            return cfg_fail(ctx, cfg_list_item(node, "mechanisms", i), "auth.mechanisms",
                             "unknown SASL mechanism '%s' (PLAIN, LOGIN)", mechs[i]);
     }
     return true;
@@ -209,9 +201,7 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
 void auth_config_print(const struct auth_config *cfg, FILE *out)
 {
     fputs("auth:\n", out);
-    yaml_put_list(out, "  ", "listen", cfg->listen);
-    yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
-    fprintf(out, "  socket_mode: \"%04llo\"\n", (unsigned long long)cfg->socket_mode);
+    listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
     fprintf(out,
             "  worker_threads: %lld\n  max_queue: %lld\n  max_connections: %lld\n"
             "  max_connections_per_ip: %lld\n  max_pending_per_connection: %lld\n"

@@ -208,13 +208,7 @@ static void metrics_init(struct auth_service *svc, struct metrics_registry *reg)
     m->cache_max_bytes = metric_series_get(
         metrics_gauge(reg, "petrel_auth_cache_max_bytes", "The auth cache's byte limit.", NULL),
         NULL);
-    m->connections = metric_series_get(metrics_gauge(reg, "petrel_auth_connections",
-                                                     "Open connections to the auth service.", NULL),
-                                       NULL);
-    m->connections_total =
-        metric_series_get(metrics_counter(reg, "petrel_auth_connections_total",
-                                          "Connections accepted by the auth service.", NULL),
-                          NULL);
+    line_server_metrics(reg, "auth", "the auth service", &m->connections, &m->connections_total);
 }
 
 static void collect_cache_gauges(void *ctx)
@@ -841,27 +835,13 @@ static void wait_add(struct auth_req *r)
 {
     struct auth_service *svc = r->svc;
     r->state = REQ_WAITING;
-    r->wait_next = NULL;
-    r->wait_prev = svc->wait_tail;
-    if (svc->wait_tail != NULL)
-        svc->wait_tail->wait_next = r;
-    else
-        svc->wait_head = r;
-    svc->wait_tail = r;
+    DLIST_APPEND_AT(svc->wait_head, svc->wait_tail, r, wait_prev, wait_next);
 }
 
 static void wait_remove(struct auth_req *r)
 {
     struct auth_service *svc = r->svc;
-    if (r->wait_prev != NULL)
-        r->wait_prev->wait_next = r->wait_next;
-    else
-        svc->wait_head = r->wait_next;
-    if (r->wait_next != NULL)
-        r->wait_next->wait_prev = r->wait_prev;
-    else
-        svc->wait_tail = r->wait_prev;
-    r->wait_next = r->wait_prev = NULL;
+    DLIST_REMOVE_AT(svc->wait_head, svc->wait_tail, r, wait_prev, wait_next);
     r->state = REQ_ACTIVE;
 }
 

@@ -148,11 +148,6 @@ static bool get_rights(struct http_request *req, const json_t *obj, bool require
     return true;
 }
 
-static void reply_ok(struct http_request *req)
-{
-    http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
-}
-
 /* ---------- get ---------- */
 
 static void handle_get(struct http_request *req, void *ctx)
@@ -206,40 +201,16 @@ static void handle_set(struct http_request *req, void *ctx)
             goto out;
         acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
     }
-    if (!acl_store_update(t.dir.data, replace_all, &list, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        reply_ok(req);
+    storage_reply_done(req, acl_store_update(t.dir.data, replace_all, &list, &err), &err);
 out:
     acl_list_free(&list);
     target_end(&t);
 }
 
-struct change {
-    struct acl_id id;
-    uint32_t rights;
-    enum acl_modify mode;
-    bool remove;
-};
-
-static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
-{
-    (void)err;
-    const struct change *c = ctx;
-    if (c->remove)
-        acl_list_remove(list, &c->id);
-    else
-        acl_list_modify(list, &c->id, c->rights, c->mode);
-    return true;
-}
-
-static void change(struct http_request *req, struct acl_target *t, const struct change *c)
+static void change(struct http_request *req, struct acl_target *t, const struct acl_change *c)
 {
     struct petrel_error err;
-    if (!acl_store_update(t->dir.data, apply_change, (void *)c, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        reply_ok(req);
+    storage_reply_done(req, acl_store_change(t->dir.data, c, &err), &err);
 }
 
 static void handle_delete(struct http_request *req, void *ctx)
@@ -247,7 +218,7 @@ static void handle_delete(struct http_request *req, void *ctx)
     struct acl_target t;
     if (!target_begin(ctx, req, &t))
         return;
-    struct change c = {.remove = true};
+    struct acl_change c = {.remove = true};
     if (get_identifier(req, t.sr.body, "identifier", &c.id))
         change(req, &t, &c);
     target_end(&t);
@@ -260,7 +231,7 @@ static void handle_apply(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct change c = {.mode = ACL_MODIFY_REPLACE};
+    struct acl_change c = {.mode = ACL_MODIFY_REPLACE};
     const char *mode = "replace";
     if (!get_identifier(req, t.sr.body, "identifier", &c.id) ||
         !get_rights(req, t.sr.body, false, &c.rights))

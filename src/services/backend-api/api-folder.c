@@ -15,19 +15,7 @@
 
 static void handle_list(struct http_request *req, void *ctx)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    char **names = NULL;
-    size_t count = 0;
-    if (!mail_folder_list(sr.user, sr.ns, &names, &count, &err)) {
-        http_reply_petrel_error(req, &err);
-    } else {
-        storage_reply_names(req, "folders", names, count);
-        mail_folder_list_free(names, count);
-    }
-    storage_request_end(&sr);
+    storage_handle_names(req, ctx, "folders", mail_folder_list);
 }
 
 static json_t *info_json(const char *name, const struct mailbox_info *info, bool stats)
@@ -125,10 +113,7 @@ static void handle_delete(struct http_request *req, void *ctx)
         return;
     struct petrel_error err;
     petrel_error_clear(&err);
-    if (!mail_folder_delete(sr.user, sr.ns, sr.folder, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    storage_reply_done(req, mail_folder_delete(sr.user, sr.ns, sr.folder, &err), &err);
     storage_request_end(&sr);
 }
 
@@ -146,10 +131,8 @@ static void handle_rename(struct http_request *req, void *ctx)
         http_reply_error(req, 400, "%s", err.message);
     } else if (old_name[0] == '\0' || new_name[0] == '\0') {
         http_reply_error(req, 400, "folder is required");
-    } else if (!mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err)) {
-        http_reply_petrel_error(req, &err);
     } else {
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+        storage_reply_done(req, mail_folder_rename(sr.user, sr.ns, old_name, new_name, &err), &err);
     }
     storage_request_end(&sr);
 }

@@ -105,57 +105,60 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     storage_request_end(&sr);
 }
 
-/* A request on one folder, opened, timed from now; NULL when answered
- * already (the request is then ended). */
-static struct mailbox *open_timed(void *ctx, struct http_request *req, struct storage_request *sr,
-                                  struct timespec *start)
+/* A maintenance step on the request's folder: the reply's fields, or NULL
+ * with `err` set. */
+typedef json_t *index_step_fn(struct mailbox *box, struct petrel_error *err);
+
+/* Runs `step` on the request's folder, timed from its opening; the reply
+ * gets duration_ms last. */
+static void run_timed(struct http_request *req, void *ctx, index_step_fn *step)
 {
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, sr))
+    struct storage_request sr;
+    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
+        return;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct mailbox *box = storage_request_open(req, &sr);
+    if (box != NULL) {
+        struct petrel_error err;
+        json_t *reply = step(box, &err);
+        if (reply == NULL) {
+            http_reply_petrel_error(req, &err);
+        } else {
+            json_object_set_new(reply, "duration_ms",
+                                json_integer((json_int_t)storage_elapsed_ms(&start)));
+            http_reply_json(req, 200, reply);
+        }
+        mailbox_close(box);
+    }
+    storage_request_end(&sr);
+}
+
+static json_t *optimize(struct mailbox *box, struct petrel_error *err)
+{
+    if (!mailbox_index_optimize(box, err))
         return NULL;
-    clock_gettime(CLOCK_MONOTONIC, start);
-    struct mailbox *box = storage_request_open(req, sr);
-    if (box == NULL)
-        storage_request_end(sr);
-    return box;
+    return json_pack("{s:s}", "folder", mailbox_name(box));
 }
 
 static void handle_optimize(struct http_request *req, void *ctx)
 {
-    struct storage_request sr;
-    struct timespec start;
-    struct mailbox *box = open_timed(ctx, req, &sr, &start);
-    if (box == NULL)
-        return;
-    struct petrel_error err;
-    if (!mailbox_index_optimize(box, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200,
-                        json_pack("{s:s, s:I}", "folder", mailbox_name(box), "duration_ms",
-                                  (json_int_t)storage_elapsed_ms(&start)));
-    mailbox_close(box);
-    storage_request_end(&sr);
+    run_timed(req, ctx, optimize);
+}
+
+static json_t *cache_purge(struct mailbox *box, struct petrel_error *err)
+{
+    uint64_t carried = 0;
+    uint64_t reclaimed = 0;
+    if (!mailbox_cache_purge(box, &carried, &reclaimed, err))
+        return NULL;
+    return json_pack("{s:I, s:I}", "carried", (json_int_t)carried, "reclaimed_bytes",
+                     (json_int_t)reclaimed);
 }
 
 static void handle_cache_purge(struct http_request *req, void *ctx)
 {
-    struct storage_request sr;
-    struct timespec start;
-    struct mailbox *box = open_timed(ctx, req, &sr, &start);
-    if (box == NULL)
-        return;
-    struct petrel_error err;
-    uint64_t carried = 0;
-    uint64_t reclaimed = 0;
-    if (!mailbox_cache_purge(box, &carried, &reclaimed, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200,
-                        json_pack("{s:I, s:I, s:I}", "carried", (json_int_t)carried,
-                                  "reclaimed_bytes", (json_int_t)reclaimed, "duration_ms",
-                                  (json_int_t)storage_elapsed_ms(&start)));
-    mailbox_close(box);
-    storage_request_end(&sr);
+    run_timed(req, ctx, cache_purge);
 }
 
 void backend_api_register_index(struct http_server *http, struct storage_api *api)

@@ -112,18 +112,26 @@ static void usage_userdb_done(const struct auth_client_reply *r, void *ctx)
     usage_reply(api, req, r->user, r->userdb->quota_rule, recalc);
 }
 
-static void usage_begin(struct quota_api *api, struct http_request *req, const char *username,
-                        bool recalc)
+/* A user name is given and valid; else a 400 is sent. */
+static bool check_user(struct quota_api *api, struct http_request *req, const char *username)
 {
     struct petrel_error err;
     if (username == NULL || *username == '\0') {
         http_reply_error(req, 400, "user is required");
-        return;
+        return false;
     }
     if (mail_user_get(api->storage->storage, username, &err) == NULL) {
         http_reply_error(req, 400, "%s", err.message);
-        return;
+        return false;
     }
+    return true;
+}
+
+static void usage_begin(struct quota_api *api, struct http_request *req, const char *username,
+                        bool recalc)
+{
+    if (!check_user(api, req, username))
+        return;
     if (api->storage->auth == NULL) {
         /* The limits are the userdb's quota_rule: nothing to answer without it. */
         http_reply_error(req, 503, "quota needs the auth service (backend_api.auth_master_addr)");
@@ -246,19 +254,12 @@ static void handle_clone_get(struct http_request *req, void *ctx)
     struct quota_api *api = ctx;
     const char *backend = http_request_query(req, "backend");
     const char *username = http_request_query(req, "user");
-    struct petrel_error err;
     if (backend == NULL || *backend == '\0') {
         http_reply_error(req, 400, "backend is required");
         return;
     }
-    if (username == NULL || *username == '\0') {
-        http_reply_error(req, 400, "user is required");
+    if (!check_user(api, req, username))
         return;
-    }
-    if (mail_user_get(api->storage->storage, username, &err) == NULL) {
-        http_reply_error(req, 400, "%s", err.message);
-        return;
-    }
     bool configured = false;
     for (size_t i = 0; api->cfg->clone_dicts[i] != NULL && !configured; i++)
         configured = strcmp(api->cfg->clone_dicts[i], backend) == 0;

@@ -98,10 +98,8 @@ static void handle_set(struct http_request *req, void *ctx)
         http_reply_error(req, 400, "unknown special-use attribute '%s'", attr);
     } else if (personal == NULL || !mail_folder_exists(sr.user, personal, sr.folder)) {
         http_reply_error(req, 404, "folder not found: %s", sr.folder);
-    } else if (!special_use_set(sr.user, sr.folder, attr, &err)) {
-        http_reply_petrel_error(req, &err);
     } else {
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+        storage_reply_done(req, special_use_set(sr.user, sr.folder, attr, &err), &err);
     }
     storage_request_end(&sr);
 }
@@ -112,10 +110,7 @@ static void handle_delete(struct http_request *req, void *ctx)
     if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
         return;
     struct petrel_error err;
-    if (!special_use_set(sr.user, sr.folder, NULL, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    storage_reply_done(req, special_use_set(sr.user, sr.folder, NULL, &err), &err);
     storage_request_end(&sr);
 }
 

@@ -88,13 +88,33 @@ json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t k
     return arr;
 }
 
-void storage_reply_names(struct http_request *req, const char *key, char *const *names,
-                         size_t count)
+void storage_handle_names(struct http_request *req, void *ctx, const char *key,
+                          storage_names_fn *list)
 {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < count; i++)
-        json_array_append_new(arr, json_string(names[i]));
-    http_reply_json(req, 200, json_pack("{s:o}", key, arr));
+    struct storage_request sr;
+    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
+        return;
+    struct petrel_error err;
+    char **names = NULL;
+    size_t count = 0;
+    if (!list(sr.user, sr.ns, &names, &count, &err)) {
+        http_reply_petrel_error(req, &err);
+    } else {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < count; i++)
+            json_array_append_new(arr, json_string(names[i]));
+        http_reply_json(req, 200, json_pack("{s:o}", key, arr));
+    }
+    mail_folder_list_free(names, count);
+    storage_request_end(&sr);
+}
+
+void storage_reply_done(struct http_request *req, bool ok, const struct petrel_error *err)
+{
+    if (ok)
+        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    else
+        http_reply_petrel_error(req, err);
 }
 
 long long storage_elapsed_ms(const struct timespec *start)

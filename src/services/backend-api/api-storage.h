@@ -42,9 +42,16 @@ void storage_request_end(struct storage_request *sr);
 struct mailbox *storage_request_open(struct http_request *req, struct storage_request *sr);
 /* Flags + keyword names as a JSON array of strings ("\\Seen", "$Junk", ...). */
 json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t keyword_count);
-/* Answers 200 {"<key>": [names...]} (a folder list, subscriptions). */
-void storage_reply_names(struct http_request *req, const char *key, char *const *names,
-                         size_t count);
+/* A list of names of the user's folders in a namespace (mail_folder_list,
+ * mail_subscriptions_list): fresh, freed with mail_folder_list_free. */
+typedef bool storage_names_fn(struct mail_user *user, const struct namespace_config *ns,
+                              char ***names, size_t *count, struct petrel_error *err);
+/* A whole handler: begins the request (no folder), answers 200
+ * {"<key>": [names...]} with what `list` gives, or its error. */
+void storage_handle_names(struct http_request *req, void *ctx, const char *key,
+                          storage_names_fn *list);
+/* Answers 200 {"status": "ok"} when `ok`, else the error in `err`. */
+void storage_reply_done(struct http_request *req, bool ok, const struct petrel_error *err);
 /* Milliseconds since `start` (CLOCK_MONOTONIC). */
 long long storage_elapsed_ms(const struct timespec *start);
 

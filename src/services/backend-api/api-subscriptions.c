@@ -20,18 +20,7 @@
 
 static void handle_list(struct http_request *req, void *ctx)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    char **names = NULL;
-    size_t count = 0;
-    if (!mail_subscriptions_list(sr.user, sr.ns, &names, &count, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        storage_reply_names(req, "subscriptions", names, count);
-    mail_folder_list_free(names, count);
-    storage_request_end(&sr);
+    storage_handle_names(req, ctx, "subscriptions", mail_subscriptions_list);
 }
 
 static void change(struct http_request *req, void *ctx, bool add)
@@ -42,10 +31,8 @@ static void change(struct http_request *req, void *ctx, bool add)
     struct petrel_error err;
     petrel_error_clear(&err);
     bool changed = false;
-    if (!mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err))
-        http_reply_petrel_error(req, &err);
-    else
-        http_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+    storage_reply_done(req, mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err),
+                       &err);
     storage_request_end(&sr);
 }
 

@@ -191,76 +191,72 @@ static bool warden_configured(struct http_request *req, void *ctx)
     return false;
 }
 
-static void handle_who(struct http_request *req, void *ctx)
+/* The request's body, once the warden is there and its filters and the
+ * optional string `key` (into *value, which keeps its default when absent)
+ * are read; NULL when answered already. The caller decrefs the body, which
+ * the strings point into. */
+static json_t *read_request(struct http_request *req, void *ctx, const char *key,
+                            const char **value, const char **service, const char **user)
 {
     if (!warden_configured(req, ctx))
-        return;
+        return NULL;
     json_t *body = http_request_json(req);
     if (body == NULL)
-        return;
-    const char *service, *user, *group_by = "user";
+        return NULL;
     struct petrel_error err;
-    if (!read_filters(req, body, &service, &user)) {
+    if (!read_filters(req, body, service, user)) {
         json_decref(body);
-        return;
+        return NULL;
     }
-    if (!json_get_string(body, "group_by", false, &group_by, &err)) {
+    if (!json_get_string(body, key, false, value, &err)) {
         http_reply_petrel_error(req, &err);
         json_decref(body);
-        return;
+        return NULL;
     }
-    bool by_user = group_by[0] == '\0' || strcmp(group_by, "user") == 0;
-    if (!by_user && strcmp(group_by, "none") != 0) {
-        http_reply_error(req, 400, "group_by must be user or none");
-        json_decref(body);
-        return;
-    }
+    return body;
+}
+
+static struct who_call *call_new(enum who_kind kind, const char *service, const char *user,
+                                 bool group_by_user, enum warden_count_by by)
+{
     struct who_call *call = xcalloc(1, sizeof(*call));
-    call->kind = WHO_LIST;
-    call->group_by_user = by_user;
+    call->kind = kind;
     call->service = xstrdup(service);
     call->user = xstrdup(user);
+    call->group_by_user = group_by_user;
+    call->by = by;
+    return call;
+}
+
+static void handle_who(struct http_request *req, void *ctx)
+{
+    const char *service, *user, *group_by = "user";
+    json_t *body = read_request(req, ctx, "group_by", &group_by, &service, &user);
+    if (body == NULL)
+        return;
+    bool by_user = group_by[0] == '\0' || strcmp(group_by, "user") == 0;
+    if (by_user || strcmp(group_by, "none") == 0)
+        start(req, ctx, call_new(WHO_LIST, service, user, by_user, WARDEN_BY_NONE));
+    else
+        http_reply_error(req, 400, "group_by must be user or none");
     json_decref(body);
-    start(req, ctx, call);
 }
 
 static void handle_count(struct http_request *req, void *ctx)
 {
-    if (!warden_configured(req, ctx))
-        return;
-    json_t *body = http_request_json(req);
+    const char *service, *user, *by = "";
+    json_t *body = read_request(req, ctx, "by", &by, &service, &user);
     if (body == NULL)
         return;
-    const char *service, *user, *by = "";
-    struct petrel_error err;
-    if (!read_filters(req, body, &service, &user)) {
-        json_decref(body);
-        return;
-    }
-    if (!json_get_string(body, "by", false, &by, &err)) {
-        http_reply_petrel_error(req, &err);
-        json_decref(body);
-        return;
-    }
-    enum warden_count_by mode;
-    if (by[0] == '\0') {
-        mode = WARDEN_BY_NONE;
-    } else if (strcmp(by, "protocol") == 0) {
-        mode = WARDEN_BY_PROTOCOL;
-    } else if (strcmp(by, "user") == 0) {
-        mode = WARDEN_BY_USER;
-    } else {
+    if (by[0] == '\0')
+        start(req, ctx, call_new(WHO_COUNT, service, user, false, WARDEN_BY_NONE));
+    else if (strcmp(by, "protocol") == 0)
+        start(req, ctx, call_new(WHO_COUNT, service, user, false, WARDEN_BY_PROTOCOL));
+    else if (strcmp(by, "user") == 0)
+        start(req, ctx, call_new(WHO_COUNT, service, user, false, WARDEN_BY_USER));
+    else
         http_reply_error(req, 400, "by must be empty, protocol or user");
-        json_decref(body);
-        return;
-    }
-    struct who_call *call = xcalloc(1, sizeof(*call));
-    call->kind = WHO_COUNT;
-    call->by = mode;
-    call->service = xstrdup(service);
-    call->user = xstrdup(user);
     json_decref(body);
-    start(req, ctx, call);
 }
 
 void backend_api_register_who(struct http_server *http, struct warden_client *warden)

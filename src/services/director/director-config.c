@@ -5,7 +5,7 @@
 #include "core/slice.h"
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
-#include "net/cidr.h"
+#include "net/listen-config.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 
@@ -130,14 +130,6 @@ static bool ip_canonical(const char *ip, char out[46])
     return inet_pton(family, ip, bin) == 1 && inet_ntop(family, bin, out, 46) != NULL;
 }
 
-static const struct ynode *item_node(const struct ynode *map, const char *key, size_t i)
-{
-    const struct ynode *list = ynode_get(map, key);
-    if (list != NULL && list->type == YNODE_SEQ && i < list->count)
-        return list->items[i];
-    return list != NULL ? list : map;
-}
-
 static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                          const char *value)
 {
@@ -150,21 +142,6 @@ static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *map, con
     snprintf(full, sizeof(full), "%s.listen", path);
     return cfg_fail(ctx, ynode_get(map, "listen"), full, "%s",
                     addr.ss.ss_family == AF_UNIX ? "must be a TCP address" : e.message);
-}
-
-static bool check_nets(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
-                       char **nets)
-{
-    for (size_t i = 0; nets != NULL && nets[i] != NULL; i++) {
-        struct petrel_error e;
-        struct cidr c;
-        if (!cidr_parse(nets[i], &c, &e)) {
-            char full[128];
-            snprintf(full, sizeof(full), "%s.allowed_nets", path);
-            return cfg_fail(ctx, item_node(map, "allowed_nets", i), full, "%s", e.message);
-        }
-    }
-    return true;
 }
 
 static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
@@ -185,8 +162,7 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
         return false;
     if (!cfg_string(ctx, node, p, "listen", &cfg->api_listen) ||
         !check_listen(ctx, node, p, cfg->api_listen) ||
-        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->api_allowed_nets, NULL) ||
-        !check_nets(ctx, node, p, cfg->api_allowed_nets) ||
+        !listen_config_read_nets(ctx, node, p, &cfg->api_allowed_nets) ||
         !cfg_string(ctx, node, p, "token_env", &cfg->token_env) ||
         !cfg_string(ctx, node, p, "token_file", &cfg->token_file) ||
         !cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000,
@@ -235,8 +211,7 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
     if (!cfg_string(ctx, node, p, "listen", &cfg->ring_listen) ||
         !check_listen(ctx, node, p, cfg->ring_listen) ||
         !cfg_string(ctx, node, p, "self", &cfg->self) ||
-        !cfg_string_list(ctx, node, p, "allowed_nets", 256, &cfg->ring_allowed_nets, NULL) ||
-        !check_nets(ctx, node, p, cfg->ring_allowed_nets) ||
+        !listen_config_read_nets(ctx, node, p, &cfg->ring_allowed_nets) ||
         !cfg_string(ctx, node, p, "secret_file", &cfg->ring_secret_file) ||
         !cfg_string(ctx, node, p, "secret_env", &cfg->ring_secret_env) ||
         !cfg_bool(ctx, node, p, "allow_unauthenticated", &cfg->ring_allow_unauthenticated) ||
@@ -295,7 +270,7 @@ static bool read_peers(const struct cfg_ctx *ctx, const struct ynode *node,
         char ip[46];
         unsigned port;
         if (!director_parse_addr(cfg->peers[i], ip, &port))
-            return cfg_fail(ctx, item_node(node, "peers", i), P ".peers",
+            return cfg_fail(ctx, cfg_list_item(node, "peers", i), P ".peers",
                             "expected <ip>:<port> or [<ip6>]:<port>, found '%s'", cfg->peers[i]);
     }
     return true;

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/backoff.h"
+#include "net/evbuffer-line.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 
@@ -211,24 +212,14 @@ static void read_cb(struct bufferevent *bev, void *ctx)
     struct director_link *link = ctx;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (link->bev == bev) {
-        size_t eol_len = 0;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (eol.pos < 0) {
-            if (evbuffer_get_length(in) > link->cfg.max_line)
+        enum evbuffer_line_result r =
+            evbuffer_line_take(in, EVBUFFER_EOL_LF, link->cfg.max_line, &link->line);
+        if (r != EVBUFFER_LINE_OK) {
+            if (r == EVBUFFER_LINE_TOO_LONG)
                 fail(link, "line too long");
             return;
         }
-        size_t len = (size_t)eol.pos;
-        if (len > link->cfg.max_line) {
-            fail(link, "line too long");
-            return;
-        }
-        buf_reset(&link->line);
-        buf_reserve(&link->line, len + 1);
-        evbuffer_remove(in, link->line.data, len);
-        evbuffer_drain(in, eol_len);
-        link->line.data[len] = '\0';
-        handle_line(link, link->line.data, len); /* may fail(): bev gone */
+        handle_line(link, link->line.data, link->line.len); /* may fail(): bev gone */
     }
 }
 

@@ -618,14 +618,8 @@ struct director_session *director_state_session_start(struct director_state *st,
     s->user = u;
     s->backend = b;
     s->proto = proto;
-    s->next = st->sessions;
-    if (st->sessions != NULL)
-        st->sessions->prev = s;
-    st->sessions = s;
-    s->user_next = u->sessions_head;
-    if (u->sessions_head != NULL)
-        u->sessions_head->user_prev = s;
-    u->sessions_head = s;
+    DLIST_PUSH_AT(st->sessions, s, prev, next);
+    DLIST_PUSH_AT(u->sessions_head, s, user_prev, user_next);
     director_users_session_added(st->users, u);
     b->sessions[proto]++;
     st->session_count++;
@@ -640,12 +634,7 @@ void director_state_session_end(struct director_state *st, struct director_sessi
     if (s->backend != NULL && s->backend->sessions[s->proto] > 0)
         s->backend->sessions[s->proto]--;
     DLIST_UNLINK(st->sessions, s);
-    if (s->user_prev != NULL)
-        s->user_prev->user_next = s->user_next;
-    else
-        u->sessions_head = s->user_next;
-    if (s->user_next != NULL)
-        s->user_next->user_prev = s->user_prev;
+    DLIST_UNLINK_AT(u->sessions_head, s, user_prev, user_next);
     free(s);
     st->session_count--;
     if (u->killing_until_ms != 0)

@@ -8,6 +8,7 @@
  * per-table seed, which such a client cannot know. */
 #include "services/director/director-users.h"
 
+#include "core/dlist.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
@@ -65,27 +66,13 @@ static void exp_unlink(struct director_users *users, struct director_user *u)
 {
     if (!u->on_expiry_list)
         return;
-    if (u->exp_prev != NULL)
-        u->exp_prev->exp_next = u->exp_next;
-    else
-        users->exp_head = u->exp_next;
-    if (u->exp_next != NULL)
-        u->exp_next->exp_prev = u->exp_prev;
-    else
-        users->exp_tail = u->exp_prev;
-    u->exp_prev = u->exp_next = NULL;
+    DLIST_REMOVE_AT(users->exp_head, users->exp_tail, u, exp_prev, exp_next);
     u->on_expiry_list = false;
 }
 
 static void exp_append(struct director_users *users, struct director_user *u)
 {
-    u->exp_prev = users->exp_tail;
-    u->exp_next = NULL;
-    if (users->exp_tail != NULL)
-        users->exp_tail->exp_next = u;
-    else
-        users->exp_head = u;
-    users->exp_tail = u;
+    DLIST_APPEND_AT(users->exp_head, users->exp_tail, u, exp_prev, exp_next);
     u->on_expiry_list = true;
 }
 

@@ -20,6 +20,7 @@
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
 #include "net/cidr.h"
+#include "net/evbuffer-line.h"
 #include "net/listener.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
@@ -667,24 +668,13 @@ static void conn_read_cb(struct bufferevent *bev, void *ctx)
             bufferevent_disable(bev, EV_READ);
             return;
         }
-        size_t eol_len = 0;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (eol.pos < 0) {
-            if (evbuffer_get_length(in) > max_line)
+        enum evbuffer_line_result r = evbuffer_line_take(in, EVBUFFER_EOL_LF, max_line, &srv->line);
+        if (r != EVBUFFER_LINE_OK) {
+            if (r == EVBUFFER_LINE_TOO_LONG)
                 close_with_error(conn, "line too long");
             return;
         }
-        size_t len = (size_t)eol.pos;
-        if (len > max_line) {
-            close_with_error(conn, "line too long");
-            return;
-        }
-        buf_reset(&srv->line);
-        buf_reserve(&srv->line, len + 1);
-        evbuffer_remove(in, srv->line.data, len);
-        evbuffer_drain(in, eol_len);
-        srv->line.data[len] = '\0';
-        handle_line(conn, srv->line.data, len); /* never frees conn (conn_kill) */
+        handle_line(conn, srv->line.data, srv->line.len); /* never frees conn (conn_kill) */
     }
 }
 

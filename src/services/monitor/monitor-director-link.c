@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/backoff.h"
+#include "net/evbuffer-line.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 
@@ -287,26 +288,19 @@ static void read_cb(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
     bool heard = false;
     for (;;) {
-        size_t eol_len = 0;
-        struct evbuffer_ptr at = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (at.pos < 0 && evbuffer_get_length(in) <= l->max_line)
+        enum evbuffer_line_result r =
+            evbuffer_line_take(in, EVBUFFER_EOL_LF, l->max_line, &l->line);
+        if (r == EVBUFFER_LINE_NONE)
             break;
-        if (at.pos < 0 || (size_t)at.pos > l->max_line) {
+        if (r == EVBUFFER_LINE_TOO_LONG) {
             char reason[96];
             snprintf(reason, sizeof(reason), "director line longer than %zu bytes", l->max_line);
             link_fail(l, reason);
             return;
         }
-        size_t len = (size_t)at.pos;
-        buf_reset(&l->line);
-        buf_reserve(&l->line, len);
-        evbuffer_remove(in, l->line.data, len);
-        l->line.len = len;
-        l->line.data[len] = '\0';
-        evbuffer_drain(in, eol_len);
         heard = true;
         bool alive = true;
-        handle_line(l, l->line.data, len, &alive);
+        handle_line(l, l->line.data, l->line.len, &alive);
         if (!alive)
             return;
     }

@@ -7,6 +7,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/xalloc.h"
+#include "net/evbuffer-line.h"
 #include "net/tls.h"
 
 #include <errno.h>
@@ -108,25 +109,17 @@ static bool process_lines(struct monitor_probe *p)
 {
     struct evbuffer *in = bufferevent_get_input(p->bev);
     for (;;) {
-        size_t eol_len = 0;
-        struct evbuffer_ptr at = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF);
-        if (at.pos < 0) {
-            if (evbuffer_get_length(in) <= p->max_line)
-                return false;
-        }
-        if (at.pos < 0 || (size_t)at.pos > p->max_line) {
+        enum evbuffer_line_result r =
+            evbuffer_line_take(in, EVBUFFER_EOL_CRLF, p->max_line, &p->line);
+        if (r == EVBUFFER_LINE_NONE)
+            return false;
+        if (r == EVBUFFER_LINE_TOO_LONG) {
             char msg[96];
             snprintf(msg, sizeof(msg), "reply line longer than %zu bytes", p->max_line);
             finish(p, fail_with(p, MONITOR_RESULT_PROTOCOL_ERROR, msg));
             return true;
         }
-        size_t len = (size_t)at.pos;
-        buf_reset(&p->line);
-        buf_reserve(&p->line, len);
-        evbuffer_remove(in, p->line.data, len);
-        p->line.len = len;
-        p->line.data[len] = '\0';
-        evbuffer_drain(in, eol_len);
+        size_t len = p->line.len;
         enum monitor_dialog_action a = monitor_dialog_line(&p->dialog, p->line.data, len, &p->out);
         note_decision(p);
         if (p->out.len > 0) {

@@ -94,6 +94,14 @@ static bool protocol_enabled(const struct monitor_config *cfg, enum monitor_prot
 
 /* ---------- backends ---------- */
 
+/* The backend after *key in address order, the first when *key is NULL;
+ * *key moves to it (valid while it stays in the map). */
+static struct backend *next_backend(const struct monitor_service *svc, const char **key)
+{
+    bool strict = *key != NULL;
+    return smap_seek(svc->backends, strict ? *key : "", strict, key);
+}
+
 static void cancel_poll(struct backend *b)
 {
     for (size_t i = 0; i < MONITOR_PROTO_COUNT; i++) {
@@ -338,12 +346,10 @@ static void remove_backend(struct monitor_service *svc, const char *ip)
 static void on_hosts_begin(void *ctx)
 {
     struct monitor_service *svc = ctx;
-    const char *key = "";
-    bool strict = false;
+    const char *key = NULL;
     struct backend *b;
-    while ((b = smap_seek(svc->backends, key, strict, &key)) != NULL) {
+    while ((b = next_backend(svc, &key)) != NULL) {
         b->seen = false;
-        strict = true;
     }
     svc->limit_logged = false;
 }
@@ -360,11 +366,9 @@ static void on_hosts_done(void *ctx)
     /* Backends the director no longer has go; pending reports go out. */
     char **gone = NULL;
     size_t gone_count = 0, gone_cap = 0;
-    const char *key = "";
-    bool strict = false;
+    const char *key = NULL;
     struct backend *b;
-    while ((b = smap_seek(svc->backends, key, strict, &key)) != NULL) {
-        strict = true;
+    while ((b = next_backend(svc, &key)) != NULL) {
         if (!b->seen) {
             gone = xgrow(gone, &gone_cap, gone_count + 1, sizeof(*gone));
             gone[gone_count++] = xstrdup(b->ip);
@@ -392,11 +396,9 @@ static void on_lost(void *ctx)
 {
     struct monitor_service *svc = ctx;
     metric_set(svc->connected, 0);
-    const char *key = "";
-    bool strict = false;
+    const char *key = NULL;
     struct backend *b;
-    while ((b = smap_seek(svc->backends, key, strict, &key)) != NULL) {
-        strict = true;
+    while ((b = next_backend(svc, &key)) != NULL) {
         b->pending_sent = false; /* unconfirmed: sent again after the next handshake */
     }
 }
@@ -407,11 +409,9 @@ static void collect_states(void *ctx)
 {
     struct monitor_service *svc = ctx;
     metric_family_reset(svc->state_family);
-    const char *key = "";
-    bool strict = false;
+    const char *key = NULL;
     struct backend *b;
-    while ((b = smap_seek(svc->backends, key, strict, &key)) != NULL) {
-        strict = true;
+    while ((b = next_backend(svc, &key)) != NULL) {
         char port[16];
         snprintf(port, sizeof(port), "%u", b->port);
         const char *values[] = {b->ip, port, b->tag != NULL ? b->tag : "",
@@ -574,11 +574,9 @@ void monitor_service_stop(struct monitor_service *svc)
     monitor_link_free(svc->link);
     svc->link = NULL;
     metric_set(svc->connected, 0);
-    const char *key = "";
-    bool strict = false;
+    const char *key = NULL;
     struct backend *b;
-    while ((b = smap_seek(svc->backends, key, strict, &key)) != NULL) {
-        strict = true;
+    while ((b = next_backend(svc, &key)) != NULL) {
         cancel_poll(b);
     }
 }

@@ -289,13 +289,8 @@ static void metrics_init(struct quota_status_service *svc, struct metrics_regist
         const char *values[] = {result_names[r]};
         svc->requests[r] = metric_series_get(req, values);
     }
-    svc->connections = metric_series_get(metrics_gauge(reg, "petrel_quota_status_connections",
-                                                       "Open connections to quota-status.", NULL),
-                                         NULL);
-    svc->connections_total =
-        metric_series_get(metrics_counter(reg, "petrel_quota_status_connections_total",
-                                          "Connections accepted by quota-status.", NULL),
-                          NULL);
+    line_server_metrics(reg, "quota_status", "quota-status", &svc->connections,
+                        &svc->connections_total);
 }
 
 struct quota_status_service *quota_status_service_start(const struct service_env *env,

@@ -83,9 +83,7 @@ bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, boo
 void warden_config_print(const struct warden_config *cfg, FILE *out)
 {
     fputs(SECTION ":\n", out);
-    yaml_put_list(out, "  ", "listen", cfg->listen);
-    yaml_put_list(out, "  ", "allowed_nets", cfg->allowed_nets);
-    fprintf(out, "  socket_mode: \"%04llo\"\n", (unsigned long long)cfg->socket_mode);
+    listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
     fprintf(out,
             "  max_connections: %lld\n  max_connections_per_ip: %lld\n"
             "  handshake_timeout: %lldms\n  max_sessions: %lld\n  max_line_length: %lld\n"

@@ -99,11 +99,7 @@ static void user_link(struct warden_registry *reg, struct wsession *s, const cha
         smap_put(reg->users, name, u);
     }
     s->user = u;
-    s->user_prev = NULL;
-    s->user_next = u->head;
-    if (u->head != NULL)
-        u->head->user_prev = s;
-    u->head = s;
+    DLIST_PUSH_AT(u->head, s, user_prev, user_next);
     u->count++;
     u->by_service[s->service]++;
 }
@@ -111,12 +107,7 @@ static void user_link(struct warden_registry *reg, struct wsession *s, const cha
 static void user_unlink(struct warden_registry *reg, struct wsession *s)
 {
     struct wuser *u = s->user;
-    if (s->user_prev != NULL)
-        s->user_prev->user_next = s->user_next;
-    else
-        u->head = s->user_next;
-    if (s->user_next != NULL)
-        s->user_next->user_prev = s->user_prev;
+    DLIST_UNLINK_AT(u->head, s, user_prev, user_next);
     u->count--;
     u->by_service[s->service]--;
     s->user = NULL;
@@ -130,23 +121,14 @@ static void user_unlink(struct warden_registry *reg, struct wsession *s)
 static void owner_link(struct warden_owner *o, struct wsession *s)
 {
     s->owner = o;
-    s->owner_prev = NULL;
-    s->owner_next = o->head;
-    if (o->head != NULL)
-        o->head->owner_prev = s;
-    o->head = s;
+    DLIST_PUSH_AT(o->head, s, owner_prev, owner_next);
     o->count++;
 }
 
 static void owner_unlink(struct wsession *s)
 {
     struct warden_owner *o = s->owner;
-    if (s->owner_prev != NULL)
-        s->owner_prev->owner_next = s->owner_next;
-    else
-        o->head = s->owner_next;
-    if (s->owner_next != NULL)
-        s->owner_next->owner_prev = s->owner_prev;
+    DLIST_UNLINK_AT(o->head, s, owner_prev, owner_next);
     o->count--;
     s->owner = NULL;
 }

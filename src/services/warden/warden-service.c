@@ -94,13 +94,7 @@ static void metrics_init(struct warden_service *svc, struct metrics_registry *re
     m->penalty[WARDEN_PENALTY_HIT] = metric_series_get(lookups, hit);
     m->penalty[WARDEN_PENALTY_MISS] = metric_series_get(lookups, miss);
     m->penalty[WARDEN_PENALTY_EXPIRED] = metric_series_get(lookups, expired);
-    m->connections = metric_series_get(
-        metrics_gauge(reg, "petrel_warden_connections", "Open connections to the warden.", NULL),
-        NULL);
-    m->connections_total =
-        metric_series_get(metrics_counter(reg, "petrel_warden_connections_total",
-                                          "Connections accepted by the warden.", NULL),
-                          NULL);
+    line_server_metrics(reg, "warden", "the warden", &m->connections, &m->connections_total);
 }
 
 static void observe(struct warden_service *svc, int verb, enum req_result r,

@@ -160,3 +160,19 @@ bool acl_store_update(const char *dir,
     close(fd); /* releases the lock */
     return ok;
 }
+
+static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *err)
+{
+    (void)err;
+    const struct acl_change *c = ctx;
+    if (c->remove)
+        acl_list_remove(list, &c->id);
+    else
+        acl_list_modify(list, &c->id, c->rights, c->mode);
+    return true;
+}
+
+bool acl_store_change(const char *dir, const struct acl_change *change, struct petrel_error *err)
+{
+    return acl_store_update(dir, apply_change, (void *)change, err);
+}

@@ -49,4 +49,17 @@ bool acl_store_update(const char *dir,
                       bool (*change)(struct acl_list *list, void *ctx, struct petrel_error *err),
                       void *ctx, struct petrel_error *err);
 
+/* One identifier's change, as SETACL/DELETEACL and the API's acl/set and
+ * acl/delete make it: its entry removed, or its rights set, added or taken
+ * away (`mode`). */
+struct acl_change {
+    struct acl_id id;
+    uint32_t rights;
+    enum acl_modify mode;
+    bool remove;
+};
+
+/* acl_store_update() with one change. */
+bool acl_store_change(const char *dir, const struct acl_change *change, struct petrel_error *err);
+
 #endif

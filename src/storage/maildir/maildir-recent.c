@@ -15,6 +15,7 @@
 #include "storage/maildir/maildir-private.h"
 
 #include "core/crc32c.h"
+#include "core/slice.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,17 +42,6 @@ static int recent_fd(struct mailbox *box, bool create)
     return box->recent_fd;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* 0: `data` is no valid record (torn or damaged). Parsed by hand: a claim
  * reads the record twice after each of a session's APPENDs, and strtoul
  * cost more than the rest of the claim's user time. */
@@ -71,7 +61,7 @@ static uint32_t parse_record(const char *data, size_t len)
         return 0;
     uint32_t crc = 0;
     for (size_t k = 11; k < RECORD_LEN - 1; k++) {
-        int h = hex_value(data[k]);
+        int h = hex_digit_value(data[k]);
         if (h < 0)
             return 0;
         crc = crc << 4 | (uint32_t)h;

@@ -238,6 +238,15 @@ static bool rfc2231_split(const char *name, size_t *base_len, long *section, boo
     return *s == '\0' && *base_len > 0;
 }
 
+/* A parameter kept under its own name: moved from `raw`. */
+static void take_as_is(struct message_param *param, struct raw_param *raw, bool *used)
+{
+    param->name = raw->name;
+    param->value = raw->value;
+    raw->name = raw->value = NULL;
+    *used = true;
+}
+
 /* Joins RFC 2231 continuations (name*0, name*1*, ...) into one parameter:
  * "name" when no piece is extended, else "name*" whose value keeps the
  * charset'language' prefix and the %-encoding as sent. */
@@ -254,11 +263,7 @@ static void params_join_continuations(struct raw_param *raw, size_t count,
         if (used[i])
             continue;
         if (!rfc2231_split(raw[i].name, &base_len, &section, &extended) || section < 0) {
-            params[n].name = raw[i].name;
-            params[n].value = raw[i].value;
-            raw[i].name = raw[i].value = NULL;
-            used[i] = true;
-            n++;
+            take_as_is(&params[n++], &raw[i], &used[i]);
             continue;
         }
         /* Gather sections 0, 1, 2... of this base name in order. */
@@ -285,11 +290,7 @@ static void params_join_continuations(struct raw_param *raw, size_t count,
         if (!used[i]) {
             /* No section 0: keep the piece under its own name. */
             buf_free(&value);
-            params[n].name = raw[i].name;
-            params[n].value = raw[i].value;
-            raw[i].name = raw[i].value = NULL;
-            used[i] = true;
-            n++;
+            take_as_is(&params[n++], &raw[i], &used[i]);
             continue;
         }
         params[n].name = xasprintf("%.*s%s", (int)base_len, raw[i].name, any_extended ? "*" : "");

@@ -14,17 +14,6 @@
 #define SECTION "quota"
 #define STATUS_SECTION "quota.quota_status"
 
-static char **strv(const char *const *items)
-{
-    size_t n = 0;
-    while (items[n] != NULL)
-        n++;
-    char **v = xcalloc(n + 1, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        v[i] = xstrdup(items[i]);
-    return v;
-}
-
 void quota_config_defaults(struct quota_config *cfg)
 {
     static const char *const none[] = {NULL};
@@ -35,7 +24,7 @@ void quota_config_defaults(struct quota_config *cfg)
     cfg->storage_percentage = 100;
     cfg->message_percentage = 100;
     cfg->storage_grace = 10u * 1024 * 1024;
-    cfg->clone_dicts = strv(none);
+    cfg->clone_dicts = cfg_strv_dup(none);
     cfg->clone_flush_delay_ms = 10000;
     cfg->warning_exec_timeout_ms = 10000;
     cfg->over_status_mask = xstrdup("");
@@ -44,8 +33,8 @@ void quota_config_defaults(struct quota_config *cfg)
     cfg->status_overquota = xstrdup("552 5.2.2 Mailbox is full");
     cfg->status_toolarge = xstrdup("");
     struct quota_status_config *s = &cfg->status;
-    s->listen = strv(none);
-    s->allowed_nets = strv(nets);
+    s->listen = cfg_strv_dup(none);
+    s->allowed_nets = cfg_strv_dup(nets);
     s->socket_mode = 0660;
     s->max_connections = 1024;
     s->max_connections_per_ip = 128;
@@ -218,37 +207,6 @@ static bool read_warnings(const struct cfg_ctx *ctx, const struct ynode *node,
     return true;
 }
 
-/* %u, %n, %d and %% only (as lmtp.username_format). */
-static bool check_username_format(const struct cfg_ctx *ctx, const struct ynode *node,
-                                  const char *fmt)
-{
-    const struct ynode *at = ynode_get(node, "username_format");
-    if (*fmt == '\0')
-        return cfg_fail(ctx, at, STATUS_SECTION ".username_format", "must not be empty");
-    for (const char *p = fmt; *p != '\0'; p++) {
-        if (*p != '%')
-            continue;
-        p++;
-        if (*p != 'u' && *p != 'n' && *p != 'd' && *p != '%')
-            return cfg_fail(ctx, at, STATUS_SECTION ".username_format",
-                            "unknown variable %%%c (use %%u, %%n, %%d or %%%%)",
-                            *p != '\0' ? *p : '?');
-    }
-    return true;
-}
-
-static bool check_delimiter(const struct cfg_ctx *ctx, const struct ynode *node, const char *d)
-{
-    for (const char *p = d; *p != '\0'; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c <= ' ' || c >= 0x7f || c == '@' || c == '"' || c == '\\')
-            return cfg_fail(ctx, ynode_get(node, "recipient_delimiter"),
-                            STATUS_SECTION ".recipient_delimiter",
-                            "printable ASCII characters other than '@', '\"' and '\\' only");
-    }
-    return true;
-}
-
 static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                         struct quota_status_config *s)
 {
@@ -285,9 +243,9 @@ static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, boo
         !cfg_string(ctx, node, p, "auth_addr", &s->auth_addr) ||
         !cfg_duration_ms(ctx, node, p, "auth_timeout", 100, 600000, &s->auth_timeout_ms) ||
         !cfg_string(ctx, node, p, "recipient_delimiter", &s->recipient_delimiter) ||
-        !check_delimiter(ctx, node, s->recipient_delimiter) ||
+        !cfg_check_recipient_delimiter(ctx, node, p, s->recipient_delimiter) ||
         !cfg_string(ctx, node, p, "username_format", &s->username_format) ||
-        !check_username_format(ctx, node, s->username_format))
+        !cfg_check_username_format(ctx, node, p, s->username_format))
         return false;
     if (required && listen_count == 0)
         return cfg_fail_key(ctx, node, "listen", STATUS_SECTION ".listen",
@@ -438,9 +396,7 @@ void quota_config_print(const struct quota_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "quota_status_toolarge", cfg->status_toolarge);
     const struct quota_status_config *s = &cfg->status;
     fputs("  quota_status:\n", out);
-    yaml_put_list(out, "    ", "listen", s->listen);
-    yaml_put_list(out, "    ", "allowed_nets", s->allowed_nets);
-    fprintf(out, "    socket_mode: \"%04llo\"\n", (unsigned long long)s->socket_mode);
+    listen_config_print(out, "    ", s->listen, s->allowed_nets, s->socket_mode);
     fprintf(out,
             "    max_connections: %lld\n    max_connections_per_ip: %lld\n"
             "    handshake_timeout: %lldms\n    idle_timeout: %lldms\n"

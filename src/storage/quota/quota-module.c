@@ -3,12 +3,12 @@
 
 #include "core/buf.h"
 #include "core/log.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 #include "storage/mail-storage-private.h"
 #include "storage/quota/quota-usage.h"
 #include "storage/quota/quota-warning.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -355,31 +355,6 @@ static bool usage_get(struct mail_user *user, struct quota_user *qu, struct quot
     return quota_usage_get(user, &qu->rules, qu->cache, out, err);
 }
 
-/* Case-insensitive `*`/`?` glob (quota_over_status_mask). */
-static bool glob_ci(const char *p, const char *s)
-{
-    const char *star = NULL;
-    const char *retry = NULL;
-    while (*s != '\0') {
-        if (*p == '*') {
-            star = ++p;
-            retry = s;
-        } else if (*p == '?' ||
-                   (*p != '\0' && tolower((unsigned char)*p) == tolower((unsigned char)*s))) {
-            p++;
-            s++;
-        } else if (star != NULL) {
-            p = star;
-            s = ++retry;
-        } else {
-            return false;
-        }
-    }
-    while (*p == '*')
-        p++;
-    return *p == '\0';
-}
-
 static long long ms_since(const struct timespec *t)
 {
     struct timespec now;
@@ -414,7 +389,7 @@ static void over_check(struct mail_user *user, struct quota_user *qu)
     bool over =
         (l.storage != 0 && u.storage >= l.storage) || (l.messages != 0 && u.messages >= l.messages);
     const char *flag = qu->over_flag != NULL ? qu->over_flag : "";
-    bool flagged = flag[0] != '\0' && glob_ci(qm->cfg->over_status_mask, flag);
+    bool flagged = flag[0] != '\0' && str_glob_match(qm->cfg->over_status_mask, flag, true);
     if (over == flagged)
         return;
     char fq[300];

@@ -1,6 +1,7 @@
 /* Quota rule parsing (see quota-rule.h for the grammar). */
 #include "storage/quota/quota-rule.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
@@ -254,35 +255,11 @@ bool quota_rules_add_list(struct quota_rules *r, char *const *fields, struct pet
     return true;
 }
 
-static bool glob(const char *p, const char *s)
-{
-    /* Iterative * backtracking: linear in practice, no recursion depth. */
-    const char *star = NULL;
-    const char *retry = NULL;
-    while (*s != '\0') {
-        if (*p == '*') {
-            star = p++;
-            retry = s;
-        } else if (*p == '?' || *p == *s) {
-            p++;
-            s++;
-        } else if (star != NULL) {
-            p = star + 1;
-            s = ++retry;
-        } else {
-            return false;
-        }
-    }
-    while (*p == '*')
-        p++;
-    return *p == '\0';
-}
-
 bool quota_mailbox_match(const char *pattern, const char *mailbox)
 {
     if (strcasecmp(mailbox, "INBOX") == 0 && strcasecmp(pattern, "INBOX") == 0)
         return true;
-    return glob(pattern, mailbox);
+    return str_glob_match(pattern, mailbox, false);
 }
 
 bool quota_rules_mailbox_ignored(const struct quota_rules *r, const char *mailbox)
