@@ -78,34 +78,9 @@ command -v valgrind >/dev/null || { echo "imap-cpu: valgrind is needed" >&2; exi
 
 work="$(mktemp -d /tmp/petrel-imap-cpu.XXXXXX)"
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  if [ -n "${CPU_KEEP:-}" ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_port() { # port pid log
-  for _ in $(seq 600); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "petreld did not start:" >&2
-  cat "$3" >&2
-  exit 1
-}
-
-stop() { # pid
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  local keep=()
-  for p in "${pids[@]}"; do [ "$p" != "$1" ] && keep+=("$p"); done
-  pids=("${keep[@]}")
-}
+WAIT_TRIES=600
+# shellcheck source=lib-daemon.sh
+. "$ROOT/bench/lib-daemon.sh"
 
 printf 'cpu1:{PLAIN}pw-1:%d:%d\n' 10001 10001 >"$work/passwd"
 printf 'cpu1\tpw-1\n' >"$work/users"

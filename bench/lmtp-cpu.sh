@@ -51,34 +51,9 @@ command -v valgrind >/dev/null || { echo "lmtp-cpu: valgrind is needed" >&2; exi
 
 work="$(mktemp -d /tmp/petrel-lmtp-cpu.XXXXXX)"
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  if [ -n "${CPU_KEEP:-}" ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-free_port() {
-  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-wait_port() { # port pid log
-  for _ in $(seq 1200); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    kill -0 "$2" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "petreld did not start:" >&2
-  cat "$3" >&2
-  exit 1
-}
-
-stop() { # pid
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  local keep=()
-  for p in "${pids[@]}"; do [ "$p" != "$1" ] && keep+=("$p"); done
-  pids=("${keep[@]}")
-}
+WAIT_TRIES=1200
+# shellcheck source=lib-daemon.sh
+. "$ROOT/bench/lib-daemon.sh"
 
 for i in $(seq 1 "$USERS"); do printf 'user%d:{PLAIN}pw:1000:1000\n' "$i"; done >"$work/passwd"
 
