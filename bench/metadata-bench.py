@@ -19,7 +19,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,13 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchproc import cpu_seconds as proc_cpu_seconds
+from benchproc import free_port, start_petreld, stop, vm_rss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Conn:
@@ -122,24 +118,11 @@ imap:
   auth_addr: "127.0.0.1:{auth}"
   workers: 1
 """)
-        cmd = [str(build / "petreld"), "-c", str(work / "petrel.yaml")]
-        if (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
-            cmd = ["taskset", "-c", "0"] + cmd
-        proc = subprocess.Popen(cmd, stderr=open(work / "stderr", "w"))
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", imap), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    sys.exit("petreld did not start: " + (work / "stderr").read_text())
-                time.sleep(0.1)
+        proc = start_petreld(build / "petreld", work / "petrel.yaml", work, imap,
+                             pin_cpu0=True)
 
         def cpu_seconds():
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return proc_cpu_seconds(proc.pid)
 
         c = Conn(imap)
         c.s.sendall(b"l LOGIN bench p\r\n")
@@ -169,16 +152,9 @@ imap:
                   f"{bad} not OK; petreld CPU {cpu * 1e6 / max(done, 1):.0f} us per command "
                   f"({done / max(cpu, 1e-9):,.0f} per CPU-second); load average "
                   f"{os.getloadavg()[0]:.1f}")
-        rss = 0
-        with open(f"/proc/{proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-        print(f"  petreld VmRSS {rss} kB")
+        print(f"  petreld VmRSS {vm_rss_kb(proc.pid)} kB")
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -19,8 +19,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,13 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchproc import cpu_seconds as proc_cpu_seconds
+from benchproc import free_port, start_petreld, stop, vm_rss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load():
@@ -85,17 +80,7 @@ quota:
   enabled: true
 """)
         env = dict(os.environ, BACKEND_API_TOKEN="")
-        proc = subprocess.Popen([str(build / "petreld"), "-c", str(work / "petrel.yaml")],
-                                stderr=open(work / "stderr", "w"), env=env)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", api), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    sys.exit("petreld did not start: " + (work / "stderr").read_text())
-                time.sleep(0.1)
+        proc = start_petreld(build / "petreld", work / "petrel.yaml", work, api, env=env)
         conn = http.client.HTTPConnection("127.0.0.1", api, timeout=60)
 
         def call(method, path, body=None):
@@ -114,9 +99,7 @@ quota:
         first, reply = call("GET", "/api/backend/quota/show?user=bench")
         print(f"quota/show, first call (no folder cached): {first * 1e3:.2f} ms ({load()})")
         def cpu_seconds():
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return proc_cpu_seconds(proc.pid)
 
         cpu0 = cpu_seconds()
         times = [call("GET", "/api/backend/quota/show?user=bench")[0] for _ in range(a.runs)]
@@ -126,14 +109,11 @@ quota:
               f"({load()})")
         print(f"  petreld CPU per call {cpu * 1e3 / a.runs:.2f} ms (the cost on a core of its own)")
         print(f"  reply: {json.dumps(reply)}")
-        with open(f"/proc/{proc.pid}/status") as f:
-            rss = [line.split()[1] for line in f if line.startswith("VmRSS:")][0]
+        rss = vm_rss_kb(proc.pid)
         print(f"  petreld VmRSS {rss} kB (auth and backend-api, {a.folders} folders cached)")
         conn.close()
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 

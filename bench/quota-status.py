@@ -21,7 +21,6 @@ Target: >= 10,000 requests/s on one pipelined connection."""
 import argparse
 import os
 import shutil
-import signal
 import smtplib
 import socket
 import subprocess
@@ -30,13 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchproc import cpu_seconds as proc_cpu_seconds
+from benchproc import free_port, start_petreld, stop, vm_rss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request(rcpt, size):
@@ -95,19 +91,8 @@ quota:
     username_format: "%n"
     max_pipelined: {max(a.window * 2, 1024)}
 """)
-        cmd = [str(build / "petreld"), "-c", str(work / "petrel.yaml")]
-        if (os.cpu_count() or 1) > 1 and shutil.which("taskset"):
-            cmd = ["taskset", "-c", "0"] + cmd
-        proc = subprocess.Popen(cmd, stderr=open(work / "stderr", "w"))
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", qs), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    sys.exit("petreld did not start: " + (work / "stderr").read_text())
-                time.sleep(0.1)
+        proc = start_petreld(build / "petreld", work / "petrel.yaml", work, qs,
+                             pin_cpu0=True)
         # Folders: INBOX plus Maildir++ subfolders made as a maildir tool would,
         # each with one message delivered over LMTP (+detail).
         for i in range(a.users):
@@ -124,9 +109,7 @@ quota:
                     c.rcpt(f"u{i}+F{f}@example.org" if f else f"u{i}@example.org")
                     c.data(b"Subject: bench\r\n\r\n" + b"x" * 2000 + b"\r\n")
         def cpu_seconds():
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return proc_cpu_seconds(proc.pid)
 
         reqs = [request(f"u{i}@example.org", 1000) for i in range(a.users)]
         cpu0 = cpu_seconds()
@@ -180,16 +163,9 @@ quota:
               f"{os.getloadavg()[0]:.1f})")
         for k, v in sorted(answers.items(), key=lambda kv: -kv[1]):
             print(f"  {v:8d}  {k.decode()}")
-        rss = 0
-        with open(f"/proc/{proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1])
-        print(f"  petreld VmRSS {rss} kB")
+        print(f"  petreld VmRSS {vm_rss_kb(proc.pid)} kB")
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 
