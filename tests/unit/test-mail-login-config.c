@@ -80,6 +80,7 @@ static void test_defaults_follow_the_section(void **state)
     mail_login_config_defaults(&cfg, &section);
     assert_string_equal(cfg.listen[0], ":1143");
     assert_null(cfg.listen[1]);
+    assert_null(cfg.login_trusted_networks[0]); /* nobody may forward an address */
     assert_null(cfg.listen_tls[0]);
     assert_null(cfg.tls_cert_file);
     assert_null(cfg.tls_key_file);
@@ -118,6 +119,7 @@ static void test_every_key_is_read_and_printed(void **state)
                        "  max_connections_per_user: 0\n"
                        "  max_connections_per_ip: 3\n"
                        "  per_ip_limit_exempt_nets: [\"10.0.0.0/8\"]\n"
+                       "  login_trusted_networks: [\"192.0.2.0/24\", \"2001:db8::/32\"]\n"
                        "  login_timeout: 2s\n"
                        "  idle_timeout: 1h30m\n"
                        "  auth_timeout: 250ms\n";
@@ -141,6 +143,9 @@ static void test_every_key_is_read_and_printed(void **state)
                                  "  max_connections_per_ip: 3\n"
                                  "  per_ip_limit_exempt_nets:\n"
                                  "    - \"10.0.0.0/8\"\n"
+                                 "  login_trusted_networks:\n"
+                                 "    - \"192.0.2.0/24\"\n"
+                                 "    - \"2001:db8::/32\"\n"
                                  "--\n"
                                  "  login_timeout: 2000ms\n"
                                  "  idle_timeout: 5400000ms\n"

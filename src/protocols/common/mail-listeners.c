@@ -48,6 +48,7 @@ struct mail_listeners {
     struct mail_listener listeners[MAIL_MAX_LISTENERS];
     size_t listener_count;
     struct cidr_list exempt;
+    struct cidr_list trusted;   /* login_trusted_networks */
     struct conn_limits *per_ip; /* thread-safe itself */
     struct mail_session_set main_set;
     /* Shared by every loop's sessions. Never held while calling out (a
@@ -68,7 +69,8 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
     ls->main_set.base = params->base;
     ls->per_user = smap_new();
     const struct mail_login_config *cfg = params->cfg;
-    if (!cidr_list_parse((const char *const *)cfg->per_ip_limit_exempt_nets, &ls->exempt, err)) {
+    if (!cidr_list_parse((const char *const *)cfg->per_ip_limit_exempt_nets, &ls->exempt, err) ||
+        !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &ls->trusted, err)) {
         mail_listeners_free(ls);
         return NULL;
     }
@@ -286,6 +288,7 @@ void mail_listeners_free(struct mail_listeners *ls)
     smap_free(ls->per_user, NULL);
     conn_limits_free(ls->per_ip);
     cidr_list_free(&ls->exempt);
+    cidr_list_free(&ls->trusted);
     pthread_mutex_destroy(&ls->lock);
     free(ls);
 }
@@ -379,6 +382,11 @@ void mail_session_set_free_sessions(struct mail_session_set *set)
         set->sessions->ops->free(set->sessions->owner);
 }
 
+bool mail_listeners_peer_trusted(const struct mail_listeners *ls, const struct sockaddr *peer)
+{
+    return peer->sa_family != AF_UNIX && cidr_list_match(&ls->trusted, peer);
+}
+
 void mail_listeners_attach(struct mail_session_set *set, struct mail_session_io *io)
 {
     struct mail_listeners *ls = set->listeners;
@@ -400,7 +408,7 @@ void mail_listeners_detach(struct mail_session_set *set, struct mail_session_io 
     DLIST_UNLINK(set->sessions, io);
     io->next = io->prev = NULL;
     set->count--;
-    release_ip_text(set->listeners, io->peer_ip);
+    release_ip_text(set->listeners, io->conn_ip);
     release_total(set->listeners);
 }
 

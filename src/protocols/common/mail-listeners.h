@@ -117,6 +117,9 @@ struct bufferevent *mail_listeners_bufferevent(struct mail_listeners *ls, struct
 void mail_listeners_release(struct mail_listeners *ls, const struct sockaddr *peer);
 /* The login timeout to apply now: `configured_ms`, or 10 s when 3/4 of
  * max_connections are open (pre-login connections make room sooner). */
+/* Whether `peer` is in login_trusted_networks (a login proxy whose
+ * forwarding of the client's address is believed). */
+bool mail_listeners_peer_trusted(const struct mail_listeners *ls, const struct sockaddr *peer);
 int64_t mail_listeners_login_timeout(const struct mail_listeners *ls, int64_t configured_ms);
 
 /* ---------- open connections ---------- */

@@ -27,6 +27,7 @@ void mail_login_config_defaults(struct mail_login_config *cfg, const struct mail
     cfg->per_ip_limit_exempt_nets = xcalloc(3, sizeof(char *));
     cfg->per_ip_limit_exempt_nets[0] = xstrdup("127.0.0.0/8");
     cfg->per_ip_limit_exempt_nets[1] = xstrdup("::1/128");
+    cfg->login_trusted_networks = xcalloc(1, sizeof(char *));
     cfg->login_timeout_ms = 60 * 1000;
     cfg->idle_timeout_ms = sec->idle_timeout_ms;
     cfg->auth_timeout_ms = 30 * 1000;
@@ -37,6 +38,7 @@ void mail_login_config_free(struct mail_login_config *cfg)
     cfg_strv_free(cfg->listen);
     cfg_strv_free(cfg->listen_tls);
     cfg_strv_free(cfg->per_ip_limit_exempt_nets);
+    cfg_strv_free(cfg->login_trusted_networks);
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->auth_addr);
@@ -103,7 +105,9 @@ bool mail_login_config_read_limits(const struct cfg_ctx *ctx, const struct ynode
            cfg_int(ctx, node, p, "max_connections_per_ip", 0, 10000000,
                    &cfg->max_connections_per_ip) &&
            listen_config_read_nets_key(ctx, node, p, "per_ip_limit_exempt_nets",
-                                       &cfg->per_ip_limit_exempt_nets);
+                                       &cfg->per_ip_limit_exempt_nets) &&
+           listen_config_read_nets_key(ctx, node, p, "login_trusted_networks",
+                                       &cfg->login_trusted_networks);
 }
 
 bool mail_login_config_read_timeouts(const struct cfg_ctx *ctx, const struct ynode *node,
@@ -161,6 +165,7 @@ void mail_login_config_print_limits(const struct mail_login_config *cfg, FILE *o
             (long long)cfg->max_connections, (long long)cfg->max_connections_per_user,
             (long long)cfg->max_connections_per_ip);
     yaml_put_list(out, "  ", "per_ip_limit_exempt_nets", cfg->per_ip_limit_exempt_nets);
+    yaml_put_list(out, "  ", "login_trusted_networks", cfg->login_trusted_networks);
 }
 
 void mail_login_config_print_timeouts(const struct mail_login_config *cfg, FILE *out)

@@ -31,6 +31,10 @@ struct mail_login_config {
     int64_t max_connections_per_user; /* 0 = no limit */
     int64_t max_connections_per_ip;   /* 0 = no limit */
     char **per_ip_limit_exempt_nets;  /* CIDRs not counted per address */
+    /* CIDRs of login proxies: their ID/XCLIENT forwarding of the client's
+     * address is believed, and they count as secure for plaintext logins
+     * (Dovecot's login_trusted_networks). Empty by default. */
+    char **login_trusted_networks;
     int64_t login_timeout_ms;         /* before authentication */
     int64_t idle_timeout_ms;          /* authenticated, between commands */
     int64_t auth_timeout_ms;          /* one call to the auth service (or the warden) */
@@ -49,8 +53,8 @@ struct mail_login_section {
 #define MAIL_LOGIN_CONFIG_KEYS                                                                     \
     "listen", "listen_tls", "tls_cert_file", "tls_key_file", "auth_addr", "warden_addr",           \
         "disable_plaintext_auth", "max_connections", "max_connections_per_user",                   \
-        "max_connections_per_ip", "per_ip_limit_exempt_nets", "login_timeout", "idle_timeout",     \
-        "auth_timeout"
+        "max_connections_per_ip", "per_ip_limit_exempt_nets", "login_trusted_networks",            \
+        "login_timeout", "idle_timeout", "auth_timeout"
 
 /* Fills `cfg` with the defaults (one plain listener `sec->listen`, the auth
  * service on 127.0.0.1:10200, no warden, plaintext refused off secure
@@ -66,8 +70,8 @@ bool mail_login_config_read_endpoints(const struct cfg_ctx *ctx, const struct yn
                                       const struct mail_login_section *sec,
                                       struct mail_login_config *cfg);
 /* Reads max_connections (1..10000000), max_connections_per_user
- * (0..100000), max_connections_per_ip (0..10000000) and
- * per_ip_limit_exempt_nets (CIDRs). */
+ * (0..100000), max_connections_per_ip (0..10000000),
+ * per_ip_limit_exempt_nets and login_trusted_networks (CIDRs). */
 bool mail_login_config_read_limits(const struct cfg_ctx *ctx, const struct ynode *node,
                                    const struct mail_login_section *sec,
                                    struct mail_login_config *cfg);

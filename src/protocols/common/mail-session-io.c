@@ -266,13 +266,28 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
     io->connected_at = (int64_t)time(NULL);
     net_addr_format_ip(peer, io->peer_ip, sizeof(io->peer_ip));
     net_addr_format(peer, io->peer, sizeof(io->peer));
+    memcpy(io->conn_ip, io->peer_ip, sizeof(io->conn_ip));
+    io->trusted = mail_listeners_peer_trusted(io->listeners, peer);
     mail_listeners_attach(set, io);
+}
+
+void mail_session_io_forward(struct mail_session_io *io, const struct mail_forward *f)
+{
+    if (!io->trusted || io->username != NULL)
+        return;
+    if (f->ip[0] != '\0') {
+        snprintf(io->peer_ip, sizeof(io->peer_ip), "%s", f->ip);
+        mail_forward_format_peer(f, io->peer, sizeof(io->peer));
+        io->forwarded = true;
+    }
+    if (f->session[0] != '\0')
+        snprintf(io->id, sizeof(io->id), "%s", f->session);
 }
 
 void mail_session_io_ack_now(struct mail_session_io *io)
 {
 #ifdef TCP_QUICKACK
-    if (strcmp(io->peer_ip, "unix") == 0) /* no ACKs to hurry */
+    if (strcmp(io->conn_ip, "unix") == 0) /* no ACKs to hurry */
         return;
     int one = 1;
     setsockopt(bufferevent_getfd(io->bev), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));

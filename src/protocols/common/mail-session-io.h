@@ -27,6 +27,7 @@
 #define PETREL_PROTOCOLS_COMMON_MAIL_SESSION_IO_H
 
 #include "core/buf.h"
+#include "protocols/common/mail-forward.h"
 #include "protocols/common/mail-listeners.h"
 #include "clients/warden/warden-client.h"
 #include "storage/mail-storage.h"
@@ -63,9 +64,12 @@ struct mail_session_io {
     struct bufferevent *bev; /* the top bufferevent (STARTTLS replaces it) */
     bool tls;                /* encrypted (implicit TLS or after STARTTLS) */
     bool closing;            /* freed once the output has drained */
-    char peer_ip[64];        /* the client's IP ("unix" for a Unix socket) */
-    char peer[80];           /* ip:port */
-    char id[24];             /* session id for logs (hex, unique in the process) */
+    char peer_ip[64];        /* the client's IP ("unix" for a Unix socket), as forwarded */
+    char peer[80];           /* ip:port, as forwarded */
+    char conn_ip[64];        /* the socket's peer (a proxy's when forwarded): limits */
+    char id[48];             /* session id for logs (hex, unique in the process, or the proxy's) */
+    bool trusted;            /* the peer is in login_trusted_networks */
+    bool forwarded;          /* peer_ip, peer (and maybe id) came from the proxy */
     int64_t connected_at;    /* Unix time of the connection */
     char *username;          /* after mail_session_io_login(): the counted user */
     /* Owned by the listener set (its connection list). */
@@ -113,6 +117,12 @@ void mail_session_io_ack_now(struct mail_session_io *io);
 void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *set,
                           struct bufferevent *bev, bool tls, const struct sockaddr *peer,
                           const struct mail_session_io_ops *ops, void *owner);
+/* Takes the client's address (and session id) a trusted login proxy
+ * forwarded (io->trusted must be true; the caller checks): logs, the auth
+ * service, the warden and `who` then see the real client. The per-address
+ * count stays on the proxy's address (io->conn_ip). Only before login: a
+ * registered session keeps the address it was registered with. */
+void mail_session_io_forward(struct mail_session_io *io, const struct mail_forward *f);
 /* Starts reading and writing. `max_single_write`: bytes written per loop
  * pass (big responses otherwise take many passes); `input_high_water`:
  * reading stops while this much input waits unparsed (0 = no limit). Both

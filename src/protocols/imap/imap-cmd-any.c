@@ -64,6 +64,32 @@ static void cmd_logout(struct imap_session *s, const struct imap_command *cmd)
 }
 
 /* RFC 2971: the client's parameters are logged (bounded), ours are sent. */
+/* A login proxy in login_trusted_networks passes the client's real address
+ * in ID before it logs in on the client's behalf (Dovecot's x-originating-*
+ * fields). From anyone else, or after login, the fields are ignored as any
+ * other ID field is: RFC 2971 makes ID informational. */
+static void take_forwarded(struct imap_session *s, const struct imap_arg *list)
+{
+    struct mail_forward f;
+    mail_forward_init(&f);
+    for (size_t i = 0; i + 1 < list->count; i += 2) {
+        const char *k = imap_arg_astring(&list->list[i]);
+        const char *v = imap_arg_nstring(&list->list[i + 1]);
+        const char *why = NULL;
+        if (!mail_forward_id_field(&f, k, v, &why)) {
+            char kq[128];
+            log_warn(IMAP_COMPONENT, "forwarded field ignored", "session=%s field=%s reason=\"%s\"",
+                     s->io.id, log_quote(kq, sizeof(kq), k != NULL ? k : ""), why);
+        }
+    }
+    char was[80];
+    snprintf(was, sizeof(was), "%s", s->io.peer);
+    mail_session_io_forward(&s->io, &f);
+    if (s->io.forwarded)
+        log_debug(IMAP_COMPONENT, "client forwarded", "session=%s proxy=%s peer=%s", s->io.id, was,
+                  s->io.peer);
+}
+
 static void cmd_id(struct imap_session *s, const struct imap_command *cmd)
 {
     if (cmd->arg_count != 1 ||
@@ -76,6 +102,8 @@ static void cmd_id(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "ID takes at most 30 field/value pairs.");
         return;
     }
+    if (list->type == IMAP_ARG_LIST && s->io.trusted && s->state == IMAP_STATE_NOT_AUTHENTICATED)
+        take_forwarded(s, list);
     if (list->type == IMAP_ARG_LIST && log_enabled(LOG_DEBUG, IMAP_COMPONENT)) {
         for (size_t i = 0; i + 1 < list->count; i += 2) {
             const char *k = imap_arg_astring(&list->list[i]);

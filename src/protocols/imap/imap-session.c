@@ -293,7 +293,8 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
     struct imap_session *s = xcalloc(1, sizeof(*s));
     s->ctx = ctx;
     mail_session_io_init(&s->io, ctx->sessions, bev, tls, peer, &session_ops, s);
-    s->secured = tls || peer_is_loopback(peer) || !ctx->cfg->login.disable_plaintext_auth;
+    s->secured =
+        tls || peer_is_loopback(peer) || s->io.trusted || !ctx->cfg->login.disable_plaintext_auth;
     /* Before login nothing needs a big literal, and the parser allocates a
      * literal when it is announced: keep strangers to small ones. */
     struct imap_parser_limits preauth = ctx->limits;

@@ -3,6 +3,7 @@
  * delivery threads are done), RSET, NOOP, QUIT, HELP, STARTTLS; VRFY and
  * EXPN are refused, HELO/EHLO/BDAT are not LMTP. */
 #include "protocols/lmtp/lmtp-private.h"
+#include "protocols/common/mail-forward.h"
 
 #include "core/log.h"
 #include "core/xalloc.h"
@@ -45,6 +46,8 @@ static void cmd_lhlo(struct lmtp_session *s, const struct lmtp_command *cmd)
     lines[n++] = size;
     if (ctx->tls != NULL && !s->tls)
         lines[n++] = "STARTTLS";
+    if (s->trusted)
+        lines[n++] = "XCLIENT ADDR PORT SESSION TTL";
     lmtp_reply_lines(s, 250, lines, n);
 }
 
@@ -387,6 +390,48 @@ static void cmd_starttls(struct lmtp_session *s)
     }
 }
 
+/* ---------- XCLIENT ---------- */
+
+/* Postfix's XCLIENT (www.postfix.org/XCLIENT_README.html), as Dovecot's LMTP
+ * proxy sends it: a login proxy in login_trusted_networks passes on the
+ * real client's address, which then goes into logs and the Received
+ * header. The reply is a new greeting and the client starts over with
+ * LHLO, as after STARTTLS. */
+static void cmd_xclient(struct lmtp_session *s, const struct lmtp_command *cmd)
+{
+    if (!s->trusted) {
+        lmtp_reply(s, "550 5.7.0 XCLIENT is allowed only from login_trusted_networks");
+        lmtp_session_error(s);
+        return;
+    }
+    if (s->has_mail) {
+        lmtp_reply(s, "503 5.5.1 XCLIENT not allowed inside a transaction");
+        lmtp_session_error(s);
+        return;
+    }
+    struct mail_forward f;
+    mail_forward_init(&f);
+    const char *why = NULL;
+    if (!mail_forward_xclient(&f, MAIL_FORWARD_XTEXT, cmd->arg.ptr, cmd->arg.len, &why)) {
+        lmtp_reply(s, "501 5.5.4 Invalid XCLIENT: %s", why);
+        lmtp_session_error(s);
+        return;
+    }
+    char was[80];
+    snprintf(was, sizeof(was), "%s", s->peer);
+    if (f.ip[0] != '\0') {
+        snprintf(s->peer_ip, sizeof(s->peer_ip), "%s", f.ip);
+        mail_forward_format_peer(&f, s->peer, sizeof(s->peer));
+    }
+    if (f.session[0] != '\0')
+        snprintf(s->id, sizeof(s->id), "%s", f.session);
+    log_debug(LMTP_COMPONENT, "client forwarded", "session=%s proxy=%s peer=%s", s->id, was,
+              s->peer);
+    free(s->helo);
+    s->helo = NULL;
+    lmtp_reply(s, "220 %s Petrel LMTP ready", ctx_of(s)->hostname);
+}
+
 void lmtp_command_run(struct lmtp_session *s, char *line, size_t len)
 {
     struct lmtp_command cmd;
@@ -440,6 +485,9 @@ void lmtp_command_run(struct lmtp_session *s, char *line, size_t len)
         break;
     case LMTP_VERB_STARTTLS:
         cmd_starttls(s);
+        break;
+    case LMTP_VERB_XCLIENT:
+        cmd_xclient(s, &cmd);
         break;
     case LMTP_VERB_UNKNOWN:
         break;

@@ -38,6 +38,7 @@ void lmtp_config_defaults(struct lmtp_config *cfg)
     cfg->delivery_queue = 1024;
     /* On disk (a tmpfs /tmp would hold the spooled bytes in memory again). */
     cfg->temp_dir = xstrdup("/var/tmp");
+    cfg->login_trusted_networks = xcalloc(1, sizeof(char *));
     cfg->folder_cache_bytes = 32 * 1024 * 1024;
     cfg->folder_cache_idle_ms = 30 * 1000;
 }
@@ -46,6 +47,7 @@ void lmtp_config_free(struct lmtp_config *cfg)
 {
     cfg_strv_free(cfg->listen);
     cfg_strv_free(cfg->allowed_nets);
+    cfg_strv_free(cfg->login_trusted_networks);
     free(cfg->tls_cert_file);
     free(cfg->tls_key_file);
     free(cfg->auth_addr);
@@ -81,6 +83,7 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "temp_dir",
                                        "folder_cache_bytes",
                                        "folder_cache_idle",
+                                       "login_trusted_networks",
                                        NULL};
     const char *p = "lmtp";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
@@ -89,6 +92,8 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
     if (!listen_config_read_addresses(ctx, node, p, LMTP_MAX_LISTEN, &cfg->listen, &listen_count) ||
         !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
         !listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) ||
+        !listen_config_read_nets_key(ctx, node, p, "login_trusted_networks",
+                                     &cfg->login_trusted_networks) ||
         !cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) ||
         !cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) ||
         !cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) ||
@@ -139,6 +144,7 @@ void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
 {
     fputs("lmtp:\n", out);
     listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
+    yaml_put_list(out, "  ", "login_trusted_networks", cfg->login_trusted_networks);
     yaml_put_kv(out, "  ", "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
     yaml_put_kv(out, "  ", "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
     yaml_put_kv(out, "  ", "auth_addr", cfg->auth_addr);

@@ -13,6 +13,9 @@ struct lmtp_config {
     char *
         *allowed_nets; /* TCP clients allowed (default loopback; empty: any); Unix sockets always */
     int64_t socket_mode; /* permissions of Unix sockets */
+    /* CIDRs of login proxies whose XCLIENT (the client's real address) is
+     * believed (Dovecot's login_trusted_networks); empty by default. */
+    char **login_trusted_networks;
     char *tls_cert_file; /* STARTTLS offered when set */
     char *tls_key_file;
     char *auth_addr;           /* the auth service (userdb lookups) */

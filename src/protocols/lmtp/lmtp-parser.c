@@ -15,7 +15,7 @@ static const struct {
     {"MAIL", LMTP_VERB_MAIL}, {"RCPT", LMTP_VERB_RCPT},         {"DATA", LMTP_VERB_DATA},
     {"BDAT", LMTP_VERB_BDAT}, {"RSET", LMTP_VERB_RSET},         {"NOOP", LMTP_VERB_NOOP},
     {"QUIT", LMTP_VERB_QUIT}, {"VRFY", LMTP_VERB_VRFY},         {"EXPN", LMTP_VERB_EXPN},
-    {"HELP", LMTP_VERB_HELP}, {"STARTTLS", LMTP_VERB_STARTTLS},
+    {"HELP", LMTP_VERB_HELP}, {"STARTTLS", LMTP_VERB_STARTTLS}, {"XCLIENT", LMTP_VERB_XCLIENT},
 };
 
 static bool fail(struct lmtp_reply_error *err, int code, const char *enhanced, const char *text)
@@ -332,6 +332,10 @@ bool lmtp_parse_command(char *line, size_t len, struct lmtp_command *cmd,
     case LMTP_VERB_STARTTLS:
         if (cmd->arg.len > 0)
             return fail(err, 501, "5.5.4", "Syntax error, no parameters allowed");
+        return true;
+    case LMTP_VERB_XCLIENT:
+        if (cmd->arg.len == 0)
+            return fail(err, 501, "5.5.4", "Syntax error, XCLIENT needs attributes");
         return true;
     case LMTP_VERB_LHLO:
     case LMTP_VERB_HELO:

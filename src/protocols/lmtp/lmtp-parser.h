@@ -51,6 +51,7 @@ enum lmtp_verb {
     LMTP_VERB_EXPN,
     LMTP_VERB_HELP,
     LMTP_VERB_STARTTLS,
+    LMTP_VERB_XCLIENT, /* Postfix's XCLIENT, from login_trusted_networks only */
 };
 
 /* A view into the parsed line. */

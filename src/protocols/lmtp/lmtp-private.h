@@ -54,7 +54,8 @@ struct lmtp_session {
     unsigned close_polls;
     char peer[80];
     char peer_ip[64];
-    char id[24];
+    char id[48];
+    bool trusted; /* in login_trusted_networks: XCLIENT is offered and believed */
     size_t errors;
     /* LHLO */
     char *helo;
@@ -96,6 +97,8 @@ struct lmtp_server_ctx {
 };
 
 const struct lmtp_server_ctx *lmtp_server_context(const struct lmtp_server *srv);
+/* Whether `peer` is in lmtp.login_trusted_networks (may use XCLIENT). */
+bool lmtp_server_peer_trusted(const struct lmtp_server *srv, const struct sockaddr *peer);
 unsigned long long lmtp_server_next_session_id(struct lmtp_server *srv);
 void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s);
 void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s);

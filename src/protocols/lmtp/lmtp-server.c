@@ -58,6 +58,7 @@ struct lmtp_server {
     struct lmtp_listener listeners[LMTP_MAX_LISTENERS];
     size_t listener_count;
     struct cidr_list allowed;
+    struct cidr_list trusted; /* login_trusted_networks */
     struct lmtp_session *sessions;
     size_t session_count;
     unsigned long long session_ids;
@@ -68,6 +69,11 @@ struct lmtp_server {
     size_t storage_count;
     struct event *folder_sweep; /* closes folders unused for folder_cache_idle */
 };
+
+bool lmtp_server_peer_trusted(const struct lmtp_server *srv, const struct sockaddr *peer)
+{
+    return peer->sa_family != AF_UNIX && cidr_list_match(&srv->trusted, peer);
+}
 
 const struct lmtp_server_ctx *lmtp_server_context(const struct lmtp_server *srv)
 {
@@ -331,7 +337,8 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
              srv->ctx.hostname[0] == '\0')
         snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "localhost");
     metrics_init(srv, env->metrics);
-    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err))
+    if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err) ||
+        !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &srv->trusted, err))
         goto fail;
     if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
         struct tls_server_options topts = {
@@ -437,5 +444,6 @@ void lmtp_server_free(struct lmtp_server *srv)
     if (srv->ctx.tls != NULL)
         SSL_CTX_free(srv->ctx.tls);
     cidr_list_free(&srv->allowed);
+    cidr_list_free(&srv->trusted);
     free(srv);
 }

@@ -165,6 +165,7 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
     net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
     net_addr_format(peer, s->peer, sizeof(s->peer));
     snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
+    s->trusted = lmtp_server_peer_trusted(srv, peer);
     lmtp_server_session_added(srv, s);
     bufferevent_setcb(bev, session_read_cb, NULL, session_event_cb, s);
     set_timeout(s);

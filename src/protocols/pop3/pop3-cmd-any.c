@@ -16,6 +16,8 @@ void pop3_capabilities(const struct pop3_session *s, struct buf *out)
             buf_append_str(out, "USER\r\nSASL PLAIN LOGIN\r\n");
         if (!s->io.tls && ctx->tls != NULL)
             buf_append_str(out, "STLS\r\n");
+        if (s->io.trusted)
+            buf_append_str(out, "XCLIENT\r\n");
     }
     buf_append_str(out, "IMPLEMENTATION Petrel\r\n");
 }

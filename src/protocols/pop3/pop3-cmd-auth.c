@@ -11,6 +11,7 @@
 #include "clients/auth/auth-sasl.h"
 
 #include <openssl/crypto.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,7 +180,37 @@ void pop3_auth_continue(struct pop3_session *s, const char *line, size_t len)
     auth_client_sasl_continue(s->auth_req, line);
 }
 
+/* Dovecot's XCLIENT for POP3 (ADDR, PORT, SESSION, TTL): a login proxy in
+ * login_trusted_networks passes on the client's real address before it
+ * logs in on the client's behalf. Anyone else is refused: believed, it
+ * would let a client choose the address its penalties and logs go to. */
+static void cmd_xclient(struct pop3_session *s, const struct pop3_command *cmd)
+{
+    if (!s->io.trusted) {
+        pop3_reply_err(s, "XCLIENT is allowed only from login_trusted_networks.");
+        return;
+    }
+    if (s->user_arg != NULL || s->auth_req != NULL) {
+        pop3_reply_err(s, "XCLIENT must come before USER or AUTH.");
+        return;
+    }
+    struct mail_forward f;
+    mail_forward_init(&f);
+    const char *why = NULL;
+    if (!mail_forward_xclient(&f, MAIL_FORWARD_RAW, cmd->rest, cmd->rest_len, &why)) {
+        pop3_reply_err(s, "Invalid XCLIENT: %s.", why);
+        return;
+    }
+    char was[80];
+    snprintf(was, sizeof(was), "%s", s->io.peer);
+    mail_session_io_forward(&s->io, &f);
+    log_debug(POP3_COMPONENT, "client forwarded", "session=%s proxy=%s peer=%s", s->io.id, was,
+              s->io.peer);
+    pop3_reply_ok(s, "Updated.");
+}
+
 const struct pop3_command_def pop3_commands_auth[] = {
+    {"XCLIENT", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_xclient},
     {"STLS", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_stls},
     {"USER", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_user},
     {"PASS", POP3_IN(POP3_STATE_AUTHORIZATION), cmd_pass},

@@ -241,7 +241,8 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     s->server = srv;
     mail_session_io_init(&s->io, mail_listeners_main_set(ctx->listeners), bev, tls, peer,
                          &session_ops, s);
-    s->secured = tls || peer_is_secure(ctx, peer) || !ctx->cfg->login.disable_plaintext_auth;
+    s->secured = tls || peer_is_secure(ctx, peer) || s->io.trusted ||
+                 !ctx->cfg->login.disable_plaintext_auth;
     s->parser = pop3_parser_new(&ctx->limits);
     s->state = POP3_STATE_AUTHORIZATION;
     metric_gauge_add(ctx->m.sessions_authorization, 1);
@@ -249,8 +250,15 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     mail_session_io_set_deadline(
         &s->io, mail_listeners_login_timeout(ctx->listeners, ctx->cfg->login.login_timeout_ms));
     mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE, input_high_water(ctx));
+    /* A login proxy learns from "[XCLIENT]" that it may forward the
+     * client's address (Dovecot's pop3-login announces it the same way, and
+     * its proxy sends XCLIENT only after seeing it). */
     static const char greeting[] = "+OK Petrel POP3 ready.\r\n";
-    pop3_send_raw(s, greeting, sizeof(greeting) - 1);
+    static const char trusted_greeting[] = "+OK [XCLIENT] Petrel POP3 ready.\r\n";
+    if (s->io.trusted)
+        pop3_send_raw(s, trusted_greeting, sizeof(trusted_greeting) - 1);
+    else
+        pop3_send_raw(s, greeting, sizeof(greeting) - 1);
 }
 
 /* ---------- STLS ---------- */
