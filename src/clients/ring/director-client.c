@@ -247,14 +247,12 @@ static void lookup_deadline(evutil_socket_t fd, short what, void *arg)
     if (a != NULL && line_client_cancel(a->link->lc, &a->base))
         attempt_free(a);
     char why[96];
-    snprintf(why, sizeof(why), "no director answered within %" PRId64 " ms",
-             lk->dc->timeout_ms);
+    snprintf(why, sizeof(why), "no director answered within %" PRId64 " ms", lk->dc->timeout_ms);
     lookup_fail(lk, why);
 }
 
 struct director_lookup *director_client_lookup(struct director_client *dc, const char *user,
-                                               const char *tag, director_lookup_fn *done,
-                                               void *arg)
+                                               const char *tag, director_lookup_fn *done, void *arg)
 {
     struct director_lookup *lk = xcalloc(1, sizeof(*lk));
     lk->dc = dc;
@@ -440,8 +438,8 @@ static bool link_message(struct link *l, const struct ring_msg *m)
             return false;
         }
         if (m->type != RING_MSG_AUTH_OK ||
-            !ring_auth_check(dc->secret, strlen(dc->secret), RING_AUTH_SERVER,
-                             l->director_nonce, l->nonce, m->auth_ok.proof)) {
+            !ring_auth_check(dc->secret, strlen(dc->secret), RING_AUTH_SERVER, l->director_nonce,
+                             l->nonce, m->auth_ok.proof)) {
             line_client_protocol_error(l->lc, "the director's proof does not match the ring "
                                               "secret");
             return false;
@@ -466,12 +464,12 @@ static bool link_message(struct link *l, const struct ring_msg *m)
         return true;
     }
     case RING_MSG_LOOKUP_FAIL: {
-        struct director_lookup_result r = {.ok = false,
-                                           .outcome = m->lookup_fail.outcome,
-                                           .retry_ms = m->lookup_fail.retry_ms,
-                                           .error = m->lookup_fail.error != NULL
-                                                        ? m->lookup_fail.error
-                                                        : ring_outcome_name(m->lookup_fail.outcome)};
+        struct director_lookup_result r = {
+            .ok = false,
+            .outcome = m->lookup_fail.outcome,
+            .retry_ms = m->lookup_fail.retry_ms,
+            .error = m->lookup_fail.error != NULL ? m->lookup_fail.error
+                                                  : ring_outcome_name(m->lookup_fail.outcome)};
         lookup_reply(l, m->lookup_fail.id, &r);
         return true;
     }
@@ -481,8 +479,7 @@ static bool link_message(struct link *l, const struct ring_msg *m)
         return true;
     case RING_MSG_USER_MOVED:
         if (up && dc->ev.user_moved != NULL)
-            dc->ev.user_moved(dc->ev_arg, m->user_moved.user, m->user_moved.ip,
-                              m->user_moved.port);
+            dc->ev.user_moved(dc->ev_arg, m->user_moved.user, m->user_moved.ip, m->user_moved.port);
         return true;
     case RING_MSG_RING_CHANGE:
         if (up && dc->ev.backend_change != NULL)
@@ -526,8 +523,8 @@ static bool link_line(void *owner, char *line, size_t len)
 
 struct director_client *director_client_new(struct event_base *base,
                                             const struct director_client_config *cfg,
-                                            const struct director_client_events *events,
-                                            void *arg, struct petrel_error *err)
+                                            const struct director_client_events *events, void *arg,
+                                            struct petrel_error *err)
 {
     size_t n = 0;
     while (cfg->addresses != NULL && cfg->addresses[n] != NULL)

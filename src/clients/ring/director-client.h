@@ -68,8 +68,8 @@ typedef void director_lookup_fn(void *arg, const struct director_lookup_result *
  * or configuration. `events` is copied; `arg` is passed to it. */
 struct director_client *director_client_new(struct event_base *base,
                                             const struct director_client_config *cfg,
-                                            const struct director_client_events *events,
-                                            void *arg, struct petrel_error *err);
+                                            const struct director_client_events *events, void *arg,
+                                            struct petrel_error *err);
 /* Fails every lookup in flight ("director client closed", from inside the
  * call) and closes the connections. NULL is ignored. */
 void director_client_free(struct director_client *dc);

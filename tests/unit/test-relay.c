@@ -1,0 +1,299 @@
+/* Unit tests for net/relay.h over real sockets (socketpairs) on a libevent
+ * loop: bytes arrive intact both ways, a side that stops reading holds the
+ * relay to its bound while the sender is held back by the kernel, an EOF
+ * flushes what was queued first, a stop sends its farewell, idleness ends
+ * it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "net/relay.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct app {
+    int fd; /* the test's end */
+    struct bufferevent *bev;
+};
+
+struct ended {
+    bool done;
+    enum net_relay_end end;
+    struct net_relay_stats stats;
+};
+
+static void on_done(void *arg, enum net_relay_end end, const struct net_relay_stats *stats)
+{
+    struct ended *e = arg;
+    assert_false(e->done);
+    e->done = true;
+    e->end = end;
+    e->stats = *stats;
+}
+
+static struct app make_side(struct event_base *base)
+{
+    int fds[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    evutil_make_socket_nonblocking(fds[1]);
+    struct app a = {.fd = fds[0]};
+    a.bev = bufferevent_socket_new(base, fds[1], BEV_OPT_CLOSE_ON_FREE);
+    return a;
+}
+
+static void turn(struct event_base *base)
+{
+    event_base_loop(base, EVLOOP_NONBLOCK);
+}
+
+static unsigned char pattern(size_t i)
+{
+    return (unsigned char)((i * 131u + (i >> 9)) & 0xff);
+}
+
+/* Writes as much of [*sent, total) as the socket takes. */
+static void write_some(int fd, size_t *sent, size_t total)
+{
+    unsigned char chunk[8192];
+    while (*sent < total) {
+        size_t n = total - *sent < sizeof(chunk) ? total - *sent : sizeof(chunk);
+        for (size_t i = 0; i < n; i++)
+            chunk[i] = pattern(*sent + i);
+        ssize_t w = write(fd, chunk, n);
+        if (w <= 0)
+            return;
+        *sent += (size_t)w;
+    }
+}
+
+/* Reads what is there, checking it against the pattern; true at EOF. */
+static bool read_some(int fd, size_t *got)
+{
+    unsigned char buf[8192];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n == 0)
+            return true;
+        if (n < 0)
+            return false;
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] != pattern(*got + (size_t)i))
+                fail_msg("byte %zu differs", *got + (size_t)i);
+        *got += (size_t)n;
+    }
+}
+
+static const struct net_relay_config config = {
+    .high_water = 64 * 1024, .idle_ms = 0, .linger_ms = 2000};
+
+static void test_bytes_both_ways(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    const size_t total = 4u << 20;
+    size_t up_sent = 0, up_got = 0, down_sent = 0, down_got = 0;
+    for (int i = 0; i < 200000 && (up_got < total || down_got < total); i++) {
+        write_some(c.fd, &up_sent, total);
+        write_some(b.fd, &down_sent, total);
+        turn(base);
+        read_some(b.fd, &up_got);
+        read_some(c.fd, &down_got);
+    }
+    assert_int_equal(up_got, total);
+    assert_int_equal(down_got, total);
+    net_relay_stop(r, NULL, 0);
+    for (int i = 0; i < 1000 && !e.done; i++)
+        turn(base);
+    assert_true(e.done);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    assert_int_equal(e.stats.to_backend, total);
+    assert_int_equal(e.stats.to_client, total);
+    close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+static void test_a_side_that_does_not_read_bounds_the_relay(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    const size_t total = 32u << 20;
+    size_t sent = 0, last = (size_t)-1;
+    int still = 0;
+    /* The backend reads nothing: the client soon cannot write any more. */
+    for (int i = 0; i < 100000 && still < 200; i++) {
+        write_some(c.fd, &sent, total);
+        turn(base);
+        still = sent == last ? still + 1 : 0;
+        last = sent;
+    }
+    assert_true(sent < total);
+    size_t held = net_relay_buffered(r);
+    /* At most the high-water mark plus one read's worth. */
+    assert_true(held <= config.high_water + 64 * 1024);
+    /* Reading resumes: everything arrives, in order. */
+    size_t got = 0;
+    for (int i = 0; i < 400000 && got < total; i++) {
+        write_some(c.fd, &sent, total);
+        turn(base);
+        read_some(b.fd, &got);
+        assert_true(net_relay_buffered(r) <= config.high_water + 64 * 1024);
+    }
+    assert_int_equal(got, total);
+    net_relay_stop(r, NULL, 0);
+    for (int i = 0; i < 1000 && !e.done; i++)
+        turn(base);
+    assert_true(e.done);
+    close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+static void test_eof_flushes_what_was_queued(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    const size_t total = 1u << 20;
+    size_t sent = 0, got = 0;
+    bool eof = false;
+    for (int i = 0; i < 200000 && !eof; i++) {
+        if (sent < total) {
+            write_some(c.fd, &sent, total);
+            if (sent == total)
+                shutdown(c.fd, SHUT_WR); /* the client is done */
+        }
+        turn(base);
+        if (i % 3 == 0) /* a slow reader */
+            eof = read_some(b.fd, &got);
+    }
+    assert_true(eof);
+    assert_int_equal(got, total);
+    for (int i = 0; i < 1000 && !e.done; i++)
+        turn(base);
+    assert_true(e.done);
+    assert_int_equal(e.end, NET_RELAY_CLIENT_CLOSED);
+    assert_int_equal(e.stats.to_backend, total);
+    /* The client's side was closed too. */
+    char x;
+    assert_int_equal(read(c.fd, &x, 1), 0);
+    close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+static void test_stop_sends_the_farewell(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    assert_int_equal(write(b.fd, "* 1 EXISTS\r\n", 12), 12);
+    for (int i = 0; i < 100; i++)
+        turn(base);
+    static const char bye[] = "* BYE Kicked by an operator.\r\n";
+    net_relay_stop(r, bye, sizeof(bye) - 1);
+    net_relay_stop(r, bye, sizeof(bye) - 1); /* a second stop does nothing */
+    assert_false(e.done);                    /* never from inside the call */
+    for (int i = 0; i < 1000 && !e.done; i++)
+        turn(base);
+    assert_true(e.done);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    char buf[128] = {0};
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)k;
+    assert_int_equal(k, 0); /* then EOF */
+    assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
+    assert_int_equal(read(b.fd, buf, 1), 0);
+    close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+static void test_a_client_that_never_reads_is_dropped_after_the_linger(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    struct net_relay_config cfg = config;
+    cfg.linger_ms = 200;
+    cfg.idle_ms = 300;
+    net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
+    size_t sent = 0, last = (size_t)-1;
+    int still = 0;
+    for (int i = 0; i < 100000 && still < 200; i++) {
+        write_some(b.fd, &sent, 32u << 20);
+        turn(base);
+        still = sent == last ? still + 1 : 0;
+        last = sent;
+    }
+    /* The backend says goodbye, but it is not being read (the client's
+     * queue is full), so nothing moves: the idle timer ends the relay and
+     * the client, still not reading, is dropped after the linger. */
+    close(b.fd);
+    for (int i = 0; i < 400 && !e.done; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+    }
+    assert_true(e.done);
+    assert_int_equal(e.end, NET_RELAY_IDLE);
+    assert_true(e.stats.to_client <= sent);
+    close(c.fd);
+    event_base_free(base);
+}
+
+static void test_idle_ends_the_relay(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct app c = make_side(base), b = make_side(base);
+    struct ended e = {0};
+    struct net_relay_config cfg = config;
+    cfg.idle_ms = 50;
+    net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
+    for (int i = 0; i < 100 && !e.done; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+    }
+    assert_true(e.done);
+    assert_int_equal(e.end, NET_RELAY_IDLE);
+    close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bytes_both_ways),
+        cmocka_unit_test(test_a_side_that_does_not_read_bounds_the_relay),
+        cmocka_unit_test(test_eof_flushes_what_was_queued),
+        cmocka_unit_test(test_stop_sends_the_farewell),
+        cmocka_unit_test(test_a_client_that_never_reads_is_dropped_after_the_linger),
+        cmocka_unit_test(test_idle_ends_the_relay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
