@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request fuzz-mail-forward)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request fuzz-mail-forward fuzz-proxy-login)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -69,6 +69,7 @@ max_len_of() {
     fuzz-quota-rule) echo 4096 ;;
     fuzz-policy-request) echo 16384 ;;
     fuzz-mail-forward) echo 2048 ;;
+    fuzz-proxy-login) echo 16384 ;;
     esac
 }
 
@@ -102,6 +103,7 @@ dict_of() {
     fuzz-quota-rule) echo "$ROOT/fuzz/dict/quota-rule.dict" ;;
     fuzz-policy-request) echo "$ROOT/fuzz/dict/policy-request.dict" ;;
     fuzz-mail-forward) echo "$ROOT/fuzz/dict/mail-forward.dict" ;;
+    fuzz-proxy-login) echo "$ROOT/fuzz/dict/proxy-login.dict" ;;
     esac
 }
 

@@ -1,0 +1,45 @@
+/* Logging in to a backend on a client's behalf, the step of a login proxy
+ * between the director's answer and the byte relay: what every protocol's
+ * backend dialogue (imap-proxy-login.h, pop3-proxy-login.h) takes and
+ * answers.
+ *
+ * A dialogue is a pure state machine: the proxy feeds it each line the
+ * backend sends and writes whatever it appends to `out`; no I/O, so it is
+ * unit-tested and fuzzed on its own. The client's real address and session
+ * id go first (IMAP ID fields, POP3 XCLIENT when the backend offers it),
+ * which the backend believes only from its login_trusted_networks; then
+ * the login, with SASL PLAIN and an initial response (no quoting of the
+ * password, one round trip). */
+#ifndef PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
+#define PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
+
+#include "protocols/common/mail-forward.h"
+
+#include <stddef.h>
+
+struct mail_proxy_login_params {
+    const char *user;           /* the login name the client used */
+    const char *password;       /* the client's password (the backend checks it again) */
+    struct mail_forward client; /* the real client: ip, port, session id, ttl */
+};
+
+enum mail_proxy_login_step {
+    MAIL_PROXY_LOGIN_CONTINUE, /* send what was appended, feed the next line */
+    MAIL_PROXY_LOGIN_OK,       /* logged in: relay from here on */
+    MAIL_PROXY_LOGIN_REJECTED, /* the backend refused the login (its reply in `text`) */
+    MAIL_PROXY_LOGIN_TEMPFAIL, /* the backend cannot now: a retry may work */
+    MAIL_PROXY_LOGIN_PROTOCOL, /* the backend broke the protocol */
+};
+
+/* What the dialogue answers with a final step. `text` points into the
+ * dialogue (valid until it is freed): the backend's reply after the tag or
+ * status (e.g. "[CAPABILITY IMAP4rev1 ...] Logged in"), or why it failed. */
+struct mail_proxy_login_result {
+    enum mail_proxy_login_step step;
+    const char *text;
+};
+
+/* The name of a step for logs: "ok", "rejected", ... */
+const char *mail_proxy_login_step_name(enum mail_proxy_login_step step);
+
+#endif

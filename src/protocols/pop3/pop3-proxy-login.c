@@ -1,0 +1,148 @@
+/* The POP3 backend dialogue of a login proxy (see pop3-proxy-login.h). */
+#include "protocols/pop3/pop3-proxy-login.h"
+
+#include "core/base64.h"
+#include "core/xalloc.h"
+
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define PROXY_LINE_MAX 8192
+
+enum state { WAIT_GREETING, WAIT_XCLIENT, WAIT_AUTH, FINISHED };
+
+struct pop3_proxy_login {
+    enum state state;
+    char *user;
+    char *password;
+    struct mail_forward client;
+    char text[PROXY_LINE_MAX + 1];
+};
+
+struct pop3_proxy_login *pop3_proxy_login_new(const struct mail_proxy_login_params *params)
+{
+    struct pop3_proxy_login *pl = xcalloc(1, sizeof(*pl));
+    pl->user = xstrdup(params->user);
+    pl->password = xstrdup(params->password);
+    pl->client = params->client;
+    return pl;
+}
+
+void pop3_proxy_login_free(struct pop3_proxy_login *pl)
+{
+    if (pl == NULL)
+        return;
+    OPENSSL_cleanse(pl->password, strlen(pl->password));
+    free(pl->password);
+    free(pl->user);
+    free(pl);
+}
+
+/* XCLIENT with what is known of the client; false when nothing is. */
+static bool send_xclient(const struct mail_forward *f, struct buf *out)
+{
+    if (f->ip[0] == '\0' && f->port == 0 && f->session[0] == '\0' && f->ttl < 0)
+        return false;
+    buf_append_str(out, "XCLIENT");
+    if (f->ip[0] != '\0')
+        buf_printf(out, " ADDR=%s", f->ip);
+    if (f->port != 0)
+        buf_printf(out, " PORT=%u", f->port);
+    if (f->session[0] != '\0')
+        buf_printf(out, " SESSION=%s", f->session);
+    if (f->ttl >= 0)
+        buf_printf(out, " TTL=%d", f->ttl);
+    buf_append_str(out, "\r\n");
+    return true;
+}
+
+static void send_auth(struct pop3_proxy_login *pl, struct buf *out)
+{
+    struct buf plain = {0};
+    buf_append_char(&plain, '\0');
+    buf_append_str(&plain, pl->user);
+    buf_append_char(&plain, '\0');
+    buf_append_str(&plain, pl->password);
+    buf_append_str(out, "AUTH PLAIN ");
+    base64_encode_append(out, plain.data, plain.len);
+    buf_append_str(out, "\r\n");
+    OPENSSL_cleanse(plain.data, plain.len);
+    buf_free(&plain);
+}
+
+/* "<status>" alone or followed by a space: the rest after it. */
+static const char *after(const char *s, const char *status)
+{
+    size_t n = strlen(status);
+    if (strncmp(s, status, n) != 0)
+        return NULL;
+    if (s[n] == '\0')
+        return s + n;
+    return s[n] == ' ' ? s + n + 1 : NULL;
+}
+
+static void finish(struct pop3_proxy_login *pl, struct mail_proxy_login_result *result,
+                   enum mail_proxy_login_step step, const char *text)
+{
+    pl->state = FINISHED;
+    result->step = step;
+    result->text = text;
+}
+
+void pop3_proxy_login_line(struct pop3_proxy_login *pl, const char *line, size_t len,
+                           struct buf *out, struct mail_proxy_login_result *result)
+{
+    result->step = MAIL_PROXY_LOGIN_CONTINUE;
+    result->text = NULL;
+    if (pl->state == FINISHED) {
+        result->step = MAIL_PROXY_LOGIN_PROTOCOL;
+        result->text = "a line after the login was decided";
+        return;
+    }
+    if (len > PROXY_LINE_MAX || memchr(line, '\0', len) != NULL) {
+        finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL,
+               len > PROXY_LINE_MAX ? "a backend line over 8 KiB" : "a NUL byte from the backend");
+        return;
+    }
+    memcpy(pl->text, line, len);
+    pl->text[len] = '\0';
+    const char *rest;
+    switch (pl->state) {
+    case WAIT_GREETING:
+        if ((rest = after(pl->text, "+OK")) != NULL) {
+            bool offered = strncmp(rest, "[XCLIENT]", 9) == 0;
+            bool sent = offered && send_xclient(&pl->client, out);
+            send_auth(pl, out); /* pipelined behind XCLIENT, as Dovecot does */
+            pl->state = sent ? WAIT_XCLIENT : WAIT_AUTH;
+        } else if ((rest = after(pl->text, "-ERR")) != NULL) {
+            finish(pl, result, MAIL_PROXY_LOGIN_TEMPFAIL, rest);
+        } else {
+            finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "not a POP3 greeting");
+        }
+        return;
+    case WAIT_XCLIENT:
+        if (after(pl->text, "+OK") != NULL)
+            pl->state = WAIT_AUTH;
+        else
+            finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend refused XCLIENT");
+        return;
+    case WAIT_AUTH:
+        if ((rest = after(pl->text, "+OK")) != NULL)
+            finish(pl, result, MAIL_PROXY_LOGIN_OK, rest);
+        else if ((rest = after(pl->text, "-ERR")) != NULL)
+            finish(pl, result,
+                   strncmp(rest, "[SYS/TEMP]", 10) == 0 ? MAIL_PROXY_LOGIN_TEMPFAIL
+                                                        : MAIL_PROXY_LOGIN_REJECTED,
+                   rest);
+        else if (pl->text[0] == '+')
+            finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend asked for more SASL data");
+        else
+            finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "an unexpected answer to AUTH");
+        return;
+    case FINISHED:
+        return;
+    }
+}
