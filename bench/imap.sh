@@ -51,7 +51,11 @@
 #                      logs in the work directory: use with BENCH_KEEP=1)
 #        BENCH_SYSCOUNT=1 (count the imap petreld's system calls by kind with
 #                      perf's tracepoints during the load run: cheap enough
-#                      that the run's rate stays comparable)
+#                      that the run's rate stays comparable; also the block
+#                      I/O it submits (bios, requests, sectors written),
+#                      page faults and context switches, and the bytes of
+#                      /proc/PID/io, per command: the kernel work behind
+#                      calls whose count did not change)
 #        BENCH_MIX="noop=1,headers=2" (replaces the command mix; names: noop
 #                      headers body seen unseen flags append expunge idle select)
 #        BENCH_NICE=-10 (root: run in a session of its own whose scheduler
@@ -192,8 +196,9 @@ imap:
   listen: ["127.0.0.1:$port"]
   auth_addr: "127.0.0.1:$auth_port"
   max_connections: $((IDLE_SESSIONS + 1000))
-  max_connections_per_ip: 0  # every client is 127.0.0.1 here
 YAML
+  # every client is 127.0.0.1 here (older trees, measured with this script, lack the key)
+  grep -q max_connections_per_ip "$PETRELD" && echo "  max_connections_per_ip: 0" >>"$work/imap.yaml"
   [ -n "$WORKERS" ] && echo "  workers: $WORKERS" >>"$work/imap.yaml"
   nice -n "$NICE" taskset -c "$SERVER_CPU" "$PETRELD" -c "$work/imap.yaml" 2>>"$work/imap.log" &
   imap_pid=$!
@@ -246,7 +251,9 @@ for sc in "${SCENARIOS[@]}"; do
       fi
       syscount_pid=""
       if [ -n "${BENCH_SYSCOUNT:-}" ]; then
-        perf stat -x, -e 'syscalls:sys_enter_*' -o "$work/syscount.txt" -p "$imap_pid" \
+        io0="$(cat "/proc/$imap_pid/io" 2>/dev/null || true)"
+        perf stat -x, -e 'syscalls:sys_enter_*' -e block:block_bio_queue -e block:block_rq_issue \
+          -e page-faults -e context-switches -o "$work/syscount.txt" -p "$imap_pid" \
           2>/dev/null &
         syscount_pid=$!
         sleep 0.5
@@ -273,7 +280,16 @@ for sc in "${SCENARIOS[@]}"; do
       if [ -n "$syscount_pid" ]; then
         kill -INT "$syscount_pid"
         wait "$syscount_pid" || true
-        awk -F, -v n="${cmds:-0}" 'n > 0 && $1 ~ /^[0-9]+$/ && $1 > 0 {
+        io1="$(cat "/proc/$imap_pid/io" 2>/dev/null || true)"
+        awk -F, -v n="${cmds:-0}" 'n > 0 && $1 ~ /^[0-9]+$/ && $1 > 0 && $3 !~ /^syscalls:/ {
+            printf "  %-24s %9.3f per command\n", $3, $1 / n }' "$work/syscount.txt"
+        # bytes through read/write calls and to/from the block layer (write_bytes:
+        # what this process dirtied in the page cache, written now or later)
+        printf '%s\n--\n%s\n' "$io0" "$io1" | awk -v n="${cmds:-0}" '
+          $0 == "--" { after = 1; next }
+          { sub(/:$/, "", $1); if (after) d[$1] += $2; else d[$1] -= $2 }
+          END { if (n > 0) for (k in d) if (k ~ /bytes|char/) printf "  io %-20s %9.1f per command\n", k, d[k] / n }' | sort
+        awk -F, -v n="${cmds:-0}" 'n > 0 && $1 ~ /^[0-9]+$/ && $1 > 0 && $3 ~ /^syscalls:/ {
             sub(/syscalls:sys_enter_/, "", $3); all += $1
             if ($1 / n >= 0.005) printf "  %-16s %7.3f per command\n", $3, $1 / n }
           END { if (n > 0) printf "  %-16s %7.3f per command\n", "all", all / n }' \

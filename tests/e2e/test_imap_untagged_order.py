@@ -444,3 +444,39 @@ def test_recent_under_racing_selects_examines_and_appends(imapd):
         for b in names[i + 1:]:
             assert not seen[a] & seen[b], (a, b, sorted(seen[a] & seen[b])[:10])
     assert sum(len(v) for v in seen.values()) > 0
+
+
+def test_recent_claims_survive_kill_9_and_outside_rewrites(imapd, tmp_path):
+    """The mark is written through a shared mapping once the file is one
+    record long: what a session was told is recent stays claimed when the
+    daemon is killed with SIGKILL right after (the store is a page-cache
+    write, as a pwrite is), and a handle that mapped the file reads it
+    afresh when something else rewrote it in another form meanwhile."""
+    m = login(imapd)
+    append(m)
+    a = Session(imapd)
+    assert recent_of(a.run("SELECT INBOX")) == 1  # creates the file: one record
+    msg = b"Subject: own\r\n\r\nx\r\n"
+    for n in (2, 3):  # own APPENDs while selected: claimed through the mapping
+        lines = a.run(b"APPEND INBOX {%d+}\r\n" % len(msg) + msg)
+        assert b"* %d EXISTS" % n in lines and recent_of(lines) == n, lines
+    mark = next((tmp_path / "mail").rglob("petrel-recent"))
+    assert mark.read_bytes().startswith(b"0000000004 "), mark.read_bytes()
+    # Rewritten from outside in the older form while `a` holds its mapping
+    # (the page now reads "4\n" and zeros): the next claim reads the file
+    # as it is, rather than taking it for damaged (every message recent).
+    mark.write_bytes(b"4\n")
+    append(m)
+    lines = a.run("NOOP")
+    assert b"* 4 EXISTS" in lines and recent_of(lines) == 4, lines
+    assert mark.read_bytes().startswith(b"0000000005 "), mark.read_bytes()
+    append(m)
+    assert recent_of(a.run("NOOP")) == 5
+    imapd.proc.kill()
+    imapd.wait()
+    imapd.start()
+    assert mark.read_bytes().startswith(b"0000000006 "), mark.read_bytes()
+    b = Session(imapd)
+    assert recent_of(b.run("SELECT INBOX")) == 0
+    assert flags_by_seq(b.run("FETCH 1:5 (FLAGS)")) == {i: [] for i in range(1, 6)}
+    b.close()

@@ -1180,8 +1180,7 @@ void maildir_mailbox_close(struct mailbox *box)
         close(box->uidlist_fd);
     if (box->stamp_fd >= 0)
         close(box->stamp_fd);
-    if (box->recent_fd >= 0)
-        close(box->recent_fd);
+    maildir_recent_release(box);
     if (box->dir_fd >= 0)
         close(box->dir_fd);
     maildir_watch_forget_box(box);

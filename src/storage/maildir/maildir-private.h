@@ -68,6 +68,12 @@ struct mailbox {
     /* petrel-recent kept open (-1: not yet, or it does not exist); it is
      * rewritten in place, never replaced, so the descriptor stays valid. */
     int recent_fd;
+    bool recent_rw; /* recent_fd was opened for writing */
+    /* The record of petrel-recent mapped shared (NULL: not mapped, see
+     * maildir-recent.c); recent_unmappable: the file was not one record
+     * long when last looked at (the next write of a record looks again). */
+    char *recent_map;
+    bool recent_unmappable;
     /* The inotify watch of the session that works through this handle (the
      * newest one made on it; NULL when none): the events of its own flag
      * renames are not reported to it (maildir_watch_expect_rename). */
@@ -151,6 +157,8 @@ bool maildir_foreach(struct mailbox *box, size_t limit,
 bool maildir_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
                           struct petrel_error *err);
 uint32_t maildir_recent_peek(struct mailbox *box);
+/* Unmaps and closes what the handle holds of petrel-recent (at close). */
+void maildir_recent_release(struct mailbox *box);
 bool maildir_index_rebuild(struct mailbox *box, struct mailbox_rebuild_stats *stats,
                            struct petrel_error *err);
 bool maildir_index_optimize(struct mailbox *box, struct petrel_error *err);
