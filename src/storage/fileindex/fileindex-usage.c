@@ -178,33 +178,83 @@ static bool tail_totals(int fd, const uint8_t *tail, uint64_t tail_off, uint64_t
     return true;
 }
 
+/* From the log's tail alone, without the base (open on `lfd`, `st` its
+ * fstat): the last transaction's TOTALS is the folder's aggregate whatever
+ * base the log extends (a fold carries the aggregate over unchanged, so
+ * even a log caught between a writer's two renames answers right). The
+ * tail's bytes are left in *data / *tail_off for the caller's fallback. */
+static bool read_tail(int lfd, const struct stat *st, uint8_t **data, uint64_t *tail_off,
+                      struct fileindex_usage *out)
+{
+    uint64_t size = (uint64_t)st->st_size;
+    if (size < FI_LOG_HDR_SIZE)
+        return false;
+    *tail_off = size > FI_LOG_HDR_SIZE + TAIL_READ ? size - TAIL_READ : 0;
+    size_t len = (size_t)(size - *tail_off);
+    *data = xmalloc(len);
+    if (fi_pread_all(lfd, *data, len, *tail_off) != (ssize_t)len) {
+        free(*data); /* cut meanwhile: judged from the start */
+        *data = NULL;
+        return false;
+    }
+    return size > FI_LOG_HDR_SIZE && tail_totals(lfd, *data, *tail_off, size, out);
+}
+
 /* One read of the aggregate; with `stamps` (two) also what the two files
- * were before they were read (fstat of the descriptors read from). `how`
- * says how it was read (USAGE_OK only). */
+ * were before they were read (fstat of the descriptors read from, or a
+ * stat of the base's path when only the log was read). `how` says how it
+ * was read (USAGE_OK only). */
 static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
                                  struct file_stamp *stamps, enum fileindex_usage_source *how,
                                  struct petrel_error *err)
 {
     enum usage_read r = USAGE_FALLBACK;
-    int lfd = -1;
+    int bfd = -1;
     uint8_t *data = NULL;
+    uint64_t tail_off = 0;
     char path[FI_MAX_DIR + 32];
-    join(path, dir, FI_BASE_FILE);
-    int bfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (bfd < 0) {
+    struct stat st;
+    struct stat bst;
+    bool base_stated = false;
+    if (stamps != NULL) {
+        /* Before the log is read: a fold after this shows as a new log. */
+        join(path, dir, FI_BASE_FILE);
+        base_stated = stat(path, &bst) == 0;
+    }
+    join(path, dir, FI_LOG_FILE);
+    int lfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (lfd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return USAGE_FALLBACK; /* fileindex_open tells what is missing */
         petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
         return USAGE_ERROR;
     }
+    if (fstat(lfd, &st) != 0)
+        goto out;
+    if (stamps != NULL)
+        stamp_of(&st, &stamps[1]);
+    struct fileindex_usage u;
+    if (read_tail(lfd, &st, &data, &tail_off, &u) && (stamps == NULL || base_stated)) {
+        if (stamps != NULL)
+            stamp_of(&bst, &stamps[0]);
+        *out = u;
+        *how = FILEINDEX_USAGE_TAIL;
+        r = USAGE_OK;
+        goto out;
+    }
+    /* The base header, then the log from its start. */
+    join(path, dir, FI_BASE_FILE);
+    bfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (bfd < 0)
+        goto out;
     uint8_t hdr[FI_BASE_HDR_SIZE];
     struct fi_base_info info;
     struct petrel_error perr;
-    struct stat st;
+    struct stat bfst;
     if (stamps != NULL) {
-        if (fstat(bfd, &st) != 0)
+        if (fstat(bfd, &bfst) != 0)
             goto out;
-        stamp_of(&st, &stamps[0]);
+        stamp_of(&bfst, &stamps[0]);
     }
     /* Only the checksummed header is used, so the size check the header
      * parser makes is given the size the header itself implies (no fstat):
@@ -216,33 +266,25 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
                               &info, &perr) ||
         info.version != FI_BASE_VERSION)
         goto out; /* damaged or older: the full open judges */
-    struct fileindex_usage u = {info.count, info.usage_bytes};
+    u.messages = info.count;
+    u.bytes = info.usage_bytes;
     bool have = (info.flags & FI_BASE_FLAG_USAGE) != 0;
-    join(path, dir, FI_LOG_FILE);
-    lfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (lfd < 0 || fstat(lfd, &st) != 0)
-        goto out;
-    if (stamps != NULL)
-        stamp_of(&st, &stamps[1]);
     uint64_t size = (uint64_t)st.st_size;
-    if (size < FI_LOG_HDR_SIZE)
+    if (size < FI_LOG_HDR_SIZE || size > MAX_LOG_READ)
         goto out;
-    /* The log's header and its last TAIL_READ bytes: one read when it is
-     * that short, else two. */
-    uint8_t lhdr[FI_LOG_HDR_SIZE];
-    uint64_t tail_off = size > FI_LOG_HDR_SIZE + TAIL_READ ? size - TAIL_READ : 0;
-    data = xmalloc((size_t)(size - tail_off));
-    if (fi_pread_all(lfd, data, (size_t)(size - tail_off), tail_off) != (ssize_t)(size - tail_off))
-        goto out; /* cut meanwhile: judged again on the next read */
-    if (tail_off == 0)
-        memcpy(lhdr, data, sizeof(lhdr));
-    else if (fi_pread_all(lfd, lhdr, sizeof(lhdr), 0) != (ssize_t)sizeof(lhdr))
-        goto out;
+    if (data == NULL || tail_off != 0) {
+        free(data);
+        data = xmalloc((size_t)size);
+        ssize_t got = fi_pread_all(lfd, data, (size_t)size, 0);
+        if (got < (ssize_t)FI_LOG_HDR_SIZE)
+            goto out;
+        size = (uint64_t)got;
+    }
     /* The header as fi_log_read_header() checks it. */
-    if (memcmp(lhdr, FI_LOG_MAGIC, 8) != 0 || fi_crc32c(0, lhdr, 44) != fi_get32(lhdr + 44) ||
-        fi_get32(lhdr + 8) != FI_LOG_VERSION || fi_get32(lhdr + 12) != FI_LOG_HDR_SIZE)
+    if (memcmp(data, FI_LOG_MAGIC, 8) != 0 || fi_crc32c(0, data, 44) != fi_get32(data + 44) ||
+        fi_get32(data + 8) != FI_LOG_VERSION || fi_get32(data + 12) != FI_LOG_HDR_SIZE)
         goto out;
-    uint64_t lineage = fi_get64(lhdr + 16);
+    uint64_t lineage = fi_get64(data + 16);
     if (lineage != info.hdr.lineage) {
         if ((info.flags & FI_BASE_FLAG_FOLDED) != 0 && lineage == info.parent_lineage) {
             r = have ? USAGE_OK : USAGE_FALLBACK; /* the log is folded into this base */
@@ -263,23 +305,6 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
         }
         goto out;
     }
-    if (tail_totals(lfd, data, tail_off, size, &u)) {
-        *out = u;
-        *how = FILEINDEX_USAGE_TAIL;
-        r = USAGE_OK;
-        goto out;
-    }
-    /* Not verified from the tail: the whole log, from its start. */
-    if (size > MAX_LOG_READ)
-        goto out;
-    if (tail_off != 0) {
-        free(data);
-        data = xmalloc((size_t)size);
-        ssize_t got = fi_pread_all(lfd, data, (size_t)size, 0);
-        if (got < (ssize_t)FI_LOG_HDR_SIZE || memcmp(data, lhdr, sizeof(lhdr)) != 0)
-            goto out;
-        size = (uint64_t)got;
-    }
     size_t end = 0;
     if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)size - FI_LOG_HDR_SIZE, FI_LOG_HDR_SIZE, &u, &have,
                  &end) &&
@@ -297,9 +322,9 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
     }
 out:
     free(data);
-    if (lfd >= 0)
-        close(lfd);
-    close(bfd);
+    close(lfd);
+    if (bfd >= 0)
+        close(bfd);
     return r;
 }
 
@@ -425,6 +450,7 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
     struct stat st;
     struct file_stamp stamp;
     bool ok = false;
+    uint8_t small[4096]; /* a delivery or two since the last check */
     uint8_t *data = NULL;
     if (fstat(fd, &st) != 0)
         goto out;
@@ -432,7 +458,7 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
     if (stamp.ino != e->stamps[1].ino || stamp.size <= e->stamps[1].size)
         goto out;
     size_t len = (size_t)(stamp.size - e->stamps[1].size);
-    data = xmalloc(len);
+    data = len <= sizeof(small) ? small : xmalloc(len);
     if (fi_pread_all(fd, data, len, e->stamps[1].size) != (ssize_t)len)
         goto out;
     struct fileindex_usage u = e->usage;
@@ -447,7 +473,8 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
         e->usage = u;
     }
 out:
-    free(data);
+    if (data != small)
+        free(data);
     close(fd);
     return ok;
 }
