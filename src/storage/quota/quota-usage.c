@@ -71,8 +71,9 @@ static bool list_folders(struct mail_user *user, const struct namespace_config *
     if (stated) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
-        l->kept = now.tv_sec - st.st_mtim.tv_sec >= QUOTA_FOLDER_LIST_SETTLE &&
-                  now.tv_sec - st.st_ctim.tv_sec >= QUOTA_FOLDER_LIST_SETTLE;
+        /* An entry change sets the modification time to the present: one
+         * after the listing cannot then leave it as it was. */
+        l->kept = now.tv_sec - st.st_mtim.tv_sec >= QUOTA_FOLDER_LIST_SETTLE;
         l->root = st;
     }
     return true;

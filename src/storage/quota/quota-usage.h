@@ -26,7 +26,7 @@ void quota_usage_cache_free(struct fileindex_usage_cache *cache);
  * not the one listed (device, inode, modification and change times, by
  * stat), since creating, deleting or renaming a folder changes the root's
  * entries and so its times, and a delivery does not (it writes below
- * tmp/, new/ and cur/ and appends to files in the root). A root changed
+ * tmp/, new/ and cur/ and appends to files in the root). A root modified
  * less than QUOTA_FOLDER_LIST_SETTLE seconds before it was listed is not
  * kept: a later change within the same timestamp would not show. One
  * user, one thread. */
