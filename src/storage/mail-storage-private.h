@@ -205,6 +205,12 @@ struct mail_user {
     struct mail_user_rights *rights;
     size_t rights_next; /* the slot to reuse next (round robin) */
     uint64_t rights_gen;
+    /* Each namespace's root for this user (index as storage->cfg's
+     * namespaces; NULL: expanded on each call, which reports the error),
+     * worked out once: mail_user_namespace_root runs for every folder of
+     * every quota check. */
+    char **ns_roots;
+    size_t ns_root_count;
 };
 
 #define MAIL_USER_RIGHTS_CACHED 32

@@ -118,8 +118,21 @@ static void user_groups_free(struct mail_user *u)
     u->group_count = 0;
 }
 
+/* The namespace's root for the user: its location's template expanded. */
+static bool namespace_root_expand(const struct mail_user *user, const struct namespace_config *ns,
+                                  struct buf *out, struct petrel_error *err)
+{
+    /* location is "<scheme>:<template>" */
+    const char *colon = strchr(ns->location, ':');
+    const char *template = colon != NULL ? colon + 1 : ns->location;
+    return mail_template_expand(template, user->name, user->home, out, err);
+}
+
 static void user_free(struct mail_user *u)
 {
+    for (size_t i = 0; i < u->ns_root_count; i++)
+        free(u->ns_roots[i]);
+    free(u->ns_roots);
     quota_user_free(u->quota);
     user_groups_free(u);
     for (size_t i = 0; u->rights != NULL && i < MAIL_USER_RIGHTS_CACHED; i++)
@@ -182,6 +195,14 @@ static struct mail_user *user_get(struct mail_storage *storage, const char *user
     u->name = xstrdup(username);
     u->home = buf_steal(&home);
     u->session = session;
+    u->ns_root_count = storage->cfg.namespace_count;
+    u->ns_roots = xcalloc(u->ns_root_count + 1, sizeof(*u->ns_roots));
+    for (size_t i = 0; i < u->ns_root_count; i++) {
+        struct buf root = {0};
+        if (namespace_root_expand(u, &storage->cfg.namespaces[i], &root, NULL))
+            u->ns_roots[i] = buf_steal(&root);
+        buf_free(&root);
+    }
     storage->users =
         xgrow(storage->users, &storage->user_cap, storage->user_count + 1, sizeof(*storage->users));
     storage->users[storage->user_count++] = u;
@@ -261,10 +282,13 @@ const char *mail_user_home(const struct mail_user *user)
 bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
                               struct buf *out, struct petrel_error *err)
 {
-    /* location is "<scheme>:<template>" */
-    const char *colon = strchr(ns->location, ':');
-    const char *template = colon != NULL ? colon + 1 : ns->location;
-    return mail_template_expand(template, user->name, user->home, out, err);
+    for (size_t i = 0; i < user->ns_root_count && i < user->storage->cfg.namespace_count; i++) {
+        if (ns == &user->storage->cfg.namespaces[i] && user->ns_roots[i] != NULL) {
+            buf_append_str(out, user->ns_roots[i]);
+            return true;
+        }
+    }
+    return namespace_root_expand(user, ns, out, err);
 }
 
 const struct namespace_config *mail_user_namespace(const struct mail_user *user, const char *slug,

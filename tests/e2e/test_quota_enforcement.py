@@ -14,6 +14,7 @@ next APPEND fits; a transient error reading usage lets the save through
 resource."""
 
 import imaplib
+import os
 import re
 import signal
 import smtplib
@@ -406,3 +407,30 @@ def test_usage_after_kill_9_during_appends(qd):
             break
     assert 100 * 1024 - 3000 < on_disk(d, "erin") <= 100 * 1024
     r.close()
+
+
+def test_kept_folder_list_sees_folders_made_and_removed_by_other_sessions(petreld, tmp_path):
+    """An LMTP delivery thread keeps the user's folder list between checks
+    while the Maildir root is unchanged (docs/quota.md, Cost): a folder that
+    another session creates and fills afterwards still counts at the next
+    delivery, and one it deletes stops counting, at once. (One delivery
+    thread, so that every delivery checks with the same kept list.)"""
+    cfg = config(tmp_path)
+    cfg["lmtp"]["delivery_threads"] = 1
+    d = petreld(cfg)
+    root = d.workdir / "mail" / "carol" / "Maildir"
+    assert lmtp(d, "carol@example.org", message(1, 1000))[0] == 250
+    # An old root, as any mailbox's but in the seconds after it was made:
+    # the next delivery lists it and keeps the list.
+    os.utime(root, (1_000_000_000, 1_000_000_000))
+    assert lmtp(d, "carol@example.org", message(2, 1000))[0] == 250
+    m = login(d, "carol")
+    assert m.create("Big")[0] == "OK"
+    assert append(m, "Big", message(3, 15000))[0] == "OK"
+    # carol: 20K; 2,000 + 15,000 used: 4,000 more does not fit even with
+    # the 1,000 of grace (a list without Big would let it through)
+    code, text = lmtp(d, "carol@example.org", message(4, 4000))
+    assert code == 452, text
+    assert m.delete("Big")[0] == "OK"
+    m.logout()
+    assert lmtp(d, "carol@example.org", message(5, 4000))[0] == 250

@@ -108,16 +108,28 @@ static struct fileindex_usage summed(const struct fileindex *fi)
     return u;
 }
 
-static struct fileindex_usage read_usage(const char *dir, bool expect_scan)
+static struct fileindex_usage read_usage_how(const char *dir, enum fileindex_usage_source *how)
 {
     struct fileindex_usage u = {~0ull, ~0ull};
-    bool scanned = !expect_scan;
     struct petrel_error err = {0};
-    if (!fileindex_read_usage(dir, &SET, &u, &scanned, &err))
+    if (!fileindex_read_usage(dir, &SET, &u, how, &err))
         fail_msg("read_usage: %s", err.message);
+    return u;
+}
+
+static struct fileindex_usage read_usage(const char *dir, bool expect_scan)
+{
+    enum fileindex_usage_source how;
+    struct fileindex_usage u = read_usage_how(dir, &how);
+    bool scanned = how == FILEINDEX_USAGE_RECORDS;
     if (scanned != expect_scan)
         fail_msg("read_usage %s the records", scanned ? "scanned" : "did not scan");
     return u;
+}
+
+static const char *source_name(enum fileindex_usage_source how)
+{
+    return how == FILEINDEX_USAGE_TAIL ? "tail" : how == FILEINDEX_USAGE_LOG ? "log" : "records";
 }
 
 static void assert_usage(struct fileindex_usage u, uint64_t messages, uint64_t bytes)
@@ -229,7 +241,16 @@ static void test_torn_log_every_byte(void **state)
         uint64_t em = 0, eb = 0; /* the state after the last complete transaction */
         for (size_t i = 0; i < n && ends[i] <= cut; i++)
             em = after[i].messages, eb = after[i].bytes;
-        struct fileindex_usage quick = read_usage(fx->dir, false);
+        /* A cut between transactions leaves a log that ends with a
+         * complete one: read from its tail. Any other cut is a torn
+         * tail: the tail does not verify and the log is read whole. */
+        bool clean = cut == FI_LOG_HDR_SIZE;
+        for (size_t i = 0; i < n; i++)
+            clean = clean || cut == ends[i];
+        enum fileindex_usage_source how;
+        struct fileindex_usage quick = read_usage_how(fx->dir, &how);
+        if (how != (clean ? FILEINDEX_USAGE_TAIL : FILEINDEX_USAGE_LOG))
+            fail_msg("cut at %zu: read from the %s", cut, source_name(how));
         fi = open_ok(fx->dir);
         struct fileindex_usage kept;
         fileindex_get_usage(fi, &kept);
@@ -481,6 +502,184 @@ static void test_cache_follows_growth(void **state)
     fileindex_usage_cache_free(c);
 }
 
+/* Appends to the log a transaction as an older writer wrote it: one APPEND
+ * of `size` bytes (uid next_uid), then a USAGE operation with the aggregate
+ * `after` when `with_usage` (the previous version), none at all before
+ * that, then HEADER; no TOTALS trailer. */
+static void append_old_txn(const struct fx *fx, const struct fileindex_header *h, uint64_t size,
+                           bool with_usage, struct fileindex_usage after)
+{
+    static const char name[] = "old.host,S=1";
+    uint8_t txn[256];
+    size_t n = FI_TXN_HDR_SIZE;
+    txn[n++] = FI_OP_APPEND;
+    fi_put32(txn + n, h->next_uid);
+    fi_put32(txn + n + 4, 0);
+    fi_put32(txn + n + 8, 0);
+    fi_put64(txn + n + 12, h->highest_modseq + 1);
+    fi_put64(txn + n + 20, size);
+    fi_put64(txn + n + 28, size);
+    fi_put64(txn + n + 36, 1700000000);
+    fi_put16(txn + n + 44, (uint16_t)(sizeof(name) - 1));
+    memcpy(txn + n + 46, name, sizeof(name) - 1);
+    n += FI_OP_APPEND_FIXED + sizeof(name) - 1;
+    if (with_usage) {
+        txn[n++] = FI_OP_USAGE;
+        fi_put32(txn + n, (uint32_t)after.messages);
+        fi_put64(txn + n + 4, after.bytes);
+        n += FI_OP_USAGE_SIZE;
+    }
+    txn[n++] = FI_OP_HEADER;
+    fi_put32(txn + n, h->next_uid + 1);
+    fi_put64(txn + n + 4, h->highest_modseq + 1);
+    fi_put64(txn + n + 12, h->cache_reset_id);
+    n += FI_OP_HEADER_SIZE;
+    uint64_t off = (uint64_t)file_size_of(fx, FI_LOG_FILE);
+    fi_put32(txn, (uint32_t)n);
+    fi_put64(txn + 8, off);
+    fi_put32(txn + 4, fi_crc32c(0, txn + 8, n - 8));
+    char *log = path_in(fx, FI_LOG_FILE);
+    int fd = open(log, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, txn, n, (off_t)off), (ssize_t)n);
+    close(fd);
+    free(log);
+}
+
+/* Overwrites `len` bytes of the log at `off` with `bytes`. */
+static void patch_log(const struct fx *fx, uint64_t off, const void *bytes, size_t len)
+{
+    char *log = path_in(fx, FI_LOG_FILE);
+    int fd = open(log, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, bytes, len, (off_t)off), (ssize_t)len);
+    close(fd);
+    free(log);
+}
+
+static void expect_read(const struct fx *fx, struct fileindex *fi, enum fileindex_usage_source want,
+                        const char *what)
+{
+    enum fileindex_usage_source how;
+    struct fileindex_usage quick = read_usage_how(fx->dir, &how);
+    struct petrel_error err = {0};
+    assert_true(fileindex_refresh(fi, &err));
+    struct fileindex_usage sum = summed(fi);
+    if (how != want || quick.messages != sum.messages || quick.bytes != sum.bytes)
+        fail_msg("%s: read from the %s (want the %s): %llu/%llu, records %llu/%llu", what,
+                 source_name(how), source_name(want), (unsigned long long)quick.messages,
+                 (unsigned long long)quick.bytes, (unsigned long long)sum.messages,
+                 (unsigned long long)sum.bytes);
+}
+
+/* The O(1) read: the aggregate comes from the log's last transaction
+ * (TOTALS trailer and the transaction's header), whatever the log holds
+ * before it and however long the last transaction is; a tail that does not
+ * verify (torn, damaged seal, an older writer's transaction with or
+ * without USAGE) falls back to the whole log or the records, never a wrong
+ * answer; the next write of this version makes the tail readable again. */
+static void test_tail_read(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "empty log");
+    /* deliveries: one transaction each */
+    for (int i = 0; i < 300; i++) {
+        struct fileindex_txn *t = begin_ok(fi);
+        append(t, 100 + (uint64_t)i);
+        commit_ok(t);
+    }
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "300 deliveries");
+    /* a flag change last: it carries the aggregate too */
+    struct fileindex_txn *t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, fileindex_record_at(fi, 5)->uid, 1, 0));
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "flag change last");
+    /* the middle of the log is not read: damage there (which a full open
+     * would refuse) changes nothing for the tail reader */
+    uint64_t log_len = (uint64_t)file_size_of(fx, FI_LOG_FILE);
+    struct fileindex_usage before = summed(fi);
+    fileindex_close(fi);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t full_len;
+    char *full = read_all(log, &full_len);
+    static const uint8_t junk[64] = {0xff};
+    patch_log(fx, log_len / 2, junk, sizeof(junk));
+    enum fileindex_usage_source how;
+    struct fileindex_usage u = read_usage_how(fx->dir, &how);
+    assert_int_equal(how, FILEINDEX_USAGE_TAIL);
+    assert_usage(u, before.messages, before.bytes);
+    write_all(log, full, full_len);
+    /* a broken seal, or a length that points elsewhere: the whole log */
+    uint8_t b;
+    uint64_t seal_at = full_len - FI_TXN_TRAILER_SIZE + 17;
+    b = (uint8_t)(full[seal_at] ^ 1);
+    patch_log(fx, seal_at, &b, 1);
+    u = read_usage_how(fx->dir, &how);
+    assert_int_equal(how, FILEINDEX_USAGE_LOG);
+    assert_usage(u, before.messages, before.bytes);
+    write_all(log, full, full_len);
+    uint64_t len_at = full_len - FI_TXN_TRAILER_SIZE + 13;
+    b = (uint8_t)(full[len_at] + 1);
+    patch_log(fx, len_at, &b, 1);
+    u = read_usage_how(fx->dir, &how);
+    assert_int_equal(how, FILEINDEX_USAGE_LOG);
+    assert_usage(u, before.messages, before.bytes);
+    write_all(log, full, full_len);
+    fi = open_ok(fx->dir);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "restored");
+
+    /* a last transaction longer than the reader's tail read (its header
+     * read on its own) */
+    t = begin_ok(fi);
+    for (int i = 0; i < 500; i++)
+        append(t, 7);
+    commit_ok(t);
+    assert_true(file_size_of(fx, FI_LOG_FILE) - (off_t)full_len > 8 * 1024);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "a long last transaction");
+
+    /* Old-format logs. The previous version's transaction (USAGE, no
+     * TOTALS) last: the log is read whole, right. */
+    struct fileindex_usage now = summed(fi);
+    struct fileindex_usage after = {now.messages + 1, now.bytes + 4000};
+    append_old_txn(fx, fileindex_get_header(fi), 4000, true, after);
+    expect_read(fx, fi, FILEINDEX_USAGE_LOG, "previous version's transaction last");
+    /* this version writes next: the tail again */
+    t = begin_ok(fi);
+    append(t, 1);
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "written after the previous version");
+    /* a writer from before the aggregate (no USAGE at all): the records */
+    now = summed(fi);
+    append_old_txn(fx, fileindex_get_header(fi), 9000, false, now);
+    expect_read(fx, fi, FILEINDEX_USAGE_RECORDS, "pre-aggregate transaction last");
+    t = begin_ok(fi);
+    assert_true(fileindex_txn_expunge(t, fileindex_record_at(fi, 0)->uid));
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "written after a pre-aggregate writer");
+
+    /* torn at every byte of the last transaction: the whole log (or, at
+     * the boundary, the tail of the one before), always the records' sum */
+    t = begin_ok(fi);
+    append(t, 12345);
+    append(t, 6789);
+    commit_ok(t);
+    fileindex_close(fi);
+    free(full);
+    full = read_all(log, &full_len);
+    size_t last = full_len - fi_get32((const uint8_t *)full + full_len - FI_TXN_TRAILER_SIZE + 13);
+    for (size_t cut = last; cut <= full_len; cut++) {
+        write_all(log, full, cut);
+        fi = open_ok(fx->dir);
+        expect_read(fx, fi,
+                    cut == last || cut == full_len ? FILEINDEX_USAGE_TAIL : FILEINDEX_USAGE_LOG,
+                    "torn last transaction");
+        fileindex_close(fi);
+    }
+    free(full);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -489,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rebuild_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_never_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_growth, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tail_read, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

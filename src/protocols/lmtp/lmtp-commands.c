@@ -135,7 +135,7 @@ static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
         }
         lmtp_reply(s, "250 2.1.5 <%s> Recipient OK", s->pending.address);
         rcpt_add(s, &s->pending, reply->user, SIZE_MAX);
-        if (reply->userdb != NULL)
+        if (reply->userdb != NULL && ctx_of(s)->quota_rules)
             s->rcpts[s->rcpt_count - 1].quota_rule = strv_dup(reply->userdb->quota_rule);
         count_rcpt(s, "accepted");
         break;
@@ -263,14 +263,16 @@ static struct lmtp_delivery *delivery_new(struct lmtp_session *s)
     }
     /* Duplicates are delivered once: only first occurrences go. */
     d->rcpts = xcalloc(s->rcpt_count, sizeof(*d->rcpts));
+    d->quota_rules = ctx->quota_rules;
     for (size_t i = 0; i < s->rcpt_count; i++) {
-        const struct lmtp_rcpt *r = &s->rcpts[i];
+        struct lmtp_rcpt *r = &s->rcpts[i];
         if (r->dup_of != SIZE_MAX)
             continue;
         struct lmtp_delivery_rcpt *dr = &d->rcpts[d->rcpt_count++];
         dr->address = xstrdup(r->name.address);
         dr->username = xstrdup(r->username);
-        dr->quota_rule = strv_dup(r->quota_rule);
+        dr->quota_rule = r->quota_rule; /* the transaction ends with the delivery */
+        r->quota_rule = NULL;
         dr->detail = r->name.detail != NULL ? xstrdup(r->name.detail) : NULL;
     }
     return d;

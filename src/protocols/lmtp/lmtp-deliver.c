@@ -66,7 +66,7 @@ static void deliver_one(struct mail_storage *storage, struct lmtp_folder_cache *
     petrel_error_clear(&r->err);
     /* Delivered as the recipient's own session: their ACLs apply. */
     struct mail_user *user = mail_user_get_session(storage, r->username, NULL, &r->err);
-    if (user != NULL)
+    if (user != NULL && d->quota_rules)
         quota_user_set(user, r->quota_rule); /* this delivery's userdb answer */
     struct mailbox *box = user != NULL ? open_target(folders, user, r->detail, &r->err) : NULL;
     if (box != NULL) {

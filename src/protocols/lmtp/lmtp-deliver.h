@@ -50,6 +50,7 @@ struct lmtp_delivery {
     char *date;          /* RFC 5322 date for the Received header */
     struct lmtp_delivery_rcpt *rcpts;
     size_t rcpt_count;
+    bool quota_rules; /* the recipients' quota_rule are set (the storage enforces a quota) */
 };
 
 /* Delivers to every recipient, filling in their results, through the

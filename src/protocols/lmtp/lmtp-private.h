@@ -93,6 +93,9 @@ struct lmtp_server_ctx {
     struct auth_client *auth;
     SSL_CTX *tls;
     char hostname[256];
+    /* The storage enforces a quota: recipients' quota_rule fields are kept
+     * for their delivery (copied for nothing otherwise). */
+    bool quota_rules;
     struct lmtp_server_metrics m;
 };
 

@@ -28,6 +28,7 @@
 #include "net/sockaddr.h"
 #include "net/tls.h"
 #include "protocols/lmtp/lmtp-private.h"
+#include "storage/quota/quota-module.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -331,6 +332,7 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
     struct lmtp_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
     srv->ctx.base = env->base;
+    srv->ctx.quota_rules = quota_storage_enforces(storage);
     if (cfg->hostname != NULL && *cfg->hostname != '\0')
         snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "%s", cfg->hostname);
     else if (gethostname(srv->ctx.hostname, sizeof(srv->ctx.hostname) - 1) != 0 ||

@@ -30,16 +30,28 @@
  *         5 HEADER   u32 next_uid, u64 highest_modseq, u64 cache_reset_id
  *                    (the header after the transaction; last, exactly once)
  *         6 USAGE    u32 messages, u64 bytes: the folder's aggregate after
- *                    the transaction (live records and the sum of their
- *                    sizes); in every transaction that appends or
- *                    expunges, just before HEADER, so the aggregate and the
- *                    records it sums are one checksummed write and no
- *                    crash can separate them. A reader that does not load
- *                    records (fileindex_read_usage) takes the base's sum
- *                    and then the last USAGE. One that disagrees with the
- *                    records it follows (an older writer's, damage) is not
- *                    an error: the records win and the next writer writes
- *                    USAGE again (usage_suspect).
+ *                    the transaction. Written by the previous version in
+ *                    transactions that append or expunge; read as TOTALS
+ *                    without the trailer (this version writes TOTALS).
+ *         7 TOTALS   u32 messages, u64 bytes, u32 txn_length, u32 seal:
+ *                    the folder's aggregate after the transaction (live
+ *                    records and the sum of their sizes), the length of
+ *                    the transaction it ends, and fi_totals_seal() of the
+ *                    transaction's offset, length and the aggregate. In
+ *                    every transaction this version writes, just before
+ *                    HEADER, so the aggregate and the records it sums are
+ *                    one checksummed write and no crash can separate them,
+ *                    and the last 42 bytes of a log that ends cleanly are
+ *                    TOTALS and HEADER: a reader that does not load records
+ *                    (fileindex_read_usage) reads them and the
+ *                    transaction's 16-byte header (length and offset must
+ *                    match, the seal must hold) and nothing else; when they
+ *                    do not verify (a torn or unfinished tail, an older
+ *                    writer's transaction) it reads the log from the start
+ *                    (fileindex-usage.c). An aggregate (TOTALS or USAGE)
+ *                    that disagrees with the records it follows (an older
+ *                    writer's, damage) is not an error: the records win and
+ *                    the next transaction writes it again (usage_suspect).
  *
  * Replay rules: appends carry strictly increasing UIDs >= next_uid, every
  * modseq in a transaction is above the highest_modseq before it and at most
@@ -235,13 +247,15 @@ bool fi_log_apply(struct fi_view *v, const uint8_t *body, size_t len, struct pet
             off += 4;
             break;
         }
-        case FI_OP_USAGE: {
-            if (left < FI_OP_USAGE_SIZE)
+        case FI_OP_USAGE:
+        case FI_OP_TOTALS: {
+            size_t size = op == FI_OP_USAGE ? FI_OP_USAGE_SIZE : FI_OP_TOTALS_SIZE;
+            if (left < size)
                 return bad(err, "short usage");
-            v->usage_suspect = fi_get32(p) != v->count - v->expunged_marks ||
-                               fi_get64(p + 4) != v->bytes;
+            v->usage_suspect =
+                fi_get32(p) != v->count - v->expunged_marks || fi_get64(p + 4) != v->bytes;
             usage_changed = false;
-            off += FI_OP_USAGE_SIZE;
+            off += size;
             break;
         }
         case FI_OP_HEADER: {

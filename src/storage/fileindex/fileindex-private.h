@@ -73,12 +73,18 @@ enum fi_op {
     FI_OP_NAME = 3,
     FI_OP_EXPUNGE = 4,
     FI_OP_HEADER = 5,
-    FI_OP_USAGE = 6,
+    FI_OP_USAGE = 6,  /* older writers' aggregate; still read */
+    FI_OP_TOTALS = 7, /* the aggregate and the transaction's own trailer */
 };
 #define FI_OP_APPEND_FIXED 46u /* after the op byte, before the name */
 #define FI_OP_FLAGS_SIZE 20u
 #define FI_OP_HEADER_SIZE 20u
 #define FI_OP_USAGE_SIZE 12u
+#define FI_OP_TOTALS_SIZE 20u
+/* A transaction written by this version ends with TOTALS then HEADER: the
+ * last FI_TXN_TRAILER_SIZE bytes of the log are where a reader from the
+ * tail finds the aggregate (fileindex-usage.c). */
+#define FI_TXN_TRAILER_SIZE (1u + FI_OP_TOTALS_SIZE + 1u + FI_OP_HEADER_SIZE)
 
 /* ---------- cache file (fileindex-cache.c) ---------- */
 #define FI_CACHE_MAGIC "PTRLCCH"
@@ -139,6 +145,22 @@ static inline uint32_t fi_crc32c(uint32_t crc, const void *data, size_t len)
 static inline uint32_t fi_crc32c_sw(uint32_t crc, const void *data, size_t len)
 {
     return crc32c_sw(crc, data, len);
+}
+
+/* The seal of a TOTALS operation (fileindex-log.c): CRC-32C of the
+ * transaction's offset and length and the aggregate, so that a reader that
+ * reads only the trailer and the transaction's header can tell them from
+ * other bytes (the transaction's own checksum covers them too, for readers
+ * that read it whole). */
+static inline uint32_t fi_totals_seal(uint64_t txn_offset, uint32_t txn_length, uint32_t messages,
+                                      uint64_t bytes)
+{
+    uint8_t b[24];
+    fi_put64(b, txn_offset);
+    fi_put32(b + 8, txn_length);
+    fi_put32(b + 12, messages);
+    fi_put64(b + 16, bytes);
+    return fi_crc32c(0, b, sizeof(b));
 }
 
 /* ---------- memory ---------- */

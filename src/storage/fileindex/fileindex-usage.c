@@ -1,5 +1,8 @@
 /* fileindex_read_usage(): a folder's aggregate from the base header and the
- * log's USAGE operations, without loading records (fileindex.h). Used for
+ * log's last transaction (its TOTALS trailer, fileindex-log.c), without
+ * loading records and without reading the rest of the log (fileindex.h);
+ * from the whole log's USAGE/TOTALS operations when the tail does not
+ * verify (an older writer's log, a torn or unfinished tail). Used for
  * a user's quota usage, a sum over folders that must not cost a scan of
  * every message (document 3: quota/show for 100 folders x 10,000 messages
  * in milliseconds).
@@ -83,12 +86,14 @@ static size_t op_length(const uint8_t *p, size_t left)
         return 1 + FI_OP_HEADER_SIZE;
     case FI_OP_USAGE:
         return 1 + FI_OP_USAGE_SIZE;
+    case FI_OP_TOTALS:
+        return 1 + FI_OP_TOTALS_SIZE;
     default:
         return 0;
     }
 }
 
-/* Applies the USAGE operations of the valid transactions in data[0..len)
+/* Applies the USAGE and TOTALS operations of the valid transactions in data[0..len)
  * (log bytes from file offset `file_off`, a transaction's start). False when a
  * transaction changes records without one (an older writer) and no later
  * one carries the aggregate: it cannot be known without the records. */
@@ -114,7 +119,7 @@ static bool scan_log(const uint8_t *data, size_t len, uint64_t file_off, struct 
             uint8_t op = t[off];
             if (op == FI_OP_APPEND || op == FI_OP_EXPUNGE) {
                 changes = true;
-            } else if (op == FI_OP_USAGE) {
+            } else if (op == FI_OP_USAGE || op == FI_OP_TOTALS) {
                 u->messages = fi_get32(t + off + 1);
                 u->bytes = fi_get64(t + off + 5);
                 got = true;
@@ -133,35 +138,123 @@ static bool scan_log(const uint8_t *data, size_t len, uint64_t file_off, struct 
     return !unknown;
 }
 
-/* Bytes read from the log at once: its header and, usually, every
- * transaction since the last fold (more is read when the file is longer). */
-#define LOG_FIRST_READ (64u * 1024u)
+/* Bytes read from the end of the log at once: the trailer and, for any
+ * transaction short of this, its header too (one read). */
+#define TAIL_READ (4u * 1024u)
+
+/* The aggregate from the log's last transaction, when the log ends with a
+ * complete one written by this version (fileindex-log.c, TOTALS): its
+ * trailer (in `tail`, the file's bytes from `tail_off` to `size`) and its
+ * header must agree on its length and offset and the seal must hold.
+ * False when they do not (a torn or unfinished tail, an older writer's
+ * transaction, damage): the caller reads the log from the start. */
+static bool tail_totals(int fd, const uint8_t *tail, uint64_t tail_off, uint64_t size,
+                        struct fileindex_usage *u)
+{
+    if (size - tail_off < FI_TXN_TRAILER_SIZE || size < FI_LOG_HDR_SIZE + FI_TXN_TRAILER_SIZE)
+        return false;
+    const uint8_t *p = tail + (size - tail_off - FI_TXN_TRAILER_SIZE);
+    if (p[0] != FI_OP_TOTALS || p[1 + FI_OP_TOTALS_SIZE] != FI_OP_HEADER)
+        return false;
+    uint32_t messages = fi_get32(p + 1);
+    uint64_t bytes = fi_get64(p + 5);
+    uint32_t len = fi_get32(p + 13);
+    if (len < FI_TXN_HDR_SIZE + FI_TXN_TRAILER_SIZE || len > FI_MAX_TXN ||
+        len > size - FI_LOG_HDR_SIZE)
+        return false;
+    uint64_t start = size - len;
+    if (fi_get32(p + 17) != fi_totals_seal(start, len, messages, bytes))
+        return false;
+    uint8_t hbuf[FI_TXN_HDR_SIZE];
+    const uint8_t *h = hbuf;
+    if (start >= tail_off)
+        h = tail + (start - tail_off);
+    else if (fi_pread_all(fd, hbuf, sizeof(hbuf), start) != (ssize_t)sizeof(hbuf))
+        return false;
+    if (fi_get32(h) != len || fi_get64(h + 8) != start)
+        return false;
+    u->messages = messages;
+    u->bytes = bytes;
+    return true;
+}
+
+/* From the log's tail alone, without the base (open on `lfd`, `st` its
+ * fstat): the last transaction's TOTALS is the folder's aggregate whatever
+ * base the log extends (a fold carries the aggregate over unchanged, so
+ * even a log caught between a writer's two renames answers right). The
+ * tail's bytes are left in *data / *tail_off for the caller's fallback. */
+static bool read_tail(int lfd, const struct stat *st, uint8_t **data, uint64_t *tail_off,
+                      struct fileindex_usage *out)
+{
+    uint64_t size = (uint64_t)st->st_size;
+    if (size < FI_LOG_HDR_SIZE)
+        return false;
+    *tail_off = size > FI_LOG_HDR_SIZE + TAIL_READ ? size - TAIL_READ : 0;
+    size_t len = (size_t)(size - *tail_off);
+    *data = xmalloc(len);
+    if (fi_pread_all(lfd, *data, len, *tail_off) != (ssize_t)len) {
+        free(*data); /* cut meanwhile: judged from the start */
+        *data = NULL;
+        return false;
+    }
+    return size > FI_LOG_HDR_SIZE && tail_totals(lfd, *data, *tail_off, size, out);
+}
 
 /* One read of the aggregate; with `stamps` (two) also what the two files
- * were before they were read (fstat of the descriptors read from). */
+ * were before they were read (fstat of the descriptors read from, or a
+ * stat of the base's path when only the log was read). `how` says how it
+ * was read (USAGE_OK only). */
 static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
-                                 struct file_stamp *stamps, struct petrel_error *err)
+                                 struct file_stamp *stamps, enum fileindex_usage_source *how,
+                                 struct petrel_error *err)
 {
     enum usage_read r = USAGE_FALLBACK;
-    int lfd = -1;
+    int bfd = -1;
     uint8_t *data = NULL;
+    uint64_t tail_off = 0;
     char path[FI_MAX_DIR + 32];
-    join(path, dir, FI_BASE_FILE);
-    int bfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (bfd < 0) {
+    struct stat st;
+    struct stat bst;
+    bool base_stated = false;
+    if (stamps != NULL) {
+        /* Before the log is read: a fold after this shows as a new log. */
+        join(path, dir, FI_BASE_FILE);
+        base_stated = stat(path, &bst) == 0;
+    }
+    join(path, dir, FI_LOG_FILE);
+    int lfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (lfd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return USAGE_FALLBACK; /* fileindex_open tells what is missing */
         petrel_error_set_errno(err, errno, "cannot open %s: %s", path, strerror(errno));
         return USAGE_ERROR;
     }
+    if (fstat(lfd, &st) != 0)
+        goto out;
+    if (stamps != NULL)
+        stamp_of(&st, &stamps[1]);
+    struct fileindex_usage u;
+    if (read_tail(lfd, &st, &data, &tail_off, &u) && (stamps == NULL || base_stated)) {
+        if (stamps != NULL)
+            stamp_of(&bst, &stamps[0]);
+        *out = u;
+        *how = FILEINDEX_USAGE_TAIL;
+        r = USAGE_OK;
+        goto out;
+    }
+    /* The base header, then the log from its start. */
+    join(path, dir, FI_BASE_FILE);
+    bfd = open(path, O_RDONLY | O_CLOEXEC);
+    if (bfd < 0)
+        goto out;
     uint8_t hdr[FI_BASE_HDR_SIZE];
     struct fi_base_info info;
     struct petrel_error perr;
-    struct stat st;
+    struct stat bfst;
     if (stamps != NULL) {
-        if (fstat(bfd, &st) != 0)
+        if (fstat(bfd, &bfst) != 0)
             goto out;
-        stamp_of(&st, &stamps[0]);
+        stamp_of(&bfst, &stamps[0]);
     }
     /* Only the checksummed header is used, so the size check the header
      * parser makes is given the size the header itself implies (no fstat):
@@ -173,35 +266,20 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
                               &info, &perr) ||
         info.version != FI_BASE_VERSION)
         goto out; /* damaged or older: the full open judges */
-    struct fileindex_usage u = {info.count, info.usage_bytes};
+    u.messages = info.count;
+    u.bytes = info.usage_bytes;
     bool have = (info.flags & FI_BASE_FLAG_USAGE) != 0;
-    join(path, dir, FI_LOG_FILE);
-    lfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (lfd < 0)
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < FI_LOG_HDR_SIZE || size > MAX_LOG_READ)
         goto out;
-    if (stamps != NULL) {
-        if (fstat(lfd, &st) != 0)
+    if (data == NULL || tail_off != 0) {
+        free(data);
+        data = xmalloc((size_t)size);
+        ssize_t got = fi_pread_all(lfd, data, (size_t)size, 0);
+        if (got < (ssize_t)FI_LOG_HDR_SIZE)
             goto out;
-        stamp_of(&st, &stamps[1]);
+        size = (uint64_t)got;
     }
-    /* One read for the header and the transactions in the common case. */
-    size_t cap = LOG_FIRST_READ;
-    data = xmalloc(cap);
-    ssize_t got = fi_pread_all(lfd, data, cap, 0);
-    if (got == (ssize_t)cap) { /* more: read the rest after what we have */
-        struct stat lst;
-        if (fstat(lfd, &lst) != 0 || (uint64_t)lst.st_size > MAX_LOG_READ)
-            goto out;
-        if ((size_t)lst.st_size > cap) {
-            data = xrealloc(data, (size_t)lst.st_size);
-            ssize_t more = fi_pread_all(lfd, data + cap, (size_t)lst.st_size - cap, cap);
-            if (more < 0)
-                goto out;
-            got += more;
-        }
-    }
-    if (got < (ssize_t)FI_LOG_HDR_SIZE)
-        goto out;
     /* The header as fi_log_read_header() checks it. */
     if (memcmp(data, FI_LOG_MAGIC, 8) != 0 || fi_crc32c(0, data, 44) != fi_get32(data + 44) ||
         fi_get32(data + 8) != FI_LOG_VERSION || fi_get32(data + 12) != FI_LOG_HDR_SIZE)
@@ -210,45 +288,58 @@ static enum usage_read read_once(const char *dir, struct fileindex_usage *out,
     if (lineage != info.hdr.lineage) {
         if ((info.flags & FI_BASE_FLAG_FOLDED) != 0 && lineage == info.parent_lineage) {
             r = have ? USAGE_OK : USAGE_FALLBACK; /* the log is folded into this base */
-            if (have)
+            if (have) {
                 *out = u;
+                *how = FILEINDEX_USAGE_TAIL;
+            }
         } else {
             r = USAGE_RETRY;
         }
         goto out;
     }
+    if (size == FI_LOG_HDR_SIZE) { /* nothing since the fold: the base's sum */
+        if (have) {
+            *out = u;
+            *how = FILEINDEX_USAGE_TAIL;
+            r = USAGE_OK;
+        }
+        goto out;
+    }
     size_t end = 0;
-    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)got - FI_LOG_HDR_SIZE, FI_LOG_HDR_SIZE, &u, &have,
+    if (scan_log(data + FI_LOG_HDR_SIZE, (size_t)size - FI_LOG_HDR_SIZE, FI_LOG_HDR_SIZE, &u, &have,
                  &end) &&
         have) {
         *out = u;
+        *how = FILEINDEX_USAGE_LOG;
         r = USAGE_OK;
         /* Only a log read to its very end, with no torn or unfinished
          * transaction after the last one, may be cached: such a log
          * changes only by growing or by being replaced (a cut happens only
          * to a torn tail), so its size and inode say it is the same. */
         if (stamps != NULL &&
-            (FI_LOG_HDR_SIZE + end != (size_t)got || (off_t)got != stamps[1].size))
+            (FI_LOG_HDR_SIZE + end != (size_t)size || (off_t)size != stamps[1].size))
             stamps[1].size = -1;
     }
 out:
     free(data);
-    if (lfd >= 0)
-        close(lfd);
-    close(bfd);
+    close(lfd);
+    if (bfd >= 0)
+        close(bfd);
     return r;
 }
 
 bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
-                          struct fileindex_usage *out, bool *scanned, struct petrel_error *err)
+                          struct fileindex_usage *out, enum fileindex_usage_source *how,
+                          struct petrel_error *err)
 {
-    if (scanned != NULL)
-        *scanned = false;
+    enum fileindex_usage_source src = FILEINDEX_USAGE_RECORDS;
+    if (how == NULL)
+        how = &src;
     if (strlen(dir) > FI_MAX_DIR)
         return petrel_error_set(err, PETREL_ERR_INVALID, "index directory name too long");
     enum usage_read r = USAGE_RETRY;
     for (int i = 0; i < RETRIES && r == USAGE_RETRY; i++)
-        r = read_once(dir, out, NULL, err);
+        r = read_once(dir, out, NULL, how, err);
     if (r == USAGE_OK || r == USAGE_ERROR)
         return r == USAGE_OK;
     /* Sum the records: an index this version has not written yet, or a
@@ -258,8 +349,7 @@ bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
         return false;
     fileindex_get_usage(fi, out);
     fileindex_close(fi);
-    if (scanned != NULL)
-        *scanned = true;
+    *how = FILEINDEX_USAGE_RECORDS;
     return true;
 }
 
@@ -360,6 +450,7 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
     struct stat st;
     struct file_stamp stamp;
     bool ok = false;
+    uint8_t small[4096]; /* a delivery or two since the last check */
     uint8_t *data = NULL;
     if (fstat(fd, &st) != 0)
         goto out;
@@ -367,7 +458,7 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
     if (stamp.ino != e->stamps[1].ino || stamp.size <= e->stamps[1].size)
         goto out;
     size_t len = (size_t)(stamp.size - e->stamps[1].size);
-    data = xmalloc(len);
+    data = len <= sizeof(small) ? small : xmalloc(len);
     if (fi_pread_all(fd, data, len, e->stamps[1].size) != (ssize_t)len)
         goto out;
     struct fileindex_usage u = e->usage;
@@ -382,7 +473,8 @@ static bool read_growth(struct cache_entry *e, const char *dir, const struct fil
         e->usage = u;
     }
 out:
-    free(data);
+    if (data != small)
+        free(data);
     close(fd);
     return ok;
 }
@@ -409,7 +501,8 @@ bool fileindex_read_usage_cached(struct fileindex_usage_cache *c, const char *di
             return true; /* read, but only the new part: not a hit */
     }
     struct file_stamp stamps[2];
-    enum usage_read r = read_once(dir, out, stamps, err);
+    enum fileindex_usage_source how;
+    enum usage_read r = read_once(dir, out, stamps, &how, err);
     if (r == USAGE_ERROR)
         return false;
     if (r != USAGE_OK) /* retries and the records' sum, uncached */

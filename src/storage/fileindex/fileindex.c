@@ -1074,18 +1074,21 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
     bool header_changed = t->next_uid != target->hdr.next_uid ||
                           t->modseq != target->hdr.highest_modseq ||
                           t->cache_reset_id != target->hdr.cache_reset_id;
+    bool changed = t->op_count > 0 || header_changed || t->force_usage;
     /* The aggregate after the transaction, in the same write as the
-     * records that change it; also to heal one found missing or wrong. */
-    if (t->staged == NULL &&
-        (t->usage_added > 0 || t->usage_removed > 0 || t->force_usage ||
-         (target->usage_suspect && (t->op_count > 0 || header_changed)))) {
+     * records that change it, in every transaction (so the log's last one
+     * always has it, for a reader from the tail), which also heals one
+     * found missing or wrong. The seal is filled in below once the
+     * transaction's offset is known. */
+    if (t->staged == NULL) {
         uint64_t live = target->count - target->expunged_marks;
-        uint8_t *u = op_reserve(t, 1 + FI_OP_USAGE_SIZE);
-        u[0] = FI_OP_USAGE;
+        uint8_t *u = op_reserve(t, 1 + FI_OP_TOTALS_SIZE);
+        u[0] = FI_OP_TOTALS;
         fi_put32(u + 1, (uint32_t)(live + t->usage_added - t->usage_removed));
         fi_put64(u + 5, target->bytes + t->bytes_added - t->bytes_removed);
+        fi_put32(u + 13, 0);
+        fi_put32(u + 17, 0);
     }
-    bool changed = t->op_count > 0 || header_changed;
     uint8_t *p = op_reserve(t, 1 + FI_OP_HEADER_SIZE);
     p[0] = FI_OP_HEADER;
     fi_put32(p + 1, t->next_uid);
@@ -1123,6 +1126,11 @@ bool fileindex_txn_commit(struct fileindex_txn *t, struct petrel_error *err)
         }
     } else if (changed) {
         bool visible;
+        uint8_t *totals = (uint8_t *)t->ops.data + t->ops.len - FI_TXN_TRAILER_SIZE;
+        PETREL_ASSERT(totals[0] == FI_OP_TOTALS);
+        fi_put32(totals + 13, (uint32_t)t->ops.len);
+        fi_put32(totals + 17, fi_totals_seal(s->log_applied, (uint32_t)t->ops.len,
+                                             fi_get32(totals + 1), fi_get64(totals + 5)));
         ok = fi_log_write_txn(fi, s->log_fd, s->log_applied, (uint8_t *)t->ops.data, t->ops.len,
                               t->important, &visible, err);
         if (!ok && visible)
@@ -1227,8 +1235,8 @@ bool fileindex_usage_recalc(struct fileindex *fi, struct fileindex_usage *out,
     }
     if (bytes != v->bytes)
         log_warn(FI_COMPONENT, "index aggregate disagreed with its records, rebuilt",
-                 "dir=%s bytes_kept=%llu bytes_summed=%llu", fi->dir,
-                 (unsigned long long)v->bytes, (unsigned long long)bytes);
+                 "dir=%s bytes_kept=%llu bytes_summed=%llu", fi->dir, (unsigned long long)v->bytes,
+                 (unsigned long long)bytes);
     v->bytes = bytes;
     t->force_usage = true;
     if (!fileindex_txn_commit(t, err))

@@ -171,7 +171,7 @@ bool fileindex_optimize(struct fileindex *fi, struct petrel_error *err);
 
 /* The folder's aggregate: live messages and the sum of their physical
  * sizes. It is kept in the same commit as the records that change it (a
- * USAGE operation in the log transaction, the sum in the base header), so
+ * TOTALS operation in every log transaction, the sum in the base header), so
  * no crash can leave the two apart; the storage's quota usage is a sum of
  * these over folders, never a scan of messages. */
 struct fileindex_usage {
@@ -180,15 +180,26 @@ struct fileindex_usage {
 };
 /* The aggregate of the handle's view (as of its last refresh). O(1). */
 void fileindex_get_usage(const struct fileindex *fi, struct fileindex_usage *out);
+/* How fileindex_read_usage() found the aggregate. */
+enum fileindex_usage_source {
+    FILEINDEX_USAGE_TAIL,    /* base header and the log's last transaction: O(1) */
+    FILEINDEX_USAGE_LOG,     /* base header and the whole log (bounded by the fold size) */
+    FILEINDEX_USAGE_RECORDS, /* the index opened read-only and its records summed */
+};
 /* The aggregate of the index in `dir` without loading its records and
- * without the lock: the base header and the USAGE operations of the log
- * (bounded by the fold size). When the files do not carry it (an index
- * written by an older version, a base and log caught between a writer's
- * two renames three times running) it opens the index read-only and sums
- * the records instead; *scanned (may be NULL) tells which. Writes nothing.
+ * without the lock: the base header and the log's last transaction, which
+ * carries the aggregate after it with a trailer that lets it be verified
+ * from the end of the file (a few hundred bytes read, whatever the log's
+ * length). When the tail does not verify (a torn or unfinished last
+ * transaction, a log written by an older version) the whole log's
+ * aggregates are read; when the files do not carry it at all (an index
+ * written before the aggregate existed, a base and log caught between a
+ * writer's two renames three times running) it opens the index read-only
+ * and sums the records. *how (may be NULL) tells which. Writes nothing.
  * Errors as fileindex_open (NOT_FOUND when there is no index). */
 bool fileindex_read_usage(const char *dir, const struct fileindex_settings *set,
-                          struct fileindex_usage *out, bool *scanned, struct petrel_error *err);
+                          struct fileindex_usage *out, enum fileindex_usage_source *how,
+                          struct petrel_error *err);
 /* A cache of folder aggregates for a reader that asks often (quota-status
  * on every RCPT): an entry answers as long as the index's base and log
  * files are the very files it was read from, unchanged (device, inode,
@@ -204,8 +215,8 @@ void fileindex_usage_cache_free(struct fileindex_usage_cache *cache);
 uint64_t fileindex_usage_cache_hits(const struct fileindex_usage_cache *cache);
 /* fileindex_read_usage() through `cache` (NULL: no cache). */
 bool fileindex_read_usage_cached(struct fileindex_usage_cache *cache, const char *dir,
-                                 const struct fileindex_settings *set,
-                                 struct fileindex_usage *out, struct petrel_error *err);
+                                 const struct fileindex_settings *set, struct fileindex_usage *out,
+                                 struct petrel_error *err);
 /* Recomputes the aggregate from the records' sizes under the folder lock
  * and writes it (one transaction), for an aggregate suspected wrong; *out
  * (may be NULL) gets it. The index heals itself anyway: a base or USAGE

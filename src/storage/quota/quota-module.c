@@ -70,6 +70,7 @@ struct quota_user {
     bool rules_bad;
     char *rule_text; /* the fields the rules came from, '\n'-joined (NULL: none set yet) */
     struct fileindex_usage_cache *cache;
+    struct quota_folder_list *folders; /* made with the cache */
     /* the save between its hook and saved/save_aborted */
     bool pending;
     struct reservation *pend_resv;
@@ -309,9 +310,31 @@ void quota_user_free(struct quota_user *qu)
     quota_rules_free(&qu->rules);
     if (qu->cache != NULL)
         quota_usage_cache_free(qu->cache);
+    quota_folder_list_free(qu->folders);
     free(qu->rule_text);
     free(qu->over_flag);
     free(qu);
+}
+
+/* Whether `fields` are the ones `text` was joined from (without joining
+ * them again: LMTP asks on every delivery). */
+static bool same_rules(const char *text, char *const *fields)
+{
+    if (text == NULL)
+        return false;
+    for (size_t i = 0; fields != NULL && fields[i] != NULL; i++) {
+        size_t len = strlen(fields[i]);
+        if (strncmp(text, fields[i], len) != 0 || text[len] != '\n')
+            return false;
+        text += len + 1;
+    }
+    return *text == '\0';
+}
+
+bool quota_storage_enforces(const struct mail_storage *storage)
+{
+    const struct quota_module *qm = mail_storage_module_ctx(storage, QUOTA_MODULE_NAME);
+    return qm != NULL && qm->cfg->enabled;
 }
 
 void quota_user_set(struct mail_user *user, char *const *rule_fields)
@@ -321,16 +344,14 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields)
         return;
     struct quota_user *qu = user_state(user, qm);
     /* LMTP sets them for every delivery: parsed again only when changed */
+    if (same_rules(qu->rule_text, rule_fields))
+        return;
     struct buf text = {0};
     for (size_t i = 0; rule_fields != NULL && rule_fields[i] != NULL; i++) {
         buf_append_str(&text, rule_fields[i]);
         buf_append_char(&text, '\n');
     }
     const char *now = text.len > 0 ? buf_cstr(&text) : "";
-    if (qu->rule_text != NULL && strcmp(qu->rule_text, now) == 0) {
-        buf_free(&text);
-        return;
-    }
     free(qu->rule_text);
     qu->rule_text = xstrdup(now);
     buf_free(&text);
@@ -350,9 +371,11 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields)
 static bool usage_get(struct mail_user *user, struct quota_user *qu, struct quota_usage *out,
                       struct petrel_error *err)
 {
-    if (qu->cache == NULL)
+    if (qu->cache == NULL) {
         qu->cache = quota_usage_cache_new(USAGE_CACHE_FOLDERS);
-    return quota_usage_get(user, &qu->rules, qu->cache, out, err);
+        qu->folders = quota_folder_list_new();
+    }
+    return quota_usage_get_listed(user, &qu->rules, qu->folders, qu->cache, out, err);
 }
 
 static long long ms_since(const struct timespec *t)

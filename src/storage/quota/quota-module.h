@@ -49,6 +49,10 @@ bool quota_module_register(struct quota_module *qm, struct mail_storage *storage
 /* After every storage that has it is freed; kills programs still running. */
 void quota_module_free(struct quota_module *qm);
 
+/* Whether `storage` has the module with the engine on (quota.enabled):
+ * a front end that only delivers (LMTP) keeps the userdb's quota_rule for
+ * nothing otherwise. */
+bool quota_storage_enforces(const struct mail_storage *storage);
 /* Sets the user's rules (the userdb's quota_rule, quota_rule2, ...,
  * NULL-terminated; NULL or empty: unlimited). A rule that does not parse
  * is logged and leaves the user unenforced (fail open), as a transient
