@@ -54,17 +54,20 @@ void quota_module_free(struct quota_module *qm);
  * is logged and leaves the user unenforced (fail open), as a transient
  * usage error does. No-op without the module. */
 void quota_user_set(struct mail_user *user, char *const *rule_fields);
+/* Whether saves of `user` are checked against rules (the module is there
+ * with quota.enabled on): a front end that does not ask the userdb for
+ * every save (the API's mail/append) asks it only then. */
+bool quota_user_enforced(struct mail_user *user);
 /* An IMAP login: the rules as quota_user_set, and the over-flag sync with
  * the userdb's quota_over_flag (NULL: unset): checked now, or at the first
  * quota operation with quota_over_status_lazy_check, once per login and
  * only within 10 s of it. */
 void quota_user_login(struct mail_user *user, char *const *rule_fields, const char *over_flag);
-/* Whether a message of `size` bytes is over quota_mail_size, asked before
- * its bytes arrive (an IMAP APPEND literal's announced size). True (with
- * the refusal's text in `text`, counted as an append rejection) when it
- * is: no save of that size can succeed whatever the usage. False without
- * the module, with the engine off, or without a cap. */
-bool quota_user_too_large(struct mail_user *user, uint64_t size, char *text, size_t text_size);
+/* The module's view of the user's rules on this handle, for a reader on
+ * another thread (the mirror): the fields quota_user_set last got, one per
+ * line (quota_rules_add_lines parses them), as a fresh string the caller
+ * frees. NULL without the module or when none were set on this handle. */
+char *quota_user_rules_copy(const struct mail_user *user);
 /* Frees the user's quota state (mail-storage.c, with the user). */
 void quota_user_free(struct quota_user *qu);
 
