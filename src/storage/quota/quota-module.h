@@ -9,10 +9,13 @@
  * name (mail_storage_module_ctx(storage, QUOTA_MODULE_NAME)).
  *
  * A user's limits are the userdb's quota_rule fields, which a front end
- * hands to quota_user_set() when it has them (IMAP at login, LMTP per
- * delivery). A user with none set is not limited by the rules (the
- * site-wide caps quota_mail_size, quota_mailbox_count and
- * quota_mailbox_message_count still apply).
+ * hands to quota_user_set() when it has them (IMAP and POP3 at login, LMTP
+ * per delivery, the API's mail/append per request). A user with none set
+ * is not limited by the rules (the site-wide caps quota_mail_size,
+ * quota_mailbox_count and quota_mailbox_message_count still apply).
+ * Besides `save`, the module answers the storage's test allocation
+ * (mail_save_test: IMAP asks it before an APPEND literal's continuation)
+ * without reserving anything.
  *
  * Concurrency: each save reads the user's usage from the index, then,
  * under the module's lock, checks it plus what other saves of the same
