@@ -340,6 +340,16 @@ static bool save_before(struct mail_storage *st, const struct mail_save_info *in
     return true;
 }
 
+bool mail_save_test_wanted(const struct mail_user *user)
+{
+    const struct mail_storage *st = user->storage;
+    for (size_t i = 0; i < st->module_count; i++) {
+        if (st->modules[i].module->save_test != NULL)
+            return true;
+    }
+    return false;
+}
+
 bool mail_save_test(struct mail_user *user, const struct namespace_config *ns, const char *name,
                     uint64_t size, uint64_t max_size, struct petrel_error *err)
 {

@@ -110,6 +110,9 @@ struct mail_folder_create_params {
  * the save is checked again. */
 bool mail_save_test(struct mail_user *user, const struct namespace_config *ns, const char *name,
                     uint64_t size, uint64_t max_size, struct petrel_error *err);
+/* Whether any storage module answers mail_save_test (else it is always
+ * true, and the caller can spare itself resolving the folder). */
+bool mail_save_test_wanted(const struct mail_user *user);
 /* mail_folder_create() with `params` (see above). */
 bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
                              const char *name, struct mail_folder_create_params *params,

@@ -39,7 +39,8 @@ static const char *spool_refuse(void *ctx, const char *command, size_t arg_index
 {
     (void)non_sync;
     struct imap_session *s = ctx;
-    if (strcmp(command, "APPEND") != 0 || arg_index == 0 || s->user == NULL)
+    if (strcmp(command, "APPEND") != 0 || arg_index == 0 || s->user == NULL ||
+        !mail_save_test_wanted(s->user))
         return NULL;
     const char *wire = NULL;
     size_t len = 0;

@@ -75,6 +75,10 @@ struct quota_user {
     struct reservation *pend_resv;
     struct quota_usage pend_add;
     struct quota_usage pend_before;
+    /* the usage last read or saved on this handle (the test allocation's
+     * estimate; usage_get sets it) */
+    bool last_known;
+    struct quota_usage last;
     /* the expunge between its hooks */
     bool exp_before_ok;
     struct quota_usage exp_before;
@@ -366,7 +370,10 @@ static bool usage_get(struct mail_user *user, struct quota_user *qu, struct quot
 {
     if (qu->cache == NULL)
         qu->cache = quota_usage_cache_new(USAGE_CACHE_FOLDERS);
-    return quota_usage_get(user, &qu->rules, qu->cache, out, err);
+    qu->last_known = quota_usage_get(user, &qu->rules, qu->cache, out, err);
+    if (qu->last_known)
+        qu->last = *out;
+    return qu->last_known;
 }
 
 static long long ms_since(const struct timespec *t)
@@ -554,7 +561,10 @@ static bool q_save(void *ctx, const struct mail_save_info *info, struct petrel_e
  * message of `max_size` among them) without reserving anything, so that
  * IMAP refuses a literal before the client sends it (Dovecot's
  * quota_test_alloc at save begin). Fails open like `save`; the save is
- * checked again when it happens. */
+ * checked again when it happens. The usage this handle last read or saved
+ * is the estimate: when it says the save fits, that is the answer (no
+ * read: a yes promises nothing); only a no is read again, so a stale
+ * estimate never refuses what would fit. */
 static bool q_save_test(void *ctx, struct mail_user *user, const struct namespace_config *ns,
                         const char *name, uint64_t size, uint64_t max_size,
                         struct petrel_error *err)
@@ -574,6 +584,8 @@ static bool q_save_test(void *ctx, struct mail_user *user, const struct namespac
     struct quota_limits limits;
     quota_limits_compute(cfg, &qu->rules, name, QUOTA_POINT_INTERACTIVE, &limits);
     if (limits.storage == 0 && limits.messages == 0)
+        return true;
+    if (qu->last_known && quota_check(&qm->check_cfg, &limits, &qu->last, size, 1) == QUOTA_OK)
         return true;
     struct quota_usage u;
     struct petrel_error uerr;
@@ -614,7 +626,12 @@ static void q_saved(void *ctx, const struct mail_save_info *info, const uint32_t
     (void)count;
     struct quota_module *qm = ctx;
     struct quota_user *qu = save_end(qm, info, true);
-    if (qu == NULL || qm->cfg->warning_count == 0)
+    if (qu == NULL)
+        return;
+    qu->last.storage = qu->pend_before.storage + qu->pend_add.storage;
+    qu->last.messages = qu->pend_before.messages + qu->pend_add.messages;
+    qu->last_known = true;
+    if (qm->cfg->warning_count == 0)
         return;
     struct mail_user *user = mailbox_user(info->dst);
     struct quota_limits limits;
