@@ -472,3 +472,26 @@ def test_copy_and_move_obey_mail_size(qd):
     assert typ == "OK", data
     assert m.status("Other", "(MESSAGES)")[1][0].endswith(b"(MESSAGES 1)")
     m.logout()
+
+
+def test_literal_asked_for_after_another_session_made_room(qd):
+    """The test allocation answers from the usage the session last saw; a
+    no from that estimate is read again, so room another session made
+    (an expunge) is seen and the literal is asked for."""
+    d = qd
+    a = Raw(d, "alice")  # *:storage=3000
+    msg = message(1, 2000)
+    a.sock.sendall(b"a1 APPEND INBOX {%d}\r\n" % len(msg))
+    assert a.f.readline() == b"+ OK\r\n"
+    a.sock.sendall(msg + b"\r\n")
+    assert a.f.readline().startswith(b"a1 OK")
+    b = Raw(d, "alice")
+    b.run(b"SELECT INBOX")
+    b.run(b"STORE 1 +FLAGS.SILENT (\\Deleted)")
+    assert b.run(b"EXPUNGE")[-1].startswith(b"c4 OK")
+    b.close()
+    a.sock.sendall(b"a2 APPEND INBOX {%d}\r\n" % len(msg))  # 2000 + 2000 > 3000 by the estimate
+    assert a.f.readline() == b"+ OK\r\n"
+    a.sock.sendall(msg + b"\r\n")
+    assert a.f.readline().startswith(b"a2 OK")
+    a.close()
