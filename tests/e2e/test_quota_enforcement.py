@@ -424,6 +424,9 @@ def test_literal_over_quota_refused_before_it_is_sent(qd):
     want = b"NO [OVERQUOTA] " + EXCEEDED.encode() + b"\r\n"
     r.sock.sendall(b"a1 APPEND INBOX {4000}\r\n")
     assert r.f.readline() == b"a1 " + want
+    # a folder that does not exist says so first, as the APPEND would
+    r.sock.sendall(b"a0 APPEND Nowhere {4000}\r\n")
+    assert r.f.readline() == b"a0 NO [TRYCREATE] Mailbox does not exist.\r\n"
     small = message(1, 1000)
     r.sock.sendall(b"a2 APPEND INBOX {%d}\r\n" % len(small))
     assert r.f.readline() == b"+ OK\r\n"
@@ -436,7 +439,8 @@ def test_literal_over_quota_refused_before_it_is_sent(qd):
     r.sock.sendall(b"a4 APPEND INBOX {2500+}\r\n" + b"x" * 2500 + b"\r\n")
     assert r.f.readline() == b"a4 " + want
     assert r.run(b"STATUS INBOX (MESSAGES)")[0] == b"* STATUS \"INBOX\" (MESSAGES 1)\r\n"
-    assert rejections(d, "append", "storage") - before == 3
+    # a1, a3, a4, and a0 (the quota said no; the reply names the missing folder)
+    assert rejections(d, "append", "storage") - before == 4
     # what fits is still asked for
     r.sock.sendall(b"a5 APPEND INBOX {%d}\r\n" % len(small))
     assert r.f.readline() == b"+ OK\r\n"

@@ -57,7 +57,17 @@ static const char *spool_refuse(void *ctx, const char *command, size_t arg_index
     struct petrel_error err;
     petrel_error_clear(&err);
     bool fits = mail_save_test(s->user, ns, name, earlier + size, size, &err);
+    /* A folder that is not there is what the APPEND would answer first
+     * (Dovecot opens it before the literal too); asked only on a refusal
+     * and only in the user's own namespace, where it reveals nothing. */
+    bool missing =
+        !fits && ns->type == NAMESPACE_PERSONAL && !mail_folder_exists(s->user, ns, name);
     free(name);
+    if (missing) {
+        snprintf(s->literal_refusal, sizeof(s->literal_refusal),
+                 "[TRYCREATE] Mailbox does not exist.");
+        return s->literal_refusal;
+    }
     if (fits || (err.code != PETREL_ERR_OVER_QUOTA && err.code != PETREL_ERR_LIMIT))
         return NULL;
     /* The reply the save would have got (imap_reply_storage_error). */
