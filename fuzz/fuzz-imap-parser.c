@@ -18,7 +18,12 @@
  *      the transcript (spooled bytes read back) must be identical, every
  *      spool gets exactly its literal's bytes and is closed exactly once;
  *      and once more with a small in-memory limit for what the sink
- *      declines (any result, but spools balanced).
+ *      declines (any result, but spools balanced); and with a sink whose
+ *      refuse() turns down some literals (as the quota's test allocation
+ *      does) after reading the command's first argument and its later
+ *      literal bytes: fed whole and in pieces, the transcripts must be
+ *      identical (a refused {n+} is skipped, whatever the split), spools
+ *      balanced.
  *   4. Every command's arguments go through the sequence-set, FETCH, SEARCH
  *      (with RETURN options, RFC 5267's PARTIAL/UPDATE/CONTEXT among them),
  *      QRESYNC-parameter, IMAP URL and date parsers; whatever they accept must satisfy their invariants
@@ -239,7 +244,30 @@ struct fuzz_spool {
 struct fuzz_sink_state {
     size_t opened;
     size_t closed;
+    struct imap_parser *parser; /* the one being fed (for refuse) */
 };
+
+/* Refuses a literal after the first argument when its size plus the
+ * earlier ones is a multiple of 3; reads every byte of the first argument
+ * the parser shows (ASan sees an over-read). */
+static const char *sink_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                               bool non_sync)
+{
+    struct fuzz_sink_state *st = ctx;
+    (void)non_sync;
+    assert(command != NULL && command[0] != '\0');
+    const char *first = NULL;
+    size_t len = 0;
+    unsigned sum = 0;
+    if (imap_parser_first_arg(st->parser, &first, &len)) {
+        for (size_t i = 0; i < len; i++)
+            sum += (unsigned char)first[i];
+    }
+    uint64_t later = imap_parser_later_literal_bytes(st->parser);
+    if (arg_index == 0 || (size + later + sum) % 3 != 0)
+        return NULL;
+    return "[OVERQUOTA] refused";
+}
 
 static void *sink_open(void *ctx, const char *command, size_t arg_index, uint64_t size,
                        bool literal8)
@@ -310,8 +338,10 @@ static void run(const char *in, size_t len, const struct imap_parser_limits *lim
                 size_t step, bool check, const struct imap_literal_sink *sink, struct buf *t)
 {
     struct imap_parser *p = imap_parser_new(lim);
-    if (sink != NULL)
+    if (sink != NULL) {
         imap_parser_set_sink(p, sink);
+        ((struct fuzz_sink_state *)sink->ctx)->parser = p;
+    }
     size_t pos = 0;
     bool fatal = false;
     while (pos < len && !fatal) {
@@ -419,6 +449,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     run(in, len, &lim, NULL, 0, false, &sink, &spooled);
     assert(st.opened == st.closed);
     buf_free(&spooled);
+    /* Some literals refused before they are accepted: split-independent. */
+    sink.max_memory = UINT64_MAX;
+    sink.refuse = sink_refuse;
+    struct buf refused_whole = {0};
+    struct buf refused_pieces = {0};
+    run(in, len, &lim, NULL, 0, false, &sink, &refused_whole);
+    uint32_t seed3 = seed2 ^ 0x9e3779b9u;
+    run(in, len, &lim, &seed3, 0, false, &sink, &refused_pieces);
+    assert(st.opened == st.closed);
+    assert(refused_whole.len == refused_pieces.len &&
+           memcmp(refused_whole.data, refused_pieces.data, refused_whole.len) == 0);
+    buf_free(&refused_whole);
+    buf_free(&refused_pieces);
 
     if (len <= 4096) {
         struct buf bytes = {0};

@@ -69,6 +69,7 @@ struct mail_save_info {
     struct mailbox *src; /* COPY and MOVE; NULL for APPEND */
     size_t count;        /* messages */
     uint64_t size;       /* their physical bytes in total (what a quota counts) */
+    uint64_t max_size;   /* the largest one's bytes (what a per-message cap checks) */
     bool delivery;       /* an inbound delivery (LMTP): a quota adds its grace */
 };
 
@@ -98,6 +99,12 @@ struct mail_storage_module {
 
     /* Saving: before any byte is written, with the size known. */
     bool (*save)(void *ctx, const struct mail_save_info *info, struct petrel_error *err);
+    /* Asked before a save's bytes arrive (mail_save_test: an IMAP APPEND's
+     * announced literal): whether saving `size` bytes in total, the largest
+     * message `max_size`, into folder `name` could succeed now. No holds
+     * nothing and refuses as `save` would; yes promises nothing. */
+    bool (*save_test)(void *ctx, struct mail_user *user, const struct namespace_config *ns,
+                      const char *name, uint64_t size, uint64_t max_size, struct petrel_error *err);
     /* After the commit: uids[i] is the new message i (0 for a source
      * message that was gone by then, COPY/MOVE). */
     void (*saved)(void *ctx, const struct mail_save_info *info, const uint32_t *uids, size_t count);

@@ -364,6 +364,23 @@ static bool save_before(struct mail_storage *st, const struct mail_save_info *in
     return true;
 }
 
+bool mail_save_test_wanted(const struct mail_user *user)
+{
+    const struct mail_storage *st = user->storage;
+    for (size_t i = 0; i < st->module_count; i++) {
+        if (st->modules[i].module->save_test != NULL)
+            return true;
+    }
+    return false;
+}
+
+bool mail_save_test(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                    uint64_t size, uint64_t max_size, struct petrel_error *err)
+{
+    HOOKS_BEFORE(user->storage, save_test, user, ns, name, size, max_size, err);
+    return true;
+}
+
 /* The driver failed after every save hook said yes. */
 static void save_failed(struct mail_storage *st, const struct mail_save_info *info)
 {
@@ -532,6 +549,7 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
                                   .dst = box,
                                   .count = 1,
                                   .size = len,
+                                  .max_size = len,
                                   .delivery = mailbox_common(box)->delivery};
     if (!save_before(st, &info, err))
         return false;
@@ -555,6 +573,7 @@ bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_
                                   .dst = box,
                                   .count = 1,
                                   .size = prefix_len + len,
+                                  .max_size = prefix_len + len,
                                   .delivery = mailbox_common(box)->delivery};
     if (!save_before(st, &info, err))
         return false;
@@ -582,8 +601,11 @@ static void copy_info(struct mail_storage *st, enum mail_save_kind kind, struct 
     for (size_t i = 0; i < uid_count; i++) {
         uint64_t size = 0;
         uint64_t vsize = 0;
-        if (mailbox_message_sizes(src, uids[i], &size, &vsize, NULL))
+        if (mailbox_message_sizes(src, uids[i], &size, &vsize, NULL)) {
             info->size += size;
+            if (size > info->max_size)
+                info->max_size = size;
+        }
     }
 }
 

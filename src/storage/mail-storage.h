@@ -102,6 +102,17 @@ struct mail_folder_create_params {
     bool special_use_failed;
     char special_use_error[512];
 };
+/* Whether saving messages of `size` bytes in total (the largest
+ * `max_size`) into folder `name` could succeed now, asked before their
+ * bytes arrive (an IMAP APPEND's literal, before the continuation): false
+ * with the refusal a save would get (a quota's OVER_QUOTA and its text)
+ * when a storage module already knows it cannot. True promises nothing:
+ * the save is checked again. */
+bool mail_save_test(struct mail_user *user, const struct namespace_config *ns, const char *name,
+                    uint64_t size, uint64_t max_size, struct petrel_error *err);
+/* Whether any storage module answers mail_save_test (else it is always
+ * true, and the caller can spare itself resolving the folder). */
+bool mail_save_test_wanted(const struct mail_user *user);
 /* mail_folder_create() with `params` (see above). */
 bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
                              const char *name, struct mail_folder_create_params *params,

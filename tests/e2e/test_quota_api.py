@@ -10,6 +10,7 @@ unknown user / unknown clone backend, 405 wrong method, 401 without the
 token, 403 outside the allow-list, 503 without the auth service."""
 
 import base64
+import imaplib
 import json
 import smtplib
 from pathlib import Path
@@ -21,7 +22,8 @@ from conftest import free_port, run_petrelctl, wait_for
 TOKEN = "quota-api-token"
 PASSWD = ("alice:{PLAIN}a:1001:1001::::userdb_quota_rule=*:storage=10M:messages=100\n"
           "bob:{PLAIN}b:1002:1002\n"
-          "erin:{PLAIN}e:1005:1005::::userdb_quota_rule=*:storage=lots\n")
+          "erin:{PLAIN}e:1005:1005::::userdb_quota_rule=*:storage=lots\n"
+          "tina:{PLAIN}t:1006:1006::::userdb_quota_rule=*:storage=4K\n")
 
 
 def message(n, size):
@@ -189,9 +191,43 @@ def test_clone_list_and_get(api):
     error(get(api, "/api/backend/quota/clone/get?backend=sq&user=a/b"), 400)
 
 
+def test_mail_append_obeys_the_users_rule(api, tmp_path):
+    """mail/append asks the userdb for the user's quota_rule as IMAP and
+    LMTP do: tina's 4K rule (scaled by quota_storage_percentage 50 to 2K)
+    refuses through the API what it refuses over IMAP, with the same text
+    (507 Insufficient Storage), and lets through what fits."""
+    def append(user, msg):
+        return post(api, "/api/backend/mail/append",
+                    {"user": user, "folder": "INBOX",
+                     "message": base64.b64encode(msg).decode()})
+
+    r = append("tina", message(1, 1500))
+    assert r.status == 200, r.body
+    big = message(2, 1000)  # 1500 + 1000 > 2048
+    text = error(append("tina", big), 507)
+    assert text == "Quota exceeded (mailbox for user is full)"
+    host, port = api.config["imap"]["listen"][0].rsplit(":", 1)
+    m = imaplib.IMAP4(host, int(port))
+    m.login("tina", "t")
+    typ, data = m.append("INBOX", None, None, big)
+    assert (typ, data[0]) == ("NO", b"[OVERQUOTA] " + text.encode()), (typ, data)
+    m.logout()
+    used, count = on_disk(tmp_path, "tina")
+    assert count == 1
+    r = get(api, "/api/backend/quota/show?user=tina").json()
+    assert r["storage"] == {"used": used, "limit": 2048}, r
+    # A user without a rule is not limited; one the userdb does not know is 404.
+    assert append("bob", message(3, 9000)).status == 200
+    assert "user not found" in error(append("nobody", message(4, 100)), 404)
+
+
 def test_without_auth_service_is_503(petreld, tmp_path):
     d = petreld(config(tmp_path, auth=False), env={"BACKEND_API_TOKEN": TOKEN})
     assert "auth_master_addr" in error(get(d, "/api/backend/quota/show?user=alice"), 503)
+    # With the quota enforcing, mail/append cannot know the user's rules either.
+    r = post(d, "/api/backend/mail/append", {"user": "tina", "folder": "INBOX",
+                                              "message": base64.b64encode(b"x\r\n").decode()})
+    assert "auth_master_addr" in error(r, 503)
     assert get(d, "/api/backend/quota/clone/list").status == 200
 
 

@@ -388,3 +388,33 @@ def test_redis_that_never_answers_blocks_nothing(petreld, tmp_path):
         for c in held:
             c.close()
         hole.close()
+
+
+def test_mirror_skips_ignored_folders_as_getquota(petreld, tmp_path, redis_server):
+    """A folder the user's rule marks ignore is left out of the mirror as it
+    is of quota/show and GETQUOTA: the mirror gets the rules the session
+    had (the quota module's view of the user), not an empty set."""
+    redis_server.flushall()
+    cfg = config(tmp_path, redis_server.address, "60s")
+    (tmp_path / "passwd").write_text(
+        PASSWD + "dave:{PLAIN}d:1004:1004::::"
+        "userdb_quota_rule=*:storage=100M:messages=1000,Spam:ignore\n")
+    d = petreld(cfg, env={"BACKEND_API_TOKEN": TOKEN})
+    m = imap_login(d, "dave")
+    assert m.create("Spam")[0] == "OK"
+    assert m.append("INBOX", None, None, message(1, 3000))[0] == "OK"
+    for n in range(2, 5):
+        assert m.append("Spam", None, None, message(n, 5000))[0] == "OK"
+    typ, data = m.getquota('"User quota"')
+    assert typ == "OK", data
+    got = re.search(rb"STORAGE (\d+) \d+ MESSAGE (\d+) \d+", data[0])
+    kib, count = int(got.group(1)), int(got.group(2))
+    m.logout()  # the final write
+    want = show(d, "dave")
+    assert want[1] == 1 and count == 1  # Spam's three are not counted
+    wait_for(lambda: redis_values(redis_server, "dave") is not None, timeout=5,
+             what="final write at logout")
+    for mirrored in (redis_values(redis_server, "dave"), sqlite_values(tmp_path, "dave")):
+        assert mirrored == want, (mirrored, want)
+        assert mirrored[1] == count
+        assert (mirrored[0] + 1023) // 1024 == kib

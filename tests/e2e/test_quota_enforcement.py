@@ -92,6 +92,8 @@ def lmtp(d, rcpt, msg):
 def on_disk(d, user):
     root = d.workdir / "mail" / user / "Maildir"
     total = 0
+    if not root.exists():  # refused before anything was made
+        return 0
     for folder in [root] + [p for p in root.iterdir() if p.name.startswith(".")]:
         for sub in ("new", "cur"):
             if (folder / sub).is_dir():
@@ -434,3 +436,93 @@ def test_kept_folder_list_sees_folders_made_and_removed_by_other_sessions(petrel
     assert m.delete("Big")[0] == "OK"
     m.logout()
     assert lmtp(d, "carol@example.org", message(5, 4000))[0] == 250
+
+def test_literal_over_quota_refused_before_it_is_sent(qd):
+    """An APPEND whose synchronising literal already cannot fit in what is
+    left of the user's quota is answered NO [OVERQUOTA] at once, before the
+    "+" (Dovecot 2.3's quota_test_alloc at save begin; the storage's quota
+    module decides, asked through mail_save_test). A MULTIAPPEND counts its
+    earlier messages and stays all or nothing. A non-synchronising literal
+    is on its way: its bytes are read and dropped, then the same NO, and
+    the connection goes on."""
+    d = qd
+    before = rejections(d, "append", "storage")
+    r = Raw(d, "alice")  # *:storage=3000
+    want = b"NO [OVERQUOTA] " + EXCEEDED.encode() + b"\r\n"
+    r.sock.sendall(b"a1 APPEND INBOX {4000}\r\n")
+    assert r.f.readline() == b"a1 " + want
+    # a folder that does not exist says so first, as the APPEND would
+    r.sock.sendall(b"a0 APPEND Nowhere {4000}\r\n")
+    assert r.f.readline() == b"a0 NO [TRYCREATE] Mailbox does not exist.\r\n"
+    small = message(1, 1000)
+    r.sock.sendall(b"a2 APPEND INBOX {%d}\r\n" % len(small))
+    assert r.f.readline() == b"+ OK\r\n"
+    r.sock.sendall(small + b"\r\n")
+    assert r.f.readline().startswith(b"a2 OK")
+    # 1000 used: a first message of 1000 fits, with a second of 1500 the
+    # command would not (1000 + 1000 + 1500 > 3000); nothing is saved.
+    r.sock.sendall(b"a3 APPEND INBOX {%d+}\r\n" % len(small) + small + b" {1500}\r\n")
+    assert r.f.readline() == b"a3 " + want
+    r.sock.sendall(b"a4 APPEND INBOX {2500+}\r\n" + b"x" * 2500 + b"\r\n")
+    assert r.f.readline() == b"a4 " + want
+    assert r.run(b"STATUS INBOX (MESSAGES)")[0] == b"* STATUS \"INBOX\" (MESSAGES 1)\r\n"
+    # a1, a3, a4, and a0 (the quota said no; the reply names the missing folder)
+    assert rejections(d, "append", "storage") - before == 4
+    # what fits is still asked for
+    r.sock.sendall(b"a5 APPEND INBOX {%d}\r\n" % len(small))
+    assert r.f.readline() == b"+ OK\r\n"
+    r.sock.sendall(small + b"\r\n")
+    assert r.f.readline().startswith(b"a5 OK")
+    r.close()
+
+
+def plant(d, user, size):
+    """A message file of `size` bytes put into the user's INBOX behind the
+    server's back (a message from before quota_mail_size was set)."""
+    root = d.workdir / "mail" / user / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "new" / "1700000000.M1P1.planted").write_bytes(message(99, size))
+
+
+def test_copy_and_move_obey_mail_size(qd):
+    """COPY of a message over quota_mail_size is refused with the size cap's
+    text, as an APPEND of it is; a MOVE from another of the user's folders
+    brings nothing new in and goes through (Dovecot skips every check for a
+    move inside one quota root)."""
+    d = qd
+    plant(d, "dave", 60000)  # dave has no rule; the cap is 50K
+    m = login(d, "dave")
+    assert m.create("Other")[0] == "OK"
+    assert m.select("INBOX")[0] == "OK"
+    typ, data = m.copy("1", "Other")
+    assert typ == "NO"
+    assert data[0] == b"[OVERQUOTA] Requested allocation size 60000 exceeds max mail size 51200"
+    assert rejections(d, "copy", "mail_size") == 1
+    typ, data = m._simple_command("MOVE", "1", "Other")
+    assert typ == "OK", data
+    assert m.status("Other", "(MESSAGES)")[1][0].endswith(b"(MESSAGES 1)")
+    m.logout()
+
+
+def test_literal_asked_for_after_another_session_made_room(qd):
+    """The test allocation answers from the usage the session last saw; a
+    no from that estimate is read again, so room another session made
+    (an expunge) is seen and the literal is asked for."""
+    d = qd
+    a = Raw(d, "alice")  # *:storage=3000
+    msg = message(1, 2000)
+    a.sock.sendall(b"a1 APPEND INBOX {%d}\r\n" % len(msg))
+    assert a.f.readline() == b"+ OK\r\n"
+    a.sock.sendall(msg + b"\r\n")
+    assert a.f.readline().startswith(b"a1 OK")
+    b = Raw(d, "alice")
+    b.run(b"SELECT INBOX")
+    b.run(b"STORE 1 +FLAGS.SILENT (\\Deleted)")
+    assert b.run(b"EXPUNGE")[-1].startswith(b"c4 OK")
+    b.close()
+    a.sock.sendall(b"a2 APPEND INBOX {%d}\r\n" % len(msg))  # 2000 + 2000 > 3000 by the estimate
+    assert a.f.readline() == b"+ OK\r\n"
+    a.sock.sendall(msg + b"\r\n")
+    assert a.f.readline().startswith(b"a2 OK")
+    a.close()

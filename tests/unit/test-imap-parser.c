@@ -617,11 +617,26 @@ static void test_literal_sink(void **state)
     assert_int_equal(st.closed, 6);
 }
 
-/* refuse(): asked before a synchronising literal's continuation only. */
-static const char *test_sink_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size)
+/* refuse(): asked for every literal before it is accepted; it sees the
+ * command's first argument and the bytes of the later literals so far. */
+static struct imap_parser *refuse_parser;
+static char refuse_first[32];
+static uint64_t refuse_later;
+
+static const char *test_sink_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                                    bool non_sync)
 {
+    (void)non_sync;
     struct test_sink *st = ctx;
     st->opened += 100; /* counted apart from open() */
+    const char *first = NULL;
+    size_t len = 0;
+    refuse_first[0] = '\0';
+    if (imap_parser_first_arg(refuse_parser, &first, &len) && len < sizeof(refuse_first)) {
+        memcpy(refuse_first, first, len);
+        refuse_first[len] = '\0';
+    }
+    refuse_later = imap_parser_later_literal_bytes(refuse_parser);
     return strcmp(command, "APPEND") == 0 && arg_index > 0 && size > 5 ? "[OVERQUOTA] big" : NULL;
 }
 
@@ -637,6 +652,7 @@ static void test_literal_refused(void **state)
                                      .refuse = test_sink_refuse,
                                      .ctx = &st};
     struct imap_parser *p = imap_parser_new(NULL);
+    refuse_parser = p;
     imap_parser_set_sink(p, &sink);
     /* A small message is asked for; the big second one is refused before
      * its continuation, and the command with it. */
@@ -650,13 +666,26 @@ static void test_literal_refused(void **state)
     assert_string_equal(e->tag, "a");
     assert_string_equal(e->message, "[OVERQUOTA] big");
     assert_int_equal(st.opened, 200);
-    /* The session goes on; a non-synchronising literal is never asked about. */
-    static const char plus[] = "b APPEND INBOX {6+}\r\n123456\r\n";
-    cont = 0;
+    assert_string_equal(refuse_first, "INBOX");
+    assert_int_equal(refuse_later, 3); /* the first message's literal */
+    /* A refused non-synchronising literal is on its way: it and the rest
+     * of the command (a second {n+} too) are read and dropped, then the
+     * NO; the next command is parsed as ever. */
+    static const char plus[] = "b APPEND {6}\r\nDrafts {6+}\r\n123456 {2+}\r\nxy\r\n";
+    static const char next[] = "c NOOP\r\n";
     st.opened = 0;
-    assert_int_equal(feed_pieces(p, plus, sizeof(plus) - 1, &cont), IMAP_PARSE_COMMAND);
-    assert_int_equal(cont, 0);
-    assert_int_equal(st.opened, 0);
+    size_t used = 0;
+    assert_int_equal(imap_parser_parse_all(p, plus, sizeof(plus) - 1, &used), IMAP_PARSE_ERROR);
+    assert_int_equal(used, sizeof(plus) - 1);
+    e = imap_parser_error(p);
+    assert_int_equal(e->code, IMAP_PARSE_ERR_REFUSED);
+    assert_string_equal(e->tag, "b");
+    assert_string_equal(e->message, "[OVERQUOTA] big");
+    assert_int_equal(st.opened, 200);            /* the name's literal and the message's */
+    assert_string_equal(refuse_first, "Drafts"); /* a literal mailbox name */
+    assert_int_equal(refuse_later, 0);
+    assert_int_equal(imap_parser_parse_all(p, next, sizeof(next) - 1, &used), IMAP_PARSE_COMMAND);
+    assert_string_equal(imap_parser_command(p)->name, "NOOP");
     imap_parser_free(p);
 }
 

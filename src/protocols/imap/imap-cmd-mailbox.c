@@ -102,39 +102,61 @@ static const struct mail_config *mail_cfg(const struct imap_session *s)
 /* Decodes a mailbox argument and finds its namespace (the longest matching
  * prefix; the empty prefix catches the rest). Replies itself and returns
  * false when the name is unusable. */
-static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
-                           struct imap_folder_ref *out)
+/* The wire name `wire` (NUL-terminated, `len` bytes) as namespace +
+ * folder; NULL on success, else the reply that says why ("BAD ..." or
+ * "NO ..."). */
+static const char *folder_from_wire(const struct imap_session *s, const char *wire, size_t len,
+                                    struct imap_folder_ref *out)
 {
-    const char *wire = imap_arg_astring(arg);
-    if (wire == NULL || strlen(wire) != arg->len) {
-        imap_reply_bad(s, "Bad mailbox name.");
-        return false;
-    }
+    if (strlen(wire) != len)
+        return "BAD Bad mailbox name.";
     struct buf utf8 = {0};
     if (s->utf8_accept) {
         /* RFC 6855 3: names are UTF-8 now, with no modified UTF-7 decoding. */
-        if (!utf8_valid(wire, arg->len)) {
-            imap_reply_bad(s, "Mailbox name is not valid UTF-8.");
-            return false;
-        }
-        buf_append(&utf8, wire, arg->len);
+        if (!utf8_valid(wire, len))
+            return "BAD Mailbox name is not valid UTF-8.";
+        buf_append(&utf8, wire, len);
     } else if (!mailbox_name_from_mutf7(wire, &utf8)) {
         buf_free(&utf8);
-        imap_reply_no(s, "[CANNOT] Mailbox name is not valid modified UTF-7.");
-        return false;
+        return "NO [CANNOT] Mailbox name is not valid modified UTF-7.";
     }
     buf_append_char(&utf8, '\0');
     const char *rest = NULL;
     const struct namespace_config *best = namespace_by_prefix(mail_cfg(s), utf8.data, &rest);
     if (best == NULL) {
         buf_free(&utf8);
-        imap_reply_no(s, "[NONEXISTENT] No namespace holds this name.");
-        return false;
+        return "NO [NONEXISTENT] No namespace holds this name.";
     }
     out->ns = best;
     out->name =
         xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
     buf_free(&utf8);
+    return NULL;
+}
+
+static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
+                           struct imap_folder_ref *out)
+{
+    const char *wire = imap_arg_astring(arg);
+    const char *why =
+        wire != NULL ? folder_from_wire(s, wire, arg->len, out) : "BAD Bad mailbox name.";
+    if (why == NULL)
+        return true;
+    if (why[0] == 'B')
+        imap_reply_bad(s, "%s", why + 4);
+    else
+        imap_reply_no(s, "%s", why + 3);
+    return false;
+}
+
+bool imap_folder_from_wire(const struct imap_session *s, const char *wire, size_t len,
+                           const struct namespace_config **ns, char **name)
+{
+    struct imap_folder_ref ref;
+    if (folder_from_wire(s, wire, len, &ref) != NULL)
+        return false;
+    *ns = ref.ns;
+    *name = ref.name;
     return true;
 }
 

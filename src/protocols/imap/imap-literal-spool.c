@@ -3,7 +3,6 @@
 
 #include "core/xalloc.h"
 #include "protocols/imap/imap-private.h"
-#include "storage/quota/quota-module.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -28,18 +27,53 @@ static void *spool_open(void *ctx, const char *command, size_t arg_index, uint64
     return sp;
 }
 
-/* A message literal over quota_mail_size is refused before the client
- * sends it (as Dovecot's quota plugin does at save begin): the bytes could
- * only be spooled to be thrown away. */
-static const char *spool_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size)
+/* A message literal the storage already knows it cannot save (over the
+ * quota, or over quota_mail_size) is refused before the client sends it,
+ * as Dovecot's quota plugin does at save begin (quota_test_alloc): the
+ * bytes could only be spooled to be thrown away. The storage decides
+ * (mail_save_test), with the size of this message plus the earlier ones
+ * of a MULTIAPPEND, which is all or nothing. A name that does not resolve
+ * is left to the command to answer. */
+static const char *spool_refuse(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                                bool non_sync)
 {
+    (void)non_sync;
     struct imap_session *s = ctx;
-    if (strcmp(command, "APPEND") != 0 || arg_index == 0 || s->user == NULL)
+    if (strcmp(command, "APPEND") != 0 || arg_index == 0 || s->user == NULL ||
+        !mail_save_test_wanted(s->user))
         return NULL;
-    char text[sizeof(s->literal_refusal) - 16];
-    if (!quota_user_too_large(s->user, size, text, sizeof(text)))
+    const char *wire = NULL;
+    size_t len = 0;
+    if (!imap_parser_first_arg(s->parser, &wire, &len))
         return NULL;
-    snprintf(s->literal_refusal, sizeof(s->literal_refusal), "[OVERQUOTA] %s", text);
+    char *copy = xstrndup(wire, len);
+    const struct namespace_config *ns = NULL;
+    char *name = NULL;
+    bool resolved = imap_folder_from_wire(s, copy, len, &ns, &name);
+    free(copy);
+    if (!resolved)
+        return NULL;
+    uint64_t earlier = imap_parser_later_literal_bytes(s->parser);
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    bool fits = mail_save_test(s->user, ns, name, earlier + size, size, &err);
+    /* A folder that is not there is what the APPEND would answer first
+     * (Dovecot opens it before the literal too); asked only on a refusal
+     * and only in the user's own namespace, where it reveals nothing. */
+    bool missing =
+        !fits && ns->type == NAMESPACE_PERSONAL && !mail_folder_exists(s->user, ns, name);
+    free(name);
+    if (missing) {
+        snprintf(s->literal_refusal, sizeof(s->literal_refusal),
+                 "[TRYCREATE] Mailbox does not exist.");
+        return s->literal_refusal;
+    }
+    if (fits || (err.code != PETREL_ERR_OVER_QUOTA && err.code != PETREL_ERR_LIMIT))
+        return NULL;
+    /* The reply the save would have got (imap_reply_storage_error). */
+    int room = (int)sizeof(s->literal_refusal) - 16;
+    snprintf(s->literal_refusal, sizeof(s->literal_refusal), "%s %.*s",
+             err.code == PETREL_ERR_OVER_QUOTA ? "[OVERQUOTA]" : "[LIMIT]", room, err.message);
     return s->literal_refusal;
 }
 

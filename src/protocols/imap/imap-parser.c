@@ -71,8 +71,9 @@ struct imap_parser {
     struct imap_parse_error error;
     struct imap_literal_sink sink;
     bool have_sink;
-    bool holds_literals; /* some token owns a literal buffer or spool */
+    bool holds_literals;           /* some token owns a literal buffer or spool */
     uint64_t memory_literal_bytes; /* this command's literals in memory */
+    uint64_t later_literal_bytes;  /* this command's literals after its first argument */
 };
 
 struct literal_announcement {
@@ -151,6 +152,7 @@ void imap_parser_reset(struct imap_parser *p)
     p->literal_token = NULL;
     p->literal_got = 0;
     p->skip_remaining = 0;
+    p->later_literal_bytes = 0;
     p->tail_len = 0;
     memset(&p->command, 0, sizeof(p->command));
     memset(&p->error, 0, sizeof(p->error));
@@ -609,14 +611,22 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
         return report_error(p, false);
     }
-    if (!ann.non_sync && p->have_sink && p->sink.refuse != NULL) {
-        const char *why =
-            p->sink.refuse(p->sink.ctx, p->text.data + p->name_off, p->top_count - 1, ann.size);
+    if (p->have_sink && p->sink.refuse != NULL) {
+        const char *why = p->sink.refuse(p->sink.ctx, p->text.data + p->name_off, p->top_count - 1,
+                                         ann.size, ann.non_sync);
         if (why != NULL) {
             set_error(p, IMAP_PARSE_ERR_REFUSED, why);
-            return report_error(p, false);
+            if (!ann.non_sync)
+                return report_error(p, false); /* before the continuation */
+            /* Its bytes are on the way: read and dropped, then the NO. */
+            p->skip_remaining = ann.size;
+            p->state = ST_SKIP_LITERAL;
+            p->tail_len = 0;
+            return IMAP_PARSE_NEED_MORE;
         }
     }
+    if (p->top_count > 1)
+        p->later_literal_bytes += ann.size;
     t->len = (size_t)ann.size;
     /* memory_literal_bytes never passes the budget, so this cannot wrap. */
     bool over_budget = ann.size > p->limits.max_memory_literals - p->memory_literal_bytes;
@@ -790,6 +800,33 @@ const struct imap_parse_error *imap_parser_error(const struct imap_parser *p)
     if (p->state == ST_FATAL || (p->state == ST_DONE && p->done_result == IMAP_PARSE_ERROR))
         return &p->error;
     return NULL;
+}
+
+bool imap_parser_first_arg(const struct imap_parser *p, const char **str, size_t *len)
+{
+    if (p->token_count == 0)
+        return false;
+    const struct token *t = &p->tokens[0];
+    switch (t->type) {
+    case TOK_ATOM:
+    case TOK_QUOTED:
+        *str = p->text.data + t->off;
+        *len = t->len;
+        return true;
+    case TOK_LITERAL:
+        if (t->literal == NULL || (p->state == ST_LITERAL && p->literal_token == t))
+            return false;
+        *str = t->literal;
+        *len = t->len;
+        return true;
+    default:
+        return false;
+    }
+}
+
+uint64_t imap_parser_later_literal_bytes(const struct imap_parser *p)
+{
+    return p->later_literal_bytes;
 }
 
 uint64_t imap_parser_literal_remaining(const struct imap_parser *p)

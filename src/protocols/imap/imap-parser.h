@@ -111,11 +111,14 @@ struct imap_literal_sink {
     void *(*open)(void *ctx, const char *command, size_t arg_index, uint64_t size, bool literal8);
     void (*write)(void *ctx, void *spool, const void *data, size_t len);
     void (*close)(void *ctx, void *spool);
-    /* Optional: asked before a synchronizing literal is accepted (before
-     * the continuation). A non-NULL text refuses the command with a
-     * tagged NO of that text (valid until the next feed); the client
-     * never sends the literal. */
-    const char *(*refuse)(void *ctx, const char *command, size_t arg_index, uint64_t size);
+    /* Optional: asked when a literal is announced, before it is accepted
+     * (for a synchronizing one, before the continuation). A non-NULL text
+     * refuses the command with a tagged NO of that text (valid until the
+     * next refuse): a synchronizing literal is then never sent by the
+     * client; a non-synchronizing one (`non_sync`) is on its way, so its
+     * bytes and the rest of the command are read and dropped first. */
+    const char *(*refuse)(void *ctx, const char *command, size_t arg_index, uint64_t size,
+                          bool non_sync);
     void *ctx;
 };
 
@@ -139,6 +142,13 @@ enum imap_parse_result imap_parser_feed(struct imap_parser *p, const void *data,
 const struct imap_command *imap_parser_command(const struct imap_parser *p);
 /* The error after an ERROR result, else NULL. */
 const struct imap_parse_error *imap_parser_error(const struct imap_parser *p);
+/* For the sink's refuse(): the command's first argument as it came
+ * (an atom, a quoted string's content, or a complete literal; not
+ * decoded), false when it is none of these; and the bytes of the
+ * command's literals after the first argument accepted so far (the
+ * earlier messages of a MULTIAPPEND). */
+bool imap_parser_first_arg(const struct imap_parser *p, const char **str, size_t *len);
+uint64_t imap_parser_later_literal_bytes(const struct imap_parser *p);
 /* Bytes of the literal being received that are still to come (0 outside
  * literals); for progress reporting and timeouts. */
 uint64_t imap_parser_literal_remaining(const struct imap_parser *p);

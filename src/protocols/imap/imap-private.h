@@ -340,6 +340,10 @@ void imap_reply_storage_error(struct imap_session *s, const struct petrel_error 
  * allocated. */
 bool imap_resolve_folder(struct imap_session *s, const struct imap_arg *arg,
                          const struct namespace_config **ns, char **name);
+/* As imap_resolve_folder for a wire name (NUL-terminated, `len` bytes),
+ * replying nothing: false when the name is unusable. */
+bool imap_folder_from_wire(const struct imap_session *s, const char *wire, size_t len,
+                           const struct namespace_config **ns, char **name);
 
 /* SASL continuation from the client during AUTHENTICATE (imap-cmd-login.c). */
 void imap_authenticate_continue(struct imap_session *s, const char *line, size_t len);

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "clients/auth/auth-sasl.h"
+#include "storage/quota/quota-module.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -71,6 +72,9 @@ static void auth_done(const struct auth_client_reply *r, void *ctx)
             return;
         }
         count_login(s, "ok");
+        /* POP3 enforces nothing (it never saves), but its expunges mark the
+         * quota mirror, which skips the folders these rules mark ignore. */
+        quota_user_set(s->user, r->userdb != NULL ? r->userdb->quota_rule : NULL);
         char uq[300];
         log_info(POP3_COMPONENT, "logged in",
                  "session=%s user=%s peer=%s tls=%s messages=%zu octets=%llu", s->io.id,

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
+#include "storage/quota/quota-module.h"
 #include "storage/quota/quota-rule.h"
 #include "storage/quota/quota-usage.h"
 
@@ -31,12 +32,23 @@
  * never brings its write closer than the delay to its previous one. */
 #define CLONE_BATCH_SLACK_MS 50
 
-/* Flags of a mark (the value of `marks`, as a pointer-sized integer). */
+/* Flags of a mark. */
 #define MARK_DIRTY 1u
 #define MARK_FINAL 2u
 
+/* The value of `marks`: what the hooks said about one user since the loop
+ * last looked. */
+struct clone_mark {
+    unsigned flags;
+    /* The quota module's view of the user's rules on the marking handle
+     * (quota_user_rules_copy): the mirror skips the folders they mark
+     * ignore, as quota/show and GETQUOTA do. NULL: that handle had none. */
+    char *rules;
+};
+
 struct clone_user {
     int64_t due_ms; /* monotonic */
+    char *rules;    /* the latest rules a mark brought (NULL: none yet) */
 };
 
 struct clone_target {
@@ -59,7 +71,7 @@ struct quota_clone {
 
     /* Filled by any thread. */
     pthread_mutex_t lock;
-    struct smap *marks; /* username -> MARK_* flags */
+    struct smap *marks; /* username -> struct clone_mark */
     int wake_fd;
     struct event *wake;
 
@@ -96,15 +108,42 @@ bool quota_clone_parse_value(const char *data, size_t len, uint64_t *out)
 
 /* ---------- any thread ---------- */
 
-void quota_clone_mark(struct quota_clone *clone, const char *username, bool final)
+static void clone_mark_free(void *v)
 {
-    uintptr_t add = final ? MARK_FINAL : MARK_DIRTY;
+    struct clone_mark *m = v;
+    if (m != NULL)
+        free(m->rules);
+    free(m);
+}
+
+static void clone_user_free(void *v)
+{
+    struct clone_user *u = v;
+    if (u != NULL)
+        free(u->rules);
+    free(u);
+}
+
+void quota_clone_mark(struct quota_clone *clone, const char *username, const char *rules,
+                      bool final)
+{
+    unsigned add = final ? MARK_FINAL : MARK_DIRTY;
+    char *copy = rules != NULL ? xstrdup(rules) : NULL;
     pthread_mutex_lock(&clone->lock);
     bool wake = smap_count(clone->marks) == 0;
-    uintptr_t had = (uintptr_t)smap_get(clone->marks, username);
-    if ((had | add) != had)
-        smap_put(clone->marks, username, (void *)(had | add));
+    struct clone_mark *m = smap_get(clone->marks, username);
+    if (m == NULL) {
+        m = xcalloc(1, sizeof(*m));
+        smap_put(clone->marks, username, m);
+    }
+    m->flags |= add;
+    if (copy != NULL) {
+        free(m->rules);
+        m->rules = copy;
+        copy = NULL;
+    }
     pthread_mutex_unlock(&clone->lock);
+    free(copy);
     if (wake) {
         uint64_t one = 1;
         /* EAGAIN: the counter is full, so the loop is woken anyway. */
@@ -113,23 +152,31 @@ void quota_clone_mark(struct quota_clone *clone, const char *username, bool fina
     }
 }
 
+/* Marks `user` with the quota module's view of its rules on this handle. */
+static void mark_user(struct quota_clone *clone, struct mail_user *user, bool final)
+{
+    char *rules = quota_user_rules_copy(user);
+    quota_clone_mark(clone, mail_user_name(user), rules, final);
+    free(rules);
+}
+
 static void hook_saved(void *ctx, const struct mail_save_info *info, const uint32_t *uids,
                        size_t count)
 {
     (void)uids;
     (void)count;
     struct mail_user *dst = mailbox_user(info->dst);
-    quota_clone_mark(ctx, mail_user_name(dst), false);
+    mark_user(ctx, dst, false);
     /* A MOVE out of another user's folder lowers that user's usage. */
     if (info->src != NULL && mailbox_user(info->src) != dst)
-        quota_clone_mark(ctx, mail_user_name(mailbox_user(info->src)), false);
+        mark_user(ctx, mailbox_user(info->src), false);
 }
 
 static void hook_expunged(void *ctx, struct mailbox *box, const uint32_t *uids, size_t count)
 {
     (void)uids;
     if (count > 0)
-        quota_clone_mark(ctx, mail_user_name(mailbox_user(box)), false);
+        mark_user(ctx, mailbox_user(box), false);
 }
 
 static void hook_folder_deleted(void *ctx, struct mail_user *user,
@@ -137,12 +184,12 @@ static void hook_folder_deleted(void *ctx, struct mail_user *user,
 {
     (void)ns;
     (void)name;
-    quota_clone_mark(ctx, mail_user_name(user), false);
+    mark_user(ctx, user, false);
 }
 
 static void hook_user_released(void *ctx, struct mail_user *user)
 {
-    quota_clone_mark(ctx, mail_user_name(user), true);
+    mark_user(ctx, user, true);
 }
 
 const struct mail_storage_module quota_clone_module = {
@@ -241,26 +288,41 @@ static void write_batch(struct quota_clone *clone, const struct clone_value *val
     }
 }
 
-/* Writes the users named in `names` (their usage read now). */
-static void flush_users(struct quota_clone *clone, char **names, size_t count)
+/* A user due to be written, with the rules its marks brought. */
+struct due_user {
+    char *name;
+    char *rules; /* NULL: none known */
+};
+
+/* Writes the users in `due` (their usage read now). */
+static void flush_users(struct quota_clone *clone, const struct due_user *due, size_t count)
 {
     struct clone_value *values = xcalloc(count > 0 ? count : 1, sizeof(*values));
     size_t n = 0;
-    /* The rules that mark folders ignore arrive with the user's session,
-     * not here: the mirror counts every folder of the personal namespace. */
-    struct quota_rules rules;
-    quota_rules_init(&rules);
     for (size_t i = 0; i < count; i++) {
         struct petrel_error err;
         petrel_error_clear(&err);
-        struct mail_user *user = mail_user_get(clone->storage, names[i], &err);
+        /* The folders the user's rules mark ignore are left out, as in
+         * quota/show and GETQUOTA; rules that no session of this process
+         * handed over (none known) or that do not parse count every folder
+         * (the value is advisory; enforcement fails open on them too). */
+        struct quota_rules rules;
+        quota_rules_init(&rules);
+        struct petrel_error rerr;
+        if (due[i].rules != NULL && !quota_rules_add_lines(&rules, due[i].rules, &rerr)) {
+            quota_rules_free(&rules);
+            quota_rules_init(&rules);
+        }
+        struct mail_user *user = mail_user_get(clone->storage, due[i].name, &err);
         struct quota_usage usage;
-        if (user == NULL || !quota_usage_get(user, &rules, clone->usage_cache, &usage, &err)) {
-            log_warn(COMPONENT, "cannot read the usage to mirror", "user=%s error=\"%s\"", names[i],
-                     err.message);
+        bool ok = user != NULL && quota_usage_get(user, &rules, clone->usage_cache, &usage, &err);
+        quota_rules_free(&rules);
+        if (!ok) {
+            log_warn(COMPONENT, "cannot read the usage to mirror", "user=%s error=\"%s\"",
+                     due[i].name, err.message);
             continue;
         }
-        values[n].user = names[i];
+        values[n].user = due[i].name;
         values[n].usage = usage;
         if (++n == QUOTA_CLONE_BATCH_USERS) {
             write_batch(clone, values, n);
@@ -268,7 +330,6 @@ static void flush_users(struct quota_clone *clone, char **names, size_t count)
         }
     }
     write_batch(clone, values, n);
-    quota_rules_free(&rules);
     free(values);
 }
 
@@ -276,7 +337,7 @@ static void flush_users(struct quota_clone *clone, char **names, size_t count)
  * writes them, and re-arms the timer for the rest. */
 static void flush_due(struct quota_clone *clone, int64_t until, bool all)
 {
-    char **names = NULL;
+    struct due_user *due = NULL;
     size_t count = 0, cap = 0;
     int64_t next = 0;
     const char *key = "";
@@ -285,21 +346,26 @@ static void flush_due(struct quota_clone *clone, int64_t until, bool all)
     while ((u = smap_seek(clone->dirty, key, strict, &key)) != NULL) {
         strict = true;
         if (all || u->due_ms <= until) {
-            names = xgrow(names, &cap, count + 1, sizeof(*names));
-            names[count++] = xstrdup(key);
+            due = xgrow(due, &cap, count + 1, sizeof(*due));
+            due[count].name = xstrdup(key);
+            due[count].rules = u->rules;
+            u->rules = NULL;
+            count++;
         } else if (next == 0 || u->due_ms < next) {
             next = u->due_ms;
         }
     }
     for (size_t i = 0; i < count; i++)
-        free(smap_remove(clone->dirty, names[i]));
+        clone_user_free(smap_remove(clone->dirty, due[i].name));
     clone->timer_due_ms = 0;
     if (next != 0)
         arm_timer(clone, next);
-    flush_users(clone, names, count);
-    for (size_t i = 0; i < count; i++)
-        free(names[i]);
-    free(names);
+    flush_users(clone, due, count);
+    for (size_t i = 0; i < count; i++) {
+        free(due[i].name);
+        free(due[i].rules);
+    }
+    free(due);
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -327,10 +393,10 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     int64_t earliest = 0;
     const char *key = "";
     bool strict = false;
-    void *v;
-    while ((v = smap_seek(marks, key, strict, &key)) != NULL) {
+    struct clone_mark *m;
+    while ((m = smap_seek(marks, key, strict, &key)) != NULL) {
         strict = true;
-        uintptr_t flags = (uintptr_t)v;
+        unsigned flags = m->flags;
         struct clone_user *u = smap_get(clone->dirty, key);
         if (u == NULL) {
             /* A session that ended with nothing changed since the last
@@ -342,12 +408,17 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
             u->due_ms = now + (delay > 0 ? delay + CLONE_BATCH_SLACK_MS : 0);
             smap_put(clone->dirty, key, u);
         }
+        if (m->rules != NULL) {
+            free(u->rules);
+            u->rules = m->rules;
+            m->rules = NULL;
+        }
         if ((flags & MARK_FINAL) != 0)
             u->due_ms = now;
         if (earliest == 0 || u->due_ms < earliest)
             earliest = u->due_ms;
     }
-    smap_free(marks, NULL);
+    smap_free(marks, clone_mark_free);
     if (earliest != 0)
         arm_timer(clone, earliest);
 }
@@ -420,8 +491,8 @@ void quota_clone_free(struct quota_clone *clone)
     event_free(clone->wake);
     event_free(clone->timer);
     close(clone->wake_fd);
-    smap_free(clone->marks, NULL);
-    smap_free(clone->dirty, free);
+    smap_free(clone->marks, clone_mark_free);
+    smap_free(clone->dirty, clone_user_free);
     pthread_mutex_destroy(&clone->lock);
     quota_usage_cache_free(clone->usage_cache);
     free(clone->targets);

@@ -18,7 +18,9 @@
  * (at most once a minute while it keeps failing) and counted; it delays
  * nothing, neither the other dicts nor the save that marked the user.
  * The usage written is computed then, from the index (quota-usage.h), on
- * the main loop's storage handle. */
+ * the main loop's storage handle, with the rules the marks brought (the
+ * quota module's view of the user on the session's handle), so it equals
+ * what quota/show and GETQUOTA report. */
 #ifndef PETREL_STORAGE_QUOTA_CLONE_H
 #define PETREL_STORAGE_QUOTA_CLONE_H
 
@@ -50,8 +52,12 @@ struct quota_clone *quota_clone_new(struct event_base *base, const struct quota_
 /* The storage module; its context is the struct quota_clone. */
 extern const struct mail_storage_module quota_clone_module;
 /* Marks `username` dirty from any thread; `final`: its session ended, so
- * write it now (when dirty) instead of waiting for the delay. */
-void quota_clone_mark(struct quota_clone *clone, const char *username, bool final);
+ * write it now (when dirty) instead of waiting for the delay. `rules`: the
+ * user's quota rules as quota_user_rules_copy gives them (copied; NULL:
+ * not known here, the last ones known for the user stay), so the value
+ * written skips the folders they mark ignore. */
+void quota_clone_mark(struct quota_clone *clone, const char *username, const char *rules,
+                      bool final);
 /* Main loop: writes every dirty user now (shutdown, before the dicts
  * close). */
 void quota_clone_flush_all(struct quota_clone *clone);

@@ -76,6 +76,10 @@ struct quota_user {
     struct reservation *pend_resv;
     struct quota_usage pend_add;
     struct quota_usage pend_before;
+    /* the usage last read or saved on this handle (the test allocation's
+     * estimate; usage_get sets it) */
+    bool last_known;
+    struct quota_usage last;
     /* the expunge between its hooks */
     bool exp_before_ok;
     struct quota_usage exp_before;
@@ -367,6 +371,20 @@ void quota_user_set(struct mail_user *user, char *const *rule_fields)
     }
 }
 
+bool quota_user_enforced(struct mail_user *user)
+{
+    struct quota_module *qm = module_of(user);
+    return qm != NULL && qm->cfg->enabled;
+}
+
+char *quota_user_rules_copy(const struct mail_user *user)
+{
+    const struct quota_user *qu = user->quota;
+    if (qu == NULL || qu->rule_text == NULL)
+        return NULL;
+    return xstrdup(qu->rule_text);
+}
+
 /* Usage through the user's cache (made on first use). */
 static bool usage_get(struct mail_user *user, struct quota_user *qu, struct quota_usage *out,
                       struct petrel_error *err)
@@ -375,7 +393,10 @@ static bool usage_get(struct mail_user *user, struct quota_user *qu, struct quot
         qu->cache = quota_usage_cache_new(USAGE_CACHE_FOLDERS);
         qu->folders = quota_folder_list_new();
     }
-    return quota_usage_get_listed(user, &qu->rules, qu->folders, qu->cache, out, err);
+    qu->last_known = quota_usage_get_listed(user, &qu->rules, qu->folders, qu->cache, out, err);
+    if (qu->last_known)
+        qu->last = *out;
+    return qu->last_known;
 }
 
 static long long ms_since(const struct timespec *t)
@@ -467,16 +488,6 @@ static void too_large_text(char *text, size_t text_size, uint64_t size, uint64_t
              (unsigned long long)size, (unsigned long long)cap);
 }
 
-bool quota_user_too_large(struct mail_user *user, uint64_t size, char *text, size_t text_size)
-{
-    struct quota_module *qm = module_of(user);
-    if (qm == NULL || !qm->cfg->enabled || qm->cfg->mail_size == 0 || size <= qm->cfg->mail_size)
-        return false;
-    too_large_text(text, text_size, size, qm->cfg->mail_size);
-    count_rejection(qm, "append", "mail_size");
-    return true;
-}
-
 /* ---------- hooks ---------- */
 
 static bool refuse(struct quota_module *qm, struct petrel_error *err, const char *point,
@@ -501,9 +512,13 @@ static bool q_save(void *ctx, const struct mail_save_info *info, struct petrel_e
     const char *point = point_name(info);
     const char *dst = mailbox_name(info->dst);
     char text[256];
-    if (info->kind == MAIL_SAVE_APPEND && cfg->mail_size != 0 && info->size > cfg->mail_size) {
-        /* never fits, whatever is freed */
-        too_large_text(text, sizeof(text), info->size, cfg->mail_size);
+    /* A move within the user brings no new message in (as Dovecot skips
+     * every check for a move inside one quota root). */
+    bool move_within =
+        info->kind == MAIL_SAVE_MOVE && info->src != NULL && mailbox_user(info->src) == user;
+    if (cfg->mail_size != 0 && info->max_size > cfg->mail_size && !move_within) {
+        /* never fits, whatever is freed; per message for COPY and MOVE */
+        too_large_text(text, sizeof(text), info->max_size, cfg->mail_size);
         return refuse(qm, err, point, "mail_size", true, text);
     }
     if (cfg->mailbox_message_count > 0) {
@@ -565,6 +580,47 @@ static bool q_save(void *ctx, const struct mail_save_info *info, struct petrel_e
     return true;
 }
 
+/* mail_save_test: what `save` would say of an APPEND of `size` bytes (one
+ * message of `max_size` among them) without reserving anything, so that
+ * IMAP refuses a literal before the client sends it (Dovecot's
+ * quota_test_alloc at save begin). Fails open like `save`; the save is
+ * checked again when it happens. The usage this handle last read or saved
+ * is the estimate: when it says the save fits, that is the answer (no
+ * read: a yes promises nothing); only a no is read again, so a stale
+ * estimate never refuses what would fit. */
+static bool q_save_test(void *ctx, struct mail_user *user, const struct namespace_config *ns,
+                        const char *name, uint64_t size, uint64_t max_size,
+                        struct petrel_error *err)
+{
+    struct quota_module *qm = ctx;
+    const struct quota_config *cfg = qm->cfg;
+    char text[256];
+    if (cfg->mail_size != 0 && max_size > cfg->mail_size) {
+        too_large_text(text, sizeof(text), max_size, cfg->mail_size);
+        return refuse(qm, err, "append", "mail_size", true, text);
+    }
+    if (ns->type != NAMESPACE_PERSONAL)
+        return true; /* another owner's quota: left to the save */
+    struct quota_user *qu = user_state(user, qm);
+    if (qu->rules_bad || quota_rules_mailbox_ignored(&qu->rules, name))
+        return true;
+    struct quota_limits limits;
+    quota_limits_compute(cfg, &qu->rules, name, QUOTA_POINT_INTERACTIVE, &limits);
+    if (limits.storage == 0 && limits.messages == 0)
+        return true;
+    if (qu->last_known && quota_check(&qm->check_cfg, &limits, &qu->last, size, 1) == QUOTA_OK)
+        return true;
+    struct quota_usage u;
+    struct petrel_error uerr;
+    if (!usage_get(user, qu, &u, &uerr))
+        return true;
+    enum quota_verdict v = quota_check(&qm->check_cfg, &limits, &u, size, 1);
+    if (v == QUOTA_OK)
+        return true;
+    return refuse(qm, err, "append", v == QUOTA_OVER_MESSAGES ? "messages" : "storage", false,
+                  cfg->exceeded_message);
+}
+
 /* Ends the pending save's reservation; `committed`: it was written. */
 static struct quota_user *save_end(struct quota_module *qm, const struct mail_save_info *info,
                                    bool committed)
@@ -593,7 +649,12 @@ static void q_saved(void *ctx, const struct mail_save_info *info, const uint32_t
     (void)count;
     struct quota_module *qm = ctx;
     struct quota_user *qu = save_end(qm, info, true);
-    if (qu == NULL || qm->cfg->warning_count == 0)
+    if (qu == NULL)
+        return;
+    qu->last.storage = qu->pend_before.storage + qu->pend_add.storage;
+    qu->last.messages = qu->pend_before.messages + qu->pend_add.messages;
+    qu->last_known = true;
+    if (qm->cfg->warning_count == 0)
         return;
     struct mail_user *user = mailbox_user(info->dst);
     struct quota_limits limits;
@@ -675,6 +736,7 @@ static const struct mail_storage_module quota_enforcing_module = {
     .name = QUOTA_MODULE_NAME,
     .folder_create = q_folder_create,
     .save = q_save,
+    .save_test = q_save_test,
     .saved = q_saved,
     .save_aborted = q_save_aborted,
     .expunge = q_expunge,

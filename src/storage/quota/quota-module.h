@@ -9,10 +9,13 @@
  * name (mail_storage_module_ctx(storage, QUOTA_MODULE_NAME)).
  *
  * A user's limits are the userdb's quota_rule fields, which a front end
- * hands to quota_user_set() when it has them (IMAP at login, LMTP per
- * delivery). A user with none set is not limited by the rules (the
- * site-wide caps quota_mail_size, quota_mailbox_count and
- * quota_mailbox_message_count still apply).
+ * hands to quota_user_set() when it has them (IMAP and POP3 at login, LMTP
+ * per delivery, the API's mail/append per request). A user with none set
+ * is not limited by the rules (the site-wide caps quota_mail_size,
+ * quota_mailbox_count and quota_mailbox_message_count still apply).
+ * Besides `save`, the module answers the storage's test allocation
+ * (mail_save_test: IMAP asks it before an APPEND literal's continuation)
+ * without reserving anything.
  *
  * Concurrency: each save reads the user's usage from the index, then,
  * under the module's lock, checks it plus what other saves of the same
@@ -58,17 +61,20 @@ bool quota_storage_enforces(const struct mail_storage *storage);
  * is logged and leaves the user unenforced (fail open), as a transient
  * usage error does. No-op without the module. */
 void quota_user_set(struct mail_user *user, char *const *rule_fields);
+/* Whether saves of `user` are checked against rules (the module is there
+ * with quota.enabled on): a front end that does not ask the userdb for
+ * every save (the API's mail/append) asks it only then. */
+bool quota_user_enforced(struct mail_user *user);
 /* An IMAP login: the rules as quota_user_set, and the over-flag sync with
  * the userdb's quota_over_flag (NULL: unset): checked now, or at the first
  * quota operation with quota_over_status_lazy_check, once per login and
  * only within 10 s of it. */
 void quota_user_login(struct mail_user *user, char *const *rule_fields, const char *over_flag);
-/* Whether a message of `size` bytes is over quota_mail_size, asked before
- * its bytes arrive (an IMAP APPEND literal's announced size). True (with
- * the refusal's text in `text`, counted as an append rejection) when it
- * is: no save of that size can succeed whatever the usage. False without
- * the module, with the engine off, or without a cap. */
-bool quota_user_too_large(struct mail_user *user, uint64_t size, char *text, size_t text_size);
+/* The module's view of the user's rules on this handle, for a reader on
+ * another thread (the mirror): the fields quota_user_set last got, one per
+ * line (quota_rules_add_lines parses them), as a fresh string the caller
+ * frees. NULL without the module or when none were set on this handle. */
+char *quota_user_rules_copy(const struct mail_user *user);
 /* Frees the user's quota state (mail-storage.c, with the user). */
 void quota_user_free(struct quota_user *qu);
 

@@ -255,6 +255,23 @@ bool quota_rules_add_list(struct quota_rules *r, char *const *fields, struct pet
     return true;
 }
 
+bool quota_rules_add_lines(struct quota_rules *r, const char *text, struct petrel_error *err)
+{
+    while (*text != '\0') {
+        const char *nl = strchr(text, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - text) : strlen(text);
+        if (len > 0) {
+            char *field = xstrndup(text, len);
+            bool ok = quota_rules_add(r, field, err);
+            free(field);
+            if (!ok)
+                return false;
+        }
+        text += len + (nl != NULL ? 1 : 0);
+    }
+    return true;
+}
+
 bool quota_mailbox_match(const char *pattern, const char *mailbox)
 {
     if (strcasecmp(mailbox, "INBOX") == 0 && strcasecmp(pattern, "INBOX") == 0)

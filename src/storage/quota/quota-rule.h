@@ -76,6 +76,9 @@ bool quota_rules_add(struct quota_rules *r, const char *text, struct petrel_erro
 /* quota_rules_add over a NULL-terminated list of fields (the userdb's
  * quota_rule, quota_rule2, ... in order). */
 bool quota_rules_add_list(struct quota_rules *r, char *const *fields, struct petrel_error *err);
+/* quota_rules_add over the lines of `text` (fields joined by '\n', as
+ * quota_user_rules_copy gives them); empty lines are skipped. */
+bool quota_rules_add_lines(struct quota_rules *r, const char *text, struct petrel_error *err);
 
 /* True when `mailbox` is marked ignore by the last rule matching it. */
 bool quota_rules_mailbox_ignored(const struct quota_rules *r, const char *mailbox);
