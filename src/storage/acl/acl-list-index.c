@@ -472,6 +472,18 @@ out:
     return ret;
 }
 
+bool acl_list_index_path(struct mail_user *owner, const struct namespace_config *ns,
+                         struct buf *out, struct petrel_error *err)
+{
+    buf_reset(out);
+    return root_path(owner, ns, ACL_LIST_INDEX_FILE, out, err);
+}
+
+int acl_list_index_read_file(const char *path, struct acl_index *idx, struct petrel_error *err)
+{
+    return read_path(path, idx, err);
+}
+
 int acl_list_index_read(struct mail_user *owner, const struct namespace_config *ns,
                         struct acl_index *idx, struct petrel_error *err)
 {
@@ -542,9 +554,11 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
         ok = fs_write_atomic(path.data, text.data, text.len, true, err);
         buf_free(&text);
     }
-    close(fd); /* releases the lock */
+    /* Started under the lock, so syncs of one owner start in the order of
+     * the writes (and a synchronous driver's finish before the next). */
     if (ok && changed)
         acl_registry_sync_owner(owner, ns, &idx);
+    close(fd); /* releases the lock */
     acl_list_index_free(&idx);
     acl_list_index_free(&before);
     buf_free(&path);

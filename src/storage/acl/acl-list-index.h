@@ -107,10 +107,18 @@ void acl_list_index_free(struct acl_index *idx);
 int acl_list_index_read(struct mail_user *owner, const struct namespace_config *ns,
                         struct acl_index *idx, struct petrel_error *err);
 
+/* The index file of `ns` of `owner` (NUL-terminated in `out`). */
+bool acl_list_index_path(struct mail_user *owner, const struct namespace_config *ns,
+                         struct buf *out, struct petrel_error *err);
+
+/* Reads the index file at `path` (as acl_list_index_read()). */
+int acl_list_index_read_file(const char *path, struct acl_index *idx, struct petrel_error *err);
+
 /* Under the namespace's index lock: reads the index (none or an unreadable
  * one: empty, so a change rewrites it whole), lets `change` alter it (false:
  * nothing is written and the call fails with what `change` put in `err`),
- * writes it back when it changed and then syncs the owner's registry rows.
+ * writes it back when it changed and then, still under the lock, starts the
+ * sync of the owner's registry rows (acl_registry_sync_owner).
  * The namespace root directory must exist (NOT_FOUND otherwise). */
 bool acl_list_index_update(struct mail_user *owner, const struct namespace_config *ns,
                            bool (*change)(struct acl_index *idx, void *ctx,

@@ -330,6 +330,7 @@ void acl_registry_owners(struct dict *dict, const struct acl_identity *who,
 struct sync_op {
     struct walk walk; /* first */
     char *owner;
+    char *index_path; /* re-read when the walk ends (NULL: `ids` as given) */
     bool walked;
     char **ids;
     size_t id_count;
@@ -368,6 +369,7 @@ static void sync_row(struct walk *w, const char *key)
 static void sync_free(struct sync_op *op)
 {
     free(op->owner);
+    free(op->index_path);
     acl_registry_ids_free(op->ids, op->id_count);
     strset_free(&op->old);
     free(op);
@@ -400,6 +402,22 @@ static void sync_done(struct walk *w, bool ok, const char *error)
         return;
     }
     strset_finish(&op->old);
+    if (op->index_path != NULL) {
+        /* The index as it is now, not as it was when the sync began: a
+         * later write's sync may have finished first (another loop). */
+        struct acl_index idx = {0};
+        struct petrel_error err;
+        petrel_error_clear(&err);
+        if (acl_list_index_read_file(op->index_path, &idx, &err) < 0) {
+            op->cb(false, err.message, 0, op->ctx);
+            acl_list_index_free(&idx);
+            sync_free(op);
+            return;
+        }
+        acl_registry_ids_free(op->ids, op->id_count);
+        acl_registry_ids_of(&idx, op->owner, &op->ids, &op->id_count);
+        acl_list_index_free(&idx);
+    }
     struct dict_op_settings set = {0};
     struct dict_transaction *tx = dict_transaction_begin(op->walk.dict, &set);
     struct buf key = {0};
@@ -430,10 +448,11 @@ static void sync_done(struct walk *w, bool ok, const char *error)
     dict_transaction_commit(tx, sync_committed, op);
 }
 
-void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
-                       acl_registry_done_cb *cb, void *ctx)
+static void sync_start(struct dict *dict, const char *owner, const struct acl_index *idx,
+                       const char *index_path, acl_registry_done_cb *cb, void *ctx)
 {
     struct sync_op *op = xcalloc(1, sizeof(*op));
+    op->index_path = index_path != NULL ? xstrdup(index_path) : NULL;
     op->walk = (struct walk){
         .dict = dict, .next_path = sync_next_path, .row = sync_row, .done = sync_done};
     op->owner = xstrdup(owner);
@@ -446,6 +465,12 @@ void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_in
         return;
     }
     walk_step(&op->walk);
+}
+
+void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
+                       acl_registry_done_cb *cb, void *ctx)
+{
+    sync_start(dict, owner, idx, NULL, cb, ctx);
 }
 
 static void sync_logged(bool ok, const char *error, size_t rows, void *ctx)
@@ -472,6 +497,12 @@ void acl_registry_sync_owner(struct mail_user *owner, const struct namespace_con
                  "owner=%s error=\"%s\"", mail_user_name(owner), err.message);
         return;
     }
-    acl_registry_sync(dict, mail_user_name(owner), idx, sync_logged,
-                      xstrdup(mail_user_name(owner)));
+    struct buf path = {0};
+    if (!acl_list_index_path(owner, ns, &path, &err)) {
+        buf_free(&path);
+        return;
+    }
+    sync_start(dict, mail_user_name(owner), idx, path.data, sync_logged,
+               xstrdup(mail_user_name(owner)));
+    buf_free(&path);
 }

@@ -96,10 +96,12 @@ typedef void acl_registry_done_cb(bool ok, const char *error, size_t rows, void 
 void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
                        acl_registry_done_cb *cb, void *ctx);
 
-/* What acl_list_index_update() calls after each write: the sync on the
- * dict of `owner`'s storage handle, for a personal namespace only (other
- * namespaces have no owner to discover); nothing when no registry is
- * configured. Failures are logged (acl/registry/rebuild repairs them). */
+/* What acl_list_index_update() calls after each write (under its lock):
+ * the sync on the dict of `owner`'s storage handle, with the owner's keys
+ * taken from the index file as it is when the registry has been walked
+ * (so a sync that finishes after a later one still writes the latest), for a personal namespace
+ * only (other namespaces have no owner to discover); nothing when no registry is configured.
+ * Failures are logged (acl/registry/rebuild repairs them). */
 void acl_registry_sync_owner(struct mail_user *owner, const struct namespace_config *ns,
                              const struct acl_index *idx);
 
