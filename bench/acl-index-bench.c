@@ -1,0 +1,123 @@
+/* The index side of LIST in a shared namespace (issue 23's case): `owners`
+ * owners (default 1,000), each sharing `folders` folders (default 20) with a
+ * group through their ACL list index; `visible` of the owners (default 10)
+ * also share all their folders with the reader, who may so see 200. The
+ * indexes are written through acl_list_index_write_folder() (lock,
+ * temp+rename, one write per folder); then acl_list_index_visible() runs
+ * over every owner, as LIST would for the owners the registry named.
+ * Prints the write rate and the best of five visibility passes.
+ *
+ * usage: acl-index-bench [owners] [folders] [visible] [dir] */
+#include "core/buf.h"
+#include "core/xalloc.h"
+#include "storage/acl/acl-list-index.h"
+#include "storage/fileindex/fileindex.h"
+#include "storage/mail-storage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void count(void *arg, const char *folder, uint32_t rights)
+{
+    (void)folder, (void)rights;
+    (*(size_t *)arg)++;
+}
+
+int main(int argc, char **argv)
+{
+    int owners = argc > 1 ? atoi(argv[1]) : 1000;
+    int folders = argc > 2 ? atoi(argv[2]) : 20;
+    int visible_owners = argc > 3 ? atoi(argv[3]) : 10;
+    char tmpl[] = "/tmp/petrel-aclidx-bench-XXXXXX";
+    const char *dir = argc > 4 ? argv[4] : mkdtemp(tmpl);
+    struct petrel_error err;
+    struct mail_config cfg;
+    if (!mail_config_read(NULL, NULL, &cfg, &err)) {
+        fprintf(stderr, "config: %s\n", err.message);
+        return 1;
+    }
+    free(cfg.home);
+    cfg.home = xasprintf("%s/%%u", dir);
+    cfg.fsync = FILEINDEX_FSYNC_NEVER;
+    struct mail_storage *storage = mail_storage_new(&cfg, NULL);
+    const struct namespace_config *ns = NULL;
+    double t0 = now_ms();
+    size_t writes = 0;
+    for (int o = 0; o < owners; o++) {
+        char name[32];
+        snprintf(name, sizeof(name), "owner%04d", o);
+        struct mail_user *u = mail_user_get(storage, name, &err);
+        ns = mail_user_namespace(u, "personal", &err);
+        struct mailbox *inbox = mailbox_open(u, ns, "INBOX", &err);
+        if (inbox == NULL) {
+            fprintf(stderr, "%s: %s\n", name, err.message);
+            return 1;
+        }
+        mailbox_close(inbox);
+        /* every owner shares with a team; every (owners/visible)-th also
+         * with the reader, one folder in each of those owners' 20 */
+        bool reader = visible_owners > 0 && o % (owners / visible_owners) == 0;
+        for (int f = 0; f < folders; f++) {
+            struct acl_list list = {0};
+            struct acl_id id;
+            const char *why;
+            acl_id_parse("group=team", 10, &id, &why);
+            acl_list_modify(&list, &id, ACL_LOOKUP | ACL_READ, ACL_MODIFY_REPLACE);
+            if (reader) {
+                acl_id_parse("user=reader", 11, &id, &why);
+                acl_list_modify(&list, &id, ACL_LOOKUP | ACL_READ, ACL_MODIFY_REPLACE);
+            }
+            char folder[32];
+            snprintf(folder, sizeof(folder), "Shared%02d", f);
+            if (!acl_list_index_write_folder(u, ns, folder, &list, &err)) {
+                fprintf(stderr, "write: %s\n", err.message);
+                return 1;
+            }
+            acl_list_free(&list);
+            writes++;
+        }
+    }
+    double t1 = now_ms();
+    struct acl_identity who = {.user = "reader"};
+    size_t seen = 0;
+    double best = 1e9;
+    for (int round = 0; round < 5; round++) {
+        seen = 0;
+        double a = now_ms();
+        for (int o = 0; o < owners; o++) {
+            char name[32];
+            snprintf(name, sizeof(name), "owner%04d", o);
+            struct mail_user *u = mail_user_get(storage, name, &err);
+            if (acl_list_index_visible(u, ns, &who, count, &seen, &err) < 0) {
+                fprintf(stderr, "visible: %s\n", err.message);
+                return 1;
+            }
+        }
+        double b = now_ms() - a;
+        if (b < best)
+            best = b;
+    }
+    printf("index writes: %zu in %.0f ms (%.0f per second)\n", writes, t1 - t0,
+           writes / ((t1 - t0) / 1e3));
+    printf("visible over %d owners x %d folders: %zu folders seen, best of 5: %.2f ms\n", owners,
+           folders, seen, best);
+    mail_storage_free(storage);
+    mail_config_free(&cfg);
+    if (argc <= 4) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            return 1;
+    }
+    return 0;
+}
