@@ -228,6 +228,28 @@ def test_registry_endpoints_status_codes(petreld, regd, tmp_path):
     assert api(regd, "registry/rebuild", {"owner": "nobody", "namespace": "personal"}) == (
         200, {"owner": "nobody", "namespace": "personal", "rows": 0})
     assert owners(regd, "bob") == ["alice"]
+    # a public namespace has no owner to discover
+    (tmp_path / "pub").mkdir()
+    cfg = config(tmp_path / "pub", {"driver": "file", "path": str(tmp_path / "pub" / "r.db")})
+    cfg["mail"]["namespaces"] = [
+        {"name": "inbox", "type": "personal", "prefix": "", "separator": "/",
+         "location": "maildir:%h/Maildir", "subscriptions": True},
+        {"name": "public", "type": "public", "prefix": "Public/", "separator": "/",
+         "location": f"maildir:{tmp_path}/pub/public", "subscriptions": True}]
+    pub = petreld(cfg)
+    assert api(pub, "registry/rebuild", {"owner": "alice", "namespace": "public"}) == (
+        400, {"error": "namespace public has no owner to discover (personal only)"})
+    # ... but it has an index, rebuilt like any other
+    r = pub.post("backend", "/api/backend/folder/create",
+                 body={"user": "alice", "folder": "News", "namespace": "public"})
+    assert r.status == 200, r.json()
+    assert api(pub, "apply", {"user": "alice", "folder": "News", "namespace": "public",
+                              "identifier": "anyone", "rights": "lr"})[0] == 200
+    assert (tmp_path / "pub" / "public" / "petrel-acl-index").read_text() == (
+        HEADER + "News\tanyone\tlr\n")
+    st, body = api(pub, "rebuild", {"user": "alice", "namespace": "public", "all": True})
+    assert (st, body["rebuilt"]) == (200, ["News"]), body
+    assert api(pub, "registry/list", {"user": "bob"})[1]["owners"] == []
     # an unreadable index: 500, the registry left as it is
     index_path(tmp_path).write_text("garbage\n")
     st, body = api(regd, "registry/rebuild", {"owner": "alice", "namespace": "personal"})
