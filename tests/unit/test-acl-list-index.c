@@ -326,6 +326,12 @@ static void test_on_disk(void **state)
 
 static bool has_key(struct fixture *f, const char *key);
 
+static void committed(enum dict_commit_result result, const char *error, void *ctx)
+{
+    (void)error, (void)ctx;
+    assert_int_equal(result, DICT_COMMIT_OK);
+}
+
 /* A write of the index syncs the owner's registry keys at once (the file
  * driver answers inside the call). */
 static void test_write_syncs_registry(void **state)
@@ -338,9 +344,22 @@ static void test_write_syncs_registry(void **state)
     assert_true(acl_list_index_write_folder(f->alice, f->ns, "Shared", &l, &err));
     acl_list_free(&l);
     assert_true(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    /* a key lost from the registry comes back with the next write that
+     * changes the index (the new index's keys are set again) */
+    struct dict_transaction *tx = dict_transaction_begin(f->dict, &(struct dict_op_settings){0});
+    dict_unset(tx, "shared/shared-boxes/user/bob/alice");
+    dict_transaction_commit(tx, committed, NULL);
+    assert_false(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    l = list_of("user=carl l");
+    assert_true(acl_list_index_write_folder(f->alice, f->ns, "Other", &l, &err));
+    acl_list_free(&l);
+    assert_true(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    assert_true(has_key(f, "shared/shared-boxes/user/carl/alice"));
+    /* revocation: only the keys no folder gives any more go */
     struct acl_list none = {0};
     assert_true(acl_list_index_write_folder(f->alice, f->ns, "Shared", &none, &err));
     assert_false(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    assert_true(has_key(f, "shared/shared-boxes/user/carl/alice"));
 }
 
 struct answer {

@@ -554,10 +554,11 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
         ok = fs_write_atomic(path.data, text.data, text.len, true, err);
         buf_free(&text);
     }
-    /* Started under the lock, so syncs of one owner start in the order of
-     * the writes (and a synchronous driver's finish before the next). */
+    /* Under the lock, so one owner's registry changes are queued in the
+     * order of the index writes (a synchronous driver's done before the
+     * next write). */
     if (ok && changed)
-        acl_registry_sync_owner(owner, ns, &idx);
+        acl_registry_sync_owner(owner, ns, &before, &idx);
     close(fd); /* releases the lock */
     acl_list_index_free(&idx);
     acl_list_index_free(&before);

@@ -330,7 +330,6 @@ void acl_registry_owners(struct dict *dict, const struct acl_identity *who,
 struct sync_op {
     struct walk walk; /* first */
     char *owner;
-    char *index_path; /* re-read when the walk ends (NULL: `ids` as given) */
     bool walked;
     char **ids;
     size_t id_count;
@@ -369,7 +368,6 @@ static void sync_row(struct walk *w, const char *key)
 static void sync_free(struct sync_op *op)
 {
     free(op->owner);
-    free(op->index_path);
     acl_registry_ids_free(op->ids, op->id_count);
     strset_free(&op->old);
     free(op);
@@ -402,22 +400,6 @@ static void sync_done(struct walk *w, bool ok, const char *error)
         return;
     }
     strset_finish(&op->old);
-    if (op->index_path != NULL) {
-        /* The index as it is now, not as it was when the sync began: a
-         * later write's sync may have finished first (another loop). */
-        struct acl_index idx = {0};
-        struct petrel_error err;
-        petrel_error_clear(&err);
-        if (acl_list_index_read_file(op->index_path, &idx, &err) < 0) {
-            op->cb(false, err.message, 0, op->ctx);
-            acl_list_index_free(&idx);
-            sync_free(op);
-            return;
-        }
-        acl_registry_ids_free(op->ids, op->id_count);
-        acl_registry_ids_of(&idx, op->owner, &op->ids, &op->id_count);
-        acl_list_index_free(&idx);
-    }
     struct dict_op_settings set = {0};
     struct dict_transaction *tx = dict_transaction_begin(op->walk.dict, &set);
     struct buf key = {0};
@@ -448,11 +430,10 @@ static void sync_done(struct walk *w, bool ok, const char *error)
     dict_transaction_commit(tx, sync_committed, op);
 }
 
-static void sync_start(struct dict *dict, const char *owner, const struct acl_index *idx,
-                       const char *index_path, acl_registry_done_cb *cb, void *ctx)
+void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
+                       acl_registry_done_cb *cb, void *ctx)
 {
     struct sync_op *op = xcalloc(1, sizeof(*op));
-    op->index_path = index_path != NULL ? xstrdup(index_path) : NULL;
     op->walk = (struct walk){
         .dict = dict, .next_path = sync_next_path, .row = sync_row, .done = sync_done};
     op->owner = xstrdup(owner);
@@ -467,42 +448,54 @@ static void sync_start(struct dict *dict, const char *owner, const struct acl_in
     walk_step(&op->walk);
 }
 
-void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
-                       acl_registry_done_cb *cb, void *ctx)
+static void update_logged(enum dict_commit_result result, const char *error, void *ctx)
 {
-    sync_start(dict, owner, idx, NULL, cb, ctx);
-}
-
-static void sync_logged(bool ok, const char *error, size_t rows, void *ctx)
-{
-    (void)rows;
     char *owner = ctx;
-    if (!ok)
+    if (result != DICT_COMMIT_OK && result != DICT_COMMIT_NOT_FOUND)
         log_warn(COMPONENT, "sharing registry not synced (acl/registry/rebuild repairs it)",
-                 "owner=%s error=\"%s\"", owner, error != NULL ? error : "");
+                 "owner=%s error=\"%s\"", owner, error != NULL ? error : "commit failed");
     free(owner);
 }
 
 void acl_registry_sync_owner(struct mail_user *owner, const struct namespace_config *ns,
-                             const struct acl_index *idx)
+                             const struct acl_index *before, const struct acl_index *after)
 {
     struct mail_storage *storage = mail_user_storage(owner);
-    if (ns->type != NAMESPACE_PERSONAL || !acl_registry_configured(storage))
+    const char *name = mail_user_name(owner);
+    if (ns->type != NAMESPACE_PERSONAL || !acl_registry_configured(storage) ||
+        strchr(name, '/') != NULL)
         return;
+    char **old_ids = NULL, **new_ids = NULL;
+    size_t old_count = 0, new_count = 0;
+    acl_registry_ids_of(before, name, &old_ids, &old_count);
+    acl_registry_ids_of(after, name, &new_ids, &new_count);
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct dict *dict = acl_registry_dict(storage, &err);
-    if (dict == NULL) {
+    struct dict *dict = NULL;
+    /* Nothing to say when neither index gives anyone a key. */
+    if (old_count + new_count > 0 && (dict = acl_registry_dict(storage, &err)) == NULL)
         log_warn(COMPONENT, "sharing registry not synced (acl/registry/rebuild repairs it)",
-                 "owner=%s error=\"%s\"", mail_user_name(owner), err.message);
-        return;
+                 "owner=%s error=\"%s\"", name, err.message);
+    if (dict != NULL) {
+        /* The keys the new index gives are (re)set, so one that went
+         * missing comes back; those only the old one gave go. */
+        struct dict_transaction *tx = dict_transaction_begin(dict, &(struct dict_op_settings){0});
+        struct buf key = {0};
+        for (size_t i = 0; i < new_count; i++) {
+            key_of(&key, new_ids[i], name);
+            dict_set(tx, key.data, "1", 1);
+        }
+        for (size_t i = 0, j = 0; i < old_count; i++) {
+            while (j < new_count && strcmp(new_ids[j], old_ids[i]) < 0)
+                j++;
+            if (j < new_count && strcmp(new_ids[j], old_ids[i]) == 0)
+                continue;
+            key_of(&key, old_ids[i], name);
+            dict_unset(tx, key.data);
+        }
+        buf_free(&key);
+        dict_transaction_commit(tx, update_logged, xstrdup(name));
     }
-    struct buf path = {0};
-    if (!acl_list_index_path(owner, ns, &path, &err)) {
-        buf_free(&path);
-        return;
-    }
-    sync_start(dict, mail_user_name(owner), idx, path.data, sync_logged,
-               xstrdup(mail_user_name(owner)));
-    buf_free(&path);
+    acl_registry_ids_free(old_ids, old_count);
+    acl_registry_ids_free(new_ids, new_count);
 }
