@@ -6,6 +6,7 @@
 #include "core/xalloc.h"
 #include "storage/acl/acl-registry.h"
 #include "storage/acl/acl-rights.h"
+#include "storage/fileindex/fileindex.h" /* FILEINDEX_FSYNC_NEVER */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -551,7 +552,10 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
     if (ok && changed) {
         struct buf text = {0};
         acl_list_index_format(&idx, &text);
-        ok = fs_write_atomic(path.data, text.data, text.len, true, err);
+        /* fsync as mail.fsync says: the index can be reseeded from the
+         * files (acl/rebuild), and a torn one is refused whole. */
+        bool sync = mail_storage_config(mail_user_storage(owner))->fsync != FILEINDEX_FSYNC_NEVER;
+        ok = fs_write_atomic(path.data, text.data, text.len, sync, err);
         buf_free(&text);
     }
     /* Under the lock, so one owner's registry changes are queued in the

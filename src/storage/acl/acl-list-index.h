@@ -23,12 +23,12 @@
  *
  * Writes: acl_list_index_update() reads, changes and writes the index under
  * an exclusive flock on "petrel-acl-index.lock" at the namespace root; the
- * new index is written to a temporary name and renamed over the old one, so
- * a reader never sees half an index and a crash leaves the old or the new
- * one. Every write of a folder's dovecot-acl file takes this lock inside its
- * own (acl-store.h): the folder's lock first, then the namespace's. After
- * each write that changed the index, the owner's rows in the owner-discovery
- * registry are synced (acl-registry.h). */
+ * new index is written to a temporary name (fsynced unless mail.fsync is
+ * never) and renamed over the old one, so a reader never sees half an index
+ * and a crash leaves the old or the new one. Every write of a folder's dovecot-acl file takes this
+ * lock inside its own (acl-store.h): the folder's lock first, then the namespace's. After each
+ * write that changed the index, the owner's rows in the owner-discovery registry are synced
+ * (acl-registry.h). */
 #ifndef PETREL_STORAGE_ACL_ACL_LIST_INDEX_H
 #define PETREL_STORAGE_ACL_ACL_LIST_INDEX_H
 
