@@ -139,6 +139,28 @@ int main(int argc, char **argv)
     for (int o = 0; o < owners; o++)
         acl_list_index_free(&all[o]);
     free(all);
+    /* Snapshots kept between LISTs: after the first, a stat per owner. */
+    struct acl_index_snapshot *snaps = xcalloc((size_t)owners, sizeof(*snaps));
+    double kept = 1e9;
+    for (int round = 0; round < 6; round++) {
+        size_t n = 0;
+        double a = now_ms();
+        for (int o = 0; o < owners; o++) {
+            char name[32];
+            snprintf(name, sizeof(name), "owner%04d", o);
+            struct mail_user *u = mail_user_get(storage, name, &err);
+            if (acl_list_index_refresh(u, ns, &snaps[o], &err) < 0)
+                return 1;
+            acl_list_index_visible_in(&snaps[o].idx, &who, count, &n);
+        }
+        double b = now_ms() - a;
+        if (round > 0 && b < kept)
+            kept = b; /* round 0 reads every file */
+    }
+    printf("with snapshots kept between passes (a stat per owner): best of 5: %.2f ms\n", kept);
+    for (int o = 0; o < owners; o++)
+        acl_list_index_snapshot_free(&snaps[o]);
+    free(snaps);
     mail_storage_free(storage);
     mail_config_free(&cfg);
     if (argc <= 4) {

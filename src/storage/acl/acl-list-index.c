@@ -570,6 +570,61 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
     return ok;
 }
 
+static uint64_t stamp_of(const struct stat *st)
+{
+    const uint64_t parts[] = {(uint64_t)st->st_ino, (uint64_t)st->st_dev, (uint64_t)st->st_size,
+                              (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        h ^= parts[i];
+        h *= 1099511628211ull;
+    }
+    return h != 0 ? h : 1;
+}
+
+int acl_list_index_refresh(struct mail_user *owner, const struct namespace_config *ns,
+                           struct acl_index_snapshot *snap, struct petrel_error *err)
+{
+    struct buf path = {0};
+    if (!root_path(owner, ns, ACL_LIST_INDEX_FILE, &path, err)) {
+        buf_free(&path);
+        acl_list_index_clear(&snap->idx);
+        snap->stamp = 0;
+        return -1;
+    }
+    struct stat st;
+    int r;
+    if (lstat(path.data, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            acl_list_index_clear(&snap->idx);
+            snap->stamp = 0;
+            snap->present = false;
+            r = 0;
+        } else {
+            petrel_error_set_errno(err, errno, "cannot look at the ACL list index");
+            acl_list_index_clear(&snap->idx);
+            snap->stamp = 0;
+            r = -1;
+        }
+    } else if (snap->stamp != 0 && snap->present && stamp_of(&st) == snap->stamp) {
+        r = 1; /* the file read last */
+    } else {
+        /* Stamp first: a change after it makes the next look read again. */
+        uint64_t s = stamp_of(&st);
+        r = read_path(path.data, &snap->idx, err);
+        snap->stamp = r > 0 ? s : 0;
+        snap->present = r > 0;
+    }
+    buf_free(&path);
+    return r;
+}
+
+void acl_list_index_snapshot_free(struct acl_index_snapshot *snap)
+{
+    acl_list_index_free(&snap->idx);
+    memset(snap, 0, sizeof(*snap));
+}
+
 struct set_folder {
     const char *folder;
     const struct acl_list *list;

@@ -143,6 +143,23 @@ int acl_list_index_visible(struct mail_user *owner, const struct namespace_confi
                            void (*visit)(void *arg, const char *folder, uint32_t rights), void *arg,
                            struct petrel_error *err);
 
+/* An index kept between reads (a session's LIST of a shared namespace
+ * asking the same owners again): re-read only when the file changed. */
+struct acl_index_snapshot {
+    struct acl_index idx;
+    uint64_t stamp; /* inode, size, mtime of the file read; 0: none read yet */
+    bool present;   /* the file existed when last looked at */
+};
+
+/* Brings `snap` up to date with the index of `ns` of `owner`: one `stat`,
+ * and a read only when the file is not the one read last (inode, size or
+ * modification time differ; an index is always replaced by rename, so a
+ * change gives a new inode). 1 when an index is there, 0 none (rows
+ * empty), -1 when it cannot be read (`err`; rows empty). */
+int acl_list_index_refresh(struct mail_user *owner, const struct namespace_config *ns,
+                           struct acl_index_snapshot *snap, struct petrel_error *err);
+void acl_list_index_snapshot_free(struct acl_index_snapshot *snap);
+
 /* The same over an index in memory (for a caller that read it once). */
 size_t acl_list_index_visible_in(const struct acl_index *idx, const struct acl_identity *who,
                                  void (*visit)(void *arg, const char *folder, uint32_t rights),
