@@ -11,6 +11,7 @@
 #include "storage/acl/acl-rights.h"
 #include "storage/special-use.h"
 #include "storage/metadata/metadata-store.h"
+#include "storage/acl/acl-registry.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ static struct mail_storage *storage_new(const struct mail_config *cfg,
         s->module_count = parent->module_count;
         s->save_hooks = parent->save_hooks;
         s->attr_proto = parent->attr_proto;
+        s->acl_reg_proto = parent->acl_reg_proto;
     } else {
         /* The storage's own rules come first. */
         mail_storage_module_register(s, &special_use_module, NULL, NULL);
@@ -151,6 +153,7 @@ void mail_storage_free(struct mail_storage *storage)
         user_free(storage->users[i]);
     free(storage->users);
     metadata_storage_free(storage);
+    acl_registry_storage_free(storage);
     storage->v->storage_deinit(storage->driver);
     free(storage);
 }
