@@ -7,10 +7,10 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "net/tls-conn.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -409,20 +409,11 @@ void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, con
 bool mail_session_io_starttls(struct mail_session_io *io)
 {
     uncork(io, false); /* the go-ahead leaves in clear text */
-    struct evbuffer *in = bufferevent_get_input(io->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    SSL *ssl = SSL_new(mail_listeners_tls(io->listeners));
-    struct bufferevent *tls_bev = bufferevent_openssl_filter_new(
-        mail_session_set_base(io->set), io->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    /* Drops what was pipelined in clear text; the handshake is bounded by
+     * the login deadline, which input does not push back. */
+    struct bufferevent *tls_bev = tls_conn_starttls(io->bev, mail_listeners_tls(io->listeners));
+    if (tls_bev == NULL)
         return false;
-    }
-    /* A read timeout left on the plain bufferevent would fire under the
-     * filter, whatever the session's own timeout says. */
-    bufferevent_set_timeouts(io->bev, NULL, NULL);
-    bufferevent_setwatermark(io->bev, EV_READ, 0, 0);
     io->bev = tls_bev;
     io->tls = true;
     setup_bev(io);

@@ -51,6 +51,7 @@ struct lmtp_session {
     bool stopping;  /* the server is shutting down: close after this transaction */
     bool skip_line; /* discarding the rest of an over-long line */
     struct event *close_ev;
+    struct tls_handshake_deadline *handshake; /* after STARTTLS, until it is freed */
     unsigned close_polls;
     char peer[80];
     char peer_ip[64];

@@ -6,9 +6,9 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "net/tls-conn.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -139,6 +139,7 @@ void lmtp_session_free(struct lmtp_session *s)
     lmtp_server_session_gone(s->server, s);
     if (s->close_ev != NULL)
         event_free(s->close_ev);
+    tls_handshake_deadline_free(s->handshake);
     bufferevent_free(s->bev);
     free(s);
 }
@@ -177,24 +178,32 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
 
 /* Whatever the client pipelined after STARTTLS is thrown away: it arrived
  * in clear text (RFC 3207 5, CVE-2011-0411). */
+static void handshake_expired(void *arg)
+{
+    struct lmtp_session *s = arg;
+    if (s->closing)
+        return; /* the close timer frees it */
+    /* Nothing can be said: the client is in the middle of a handshake. */
+    log_info(LMTP_COMPONENT, "TLS handshake timeout", "session=%s peer=%s", s->id, s->peer);
+    lmtp_session_free(s);
+}
+
 bool lmtp_session_starttls(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
-    struct evbuffer *in = bufferevent_get_input(s->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    SSL *ssl = SSL_new(ctx->tls);
-    struct bufferevent *tls_bev =
-        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    struct bufferevent *tls_bev = tls_conn_starttls(s->bev, ctx->tls);
+    if (tls_bev == NULL)
         return false;
-    }
     s->bev = tls_bev;
     s->tls = true;
     bufferevent_setcb(tls_bev, session_read_cb, NULL, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
+    /* The command timeout is an idle timeout, restarted by every byte: a
+     * client trickling its handshake would hold the session for ever. */
+    int64_t ms = ctx->cfg->command_timeout_ms;
+    s->handshake = tls_handshake_deadline_new(
+        tls_bev, ms < TLS_CONN_HANDSHAKE_MS ? ms : TLS_CONN_HANDSHAKE_MS, handshake_expired, s);
     return true;
 }
 

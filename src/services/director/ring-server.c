@@ -21,7 +21,8 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/evbuffer-line.h"
-#include "net/listener.h"
+#include "net/conn-slots.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 #include "clients/ring/ring-protocol.h"
@@ -69,8 +70,8 @@ struct ring_server {
     struct event_base *base;
     struct director_state *state;
     const struct director_config *cfg;
-    struct net_listener *listener;
-    char address[128];
+    struct net_listener_set *listeners;
+    struct conn_slots *slots; /* director.ring.max_clients */
     struct cidr_list allowed;
     struct ring_conn *conns;
     size_t conn_count;
@@ -141,6 +142,7 @@ static void conn_free(struct ring_conn *conn)
         event_free(conn->handshake_timer);
     DLIST_UNLINK(srv->conns, conn);
     srv->conn_count--;
+    conn_slots_release(srv->slots);
     bufferevent_free(conn->bev);
     free(conn);
 }
@@ -711,15 +713,6 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     evutil_socket_t fd = a->fd;
     char peer[64];
     net_addr_format(a->peer, peer, sizeof(peer));
-    if (srv->conn_count >= (size_t)srv->cfg->ring_max_clients) {
-        unsigned skipped = 0;
-        if (net_listener_log_refusal(l, &skipped))
-            log_warn(COMPONENT, "ring connection refused: director.ring.max_clients reached",
-                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
-                     (long long)srv->cfg->ring_max_clients, skipped);
-        evutil_closesocket(fd);
-        return;
-    }
     char ip[64];
     net_addr_format_ip(a->peer, ip, sizeof(ip));
     if (pending_count(srv, ip) >= (size_t)srv->cfg->ring_max_pending_per_address) {
@@ -729,12 +722,15 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
                      "ring connection refused: director.ring.max_pending_per_address reached",
                      "peer=%s limit=%lld refusals_not_logged=%u", peer,
                      (long long)srv->cfg->ring_max_pending_per_address, skipped);
-        evutil_closesocket(fd);
+        net_listener_refuse(l, a, NULL);
         return;
     }
+    if (!conn_slots_admit(srv->slots, l, a))
+        return;
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
-        evutil_closesocket(fd);
+        conn_slots_release(srv->slots);
+        net_listener_refuse(l, a, NULL);
         return;
     }
     struct ring_conn *conn = xcalloc(1, sizeof(*conn));
@@ -782,14 +778,14 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         const char *values[] = {ring_outcome_name((enum ring_outcome)o)};
         srv->lookup_seconds[o] = metric_series_get(fam, values);
     }
-    int fd = net_listen(cfg->ring_listen, false, err);
-    if (fd < 0) {
-        cidr_list_free(&srv->allowed);
-        ring_secret_free(srv->secret);
-        free(srv);
-        return NULL;
-    }
-    net_bound_address(fd, srv->address, sizeof(srv->address));
+    srv->listeners = net_listener_set_new(base);
+    struct conn_slots_config sc = {
+        .max = (size_t)cfg->ring_max_clients,
+        .full = CONN_SLOTS_REFUSE,
+        .component = COMPONENT,
+        .limit_key = "director.ring.max_clients",
+    };
+    srv->slots = conn_slots_new(&sc);
     struct net_listener_config lcfg = {
         .component = COMPONENT,
         .allowed_key = "director.ring.allowed_nets",
@@ -797,8 +793,9 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         .accept = accept_cb,
         .arg = srv,
     };
-    srv->listener = net_listener_new(base, fd, &lcfg, err);
-    if (srv->listener == NULL) {
+    if (!net_listener_set_listen(srv->listeners, cfg->ring_listen, 0, &lcfg, err)) {
+        net_listener_set_free(srv->listeners);
+        conn_slots_free(srv->slots);
         cidr_list_free(&srv->allowed);
         ring_secret_free(srv->secret);
         free(srv);
@@ -822,13 +819,12 @@ void ring_server_set_peer_handler(struct ring_server *srv, ring_peer_change_fn f
 
 const char *ring_server_address(const struct ring_server *srv)
 {
-    return srv->address;
+    return net_listener_set_address(srv->listeners, 0);
 }
 
 void ring_server_stop_accepting(struct ring_server *srv)
 {
-    net_listener_free(srv->listener);
-    srv->listener = NULL;
+    net_listener_set_stop(srv->listeners);
 }
 
 size_t ring_server_client_count(const struct ring_server *srv)
@@ -847,6 +843,8 @@ void ring_server_free(struct ring_server *srv)
     if (srv->reaper != NULL)
         event_free(srv->reaper);
     smap_free(srv->pending, NULL);
+    net_listener_set_free(srv->listeners);
+    conn_slots_free(srv->slots);
     cidr_list_free(&srv->allowed);
     buf_free(&srv->line);
     buf_free(&srv->out);
