@@ -1,4 +1,6 @@
-"""A TLS handshake has a deadline that input does not push back
+"""Behaviour the connection toolkit in net/ made uniform across servers.
+
+A TLS handshake has a deadline that input does not push back
 (net/tls-conn.h). A client that says STARTTLS to the LMTP server and then
 sends its ClientHello one byte at a time used to keep the session for as
 long as it liked: lmtp.command_timeout is an idle timeout, restarted by
@@ -11,6 +13,9 @@ import socket
 import ssl
 import time
 
+from authproto import AuthConn
+from conftest import free_port
+from test_auth import auth_overrides
 from test_lmtp import Raw, addr, lmtp_overrides
 
 TIMEOUT = 2.0  # lmtp.command_timeout: the handshake bound below 10 s
@@ -67,3 +72,16 @@ def test_lmtp_starttls_trickled_handshake_is_cut_off(petreld, tmp_path, pki):
         tls.sendall(b"NOOP\r\n")
         assert f.readline() == b"250 2.0.0 OK\r\n"
     tls.close()
+
+
+def test_line_service_unix_socket_directory_is_created(petreld, tmp_path):
+    """The listener set creates a missing directory of a Unix socket for
+    every server, as LMTP alone did: auth on unix:<tmp>/run/petrel/auth.sock
+    starts (it failed with "cannot listen" before) and the socket has
+    auth.socket_mode."""
+    sock = tmp_path / "run" / "petrel" / "auth.sock"
+    petreld(auth_overrides(tmp_path, "plain:{PLAIN}pw\n",
+                           {"listen": [f"unix:{sock}", f"127.0.0.1:{free_port()}"]}))
+    assert oct(sock.stat().st_mode & 0o777) == oct(0o660)
+    with AuthConn(f"unix:{sock}") as c:
+        assert c.verify("plain", "pw")[0] == "OK"
