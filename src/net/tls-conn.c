@@ -58,7 +58,8 @@ struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd
 {
     SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
     if (ssl == NULL) {
-        evutil_closesocket(fd);
+        if (fd >= 0)
+            evutil_closesocket(fd);
         return NULL;
     }
     if (verify_host != NULL && *verify_host != '\0') {
@@ -76,7 +77,8 @@ struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd
         }
         if (!ok) {
             SSL_free(ssl);
-            evutil_closesocket(fd);
+            if (fd >= 0)
+                evutil_closesocket(fd);
             return NULL;
         }
     }
@@ -84,7 +86,8 @@ struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd
         base, fd, ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (bev == NULL) {
         SSL_free(ssl);
-        evutil_closesocket(fd);
+        if (fd >= 0)
+            evutil_closesocket(fd);
         return NULL;
     }
     bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);

@@ -47,7 +47,10 @@ struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx);
  * certificate is verified against its CA). With `verify_host` the name is
  * sent as SNI when it is a host name, and the certificate must be for it
  * (a name or an IP address, RFC 6125); NULL checks the chain only. Takes
- * `fd` (closed on failure too); NULL on failure. The owner sees
+ * `fd` (closed on failure too); NULL on failure. `fd` may be -1: then
+ * bufferevent_socket_connect() on the result dials, and the handshake
+ * starts once the TCP connection is up (what a proxy dialling a backend
+ * does; bound the whole with tls_handshake_deadline_new()). The owner sees
  * BEV_EVENT_CONNECTED once the handshake succeeded, BEV_EVENT_ERROR when
  * it failed (the reason in tls_conn_error()). */
 struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx,

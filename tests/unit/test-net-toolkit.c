@@ -298,6 +298,69 @@ static void test_tls_accept_connect_and_starttls(void **state)
     free_pki(&k);
 }
 
+/* A listener set with an implicit-TLS port and a client that dials it
+ * (fd -1 + bufferevent_socket_connect), as the login proxy dials a
+ * backend: over TCP, the certificate verified for 127.0.0.1. */
+struct tls_server {
+    SSL_CTX *ctx;
+    struct event_base *base;
+    struct bufferevent *bev;
+    struct side side;
+    bool tls_flag;
+};
+
+static void tls_accept(void *arg, struct net_listener *l, const struct net_accepted *a)
+{
+    (void)l;
+    struct tls_server *ts = arg;
+    ts->tls_flag = a->tls;
+    ts->bev = tls_conn_accept(ts->base, a->fd, ts->ctx);
+    bufferevent_setcb(ts->bev, side_read, NULL, side_event, &ts->side);
+    bufferevent_enable(ts->bev, EV_READ | EV_WRITE);
+}
+
+static void test_tls_dial_over_tcp(void **state)
+{
+    (void)state;
+    struct pki k;
+    make_pki(&k);
+    struct petrel_error err = {0};
+    struct tls_server_options so = {.cert_file = k.cert, .key_file = k.key};
+    struct tls_server ts = {0};
+    ts.ctx = tls_server_ctx_new(&so, &err);
+    SSL_CTX *cctx = tls_client_ctx_new(k.cert, NULL, NULL, &err);
+    ts.base = event_base_new();
+    struct net_listener_set *set = net_listener_set_new(ts.base);
+    struct net_listener_config lcfg = {.component = "test", .tls = true, .accept = tls_accept,
+                                       .arg = &ts};
+    assert_true(net_listener_set_listen(set, "127.0.0.1:0", 0, &lcfg, &err));
+    assert_true(net_listener_set_tls(set, 0));
+    const char *bound = net_listener_set_address(set, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    sin.sin_port = htons((uint16_t)atoi(strrchr(bound, ':') + 1));
+    struct side client = {0};
+    struct bufferevent *cbev = tls_conn_connect(ts.base, -1, cctx, "127.0.0.1");
+    assert_non_null(cbev);
+    bufferevent_setcb(cbev, side_read, NULL, side_event, &client);
+    bufferevent_enable(cbev, EV_READ | EV_WRITE);
+    assert_int_equal(bufferevent_socket_connect(cbev, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    run_until(ts.base, &client.connected);
+    assert_true(client.connected);
+    assert_true(ts.tls_flag);
+    bufferevent_write(cbev, "ping\r\n", 6);
+    for (int n = 0; n < 500 && strcmp(ts.side.line, "ping\r\n") != 0; n++)
+        event_base_loop(ts.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_string_equal(ts.side.line, "ping\r\n");
+    bufferevent_free(cbev);
+    bufferevent_free(ts.bev);
+    net_listener_set_free(set);
+    event_base_free(ts.base);
+    SSL_CTX_free(ts.ctx);
+    SSL_CTX_free(cctx);
+    free_pki(&k);
+}
+
 static void expired(void *arg)
 {
     *(bool *)arg = true;
@@ -359,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_slots_pause_and_resume_listeners),
         cmocka_unit_test(test_listener_set_unix_socket_mode),
         cmocka_unit_test(test_tls_accept_connect_and_starttls),
+        cmocka_unit_test(test_tls_dial_over_tcp),
         cmocka_unit_test(test_tls_handshake_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,7 +50,6 @@ struct lmtp_server {
     struct conn_slots *slots; /* max_connections, given back when a session is gone */
     struct cidr_list allowed;
     struct lmtp_session *sessions;
-    size_t session_count;
     unsigned long long session_ids;
     struct worker_pool *pool;
     struct mail_storage **storages;     /* one per delivery thread */
@@ -76,7 +75,6 @@ void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
     if (srv->sessions != NULL)
         srv->sessions->prev = s;
     srv->sessions = s;
-    srv->session_count++;
     metric_add(srv->ctx.m.connections_total, 1);
     metric_gauge_add(srv->ctx.m.sessions, 1);
 }
@@ -84,7 +82,6 @@ void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
 void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 {
     DLIST_UNLINK(srv->sessions, s);
-    srv->session_count--;
     conn_slots_release(srv->slots);
     metric_gauge_add(srv->ctx.m.sessions, -1);
 }
@@ -366,7 +363,7 @@ void lmtp_server_stop_accepting(struct lmtp_server *srv)
 
 size_t lmtp_server_sessions(const struct lmtp_server *srv)
 {
-    return srv->session_count;
+    return conn_slots_used(srv->slots); /* a slot per session */
 }
 
 void lmtp_server_free(struct lmtp_server *srv)

@@ -74,7 +74,6 @@ struct ring_server {
     struct conn_slots *slots; /* director.ring.max_clients */
     struct cidr_list allowed;
     struct ring_conn *conns;
-    size_t conn_count;
     struct event *reaper; /* frees dead connections from the loop */
     struct director_observer observer;
     struct buf line; /* scratch: the line being read */
@@ -141,7 +140,6 @@ static void conn_free(struct ring_conn *conn)
     if (conn->handshake_timer != NULL)
         event_free(conn->handshake_timer);
     DLIST_UNLINK(srv->conns, conn);
-    srv->conn_count--;
     conn_slots_release(srv->slots);
     bufferevent_free(conn->bev);
     free(conn);
@@ -747,7 +745,6 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     if (srv->conns != NULL)
         srv->conns->prev = conn;
     srv->conns = conn;
-    srv->conn_count++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     send_greeting(conn);
@@ -829,7 +826,7 @@ void ring_server_stop_accepting(struct ring_server *srv)
 
 size_t ring_server_client_count(const struct ring_server *srv)
 {
-    return srv->conn_count;
+    return conn_slots_used(srv->slots); /* a slot per connection */
 }
 
 void ring_server_free(struct ring_server *srv)
