@@ -37,11 +37,11 @@ struct net_listener_set *net_listener_set_new(struct event_base *base)
 
 void net_listener_set_free(struct net_listener_set *set)
 {
-    if (set == NULL)
-        return;
-    net_listener_set_stop(set);
-    free(set->entries);
-    free(set);
+    if (set != NULL) {
+        net_listener_set_stop(set);
+        free(set->entries);
+        free(set);
+    }
 }
 
 static bool prepare_unix_dir(const char *path, struct petrel_error *err)

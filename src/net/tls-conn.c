@@ -13,23 +13,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct bufferevent *tls_conn_accept(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx)
+/* A TLS bufferevent over the socket `fd` (-1: connected later), or NULL
+ * with `ssl` and `fd` freed: libevent frees neither on failure. */
+static struct bufferevent *socket_bev(struct event_base *base, evutil_socket_t fd, SSL *ssl,
+                                      enum bufferevent_ssl_state state)
 {
-    SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
-    if (ssl == NULL) {
-        evutil_closesocket(fd);
-        return NULL;
-    }
-    /* On failure libevent frees neither the SSL nor the socket. */
-    struct bufferevent *bev = bufferevent_openssl_socket_new(
-        base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    struct bufferevent *bev =
+        ssl == NULL ? NULL
+                    : bufferevent_openssl_socket_new(base, fd, ssl, state,
+                                                     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (bev == NULL) {
-        SSL_free(ssl);
-        evutil_closesocket(fd);
+        SSL_free(ssl); /* NULL is ignored */
+        if (fd >= 0)
+            evutil_closesocket(fd);
         return NULL;
     }
     bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     return bev;
+}
+
+struct bufferevent *tls_conn_accept(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx)
+{
+    return socket_bev(base, fd, ctx != NULL ? SSL_new(ctx) : NULL, BUFFEREVENT_SSL_ACCEPTING);
 }
 
 struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
@@ -53,45 +58,26 @@ struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
     return tls;
 }
 
+/* The name the certificate must carry: a host name (also sent as SNI) or
+ * an IP address (SNI carries host names only, RFC 6066 3). */
+static bool expect_peer(SSL *ssl, const char *host)
+{
+    unsigned char ip[16];
+    if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
+        return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) == 1;
+    return SSL_set_tlsext_host_name(ssl, host) == 1 && SSL_set1_host(ssl, host) == 1;
+}
+
 struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx,
                                      const char *verify_host)
 {
     SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
-    if (ssl == NULL) {
-        if (fd >= 0)
-            evutil_closesocket(fd);
-        return NULL;
-    }
-    if (verify_host != NULL && *verify_host != '\0') {
-        unsigned char ip[16];
-        bool is_ip = inet_pton(AF_INET, verify_host, ip) == 1 ||
-                     inet_pton(AF_INET6, verify_host, ip) == 1;
-        bool ok;
-        if (is_ip) {
-            /* SNI carries host names only (RFC 6066 3). */
-            X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
-            ok = X509_VERIFY_PARAM_set1_ip_asc(param, verify_host) == 1;
-        } else {
-            ok = SSL_set_tlsext_host_name(ssl, verify_host) == 1 &&
-                 SSL_set1_host(ssl, verify_host) == 1;
-        }
-        if (!ok) {
-            SSL_free(ssl);
-            if (fd >= 0)
-                evutil_closesocket(fd);
-            return NULL;
-        }
-    }
-    struct bufferevent *bev = bufferevent_openssl_socket_new(
-        base, fd, ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (bev == NULL) {
+    if (ssl != NULL && verify_host != NULL && *verify_host != '\0' &&
+        !expect_peer(ssl, verify_host)) {
         SSL_free(ssl);
-        if (fd >= 0)
-            evutil_closesocket(fd);
-        return NULL;
+        ssl = NULL;
     }
-    bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-    return bev;
+    return socket_bev(base, fd, ssl, BUFFEREVENT_SSL_CONNECTING);
 }
 
 const char *tls_conn_error(struct bufferevent *bev, char *out, size_t size)
@@ -151,8 +137,8 @@ struct tls_handshake_deadline *tls_handshake_deadline_new(struct bufferevent *be
 
 void tls_handshake_deadline_free(struct tls_handshake_deadline *d)
 {
-    if (d == NULL)
-        return;
-    event_free(d->timer);
-    free(d);
+    if (d != NULL) {
+        event_free(d->timer);
+        free(d);
+    }
 }

@@ -2,7 +2,8 @@
  * refusal, pause and resume of a listener set), listener-set.h (bind,
  * addresses, stop accepting) and tls-conn.h (a real handshake between
  * tls_conn_accept and tls_conn_connect over a socket pair, host name
- * verification, the handshake deadline). */
+ * verification, the handshake deadline) and linger.h (close after the
+ * output has left). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "net/conn-slots.h"
+#include "net/linger.h"
 #include "net/listener-set.h"
 #include "net/tls-conn.h"
 #include "net/tls.h"
@@ -415,6 +417,53 @@ static void test_tls_handshake_deadline(void **state)
     free_pki(&k);
 }
 
+/* ---------- linger ---------- */
+
+static void linger_done(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static size_t always_pending(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+static void test_linger(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int fds[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    evutil_make_socket_nonblocking(fds[0]);
+    struct bufferevent *bev = bufferevent_socket_new(base, fds[0], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_enable(bev, EV_WRITE);
+    bufferevent_write(bev, "421 bye\r\n", 9);
+    assert_int_equal(net_output_pending(bev), 9);
+    int done = 0;
+    struct net_linger *l = net_linger_start(bev, NULL, linger_done, &done);
+    assert_int_equal(done, 0); /* never from inside the caller */
+    for (int i = 0; i < 100 && done == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE); /* the poll timer wakes it */
+    assert_int_equal(done, 1);
+    assert_int_equal(net_output_pending(bev), 0);
+    char got[16] = {0};
+    assert_int_equal(read(fds[1], got, sizeof(got)), 9);
+    assert_string_equal(got, "421 bye\r\n");
+    net_linger_free(l);
+    /* Stopped before it ran: done is never called. */
+    l = net_linger_start(bev, always_pending, linger_done, &done);
+    net_linger_free(l);
+    net_linger_free(NULL);
+    for (int i = 0; i < 20; i++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(done, 1);
+    bufferevent_free(bev);
+    close(fds[1]);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_tls_accept_connect_and_starttls),
         cmocka_unit_test(test_tls_dial_over_tcp),
         cmocka_unit_test(test_tls_handshake_deadline),
+        cmocka_unit_test(test_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

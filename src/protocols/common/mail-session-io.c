@@ -6,6 +6,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/linger.h"
 #include "net/sockaddr.h"
 #include "net/tls-conn.h"
 
@@ -22,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAIL_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
 /* Writes at least this long go to the bufferevent at once (after what is
  * held back): copying a big FETCH into the hold buffer buys nothing. */
 #define MAIL_CORK_MAX_WRITE (16u * 1024)
@@ -33,11 +33,7 @@
  * output to the socket bufferevent underneath, which must drain too. */
 static size_t output_pending(const struct mail_session_io *io)
 {
-    size_t n = io->cork.len + evbuffer_get_length(bufferevent_get_output(io->bev));
-    struct bufferevent *under = bufferevent_get_underlying(io->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
+    return io->cork.len + net_output_pending(io->bev);
 }
 
 /* Empties the hold buffer once its bytes are handed on; a big one is freed
@@ -420,16 +416,14 @@ bool mail_session_io_starttls(struct mail_session_io *io)
     return true;
 }
 
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+static size_t linger_pending(void *arg)
 {
-    (void)fd;
-    (void)what;
+    return output_pending(arg);
+}
+
+static void linger_done(void *arg)
+{
     struct mail_session_io *io = arg;
-    if (output_pending(io) > 0 && ++io->close_polls < MAIL_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(io->close_ev, &tick);
-        return;
-    }
     io->ops->free(io->owner);
 }
 
@@ -447,11 +441,8 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
      * nothing queued (or under TLS, where the socket below drains later, or
      * with replies held back, which may leave without the bufferevent) a
      * timer does it, so callers up the stack never touch a freed session. */
-    if (io->close_ev == NULL && (io->tls || io->corked || output_pending(io) == 0)) {
-        io->close_ev = evtimer_new(mail_session_set_base(io->set), deferred_free_cb, io);
-        struct timeval now = {0, 0};
-        evtimer_add(io->close_ev, &now);
-    }
+    if (io->linger == NULL && (io->tls || io->corked || output_pending(io) == 0))
+        io->linger = net_linger_start(io->bev, linger_pending, linger_done, io);
 }
 
 /* ---------- login ---------- */
@@ -516,9 +507,8 @@ void mail_session_io_free(struct mail_session_io *io)
     io->warden = NULL;
     mail_session_io_login_cancel(io);
     mail_listeners_detach(io->set, io);
-    if (io->close_ev != NULL)
-        event_free(io->close_ev);
-    io->close_ev = NULL;
+    net_linger_free(io->linger);
+    io->linger = NULL;
     if (io->deadline_ev != NULL)
         event_free(io->deadline_ev);
     io->deadline_ev = NULL;

@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/linger.h"
 #include "net/sockaddr.h"
 #include "net/tls-conn.h"
 
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LMTP_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
 #define LMTP_DATA_CHUNK 65536      /* DATA bytes decoded per step */
 
 static void session_read_cb(struct bufferevent *bev, void *arg);
@@ -59,28 +59,9 @@ static void set_timeout(struct lmtp_session *s)
     bufferevent_set_timeouts(s->bev, &tv, NULL);
 }
 
-/* Bytes still queued anywhere below the session (a TLS filter hands its
- * output to the socket bufferevent underneath). */
-static size_t output_pending(struct lmtp_session *s)
+static void linger_done(void *arg)
 {
-    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
-    struct bufferevent *under = bufferevent_get_underlying(s->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
-}
-
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct lmtp_session *s = arg;
-    if (output_pending(s) > 0 && ++s->close_polls < LMTP_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(s->close_ev, &tick);
-        return;
-    }
-    lmtp_session_free(s);
+    lmtp_session_free(arg);
 }
 
 void lmtp_session_close_after_output(struct lmtp_session *s)
@@ -89,11 +70,7 @@ void lmtp_session_close_after_output(struct lmtp_session *s)
         return;
     s->closing = true;
     bufferevent_disable(s->bev, EV_READ);
-    /* Freed from a timer, never inside the session's own call chain: the
-     * timer polls until the output has left (or the grace ran out). */
-    s->close_ev = evtimer_new(lmtp_server_context(s->server)->base, deferred_free_cb, s);
-    struct timeval now = {0, 0};
-    evtimer_add(s->close_ev, &now);
+    s->linger = net_linger_start(s->bev, NULL, linger_done, s);
 }
 
 void lmtp_session_shutdown(struct lmtp_session *s)
@@ -137,8 +114,7 @@ void lmtp_session_free(struct lmtp_session *s)
     free(s->helo);
     log_debug(LMTP_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
     lmtp_server_session_gone(s->server, s);
-    if (s->close_ev != NULL)
-        event_free(s->close_ev);
+    net_linger_free(s->linger);
     tls_handshake_deadline_free(s->handshake);
     bufferevent_free(s->bev);
     free(s);
