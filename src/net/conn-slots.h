@@ -31,8 +31,8 @@ struct conn_slots_config {
     enum conn_slots_full full;
     /* CONN_SLOTS_PAUSE: the listeners paused at max (borrowed). */
     struct net_listener_set *listeners;
-    const char *component; /* log component */
-    const char *limit_key; /* named in the refusal: "imap.max_connections" */
+    const char *component;  /* log component */
+    const char *limit_key;  /* named in the refusal: "imap.max_connections" */
     const char *busy_reply; /* CONN_SLOTS_REFUSE: written to a refused peer; may be NULL */
 };
 

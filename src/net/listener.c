@@ -206,11 +206,9 @@ void net_listener_free(struct net_listener *l)
         event_free(l->resume);
     if (l->evl != NULL)
         evconnlistener_free(l->evl);
-    free(l->component);
-    free(l->allowed_key);
-    free(l->limit_key);
-    free(l->refuse_reply);
-    free(l->per_ip_reply);
+    char *copies[] = {l->component, l->allowed_key, l->limit_key, l->refuse_reply, l->per_ip_reply};
+    for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
+        free(copies[i]);
     free(l);
 }
 

@@ -20,8 +20,8 @@ static struct bufferevent *socket_bev(struct event_base *base, evutil_socket_t f
 {
     struct bufferevent *bev =
         ssl == NULL ? NULL
-                    : bufferevent_openssl_socket_new(base, fd, ssl, state,
-                                                     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+                    : bufferevent_openssl_socket_new(
+                          base, fd, ssl, state, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (bev == NULL) {
         SSL_free(ssl); /* NULL is ignored */
         if (fd >= 0)
@@ -42,10 +42,9 @@ struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
     SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
     if (ssl == NULL)
         return NULL;
-    struct bufferevent *tls =
-        bufferevent_openssl_filter_new(bufferevent_get_base(plain), plain, ssl,
-                                       BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    struct bufferevent *tls = bufferevent_openssl_filter_new(
+        bufferevent_get_base(plain), plain, ssl, BUFFEREVENT_SSL_ACCEPTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (tls == NULL) {
         SSL_free(ssl);
         return NULL;

@@ -148,8 +148,8 @@ static void make_pki(struct pki *k)
     X509_gmtime_adj(X509_getm_notAfter(x), 3600);
     X509_set_pubkey(x, pkey);
     X509_NAME *name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
-                               -1, 0);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1,
+                               0);
     X509_set_issuer_name(x, name);
     X509V3_CTX v3;
     X509V3_set_ctx_nodb(&v3);
@@ -291,7 +291,8 @@ static void test_tls_accept_connect_and_starttls(void **state)
     assert_true(h.client.error);
     assert_false(h.client.connected);
     char reason[256];
-    assert_non_null(strstr(tls_conn_error(h.cbev, reason, sizeof(reason)), "certificate verify failed"));
+    assert_non_null(
+        strstr(tls_conn_error(h.cbev, reason, sizeof(reason)), "certificate verify failed"));
     bufferevent_free(h.cbev);
     bufferevent_free(h.sbev);
     event_base_free(base);
@@ -333,8 +334,8 @@ static void test_tls_dial_over_tcp(void **state)
     SSL_CTX *cctx = tls_client_ctx_new(k.cert, NULL, NULL, &err);
     ts.base = event_base_new();
     struct net_listener_set *set = net_listener_set_new(ts.base);
-    struct net_listener_config lcfg = {.component = "test", .tls = true, .accept = tls_accept,
-                                       .arg = &ts};
+    struct net_listener_config lcfg = {
+        .component = "test", .tls = true, .accept = tls_accept, .arg = &ts};
     assert_true(net_listener_set_listen(set, "127.0.0.1:0", 0, &lcfg, &err));
     assert_true(net_listener_set_tls(set, 0));
     const char *bound = net_listener_set_address(set, 0);

@@ -337,8 +337,7 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
     log_info(LMTP_COMPONENT, "listening",
              "address=%s listeners=%zu starttls=%s auth=%s delivery_threads=%lld",
              net_listener_set_address(srv->listeners, 0), net_listener_set_count(srv->listeners),
-             srv->ctx.tls != NULL ? "on" : "off",
-             cfg->auth_addr, (long long)cfg->delivery_threads);
+             srv->ctx.tls != NULL ? "on" : "off", cfg->auth_addr, (long long)cfg->delivery_threads);
     return srv;
 fail:
     lmtp_server_free(srv);
@@ -370,8 +369,8 @@ void lmtp_server_free(struct lmtp_server *srv)
 {
     if (srv == NULL)
         return;
-    if (srv->listeners != NULL)
-        net_listener_set_stop(srv->listeners);
+    net_listener_set_free(srv->listeners); /* no accept while sessions go */
+    srv->listeners = NULL;
     while (srv->sessions != NULL)
         lmtp_session_free(srv->sessions);
     /* Deliveries still running finish (their files are complete and durable
@@ -394,7 +393,6 @@ void lmtp_server_free(struct lmtp_server *srv)
     if (srv->ctx.tls != NULL)
         SSL_CTX_free(srv->ctx.tls);
     cidr_list_free(&srv->allowed);
-    net_listener_set_free(srv->listeners);
     conn_slots_free(srv->slots);
     free(srv);
 }

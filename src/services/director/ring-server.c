@@ -21,6 +21,7 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/evbuffer-line.h"
+#include "net/conn-limits.h"
 #include "net/conn-slots.h"
 #include "net/listener-set.h"
 #include "net/sockaddr.h"
@@ -51,12 +52,12 @@ struct ring_conn {
     struct bufferevent *bev;
     struct event *handshake_timer;
     char peer[64];
-    char ip[64]; /* the client's address without the port */
     char name[RING_NAME_MAX + 1];
     enum conn_state state;
     enum ring_kind kind;
     bool authenticated;
     bool pending; /* counted in srv->pending (before READY) */
+    struct sockaddr_storage addr; /* the key of that count */
     /* this connection's challenge ("" without a secret) */
     char nonce[RING_AUTH_HEX_LEN + 1];
     bool closing; /* no more reading; freed once its output has left */
@@ -82,9 +83,9 @@ struct ring_server {
     ring_peer_change_fn peer_fn;
     void *peer_ctx;
     char *secret; /* "" = no authentication (ring.allow_unauthenticated) */
-    /* client ip -> its connections still in the handshake (uintptr_t), bounded by
-     * ring.max_pending_per_address */
-    struct smap *pending;
+    /* connections still in the handshake per client address, bounded by
+     * ring.max_pending_per_address at accept */
+    struct conn_limits *pending;
 };
 
 /* Lookups take microseconds: finer buckets than the request latencies. */
@@ -94,34 +95,19 @@ static const double lookup_buckets[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00
 
 /* ---------- connections ---------- */
 
-/* Connections of one address that have not finished the handshake: one
+/* Connections of one address that have not finished the handshake are
+ * capped at accept (the listener's per-address limit, `srv->pending`): one
  * address that never authenticates must not take every ring.max_clients
  * slot and lock the monitor, login proxies and peers out (as nginx's
- * limit_conn and HAProxy's src_conn_cur do per source address). */
-static size_t pending_count(const struct ring_server *srv, const char *ip)
-{
-    return (size_t)(uintptr_t)smap_get(srv->pending, ip);
-}
-
-static void pending_add(struct ring_conn *conn)
-{
-    struct ring_server *srv = conn->srv;
-    smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(pending_count(srv, conn->ip) + 1));
-    conn->pending = true;
-}
-
-/* The connection left the handshake (READY, closing or freed). */
+ * limit_conn and HAProxy's src_conn_cur do per source address). The count
+ * is given back when the connection leaves the handshake (READY, closing
+ * or freed). */
 static void pending_done(struct ring_conn *conn)
 {
-    if (!conn->pending)
-        return;
-    conn->pending = false;
-    struct ring_server *srv = conn->srv;
-    size_t n = pending_count(srv, conn->ip);
-    if (n <= 1)
-        smap_remove(srv->pending, conn->ip);
-    else
-        smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(n - 1));
+    if (conn->pending) {
+        conn->pending = false;
+        conn_limits_release(conn->srv->pending, (const struct sockaddr *)&conn->addr);
+    }
 }
 
 static void conn_free(struct ring_conn *conn)
@@ -711,18 +697,6 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     evutil_socket_t fd = a->fd;
     char peer[64];
     net_addr_format(a->peer, peer, sizeof(peer));
-    char ip[64];
-    net_addr_format_ip(a->peer, ip, sizeof(ip));
-    if (pending_count(srv, ip) >= (size_t)srv->cfg->ring_max_pending_per_address) {
-        unsigned skipped = 0;
-        if (net_listener_log_refusal(l, &skipped))
-            log_warn(COMPONENT,
-                     "ring connection refused: director.ring.max_pending_per_address reached",
-                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
-                     (long long)srv->cfg->ring_max_pending_per_address, skipped);
-        net_listener_refuse(l, a, NULL);
-        return;
-    }
     if (!conn_slots_admit(srv->slots, l, a))
         return;
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
@@ -735,8 +709,9 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     conn->srv = srv;
     conn->bev = bev;
     snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
-    snprintf(conn->ip, sizeof(conn->ip), "%s", ip);
-    pending_add(conn);
+    if (a->peer_len > 0 && (size_t)a->peer_len <= sizeof(conn->addr))
+        memcpy(&conn->addr, a->peer, (size_t)a->peer_len);
+    conn->pending = true; /* counted by the listener */
     conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
     int64_t ms = srv->cfg->ring_handshake_timeout_ms;
     struct timeval tv = clock_ms_to_timeval(ms);
@@ -783,22 +758,26 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         .limit_key = "director.ring.max_clients",
     };
     srv->slots = conn_slots_new(&sc);
+    struct conn_limits_config pc = {.max_per_ip = cfg->ring_max_pending_per_address};
+    srv->pending = conn_limits_new(&pc);
     struct net_listener_config lcfg = {
         .component = COMPONENT,
         .allowed_key = "director.ring.allowed_nets",
+        .limit_key = "director.ring.max_pending_per_address",
         .allowed = &srv->allowed, /* empty: nobody */
+        .limits = srv->pending,
         .accept = accept_cb,
         .arg = srv,
     };
     if (!net_listener_set_listen(srv->listeners, cfg->ring_listen, 0, &lcfg, err)) {
         net_listener_set_free(srv->listeners);
         conn_slots_free(srv->slots);
+        conn_limits_free(srv->pending);
         cidr_list_free(&srv->allowed);
         ring_secret_free(srv->secret);
         free(srv);
         return NULL;
     }
-    srv->pending = smap_new();
     srv->reaper = event_new(base, -1, 0, reap_cb, srv);
     srv->observer.backend_changed = on_backend_changed;
     srv->observer.user_moved = on_user_moved;
@@ -839,7 +818,7 @@ void ring_server_free(struct ring_server *srv)
         conn_free(srv->conns);
     if (srv->reaper != NULL)
         event_free(srv->reaper);
-    smap_free(srv->pending, NULL);
+    conn_limits_free(srv->pending);
     net_listener_set_free(srv->listeners);
     conn_slots_free(srv->slots);
     cidr_list_free(&srv->allowed);
