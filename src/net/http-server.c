@@ -8,6 +8,7 @@
 #include "core/xalloc.h"
 #include "net/conn-limits.h"
 #include "net/conn-slots.h"
+#include "net/deadline.h"
 #include "net/http-router.h"
 #include "net/listener-set.h"
 #include "net/sockaddr.h"
@@ -63,7 +64,7 @@ struct http_conn {
     struct sockaddr_storage peer;
     char peer_ip[64];
     enum conn_state state;
-    struct event *timer;
+    struct net_deadline *timer; /* head, keep-alive idle, linger */
     struct http_request *req;
     bool close_when_flushed;
     bool head_timer_armed; /* the current request's head has started arriving */
@@ -103,7 +104,7 @@ struct http_request {
     void *cancel_ctx;
     http_drain_fn drain;
     void *drain_ctx;
-    struct event *timeout;
+    struct net_deadline *timeout; /* timeout or stream_timeout, once dispatched */
     struct timespec start;
     char **header_copies;
     size_t header_copy_count;
@@ -248,8 +249,7 @@ static void conn_send_error_and_close(struct http_conn *conn, int status, const 
     conn->close_when_flushed = true;
     /* Keep reading (and discarding) so the client sees the response rather
      * than a reset caused by unread data; the timer bounds the linger. */
-    struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
-    evtimer_add(conn->timer, &tv);
+    net_deadline_arm(conn->timer, HTTP_LINGER_MS);
 }
 
 /* ---------- server set-up ---------- */
@@ -328,7 +328,7 @@ void http_server_route(struct http_server *srv, enum http_method method, const c
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
-static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_timer_cb(void *arg);
 
 /* How long a request head may take to arrive (and a keep-alive connection
  * may stay idle when the server is pressed). */
@@ -377,7 +377,7 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
         free(conn);
         return;
     }
-    conn->timer = evtimer_new(srv->base, conn_timer_cb, conn);
+    conn->timer = net_deadline_new(srv->base, conn_timer_cb, conn);
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_setwatermark(conn->bev, EV_READ, 0, HTTP_INPUT_MAX);
     struct timeval wt = {.tv_sec = HTTP_WRITE_TIMEOUT_S, .tv_usec = 0};
@@ -389,8 +389,7 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     srv->conns = conn;
     if (conn->outsider)
         srv->outsider_count++;
-    struct timeval idle = clock_ms_to_timeval(head_timeout_ms(conn));
-    evtimer_add(conn->timer, &idle);
+    net_deadline_arm(conn->timer, head_timeout_ms(conn));
 }
 
 bool http_server_listen(struct http_server *srv, const char *addr, struct petrel_error *err)
@@ -465,8 +464,7 @@ size_t http_server_in_flight(const struct http_server *srv)
 
 static void request_free(struct http_request *req)
 {
-    if (req->timeout != NULL)
-        event_free(req->timeout);
+    net_deadline_free(req->timeout);
     buf_free(&req->head_bytes);
     buf_free(&req->body);
     http_target_free(&req->target);
@@ -495,16 +493,14 @@ static void request_detach(struct http_request *req)
             conn_free(conn);
             return;
         }
-        struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
-        evtimer_add(conn->timer, &tv);
+        net_deadline_arm(conn->timer, HTTP_LINGER_MS);
         return;
     }
     conn->state = CONN_READ_HEAD;
     int64_t idle_ms = conn->srv->idle_timeout_ms;
     if (conn_slots_pressed(conn->srv->slots) && idle_ms > HTTP_PRESSED_TIMEOUT_MS)
         idle_ms = HTTP_PRESSED_TIMEOUT_MS;
-    struct timeval idle = clock_ms_to_timeval(idle_ms);
-    evtimer_add(conn->timer, &idle);
+    net_deadline_arm(conn->timer, idle_ms);
     /* Pipelined requests already buffered are handled from a deferred callback. */
     if (evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
         bufferevent_trigger(conn->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -531,8 +527,7 @@ static void request_finish(struct http_request *req)
     if (req->answered)
         return;
     req->answered = true;
-    if (req->timeout != NULL)
-        evtimer_del(req->timeout);
+    net_deadline_clear(req->timeout);
     record_metrics(req);
     if (req->dispatched)
         req->srv->in_flight--;
@@ -751,10 +746,8 @@ static void request_abandon(struct http_request *req, enum http_cancel_reason wh
     request_free(req);
 }
 
-static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
+static void request_timeout_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct http_request *req = arg;
     log_warn(req->srv->name, "request timed out", "path=%s peer=%s", req->target.path,
              req->conn != NULL ? req->conn->peer_ip : "-");
@@ -781,7 +774,7 @@ static void conn_free(struct http_conn *conn)
         srv->outsider_count--;
     conn_limits_release(conn->outsider ? srv->outsider_limits : srv->limits,
                         (const struct sockaddr *)&conn->peer);
-    event_free(conn->timer);
+    net_deadline_free(conn->timer);
     bufferevent_free(conn->bev);
     free(conn);
     conn_slots_release(srv->slots);
@@ -857,7 +850,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
 {
     struct http_server *srv = conn->srv;
     conn->state = CONN_HANDLING;
-    evtimer_del(conn->timer);
+    net_deadline_clear(conn->timer);
     req->start = clock_mono_now();
 
     char allow[128];
@@ -884,10 +877,9 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     req->route = match;
     req->dispatched = true;
     srv->in_flight++;
-    req->timeout = evtimer_new(srv->base, request_timeout_cb, req);
-    struct timeval tv =
-        clock_ms_to_timeval((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
-    evtimer_add(req->timeout, &tv);
+    req->timeout = net_deadline_new(srv->base, request_timeout_cb, req);
+    net_deadline_arm(req->timeout, (match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms
+                                                                           : srv->timeout_ms);
     union {
         void *ptr;
         http_handler_fn fn;
@@ -906,8 +898,7 @@ static void conn_read_head(struct http_conn *conn)
     if (!conn->head_timer_armed) {
         /* First bytes of a request: head and body must arrive in time. */
         conn->head_timer_armed = true;
-        struct timeval tv = clock_ms_to_timeval(head_timeout_ms(conn));
-        evtimer_add(conn->timer, &tv);
+        net_deadline_arm(conn->timer, head_timeout_ms(conn));
     }
     size_t look = avail < HTTP_MAX_HEAD ? avail : HTTP_MAX_HEAD;
     const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
@@ -1099,10 +1090,8 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
         conn_free(conn);
 }
 
-static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+static void conn_timer_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct http_conn *conn = arg;
     size_t pending = evbuffer_get_length(bufferevent_get_input(conn->bev));
     if (conn->state == CONN_CLOSING || conn->req == NULL) {

@@ -1,8 +1,8 @@
 /* TLS layers on bufferevents and the handshake deadline (tls-conn.h). */
 #include "net/tls-conn.h"
 
-#include "core/clock.h"
 #include "core/xalloc.h"
+#include "net/deadline.h"
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
@@ -104,15 +104,13 @@ bool tls_conn_established(struct bufferevent *bev)
 
 struct tls_handshake_deadline {
     struct bufferevent *bev;
-    struct event *timer;
+    struct net_deadline *deadline;
     tls_handshake_expired_fn *expired;
     void *arg;
 };
 
-static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+static void deadline_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct tls_handshake_deadline *d = arg;
     if (!tls_conn_established(d->bev))
         d->expired(d->arg);
@@ -126,18 +124,15 @@ struct tls_handshake_deadline *tls_handshake_deadline_new(struct bufferevent *be
     d->bev = bev;
     d->expired = expired;
     d->arg = arg;
-    d->timer = evtimer_new(bufferevent_get_base(bev), deadline_cb, d);
-    if (d->timer == NULL)
-        petrel_fatal("out of memory creating a TLS handshake timer");
-    struct timeval tv = clock_ms_to_timeval(ms > 0 ? ms : TLS_CONN_HANDSHAKE_MS);
-    evtimer_add(d->timer, &tv);
+    d->deadline = net_deadline_new(bufferevent_get_base(bev), deadline_cb, d);
+    net_deadline_arm(d->deadline, ms > 0 ? ms : TLS_CONN_HANDSHAKE_MS);
     return d;
 }
 
 void tls_handshake_deadline_free(struct tls_handshake_deadline *d)
 {
     if (d != NULL) {
-        event_free(d->timer);
+        net_deadline_free(d->deadline);
         free(d);
     }
 }

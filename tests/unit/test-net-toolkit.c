@@ -2,8 +2,8 @@
  * refusal, pause and resume of a listener set), listener-set.h (bind,
  * addresses, stop accepting) and tls-conn.h (a real handshake between
  * tls_conn_accept and tls_conn_connect over a socket pair, host name
- * verification, the handshake deadline) and linger.h (close after the
- * output has left). */
+ * verification, the handshake deadline), deadline.h and linger.h (close
+ * after the output has left). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "net/conn-slots.h"
+#include "net/deadline.h"
 #include "net/linger.h"
 #include "net/listener-set.h"
 #include "net/tls-conn.h"
@@ -28,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---------- conn-slots ---------- */
@@ -418,6 +420,40 @@ static void test_tls_handshake_deadline(void **state)
     free_pki(&k);
 }
 
+/* ---------- deadline ---------- */
+
+static void count_expiry(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void test_deadline(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int fired = 0;
+    struct net_deadline *d = net_deadline_new(base, count_expiry, &fired);
+    assert_false(net_deadline_armed(d));
+    net_deadline_arm(d, 5000);
+    assert_true(net_deadline_armed(d));
+    net_deadline_arm(d, 20); /* re-arming moves it */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    event_base_dispatch(base); /* returns once nothing is pending */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(fired, 1);
+    assert_true((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 2000);
+    assert_false(net_deadline_armed(d));
+    net_deadline_arm(d, 10);
+    net_deadline_clear(d); /* nothing runs */
+    event_base_dispatch(base);
+    assert_int_equal(fired, 1);
+    net_deadline_clear(NULL);
+    net_deadline_free(d);
+    net_deadline_free(NULL);
+    event_base_free(base);
+}
+
 /* ---------- linger ---------- */
 
 static void linger_done(void *arg)
@@ -474,6 +510,7 @@ int main(void)
         cmocka_unit_test(test_tls_accept_connect_and_starttls),
         cmocka_unit_test(test_tls_dial_over_tcp),
         cmocka_unit_test(test_tls_handshake_deadline),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_linger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/deadline.h"
 #include "net/linger.h"
 #include "net/sockaddr.h"
 #include "net/tls-conn.h"
@@ -184,10 +185,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         io->ops->free(io->owner);
 }
 
-static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+static void deadline_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct mail_session_io *io = arg;
     if (!io->closing)
         io->ops->timeout(io->owner);
@@ -195,19 +194,14 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms)
 {
-    if (io->deadline_ev == NULL) {
-        io->deadline_ev = evtimer_new(bufferevent_get_base(io->bev), deadline_cb, io);
-        if (io->deadline_ev == NULL)
-            petrel_fatal("out of memory creating a session timer");
-    }
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    evtimer_add(io->deadline_ev, &tv);
+    if (io->deadline == NULL)
+        io->deadline = net_deadline_new(bufferevent_get_base(io->bev), deadline_cb, io);
+    net_deadline_arm(io->deadline, ms);
 }
 
 void mail_session_io_clear_deadline(struct mail_session_io *io)
 {
-    if (io->deadline_ev != NULL)
-        evtimer_del(io->deadline_ev);
+    net_deadline_clear(io->deadline);
 }
 
 static void apply_timeout(struct mail_session_io *io)
@@ -509,9 +503,8 @@ void mail_session_io_free(struct mail_session_io *io)
     mail_listeners_detach(io->set, io);
     net_linger_free(io->linger);
     io->linger = NULL;
-    if (io->deadline_ev != NULL)
-        event_free(io->deadline_ev);
-    io->deadline_ev = NULL;
+    net_deadline_free(io->deadline);
+    io->deadline = NULL;
     bufferevent_free(io->bev);
     io->bev = NULL;
 }

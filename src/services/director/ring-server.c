@@ -23,6 +23,7 @@
 #include "net/evbuffer-line.h"
 #include "net/conn-limits.h"
 #include "net/conn-slots.h"
+#include "net/deadline.h"
 #include "net/listener-set.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
@@ -50,7 +51,7 @@ enum conn_state { WAIT_VERSION, WAIT_AUTH, WAIT_HELLO, READY };
 struct ring_conn {
     struct ring_server *srv;
     struct bufferevent *bev;
-    struct event *handshake_timer;
+    struct net_deadline *handshake_timer; /* handshake and auth timeouts */
     char peer[64];
     char name[RING_NAME_MAX + 1];
     enum conn_state state;
@@ -123,8 +124,7 @@ static void conn_free(struct ring_conn *conn)
         }
         smap_free(conn->sessions, NULL);
     }
-    if (conn->handshake_timer != NULL)
-        event_free(conn->handshake_timer);
+    net_deadline_free(conn->handshake_timer);
     DLIST_UNLINK(srv->conns, conn);
     conn_slots_release(srv->slots);
     bufferevent_free(conn->bev);
@@ -256,16 +256,8 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
 
 /* ---------- the handshake ---------- */
 
-static void arm_timer(struct ring_conn *conn, int64_t ms)
+static void handshake_timeout_cb(void *arg)
 {
-    struct timeval tv = clock_ms_to_timeval(ms);
-    evtimer_add(conn->handshake_timer, &tv);
-}
-
-static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
     struct ring_conn *conn = arg;
     if (conn->srv->secret[0] != '\0' && !conn->authenticated) {
         log_warn(COMPONENT, "ring client not authenticated in time", "peer=%s auth_timeout_ms=%lld",
@@ -296,7 +288,7 @@ static void send_greeting(struct ring_conn *conn)
         int64_t ms = srv->cfg->ring_auth_timeout_ms;
         if (ms > srv->cfg->ring_handshake_timeout_ms)
             ms = srv->cfg->ring_handshake_timeout_ms;
-        arm_timer(conn, ms);
+        net_deadline_arm(conn->handshake_timer, ms);
     }
     send_msg(conn, &m);
 }
@@ -337,7 +329,7 @@ static void handle_auth(struct ring_conn *conn, const struct ring_msg *m)
     send_msg(conn, &ok);
     conn->authenticated = true;
     conn->state = WAIT_HELLO;
-    arm_timer(conn, srv->cfg->ring_handshake_timeout_ms);
+    net_deadline_arm(conn->handshake_timer, srv->cfg->ring_handshake_timeout_ms);
     log_debug(COMPONENT, "ring client authenticated", "peer=%s", conn->peer);
 }
 
@@ -415,7 +407,7 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
     snprintf(conn->name, sizeof(conn->name), "%s", m->hello.name);
     conn->state = READY;
     pending_done(conn);
-    event_del(conn->handshake_timer);
+    net_deadline_clear(conn->handshake_timer);
     if (conn->kind == RING_KIND_LOGIN)
         conn->sessions = smap_new();
     char name_q[300];
@@ -712,10 +704,8 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     if (a->peer_len > 0 && (size_t)a->peer_len <= sizeof(conn->addr))
         memcpy(&conn->addr, a->peer, (size_t)a->peer_len);
     conn->pending = true; /* counted by the listener */
-    conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
-    int64_t ms = srv->cfg->ring_handshake_timeout_ms;
-    struct timeval tv = clock_ms_to_timeval(ms);
-    evtimer_add(conn->handshake_timer, &tv);
+    conn->handshake_timer = net_deadline_new(srv->base, handshake_timeout_cb, conn);
+    net_deadline_arm(conn->handshake_timer, srv->cfg->ring_handshake_timeout_ms);
     conn->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = conn;
