@@ -7,15 +7,17 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/conn-limits.h"
+#include "net/conn-slots.h"
+#include "net/deadline.h"
 #include "net/http-router.h"
-#include "net/listener.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
+#include "net/tls-conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -54,11 +56,6 @@
 #define HTTP_OUTSIDER_MAX 64
 #define HTTP_DEFAULT_PER_IP 128
 
-struct listener {
-    struct net_listener *nl;
-    char address[128];
-};
-
 enum conn_state { CONN_READ_HEAD, CONN_READ_BODY, CONN_HANDLING, CONN_CLOSING };
 
 struct http_conn {
@@ -67,7 +64,7 @@ struct http_conn {
     struct sockaddr_storage peer;
     char peer_ip[64];
     enum conn_state state;
-    struct event *timer;
+    struct net_deadline *timer; /* head, keep-alive idle, linger */
     struct http_request *req;
     bool close_when_flushed;
     bool head_timer_armed; /* the current request's head has started arriving */
@@ -107,7 +104,7 @@ struct http_request {
     void *cancel_ctx;
     http_drain_fn drain;
     void *drain_ctx;
-    struct event *timeout;
+    struct net_deadline *timeout; /* timeout or stream_timeout, once dispatched */
     struct timespec start;
     char **header_copies;
     size_t header_copy_count;
@@ -122,7 +119,6 @@ struct http_server {
     int64_t timeout_ms;
     int64_t stream_timeout_ms;
     int64_t idle_timeout_ms;
-    size_t max_connections;
     bool token_enabled;
     unsigned char token_digest[32];
     EVP_MD *sha256; /* fetched once: EVP_sha256() would make every digest fetch it */
@@ -139,12 +135,9 @@ struct http_server {
     } *cleanups;
     size_t cleanup_count;
     size_t cleanup_cap;
-    struct listener *listeners;
-    size_t listener_count;
-    size_t listener_cap;
-    bool listeners_paused;
+    struct net_listener_set *listeners;
+    struct conn_slots *slots; /* max_connections: the listeners pause at max */
     struct http_conn *conns;
-    size_t conn_count;
     size_t in_flight;
     bool stopping;
     time_t date_second;
@@ -256,8 +249,7 @@ static void conn_send_error_and_close(struct http_conn *conn, int status, const 
     conn->close_when_flushed = true;
     /* Keep reading (and discarding) so the client sees the response rather
      * than a reset caused by unread data; the timer bounds the linger. */
-    struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
-    evtimer_add(conn->timer, &tv);
+    net_deadline_arm(conn->timer, HTTP_LINGER_MS);
 }
 
 /* ---------- server set-up ---------- */
@@ -273,7 +265,17 @@ struct http_server *http_server_new(struct event_base *base,
     srv->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 30000;
     srv->stream_timeout_ms = opts->stream_timeout_ms > 0 ? opts->stream_timeout_ms : 300000;
     srv->idle_timeout_ms = opts->idle_timeout_ms > 0 ? opts->idle_timeout_ms : 60000;
-    srv->max_connections = opts->max_connections != 0 ? opts->max_connections : 4096;
+    srv->listeners = net_listener_set_new(base);
+    char slots_key[96];
+    snprintf(slots_key, sizeof(slots_key), "%s max_connections", srv->name);
+    struct conn_slots_config sc = {
+        .max = opts->max_connections != 0 ? opts->max_connections : 4096,
+        .full = CONN_SLOTS_PAUSE,
+        .listeners = srv->listeners,
+        .component = srv->name,
+        .limit_key = slots_key,
+    };
+    srv->slots = conn_slots_new(&sc);
     struct conn_limits_config lc = {
         .max_per_ip = opts->max_connections_per_ip == 0 ? HTTP_DEFAULT_PER_IP
                       : opts->max_connections_per_ip < 0 ? 0
@@ -326,44 +328,30 @@ void http_server_route(struct http_server *srv, enum http_method method, const c
 static void conn_event_cb(struct bufferevent *bev, short what, void *arg);
 static void conn_read_cb(struct bufferevent *bev, void *arg);
 static void conn_write_cb(struct bufferevent *bev, void *arg);
-static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
-
-static void set_listeners_enabled(struct http_server *srv, bool enabled)
-{
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        if (srv->listeners[i].nl != NULL)
-            net_listener_set_enabled(srv->listeners[i].nl, enabled);
-    }
-    srv->listeners_paused = !enabled;
-}
-
-static bool under_pressure(const struct http_server *srv)
-{
-    return srv->conn_count * 4 >= srv->max_connections * 3;
-}
+static void conn_timer_cb(void *arg);
 
 /* How long a request head may take to arrive (and a keep-alive connection
  * may stay idle when the server is pressed). */
 static int64_t head_timeout_ms(const struct http_conn *conn)
 {
-    if (conn->outsider || under_pressure(conn->srv))
+    if (conn->outsider || conn_slots_pressed(conn->srv->slots))
         return HTTP_PRESSED_TIMEOUT_MS;
     return HTTP_HEAD_READ_TIMEOUT_MS;
 }
 
 static void accept_cb(void *arg, struct net_listener *l, const struct net_accepted *a)
 {
-    (void)l;
     struct http_server *srv = arg;
     evutil_socket_t fd = a->fd;
     const struct sockaddr *sa = a->peer;
     int socklen = a->peer_len;
     struct conn_limits *counted = a->outsider ? srv->outsider_limits : srv->limits;
     if (srv->stopping || (a->outsider && srv->outsider_count >= HTTP_OUTSIDER_MAX)) {
-        conn_limits_release(counted, sa);
-        close(fd);
+        net_listener_refuse(l, a, NULL);
         return;
     }
+    if (!conn_slots_admit(srv->slots, l, a))
+        return;
     struct http_conn *conn = xcalloc(1, sizeof(*conn));
     conn->srv = srv;
     conn->outsider = a->outsider;
@@ -374,28 +362,22 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    /* The TLS handshake is bounded by the head timer armed below (a
+     * deadline from accept, not pushed back by input). */
     if (srv->tls != NULL) {
-        SSL *ssl = SSL_new(srv->tls);
-        if (ssl == NULL) {
-            conn_limits_release(counted, sa);
-            close(fd);
-            free(conn);
-            return;
-        }
-        conn->bev = bufferevent_openssl_socket_new(srv->base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                                   BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-        if (conn->bev != NULL)
-            bufferevent_openssl_set_allow_dirty_shutdown(conn->bev, 1);
+        conn->bev = tls_conn_accept(srv->base, fd, srv->tls); /* closes fd on failure */
     } else {
         conn->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (conn->bev == NULL)
+            close(fd);
     }
     if (conn->bev == NULL) {
         conn_limits_release(counted, sa);
-        close(fd);
+        conn_slots_release(srv->slots);
         free(conn);
         return;
     }
-    conn->timer = evtimer_new(srv->base, conn_timer_cb, conn);
+    conn->timer = net_deadline_new(srv->base, conn_timer_cb, conn);
     bufferevent_setcb(conn->bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_setwatermark(conn->bev, EV_READ, 0, HTTP_INPUT_MAX);
     struct timeval wt = {.tv_sec = HTTP_WRITE_TIMEOUT_S, .tv_usec = 0};
@@ -405,20 +387,13 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     if (srv->conns != NULL)
         srv->conns->prev = conn;
     srv->conns = conn;
-    srv->conn_count++;
     if (conn->outsider)
         srv->outsider_count++;
-    struct timeval idle = clock_ms_to_timeval(head_timeout_ms(conn));
-    evtimer_add(conn->timer, &idle);
-    if (srv->conn_count >= srv->max_connections)
-        set_listeners_enabled(srv, false);
+    net_deadline_arm(conn->timer, head_timeout_ms(conn));
 }
 
 bool http_server_listen(struct http_server *srv, const char *addr, struct petrel_error *err)
 {
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
     char allowed_key[96], limit_key[96];
     snprintf(allowed_key, sizeof(allowed_key), "%s allowed_nets", srv->name);
     snprintf(limit_key, sizeof(limit_key), "%s max_connections_per_ip", srv->name);
@@ -434,31 +409,18 @@ bool http_server_listen(struct http_server *srv, const char *addr, struct petrel
         .accept = accept_cb,
         .arg = srv,
     };
-    struct net_listener *nl = net_listener_new(srv->base, fd, &lcfg, err);
-    if (nl == NULL)
-        return false;
-    srv->listeners = xgrow(srv->listeners, &srv->listener_cap, srv->listener_count + 1,
-                           sizeof(*srv->listeners));
-    struct listener *l = &srv->listeners[srv->listener_count++];
-    l->nl = nl;
-    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(nl));
-    if (srv->listeners_paused)
-        net_listener_set_enabled(nl, false);
-    return true;
+    return net_listener_set_listen(srv->listeners, addr, 0, &lcfg, err);
 }
 
 const char *http_server_address(const struct http_server *srv)
 {
-    return srv->listener_count > 0 ? srv->listeners[0].address : "";
+    return net_listener_set_address(srv->listeners, 0);
 }
 
 void http_server_stop_accepting(struct http_server *srv)
 {
     srv->stopping = true;
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        net_listener_free(srv->listeners[i].nl);
-        srv->listeners[i].nl = NULL;
-    }
+    net_listener_set_stop(srv->listeners);
     /* Idle keep-alive connections go now; busy ones close after their reply. */
     struct http_conn *conn = srv->conns;
     while (conn != NULL) {
@@ -502,8 +464,7 @@ size_t http_server_in_flight(const struct http_server *srv)
 
 static void request_free(struct http_request *req)
 {
-    if (req->timeout != NULL)
-        event_free(req->timeout);
+    net_deadline_free(req->timeout);
     buf_free(&req->head_bytes);
     buf_free(&req->body);
     http_target_free(&req->target);
@@ -532,16 +493,14 @@ static void request_detach(struct http_request *req)
             conn_free(conn);
             return;
         }
-        struct timeval tv = clock_ms_to_timeval(HTTP_LINGER_MS);
-        evtimer_add(conn->timer, &tv);
+        net_deadline_arm(conn->timer, HTTP_LINGER_MS);
         return;
     }
     conn->state = CONN_READ_HEAD;
     int64_t idle_ms = conn->srv->idle_timeout_ms;
-    if (under_pressure(conn->srv) && idle_ms > HTTP_PRESSED_TIMEOUT_MS)
+    if (conn_slots_pressed(conn->srv->slots) && idle_ms > HTTP_PRESSED_TIMEOUT_MS)
         idle_ms = HTTP_PRESSED_TIMEOUT_MS;
-    struct timeval idle = clock_ms_to_timeval(idle_ms);
-    evtimer_add(conn->timer, &idle);
+    net_deadline_arm(conn->timer, idle_ms);
     /* Pipelined requests already buffered are handled from a deferred callback. */
     if (evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0)
         bufferevent_trigger(conn->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -568,8 +527,7 @@ static void request_finish(struct http_request *req)
     if (req->answered)
         return;
     req->answered = true;
-    if (req->timeout != NULL)
-        evtimer_del(req->timeout);
+    net_deadline_clear(req->timeout);
     record_metrics(req);
     if (req->dispatched)
         req->srv->in_flight--;
@@ -788,10 +746,8 @@ static void request_abandon(struct http_request *req, enum http_cancel_reason wh
     request_free(req);
 }
 
-static void request_timeout_cb(evutil_socket_t fd, short what, void *arg)
+static void request_timeout_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct http_request *req = arg;
     log_warn(req->srv->name, "request timed out", "path=%s peer=%s", req->target.path,
              req->conn != NULL ? req->conn->peer_ip : "-");
@@ -814,16 +770,14 @@ static void conn_free(struct http_conn *conn)
         }
     }
     DLIST_UNLINK(srv->conns, conn);
-    srv->conn_count--;
     if (conn->outsider)
         srv->outsider_count--;
     conn_limits_release(conn->outsider ? srv->outsider_limits : srv->limits,
                         (const struct sockaddr *)&conn->peer);
-    event_free(conn->timer);
+    net_deadline_free(conn->timer);
     bufferevent_free(conn->bev);
     free(conn);
-    if (srv->listeners_paused && !srv->stopping && srv->conn_count < srv->max_connections)
-        set_listeners_enabled(srv, true);
+    conn_slots_release(srv->slots);
 }
 
 static bool authorized(struct http_server *srv, struct http_request *req)
@@ -896,7 +850,7 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
 {
     struct http_server *srv = conn->srv;
     conn->state = CONN_HANDLING;
-    evtimer_del(conn->timer);
+    net_deadline_clear(conn->timer);
     req->start = clock_mono_now();
 
     char allow[128];
@@ -923,10 +877,9 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     req->route = match;
     req->dispatched = true;
     srv->in_flight++;
-    req->timeout = evtimer_new(srv->base, request_timeout_cb, req);
-    struct timeval tv =
-        clock_ms_to_timeval((match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms : srv->timeout_ms);
-    evtimer_add(req->timeout, &tv);
+    req->timeout = net_deadline_new(srv->base, request_timeout_cb, req);
+    net_deadline_arm(req->timeout, (match->flags & HTTP_ROUTE_STREAM) != 0 ? srv->stream_timeout_ms
+                                                                           : srv->timeout_ms);
     union {
         void *ptr;
         http_handler_fn fn;
@@ -945,8 +898,7 @@ static void conn_read_head(struct http_conn *conn)
     if (!conn->head_timer_armed) {
         /* First bytes of a request: head and body must arrive in time. */
         conn->head_timer_armed = true;
-        struct timeval tv = clock_ms_to_timeval(head_timeout_ms(conn));
-        evtimer_add(conn->timer, &tv);
+        net_deadline_arm(conn->timer, head_timeout_ms(conn));
     }
     size_t look = avail < HTTP_MAX_HEAD ? avail : HTTP_MAX_HEAD;
     const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
@@ -1138,10 +1090,8 @@ static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
         conn_free(conn);
 }
 
-static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+static void conn_timer_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct http_conn *conn = arg;
     size_t pending = evbuffer_get_length(bufferevent_get_input(conn->bev));
     if (conn->state == CONN_CLOSING || conn->req == NULL) {
@@ -1250,9 +1200,7 @@ void http_server_free(struct http_server *srv)
     if (srv == NULL)
         return;
     srv->stopping = true;
-    for (size_t i = 0; i < srv->listener_count; i++)
-        net_listener_free(srv->listeners[i].nl);
-    free(srv->listeners);
+    net_listener_set_stop(srv->listeners);
     while (srv->conns != NULL) {
         struct http_conn *conn = srv->conns;
         if (conn->req != NULL && conn->req->dispatched) {
@@ -1269,6 +1217,8 @@ void http_server_free(struct http_server *srv)
     cidr_list_free(&srv->allowed);
     conn_limits_free(srv->limits);
     conn_limits_free(srv->outsider_limits);
+    conn_slots_free(srv->slots);
+    net_listener_set_free(srv->listeners);
     EVP_MD_free(srv->sha256);
     if (srv->tls != NULL)
         SSL_CTX_free(srv->tls);

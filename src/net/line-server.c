@@ -9,7 +9,8 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/conn-limits.h"
-#include "net/listener.h"
+#include "net/conn-slots.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
@@ -20,10 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_LISTENERS 16
 /* Output waiting for a client that does not read: above this, the
  * connection's lines are not read until it has drained. */
 #define OUTPUT_MAX (1024 * 1024)
@@ -41,18 +40,13 @@ struct line_conn {
     bool established;             /* a line was answered without closing */
 };
 
-struct listener {
-    struct net_listener *nl;
-    char address[128];
-};
-
 struct line_server {
     const struct line_server_config *cfg;
     const struct line_server_ops *ops;
     void *ctx;
     struct event_base *base;
-    struct listener listeners[MAX_LISTENERS];
-    size_t listener_count;
+    struct net_listener_set *listeners;
+    struct conn_slots *slots; /* max_connections */
     struct cidr_list allowed;
     struct conn_limits *limits;
     struct line_conn *conns;
@@ -89,6 +83,7 @@ static void conn_free(struct line_conn *conn)
     srv->conn_count--;
     count_connections(srv);
     conn_limits_release(srv->limits, (const struct sockaddr *)&conn->addr);
+    conn_slots_release(srv->slots);
     bufferevent_free(conn->bev);
     free(conn);
 }
@@ -226,27 +221,25 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     evutil_socket_t fd = a->fd;
     char peer[64];
     net_addr_format(a->peer, peer, sizeof(peer));
-    if (srv->conn_count >= (size_t)cfg->max_connections) {
+    if (!conn_slots_acquire(srv->slots)) {
         struct line_conn *victim = oldest_unestablished(srv);
         if (victim == NULL) {
-            unsigned skipped = 0;
-            if (net_listener_log_refusal(l, &skipped))
-                log_warn(cfg->component, "connection refused: max_connections reached",
-                         "peer=%s limit=%lld refusals_not_logged=%u", peer,
-                         (long long)cfg->max_connections, skipped);
-            conn_limits_release(srv->limits, a->peer);
-            evutil_closesocket(fd);
+            conn_slots_refuse(srv->slots, l, a);
             return;
         }
         log_debug(cfg->component, "max_connections reached: closing a connection without request",
                   "peer=%s", victim->peer);
         conn_free(victim);
+        if (!conn_slots_acquire(srv->slots)) {
+            conn_slots_refuse(srv->slots, l, a);
+            return;
+        }
     }
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
         log_warn(cfg->component, "connection refused: cannot set it up", "peer=%s", peer);
-        conn_limits_release(srv->limits, a->peer);
-        evutil_closesocket(fd);
+        conn_slots_release(srv->slots);
+        net_listener_refuse(l, a, NULL);
         return;
     }
     struct line_conn *conn = xcalloc(1, sizeof(*conn));
@@ -277,18 +270,6 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
 
 static bool listen_on(struct line_server *srv, const char *addr, struct petrel_error *err)
 {
-    if (srv->listener_count >= MAX_LISTENERS)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "%s.listen: too many addresses",
-                                srv->cfg->section);
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
-    struct listener *l = &srv->listeners[srv->listener_count];
-    if (strncmp(addr, "unix:", 5) == 0 && chmod(addr + 5, (mode_t)srv->cfg->socket_mode) != 0) {
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
-                                strerror(errno));
-    }
     char allowed_key[64], limit_key[64];
     snprintf(allowed_key, sizeof(allowed_key), "%s.allowed_nets", srv->cfg->section);
     snprintf(limit_key, sizeof(limit_key), "%s.max_connections_per_ip", srv->cfg->section);
@@ -302,12 +283,8 @@ static bool listen_on(struct line_server *srv, const char *addr, struct petrel_e
         .accept = accept_cb,
         .arg = srv,
     };
-    l->nl = net_listener_new(srv->base, fd, &lcfg, err);
-    if (l->nl == NULL)
-        return false;
-    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(l->nl));
-    srv->listener_count++;
-    return true;
+    return net_listener_set_listen(srv->listeners, addr, (unsigned)srv->cfg->socket_mode, &lcfg,
+                                   err);
 }
 
 bool line_server_listen(struct line_server *srv, char *const *listen, struct readiness *readiness,
@@ -316,30 +293,24 @@ bool line_server_listen(struct line_server *srv, char *const *listen, struct rea
     for (size_t i = 0; listen != NULL && listen[i] != NULL; i++) {
         if (!listen_on(srv, listen[i], err))
             return false;
-        char name[64];
-        snprintf(name, sizeof(name), "%s-listener-%zu", srv->cfg->component, i);
-        readiness_add_tcp(readiness, name, srv->listeners[srv->listener_count - 1].address, false,
-                          NULL, NULL);
     }
+    net_listener_set_add_readiness(srv->listeners, readiness, srv->cfg->component);
     return true;
 }
 
 size_t line_server_listener_count(const struct line_server *srv)
 {
-    return srv->listener_count;
+    return net_listener_set_count(srv->listeners);
 }
 
 const char *line_server_address(const struct line_server *srv)
 {
-    return srv->listener_count > 0 ? srv->listeners[0].address : "";
+    return net_listener_set_address(srv->listeners, 0);
 }
 
 void line_server_stop_accepting(struct line_server *srv)
 {
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        net_listener_free(srv->listeners[i].nl);
-        srv->listeners[i].nl = NULL;
-    }
+    net_listener_set_stop(srv->listeners);
 }
 
 /* ---------- life cycle ---------- */
@@ -373,6 +344,16 @@ struct line_server *line_server_new(struct event_base *base, const struct line_s
     }
     struct conn_limits_config lc = {.max_per_ip = cfg->max_connections_per_ip, .exempt = NULL};
     srv->limits = conn_limits_new(&lc);
+    srv->listeners = net_listener_set_new(base);
+    char slots_key[96];
+    snprintf(slots_key, sizeof(slots_key), "%s.max_connections", cfg->section);
+    struct conn_slots_config sc = {
+        .max = cfg->max_connections > 0 ? (size_t)cfg->max_connections : 0,
+        .full = CONN_SLOTS_REFUSE,
+        .component = cfg->component,
+        .limit_key = slots_key,
+    };
+    srv->slots = conn_slots_new(&sc);
     return srv;
 }
 
@@ -391,5 +372,7 @@ void line_server_free(struct line_server *srv)
         conn_free(srv->conns);
     cidr_list_free(&srv->allowed);
     conn_limits_free(srv->limits);
+    conn_slots_free(srv->slots);
+    net_listener_set_free(srv->listeners);
     free(srv);
 }

@@ -85,9 +85,8 @@ struct line_server *line_server_new(struct event_base *base, const struct line_s
                                     const struct line_server_ops *ops, void *ctx,
                                     struct petrel_error *err);
 /* Listens on every address of `listen` (NULL-terminated, may be NULL) and
- * registers each with `readiness` as "<component>-listener-<i>". False with
- * err at the first that fails ("<section>.listen: too many addresses"
- * beyond 16). */
+ * registers each with `readiness` as "<component>-listener-<i>"; called
+ * once per server. False with err at the first that fails. */
 bool line_server_listen(struct line_server *srv, char *const *listen, struct readiness *readiness,
                         struct petrel_error *err);
 /* Listeners bound. */

@@ -90,7 +90,8 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
     (void)evl;
     struct net_listener *l = arg;
     const struct net_listener_config *cfg = &l->cfg;
-    struct net_accepted a = {.fd = fd, .peer = sa, .peer_len = socklen, .outsider = false};
+    struct net_accepted a = {
+        .fd = fd, .peer = sa, .peer_len = socklen, .outsider = false, .tls = cfg->tls};
     bool tcp = sa->sa_family == AF_INET || sa->sa_family == AF_INET6;
     if (tcp && cfg->allowed != NULL && !cidr_list_match(cfg->allowed, sa)) {
         if (cfg->outsider_limits == NULL) {
@@ -103,7 +104,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
                 log_warn(cfg->component, msg, "peer=%s listener=%s refusals_not_logged=%u", ip,
                          l->address, skipped);
             }
-            refuse(fd, cfg->refuse_reply);
+            refuse(fd, cfg->tls ? NULL : cfg->refuse_reply);
             return;
         }
         a.outsider = true;
@@ -122,7 +123,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
                 (long long)conn_limits_max_per_ip(a.outsider ? cfg->outsider_limits : cfg->limits),
                 skipped);
         }
-        refuse(fd, cfg->per_ip_reply);
+        refuse(fd, cfg->tls ? NULL : cfg->per_ip_reply);
         return;
     }
     cfg->accept(cfg->arg, l, &a);
@@ -205,11 +206,9 @@ void net_listener_free(struct net_listener *l)
         event_free(l->resume);
     if (l->evl != NULL)
         evconnlistener_free(l->evl);
-    free(l->component);
-    free(l->allowed_key);
-    free(l->limit_key);
-    free(l->refuse_reply);
-    free(l->per_ip_reply);
+    char *copies[] = {l->component, l->allowed_key, l->limit_key, l->refuse_reply, l->per_ip_reply};
+    for (size_t i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
+        free(copies[i]);
     free(l);
 }
 
@@ -218,7 +217,7 @@ const char *net_listener_address(const struct net_listener *l)
     return l->address;
 }
 
-void net_listener_set_enabled(struct net_listener *l, bool enabled)
+void net_listener_enable(struct net_listener *l, bool enabled)
 {
     l->owner_enabled = enabled;
     apply_enabled(l);
@@ -227,4 +226,15 @@ void net_listener_set_enabled(struct net_listener *l, bool enabled)
 uint64_t net_listener_resource_pauses(const struct net_listener *l)
 {
     return l->resource_pauses;
+}
+
+void net_listener_refuse(struct net_listener *l, const struct net_accepted *a, const char *reply)
+{
+    conn_limits_release(a->outsider ? l->cfg.outsider_limits : l->cfg.limits, a->peer);
+    refuse(a->fd, l->cfg.tls ? NULL : reply);
+}
+
+bool net_listener_tls(const struct net_listener *l)
+{
+    return l->cfg.tls;
 }

@@ -47,6 +47,7 @@ struct net_accepted {
     const struct sockaddr *peer; /* valid for the call only */
     int peer_len;
     bool outsider; /* outside `allowed`, counted in `outsider_limits` */
+    bool tls;      /* an implicit-TLS listener (net_listener_config.tls) */
 };
 
 typedef void net_listener_accept_fn(void *arg, struct net_listener *l,
@@ -63,6 +64,10 @@ struct net_listener_config {
     struct conn_limits *outsider_limits; /* borrowed; NULL: outsiders are refused */
     const char *refuse_reply; /* written to a peer refused by the allow-list; may be NULL */
     const char *per_ip_reply; /* written to a peer over its cap; may be NULL */
+    /* An implicit-TLS port: the peer expects a ServerHello, so no
+     * plain-text reply is ever written to it (it would only see a protocol
+     * error); refusals are a close. */
+    bool tls;
     net_listener_accept_fn *accept;
     void *arg;
 };
@@ -80,7 +85,14 @@ void net_listener_free(struct net_listener *l);
 const char *net_listener_address(const struct net_listener *l);
 /* The owner's pause (e.g. at max_connections): accepting resumes only when
  * the owner enables it again and no resource pause is running. */
-void net_listener_set_enabled(struct net_listener *l, bool enabled);
+void net_listener_enable(struct net_listener *l, bool enabled);
+/* The owner's refusal of an accepted connection (max_connections, server
+ * stopping): gives back the per-address count taken at accept, writes
+ * `reply` (best effort, never blocking; not on a TLS listener; may be
+ * NULL) and closes the descriptor. */
+void net_listener_refuse(struct net_listener *l, const struct net_accepted *a, const char *reply);
+/* True for an implicit-TLS listener. */
+bool net_listener_tls(const struct net_listener *l);
 /* Times accept() failed for want of resources (for tests and metrics). */
 uint64_t net_listener_resource_pauses(const struct net_listener *l);
 /* The owner's own pass-through refusals (max_connections) use the same

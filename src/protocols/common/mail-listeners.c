@@ -7,13 +7,14 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/conn-limits.h"
-#include "net/listener.h"
+#include "net/conn-slots.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
 #include "net/tls.h"
+#include "net/tls-conn.h"
 #include "protocols/common/mail-session-io.h"
 
 #include <arpa/inet.h>
-#include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -24,16 +25,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAIL_MAX_LISTENERS 32
 /* The login timeout once 3/4 of max_connections are taken (nginx-style:
  * idle pre-login connections make room sooner when slots run short). */
 #define MAIL_PRESSED_LOGIN_TIMEOUT_MS 10000
-
-struct mail_listener {
-    struct net_listener *nl;
-    char address[128];
-    bool tls;
-};
 
 struct mail_session_set {
     struct mail_listeners *listeners;
@@ -45,8 +39,10 @@ struct mail_session_set {
 struct mail_listeners {
     struct mail_listeners_params p;
     SSL_CTX *tls;
-    struct mail_listener listeners[MAIL_MAX_LISTENERS];
-    size_t listener_count;
+    struct net_listener_set *set;
+    /* max_connections: sessions plus descriptors handed to a loop;
+     * thread-safe itself (workers give slots back from their loops). */
+    struct conn_slots *slots;
     struct cidr_list exempt;
     struct cidr_list trusted;   /* login_trusted_networks */
     struct conn_limits *per_ip; /* thread-safe itself */
@@ -54,7 +50,6 @@ struct mail_listeners {
     /* Shared by every loop's sessions. Never held while calling out (a
      * metric, a session callback). */
     pthread_mutex_t lock;
-    size_t session_count; /* sessions plus descriptors handed to a loop */
     unsigned long long session_ids;
     struct smap *per_user; /* username -> (uintptr_t) session count */
 };
@@ -68,6 +63,7 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
     ls->main_set.listeners = ls;
     ls->main_set.base = params->base;
     ls->per_user = smap_new();
+    ls->set = net_listener_set_new(params->base);
     const struct mail_login_config *cfg = params->cfg;
     if (!cidr_list_parse((const char *const *)cfg->per_ip_limit_exempt_nets, &ls->exempt, err) ||
         !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &ls->trusted, err)) {
@@ -77,6 +73,16 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
     struct conn_limits_config lc = {.max_per_ip = cfg->max_connections_per_ip,
                                     .exempt = &ls->exempt};
     ls->per_ip = conn_limits_new(&lc);
+    char slots_key[64];
+    snprintf(slots_key, sizeof(slots_key), "%s.max_connections", params->component);
+    struct conn_slots_config sc = {
+        .max = (size_t)cfg->max_connections,
+        .full = CONN_SLOTS_REFUSE,
+        .component = params->component,
+        .limit_key = slots_key,
+        .busy_reply = params->busy_reply,
+    };
+    ls->slots = conn_slots_new(&sc);
     if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
         struct tls_server_options topts = {
             .cert_file = cfg->tls_cert_file,
@@ -94,32 +100,20 @@ struct mail_listeners *mail_listeners_new(const struct mail_listeners_params *pa
 struct bufferevent *mail_listeners_bufferevent(struct mail_listeners *ls, struct event_base *base,
                                                int fd, bool tls)
 {
-    struct bufferevent *bev;
-    if (tls) {
-        SSL *ssl = SSL_new(ls->tls);
-        bev = ssl == NULL
-                  ? NULL
-                  : bufferevent_openssl_socket_new(base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                                   BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    } else {
-        bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    }
+    /* The handshake is bounded by the session's login deadline
+     * (mail_session_io_set_deadline), which input does not push back. */
+    if (tls)
+        return tls_conn_accept(base, fd, ls->tls); /* closes fd on failure */
+    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL)
         evutil_closesocket(fd);
     return bev;
 }
 
-static void release_total(struct mail_listeners *ls)
-{
-    pthread_mutex_lock(&ls->lock);
-    ls->session_count--;
-    pthread_mutex_unlock(&ls->lock);
-}
-
 void mail_listeners_release(struct mail_listeners *ls, const struct sockaddr *peer)
 {
     conn_limits_release(ls->per_ip, peer);
-    release_total(ls);
+    conn_slots_release(ls->slots);
 }
 
 /* The per-address count of a session, from the IP text it kept. */
@@ -140,9 +134,7 @@ static void release_ip_text(struct mail_listeners *ls, const char *ip)
 
 int64_t mail_listeners_login_timeout(const struct mail_listeners *ls, int64_t configured_ms)
 {
-    size_t open = mail_listeners_sessions(ls);
-    size_t max = (size_t)ls->p.cfg->max_connections;
-    if (open * 4 >= max * 3 && configured_ms > MAIL_PRESSED_LOGIN_TIMEOUT_MS)
+    if (conn_slots_pressed(ls->slots) && configured_ms > MAIL_PRESSED_LOGIN_TIMEOUT_MS)
         return MAIL_PRESSED_LOGIN_TIMEOUT_MS;
     return configured_ms;
 }
@@ -152,34 +144,10 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
     struct mail_listeners *ls = arg;
     evutil_socket_t fd = a->fd;
     const struct sockaddr *sa = a->peer;
-    bool tls = false;
-    for (size_t i = 0; i < ls->listener_count; i++) {
-        if (ls->listeners[i].nl == l)
-            tls = ls->listeners[i].tls;
-    }
-    pthread_mutex_lock(&ls->lock);
-    bool full = ls->session_count >= (size_t)ls->p.cfg->max_connections;
-    if (!full)
-        ls->session_count++; /* until the session's detach (or a release) */
-    pthread_mutex_unlock(&ls->lock);
-    if (full) {
-        conn_limits_release(ls->per_ip, sa);
-        unsigned skipped = 0;
-        if (net_listener_log_refusal(l, &skipped)) {
-            char ip[64];
-            net_addr_format_ip(sa, ip, sizeof(ip));
-            log_warn(ls->p.component, "connection refused: max_connections reached",
-                     "peer=%s limit=%lld refusals_not_logged=%u", ip,
-                     (long long)ls->p.cfg->max_connections, skipped);
-        }
-        if (!tls) { /* see listen_on() */
-            ssize_t ignored =
-                send(fd, ls->p.busy_reply, strlen(ls->p.busy_reply), MSG_DONTWAIT | MSG_NOSIGNAL);
-            (void)ignored;
-        }
-        evutil_closesocket(fd);
+    bool tls = a->tls;
+    /* The slot is held until the session's detach (or a release). */
+    if (!conn_slots_admit(ls->slots, l, a))
         return;
-    }
     if (sa->sa_family == AF_INET || sa->sa_family == AF_INET6) {
         /* mail-session-io sends a command's replies in one write, so Nagle
          * saves nothing; it would hold the short tagged reply that follows a
@@ -202,12 +170,6 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
 static bool listen_on(struct mail_listeners *ls, const char *addr, bool tls,
                       struct petrel_error *err)
 {
-    if (ls->listener_count >= MAIL_MAX_LISTENERS)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "%s: too many listeners", ls->p.component);
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
-    struct mail_listener *l = &ls->listeners[ls->listener_count];
     char limit_key[64];
     snprintf(limit_key, sizeof(limit_key), "%s.max_connections_per_ip", ls->p.component);
     struct net_listener_config lcfg = {
@@ -215,19 +177,12 @@ static bool listen_on(struct mail_listeners *ls, const char *addr, bool tls,
         .limit_key = limit_key,
         .allowed = NULL, /* mail ports are open to the world */
         .limits = ls->per_ip,
-        /* On an implicit-TLS port the client expects a ServerHello: a
-         * plain-text BYE would only make it report a protocol error. */
-        .per_ip_reply = tls ? NULL : ls->p.per_ip_reply,
+        .per_ip_reply = ls->p.per_ip_reply,
+        .tls = tls, /* no plain-text reply on an implicit-TLS port */
         .accept = accept_cb,
         .arg = ls,
     };
-    l->nl = net_listener_new(ls->p.base, fd, &lcfg, err);
-    if (l->nl == NULL)
-        return false;
-    l->tls = tls;
-    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(l->nl));
-    ls->listener_count++;
-    return true;
+    return net_listener_set_listen(ls->set, addr, 0, &lcfg, err);
 }
 
 bool mail_listeners_open(struct mail_listeners *ls, struct petrel_error *err)
@@ -241,7 +196,7 @@ bool mail_listeners_open(struct mail_listeners *ls, struct petrel_error *err)
         if (!listen_on(ls, cfg->listen_tls[i], true, err))
             return false;
     }
-    if (ls->listener_count == 0)
+    if (net_listener_set_count(ls->set) == 0)
         return petrel_error_set(err, PETREL_ERR_INVALID, "%s: no listener configured",
                                 ls->p.component);
     return true;
@@ -249,19 +204,13 @@ bool mail_listeners_open(struct mail_listeners *ls, struct petrel_error *err)
 
 void mail_listeners_add_readiness(const struct mail_listeners *ls, struct readiness *r)
 {
-    for (size_t i = 0; i < ls->listener_count; i++) {
-        char name[64];
-        snprintf(name, sizeof(name), "%s-listener-%zu", ls->p.component, i);
-        readiness_add_tcp(r, name, ls->listeners[i].address, ls->listeners[i].tls, NULL, NULL);
-    }
+    net_listener_set_add_readiness(ls->set, r, ls->p.component);
 }
 
 void mail_listeners_close(struct mail_listeners *ls)
 {
-    for (size_t i = 0; i < ls->listener_count; i++) {
-        net_listener_free(ls->listeners[i].nl);
-        ls->listeners[i].nl = NULL;
-    }
+    if (ls->set != NULL)
+        net_listener_set_stop(ls->set);
 }
 
 void mail_listeners_shutdown(struct mail_listeners *ls)
@@ -286,6 +235,8 @@ void mail_listeners_free(struct mail_listeners *ls)
     if (ls->tls != NULL)
         SSL_CTX_free(ls->tls);
     smap_free(ls->per_user, NULL);
+    conn_slots_free(ls->slots);
+    net_listener_set_free(ls->set);
     conn_limits_free(ls->per_ip);
     cidr_list_free(&ls->exempt);
     cidr_list_free(&ls->trusted);
@@ -305,12 +256,12 @@ SSL_CTX *mail_listeners_tls(const struct mail_listeners *ls)
 
 const char *mail_listeners_address(const struct mail_listeners *ls)
 {
-    return ls->listener_count > 0 ? ls->listeners[0].address : "";
+    return net_listener_set_address(ls->set, 0);
 }
 
 size_t mail_listeners_count(const struct mail_listeners *ls)
 {
-    return ls->listener_count;
+    return net_listener_set_count(ls->set);
 }
 
 void mail_listeners_instance(const struct mail_listeners *ls, char *out, size_t size)
@@ -326,11 +277,7 @@ void mail_listeners_instance(const struct mail_listeners *ls, char *out, size_t 
 
 size_t mail_listeners_sessions(const struct mail_listeners *ls)
 {
-    struct mail_listeners *mut = (struct mail_listeners *)ls; /* the lock only */
-    pthread_mutex_lock(&mut->lock);
-    size_t n = ls->session_count;
-    pthread_mutex_unlock(&mut->lock);
-    return n;
+    return conn_slots_used(ls->slots);
 }
 
 struct mail_session_set *mail_listeners_main_set(struct mail_listeners *ls)
@@ -409,7 +356,7 @@ void mail_listeners_detach(struct mail_session_set *set, struct mail_session_io 
     io->next = io->prev = NULL;
     set->count--;
     release_ip_text(set->listeners, io->conn_ip);
-    release_total(set->listeners);
+    conn_slots_release(set->listeners->slots);
 }
 
 bool mail_listeners_user_add(struct mail_listeners *ls, const char *username)

@@ -6,11 +6,13 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/deadline.h"
+#include "net/linger.h"
 #include "net/sockaddr.h"
+#include "net/tls-conn.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -22,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAIL_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
 /* Writes at least this long go to the bufferevent at once (after what is
  * held back): copying a big FETCH into the hold buffer buys nothing. */
 #define MAIL_CORK_MAX_WRITE (16u * 1024)
@@ -33,11 +34,7 @@
  * output to the socket bufferevent underneath, which must drain too. */
 static size_t output_pending(const struct mail_session_io *io)
 {
-    size_t n = io->cork.len + evbuffer_get_length(bufferevent_get_output(io->bev));
-    struct bufferevent *under = bufferevent_get_underlying(io->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
+    return io->cork.len + net_output_pending(io->bev);
 }
 
 /* Empties the hold buffer once its bytes are handed on; a big one is freed
@@ -188,10 +185,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         io->ops->free(io->owner);
 }
 
-static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+static void deadline_cb(void *arg)
 {
-    (void)fd;
-    (void)what;
     struct mail_session_io *io = arg;
     if (!io->closing)
         io->ops->timeout(io->owner);
@@ -199,19 +194,14 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms)
 {
-    if (io->deadline_ev == NULL) {
-        io->deadline_ev = evtimer_new(bufferevent_get_base(io->bev), deadline_cb, io);
-        if (io->deadline_ev == NULL)
-            petrel_fatal("out of memory creating a session timer");
-    }
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    evtimer_add(io->deadline_ev, &tv);
+    if (io->deadline == NULL)
+        io->deadline = net_deadline_new(bufferevent_get_base(io->bev), deadline_cb, io);
+    net_deadline_arm(io->deadline, ms);
 }
 
 void mail_session_io_clear_deadline(struct mail_session_io *io)
 {
-    if (io->deadline_ev != NULL)
-        evtimer_del(io->deadline_ev);
+    net_deadline_clear(io->deadline);
 }
 
 static void apply_timeout(struct mail_session_io *io)
@@ -424,36 +414,25 @@ void mail_session_io_vwritef(struct mail_session_io *io, const char *prefix, con
 bool mail_session_io_starttls(struct mail_session_io *io)
 {
     uncork(io, false); /* the go-ahead leaves in clear text */
-    struct evbuffer *in = bufferevent_get_input(io->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    SSL *ssl = SSL_new(mail_listeners_tls(io->listeners));
-    struct bufferevent *tls_bev = bufferevent_openssl_filter_new(
-        mail_session_set_base(io->set), io->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    /* Drops what was pipelined in clear text; the handshake is bounded by
+     * the login deadline, which input does not push back. */
+    struct bufferevent *tls_bev = tls_conn_starttls(io->bev, mail_listeners_tls(io->listeners));
+    if (tls_bev == NULL)
         return false;
-    }
-    /* A read timeout left on the plain bufferevent would fire under the
-     * filter, whatever the session's own timeout says. */
-    bufferevent_set_timeouts(io->bev, NULL, NULL);
-    bufferevent_setwatermark(io->bev, EV_READ, 0, 0);
     io->bev = tls_bev;
     io->tls = true;
     setup_bev(io);
     return true;
 }
 
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
+static size_t linger_pending(void *arg)
 {
-    (void)fd;
-    (void)what;
+    return output_pending(arg);
+}
+
+static void linger_done(void *arg)
+{
     struct mail_session_io *io = arg;
-    if (output_pending(io) > 0 && ++io->close_polls < MAIL_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(io->close_ev, &tick);
-        return;
-    }
     io->ops->free(io->owner);
 }
 
@@ -471,11 +450,8 @@ void mail_session_io_close_after_output(struct mail_session_io *io)
      * nothing queued (or under TLS, where the socket below drains later, or
      * with replies held back, which may leave without the bufferevent) a
      * timer does it, so callers up the stack never touch a freed session. */
-    if (io->close_ev == NULL && (io->tls || io->corked || output_pending(io) == 0)) {
-        io->close_ev = evtimer_new(mail_session_set_base(io->set), deferred_free_cb, io);
-        struct timeval now = {0, 0};
-        evtimer_add(io->close_ev, &now);
-    }
+    if (io->linger == NULL && (io->tls || io->corked || output_pending(io) == 0))
+        io->linger = net_linger_start(io->bev, linger_pending, linger_done, io);
 }
 
 /* ---------- login ---------- */
@@ -540,12 +516,10 @@ void mail_session_io_free(struct mail_session_io *io)
     io->warden = NULL;
     mail_session_io_login_cancel(io);
     mail_listeners_detach(io->set, io);
-    if (io->close_ev != NULL)
-        event_free(io->close_ev);
-    io->close_ev = NULL;
-    if (io->deadline_ev != NULL)
-        event_free(io->deadline_ev);
-    io->deadline_ev = NULL;
+    net_linger_free(io->linger);
+    io->linger = NULL;
+    net_deadline_free(io->deadline);
+    io->deadline = NULL;
     bufferevent_free(io->bev);
     io->bev = NULL;
 }

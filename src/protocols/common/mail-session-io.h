@@ -80,9 +80,8 @@ struct mail_session_io {
     struct mail_session_set *set; /* the loop's sessions this one is in */
     const struct mail_session_io_ops *ops;
     void *owner;
-    struct event *close_ev;    /* deferred free */
-    struct event *deadline_ev; /* mail_session_io_set_deadline() */
-    unsigned close_polls;
+    struct net_linger *linger;     /* closing: the deferred free */
+    struct net_deadline *deadline; /* mail_session_io_set_deadline() */
     size_t max_single_write;
     size_t input_high_water;
     bool input_wm_on; /* the read watermark is installed on io->bev */

@@ -50,8 +50,8 @@ struct lmtp_session {
     bool closing;   /* free once the output has drained */
     bool stopping;  /* the server is shutting down: close after this transaction */
     bool skip_line; /* discarding the rest of an over-long line */
-    struct event *close_ev;
-    unsigned close_polls;
+    struct net_linger *linger; /* closing: frees the session once the output has left */
+    struct tls_handshake_deadline *handshake; /* after STARTTLS, until it is freed */
     char peer[80];
     char peer_ip[64];
     char id[48];

@@ -20,11 +20,11 @@
 #include "protocols/lmtp/lmtp-server.h"
 
 #include "core/dlist.h"
-#include "core/fs-util.h"
 #include "core/log.h"
 #include "core/worker-pool.h"
 #include "core/xalloc.h"
-#include "net/listener.h"
+#include "net/conn-slots.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
 #include "net/tls.h"
 #include "protocols/lmtp/lmtp-private.h"
@@ -37,16 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#define LMTP_MAX_LISTENERS 16
-
-struct lmtp_listener {
-    struct net_listener *nl;
-    char address[128];
-    bool unix_socket;
-};
 
 struct lmtp_job {
     struct lmtp_server *srv;
@@ -56,12 +47,11 @@ struct lmtp_job {
 
 struct lmtp_server {
     struct lmtp_server_ctx ctx;
-    struct lmtp_listener listeners[LMTP_MAX_LISTENERS];
-    size_t listener_count;
+    struct net_listener_set *listeners;
+    struct conn_slots *slots; /* max_connections, given back when a session is gone */
     struct cidr_list allowed;
     struct cidr_list trusted; /* login_trusted_networks */
     struct lmtp_session *sessions;
-    size_t session_count;
     unsigned long long session_ids;
     struct worker_pool *pool;
     struct mail_storage **storages;     /* one per delivery thread */
@@ -92,7 +82,6 @@ void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
     if (srv->sessions != NULL)
         srv->sessions->prev = s;
     srv->sessions = s;
-    srv->session_count++;
     metric_add(srv->ctx.m.connections_total, 1);
     metric_gauge_add(srv->ctx.m.sessions, 1);
 }
@@ -100,7 +89,7 @@ void lmtp_server_session_added(struct lmtp_server *srv, struct lmtp_session *s)
 void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 {
     DLIST_UNLINK(srv->sessions, s);
-    srv->session_count--;
+    conn_slots_release(srv->slots);
     metric_gauge_add(srv->ctx.m.sessions, -1);
 }
 
@@ -214,23 +203,15 @@ void lmtp_server_detach_job(struct lmtp_job *job)
 /* Past net/listener.h's allow-list check (a refused client got 554). */
 static void accept_cb(void *arg, struct net_listener *l, const struct net_accepted *a)
 {
-    (void)l;
     struct lmtp_server *srv = arg;
     evutil_socket_t fd = a->fd;
     const struct sockaddr *sa = a->peer;
-    if (srv->session_count >= (size_t)srv->ctx.cfg->max_connections) {
-        char line[320];
-        int n =
-            snprintf(line, sizeof(line), "421 4.3.2 %s Too many connections, try again later\r\n",
-                     srv->ctx.hostname);
-        ssize_t ignored = send(fd, line, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)ignored;
-        evutil_closesocket(fd);
+    if (!conn_slots_admit(srv->slots, l, a))
         return;
-    }
     struct bufferevent *bev = bufferevent_socket_new(srv->ctx.base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
-        evutil_closesocket(fd);
+        conn_slots_release(srv->slots);
+        net_listener_refuse(l, a, NULL);
         return;
     }
     lmtp_session_start(srv, bev, sa);
@@ -238,27 +219,6 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
 
 static bool listen_on(struct lmtp_server *srv, const char *addr, struct petrel_error *err)
 {
-    if (srv->listener_count >= LMTP_MAX_LISTENERS)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "lmtp.listen: too many addresses");
-    bool is_unix = strncmp(addr, "unix:", 5) == 0;
-    if (is_unix) {
-        /* "unix:./var/lmtp.sock": the directory may not exist yet. */
-        char *dir = fs_dirname(addr + 5);
-        bool ok = fs_mkdir_p(dir, 0755, err);
-        free(dir);
-        if (!ok)
-            return false;
-    }
-    int fd = net_listen(addr, false, err);
-    if (fd < 0)
-        return false;
-    if (is_unix && chmod(addr + 5, (mode_t)srv->ctx.cfg->socket_mode) != 0) {
-        int e = errno;
-        close(fd);
-        return petrel_error_set(err, PETREL_ERR_IO, "cannot set the mode of %s: %s", addr + 5,
-                                strerror(e));
-    }
-    struct lmtp_listener *l = &srv->listeners[srv->listener_count];
     char refuse[320];
     snprintf(refuse, sizeof(refuse), "554 5.7.1 %s Access denied\r\n", srv->ctx.hostname);
     struct net_listener_config lcfg = {
@@ -269,21 +229,8 @@ static bool listen_on(struct lmtp_server *srv, const char *addr, struct petrel_e
         .accept = accept_cb,
         .arg = srv,
     };
-    l->nl = net_listener_new(srv->ctx.base, fd, &lcfg, err);
-    if (l->nl == NULL)
-        return false;
-    l->unix_socket = is_unix;
-    snprintf(l->address, sizeof(l->address), "%s", net_listener_address(l->nl));
-    srv->listener_count++;
-    return true;
-}
-
-static void close_listeners(struct lmtp_server *srv)
-{
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        net_listener_free(srv->listeners[i].nl);
-        srv->listeners[i].nl = NULL;
-    }
+    return net_listener_set_listen(srv->listeners, addr, (unsigned)srv->ctx.cfg->socket_mode, &lcfg,
+                                   err);
 }
 
 /* ---------- life cycle ---------- */
@@ -339,6 +286,18 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
              srv->ctx.hostname[0] == '\0')
         snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "localhost");
     metrics_init(srv, env->metrics);
+    srv->listeners = net_listener_set_new(env->base);
+    char busy[320];
+    snprintf(busy, sizeof(busy), "421 4.3.2 %s Too many connections, try again later\r\n",
+             srv->ctx.hostname);
+    struct conn_slots_config sc = {
+        .max = (size_t)cfg->max_connections,
+        .full = CONN_SLOTS_REFUSE,
+        .component = LMTP_COMPONENT,
+        .limit_key = "lmtp.max_connections",
+        .busy_reply = busy,
+    };
+    srv->slots = conn_slots_new(&sc);
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err) ||
         !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &srv->trusted, err))
         goto fail;
@@ -379,19 +338,15 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
         if (!listen_on(srv, cfg->listen[i], err))
             goto fail;
     }
-    if (srv->listener_count == 0) {
+    if (net_listener_set_count(srv->listeners) == 0) {
         petrel_error_set(err, PETREL_ERR_INVALID, "lmtp: no listener configured");
         goto fail;
     }
-    for (size_t i = 0; i < srv->listener_count; i++) {
-        char name[64];
-        snprintf(name, sizeof(name), "lmtp-listener-%zu", i);
-        readiness_add_tcp(env->readiness, name, srv->listeners[i].address, false, NULL, NULL);
-    }
+    net_listener_set_add_readiness(srv->listeners, env->readiness, "lmtp");
     log_info(LMTP_COMPONENT, "listening",
              "address=%s listeners=%zu starttls=%s auth=%s delivery_threads=%lld",
-             srv->listeners[0].address, srv->listener_count, srv->ctx.tls != NULL ? "on" : "off",
-             cfg->auth_addr, (long long)cfg->delivery_threads);
+             net_listener_set_address(srv->listeners, 0), net_listener_set_count(srv->listeners),
+             srv->ctx.tls != NULL ? "on" : "off", cfg->auth_addr, (long long)cfg->delivery_threads);
     return srv;
 fail:
     lmtp_server_free(srv);
@@ -400,12 +355,12 @@ fail:
 
 const char *lmtp_server_address(const struct lmtp_server *srv)
 {
-    return srv->listener_count > 0 ? srv->listeners[0].address : "";
+    return net_listener_set_address(srv->listeners, 0);
 }
 
 void lmtp_server_stop_accepting(struct lmtp_server *srv)
 {
-    close_listeners(srv);
+    net_listener_set_stop(srv->listeners);
     struct lmtp_session *s = srv->sessions;
     while (s != NULL) {
         struct lmtp_session *next = s->next;
@@ -416,14 +371,15 @@ void lmtp_server_stop_accepting(struct lmtp_server *srv)
 
 size_t lmtp_server_sessions(const struct lmtp_server *srv)
 {
-    return srv->session_count;
+    return conn_slots_used(srv->slots); /* a slot per session */
 }
 
 void lmtp_server_free(struct lmtp_server *srv)
 {
     if (srv == NULL)
         return;
-    close_listeners(srv);
+    net_listener_set_free(srv->listeners); /* no accept while sessions go */
+    srv->listeners = NULL;
     while (srv->sessions != NULL)
         lmtp_session_free(srv->sessions);
     /* Deliveries still running finish (their files are complete and durable
@@ -447,5 +403,6 @@ void lmtp_server_free(struct lmtp_server *srv)
         SSL_CTX_free(srv->ctx.tls);
     cidr_list_free(&srv->allowed);
     cidr_list_free(&srv->trusted);
+    conn_slots_free(srv->slots);
     free(srv);
 }

@@ -5,17 +5,17 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/linger.h"
 #include "net/sockaddr.h"
+#include "net/tls-conn.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent_ssl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define LMTP_CLOSE_GRACE_POLLS 500 /* x 10 ms: how long a closing session may flush */
 #define LMTP_DATA_CHUNK 65536      /* DATA bytes decoded per step */
 
 static void session_read_cb(struct bufferevent *bev, void *arg);
@@ -59,28 +59,9 @@ static void set_timeout(struct lmtp_session *s)
     bufferevent_set_timeouts(s->bev, &tv, NULL);
 }
 
-/* Bytes still queued anywhere below the session (a TLS filter hands its
- * output to the socket bufferevent underneath). */
-static size_t output_pending(struct lmtp_session *s)
+static void linger_done(void *arg)
 {
-    size_t n = evbuffer_get_length(bufferevent_get_output(s->bev));
-    struct bufferevent *under = bufferevent_get_underlying(s->bev);
-    if (under != NULL)
-        n += evbuffer_get_length(bufferevent_get_output(under));
-    return n;
-}
-
-static void deferred_free_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct lmtp_session *s = arg;
-    if (output_pending(s) > 0 && ++s->close_polls < LMTP_CLOSE_GRACE_POLLS) {
-        struct timeval tick = {0, 10000};
-        evtimer_add(s->close_ev, &tick);
-        return;
-    }
-    lmtp_session_free(s);
+    lmtp_session_free(arg);
 }
 
 void lmtp_session_close_after_output(struct lmtp_session *s)
@@ -89,11 +70,7 @@ void lmtp_session_close_after_output(struct lmtp_session *s)
         return;
     s->closing = true;
     bufferevent_disable(s->bev, EV_READ);
-    /* Freed from a timer, never inside the session's own call chain: the
-     * timer polls until the output has left (or the grace ran out). */
-    s->close_ev = evtimer_new(lmtp_server_context(s->server)->base, deferred_free_cb, s);
-    struct timeval now = {0, 0};
-    evtimer_add(s->close_ev, &now);
+    s->linger = net_linger_start(s->bev, NULL, linger_done, s);
 }
 
 void lmtp_session_shutdown(struct lmtp_session *s)
@@ -137,8 +114,8 @@ void lmtp_session_free(struct lmtp_session *s)
     free(s->helo);
     log_debug(LMTP_COMPONENT, "disconnected", "session=%s peer=%s", s->id, s->peer);
     lmtp_server_session_gone(s->server, s);
-    if (s->close_ev != NULL)
-        event_free(s->close_ev);
+    net_linger_free(s->linger);
+    tls_handshake_deadline_free(s->handshake);
     bufferevent_free(s->bev);
     free(s);
 }
@@ -178,24 +155,32 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
 
 /* Whatever the client pipelined after STARTTLS is thrown away: it arrived
  * in clear text (RFC 3207 5, CVE-2011-0411). */
+static void handshake_expired(void *arg)
+{
+    struct lmtp_session *s = arg;
+    if (s->closing)
+        return; /* the close timer frees it */
+    /* Nothing can be said: the client is in the middle of a handshake. */
+    log_info(LMTP_COMPONENT, "TLS handshake timeout", "session=%s peer=%s", s->id, s->peer);
+    lmtp_session_free(s);
+}
+
 bool lmtp_session_starttls(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
-    struct evbuffer *in = bufferevent_get_input(s->bev);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    SSL *ssl = SSL_new(ctx->tls);
-    struct bufferevent *tls_bev =
-        bufferevent_openssl_filter_new(ctx->base, s->bev, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls_bev == NULL) {
-        SSL_free(ssl);
+    struct bufferevent *tls_bev = tls_conn_starttls(s->bev, ctx->tls);
+    if (tls_bev == NULL)
         return false;
-    }
     s->bev = tls_bev;
     s->tls = true;
     bufferevent_setcb(tls_bev, session_read_cb, NULL, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
+    /* The command timeout is an idle timeout, restarted by every byte: a
+     * client trickling its handshake would hold the session for ever. */
+    int64_t ms = ctx->cfg->command_timeout_ms;
+    s->handshake = tls_handshake_deadline_new(
+        tls_bev, ms < TLS_CONN_HANDSHAKE_MS ? ms : TLS_CONN_HANDSHAKE_MS, handshake_expired, s);
     return true;
 }
 

@@ -21,7 +21,10 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/evbuffer-line.h"
-#include "net/listener.h"
+#include "net/conn-limits.h"
+#include "net/conn-slots.h"
+#include "net/deadline.h"
+#include "net/listener-set.h"
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 #include "clients/ring/ring-protocol.h"
@@ -48,14 +51,14 @@ enum conn_state { WAIT_VERSION, WAIT_AUTH, WAIT_HELLO, READY };
 struct ring_conn {
     struct ring_server *srv;
     struct bufferevent *bev;
-    struct event *handshake_timer;
+    struct net_deadline *handshake_timer; /* handshake and auth timeouts */
     char peer[64];
-    char ip[64]; /* the client's address without the port */
     char name[RING_NAME_MAX + 1];
     enum conn_state state;
     enum ring_kind kind;
     bool authenticated;
     bool pending; /* counted in srv->pending (before READY) */
+    struct sockaddr_storage addr; /* the key of that count */
     /* this connection's challenge ("" without a secret) */
     char nonce[RING_AUTH_HEX_LEN + 1];
     bool closing; /* no more reading; freed once its output has left */
@@ -69,11 +72,10 @@ struct ring_server {
     struct event_base *base;
     struct director_state *state;
     const struct director_config *cfg;
-    struct net_listener *listener;
-    char address[128];
+    struct net_listener_set *listeners;
+    struct conn_slots *slots; /* director.ring.max_clients */
     struct cidr_list allowed;
     struct ring_conn *conns;
-    size_t conn_count;
     struct event *reaper; /* frees dead connections from the loop */
     struct director_observer observer;
     struct buf line; /* scratch: the line being read */
@@ -82,9 +84,9 @@ struct ring_server {
     ring_peer_change_fn peer_fn;
     void *peer_ctx;
     char *secret; /* "" = no authentication (ring.allow_unauthenticated) */
-    /* client ip -> its connections still in the handshake (uintptr_t), bounded by
-     * ring.max_pending_per_address */
-    struct smap *pending;
+    /* connections still in the handshake per client address, bounded by
+     * ring.max_pending_per_address at accept */
+    struct conn_limits *pending;
 };
 
 /* Lookups take microseconds: finer buckets than the request latencies. */
@@ -94,34 +96,19 @@ static const double lookup_buckets[] = {0.00001, 0.000025, 0.00005, 0.0001, 0.00
 
 /* ---------- connections ---------- */
 
-/* Connections of one address that have not finished the handshake: one
+/* Connections of one address that have not finished the handshake are
+ * capped at accept (the listener's per-address limit, `srv->pending`): one
  * address that never authenticates must not take every ring.max_clients
  * slot and lock the monitor, login proxies and peers out (as nginx's
- * limit_conn and HAProxy's src_conn_cur do per source address). */
-static size_t pending_count(const struct ring_server *srv, const char *ip)
-{
-    return (size_t)(uintptr_t)smap_get(srv->pending, ip);
-}
-
-static void pending_add(struct ring_conn *conn)
-{
-    struct ring_server *srv = conn->srv;
-    smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(pending_count(srv, conn->ip) + 1));
-    conn->pending = true;
-}
-
-/* The connection left the handshake (READY, closing or freed). */
+ * limit_conn and HAProxy's src_conn_cur do per source address). The count
+ * is given back when the connection leaves the handshake (READY, closing
+ * or freed). */
 static void pending_done(struct ring_conn *conn)
 {
-    if (!conn->pending)
-        return;
-    conn->pending = false;
-    struct ring_server *srv = conn->srv;
-    size_t n = pending_count(srv, conn->ip);
-    if (n <= 1)
-        smap_remove(srv->pending, conn->ip);
-    else
-        smap_put(srv->pending, conn->ip, (void *)(uintptr_t)(n - 1));
+    if (conn->pending) {
+        conn->pending = false;
+        conn_limits_release(conn->srv->pending, (const struct sockaddr *)&conn->addr);
+    }
 }
 
 static void conn_free(struct ring_conn *conn)
@@ -137,10 +124,9 @@ static void conn_free(struct ring_conn *conn)
         }
         smap_free(conn->sessions, NULL);
     }
-    if (conn->handshake_timer != NULL)
-        event_free(conn->handshake_timer);
+    net_deadline_free(conn->handshake_timer);
     DLIST_UNLINK(srv->conns, conn);
-    srv->conn_count--;
+    conn_slots_release(srv->slots);
     bufferevent_free(conn->bev);
     free(conn);
 }
@@ -270,16 +256,8 @@ static void on_user_kicked(const char *user, uint32_t hash, const struct directo
 
 /* ---------- the handshake ---------- */
 
-static void arm_timer(struct ring_conn *conn, int64_t ms)
+static void handshake_timeout_cb(void *arg)
 {
-    struct timeval tv = clock_ms_to_timeval(ms);
-    evtimer_add(conn->handshake_timer, &tv);
-}
-
-static void handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
     struct ring_conn *conn = arg;
     if (conn->srv->secret[0] != '\0' && !conn->authenticated) {
         log_warn(COMPONENT, "ring client not authenticated in time", "peer=%s auth_timeout_ms=%lld",
@@ -310,7 +288,7 @@ static void send_greeting(struct ring_conn *conn)
         int64_t ms = srv->cfg->ring_auth_timeout_ms;
         if (ms > srv->cfg->ring_handshake_timeout_ms)
             ms = srv->cfg->ring_handshake_timeout_ms;
-        arm_timer(conn, ms);
+        net_deadline_arm(conn->handshake_timer, ms);
     }
     send_msg(conn, &m);
 }
@@ -351,7 +329,7 @@ static void handle_auth(struct ring_conn *conn, const struct ring_msg *m)
     send_msg(conn, &ok);
     conn->authenticated = true;
     conn->state = WAIT_HELLO;
-    arm_timer(conn, srv->cfg->ring_handshake_timeout_ms);
+    net_deadline_arm(conn->handshake_timer, srv->cfg->ring_handshake_timeout_ms);
     log_debug(COMPONENT, "ring client authenticated", "peer=%s", conn->peer);
 }
 
@@ -429,7 +407,7 @@ static void handle_handshake(struct ring_conn *conn, const struct ring_msg *m)
     snprintf(conn->name, sizeof(conn->name), "%s", m->hello.name);
     conn->state = READY;
     pending_done(conn);
-    event_del(conn->handshake_timer);
+    net_deadline_clear(conn->handshake_timer);
     if (conn->kind == RING_KIND_LOGIN)
         conn->sessions = smap_new();
     char name_q[300];
@@ -711,47 +689,27 @@ static void accept_cb(void *ctx, struct net_listener *l, const struct net_accept
     evutil_socket_t fd = a->fd;
     char peer[64];
     net_addr_format(a->peer, peer, sizeof(peer));
-    if (srv->conn_count >= (size_t)srv->cfg->ring_max_clients) {
-        unsigned skipped = 0;
-        if (net_listener_log_refusal(l, &skipped))
-            log_warn(COMPONENT, "ring connection refused: director.ring.max_clients reached",
-                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
-                     (long long)srv->cfg->ring_max_clients, skipped);
-        evutil_closesocket(fd);
+    if (!conn_slots_admit(srv->slots, l, a))
         return;
-    }
-    char ip[64];
-    net_addr_format_ip(a->peer, ip, sizeof(ip));
-    if (pending_count(srv, ip) >= (size_t)srv->cfg->ring_max_pending_per_address) {
-        unsigned skipped = 0;
-        if (net_listener_log_refusal(l, &skipped))
-            log_warn(COMPONENT,
-                     "ring connection refused: director.ring.max_pending_per_address reached",
-                     "peer=%s limit=%lld refusals_not_logged=%u", peer,
-                     (long long)srv->cfg->ring_max_pending_per_address, skipped);
-        evutil_closesocket(fd);
-        return;
-    }
     struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
-        evutil_closesocket(fd);
+        conn_slots_release(srv->slots);
+        net_listener_refuse(l, a, NULL);
         return;
     }
     struct ring_conn *conn = xcalloc(1, sizeof(*conn));
     conn->srv = srv;
     conn->bev = bev;
     snprintf(conn->peer, sizeof(conn->peer), "%s", peer);
-    snprintf(conn->ip, sizeof(conn->ip), "%s", ip);
-    pending_add(conn);
-    conn->handshake_timer = evtimer_new(srv->base, handshake_timeout_cb, conn);
-    int64_t ms = srv->cfg->ring_handshake_timeout_ms;
-    struct timeval tv = clock_ms_to_timeval(ms);
-    evtimer_add(conn->handshake_timer, &tv);
+    if (a->peer_len > 0 && (size_t)a->peer_len <= sizeof(conn->addr))
+        memcpy(&conn->addr, a->peer, (size_t)a->peer_len);
+    conn->pending = true; /* counted by the listener */
+    conn->handshake_timer = net_deadline_new(srv->base, handshake_timeout_cb, conn);
+    net_deadline_arm(conn->handshake_timer, srv->cfg->ring_handshake_timeout_ms);
     conn->next = srv->conns;
     if (srv->conns != NULL)
         srv->conns->prev = conn;
     srv->conns = conn;
-    srv->conn_count++;
     bufferevent_setcb(bev, conn_read_cb, conn_write_cb, conn_event_cb, conn);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     send_greeting(conn);
@@ -782,29 +740,34 @@ struct ring_server *ring_server_start(struct event_base *base, struct director_s
         const char *values[] = {ring_outcome_name((enum ring_outcome)o)};
         srv->lookup_seconds[o] = metric_series_get(fam, values);
     }
-    int fd = net_listen(cfg->ring_listen, false, err);
-    if (fd < 0) {
-        cidr_list_free(&srv->allowed);
-        ring_secret_free(srv->secret);
-        free(srv);
-        return NULL;
-    }
-    net_bound_address(fd, srv->address, sizeof(srv->address));
+    srv->listeners = net_listener_set_new(base);
+    struct conn_slots_config sc = {
+        .max = (size_t)cfg->ring_max_clients,
+        .full = CONN_SLOTS_REFUSE,
+        .component = COMPONENT,
+        .limit_key = "director.ring.max_clients",
+    };
+    srv->slots = conn_slots_new(&sc);
+    struct conn_limits_config pc = {.max_per_ip = cfg->ring_max_pending_per_address};
+    srv->pending = conn_limits_new(&pc);
     struct net_listener_config lcfg = {
         .component = COMPONENT,
         .allowed_key = "director.ring.allowed_nets",
+        .limit_key = "director.ring.max_pending_per_address",
         .allowed = &srv->allowed, /* empty: nobody */
+        .limits = srv->pending,
         .accept = accept_cb,
         .arg = srv,
     };
-    srv->listener = net_listener_new(base, fd, &lcfg, err);
-    if (srv->listener == NULL) {
+    if (!net_listener_set_listen(srv->listeners, cfg->ring_listen, 0, &lcfg, err)) {
+        net_listener_set_free(srv->listeners);
+        conn_slots_free(srv->slots);
+        conn_limits_free(srv->pending);
         cidr_list_free(&srv->allowed);
         ring_secret_free(srv->secret);
         free(srv);
         return NULL;
     }
-    srv->pending = smap_new();
     srv->reaper = event_new(base, -1, 0, reap_cb, srv);
     srv->observer.backend_changed = on_backend_changed;
     srv->observer.user_moved = on_user_moved;
@@ -822,18 +785,17 @@ void ring_server_set_peer_handler(struct ring_server *srv, ring_peer_change_fn f
 
 const char *ring_server_address(const struct ring_server *srv)
 {
-    return srv->address;
+    return net_listener_set_address(srv->listeners, 0);
 }
 
 void ring_server_stop_accepting(struct ring_server *srv)
 {
-    net_listener_free(srv->listener);
-    srv->listener = NULL;
+    net_listener_set_stop(srv->listeners);
 }
 
 size_t ring_server_client_count(const struct ring_server *srv)
 {
-    return srv->conn_count;
+    return conn_slots_used(srv->slots); /* a slot per connection */
 }
 
 void ring_server_free(struct ring_server *srv)
@@ -846,7 +808,9 @@ void ring_server_free(struct ring_server *srv)
         conn_free(srv->conns);
     if (srv->reaper != NULL)
         event_free(srv->reaper);
-    smap_free(srv->pending, NULL);
+    conn_limits_free(srv->pending);
+    net_listener_set_free(srv->listeners);
+    conn_slots_free(srv->slots);
     cidr_list_free(&srv->allowed);
     buf_free(&srv->line);
     buf_free(&srv->out);
