@@ -6,6 +6,7 @@
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "core/yaml-doc.h"
+#include "net/endpoint.h"
 #include "net/listen-config.h"
 
 #include <stdlib.h>
@@ -130,7 +131,7 @@ static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
             return cfg_fail(ctx, c, path, "name is required");
         if (rc->tcp == NULL)
             return cfg_fail(ctx, c, path, "tcp (host:port) is required");
-        if (!listen_config_check_address(ctx, c, path, "tcp", rc->tcp))
+        if (!listen_config_check_target(ctx, c, path, "tcp", rc->tcp, NET_ENDPOINT_NAME_REJECT))
             return false;
     }
     return true;
