@@ -246,13 +246,17 @@ bool dict_settings_has(const struct dict_settings *s, const char *name)
     return false;
 }
 
+static void dicts_free(struct dict **dicts, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dict_free(dicts[i]);
+    free(dicts);
+}
+
 void dict_settings_free(struct dict_settings *s)
 {
-    if (s == NULL)
-        return;
-    for (size_t i = 0; i < s->count; i++)
-        dict_free(s->dicts[i]);
-    free(s->dicts);
+    if (s != NULL)
+        dicts_free(s->dicts, s->count);
     free(s);
 }
 
@@ -308,11 +312,8 @@ void dict_registry_close(struct dict_registry *reg)
 
 void dict_registry_free(struct dict_registry *reg)
 {
-    if (reg == NULL)
-        return;
-    for (size_t i = 0; i < reg->count; i++)
-        dict_free(reg->dicts[i]);
-    free(reg->dicts);
+    if (reg != NULL)
+        dicts_free(reg->dicts, reg->count);
     free(reg);
 }
 

@@ -25,9 +25,8 @@ struct net_dialer *net_dialer_new(struct event_base *base, const struct net_endp
 
 void net_dialer_free(struct net_dialer *d)
 {
-    if (d == NULL)
-        return;
-    net_resolver_free(d->resolver);
+    if (d != NULL)
+        net_resolver_free(d->resolver);
     free(d);
 }
 
