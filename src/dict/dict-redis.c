@@ -476,9 +476,8 @@ static bool conn_open(struct kv_dict *kd, const char *ip)
 {
     const struct kv_config *cfg = kd->cfg;
     const struct sockaddr_un *sun = (const struct sockaddr_un *)&cfg->ep.addr.ss;
-    redisAsyncContext *ac = cfg->ep.kind == NET_ENDPOINT_UNIX
-                                ? redisAsyncConnectUnix(sun->sun_path)
-                                : redisAsyncConnect(ip, cfg->ep.port);
+    redisAsyncContext *ac = cfg->ep.kind == NET_ENDPOINT_UNIX ? redisAsyncConnectUnix(sun->sun_path)
+                                                              : redisAsyncConnect(ip, cfg->ep.port);
     if (ac == NULL) {
         conn_down(kd, "out of memory");
         return false;
@@ -543,8 +542,8 @@ static bool resolve_start(struct kv_dict *kd)
         kd->resolver = net_resolver_new(kd->dict->base);
     struct net_addr addr;
     char why[KV_ERR_SIZE];
-    switch (net_resolve_start(kd->resolver, &kd->cfg->ep, &addr, why, sizeof(why), on_resolved,
-                              kd)) {
+    switch (
+        net_resolve_start(kd->resolver, &kd->cfg->ep, &addr, why, sizeof(why), on_resolved, kd)) {
     case NET_RESOLVE_PENDING:
         kd->state = KV_RESOLVING;
         return true;

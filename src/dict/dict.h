@@ -97,12 +97,13 @@ size_t dict_registry_count(const struct dict_registry *reg);
 void dict_registry_close(struct dict_registry *reg);
 void dict_registry_free(struct dict_registry *reg);
 
-/* Another instance of `proto` (a dict of a registry, opened or not), for a thread with a loop of its own (an IMAP worker) so that no dict
- * handle crosses threads: same driver and options, its own state and
- * connections. It takes a reference on the configuration, so it may outlive
- * the registry (a worker stopping after the registry was freed); make it
- * while the registry exists (at start-up) and start it on its loop's thread.
- * No metrics are registered for it (the registry's dict has them). Instances
+/* Another instance of `proto` (a dict of a registry, opened or not), for
+ * a thread with a loop of its own (an IMAP worker) so that no dict handle
+ * crosses threads: same driver and options, its own state and connections.
+ * It takes a reference on the configuration, so it may outlive the registry
+ * (a worker stopping after the registry was freed); make it while the
+ * registry exists (at start-up) and start it on its loop's thread. No
+ * metrics are registered for it (the registry's dict has them). Instances
  * of the file, sql and kvstore drivers see each other's writes as separate
  * processes do; a memory dict's instance is an empty map of its own. */
 struct dict *dict_instance_new(const struct dict *proto);

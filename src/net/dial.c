@@ -56,8 +56,8 @@ static void on_resolved(const struct net_addr *addr, const char *error, void *ar
     if (addr == NULL) {
         snprintf(d->error, sizeof(d->error), "%s", error);
         bufferevent_trigger_event(bev, BEV_EVENT_ERROR, 0);
-    } else if (bufferevent_socket_connect(bev, (const struct sockaddr *)&addr->ss,
-                                          (int)addr->len) < 0) {
+    } else if (bufferevent_socket_connect(bev, (const struct sockaddr *)&addr->ss, (int)addr->len) <
+               0) {
         bufferevent_trigger_event(bev, BEV_EVENT_ERROR, 0);
     }
 }
@@ -67,8 +67,8 @@ bool net_dialer_connect(struct net_dialer *d, struct bufferevent *bev)
     net_dialer_cancel(d);
     d->error[0] = '\0';
     struct net_addr addr;
-    switch (net_resolve_start(d->resolver, &d->ep, &addr, d->error, sizeof(d->error),
-                              on_resolved, d)) {
+    switch (
+        net_resolve_start(d->resolver, &d->ep, &addr, d->error, sizeof(d->error), on_resolved, d)) {
     case NET_RESOLVE_FAILED:
         return false;
     case NET_RESOLVE_PENDING:

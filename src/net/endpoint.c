@@ -110,8 +110,7 @@ bool net_endpoint_parse(const char *text, unsigned flags, uint16_t default_port,
         return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s'", text);
     }
     if (port == 0 && (flags & NET_ENDPOINT_PORT_NONZERO) != 0)
-        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s' (1 to 65535)",
-                                text);
+        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s' (1 to 65535)", text);
     out->port = (uint16_t)port;
 
     unsigned char ip[sizeof(struct in6_addr)];
@@ -143,7 +142,8 @@ bool net_endpoint_parse(const char *text, unsigned flags, uint16_t default_port,
 bool net_addr_parse_numeric(const char *text, struct net_addr *out, struct petrel_error *err)
 {
     struct net_endpoint ep;
-    if (!net_endpoint_parse(text, NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_NAME_REJECT,
+    if (!net_endpoint_parse(text,
+                            NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_NAME_REJECT,
                             0, &ep, err))
         return false;
     *out = ep.addr;

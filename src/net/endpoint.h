@@ -43,8 +43,8 @@ struct net_endpoint {
 
 /* What the caller accepts beyond host:port, as flags. */
 enum {
-    NET_ENDPOINT_UNIX_OK = 1 << 0, /* unix:/path */
-    NET_ENDPOINT_ANY_OK = 1 << 1,  /* ":port" / "*:port" / "0.0.0.0:port" */
+    NET_ENDPOINT_UNIX_OK = 1 << 0,       /* unix:/path */
+    NET_ENDPOINT_ANY_OK = 1 << 1,        /* ":port" / "*:port" / "0.0.0.0:port" */
     NET_ENDPOINT_PORT_OPTIONAL = 1 << 2, /* "host" alone: default_port */
     NET_ENDPOINT_NAME_REJECT = 1 << 3,   /* IP addresses only, no host names */
     NET_ENDPOINT_PORT_NONZERO = 1 << 4,  /* port 0 is an error */

@@ -616,8 +616,8 @@ struct line_client *line_client_new(struct event_base *base, const struct line_c
     }
     struct net_endpoint ep;
     if (!net_endpoint_parse(cfg->address,
-                            NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_PORT_NONZERO, 0,
-                            &ep, err))
+                            NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_PORT_NONZERO,
+                            0, &ep, err))
         return NULL;
     struct line_client *lc = xcalloc(1, sizeof(*lc));
     lc->dialer = net_dialer_new(base, &ep);

@@ -53,7 +53,7 @@ struct petrel_context {
     struct mail_storage *storage;
     struct quota_module *quota; /* NULL when neither the engine nor IMAP QUOTA is on */
     struct quota_clone *quota_clone; /* quota.quota_clone_dicts; NULL without */
-    struct dict_registry *dicts; /* made from config->dicts (the `dicts:` section) */
+    struct dict_registry *dicts;     /* made from config->dicts (the `dicts:` section) */
     bool dicts_closed;
     bool stopping;
     struct timespec stop_started;
@@ -306,8 +306,7 @@ static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *e
                  "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
         return true;
     }
-    ctx->quota_clone =
-        quota_clone_new(ctx->base, q, ctx->dicts, ctx->storage, ctx->metrics, err);
+    ctx->quota_clone = quota_clone_new(ctx->base, q, ctx->dicts, ctx->storage, ctx->metrics, err);
     return ctx->quota_clone != NULL &&
            mail_storage_module_register(ctx->storage, &quota_clone_module, ctx->quota_clone, err);
 }

@@ -348,8 +348,7 @@ static void start_libpq(struct sql_pgconn *c, const char *hostaddr)
      * and usernames are UTF-8 or bytes). The connect timeout is our timer,
      * in milliseconds, rather than libpq's whole seconds. An empty
      * hostaddr is ignored. */
-    const char *const keys[] = {"application_name", "dbname", "client_encoding", "hostaddr",
-                                NULL};
+    const char *const keys[] = {"application_name", "dbname", "client_encoding", "hostaddr", NULL};
     const char *const values[] = {s->application_name, s->conninfo, "UTF8",
                                   hostaddr != NULL ? hostaddr : "", NULL};
     c->pg = PQconnectStartParams(keys, values, 1);

@@ -87,7 +87,8 @@ static struct dict_registry *registry_for(const char *path, const char *extra,
     free(yaml);
     if (doc == NULL)
         return NULL;
-    struct dict_settings *settings = dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), err);
     ydoc_free(doc);
     struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
     dict_settings_free(settings);
@@ -357,7 +358,8 @@ static void expect_config_error(const char *yaml, const char *fragment)
     petrel_error_clear(&err);
     struct ydoc *doc = ydoc_parse("t.yaml", yaml, strlen(yaml), &err);
     assert_non_null(doc);
-    struct dict_settings *settings = dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
     ydoc_free(doc);
     struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
     dict_settings_free(settings);
@@ -391,7 +393,8 @@ static void test_config_validation(void **state)
     petrel_error_clear(&err);
     struct ydoc *doc = ydoc_parse("t.yaml", good, strlen(good), &err);
     assert_non_null(doc);
-    struct dict_settings *settings = dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
     ydoc_free(doc);
     struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
     dict_settings_free(settings);

@@ -133,8 +133,8 @@ static void test_malformed(void **state)
     expect_error("[::1]143", 0, "invalid address '[::1]143' (expected [ipv6]:port)");
     expect_error("[mail.example.org]:143", 0,
                  "invalid address '[mail.example.org]:143' ([...] holds an IPv6 address)");
-    const char *bad_names[] = {"mail example:1", "-lead:1",  ".dot:1",  "a..b:1",
-                               "x/y:1",          "h\xc3\xa9:1", "a;b:1", NULL};
+    const char *bad_names[] = {"mail example:1", "-lead:1",     ".dot:1", "a..b:1",
+                               "x/y:1",          "h\xc3\xa9:1", "a;b:1",  NULL};
     for (size_t i = 0; bad_names[i] != NULL; i++) {
         struct net_endpoint ep;
         struct petrel_error err;
@@ -197,9 +197,8 @@ static void test_pick_prefers_ipv4(void **state)
     inet_pton(AF_INET6, "2001:db8::5", &v6.sin6_addr);
     struct sockaddr_in v4 = {.sin_family = AF_INET};
     inet_pton(AF_INET, "192.0.2.5", &v4.sin_addr);
-    struct addrinfo second = {.ai_family = AF_INET,
-                              .ai_addrlen = sizeof(v4),
-                              .ai_addr = (struct sockaddr *)&v4};
+    struct addrinfo second = {
+        .ai_family = AF_INET, .ai_addrlen = sizeof(v4), .ai_addr = (struct sockaddr *)&v4};
     struct addrinfo first = {.ai_family = AF_INET6,
                              .ai_addrlen = sizeof(v6),
                              .ai_addr = (struct sockaddr *)&v6,

@@ -245,7 +245,7 @@ static void event_cb(struct bufferevent *bev, short what, void *ctx)
     if (what & BEV_EVENT_EOF)
         fail(link, "connection closed by the peer");
     else if (what & BEV_EVENT_ERROR)
-        fail(link, link->state != CONNECTING                      ? "connection error"
+        fail(link, link->state != CONNECTING                ? "connection error"
                    : net_dialer_error(link->dialer) != NULL ? net_dialer_error(link->dialer)
                                                             : "cannot connect");
 }

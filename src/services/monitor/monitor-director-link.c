@@ -328,7 +328,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     const char *dns = l->state == LINK_CONNECTING ? net_dialer_error(l->dialer) : NULL;
     snprintf(reason, sizeof(reason), "%s: %s",
              l->state == LINK_CONNECTING ? "connect failed" : "connection failed",
-             dns != NULL ? dns : e != 0 ? evutil_socket_error_to_string(e) : "error");
+             dns != NULL ? dns
+             : e != 0    ? evutil_socket_error_to_string(e)
+                         : "error");
     link_fail(l, reason);
 }
 
