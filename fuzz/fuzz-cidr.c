@@ -3,9 +3,12 @@
  *   cidr_parse(): a parsed network formats back to text that parses to the
  *   same network, and its own address matches it (IPv4 also via ::ffff:a.b.c.d).
  *   cidr_list_parse(): the input split at commas.
- *   net_addr_parse(): listen addresses ("host:port", "[v6]:port", "unix:/p");
- *   a parsed address formats and parses back to the same sockaddr. */
+ *   net_endpoint_parse(): configured addresses ("host:port", "[v6]:port",
+ *   "unix:/p", host names); a literal one formats and parses back
+ *   (net_addr_parse_numeric) to the same sockaddr, a host name is never
+ *   taken by the numeric parser. Nothing is looked up. */
 #include "net/cidr.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
 
 #include <arpa/inet.h>
@@ -102,24 +105,35 @@ static void check_list(const char *text)
 
 static void check_addr(const char *text)
 {
-    struct net_addr a;
+    struct net_endpoint ep;
     struct petrel_error err;
     memset(&err, 0, sizeof(err));
-    if (!net_addr_parse(text, &a, &err)) {
+    unsigned flags = NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_PORT_OPTIONAL;
+    if (!net_endpoint_parse(text, flags, 143, &ep, &err)) {
         assert(err.code == PETREL_ERR_INVALID && err.message[0] != '\0');
+        struct net_addr n;
+        assert(!net_addr_parse_numeric(text, &n, &err));
         return;
     }
-    int family = a.ss.ss_family;
+    assert(strlen(ep.host) <= NET_HOST_MAX);
+    if (!ep.literal) { /* a host name: kept as text, never looked up here */
+        assert(ep.kind == NET_ENDPOINT_INET && ep.host[0] != '\0');
+        struct net_addr n;
+        assert(!net_addr_parse_numeric(text, &n, &err));
+        return;
+    }
+    const struct net_addr *a = &ep.addr;
+    int family = a->ss.ss_family;
     assert(family == AF_INET || family == AF_INET6 || family == AF_UNIX);
-    assert(a.len > 0 && a.len <= sizeof(a.ss));
+    assert(a->len > 0 && a->len <= sizeof(a->ss));
     char back[sizeof(struct sockaddr_un) + 16];
-    net_addr_format((struct sockaddr *)&a.ss, back, sizeof(back));
+    net_addr_format((const struct sockaddr *)&a->ss, back, sizeof(back));
     struct net_addr b;
-    bool ok = net_addr_parse(back, &b, &err);
+    bool ok = net_addr_parse_numeric(back, &b, &err);
     assert(ok);
-    assert(b.len == a.len && memcmp(&a.ss, &b.ss, a.len) == 0);
+    assert(b.len == a->len && memcmp(&a->ss, &b.ss, a->len) == 0);
     char ip[INET6_ADDRSTRLEN];
-    net_addr_format_ip((struct sockaddr *)&a.ss, ip, sizeof(ip));
+    net_addr_format_ip((const struct sockaddr *)&a->ss, ip, sizeof(ip));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

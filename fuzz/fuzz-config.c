@@ -52,7 +52,7 @@ static void check_roundtrip(const struct petrel_config *cfg)
     /* Dict driver options and SQL `connect` strings (paths, passwords) are
      * not printed, so such a config does not read back whole; everything
      * else must. */
-    if (dict_registry_count(cfg->dicts) > 0)
+    if (dict_settings_count(cfg->dicts) > 0)
         return;
     if ((cfg->auth.has_passdb && cfg->auth.passdb.driver == AUTH_DB_SQL) ||
         (cfg->auth.has_userdb && cfg->auth.userdb.driver == AUTH_DB_SQL))

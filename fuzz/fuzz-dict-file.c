@@ -55,8 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ydoc *doc = ydoc_parse("fuzz.yaml", config, strlen(config), &err);
     if (doc == NULL)
         abort();
-    struct dict_registry *reg = dict_registry_read("fuzz.yaml", doc->root, &err);
+    struct dict_settings *settings = dict_settings_read("fuzz.yaml", doc->root, &err);
     ydoc_free(doc);
+    struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
+    dict_settings_free(settings);
     if (reg == NULL)
         abort();
     if (dict_registry_open(reg, base, NULL, &err)) {

@@ -52,6 +52,8 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/backoff.h"
+#include "net/endpoint.h"
+#include "net/resolve.h"
 
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
@@ -59,7 +61,6 @@
 #include <openssl/evp.h>
 
 #include <arpa/inet.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
 #include <inttypes.h>
@@ -67,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <time.h>
 
 #define COMPONENT "dict"
@@ -89,10 +91,7 @@
 
 struct kv_config {
     char *address; /* as configured, for messages */
-    char *host;    /* TCP host or IP literal; NULL for a Unix socket */
-    bool host_is_ip;
-    int port;
-    char *unix_path;
+    struct net_endpoint ep; /* parsed `address`; a host name is resolved at each connect */
     char *prefix;
     size_t prefix_len;
     int64_t db;
@@ -107,8 +106,6 @@ static void kv_config_free(void *p)
     if (c == NULL)
         return;
     free(c->address);
-    free(c->host);
-    free(c->unix_path);
     free(c->prefix);
     free(c->username);
     if (c->password != NULL) {
@@ -116,88 +113,6 @@ static void kv_config_free(void *p)
         free(c->password);
     }
     free(c);
-}
-
-static bool parse_port(const char *s, int *out)
-{
-    if (*s == '\0' || strlen(s) > 5)
-        return false;
-    int v = 0;
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < 1 || v > 65535)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool valid_host(const char *h)
-{
-    for (const char *p = h; *p != '\0'; p++) {
-        char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-' || c == '_' || c == ':' || c == '%'))
-            return false;
-    }
-    return *h != '\0';
-}
-
-/* Fills host/port or unix_path from `text`; a message in `why` on error. */
-static bool parse_address(const char *text, struct kv_config *c, char *why, size_t why_size)
-{
-    if (strncmp(text, "unix:", 5) == 0) {
-        const char *path = text + 5;
-        if (path[0] != '/') {
-            snprintf(why, why_size, "unix socket path must be absolute (unix:/path)");
-            return false;
-        }
-        if (strlen(path) >= 108) {
-            snprintf(why, why_size, "unix socket path longer than 107 bytes");
-            return false;
-        }
-        c->unix_path = xstrdup(path);
-        return true;
-    }
-    const char *host = text;
-    size_t host_len;
-    const char *port = NULL;
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (close == NULL || (close[1] != '\0' && close[1] != ':')) {
-            snprintf(why, why_size, "expected [ipv6]:port");
-            return false;
-        }
-        host = text + 1;
-        host_len = (size_t)(close - host);
-        if (close[1] == ':')
-            port = close + 2;
-    } else {
-        const char *colon = strrchr(text, ':');
-        if (colon != NULL && strchr(text, ':') != colon) {
-            snprintf(why, why_size, "IPv6 addresses need brackets: [::1]:6379");
-            return false;
-        }
-        host_len = colon != NULL ? (size_t)(colon - text) : strlen(text);
-        if (colon != NULL)
-            port = colon + 1;
-    }
-    c->port = KV_DEFAULT_PORT;
-    if (port != NULL && !parse_port(port, &c->port)) {
-        snprintf(why, why_size, "bad port '%s' (1 to 65535)", port);
-        return false;
-    }
-    c->host = xstrndup(host, host_len);
-    if (!valid_host(c->host)) {
-        snprintf(why, why_size, "expected host:port, [ipv6]:port or unix:/path");
-        return false;
-    }
-    unsigned char scratch[sizeof(struct in6_addr)];
-    c->host_is_ip =
-        inet_pton(AF_INET, c->host, scratch) == 1 || inet_pton(AF_INET6, c->host, scratch) == 1;
-    return true;
 }
 
 static void *kv_config_read(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
@@ -222,10 +137,13 @@ static void *kv_config_read(const struct cfg_ctx *ctx, const struct ynode *map, 
         goto fail;
     }
     c->address = address != NULL ? address : xstrdup("127.0.0.1:6379");
-    char why[160];
-    if (!parse_address(c->address, c, why, sizeof(why))) {
+    struct petrel_error e;
+    if (!net_endpoint_parse(c->address,
+                            NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_PORT_OPTIONAL |
+                                NET_ENDPOINT_PORT_NONZERO,
+                            KV_DEFAULT_PORT, &c->ep, &e)) {
         snprintf(key_path, sizeof(key_path), "%s.address", path);
-        cfg_fail(ctx, ynode_get(map, "address"), key_path, "%s", why);
+        cfg_fail(ctx, ynode_get(map, "address"), key_path, "%s", e.message);
         goto fail;
     }
     if (c->prefix == NULL)
@@ -293,11 +211,6 @@ struct kv_list {
     struct kv_req *tail;
 };
 
-struct kv_resolve {
-    struct kv_dict *kd; /* NULL once cancelled */
-    struct evdns_getaddrinfo_request *req;
-};
-
 struct kv_dict {
     struct dict *dict;
     const struct kv_config *cfg;
@@ -312,8 +225,7 @@ struct kv_dict {
     char *last_error;
     bool failure_shown; /* a failed attempt was logged since the last success */
     bool closing;
-    struct evdns_base *dns;
-    struct kv_resolve *resolving;
+    struct net_resolver *resolver;
     struct metric_series *connected;
     struct metric_series *connect_failures;
     char script_sha[41]; /* hex SHA1 of commit_script; "" to always EVAL */
@@ -438,13 +350,8 @@ static void conn_down(struct kv_dict *kd, const char *reason)
 
 static void resolve_cancel(struct kv_dict *kd)
 {
-    struct kv_resolve *rs = kd->resolving;
-    if (rs == NULL)
-        return;
-    kd->resolving = NULL;
-    rs->kd = NULL; /* the (deferred) cancel callback frees it */
-    if (rs->req != NULL)
-        evdns_getaddrinfo_cancel(rs->req);
+    if (kd->resolver != NULL)
+        net_resolve_cancel(kd->resolver);
 }
 
 /* The driver drops the connection: requests handed to hiredis are answered
@@ -568,8 +475,9 @@ static void handshake_send(struct kv_dict *kd, const char *what, int argc, const
 static bool conn_open(struct kv_dict *kd, const char *ip)
 {
     const struct kv_config *cfg = kd->cfg;
-    redisAsyncContext *ac = cfg->unix_path != NULL ? redisAsyncConnectUnix(cfg->unix_path)
-                                                   : redisAsyncConnect(ip, cfg->port);
+    const struct sockaddr_un *sun = (const struct sockaddr_un *)&cfg->ep.addr.ss;
+    redisAsyncContext *ac = cfg->ep.kind == NET_ENDPOINT_UNIX ? redisAsyncConnectUnix(sun->sun_path)
+                                                              : redisAsyncConnect(ip, cfg->ep.port);
     if (ac == NULL) {
         conn_down(kd, "out of memory");
         return false;
@@ -589,7 +497,7 @@ static bool conn_open(struct kv_dict *kd, const char *ip)
     }
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    if (cfg->unix_path == NULL)
+    if (cfg->ep.kind != NET_ENDPOINT_UNIX)
         redisEnableKeepAlive(&ac->c);
     kd->ac = ac;
     kd->state = KV_HANDSHAKE;
@@ -614,78 +522,40 @@ static bool conn_open(struct kv_dict *kd, const char *ip)
     return true;
 }
 
-static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+static void on_resolved(const struct net_addr *addr, const char *error, void *arg)
 {
-    struct kv_resolve *rs = arg;
-    struct kv_dict *kd = rs->kd;
-    free(rs);
-    if (kd == NULL || result == EVUTIL_EAI_CANCEL) {
-        if (res != NULL)
-            evutil_freeaddrinfo(res);
+    struct kv_dict *kd = arg;
+    if (addr == NULL) {
+        conn_down(kd, error);
         return;
     }
-    kd->resolving = NULL;
-    char why[KV_ERR_SIZE];
-    if (result != 0 || res == NULL) {
-        snprintf(why, sizeof(why), "cannot resolve %s: %s", kd->cfg->host,
-                 result != 0 ? evutil_gai_strerror(result) : "no address");
-        if (res != NULL)
-            evutil_freeaddrinfo(res);
-        conn_down(kd, why);
-        return;
-    }
-    /* IPv4 first (a server bound to 127.0.0.1 is the common case for
-     * "localhost"), else the first IPv6 address. */
-    const struct evutil_addrinfo *pick = NULL;
-    for (const struct evutil_addrinfo *a = res; a != NULL; a = a->ai_next) {
-        if (a->ai_family == AF_INET) {
-            pick = a;
-            break;
-        }
-        if (pick == NULL && a->ai_family == AF_INET6)
-            pick = a;
-    }
-    char ip[INET6_ADDRSTRLEN] = "";
-    if (pick != NULL) {
-        const void *addr =
-            pick->ai_family == AF_INET
-                ? (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr
-                : (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
-        evutil_inet_ntop(pick->ai_family, addr, ip, sizeof(ip));
-    }
-    evutil_freeaddrinfo(res);
-    if (ip[0] == '\0') {
-        snprintf(why, sizeof(why), "cannot resolve %s: no IPv4 or IPv6 address", kd->cfg->host);
-        conn_down(kd, why);
-        return;
-    }
+    char ip[INET6_ADDRSTRLEN];
+    net_addr_format_ip((const struct sockaddr *)&addr->ss, ip, sizeof(ip));
     conn_open(kd, ip);
 }
 
+/* Connects: an IP address or Unix socket at once, a host name once
+ * resolved (net/resolve.h, on the loop). */
 static bool resolve_start(struct kv_dict *kd)
 {
-    if (kd->dns == NULL) {
-        kd->dns = evdns_base_new(kd->dict->base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-        if (kd->dns == NULL) {
-            conn_down(kd, "cannot initialise the DNS resolver");
-            return false;
-        }
+    if (kd->resolver == NULL)
+        kd->resolver = net_resolver_new(kd->dict->base);
+    struct net_addr addr;
+    char why[KV_ERR_SIZE];
+    switch (
+        net_resolve_start(kd->resolver, &kd->cfg->ep, &addr, why, sizeof(why), on_resolved, kd)) {
+    case NET_RESOLVE_PENDING:
+        kd->state = KV_RESOLVING;
+        return true;
+    case NET_RESOLVE_FAILED:
+        conn_down(kd, why);
+        return false;
+    case NET_RESOLVE_DONE:
+        break;
     }
-    struct kv_resolve *rs = xcalloc(1, sizeof(*rs));
-    rs->kd = kd;
-    kd->resolving = rs;
-    kd->state = KV_RESOLVING;
-    struct evutil_addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_protocol = IPPROTO_TCP;
-    struct evdns_getaddrinfo_request *r =
-        evdns_getaddrinfo(kd->dns, kd->cfg->host, NULL, &hints, on_resolved, rs);
-    /* Answers from /etc/hosts arrive before evdns_getaddrinfo returns. */
-    if (kd->resolving != NULL)
-        kd->resolving->req = r;
-    return kd->state != KV_DOWN;
+    char ip[INET6_ADDRSTRLEN];
+    net_addr_format_ip((const struct sockaddr *)&addr.ss, ip, sizeof(ip));
+    return conn_open(kd, ip);
 }
 
 /* Starts a connection when the backoff allows; false with `err` filled. */
@@ -700,8 +570,7 @@ static bool conn_start(struct kv_dict *kd, char *err, size_t err_size)
         format_error(kd, err, err_size, why);
         return false;
     }
-    bool ok = kd->cfg->unix_path != NULL || kd->cfg->host_is_ip ? conn_open(kd, kd->cfg->host)
-                                                                : resolve_start(kd);
+    bool ok = resolve_start(kd);
     if (!ok)
         format_error(kd, err, err_size, kd->last_error != NULL ? kd->last_error : "connect failed");
     return ok;
@@ -797,8 +666,7 @@ static void kv_close(struct dict *dict)
         redisAsyncFree(ac); /* answers the ones in flight */
     if (kd->timer != NULL)
         event_free(kd->timer);
-    if (kd->dns != NULL)
-        evdns_base_free(kd->dns, 0);
+    net_resolver_free(kd->resolver);
     free(kd->last_error);
     free(kd);
     dict->driver_data = NULL;

@@ -38,10 +38,17 @@ struct dict_config_ref {
     atomic_uint refs;
 };
 
-struct dict_registry {
+/* Both hold dicts: the settings' are never opened (prototypes holding the
+ * driver options), the registry's are instances of them. */
+struct dict_settings {
     struct dict **dicts;
     size_t count;
     size_t cap;
+};
+
+struct dict_registry {
+    struct dict **dicts;
+    size_t count;
 };
 
 bool dict_parse_counter(const char *value, size_t len, int64_t *out)
@@ -155,11 +162,11 @@ void dict_instance_free(struct dict *dict)
     dict_free(dict);
 }
 
-struct dict_registry *dict_registry_read(const char *file, const struct ynode *section,
+struct dict_settings *dict_settings_read(const char *file, const struct ynode *section,
                                          struct petrel_error *err)
 {
     struct cfg_ctx ctx = {.file = file, .err = err};
-    struct dict_registry *reg = xcalloc(1, sizeof(*reg));
+    struct dict_settings *reg = xcalloc(1, sizeof(*reg));
     if (!cfg_expect_map(&ctx, section, "dicts"))
         goto fail;
     if (section == NULL || section->type != YNODE_MAP)
@@ -211,8 +218,56 @@ struct dict_registry *dict_registry_read(const char *file, const struct ynode *s
     }
     return reg;
 fail:
-    dict_registry_free(reg);
+    dict_settings_free(reg);
     return NULL;
+}
+
+size_t dict_settings_count(const struct dict_settings *s)
+{
+    return s != NULL ? s->count : 0;
+}
+
+const char *dict_settings_name(const struct dict_settings *s, size_t i)
+{
+    return s->dicts[i]->name;
+}
+
+const char *dict_settings_driver(const struct dict_settings *s, size_t i)
+{
+    return s->dicts[i]->ops->name;
+}
+
+bool dict_settings_has(const struct dict_settings *s, const char *name)
+{
+    for (size_t i = 0; i < dict_settings_count(s); i++) {
+        if (strcmp(s->dicts[i]->name, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void dicts_free(struct dict **dicts, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        dict_free(dicts[i]);
+    free(dicts);
+}
+
+void dict_settings_free(struct dict_settings *s)
+{
+    if (s != NULL)
+        dicts_free(s->dicts, s->count);
+    free(s);
+}
+
+struct dict_registry *dict_registry_new(const struct dict_settings *s)
+{
+    struct dict_registry *reg = xcalloc(1, sizeof(*reg));
+    size_t n = dict_settings_count(s);
+    reg->dicts = n > 0 ? xcalloc(n, sizeof(*reg->dicts)) : NULL;
+    for (size_t i = 0; i < n; i++)
+        reg->dicts[reg->count++] = dict_instance_new(s->dicts[i]);
+    return reg;
 }
 
 bool dict_registry_open(struct dict_registry *reg, struct event_base *base,
@@ -247,16 +302,6 @@ size_t dict_registry_count(const struct dict_registry *reg)
     return reg != NULL ? reg->count : 0;
 }
 
-const char *dict_registry_name(const struct dict_registry *reg, size_t i)
-{
-    return reg->dicts[i]->name;
-}
-
-const char *dict_registry_driver(const struct dict_registry *reg, size_t i)
-{
-    return reg->dicts[i]->ops->name;
-}
-
 void dict_registry_close(struct dict_registry *reg)
 {
     if (reg == NULL)
@@ -267,11 +312,8 @@ void dict_registry_close(struct dict_registry *reg)
 
 void dict_registry_free(struct dict_registry *reg)
 {
-    if (reg == NULL)
-        return;
-    for (size_t i = 0; i < reg->count; i++)
-        dict_free(reg->dicts[i]);
-    free(reg->dicts);
+    if (reg != NULL)
+        dicts_free(reg->dicts, reg->count);
     free(reg);
 }
 

@@ -61,13 +61,30 @@ struct dict_value {
     size_t len;
 };
 
-/* ---------- registry (configuration) ---------- */
+/* ---------- settings (configuration) and registry (the daemon's) ---------- */
+
+/* The `dicts:` section as read: for each dict its name, driver and driver
+ * options, nothing opened. The configuration owns it; the daemon makes its
+ * registry from it (dict_registry_new). */
+struct dict_settings;
 
 /* Reads the `dicts:` section: a map name -> {driver: ..., driver options}.
- * Unknown drivers and bad options fail with `file:line: message`. The
- * registry keeps a private copy of what it needs. */
-struct dict_registry *dict_registry_read(const char *file, const struct ynode *section,
+ * Unknown drivers and bad options fail with `file:line: message`. */
+struct dict_settings *dict_settings_read(const char *file, const struct ynode *section,
                                          struct petrel_error *err);
+size_t dict_settings_count(const struct dict_settings *s);
+/* Name and driver of the i-th dict (for --check-config and checks of
+ * other sections that name dicts). */
+const char *dict_settings_name(const struct dict_settings *s, size_t i);
+const char *dict_settings_driver(const struct dict_settings *s, size_t i);
+/* Whether a dict of that name is configured. */
+bool dict_settings_has(const struct dict_settings *s, const char *name);
+void dict_settings_free(struct dict_settings *s);
+
+/* The dicts the daemon serves, one per configured dict. They share the
+ * settings' driver options (by reference), so the registry may outlive
+ * the settings and the settings the registry. */
+struct dict_registry *dict_registry_new(const struct dict_settings *s);
 /* Opens every configured dict on `base` (connects network drivers lazily:
  * a dict whose server is down still opens and fails its operations). */
 bool dict_registry_open(struct dict_registry *reg, struct event_base *base,
@@ -75,21 +92,18 @@ bool dict_registry_open(struct dict_registry *reg, struct event_base *base,
 /* The configured dict of that name, or NULL. */
 struct dict *dict_registry_get(struct dict_registry *reg, const char *name);
 size_t dict_registry_count(const struct dict_registry *reg);
-/* Name and driver of the i-th dict (for --check-config and docs). */
-const char *dict_registry_name(const struct dict_registry *reg, size_t i);
-const char *dict_registry_driver(const struct dict_registry *reg, size_t i);
 /* Marks every dict closing (operations then fail with "unavailable"), then
  * frees once in-flight operations have completed or been cancelled. */
 void dict_registry_close(struct dict_registry *reg);
 void dict_registry_free(struct dict_registry *reg);
 
-/* Another instance of `proto` (a configured dict of a registry, opened or
- * not), for a thread with a loop of its own (an IMAP worker) so that no dict
- * handle crosses threads: same driver and options, its own state and
- * connections. It takes a reference on the configuration, so it may outlive
- * the registry (a worker stopping after the registry was freed); make it
- * while the registry exists (at start-up) and start it on its loop's thread.
- * No metrics are registered for it (the registry's dict has them). Instances
+/* Another instance of `proto` (a dict of a registry, opened or not), for
+ * a thread with a loop of its own (an IMAP worker) so that no dict handle
+ * crosses threads: same driver and options, its own state and connections.
+ * It takes a reference on the configuration, so it may outlive the registry
+ * (a worker stopping after the registry was freed); make it while the
+ * registry exists (at start-up) and start it on its loop's thread. No
+ * metrics are registered for it (the registry's dict has them). Instances
  * of the file, sql and kvstore drivers see each other's writes as separate
  * processes do; a memory dict's instance is an empty map of its own. */
 struct dict *dict_instance_new(const struct dict *proto);

@@ -4,6 +4,7 @@
 #include "core/buf.h"
 #include "core/clock.h"
 #include "core/xalloc.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
 
 #include <event2/buffer.h>
@@ -107,7 +108,7 @@ struct http_get *http_get_start(struct event_base *base, const char *addr,
     struct net_addr na;
     struct petrel_error err;
     struct timeval tv = clock_ms_to_timeval(timeout_ms);
-    if (!net_addr_parse(addr, &na, &err)) {
+    if (!net_addr_parse_numeric(addr, &na, &err)) {
         snprintf(get->error, sizeof(get->error), "bad address");
         tv.tv_sec = 0;
         tv.tv_usec = 0;

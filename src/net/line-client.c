@@ -19,7 +19,8 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/backoff.h"
-#include "net/sockaddr.h"
+#include "net/dial.h"
+#include "net/endpoint.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -54,7 +55,7 @@ struct line_client {
     const char *peer;
     char component[48];
     char *address;
-    struct net_addr addr;
+    struct net_dialer *dialer; /* the configured address, resolved at each connect */
     int64_t timeout_ms;
     struct timeval timeout_tv;
     const struct timeval *timeout; /* libevent's common timeout for timeout_tv */
@@ -258,6 +259,7 @@ static void client_release(struct line_client *lc)
     buf_free(&lc->line);
     free(lc->buckets);
     free(lc->address);
+    net_dialer_free(lc->dialer);
     free(lc->last_error);
     free(lc);
 }
@@ -342,6 +344,7 @@ static const char *log_fields(struct line_client *lc, char *dst, size_t size)
 static void conn_close(struct line_client *lc)
 {
     if (lc->bev != NULL) {
+        net_dialer_cancel(lc->dialer);
         bufferevent_free(lc->bev);
         lc->bev = NULL;
     }
@@ -484,7 +487,7 @@ static void conn_event(struct bufferevent *bev, short what, void *arg)
         lc->connected = true;
         evtimer_del(lc->connect_timer);
         int fd = (int)bufferevent_getfd(lc->bev);
-        if (lc->addr.ss.ss_family != AF_UNIX) {
+        if (!net_dialer_is_unix(lc->dialer)) {
             /* Requests are small writes: do not hold one back waiting for
              * the acknowledgement of the previous. */
             int one = 1;
@@ -495,8 +498,9 @@ static void conn_event(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (!lc->connected) {
+        const char *dns = net_dialer_error(lc->dialer);
         snprintf(reason, sizeof(reason), "cannot connect to %.200s: %.150s", lc->address,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                 dns != NULL ? dns : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         conn_down(lc, reason, true);
     } else if ((what & BEV_EVENT_EOF) != 0) {
         snprintf(reason, sizeof(reason), "%.200s closed the connection", lc->address);
@@ -538,10 +542,10 @@ static bool conn_start(struct line_client *lc)
     /* Reading stops once a line without LF could not be a valid one. */
     bufferevent_setwatermark(lc->bev, EV_READ, 0, lc->max_line + 1);
     bufferevent_enable(lc->bev, EV_READ | EV_WRITE);
-    if (bufferevent_socket_connect(lc->bev, (struct sockaddr *)&lc->addr.ss, (int)lc->addr.len) <
-        0) {
+    if (!net_dialer_connect(lc->dialer, lc->bev)) {
+        const char *dns = net_dialer_error(lc->dialer);
         snprintf(reason, sizeof(reason), "cannot connect to %.200s: %.150s", lc->address,
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+                 dns != NULL ? dns : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         conn_down(lc, reason, true);
         return false;
     }
@@ -597,15 +601,6 @@ void line_client_submit(struct line_client *lc, struct line_request *req, const 
 
 /* ---------- life cycle ---------- */
 
-static bool has_port(const struct net_addr *a)
-{
-    if (a->ss.ss_family == AF_INET)
-        return ((const struct sockaddr_in *)&a->ss)->sin_port != 0;
-    if (a->ss.ss_family == AF_INET6)
-        return ((const struct sockaddr_in6 *)&a->ss)->sin6_port != 0;
-    return true; /* a Unix socket */
-}
-
 struct line_client *line_client_new(struct event_base *base, const struct line_client_config *cfg,
                                     const struct line_client_ops *ops, void *owner,
                                     struct petrel_error *err)
@@ -619,17 +614,13 @@ struct line_client *line_client_new(struct event_base *base, const struct line_c
         petrel_error_set(err, PETREL_ERR_INVALID, "no %s address", cfg->peer);
         return NULL;
     }
+    struct net_endpoint ep;
+    if (!net_endpoint_parse(cfg->address,
+                            NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK | NET_ENDPOINT_PORT_NONZERO,
+                            0, &ep, err))
+        return NULL;
     struct line_client *lc = xcalloc(1, sizeof(*lc));
-    if (!net_addr_parse(cfg->address, &lc->addr, err)) {
-        free(lc);
-        return NULL;
-    }
-    if (!has_port(&lc->addr)) {
-        free(lc);
-        petrel_error_set(err, PETREL_ERR_INVALID, "%s address '%s' needs a port", cfg->peer,
-                         cfg->address);
-        return NULL;
-    }
+    lc->dialer = net_dialer_new(base, &ep);
     lc->base = base;
     lc->ops = ops;
     lc->owner = owner;

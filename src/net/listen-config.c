@@ -3,6 +3,7 @@
 
 #include "core/yaml-print.h"
 #include "net/cidr.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
 
 #include <stdio.h>
@@ -58,6 +59,20 @@ bool listen_config_check_address(const struct cfg_ctx *ctx, const struct ynode *
     struct petrel_error e;
     struct net_addr addr;
     if (value == NULL || net_addr_parse(value, &addr, &e))
+        return true;
+    char full[256];
+    snprintf(full, sizeof(full), "%s.%s", section, key);
+    return cfg_fail(ctx, ynode_get(map, key), full, "%s", e.message);
+}
+
+bool listen_config_check_target(const struct cfg_ctx *ctx, const struct ynode *map,
+                                const char *section, const char *key, const char *value,
+                                unsigned flags)
+{
+    struct petrel_error e;
+    struct net_endpoint ep;
+    if (value == NULL || *value == '\0' ||
+        net_endpoint_parse(value, flags | NET_ENDPOINT_PORT_NONZERO, 0, &ep, &e))
         return true;
     char full[256];
     snprintf(full, sizeof(full), "%s.%s", section, key);

@@ -8,6 +8,7 @@
 #define PETREL_NET_LISTEN_CONFIG_H
 
 #include "core/cfg-read.h"
+#include "net/endpoint.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,11 +27,19 @@ bool listen_config_read_nets(const struct cfg_ctx *ctx, const struct ynode *node
 /* The same for a list of CIDRs under another key. */
 bool listen_config_read_nets_key(const struct cfg_ctx *ctx, const struct ynode *node,
                                  const char *section, const char *key, char ***nets);
-/* Checks that `value` (the value of `key` in `map`) is an address
- * net_addr_parse() takes ("host:port", "[v6]:port", "unix:/path"); NULL
- * passes (the key is absent). Errors name `<section>.<key>`. */
+/* Checks that `value` (the value of `key` in `map`) is a listener address
+ * net_addr_parse() takes ("host:port", "[v6]:port", "unix:/path"), a host
+ * name resolved now; NULL passes (the key is absent). Errors name
+ * `<section>.<key>`. */
 bool listen_config_check_address(const struct cfg_ctx *ctx, const struct ynode *map,
                                  const char *section, const char *key, const char *value);
+/* Checks that `value` (the value of `key` in `map`) is the address of a
+ * service to dial: net_endpoint_parse() with `flags` (net/endpoint.h),
+ * port 1-65535. A host name is not looked up here (the client resolves it
+ * at each connect). NULL and "" pass. Errors name `<section>.<key>`. */
+bool listen_config_check_target(const struct cfg_ctx *ctx, const struct ynode *map,
+                                const char *section, const char *key, const char *value,
+                                unsigned flags);
 /* Reads `socket_mode`, octal text such as "0660" (0-0777), into *mode;
  * absent: *mode is kept. */
 bool listen_config_read_socket_mode(const struct cfg_ctx *ctx, const struct ynode *node,

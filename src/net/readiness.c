@@ -2,6 +2,7 @@
 
 #include "core/clock.h"
 #include "core/xalloc.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
 
 #include <errno.h>
@@ -251,7 +252,7 @@ static void tcp_event_cb(struct bufferevent *bev, short what, void *arg)
 static void start_tcp(struct run *run, struct readiness_probe *probe, const struct check *c)
 {
     struct net_addr addr;
-    if (!net_addr_parse(c->addr, &addr, NULL)) {
+    if (!net_addr_parse_numeric(c->addr, &addr, NULL)) {
         readiness_probe_done(probe, false, "invalid address");
         return;
     }

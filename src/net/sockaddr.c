@@ -1,6 +1,6 @@
 #include "net/sockaddr.h"
 
-#include "core/slice.h"
+#include "net/endpoint.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,70 +15,9 @@
 
 bool net_addr_parse(const char *text, struct net_addr *out, struct petrel_error *err)
 {
-    memset(out, 0, sizeof(*out));
-    if (strncmp(text, "unix:", 5) == 0) {
-        const char *path = text + 5;
-        struct sockaddr_un *sun = (struct sockaddr_un *)&out->ss;
-        if (*path == '\0' || strlen(path) >= sizeof(sun->sun_path))
-            return petrel_error_set(err, PETREL_ERR_INVALID, "invalid unix socket path '%s'",
-                                    text);
-        sun->sun_family = AF_UNIX;
-        memcpy(sun->sun_path, path, strlen(path) + 1);
-        out->len = (socklen_t)sizeof(*sun);
-        return true;
-    }
-    char host[INET6_ADDRSTRLEN + 2];
-    const char *port_text;
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (close == NULL || close[1] != ':' || (size_t)(close - text - 1) >= sizeof(host))
-            return petrel_error_set(err, PETREL_ERR_INVALID, "invalid address '%s'", text);
-        memcpy(host, text + 1, (size_t)(close - text - 1));
-        host[close - text - 1] = '\0';
-        port_text = close + 2;
-    } else {
-        const char *colon = strrchr(text, ':');
-        if (colon == NULL || (size_t)(colon - text) >= sizeof(host))
-            return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "invalid address '%s' (expected host:port)", text);
-        memcpy(host, text, (size_t)(colon - text));
-        host[colon - text] = '\0';
-        port_text = colon + 1;
-        if (strchr(host, ':') != NULL)
-            return petrel_error_set(err, PETREL_ERR_INVALID,
-                                    "invalid address '%s' (write IPv6 as [addr]:port)", text);
-    }
-    uint64_t port = 0;
-    if (!str_parse_u64(port_text, 65535, &port))
-        return petrel_error_set(err, PETREL_ERR_INVALID, "invalid port in '%s'", text);
-
-    if (host[0] == '\0' || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&out->ss;
-        sin->sin_family = AF_INET;
-        sin->sin_addr.s_addr = htonl(INADDR_ANY);
-        sin->sin_port = htons((uint16_t)port);
-        out->len = sizeof(*sin);
-        return true;
-    }
-    if (strcmp(host, "localhost") == 0)
-        snprintf(host, sizeof(host), "127.0.0.1");
-    struct sockaddr_in *sin = (struct sockaddr_in *)&out->ss;
-    if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons((uint16_t)port);
-        out->len = sizeof(*sin);
-        return true;
-    }
-    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->ss;
-    if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons((uint16_t)port);
-        out->len = sizeof(*sin6);
-        return true;
-    }
-    return petrel_error_set(err, PETREL_ERR_INVALID,
-                            "invalid address '%s' (use a numeric IP, localhost or unix:/path)",
-                            text);
+    struct net_endpoint ep;
+    return net_endpoint_parse(text, NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK, 0, &ep, err) &&
+           net_endpoint_resolve(&ep, out, err);
 }
 
 void net_addr_format_ip(const struct sockaddr *sa, char *dst, size_t size)

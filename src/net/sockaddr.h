@@ -1,5 +1,5 @@
-/* Listen/connect address parsing and formatting: "127.0.0.1:9105",
- * "[::1]:9105", ":9105" (all addresses), or "unix:/path/to/socket". */
+/* Socket addresses: parsing an endpoint into one (net/endpoint.h),
+ * formatting, and listening sockets. */
 #ifndef PETREL_NET_SOCKADDR_H
 #define PETREL_NET_SOCKADDR_H
 
@@ -14,6 +14,11 @@ struct net_addr {
     socklen_t len;
 };
 
+/* The address of a listener or a command-line target: net_endpoint_parse()
+ * of "host:port", "[v6]:port", ":port" (every address) or "unix:/path",
+ * then net_endpoint_resolve(), which BLOCKS on a host name (configuration
+ * time and command-line tools only; a client on an event loop uses
+ * net/dial.h). */
 bool net_addr_parse(const char *text, struct net_addr *out, struct petrel_error *err);
 /* "ip:port" / "[ip6]:port" / "unix:/path". */
 void net_addr_format(const struct sockaddr *sa, char *dst, size_t size);

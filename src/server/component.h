@@ -24,6 +24,7 @@
 
 struct petrel_config;
 struct mail_storage;
+struct dict_registry;
 
 /* What the daemon gives a component to start with. All borrowed; they
  * outlive the component. */
@@ -31,6 +32,7 @@ struct component_start {
     const struct service_env *env;
     struct petrel_config *config;
     struct mail_storage *storage;
+    struct dict_registry *dicts; /* the daemon's, made from config->dicts */
 };
 
 struct component_def {

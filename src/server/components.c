@@ -270,10 +270,7 @@ static bool comp_quota_status_read(const struct cfg_ctx *ctx, const struct ynode
     if (!quota_config_read(ctx, node, enabled, &cfg->quota))
         return false;
     for (size_t i = 0; cfg->quota.clone_dicts[i] != NULL; i++) {
-        bool found = false;
-        for (size_t k = 0; k < dict_registry_count(cfg->dicts) && !found; k++)
-            found = strcmp(dict_registry_name(cfg->dicts, k), cfg->quota.clone_dicts[i]) == 0;
-        if (!found)
+        if (!dict_settings_has(cfg->dicts, cfg->quota.clone_dicts[i]))
             return cfg_fail(ctx, cfg_list_item(node, "quota_clone_dicts", i),
                             "quota.quota_clone_dicts",
                             "no dict named '%s' in dicts:", cfg->quota.clone_dicts[i]);
@@ -321,7 +318,7 @@ static bool comp_backend_api_read(const struct cfg_ctx *ctx, const struct ynode 
 
 static void *comp_backend_api_start(const struct component_start *s, struct petrel_error *err)
 {
-    return backend_api_start(s->env, &s->config->backend_api, s->config->dicts, s->storage, err);
+    return backend_api_start(s->env, &s->config->backend_api, s->dicts, s->storage, err);
 }
 
 static void comp_backend_api_abandon(void *c)

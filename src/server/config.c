@@ -6,6 +6,7 @@
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "core/yaml-doc.h"
+#include "net/endpoint.h"
 #include "net/listen-config.h"
 
 #include <stdlib.h>
@@ -45,7 +46,7 @@ void config_free(struct petrel_config *cfg)
     free(cfg->internal_tls.ca_file);
     for (size_t i = 0; component_table[i] != NULL; i++)
         component_table[i]->config_free(cfg);
-    dict_registry_free(cfg->dicts);
+    dict_settings_free(cfg->dicts);
     mail_config_free(&cfg->mail);
     free(cfg);
 }
@@ -130,7 +131,7 @@ static bool read_telemetry(const struct cfg_ctx *ctx, const struct ynode *node,
             return cfg_fail(ctx, c, path, "name is required");
         if (rc->tcp == NULL)
             return cfg_fail(ctx, c, path, "tcp (host:port) is required");
-        if (!listen_config_check_address(ctx, c, path, "tcp", rc->tcp))
+        if (!listen_config_check_target(ctx, c, path, "tcp", rc->tcp, NET_ENDPOINT_NAME_REJECT))
             return false;
     }
     return true;
@@ -167,10 +168,10 @@ static bool check_sharing_map(const struct cfg_ctx *ctx, const struct ynode *mai
     if (name == NULL)
         return true;
     const struct ynode *node = ynode_get(ynode_get(mail, "acl"), "sharing_map");
-    for (size_t k = 0; k < dict_registry_count(cfg->dicts); k++) {
-        if (strcmp(dict_registry_name(cfg->dicts, k), name) != 0)
+    for (size_t k = 0; k < dict_settings_count(cfg->dicts); k++) {
+        if (strcmp(dict_settings_name(cfg->dicts, k), name) != 0)
             continue;
-        if (strcmp(dict_registry_driver(cfg->dicts, k), "memory") == 0)
+        if (strcmp(dict_settings_driver(cfg->dicts, k), "memory") == 0)
             return cfg_fail(ctx, node, "mail.acl.sharing_map",
                             "dict '%s' is a memory dict, which each IMAP worker would hold apart; "
                             "use file, sql or kvstore",
@@ -186,10 +187,10 @@ static bool check_attribute_dict(const struct cfg_ctx *ctx, const struct ynode *
     const char *name = cfg->mail.attribute_dict;
     if (name == NULL)
         return true;
-    for (size_t k = 0; k < dict_registry_count(cfg->dicts); k++) {
-        if (strcmp(dict_registry_name(cfg->dicts, k), name) != 0)
+    for (size_t k = 0; k < dict_settings_count(cfg->dicts); k++) {
+        if (strcmp(dict_settings_name(cfg->dicts, k), name) != 0)
             continue;
-        if (strcmp(dict_registry_driver(cfg->dicts, k), "memory") == 0)
+        if (strcmp(dict_settings_driver(cfg->dicts, k), "memory") == 0)
             return cfg_fail(ctx, ynode_get(mail, "attribute_dict"), "mail.attribute_dict",
                             "dict '%s' is a memory dict, which each IMAP worker would hold apart; "
                             "use file, sql or kvstore",
@@ -304,7 +305,7 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
         !read_telemetry(ctx, ynode_get(root, "telemetry"), &cfg->telemetry) ||
         !read_tls(ctx, ynode_get(root, "internal_tls"), &cfg->internal_tls))
         return false;
-    cfg->dicts = dict_registry_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
+    cfg->dicts = dict_settings_read(ctx->file, ynode_get(root, "dicts"), ctx->err);
     if (cfg->dicts == NULL)
         return false;
     if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err) ||
@@ -436,8 +437,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
             (long long)cfg->mail.acl.cache_ms);
     yaml_put_kv(out, "    ", "sharing_map",
                 cfg->mail.acl.sharing_map != NULL ? cfg->mail.acl.sharing_map : "");
-    fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
-    for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
+    fprintf(out, "dicts:%s\n", dict_settings_count(cfg->dicts) == 0 ? " {}" : "");
+    for (size_t i = 0; i < dict_settings_count(cfg->dicts); i++)
         fprintf(out, "  %s: {driver: %s}  # driver options not shown\n",
-                dict_registry_name(cfg->dicts, i), dict_registry_driver(cfg->dicts, i));
+                dict_settings_name(cfg->dicts, i), dict_settings_driver(cfg->dicts, i));
 }

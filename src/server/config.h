@@ -45,7 +45,7 @@ struct petrel_config {
     struct lmtp_config lmtp;
     struct pop3_config pop3;
     struct warden_config warden; /* `warden_service:` section */
-    struct dict_registry *dicts; /* `dicts:` section; opened by the daemon */
+    struct dict_settings *dicts; /* `dicts:` section; the daemon's registry is made from it */
     struct mail_config mail;     /* `mail:` section */
     struct monitor_config monitor; /* `monitor:` section; the monitor file once loaded */
     struct director_config director; /* `director:` section */

@@ -55,6 +55,7 @@ struct petrel_context {
     struct mail_storage *storage;
     struct quota_module *quota; /* NULL when neither the engine nor IMAP QUOTA is on */
     struct quota_clone *quota_clone; /* quota.quota_clone_dicts; NULL without */
+    struct dict_registry *dicts;     /* made from config->dicts (the `dicts:` section) */
     bool dicts_closed;
     bool stopping;
     struct timespec stop_started;
@@ -101,7 +102,7 @@ static void close_dicts_when_done(struct petrel_context *ctx)
         if (quota_clone_in_flight(ctx->quota_clone) > 0 || sessions > 0)
             return;
     }
-    dict_registry_close(ctx->config->dicts);
+    dict_registry_close(ctx->dicts);
     ctx->dicts_closed = true;
 }
 
@@ -275,7 +276,7 @@ static bool register_storage_modules(struct petrel_context *ctx, struct mail_sto
      * uses the configured dict; siblings bind instances of their own. */
     if (mail->acl.sharing_map != NULL)
         acl_registry_storage_set_dict(storage,
-                                      dict_registry_get(ctx->config->dicts, mail->acl.sharing_map));
+                                      dict_registry_get(ctx->dicts, mail->acl.sharing_map));
     if (mail->acl.enabled &&
         !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
         return false;
@@ -315,8 +316,7 @@ static bool start_quota_clone(struct petrel_context *ctx, struct petrel_error *e
                  "reason=\"quota.quota_clone_dicts is set but quota.enabled is false\"%s", "");
         return true;
     }
-    ctx->quota_clone =
-        quota_clone_new(ctx->base, q, ctx->config->dicts, ctx->storage, ctx->metrics, err);
+    ctx->quota_clone = quota_clone_new(ctx->base, q, ctx->dicts, ctx->storage, ctx->metrics, err);
     return ctx->quota_clone != NULL &&
            mail_storage_module_register(ctx->storage, &quota_clone_module, ctx->quota_clone, err);
 }
@@ -330,7 +330,7 @@ static bool register_metadata(struct petrel_context *ctx, struct petrel_error *e
     const char *name = ctx->config->mail.attribute_dict;
     if (name == NULL)
         return true;
-    metadata_storage_set_dict(ctx->storage, dict_registry_get(ctx->config->dicts, name));
+    metadata_storage_set_dict(ctx->storage, dict_registry_get(ctx->dicts, name));
     return mail_storage_module_register(ctx->storage, &metadata_module, NULL, err);
 }
 
@@ -343,6 +343,7 @@ static bool start_components(struct petrel_context *ctx, struct petrel_error *er
         .env = &ctx->env,
         .config = ctx->config,
         .storage = ctx->storage,
+        .dicts = ctx->dicts,
     };
     for (size_t i = 0; component_table[i] != NULL; i++) {
         if (!config_has_component(ctx->config, component_table[i]->name))
@@ -381,10 +382,8 @@ static void context_free(struct petrel_context *ctx)
     /* Dicts close first: drivers answer what is still pending with errors,
      * and those answers reach API objects that must still exist. They also
      * go before the event loop (network drivers hold events on it). */
-    if (ctx->config != NULL) {
-        dict_registry_free(ctx->config->dicts);
-        ctx->config->dicts = NULL;
-    }
+    dict_registry_free(ctx->dicts);
+    ctx->dicts = NULL;
     for (size_t i = component_count(); i-- > 0;) {
         if (ctx->running[i] != NULL)
             component_table[i]->free(ctx->running[i]);
@@ -523,6 +522,7 @@ int daemon_run(const struct daemon_options *opts)
     ctx.env.tls_client_cert = tls->enabled ? tls->cert_file : NULL;
     ctx.env.tls_client_key = tls->enabled ? tls->key_file : NULL;
 
+    ctx.dicts = dict_registry_new(ctx.config->dicts);
     ctx.storage = mail_storage_new(&ctx.config->mail, ctx.metrics);
     if (!register_storage_modules(&ctx, ctx.storage, &err) || !start_quota_clone(&ctx, &err) ||
         !register_metadata(&ctx, &err)) {
@@ -539,7 +539,7 @@ int daemon_run(const struct daemon_options *opts)
     }
     /* Data files are opened as the unprivileged user, so they are owned by it;
      * no request is served before the loop runs. */
-    if (!dict_registry_open(ctx.config->dicts, ctx.base, ctx.metrics, &err)) {
+    if (!dict_registry_open(ctx.dicts, ctx.base, ctx.metrics, &err)) {
         log_error(COMPONENT, "cannot start", "error=\"%s\"", err.message);
         goto out;
     }

@@ -7,6 +7,8 @@
 
 #include "core/clock.h"
 #include "core/xalloc.h"
+#include "net/endpoint.h"
+#include "net/resolve.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
@@ -36,6 +38,7 @@ struct sql_pgconn {
     struct event *timer;      /* connect / statement deadline */
     PGresult *result;         /* being collected */
     bool in_query;
+    struct net_resolver *resolver; /* host= names, looked up on the loop */
 };
 
 /* ---------- messages ---------- */
@@ -203,6 +206,8 @@ void sql_pgconn_close(struct sql_pgconn *c)
     c->pg = NULL;
     c->in_query = false;
     c->state = PGCONN_DOWN;
+    if (c->resolver != NULL)
+        net_resolve_cancel(c->resolver);
 }
 
 void sql_pgconn_free(struct sql_pgconn *c)
@@ -211,6 +216,7 @@ void sql_pgconn_free(struct sql_pgconn *c)
         return;
     sql_pgconn_close(c);
     event_free(c->timer);
+    net_resolver_free(c->resolver);
     free(c);
 }
 
@@ -305,18 +311,47 @@ static void notice_ignore(void *arg, const char *message)
     (void)message;
 }
 
-void sql_pgconn_connect(struct sql_pgconn *c)
+/* libpq looks a host= name up with a blocking getaddrinfo inside
+ * PQconnectStart: the one host name of the conninfo, when there is one and
+ * no hostaddr=, is looked up on the loop first (net/resolve.h) and handed
+ * to libpq as hostaddr= (libpq still uses host= for TLS and .pgpass).
+ * Allocated; NULL when libpq needs no lookup or has several hosts. */
+static char *lookup_host(const char *conninfo)
 {
-    PETREL_ASSERT(c->state == PGCONN_DOWN);
+    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+    if (opts == NULL)
+        return NULL;
+    const char *host = NULL;
+    bool has_hostaddr = false;
+    for (PQconninfoOption *o = opts; o->keyword != NULL; o++) {
+        if (o->val == NULL || *o->val == '\0')
+            continue;
+        if (strcmp(o->keyword, "host") == 0)
+            host = o->val;
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            has_hostaddr = true;
+    }
+    char *name = NULL;
+    struct net_endpoint ep;
+    if (host != NULL && !has_hostaddr && host[0] != '/' && strchr(host, ',') == NULL &&
+        net_endpoint_parse(host, NET_ENDPOINT_PORT_OPTIONAL, 5432, &ep, NULL) && !ep.literal)
+        name = xstrdup(host);
+    PQconninfoFree(opts);
+    return name;
+}
+
+static void start_libpq(struct sql_pgconn *c, const char *hostaddr)
+{
     const struct sql_pgsql_settings *s = c->settings;
     /* Later keywords win: the operator's conninfo (expanded from dbname)
      * may name the application, but the encoding is ours (keys, values
      * and usernames are UTF-8 or bytes). The connect timeout is our timer,
-     * in milliseconds, rather than libpq's whole seconds. */
-    const char *const keys[] = {"application_name", "dbname", "client_encoding", NULL};
-    const char *const values[] = {s->application_name, s->conninfo, "UTF8", NULL};
+     * in milliseconds, rather than libpq's whole seconds. An empty
+     * hostaddr is ignored. */
+    const char *const keys[] = {"application_name", "dbname", "client_encoding", "hostaddr", NULL};
+    const char *const values[] = {s->application_name, s->conninfo, "UTF8",
+                                  hostaddr != NULL ? hostaddr : "", NULL};
     c->pg = PQconnectStartParams(keys, values, 1);
-    c->state = PGCONN_CONNECTING;
     if (c->pg == NULL) {
         connect_failed(c, "out of memory");
         return;
@@ -328,8 +363,50 @@ void sql_pgconn_connect(struct sql_pgconn *c)
         return;
     }
     PQsetNoticeProcessor(c->pg, notice_ignore, NULL);
-    arm_timer(c, s->connect_timeout_ms);
     connect_wait(c, PGRES_POLLING_WRITING);
+}
+
+static void host_resolved(const struct net_addr *addr, const char *error, void *arg)
+{
+    struct sql_pgconn *c = arg;
+    if (addr == NULL) {
+        connect_failed(c, error);
+        return;
+    }
+    char ip[64];
+    net_addr_format_ip((const struct sockaddr *)&addr->ss, ip, sizeof(ip));
+    start_libpq(c, ip);
+}
+
+void sql_pgconn_connect(struct sql_pgconn *c)
+{
+    PETREL_ASSERT(c->state == PGCONN_DOWN);
+    c->state = PGCONN_CONNECTING;
+    arm_timer(c, c->settings->connect_timeout_ms); /* the lookup counts too */
+    char *name = lookup_host(c->settings->conninfo);
+    if (name == NULL) {
+        start_libpq(c, NULL);
+        return;
+    }
+    struct net_endpoint ep;
+    net_endpoint_parse(name, NET_ENDPOINT_PORT_OPTIONAL, 5432, &ep, NULL);
+    free(name);
+    if (c->resolver == NULL)
+        c->resolver = net_resolver_new(c->base);
+    struct net_addr addr;
+    char error[300];
+    switch (net_resolve_start(c->resolver, &ep, &addr, error, sizeof(error), host_resolved, c)) {
+    case NET_RESOLVE_PENDING:
+        return;
+    case NET_RESOLVE_FAILED:
+        connect_failed(c, error);
+        return;
+    case NET_RESOLVE_DONE:
+        break;
+    }
+    char ip[64];
+    net_addr_format_ip((const struct sockaddr *)&addr.ss, ip, sizeof(ip));
+    start_libpq(c, ip);
 }
 
 /* Reads every complete result of the statement in flight. */

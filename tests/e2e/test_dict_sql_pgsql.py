@@ -150,10 +150,10 @@ def new_db(cluster):
 
 @pytest.fixture
 def pgdict(cluster, petreld, request):
-    def make(extra=None, pool_size=None):
+    def make(extra=None, pool_size=None, host="127.0.0.1"):
         db = new_db(cluster)
         cfg = {"driver": "sql", "backend": "pgsql",
-               "connect": f"host=127.0.0.1 port={cluster.port} user=postgres dbname={db}",
+               "connect": f"host={host} port={cluster.port} user=postgres dbname={db}",
                "connect_timeout": "2s", "query_timeout": "20s"}
         if pool_size:
             cfg["pool_size"] = pool_size
@@ -490,3 +490,25 @@ def test_dict_on_unreachable_server_still_starts(petreld, cluster):
     assert "Connection refused" in r.json()["error"] or "unavailable" in r.json()["error"], r
     r = http_request(daemon.backend, "GET", "/api/backend/dict/d/exists")
     assert r.json() == {"name": "d", "exists": True}
+
+
+# ---------- host names (docs/configuration.md, "Addresses") ----------
+
+def test_host_name_is_looked_up_on_the_loop(pgdict):
+    """host=localhost: petreld looks the name up itself (net/resolve.h, on
+    the event loop) and hands libpq hostaddr=, so libpq's blocking lookup
+    never runs on the loop; the dict works as with an IP address."""
+    pd = pgdict(host="localhost")
+    pd.set("shared/named", "yes")
+    assert pd.values("shared/named") == [b"yes"]
+
+
+def test_unresolvable_host_fails_operations_not_the_start(petreld, cluster):
+    daemon = petreld({"dicts": {"d": {
+        "driver": "sql", "backend": "pgsql",
+        "connect": f"host=no-such-host.invalid port={cluster.port} user=postgres dbname=petrel",
+        "connect_timeout": "2s"}}})
+    r = http_request(daemon.backend, "POST", "/api/backend/dict/d/lookup", body={"key": "shared/x"})
+    assert r.status == 500, r
+    assert "cannot resolve 'no-such-host.invalid'" in r.json()["error"], r
+    assert daemon.get("backend", "/api/backend/health").status == 200

@@ -14,7 +14,8 @@ of a layer above or of a sibling at its own level:
                       that may use each other (the warden's penalty store
                       implements auth's penalty-store interface)
     storage           mail storage, its modules and drivers
-    dict, sql         key-value dicts and the SQL layer (dict may use sql)
+    dict, sql         key-value dicts and the SQL layer (dict may use sql;
+                      both may use net: host name lookups on the loop)
     net               connections, listeners, HTTP, TLS
     core              buffers, errors, config reading, time, logging
 
@@ -30,7 +31,7 @@ import sys
 ALLOWED = {
     "core": set(),
     "net": {"core"},
-    "sql": {"core"},
+    "sql": {"net", "core"},
     "dict": {"sql", "net", "core"},
     "storage": {"dict", "sql", "net", "core"},
     "clients": {"net", "core"},

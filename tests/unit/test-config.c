@@ -404,9 +404,13 @@ static void test_bad_listen_address(void **state)
                  "host:port)");
     expect_error("telemetry:\n\n  listen: \":70000\"\n",
                  "petrel.yaml:3: telemetry.listen: invalid port in ':70000'");
-    expect_error("backend_api:\n  listen: \"mail.example.org:9105\"\n",
-                 "petrel.yaml:2: backend_api.listen: invalid address 'mail.example.org:9105' (use "
-                 "a numeric IP, localhost or unix:/path)");
+    /* A listener's host name is resolved when the configuration is read. */
+    expect_error("backend_api:\n  listen: \"no-such-host.invalid:9105\"\n",
+                 "petrel.yaml:2: backend_api.listen: cannot resolve 'no-such-host.invalid': Name "
+                 "or service not known");
+    expect_error("backend_api:\n  listen: \"bad_host!:9105\"\n",
+                 "petrel.yaml:2: backend_api.listen: invalid address 'bad_host!:9105' (expected "
+                 "host:port, [ipv6]:port or unix:/path)");
     expect_error("backend_api:\n  listen: \"unix:\"\n",
                  "petrel.yaml:2: backend_api.listen: invalid unix socket path 'unix:'");
     expect_error("backend_api:\n  listen: \"\"\n",
@@ -425,6 +429,10 @@ static void test_bad_readiness_checks(void **state)
     expect_error("telemetry:\n  readiness_checks:\n    - name: r\n      tcp: redis\n",
                  "petrel.yaml:4: telemetry.readiness_checks.tcp: invalid address 'redis' (expected "
                  "host:port)");
+    /* Probed from the loop without a lookup: an IP address. */
+    expect_error("telemetry:\n  readiness_checks:\n    - name: r\n      tcp: \"redis:6379\"\n",
+                 "petrel.yaml:4: telemetry.readiness_checks.tcp: invalid address 'redis:6379' "
+                 "(expected an IP address, not a host name)");
 }
 
 static void test_unknown_component(void **state)

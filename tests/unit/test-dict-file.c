@@ -87,8 +87,11 @@ static struct dict_registry *registry_for(const char *path, const char *extra,
     free(yaml);
     if (doc == NULL)
         return NULL;
-    struct dict_registry *reg = dict_registry_read("t.yaml", ynode_get(doc->root, "dicts"), err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), err);
     ydoc_free(doc);
+    struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
+    dict_settings_free(settings);
     if (reg == NULL)
         return NULL;
     if (!dict_registry_open(reg, NULL, metrics, err)) {
@@ -355,8 +358,11 @@ static void expect_config_error(const char *yaml, const char *fragment)
     petrel_error_clear(&err);
     struct ydoc *doc = ydoc_parse("t.yaml", yaml, strlen(yaml), &err);
     assert_non_null(doc);
-    struct dict_registry *reg = dict_registry_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
     ydoc_free(doc);
+    struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
+    dict_settings_free(settings);
     if (reg != NULL) {
         dict_registry_free(reg);
         fail_msg("accepted: %s", yaml);
@@ -387,11 +393,15 @@ static void test_config_validation(void **state)
     petrel_error_clear(&err);
     struct ydoc *doc = ydoc_parse("t.yaml", good, strlen(good), &err);
     assert_non_null(doc);
-    struct dict_registry *reg = dict_registry_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
     ydoc_free(doc);
+    struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
+    dict_settings_free(settings);
     if (reg == NULL)
         fail_msg("%s", err.message);
-    assert_string_equal(dict_registry_driver(reg, 0), "file");
+    assert_int_equal(dict_registry_count(reg), 1);
+    assert_string_equal(dict_driver_name(dict_registry_get(reg, "d")), "file");
     dict_registry_free(reg);
 
     bool listed = false;

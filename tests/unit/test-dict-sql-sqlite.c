@@ -38,8 +38,11 @@ static struct dict_registry *load(const char *yaml, struct petrel_error *err)
     struct ydoc *doc = ydoc_parse("test.yaml", yaml, strlen(yaml), err);
     if (doc == NULL)
         return NULL;
-    struct dict_registry *reg = dict_registry_read("test.yaml", ynode_get(doc->root, "dicts"), err);
+    struct dict_settings *settings =
+        dict_settings_read("test.yaml", ynode_get(doc->root, "dicts"), err);
     ydoc_free(doc);
+    struct dict_registry *reg = settings != NULL ? dict_registry_new(settings) : NULL;
+    dict_settings_free(settings);
     return reg;
 }
 

@@ -207,7 +207,7 @@ static void test_errors(void **state)
     expect_error("director_addr: nowhere\n",
                  "monitor.yaml:1: director_addr: invalid address 'nowhere' (expected host:port)");
     expect_error("director_addr: 127.0.0.1:0\n",
-                 "monitor.yaml:1: director_addr: needs a port other than 0");
+                 "monitor.yaml:1: director_addr: invalid port in '127.0.0.1:0' (1 to 65535)");
     expect_error("poll_imap: maybe\n",
                  "monitor.yaml:1: poll_imap: expected true or false, found 'maybe'");
     expect_error("poll_imap: false\n",

@@ -47,6 +47,7 @@ struct fx {
     struct event_base *base;
     struct metrics_registry *metrics;
     struct petrel_config *pc;
+    struct dict_registry *dicts; /* the daemon's part: made from pc->dicts */
     struct mail_storage *storage;
     struct quota_clone *clone;
 };
@@ -69,9 +70,10 @@ static struct fx *fx_new(const char *delay)
         fail_msg("config: %s", err.message);
     f->base = event_base_new();
     f->metrics = metrics_registry_new();
-    assert_true(dict_registry_open(f->pc->dicts, f->base, f->metrics, &err));
+    f->dicts = dict_registry_new(f->pc->dicts);
+    assert_true(dict_registry_open(f->dicts, f->base, f->metrics, &err));
     f->storage = mail_storage_new(&f->pc->mail, NULL);
-    f->clone = quota_clone_new(f->base, &f->pc->quota, f->pc->dicts, f->storage, f->metrics, &err);
+    f->clone = quota_clone_new(f->base, &f->pc->quota, f->dicts, f->storage, f->metrics, &err);
     assert_non_null(f->clone);
     assert_true(mail_storage_module_register(f->storage, &quota_clone_module, f->clone, &err));
     return f;
@@ -79,8 +81,8 @@ static struct fx *fx_new(const char *delay)
 
 static void fx_free(struct fx *f)
 {
-    dict_registry_free(f->pc->dicts);
-    f->pc->dicts = NULL;
+    dict_registry_free(f->dicts);
+    f->dicts = NULL;
     quota_clone_free(f->clone);
     mail_storage_free(f->storage);
     metrics_registry_free(f->metrics);
@@ -118,7 +120,7 @@ static int64_t mirrored(struct fx *f, const char *name, const char *user, const 
 {
     struct got g = {-1, 0};
     struct dict_op_settings set = {.username = user};
-    dict_lookup(dict_registry_get(f->pc->dicts, name), &set, key, got_cb, &g);
+    dict_lookup(dict_registry_get(f->dicts, name), &set, key, got_cb, &g);
     assert_true(g.ret == 0 || g.ret == 1); /* memory and file answer at once */
     return g.ret == 1 ? (int64_t)g.value : -1;
 }

@@ -70,10 +70,8 @@ static bool check_addresses(const struct cfg_ctx *ctx, const struct ynode *node,
 static bool check_warden_addr(const struct cfg_ctx *ctx, const struct ynode *node,
                               const struct mail_login_section *sec, const char *addr)
 {
-    if (addr == NULL || *addr == '\0')
-        return true;
-    char *list[] = {(char *)addr, NULL};
-    return check_addresses(ctx, node, sec, "warden_addr", list);
+    return listen_config_check_target(ctx, node, sec->name, "warden_addr", addr,
+                                      NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK);
 }
 
 bool mail_login_config_read_endpoints(const struct cfg_ctx *ctx, const struct ynode *node,

@@ -6,7 +6,7 @@
 #include "core/yaml-print.h"
 #include "net/cidr.h"
 #include "net/listen-config.h"
-#include "net/sockaddr.h"
+#include "net/endpoint.h"
 #include "clients/auth/auth-sasl.h"
 
 #include <stdlib.h>
@@ -172,11 +172,9 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr) ||
         !read_penalty_limits(ctx, node, cfg))
         return false;
-    struct net_addr warden;
-    struct petrel_error warden_err;
-    if (cfg->warden_addr[0] != '\0' && !net_addr_parse(cfg->warden_addr, &warden, &warden_err))
-        return cfg_fail(ctx, ynode_get(node, "warden_addr"), "auth.warden_addr", "%s",
-                        warden_err.message);
+    if (!listen_config_check_target(ctx, node, "auth", "warden_addr", cfg->warden_addr,
+                                    NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK))
+        return false;
     cfg->cache.max_bytes = (size_t)cache_size;
     if (cfg->penalty.max_delay_ms < cfg->penalty.failure_delay_ms)
         return cfg_fail(ctx, ynode_get(node, "failure_delay_max"), "auth.failure_delay_max",

@@ -12,6 +12,7 @@
 #include "core/xalloc.h"
 #include "net/cidr.h"
 #include "net/line-server.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
 #include "clients/auth/auth-protocol.h"
 #include "clients/auth/auth-sasl.h"
@@ -349,7 +350,7 @@ static void *conn_open(void *ctx, struct line_conn *lc)
     struct net_addr addr;
     if (strncmp(peer, "unix", 4) == 0) {
         conn->may_name_ip = true;
-    } else if (net_addr_parse(peer, &addr, NULL)) {
+    } else if (net_addr_parse_numeric(peer, &addr, NULL)) {
         net_addr_format_ip((const struct sockaddr *)&addr.ss, conn->peer_ip, sizeof(conn->peer_ip));
         conn->may_name_ip =
             cidr_list_match(&conn->svc->trusted_clients, (const struct sockaddr *)&addr.ss);
@@ -384,7 +385,7 @@ static bool ip_in_trusted_networks(const struct auth_service *svc, const char *i
         snprintf(text, sizeof(text), "[%.64s]:0", ip);
     else
         snprintf(text, sizeof(text), "%.64s:0", ip);
-    return net_addr_parse(text, &addr, NULL) &&
+    return net_addr_parse_numeric(text, &addr, NULL) &&
            cidr_list_match(&svc->trusted_networks, (const struct sockaddr *)&addr.ss);
 }
 

@@ -6,7 +6,9 @@
 #include "core/xalloc.h"
 #include "core/yaml-print.h"
 #include "net/listen-config.h"
+#include "net/endpoint.h"
 #include "net/sockaddr.h"
+#include "services/director/director-backends.h"
 #include "clients/ring/ring-auth.h"
 
 #include <arpa/inet.h>
@@ -88,46 +90,44 @@ void director_config_free(struct director_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-/* ---------- addresses ---------- */
+/* The IP text and port of a parsed numeric endpoint. */
+static bool endpoint_ip(const struct net_endpoint *ep, char ip[46], unsigned *port)
+{
+    net_addr_format_ip((const struct sockaddr *)&ep->addr.ss, ip, 46);
+    *port = ep->port;
+    return true;
+}
 
 bool director_parse_addr(const char *text, char ip[46], unsigned *port)
 {
-    size_t len = strlen(text);
-    const char *colon = strrchr(text, ':');
-    if (len == 0 || len > 64 || colon == NULL || colon[1] == '\0')
-        return false;
-    uint64_t p = 0;
-    if (!str_parse_u64(colon + 1, 65535, &p) || p == 0)
-        return false;
-    char host[65];
-    size_t host_len = (size_t)(colon - text);
-    unsigned char bin[16];
-    int family;
-    if (text[0] == '[') {
-        if (host_len < 3 || text[host_len - 1] != ']')
-            return false;
-        memcpy(host, text + 1, host_len - 2);
-        host[host_len - 2] = '\0';
-        family = AF_INET6;
-    } else {
-        memcpy(host, text, host_len);
-        host[host_len] = '\0';
-        family = AF_INET;
-    }
-    if (inet_pton(family, host, bin) != 1 || inet_ntop(family, bin, ip, 46) == NULL)
-        return false;
-    *port = (unsigned)p;
-    return true;
+    struct net_endpoint ep;
+    return net_endpoint_parse(text, NET_ENDPOINT_NAME_REJECT | NET_ENDPOINT_PORT_NONZERO, 0, &ep,
+                              NULL) &&
+           endpoint_ip(&ep, ip, port);
 }
 
 /* ---------- reading ---------- */
 
-/* The inet_ntop form of an IPv4/IPv6 literal. */
-static bool ip_canonical(const char *ip, char out[46])
+/* A ring member's address (director.ring.self, director.peers): the ring
+ * knows its members by IP and port, so a host name is resolved here, once,
+ * as Dovecot's director does with director_servers, and *text replaced by
+ * "ip:port" / "[ip6]:port". An unresolvable name is an error. */
+static bool resolve_member(const struct cfg_ctx *ctx, const struct ynode *at, const char *path,
+                           char **text)
 {
-    unsigned char bin[16];
-    int family = strchr(ip, ':') != NULL ? AF_INET6 : AF_INET;
-    return inet_pton(family, ip, bin) == 1 && inet_ntop(family, bin, out, 46) != NULL;
+    struct net_endpoint ep;
+    struct net_addr addr;
+    struct petrel_error e;
+    if (!net_endpoint_parse(*text, NET_ENDPOINT_PORT_NONZERO, 0, &ep, &e) ||
+        !net_endpoint_resolve(&ep, &addr, &e))
+        return cfg_fail(ctx, at, path, "%s", e.message);
+    if (!ep.literal) {
+        char formatted[80];
+        net_addr_format((const struct sockaddr *)&addr.ss, formatted, sizeof(formatted));
+        free(*text);
+        *text = xstrdup(formatted);
+    }
+    return true;
 }
 
 static bool check_listen(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
@@ -238,12 +238,8 @@ static bool read_ring(const struct cfg_ctx *ctx, const struct ynode *node,
     if (cfg->ring_secret_env[0] == '\0')
         return cfg_fail(ctx, ynode_get(node, "secret_env"), P ".ring.secret_env",
                         "must name an environment variable");
-    char ip[46];
-    unsigned port;
-    if (cfg->self[0] != '\0' && !director_parse_addr(cfg->self, ip, &port))
-        return cfg_fail(ctx, ynode_get(node, "self"), P ".ring.self",
-                        "expected <ip>:<port> or [<ip6>]:<port>, found '%s'", cfg->self);
-    return true;
+    return cfg->self[0] == '\0' ||
+           resolve_member(ctx, ynode_get(node, "self"), P ".ring.self", &cfg->self);
 }
 
 static bool read_limits(const struct cfg_ctx *ctx, const struct ynode *node,
@@ -267,11 +263,8 @@ static bool read_peers(const struct cfg_ctx *ctx, const struct ynode *node,
     if (!cfg_string_list(ctx, node, P, "peers", DIRECTOR_MAX_PEERS, &cfg->peers, NULL))
         return false;
     for (size_t i = 0; cfg->peers[i] != NULL; i++) {
-        char ip[46];
-        unsigned port;
-        if (!director_parse_addr(cfg->peers[i], ip, &port))
-            return cfg_fail(ctx, cfg_list_item(node, "peers", i), P ".peers",
-                            "expected <ip>:<port> or [<ip6>]:<port>, found '%s'", cfg->peers[i]);
+        if (!resolve_member(ctx, cfg_list_item(node, "peers", i), P ".peers", &cfg->peers[i]))
+            return false;
     }
     return true;
 }
@@ -288,8 +281,8 @@ static bool read_backend(const struct cfg_ctx *ctx, const struct ynode *item,
         !cfg_string(ctx, item, p, "tag", &b->tag) ||
         !cfg_int(ctx, item, p, "vhosts", 0, cfg->max_vhosts, &b->vhosts))
         return false;
-    char canon[46];
-    if (b->ip == NULL || !ip_canonical(b->ip, canon))
+    char canon[DIRECTOR_IP_MAX];
+    if (b->ip == NULL || !director_ip_canonical(b->ip, canon))
         return cfg_fail(ctx, item, P ".backends.ip", "an IPv4 or IPv6 address is required");
     free(b->ip);
     b->ip = xstrdup(canon);

@@ -16,7 +16,7 @@
 #include "core/xalloc.h"
 #include "net/backoff.h"
 #include "net/evbuffer-line.h"
-#include "net/sockaddr.h"
+#include "net/dial.h"
 #include "clients/ring/ring-auth.h"
 
 #include <event2/buffer.h>
@@ -35,6 +35,8 @@ struct director_link {
     struct director_link_config cfg;
     struct director_link_callbacks cb;
     char addr[64];
+    struct net_dialer *dialer; /* NULL: `addr` is no endpoint */
+    char addr_error[128];
     char *self;
     char *secret;                           /* "" = this director does not authenticate */
     char nonce[RING_AUTH_HEX_LEN + 1];      /* ours, for this connection */
@@ -60,6 +62,7 @@ static void arm(struct director_link *link, int64_t ms)
 static void close_conn(struct director_link *link)
 {
     if (link->bev != NULL) {
+        net_dialer_cancel(link->dialer);
         bufferevent_free(link->bev);
         link->bev = NULL;
     }
@@ -242,15 +245,15 @@ static void event_cb(struct bufferevent *bev, short what, void *ctx)
     if (what & BEV_EVENT_EOF)
         fail(link, "connection closed by the peer");
     else if (what & BEV_EVENT_ERROR)
-        fail(link, link->state == CONNECTING ? "cannot connect" : "connection error");
+        fail(link, link->state != CONNECTING                ? "connection error"
+                   : net_dialer_error(link->dialer) != NULL ? net_dialer_error(link->dialer)
+                                                            : "cannot connect");
 }
 
 static void dial(struct director_link *link)
 {
-    struct net_addr na;
-    struct petrel_error err;
-    if (!net_addr_parse(link->addr, &na, &err)) {
-        fail(link, err.message);
+    if (link->dialer == NULL) {
+        fail(link, link->addr_error);
         return;
     }
     link->bev = bufferevent_socket_new(link->base, -1, BEV_OPT_CLOSE_ON_FREE);
@@ -260,8 +263,9 @@ static void dial(struct director_link *link)
     bufferevent_setcb(link->bev, read_cb, NULL, event_cb, link);
     bufferevent_enable(link->bev, EV_READ | EV_WRITE);
     arm(link, link->cfg.handshake_timeout_ms);
-    if (bufferevent_socket_connect(link->bev, (struct sockaddr *)&na.ss, (int)na.len) != 0)
-        fail(link, "cannot connect");
+    if (!net_dialer_connect(link->dialer, link->bev))
+        fail(link, net_dialer_error(link->dialer) != NULL ? net_dialer_error(link->dialer)
+                                                          : "cannot connect");
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -296,6 +300,12 @@ struct director_link *director_link_new(struct event_base *base, const char *add
     link->cfg.secret = link->secret;
     link->cb = *cb;
     snprintf(link->addr, sizeof(link->addr), "%s", addr);
+    struct net_endpoint ep;
+    struct petrel_error err;
+    if (net_endpoint_parse(link->addr, NET_ENDPOINT_PORT_NONZERO, 0, &ep, &err))
+        link->dialer = net_dialer_new(base, &ep);
+    else
+        snprintf(link->addr_error, sizeof(link->addr_error), "%.120s", err.message);
     link->timer = evtimer_new(base, timer_cb, link);
     net_backoff_init(&link->backoff, cfg->reconnect_min_ms, cfg->reconnect_max_ms);
     link->state = WAIT_RETRY;
@@ -308,6 +318,7 @@ void director_link_free(struct director_link *link)
     if (link == NULL)
         return;
     close_conn(link);
+    net_dialer_free(link->dialer);
     event_free(link->timer);
     buf_free(&link->line);
     buf_free(&link->out);

@@ -4,7 +4,7 @@
 #include "core/xalloc.h"
 #include "core/yaml-doc.h"
 #include "core/yaml-print.h"
-#include "net/sockaddr.h"
+#include "net/endpoint.h"
 
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -202,15 +202,11 @@ static bool read_restore(const struct cfg_ctx *ctx, const struct ynode *root,
 static bool check_director_addr(const struct cfg_ctx *ctx, const struct ynode *root,
                                 const char *addr)
 {
+    /* Dialed: a host name is resolved at each connect, not here. */
     struct petrel_error e;
-    struct net_addr a;
-    if (!net_addr_parse(addr, &a, &e))
+    struct net_endpoint ep;
+    if (!net_endpoint_parse(addr, NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_PORT_NONZERO, 0, &ep, &e))
         return cfg_fail(ctx, ynode_get(root, "director_addr"), "director_addr", "%s", e.message);
-    bool port_zero = (a.ss.ss_family == AF_INET && ((struct sockaddr_in *)&a.ss)->sin_port == 0) ||
-                     (a.ss.ss_family == AF_INET6 && ((struct sockaddr_in6 *)&a.ss)->sin6_port == 0);
-    if (port_zero)
-        return cfg_fail(ctx, ynode_get(root, "director_addr"), "director_addr",
-                        "needs a port other than 0");
     return true;
 }
 

@@ -16,7 +16,7 @@
 #include "core/xalloc.h"
 #include "net/backoff.h"
 #include "net/evbuffer-line.h"
-#include "net/sockaddr.h"
+#include "net/dial.h"
 #include "clients/ring/ring-auth.h"
 
 #include <event2/buffer.h>
@@ -35,7 +35,7 @@ enum link_state { LINK_IDLE, LINK_CONNECTING, LINK_HANDSHAKE, LINK_READY };
 struct monitor_link {
     struct event_base *base;
     char *address;
-    struct net_addr addr;
+    struct net_dialer *dialer;
     char *name;
     char *secret;                               /* "" = anonymous */
     char nonce[RING_AUTH_HEX_LEN + 1];          /* ours, per connection */
@@ -90,6 +90,7 @@ static void send_farewell(struct monitor_link *l, const struct ring_msg *m)
 static void link_close(struct monitor_link *l)
 {
     if (l->bev != NULL) {
+        net_dialer_cancel(l->dialer);
         bufferevent_free(l->bev);
         l->bev = NULL;
     }
@@ -324,9 +325,12 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     }
     char reason[REASON_MAX];
     int e = EVUTIL_SOCKET_ERROR();
+    const char *dns = l->state == LINK_CONNECTING ? net_dialer_error(l->dialer) : NULL;
     snprintf(reason, sizeof(reason), "%s: %s",
              l->state == LINK_CONNECTING ? "connect failed" : "connection failed",
-             e != 0 ? evutil_socket_error_to_string(e) : "error");
+             dns != NULL ? dns
+             : e != 0    ? evutil_socket_error_to_string(e)
+                         : "error");
     link_fail(l, reason);
 }
 
@@ -368,8 +372,9 @@ static void connect_now(struct monitor_link *l)
         ring_write_hello(&l->out, RING_KIND_MONITOR, l->name);
     bufferevent_write(l->bev, l->out.data, l->out.len);
     arm_watch(l);
-    if (bufferevent_socket_connect(l->bev, (struct sockaddr *)&l->addr.ss, (int)l->addr.len) < 0)
-        link_fail(l, "connect failed");
+    if (!net_dialer_connect(l->dialer, l->bev))
+        link_fail(l, net_dialer_error(l->dialer) != NULL ? net_dialer_error(l->dialer)
+                                                         : "connect failed");
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg)
@@ -384,13 +389,14 @@ struct monitor_link *monitor_link_new(struct event_base *base,
                                       const struct monitor_link_events *events, void *ctx,
                                       struct petrel_error *err)
 {
-    struct net_addr addr;
-    if (!net_addr_parse(opts->addr, &addr, err))
+    struct net_endpoint ep;
+    if (!net_endpoint_parse(opts->addr, NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_PORT_NONZERO, 0, &ep,
+                            err))
         return NULL;
     struct monitor_link *l = xcalloc(1, sizeof(*l));
     l->base = base;
     l->address = xstrdup(opts->addr);
-    l->addr = addr;
+    l->dialer = net_dialer_new(base, &ep);
     l->name = xstrndup(opts->name != NULL && *opts->name != '\0' ? opts->name : "petrel-monitor",
                        RING_NAME_MAX);
     l->secret = xstrdup(opts->secret != NULL ? opts->secret : "");
@@ -419,6 +425,7 @@ void monitor_link_free(struct monitor_link *l)
     buf_free(&l->line);
     buf_free(&l->out);
     free(l->address);
+    net_dialer_free(l->dialer);
     free(l->name);
     ring_secret_free(l->secret);
     free(l);
