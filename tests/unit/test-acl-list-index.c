@@ -261,8 +261,12 @@ static int setup(void **state)
     struct ydoc *doc = ydoc_parse("t.yaml", yaml, strlen(yaml), &err);
     free(yaml);
     assert_non_null(doc);
-    f->dicts = dict_registry_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
+    struct dict_settings *settings =
+        dict_settings_read("t.yaml", ynode_get(doc->root, "dicts"), &err);
     ydoc_free(doc);
+    assert_non_null(settings);
+    f->dicts = dict_registry_new(settings);
+    dict_settings_free(settings);
     assert_non_null(f->dicts);
     assert_true(dict_registry_open(f->dicts, NULL, NULL, &err));
     f->dict = dict_registry_get(f->dicts, "reg");
