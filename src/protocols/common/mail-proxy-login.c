@@ -1,6 +1,22 @@
 /* Names of the backend-login steps (mail-proxy-login.h). */
 #include "protocols/common/mail-proxy-login.h"
 
+#include "core/base64.h"
+
+#include <openssl/crypto.h>
+
+void mail_proxy_login_plain(struct buf *out, const char *user, const char *password)
+{
+    struct buf plain = {0};
+    buf_append_char(&plain, '\0');
+    buf_append_str(&plain, user);
+    buf_append_char(&plain, '\0');
+    buf_append_str(&plain, password);
+    base64_encode_append(out, plain.data, plain.len);
+    OPENSSL_cleanse(plain.data, plain.len);
+    buf_free(&plain);
+}
+
 const char *mail_proxy_login_step_name(enum mail_proxy_login_step step)
 {
     switch (step) {

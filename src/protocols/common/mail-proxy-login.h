@@ -13,6 +13,7 @@
 #ifndef PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
 #define PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
 
+#include "core/buf.h"
 #include "protocols/common/mail-forward.h"
 
 #include <stddef.h>
@@ -38,6 +39,10 @@ struct mail_proxy_login_result {
     enum mail_proxy_login_step step;
     const char *text;
 };
+
+/* Appends the base64 of a SASL PLAIN message for `user` and `password`
+ * (RFC 4616: no authorisation id), wiping its clear-text copy. */
+void mail_proxy_login_plain(struct buf *out, const char *user, const char *password);
 
 /* The name of a step for logs: "ok", "rejected", ... */
 const char *mail_proxy_login_step_name(enum mail_proxy_login_step step);

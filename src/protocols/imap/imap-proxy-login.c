@@ -1,7 +1,6 @@
 /* The IMAP backend dialogue of a login proxy (see imap-proxy-login.h). */
 #include "protocols/imap/imap-proxy-login.h"
 
-#include "core/base64.h"
 #include "core/xalloc.h"
 
 #include <openssl/crypto.h>
@@ -73,17 +72,9 @@ static void send_login(struct imap_proxy_login *pl, struct buf *out)
         id_pair(out, &first, "x-proxy-ttl", ttl);
     }
     buf_append_str(out, first ? "NIL\r\n" : ")\r\n");
-    /* SASL PLAIN: authzid empty, authcid, password (RFC 4616). */
-    struct buf plain = {0};
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->user);
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->password);
     buf_append_str(out, "P2 AUTHENTICATE PLAIN ");
-    base64_encode_append(out, plain.data, plain.len);
+    mail_proxy_login_plain(out, pl->user, pl->password);
     buf_append_str(out, "\r\n");
-    OPENSSL_cleanse(plain.data, plain.len);
-    buf_free(&plain);
 }
 
 static bool starts(const char *s, const char *prefix)

@@ -1,7 +1,6 @@
 /* The POP3 backend dialogue of a login proxy (see pop3-proxy-login.h). */
 #include "protocols/pop3/pop3-proxy-login.h"
 
-#include "core/base64.h"
 #include "core/xalloc.h"
 
 #include <openssl/crypto.h>
@@ -61,16 +60,9 @@ static bool send_xclient(const struct mail_forward *f, struct buf *out)
 
 static void send_auth(struct pop3_proxy_login *pl, struct buf *out)
 {
-    struct buf plain = {0};
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->user);
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->password);
     buf_append_str(out, "AUTH PLAIN ");
-    base64_encode_append(out, plain.data, plain.len);
+    mail_proxy_login_plain(out, pl->user, pl->password);
     buf_append_str(out, "\r\n");
-    OPENSSL_cleanse(plain.data, plain.len);
-    buf_free(&plain);
 }
 
 /* "<status>" alone or followed by a space: the rest after it. */
