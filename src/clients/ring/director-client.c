@@ -384,18 +384,16 @@ static bool greet(struct link *l, const struct ring_msg *m)
                                           "has a ring secret");
         return false;
     }
-    if (!ring_auth_nonce(l->nonce)) {
+    snprintf(l->director_nonce, sizeof(l->director_nonce), "%s", m->version.nonce);
+    struct buf out = {0};
+    bool ok = ring_auth_write_answer(&out, secret, l->director_nonce, l->nonce);
+    if (ok)
+        line_client_write(l->lc, (const char *)out.data, out.len);
+    buf_free(&out);
+    if (!ok) {
         line_client_protocol_error(l->lc, "no random bytes for the authentication nonce");
         return false;
     }
-    snprintf(l->director_nonce, sizeof(l->director_nonce), "%s", m->version.nonce);
-    char proof[RING_AUTH_HEX_LEN + 1];
-    ring_auth_proof(secret, strlen(secret), RING_AUTH_CLIENT, l->director_nonce, l->nonce, proof);
-    struct ring_msg a = {.type = RING_MSG_AUTH};
-    a.auth.mech = RING_AUTH_MECH;
-    a.auth.nonce = l->nonce;
-    a.auth.proof = proof;
-    send_msg(l, &a);
     send_hello(l);
     l->awaiting_auth_ok = true;
     return true;

@@ -158,3 +158,18 @@ void ring_secret_free(char *secret)
     OPENSSL_cleanse(secret, strlen(secret));
     free(secret);
 }
+
+bool ring_auth_write_answer(struct buf *out, const char *secret, const char *director_nonce,
+                            char nonce[RING_AUTH_HEX_LEN + 1])
+{
+    if (!ring_auth_nonce(nonce))
+        return false;
+    char proof[RING_AUTH_HEX_LEN + 1];
+    ring_auth_proof(secret, strlen(secret), RING_AUTH_CLIENT, director_nonce, nonce, proof);
+    struct ring_msg m = {.type = RING_MSG_AUTH};
+    m.auth.mech = RING_AUTH_MECH;
+    m.auth.nonce = nonce;
+    m.auth.proof = proof;
+    ring_msg_write(out, &m);
+    return true;
+}

@@ -40,6 +40,12 @@ void ring_auth_proof(const char *secret, size_t secret_len, enum ring_auth_role 
                      const char *server_nonce, const char *client_nonce,
                      char out[RING_AUTH_HEX_LEN + 1]);
 
+/* A client's answer to a director's challenge: a fresh nonce into
+ * `nonce` and the AUTH line (mech, nonce, proof) appended to `out`. False
+ * when the random generator fails (nothing appended). */
+bool ring_auth_write_answer(struct buf *out, const char *secret, const char *director_nonce,
+                            char nonce[RING_AUTH_HEX_LEN + 1]);
+
 /* True when `received` is the proof `role` must send for these nonces;
  * the comparison takes the same time wherever the proofs differ. */
 bool ring_auth_check(const char *secret, size_t secret_len, enum ring_auth_role role,

@@ -13,8 +13,10 @@
 #ifndef PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
 #define PETREL_PROTOCOLS_COMMON_MAIL_PROXY_LOGIN_H
 
+#include "core/buf.h"
 #include "protocols/common/mail-forward.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct mail_proxy_login_params {
@@ -38,6 +40,21 @@ struct mail_proxy_login_result {
     enum mail_proxy_login_step step;
     const char *text;
 };
+
+/* The longest backend line a dialogue reads (without its CRLF). */
+#define MAIL_PROXY_LOGIN_LINE_MAX 8192
+
+/* What every dialogue does with a backend line before reading it: false,
+ * with *result set to PROTOCOL, after a final step (`finished`) or for a
+ * line over MAIL_PROXY_LOGIN_LINE_MAX or holding a NUL (the dialogue then
+ * ends); otherwise the line is copied NUL-terminated into `text` (at least
+ * MAIL_PROXY_LOGIN_LINE_MAX + 1 bytes) and *result is CONTINUE. */
+bool mail_proxy_login_take(bool finished, const char *line, size_t len, char *text,
+                           struct mail_proxy_login_result *result);
+
+/* Appends the base64 of a SASL PLAIN message for `user` and `password`
+ * (RFC 4616: no authorisation id), wiping its clear-text copy. */
+void mail_proxy_login_plain(struct buf *out, const char *user, const char *password);
 
 /* The name of a step for logs: "ok", "rejected", ... */
 const char *mail_proxy_login_step_name(enum mail_proxy_login_step step);

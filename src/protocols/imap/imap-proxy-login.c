@@ -1,7 +1,6 @@
 /* The IMAP backend dialogue of a login proxy (see imap-proxy-login.h). */
 #include "protocols/imap/imap-proxy-login.h"
 
-#include "core/base64.h"
 #include "core/xalloc.h"
 
 #include <openssl/crypto.h>
@@ -10,8 +9,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define PROXY_LINE_MAX 8192
-
 enum state { WAIT_GREETING, WAIT_LOGIN, FINISHED };
 
 struct imap_proxy_login {
@@ -19,7 +16,7 @@ struct imap_proxy_login {
     char *user;
     char *password;
     struct mail_forward client;
-    char text[PROXY_LINE_MAX + 1]; /* the last line, NUL-terminated */
+    char text[MAIL_PROXY_LOGIN_LINE_MAX + 1]; /* the last line, NUL-terminated */
 };
 
 struct imap_proxy_login *imap_proxy_login_new(const struct mail_proxy_login_params *params)
@@ -73,17 +70,9 @@ static void send_login(struct imap_proxy_login *pl, struct buf *out)
         id_pair(out, &first, "x-proxy-ttl", ttl);
     }
     buf_append_str(out, first ? "NIL\r\n" : ")\r\n");
-    /* SASL PLAIN: authzid empty, authcid, password (RFC 4616). */
-    struct buf plain = {0};
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->user);
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->password);
     buf_append_str(out, "P2 AUTHENTICATE PLAIN ");
-    base64_encode_append(out, plain.data, plain.len);
+    mail_proxy_login_plain(out, pl->user, pl->password);
     buf_append_str(out, "\r\n");
-    OPENSSL_cleanse(plain.data, plain.len);
-    buf_free(&plain);
 }
 
 static bool starts(const char *s, const char *prefix)
@@ -120,20 +109,10 @@ static void finish(struct imap_proxy_login *pl, struct mail_proxy_login_result *
 void imap_proxy_login_line(struct imap_proxy_login *pl, const char *line, size_t len,
                            struct buf *out, struct mail_proxy_login_result *result)
 {
-    result->step = MAIL_PROXY_LOGIN_CONTINUE;
-    result->text = NULL;
-    if (pl->state == FINISHED) {
-        result->step = MAIL_PROXY_LOGIN_PROTOCOL;
-        result->text = "a line after the login was decided";
+    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->text, result)) {
+        pl->state = FINISHED;
         return;
     }
-    if (len > PROXY_LINE_MAX || memchr(line, '\0', len) != NULL) {
-        finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL,
-               len > PROXY_LINE_MAX ? "a backend line over 8 KiB" : "a NUL byte from the backend");
-        return;
-    }
-    memcpy(pl->text, line, len);
-    pl->text[len] = '\0';
     const char *rest;
     if (pl->state == WAIT_GREETING) {
         if (after(pl->text, "* OK") != NULL) {

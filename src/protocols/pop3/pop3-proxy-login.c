@@ -1,7 +1,6 @@
 /* The POP3 backend dialogue of a login proxy (see pop3-proxy-login.h). */
 #include "protocols/pop3/pop3-proxy-login.h"
 
-#include "core/base64.h"
 #include "core/xalloc.h"
 
 #include <openssl/crypto.h>
@@ -10,8 +9,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define PROXY_LINE_MAX 8192
-
 enum state { WAIT_GREETING, WAIT_XCLIENT, WAIT_AUTH, FINISHED };
 
 struct pop3_proxy_login {
@@ -19,7 +16,7 @@ struct pop3_proxy_login {
     char *user;
     char *password;
     struct mail_forward client;
-    char text[PROXY_LINE_MAX + 1];
+    char text[MAIL_PROXY_LOGIN_LINE_MAX + 1];
 };
 
 struct pop3_proxy_login *pop3_proxy_login_new(const struct mail_proxy_login_params *params)
@@ -61,16 +58,9 @@ static bool send_xclient(const struct mail_forward *f, struct buf *out)
 
 static void send_auth(struct pop3_proxy_login *pl, struct buf *out)
 {
-    struct buf plain = {0};
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->user);
-    buf_append_char(&plain, '\0');
-    buf_append_str(&plain, pl->password);
     buf_append_str(out, "AUTH PLAIN ");
-    base64_encode_append(out, plain.data, plain.len);
+    mail_proxy_login_plain(out, pl->user, pl->password);
     buf_append_str(out, "\r\n");
-    OPENSSL_cleanse(plain.data, plain.len);
-    buf_free(&plain);
 }
 
 /* "<status>" alone or followed by a space: the rest after it. */
@@ -95,20 +85,10 @@ static void finish(struct pop3_proxy_login *pl, struct mail_proxy_login_result *
 void pop3_proxy_login_line(struct pop3_proxy_login *pl, const char *line, size_t len,
                            struct buf *out, struct mail_proxy_login_result *result)
 {
-    result->step = MAIL_PROXY_LOGIN_CONTINUE;
-    result->text = NULL;
-    if (pl->state == FINISHED) {
-        result->step = MAIL_PROXY_LOGIN_PROTOCOL;
-        result->text = "a line after the login was decided";
+    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->text, result)) {
+        pl->state = FINISHED;
         return;
     }
-    if (len > PROXY_LINE_MAX || memchr(line, '\0', len) != NULL) {
-        finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL,
-               len > PROXY_LINE_MAX ? "a backend line over 8 KiB" : "a NUL byte from the backend");
-        return;
-    }
-    memcpy(pl->text, line, len);
-    pl->text[len] = '\0';
     const char *rest;
     switch (pl->state) {
     case WAIT_GREETING:

@@ -154,19 +154,13 @@ static bool authenticate(struct monitor_link *l, const struct ring_msg *version)
                      " in its VERSION) but this monitor has a ring secret");
         return false;
     }
-    if (!ring_auth_nonce(l->nonce)) {
+    snprintf(l->director_nonce, sizeof(l->director_nonce), "%s", version->version.nonce);
+    buf_reset(&l->out);
+    if (!ring_auth_write_answer(&l->out, l->secret, l->director_nonce, l->nonce)) {
         link_fail(l, "no random bytes for the authentication nonce");
         return false;
     }
-    snprintf(l->director_nonce, sizeof(l->director_nonce), "%s", version->version.nonce);
-    char proof[RING_AUTH_HEX_LEN + 1];
-    ring_auth_proof(l->secret, strlen(l->secret), RING_AUTH_CLIENT, l->director_nonce, l->nonce,
-                    proof);
-    struct ring_msg m = {.type = RING_MSG_AUTH};
-    m.auth.mech = RING_AUTH_MECH;
-    m.auth.nonce = l->nonce;
-    m.auth.proof = proof;
-    send_msg(l, &m);
+    bufferevent_write(l->bev, l->out.data, l->out.len);
     send_hello(l);
     l->awaiting_auth_ok = true;
     return true;
