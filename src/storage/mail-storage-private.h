@@ -182,6 +182,11 @@ struct mail_storage {
     bool attr_main;
     struct event_base *attr_base;
     struct dict *attr_dict;
+    /* Instances of per-owner shared namespaces made on this handle
+     * (storage/shared-namespace.h), kept until the handle is freed. */
+    struct namespace_config **shared_ns;
+    size_t shared_ns_count;
+    size_t shared_ns_cap;
 };
 
 struct mail_user {

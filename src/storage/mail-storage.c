@@ -11,6 +11,7 @@
 #include "storage/acl/acl-rights.h"
 #include "storage/special-use.h"
 #include "storage/metadata/metadata-store.h"
+#include "storage/shared-namespace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,7 @@ void mail_storage_free(struct mail_storage *storage)
         user_free(storage->users[i]);
     free(storage->users);
     metadata_storage_free(storage);
+    mail_shared_namespaces_free(storage);
     storage->v->storage_deinit(storage->driver);
     free(storage);
 }
@@ -261,6 +263,10 @@ const char *mail_user_home(const struct mail_user *user)
 bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
                               struct buf *out, struct petrel_error *err)
 {
+    if (ns->owner != NULL)
+        return mail_shared_namespace_root(user->storage, ns, out, err);
+    if (ns->per_owner) /* only its owners' instances have folders */
+        return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found");
     /* location is "<scheme>:<template>" */
     const char *colon = strchr(ns->location, ':');
     const char *template = colon != NULL ? colon + 1 : ns->location;

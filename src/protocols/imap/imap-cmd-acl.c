@@ -118,7 +118,10 @@ static void append_identifier(struct buf *out, const struct imap_session *s,
         buf_append_str(&text, "authenticated");
         break;
     case ACL_ID_OWNER:
-        buf_append_str(&text, ns->type == NAMESPACE_PERSONAL ? mail_user_name(s->user) : "owner");
+        /* in a shared namespace's instance, the owner whose folder it is */
+        buf_append_str(&text, ns->type == NAMESPACE_PERSONAL ? mail_user_name(s->user)
+                              : ns->owner != NULL            ? ns->owner
+                                                             : "owner");
         break;
     case ACL_ID_USER:
         buf_append_str(&text, id->name);

@@ -12,6 +12,7 @@
 #include "core/xalloc.h"
 #include "storage/acl/acl-rights.h"
 #include "storage/mailbox-name.h"
+#include "storage/shared-namespace.h"
 #include "storage/special-use.h"
 #include "storage/subscription-store.h"
 
@@ -125,15 +126,23 @@ static bool resolve_folder(struct imap_session *s, const struct imap_arg *arg,
     }
     buf_append_char(&utf8, '\0');
     const char *rest = NULL;
-    const struct namespace_config *best = namespace_by_prefix(mail_cfg(s), utf8.data, &rest);
-    if (best == NULL) {
+    if (namespace_by_prefix(mail_cfg(s), utf8.data, NULL) == NULL) {
         buf_free(&utf8);
         imap_reply_no(s, "[NONEXISTENT] No namespace holds this name.");
         return false;
     }
+    /* "shared/bob/Work": bob's instance of a per-owner shared namespace;
+     * a name that stops at the owner level, or names no valid owner, is
+     * answered as a missing folder. */
+    struct petrel_error err;
+    const struct namespace_config *best = mail_namespace_resolve(s->user, utf8.data, &rest, &err);
+    if (best == NULL) {
+        buf_free(&utf8);
+        imap_reply_storage_error(s, &err);
+        return false;
+    }
     out->ns = best;
-    out->name =
-        xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
+    out->name = xstrdup(mailbox_name_is_inbox(rest) && namespace_has_inbox(best) ? "INBOX" : rest);
     buf_free(&utf8);
     return true;
 }
@@ -183,7 +192,7 @@ static void append_namespaces(struct buf *out, const struct mail_config *cfg,
             continue;
         buf_append_str(out, any ? "(" : " ((");
         any = true;
-        imap_append_string(out, ns->prefix, strlen(ns->prefix));
+        imap_append_string(out, ns->prefix, namespace_prefix_head(ns));
         buf_printf(out, " \"%s%c\")", ns->separator == '"' || ns->separator == '\\' ? "\\" : "",
                    ns->separator);
     }

@@ -1,0 +1,182 @@
+"""Shared and public namespaces (docs/acl.md "Shared and public
+namespaces"): a per-owner shared namespace "shared/%u/" in which a user
+reaches the folders other users granted them, a public namespace "Public/"
+whose folders only ACLs open, and private \\Seen (INDEXPVT) for readers of
+shared and public folders.
+
+Real parts: one petreld with auth (passwd-file: alice, bob, carol), IMAP
+and the backend API; imaplib. mail.acl.cache_secs is 0 so a grant or a
+revocation by one session is seen by the next command of another."""
+
+import imaplib
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+
+PASSWD = ("alice:{PLAIN}wonderland:1001:1001\n"
+          "bob:{PLAIN}builder:1002:1002\n"
+          "carol:{PLAIN}singer:1003:1003\n")
+PASSWORDS = {"alice": "wonderland", "bob": "builder", "carol": "singer"}
+
+MSG = (b"From: Sender <sender@example.net>\r\n"
+       b"Subject: shared\r\n"
+       b"\r\n"
+       b"Body.\r\n")
+
+NOPERM = b"NO [NOPERM] The mail store does not allow this."
+NONEXISTENT = b"NO [NONEXISTENT] Mailbox does not exist."
+READONLY = b"NO [READ-ONLY] Mailbox is read-only."
+
+
+def shared_config(tmp_path, index_private=True, acl=True):
+    passwd = tmp_path / "passwd"
+    passwd.write_text(PASSWD)
+    auth_port = free_port()
+    shared = {"name": "shared", "type": "shared", "prefix": "shared/%u/", "separator": "/",
+              "location": "maildir:%h/Maildir"}
+    public = {"name": "public", "type": "public", "prefix": "Public/", "separator": "/",
+              "location": f"maildir:{tmp_path}/public", "subscriptions": False}
+    if index_private:
+        shared["index_private"] = "%h/pvt"
+        public["index_private"] = "%h/pvt"
+    return {
+        "components": ["auth", "imap", "backend-api"],
+        "mail": {"home": str(tmp_path / "mail" / "%u"), "fsync": "never",
+                 "acl": {"enabled": acl, "cache_secs": 0},
+                 "namespaces": [
+                     {"name": "inbox", "type": "personal", "prefix": "", "separator": "/",
+                      "location": "maildir:%h/Maildir"},
+                     shared, public]},
+        "auth": {"listen": [f"127.0.0.1:{auth_port}"],
+                 "passdb": {"driver": "passwd-file", "path": str(passwd)}},
+        "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                 "auth_addr": f"127.0.0.1:{auth_port}"},
+    }
+
+
+@pytest.fixture
+def shd(petreld, tmp_path):
+    return petreld(shared_config(tmp_path))
+
+
+def login(d, user):
+    host, port = d.config["imap"]["listen"][0].rsplit(":", 1)
+    m = imaplib.IMAP4(host, int(port))
+    m.login(user, PASSWORDS[user])
+    return m
+
+
+def raw(m, line):
+    """One command line; (untagged lines, tagged reply without the tag)."""
+    tag = m._new_tag()
+    m.send(tag + b" " + line + b"\r\n")
+    untagged = []
+    while True:
+        got = m._get_line()
+        if got.startswith(tag + b" "):
+            return untagged, got[len(tag) + 1:]
+        untagged.append(got)
+
+
+def ok(m, line):
+    untagged, tagged = raw(m, line)
+    assert tagged.startswith(b"OK"), (line, untagged, tagged)
+    return untagged
+
+
+def append(m, folder, flags=b"()"):
+    tag = m._new_tag()
+    m.send(tag + b" APPEND " + folder + b" " + flags + b" {%d}\r\n" % len(MSG))
+    assert m._get_line().startswith(b"+")
+    m.send(MSG + b"\r\n")
+    while True:
+        got = m._get_line()
+        if got.startswith(tag + b" "):
+            return got[len(tag) + 1:]
+
+
+def flags_of(m, folder):
+    """The flags of each message of `folder` as `m` sees them (EXAMINE,
+    \\Recent left out: it is per session)."""
+    ok(m, b"EXAMINE " + folder)
+    lines = ok(m, b"FETCH 1:* (FLAGS)")
+    ok(m, b"UNSELECT")
+    return [l.replace(b"\\Recent", b"").replace(b"( ", b"(").replace(b" )", b")")
+            for l in lines]
+
+
+def owner_shares(d, folder=b"Team", rights=b"lr", to=b"bob"):
+    """alice makes `folder` with one message and grants `to` `rights`."""
+    a = login(d, "alice")
+    ok(a, b"CREATE " + folder)
+    assert append(a, folder).startswith(b"OK")
+    ok(a, b"SETACL " + folder + b" " + to + b" " + rights)
+    return a
+
+
+def test_namespace_response_lists_shared_and_public(shd):
+    m = login(shd, "bob")
+    assert ok(m, b"NAMESPACE") == [
+        b'* NAMESPACE (("" "/")) (("shared/" "/")) (("Public/" "/"))']
+
+
+def test_read_only_share_select_fetch_but_no_store_expunge_append(shd):
+    a = owner_shares(shd)
+    b = login(shd, "bob")
+    untagged, tagged = raw(b, b"SELECT shared/alice/Team")
+    # lr only: read-only, no flag may be kept (as Dovecot).
+    assert tagged == b"OK [READ-ONLY] Select completed." or tagged.startswith(b"OK [READ-ONLY]"), \
+        tagged
+    assert b"* OK [PERMANENTFLAGS ()] No permanent flags permitted." in untagged or any(
+        l.startswith(b"* OK [PERMANENTFLAGS ()]") for l in untagged), untagged
+    assert b"* 1 EXISTS" in untagged
+    got = ok(b, b"FETCH 1 (BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
+    assert b"Subject: shared" in b"".join(got) or any(b"shared" in x for x in got), got
+    # Read-only (no i e w t s): what changes the folder is refused.
+    assert raw(b, b"STORE 1 +FLAGS (\\Flagged)") == ([], READONLY)
+    assert raw(b, b"STORE 1 +FLAGS (\\Deleted)") == ([], READONLY)
+    assert raw(b, b"EXPUNGE") == ([], READONLY)
+    assert append(b, b"shared/alice/Team") == NOPERM
+    assert raw(b, b"COPY 1 shared/alice/Team") == ([], NOPERM)
+    assert raw(b, b"MYRIGHTS shared/alice/Team") == (
+        [b"* MYRIGHTS shared/alice/Team lr"], b"OK Myrights completed.")
+    # The owner's message is unchanged, \Seen included.
+    assert flags_of(a, b"Team") == [b"* 1 FETCH (FLAGS ())"]
+    # STATUS through the shared name reaches the owner's folder.
+    assert raw(b, b"STATUS shared/alice/Team (MESSAGES)") == (
+        [b'* STATUS "shared/alice/Team" (MESSAGES 1)'], b"OK STATUS completed.")
+
+
+def test_missing_and_unshared_folders_look_the_same(shd):
+    a = owner_shares(shd)
+    ok(a, b"CREATE Private")
+    b = login(shd, "bob")
+    for name in (b"shared/alice/Private", b"shared/alice/Nothing", b"shared/nobody/Team",
+                 b"shared/alice", b"shared/bob/INBOX", b"shared/alice/INBOX"):
+        assert raw(b, b"SELECT " + name) == ([], NONEXISTENT), name
+        assert raw(b, b"EXAMINE " + name) == ([], NONEXISTENT), name
+        assert raw(b, b"STATUS " + name + b" (MESSAGES)") == ([], NONEXISTENT), name
+        assert raw(b, b"MYRIGHTS " + name) == ([], NONEXISTENT), name
+    assert append(b, b"shared/alice/Private").startswith(b"NO [TRYCREATE]") or \
+        append(b, b"shared/alice/Private").startswith(b"NO [NONEXISTENT]")
+    # carol was granted nothing: alice's shared folder is missing for her.
+    c = login(shd, "carol")
+    assert raw(c, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
+
+
+def test_insert_right_lets_append_and_copy_in(shd):
+    a = owner_shares(shd, rights=b"lri")
+    b = login(shd, "bob")
+    assert append(b, b"shared/alice/Team").startswith(b"OK")
+    ok(b, b"SELECT INBOX")
+    assert append(b, b"INBOX").startswith(b"OK")
+    ok(b, b"SELECT INBOX")
+    ok(b, b"COPY 1 shared/alice/Team")
+    assert flags_of(a, b"Team") == [b"* 1 FETCH (FLAGS ())", b"* 2 FETCH (FLAGS ())",
+                                    b"* 3 FETCH (FLAGS ())"]
+    # Files land in alice's folder, none in bob's tree under that name.
+    maildir = Path(shd.config["mail"]["home"].replace("%u", "alice")) / "Maildir" / ".Team"
+    assert len(list((maildir / "cur").iterdir()) + list((maildir / "new").iterdir())) == 3
