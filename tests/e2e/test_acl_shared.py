@@ -160,8 +160,7 @@ def test_missing_and_unshared_folders_look_the_same(shd):
         assert raw(b, b"EXAMINE " + name) == ([], NONEXISTENT), name
         assert raw(b, b"STATUS " + name + b" (MESSAGES)") == ([], NONEXISTENT), name
         assert raw(b, b"MYRIGHTS " + name) == ([], NONEXISTENT), name
-    assert append(b, b"shared/alice/Private").startswith(b"NO [TRYCREATE]") or \
-        append(b, b"shared/alice/Private").startswith(b"NO [NONEXISTENT]")
+    assert append(b, b"shared/alice/Private") == append(b, b"shared/alice/Nothing")
     # carol was granted nothing: alice's shared folder is missing for her.
     c = login(shd, "carol")
     assert raw(c, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
@@ -180,3 +179,38 @@ def test_insert_right_lets_append_and_copy_in(shd):
     # Files land in alice's folder, none in bob's tree under that name.
     maildir = Path(shd.config["mail"]["home"].replace("%u", "alice")) / "Maildir" / ".Team"
     assert len(list((maildir / "cur").iterdir()) + list((maildir / "new").iterdir())) == 3
+
+
+def test_public_namespace_writable_only_with_granted_rights(shd, tmp_path):
+    public = tmp_path / "public"
+    public.mkdir()
+    # The root's ACL decides who may create (no owner in a public namespace);
+    # new folders inherit it.
+    (public / "dovecot-acl").write_text("user=alice lrswipkxtea\nuser=bob lrs\n")
+    a = login(shd, "alice")
+    b = login(shd, "bob")
+    c = login(shd, "carol")
+    assert raw(b, b"CREATE Public/Bobs") == ([], NOPERM)
+    ok(a, b"CREATE Public/News")
+    assert (public / ".News" / "dovecot-acl").read_text() == \
+        "user=alice lrswipkxtea\nuser=bob lrs\n"
+    assert append(a, b"Public/News").startswith(b"OK")
+    assert append(b, b"Public/News") == NOPERM
+    untagged, tagged = raw(b, b"SELECT Public/News")
+    assert tagged.startswith(b"OK [READ-WRITE]"), tagged
+    assert b"* OK [PERMANENTFLAGS (\\Seen)] Flags permitted." in untagged, untagged
+    assert raw(b, b"STORE 1 +FLAGS (\\Flagged)") == ([], NOPERM)
+    assert raw(b, b"STORE 1 +FLAGS (\\Deleted)") == ([], NOPERM)
+    assert raw(b, b"EXPUNGE") == ([], NOPERM)
+    assert raw(b, b"DELETE Public/News") == ([], NOPERM)
+    # carol has no entry: the folder does not exist for her.
+    assert raw(c, b"SELECT Public/News") == ([], NONEXISTENT)
+    assert raw(c, b"CREATE Public/Carols") == ([], NOPERM)
+    # Granting carol i lets her append, nothing more.
+    ok(a, b"SETACL Public/News carol i")
+    assert append(c, b"Public/News").startswith(b"OK")
+    # i without l: still as missing for everything else (RFC 4314 4).
+    assert raw(c, b"SELECT Public/News") == ([], NONEXISTENT)
+    assert b"* 2 EXISTS" in ok(a, b"SELECT Public/News")
+    ok(a, b"STORE 1 +FLAGS (\\Deleted)")
+    assert ok(a, b"EXPUNGE") == [b"* 1 EXPUNGE"]
