@@ -240,6 +240,7 @@ struct mailbox_common {
     enum mailbox_open_purpose purpose; /* set by mailbox_open_for() */
     struct mailbox_rights_cache rights;
     bool delivery; /* saves here are inbound deliveries (mailbox_set_delivery) */
+    struct mailbox_pvt *pvt; /* the reader's private \Seen (mailbox-pvt.h), when read */
 };
 
 /* The first member of every driver's struct mailbox_view: the snapshot
@@ -254,6 +255,11 @@ struct mailbox_view_common {
     uint32_t uid_validity;
     uint32_t uid_next;
     uint64_t highest_modseq;
+    /* Private \Seen (mailbox-pvt.h): the entries show the reader's; this
+     * bitmap (by sequence, pvt_shared_count entries) keeps the folder's
+     * own, given back to the driver before its next sync. NULL: none. */
+    uint8_t *pvt_shared;
+    size_t pvt_shared_count;
 };
 
 static inline struct mailbox_view_common *mailbox_view_common(const struct mailbox_view *view)

@@ -98,14 +98,19 @@ def append(m, folder, flags=b"()"):
             return got[len(tag) + 1:]
 
 
+def no_recent(lines):
+    """\\Recent left out: it belongs to whichever session saw a message first."""
+    return [l.replace(b"\\Recent", b"").replace(b"( ", b"(").replace(b" )", b")")
+            .replace(b"  ", b" ") for l in lines]
+
+
 def flags_of(m, folder):
     """The flags of each message of `folder` as `m` sees them (EXAMINE,
     \\Recent left out: it is per session)."""
     ok(m, b"EXAMINE " + folder)
     lines = ok(m, b"FETCH 1:* (FLAGS)")
     ok(m, b"UNSELECT")
-    return [l.replace(b"\\Recent", b"").replace(b"( ", b"(").replace(b" )", b")")
-            for l in lines]
+    return no_recent(lines)
 
 
 def owner_shares(d, folder=b"Team", rights=b"lr", to=b"bob"):
@@ -133,8 +138,10 @@ def test_read_only_share_select_fetch_but_no_store_expunge_append(shd):
     assert b"* OK [PERMANENTFLAGS ()] No permanent flags permitted." in untagged or any(
         l.startswith(b"* OK [PERMANENTFLAGS ()]") for l in untagged), untagged
     assert b"* 1 EXISTS" in untagged
-    got = ok(b, b"FETCH 1 (BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
-    assert b"Subject: shared" in b"".join(got) or any(b"shared" in x for x in got), got
+    # A body FETCH without s keeps no \\Seen, for bob or the owner.
+    got = ok(b, b"FETCH 1 (BODY[HEADER.FIELDS (SUBJECT)])")
+    assert got[0] == b"* 1 FETCH (BODY[HEADER.FIELDS (SUBJECT)] {19}", got
+    assert ok(b, b"FETCH 1 (FLAGS)") == [b"* 1 FETCH (FLAGS (\\Recent))"]
     # Read-only (no i e w t s): what changes the folder is refused.
     assert raw(b, b"STORE 1 +FLAGS (\\Flagged)") == ([], READONLY)
     assert raw(b, b"STORE 1 +FLAGS (\\Deleted)") == ([], READONLY)
@@ -214,3 +221,57 @@ def test_public_namespace_writable_only_with_granted_rights(shd, tmp_path):
     assert b"* 2 EXISTS" in ok(a, b"SELECT Public/News")
     ok(a, b"STORE 1 +FLAGS (\\Deleted)")
     assert ok(a, b"EXPUNGE")[0] == b"* 1 EXPUNGE"
+
+
+def status_unseen(m, name):
+    untagged = ok(m, b"STATUS " + name + b" (UNSEEN)")
+    return int(untagged[0].rsplit(b" ", 1)[1].rstrip(b")"))
+
+
+def test_private_seen_two_readers_and_the_owner(shd, tmp_path):
+    a = owner_shares(shd, rights=b"lrs")
+    assert append(a, b"Team").startswith(b"OK")
+    ok(a, b"SETACL Team carol lrs")
+    b = login(shd, "bob")
+    c = login(shd, "carol")
+    untagged, tagged = raw(b, b"SELECT shared/alice/Team")
+    assert tagged.startswith(b"OK [READ-WRITE]"), tagged
+    assert b"* OK [PERMANENTFLAGS (\\Seen)] Flags permitted." in untagged, untagged
+    # bob reads message 1: \Seen for bob only.
+    got = ok(b, b"FETCH 1 (FLAGS BODY[TEXT])")
+    assert no_recent(got)[0] == b"* 1 FETCH (FLAGS (\\Seen) BODY[TEXT] {7}", got
+    ok(b, b"STORE 2 +FLAGS.SILENT (\\Seen)")
+    assert no_recent(ok(b, b"FETCH 1:2 (FLAGS)")) == [b"* 1 FETCH (FLAGS (\\Seen))",
+                                           b"* 2 FETCH (FLAGS (\\Seen))"]
+    assert flags_of(a, b"Team") == [b"* 1 FETCH (FLAGS ())", b"* 2 FETCH (FLAGS ())"]
+    assert flags_of(c, b"shared/alice/Team") == [b"* 1 FETCH (FLAGS ())",
+                                                  b"* 2 FETCH (FLAGS ())"]
+    assert status_unseen(a, b"Team") == 2
+    assert status_unseen(c, b"shared/alice/Team") == 2
+    ok(b, b"UNSELECT")
+    assert status_unseen(b, b"shared/alice/Team") == 0
+    # The owner's own \Seen is the folder's; readers keep theirs.
+    ok(a, b"SELECT Team")
+    ok(a, b"STORE 1 +FLAGS.SILENT (\\Seen)")
+    ok(a, b"UNSELECT")
+    assert flags_of(a, b"Team") == [b"* 1 FETCH (FLAGS (\\Seen))", b"* 2 FETCH (FLAGS ())"]
+    assert flags_of(c, b"shared/alice/Team") == [b"* 1 FETCH (FLAGS ())",
+                                                  b"* 2 FETCH (FLAGS ())"]
+    ok(b, b"SELECT shared/alice/Team")
+    ok(b, b"STORE 1 -FLAGS.SILENT (\\Seen)")
+    assert no_recent(ok(b, b"FETCH 1:2 (FLAGS)")) == [b"* 1 FETCH (FLAGS ())",
+                                           b"* 2 FETCH (FLAGS (\\Seen))"]
+    # A replacement needs s, t and w; it keeps the folder's own \Seen of
+    # each message (the owner's), whatever the reader's becomes.
+    assert raw(b, b"STORE 2 FLAGS.SILENT ()") == ([], NOPERM)
+    ok(a, b"SETACL Team bob lrswt")
+    ok(b, b"STORE 1:2 FLAGS.SILENT (\\Flagged)")
+    assert no_recent(ok(b, b"FETCH 1:2 (FLAGS)")) == [b"* 1 FETCH (FLAGS (\\Flagged))",
+                                           b"* 2 FETCH (FLAGS (\\Flagged))"]
+    assert ok(b, b"SEARCH UNSEEN") == [b"* SEARCH 1 2"]
+    assert flags_of(a, b"Team") == [b"* 1 FETCH (FLAGS (\\Flagged \\Seen))",
+                                    b"* 2 FETCH (FLAGS (\\Flagged))"]
+    # bob's set lives under bob's home, named by the folder's GUID.
+    files = list((tmp_path / "mail" / "bob" / "pvt" / "alice").glob("*.seen"))
+    assert len(files) == 1 and files[0].read_bytes()[:8] == b"PVTSEEN1"
+    assert not (tmp_path / "mail" / "alice" / "pvt").exists()
