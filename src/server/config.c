@@ -158,6 +158,28 @@ static bool read_tls(const struct cfg_ctx *ctx, const struct ynode *node, struct
  * thread can share: a memory dict is private to the loop it is opened on
  * (IMAP workers each get their own instance), so entries would differ
  * between the API and IMAP. */
+/* mail.acl.sharing_map names a dict every thread shares too (the API and
+ * every IMAP worker read and write the same registry). */
+static bool check_sharing_map(const struct cfg_ctx *ctx, const struct ynode *mail,
+                              const struct petrel_config *cfg)
+{
+    const char *name = cfg->mail.acl.sharing_map;
+    if (name == NULL)
+        return true;
+    const struct ynode *node = ynode_get(ynode_get(mail, "acl"), "sharing_map");
+    for (size_t k = 0; k < dict_registry_count(cfg->dicts); k++) {
+        if (strcmp(dict_registry_name(cfg->dicts, k), name) != 0)
+            continue;
+        if (strcmp(dict_registry_driver(cfg->dicts, k), "memory") == 0)
+            return cfg_fail(ctx, node, "mail.acl.sharing_map",
+                            "dict '%s' is a memory dict, which each IMAP worker would hold apart; "
+                            "use file, sql or kvstore",
+                            name);
+        return true;
+    }
+    return cfg_fail(ctx, node, "mail.acl.sharing_map", "no dict named '%s' in dicts:", name);
+}
+
 static bool check_attribute_dict(const struct cfg_ctx *ctx, const struct ynode *mail,
                                  const struct petrel_config *cfg)
 {
@@ -286,7 +308,8 @@ static bool read_root(const struct cfg_ctx *ctx, const struct ynode *root, struc
     if (cfg->dicts == NULL)
         return false;
     if (!mail_config_read(ctx->file, ynode_get(root, "mail"), &cfg->mail, ctx->err) ||
-        !check_attribute_dict(ctx, ynode_get(root, "mail"), cfg))
+        !check_attribute_dict(ctx, ynode_get(root, "mail"), cfg) ||
+        !check_sharing_map(ctx, ynode_get(root, "mail"), cfg))
         return false;
     for (size_t i = 0; component_table[i] != NULL; i++) {
         const struct component_def *c = component_table[i];
@@ -413,6 +436,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
     fprintf(out, "  acl:\n    enabled: %s\n    allow_anyone: %s\n    cache_secs: %lldms\n",
             cfg->mail.acl.enabled ? "true" : "false", cfg->mail.acl.allow_anyone ? "true" : "false",
             (long long)cfg->mail.acl.cache_ms);
+    yaml_put_kv(out, "    ", "sharing_map",
+                cfg->mail.acl.sharing_map != NULL ? cfg->mail.acl.sharing_map : "");
     fprintf(out, "dicts:%s\n", dict_registry_count(cfg->dicts) == 0 ? " {}" : "");
     for (size_t i = 0; i < dict_registry_count(cfg->dicts); i++)
         fprintf(out, "  %s: {driver: %s}  # driver options not shown\n",

@@ -13,6 +13,7 @@
 #include "server/privileges.h"
 #include "services/telemetry/telemetry.h"
 #include "storage/acl/acl-module.h"
+#include "storage/acl/acl-registry.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
 #include "storage/quota/quota-module.h"
@@ -269,6 +270,11 @@ static bool register_storage_modules(struct petrel_context *ctx, struct mail_sto
     /* ACLs first: a folder the user may not use is refused before any
      * other module (quota) counts anything for it. */
     const struct mail_config *mail = &ctx->config->mail;
+    /* The sharing registry (storage/acl/acl-registry.h): the main handle
+     * uses the configured dict; siblings bind instances of their own. */
+    if (mail->acl.sharing_map != NULL)
+        acl_registry_storage_set_dict(storage,
+                                      dict_registry_get(ctx->config->dicts, mail->acl.sharing_map));
     if (mail->acl.enabled &&
         !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
         return false;

@@ -187,6 +187,12 @@ struct mail_storage {
     struct namespace_config **shared_ns;
     size_t shared_ns_count;
     size_t shared_ns_cap;
+    /* The sharing registry's dict (storage/acl/acl-registry.c), the same
+     * way: configured one, main or not, a sibling's loop and instance */
+    struct dict *acl_reg_proto;
+    bool acl_reg_main;
+    struct event_base *acl_reg_base;
+    struct dict *acl_reg_dict;
 };
 
 struct mail_user {

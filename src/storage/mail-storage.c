@@ -13,6 +13,7 @@
 #include "storage/metadata/metadata-store.h"
 #include "storage/shared-namespace.h"
 #include "storage/mailbox-pvt.h"
+#include "storage/acl/acl-registry.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ static struct mail_storage *storage_new(const struct mail_config *cfg,
         s->module_count = parent->module_count;
         s->save_hooks = parent->save_hooks;
         s->attr_proto = parent->attr_proto;
+        s->acl_reg_proto = parent->acl_reg_proto;
     } else {
         /* The storage's own rules come first. */
         mail_storage_module_register(s, &special_use_module, NULL, NULL);
@@ -141,6 +143,7 @@ void mail_storage_free(struct mail_storage *storage)
     free(storage->users);
     metadata_storage_free(storage);
     mail_shared_namespaces_free(storage);
+    acl_registry_storage_free(storage);
     storage->v->storage_deinit(storage->driver);
     free(storage);
 }

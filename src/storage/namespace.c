@@ -72,6 +72,7 @@ void mail_config_free(struct mail_config *cfg)
     free(cfg->special_use);
     free(cfg->attribute_dict);
     free(cfg->metadata_server_admin);
+    free(cfg->acl.sharing_map);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -308,14 +309,20 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
     out->acl.cache_ms = 1000;
     const struct ynode *acl = ynode_get(section, "acl");
     if (acl != NULL) {
-        static const char *const acl_keys[] = {"enabled", "cache_secs", "allow_anyone", NULL};
+        static const char *const acl_keys[] = {"enabled", "cache_secs", "allow_anyone",
+                                               "sharing_map", NULL};
         if (!cfg_expect_map(&ctx, acl, "mail.acl") ||
             !cfg_check_keys(&ctx, acl, "mail.acl", acl_keys) ||
             !cfg_bool(&ctx, acl, "mail.acl", "enabled", &out->acl.enabled) ||
             !cfg_bool(&ctx, acl, "mail.acl", "allow_anyone", &out->acl.allow_anyone) ||
             !cfg_duration_ms(&ctx, acl, "mail.acl", "cache_secs", 0, 3600 * 1000,
-                             &out->acl.cache_ms))
+                             &out->acl.cache_ms) ||
+            !cfg_string(&ctx, acl, "mail.acl", "sharing_map", &out->acl.sharing_map))
             goto fail;
+        if (out->acl.sharing_map != NULL && *out->acl.sharing_map == '\0') {
+            free(out->acl.sharing_map); /* "" is the default: no registry */
+            out->acl.sharing_map = NULL;
+        }
     }
     const struct ynode *nss = ynode_get(section, "namespaces");
     if (nss != NULL && nss->type != YNODE_SEQ) {

@@ -16,6 +16,7 @@
  *       enabled: false
  *       cache_secs: 1                  # how stale a handle's rights may get
  *       allow_anyone: false            # IMAP SETACL to anyone/authenticated
+ *       sharing_map: ""                # dict of the owner-discovery registry
  *
  * A namespace is addressed by its slug, derived from the prefix and never
  * from the type: the namespace with an empty prefix is `personal`; "Public/"
@@ -73,6 +74,7 @@ struct mail_acl_config {
     bool enabled;
     bool allow_anyone; /* SETACL may grant to "anyone"/"authenticated" (Dovecot's acl_anyone) */
     int64_t cache_ms;  /* a handle re-checks its ACL file at most this often */
+    char *sharing_map; /* the dict of `dicts:` holding the sharing registry (NULL: none) */
 };
 
 struct mail_config {

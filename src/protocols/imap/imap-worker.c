@@ -6,6 +6,7 @@
 #include "core/xalloc.h"
 #include "protocols/common/mail-clients.h"
 #include "clients/warden/warden-protocol.h"
+#include "storage/acl/acl-registry.h"
 #include "storage/metadata/metadata-store.h"
 
 #include <errno.h>
@@ -157,6 +158,7 @@ struct imap_worker *imap_worker_start(const struct imap_server_ctx *shared,
     w->ctx.sessions = mail_session_set_new(shared->listeners, w->ctx.base);
     w->ctx.storage = mail_storage_new_sibling(shared->storage, metrics);
     metadata_storage_bind_loop(w->ctx.storage, w->ctx.base);
+    acl_registry_storage_bind_loop(w->ctx.storage, w->ctx.base);
     w->ctx.watches = mailbox_watch_hub_new(w->ctx.base, true);
     char worker_instance[WARDEN_INSTANCE_MAX + 1];
     snprintf(worker_instance, sizeof(worker_instance), "%.*s#%u", WARDEN_INSTANCE_MAX - 12,
