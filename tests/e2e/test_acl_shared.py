@@ -31,7 +31,7 @@ NONEXISTENT = b"NO [NONEXISTENT] Mailbox does not exist."
 READONLY = b"NO [READ-ONLY] Mailbox is read-only."
 
 
-def shared_config(tmp_path, index_private=True, acl=True):
+def shared_config(tmp_path, index_private=True, acl=True, registry=True):
     passwd = tmp_path / "passwd"
     passwd.write_text(PASSWD)
     auth_port = free_port()
@@ -42,7 +42,7 @@ def shared_config(tmp_path, index_private=True, acl=True):
     if index_private:
         shared["index_private"] = "%h/pvt"
         public["index_private"] = "%h/pvt"
-    return {
+    cfg = {
         "components": ["auth", "imap", "backend-api"],
         "mail": {"home": str(tmp_path / "mail" / "%u"), "fsync": "never",
                  "acl": {"enabled": acl, "cache_secs": 0},
@@ -55,6 +55,11 @@ def shared_config(tmp_path, index_private=True, acl=True):
         "imap": {"listen": [f"127.0.0.1:{free_port()}"],
                  "auth_addr": f"127.0.0.1:{auth_port}"},
     }
+    if registry:
+        # the owner-discovery registry (Dovecot's acl_shared_dict)
+        cfg["dicts"] = {"reg": {"driver": "file", "path": str(tmp_path / "registry.db")}}
+        cfg["mail"]["acl"]["sharing_map"] = "reg"
+    return cfg
 
 
 @pytest.fixture
@@ -275,3 +280,55 @@ def test_private_seen_two_readers_and_the_owner(shd, tmp_path):
     files = list((tmp_path / "mail" / "bob" / "pvt" / "alice").glob("*.seen"))
     assert len(files) == 1 and files[0].read_bytes()[:8] == b"PVTSEEN1"
     assert not (tmp_path / "mail" / "alice" / "pvt").exists()
+
+
+def listing(m, line):
+    return [l for l in ok(m, line)]
+
+
+def test_list_shows_exactly_the_granted_folders_and_revocation_hides(shd):
+    a = owner_shares(shd)                     # Team: bob lr
+    ok(a, b"CREATE Private")
+    ok(a, b"CREATE Team/Sub")                 # inherits Team's ACL
+    ok(a, b"CREATE Other")
+    ok(a, b"SETACL Other bob r")              # no l: not listed
+    b = login(shd, "bob")
+    assert listing(b, b'LIST "" "*"') == [
+        b'* LIST (\\HasNoChildren) "/" "INBOX"',
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared"',
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared/alice"',
+        b'* LIST (\\HasChildren) "/" "shared/alice/Team"',
+        b'* LIST (\\HasNoChildren) "/" "shared/alice/Team/Sub"',
+    ]
+    assert listing(b, b'LIST "" "%"') == [
+        b'* LIST (\\HasNoChildren) "/" "INBOX"',
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared"',
+    ]
+    assert listing(b, b'LIST "" "shared/%"') == [
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared/alice"']
+    assert listing(b, b'LIST "shared/alice/" "%"') == [
+        b'* LIST (\\HasChildren) "/" "shared/alice/Team"']
+    assert listing(b, b'LIST "" "shared/alice/*" RETURN (MYRIGHTS)') == [
+        b'* LIST (\\HasChildren) "/" "shared/alice/Team"',
+        b'* MYRIGHTS \"shared/alice/Team\" lr',
+        b'* LIST (\\HasNoChildren) "/" "shared/alice/Team/Sub"',
+        b'* MYRIGHTS \"shared/alice/Team/Sub\" lr',
+    ]
+    # carol was granted nothing: no shared level at all.
+    c = login(shd, "carol")
+    assert listing(c, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
+    # alice's own shares do not show under shared/ for herself.
+    assert not any(b"shared" in l for l in listing(a, b'LIST "" "*"'))
+    # Revocation: gone at the next LIST, and SELECT answers as missing.
+    ok(a, b"DELETEACL Team/Sub bob")
+    ok(a, b"DELETEACL Team bob")
+    assert listing(b, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
+    assert raw(b, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
+
+
+def test_list_without_registry_lists_no_shared_folders_but_they_open(petreld, tmp_path):
+    d = petreld(shared_config(tmp_path, registry=False))
+    owner_shares(d)
+    b = login(d, "bob")
+    assert listing(b, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
+    ok(b, b"EXAMINE shared/alice/Team")
