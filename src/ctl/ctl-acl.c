@@ -1,5 +1,6 @@
-/* petrelctl backend acl get|set|delete|apply|materialise|my-rights|
- * list-rights: the /api/backend/acl/ endpoints. A folder argument may be
+/* petrelctl backend acl get|set|delete|apply|materialise|rebuild|
+ * registry list|registry rebuild|my-rights|list-rights: the
+ * /api/backend/acl/ endpoints. A folder argument may be
  * replaced by --root (the namespace root); set and delete of a single
  * identifier go through acl/apply (replace; delete = empty rights), as
  * document 1 asks. */
@@ -15,6 +16,8 @@ struct acl_args {
     const char *mode;
     bool root;
     bool apply;
+    bool all;
+    bool dry_run;
     const char *pos[MAX_ARGS];
     int count;
 };
@@ -29,6 +32,10 @@ static void usage(void)
         "  delete       <user> <folder|--root> <identifier>\n"
         "  apply        <user> <folder|--root> <identifier> <rights> [--mode add|remove|replace]\n"
         "  materialise  <user> <folder>... [--apply]   (a dry run without --apply)\n"
+        "  rebuild      <user> <folder>...|--all [--root] [--dry-run]   (reseed the ACL list "
+        "index)\n"
+        "  registry list     <user>     (owners the user may discover: user and anyone grants)\n"
+        "  registry rebuild  <owner>    (the owner's registry keys from their index)\n"
         "  my-rights    <user> <folder|--root> <identifier>\n"
         "  list-rights  <user> <folder|--root> <identifier>\n"
         "identifiers: anyone, authenticated, owner, user=NAME, group=NAME; a leading - is "
@@ -50,6 +57,10 @@ static bool parse(int argc, char **argv, struct acl_args *a)
             a->root = true;
         } else if (strcmp(argv[i], "--apply") == 0) {
             a->apply = true;
+        } else if (strcmp(argv[i], "--all") == 0) {
+            a->all = true;
+        } else if (strcmp(argv[i], "--dry-run") == 0) {
+            a->dry_run = true;
         } else if (strncmp(argv[i], "--", 2) == 0 && argv[i][2] != '\0') {
             fprintf(stderr, "petrelctl: unknown option %s\n", argv[i]);
             return false;
@@ -90,7 +101,9 @@ int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv)
     }
     const char *cmd = argv[1];
     json_t *body = json_object();
-    int next = strcmp(cmd, "materialise") == 0 ? 0 : address(&a, body);
+    bool whole = strcmp(cmd, "materialise") == 0 || strcmp(cmd, "rebuild") == 0 ||
+                 strcmp(cmd, "registry") == 0;
+    int next = whole ? 0 : address(&a, body);
     int rest = next < 0 ? -1 : a.count - next;
     const char *path = NULL;
     if (strcmp(cmd, "get") == 0 && rest == 0) {
@@ -121,6 +134,31 @@ int ctl_backend_acl(const struct ctl_options *opts, int argc, char **argv)
             json_array_append_new(folders, json_string(a.pos[i]));
         json_object_set_new(body, "folders", folders);
         json_object_set_new(body, "apply", json_boolean(a.apply));
+    } else if (strcmp(cmd, "rebuild") == 0 && a.count >= 1 && (a.all || a.count >= 2 || a.root)) {
+        path = "/api/backend/acl/rebuild";
+        json_object_set_new(body, "user", json_string(a.pos[0]));
+        if (a.ns != NULL)
+            json_object_set_new(body, "namespace", json_string(a.ns));
+        if (a.all) {
+            json_object_set_new(body, "all", json_true());
+        }
+        if (!a.all || a.count >= 2 || a.root) {
+            /* --all with names is sent as is: the server answers 400 */
+            json_t *folders = json_array();
+            if (a.root)
+                json_array_append_new(folders, json_string(""));
+            for (int i = 1; i < a.count; i++)
+                json_array_append_new(folders, json_string(a.pos[i]));
+            json_object_set_new(body, "folders", folders);
+        }
+        json_object_set_new(body, "dry_run", json_boolean(a.dry_run));
+    } else if (strcmp(cmd, "registry") == 0 && a.count == 2 && strcmp(a.pos[0], "list") == 0) {
+        path = "/api/backend/acl/registry/list";
+        json_object_set_new(body, "user", json_string(a.pos[1]));
+    } else if (strcmp(cmd, "registry") == 0 && a.count == 2 && strcmp(a.pos[0], "rebuild") == 0) {
+        path = "/api/backend/acl/registry/rebuild";
+        json_object_set_new(body, "owner", json_string(a.pos[1]));
+        json_object_set_new(body, "namespace", json_string(a.ns != NULL ? a.ns : "personal"));
     }
     if (path == NULL) {
         json_decref(body);

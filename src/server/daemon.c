@@ -13,6 +13,7 @@
 #include "server/privileges.h"
 #include "services/telemetry/telemetry.h"
 #include "storage/acl/acl-module.h"
+#include "storage/acl/acl-index-module.h"
 #include "storage/acl/acl-registry.h"
 #include "storage/mail-storage-module.h"
 #include "storage/mail-storage.h"
@@ -277,6 +278,9 @@ static bool register_storage_modules(struct petrel_context *ctx, struct mail_sto
                                       dict_registry_get(ctx->config->dicts, mail->acl.sharing_map));
     if (mail->acl.enabled &&
         !mail_storage_module_register(storage, &acl_storage_module, (void *)&mail->acl, err))
+        return false;
+    /* The ACL list index follows deletes and renames whatever wrote it. */
+    if (!mail_storage_module_register(storage, &acl_index_module, NULL, err))
         return false;
     const struct quota_config *qcfg = &ctx->config->quota;
     if (qcfg->enabled || ctx->config->imap.imap_quota || qcfg->over_status_mask[0] != '\0') {

@@ -286,7 +286,7 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
     struct buf dir = {0};
     struct petrel_error err;
     if (folder_dir(s, f.ns, f.name, &dir)) {
-        if (acl_store_change(dir.data, c, &err)) {
+        if (acl_store_change_folder(s->user, f.ns, f.name, c, &err)) {
             /* This user's own next command sees the change at once. */
             mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);

@@ -169,13 +169,6 @@ static void handle_get(struct http_request *req, void *ctx)
 
 /* ---------- set, delete, apply ---------- */
 
-static bool replace_all(struct acl_list *list, void *ctx, struct petrel_error *err)
-{
-    (void)err;
-    acl_list_copy(list, ctx);
-    return true;
-}
-
 static void handle_set(struct http_request *req, void *ctx)
 {
     struct acl_target t;
@@ -201,7 +194,8 @@ static void handle_set(struct http_request *req, void *ctx)
             goto out;
         acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
     }
-    storage_reply_done(req, acl_store_update(t.dir.data, replace_all, &list, &err), &err);
+    storage_reply_done(req, acl_store_write_folder(t.sr.user, t.sr.ns, t.folder, &list, &err),
+                       &err);
 out:
     acl_list_free(&list);
     target_end(&t);
@@ -210,7 +204,8 @@ out:
 static void change(struct http_request *req, struct acl_target *t, const struct acl_change *c)
 {
     struct petrel_error err;
-    storage_reply_done(req, acl_store_change(t->dir.data, c, &err), &err);
+    storage_reply_done(req, acl_store_change_folder(t->sr.user, t->sr.ns, t->folder, c, &err),
+                       &err);
 }
 
 static void handle_delete(struct http_request *req, void *ctx)
@@ -422,7 +417,7 @@ static void handle_materialise(struct http_request *req, void *ctx)
             struct materialise m = {
                 .parent = &plist, .folder = name, .added = added, .skipped = skipped};
             if (apply) {
-                ok = acl_store_update(to.data, add_missing, &m, &err);
+                ok = acl_store_update_folder(sr.user, sr.ns, name, add_missing, &m, &err);
             } else {
                 /* A dry run: the same answer from the file as it is. */
                 struct acl_list now = {0};

@@ -71,6 +71,7 @@ struct backend_api *backend_api_start(const struct service_env *env,
     backend_api_register_subscriptions(api->http, &api->storage);
     backend_api_register_specialuse(api->http, &api->storage);
     backend_api_register_acl(api->http, &api->storage);
+    backend_api_register_acl_index(api->http, &api->storage);
     backend_api_register_metadata(api->http, &api->storage);
     backend_api_register_user(api->http, &api->storage);
     backend_api_register_mail(api->http, &api->storage);

@@ -76,6 +76,8 @@ void backend_api_register_index(struct http_server *http, struct storage_api *ap
 void backend_api_register_subscriptions(struct http_server *http, struct storage_api *api);
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api);
 void backend_api_register_acl(struct http_server *http, struct storage_api *api); /* api-acl.c */
+/* api-acl-index.c: acl/rebuild, acl/registry/list, acl/registry/rebuild */
+void backend_api_register_acl_index(struct http_server *http, struct storage_api *api);
 void backend_api_register_metadata(struct http_server *http, struct storage_api *api);
 void backend_api_register_user(struct http_server *http, struct storage_api *api);
 void backend_api_register_mail(struct http_server *http, struct storage_api *api);

@@ -272,7 +272,7 @@ static bool module_folder_created(void *ctx, struct mail_user *user,
     if (r < 0)
         log_error(COMPONENT, "parent ACL unusable: the new folder inherits nothing",
                   "user=%s folder=%s error=\"%s\"", user->name, name, e.message);
-    else if (r > 0 && list.count > 0 && !acl_store_write(to.data, &list, &e))
+    else if (r > 0 && list.count > 0 && !acl_store_write_folder(user, ns, name, &list, &e))
         log_error(COMPONENT, "cannot write the inherited ACL", "user=%s folder=%s error=\"%s\"",
                   user->name, name, e.message);
 out:

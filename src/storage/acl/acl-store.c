@@ -2,7 +2,9 @@
 #include "storage/acl/acl-store.h"
 
 #include "core/fs-util.h"
+#include "core/log.h"
 #include "storage/acl/acl-file.h"
+#include "storage/acl/acl-list-index.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -128,9 +130,43 @@ bool acl_store_write(const char *dir, const struct acl_list *list, struct petrel
     return ok;
 }
 
-bool acl_store_update(const char *dir,
-                      bool (*change)(struct acl_list *list, void *ctx, struct petrel_error *err),
-                      void *ctx, struct petrel_error *err)
+/* What runs under the folder's lock after its file was (maybe) written:
+ * the index rows, from the list the file holds now. */
+struct after_write {
+    struct mail_user *owner;
+    const struct namespace_config *ns;
+    const char *name;
+    const char *dir;
+};
+
+static void index_rows(const struct after_write *aw, const struct acl_list *list)
+{
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    /* The root's file is INBOX's too where the two share a directory. */
+    const char *alias = NULL;
+    struct buf other = {0};
+    if (aw->ns->type == NAMESPACE_PERSONAL) {
+        const char *candidate = aw->name[0] == '\0' ? "INBOX" : "";
+        if ((aw->name[0] == '\0' || strcmp(aw->name, "INBOX") == 0) &&
+            acl_store_dir(aw->owner, aw->ns, candidate, &other, &err)) {
+            buf_append_char(&other, '\0');
+            if (strcmp(other.data, aw->dir) == 0)
+                alias = candidate;
+        }
+    }
+    buf_free(&other);
+    if (!acl_list_index_write_folder(aw->owner, aw->ns, aw->name, list, &err) ||
+        (alias != NULL && !acl_list_index_write_folder(aw->owner, aw->ns, alias, list, &err)))
+        log_error("acl", "ACL list index not written (acl/rebuild repairs it)",
+                  "user=%s folder=%s error=\"%s\"", mail_user_name(aw->owner), aw->name,
+                  err.message);
+}
+
+static bool update_locked(const char *dir,
+                          bool (*change)(struct acl_list *list, void *ctx,
+                                         struct petrel_error *err),
+                          void *ctx, const struct after_write *aw, struct petrel_error *err)
 {
     struct buf lock_path = {0};
     file_path(dir, ACL_STORE_LOCK, &lock_path);
@@ -155,6 +191,8 @@ bool acl_store_update(const char *dir,
     }
     if (ok && !acl_list_equal(&before, &list))
         ok = acl_store_write(dir, &list, err);
+    if (ok && aw != NULL)
+        index_rows(aw, &list);
     acl_list_free(&list);
     acl_list_free(&before);
     close(fd); /* releases the lock */
@@ -175,4 +213,49 @@ static bool apply_change(struct acl_list *list, void *ctx, struct petrel_error *
 bool acl_store_change(const char *dir, const struct acl_change *change, struct petrel_error *err)
 {
     return acl_store_update(dir, apply_change, (void *)change, err);
+}
+
+bool acl_store_update(const char *dir,
+                      bool (*change)(struct acl_list *list, void *ctx, struct petrel_error *err),
+                      void *ctx, struct petrel_error *err)
+{
+    return update_locked(dir, change, ctx, NULL, err);
+}
+
+bool acl_store_update_folder(struct mail_user *owner, const struct namespace_config *ns,
+                             const char *name,
+                             bool (*change)(struct acl_list *list, void *ctx,
+                                            struct petrel_error *err),
+                             void *ctx, struct petrel_error *err)
+{
+    struct buf dir = {0};
+    if (!acl_store_dir(owner, ns, name, &dir, err)) {
+        buf_free(&dir);
+        return false;
+    }
+    buf_append_char(&dir, '\0');
+    struct after_write aw = {.owner = owner, .ns = ns, .name = name, .dir = dir.data};
+    bool ok = update_locked(dir.data, change, ctx, &aw, err);
+    buf_free(&dir);
+    return ok;
+}
+
+bool acl_store_change_folder(struct mail_user *owner, const struct namespace_config *ns,
+                             const char *name, const struct acl_change *change,
+                             struct petrel_error *err)
+{
+    return acl_store_update_folder(owner, ns, name, apply_change, (void *)change, err);
+}
+
+static bool replace_all(struct acl_list *list, void *ctx, struct petrel_error *err)
+{
+    (void)err;
+    acl_list_copy(list, ctx);
+    return true;
+}
+
+bool acl_store_write_folder(struct mail_user *owner, const struct namespace_config *ns,
+                            const char *name, const struct acl_list *list, struct petrel_error *err)
+{
+    return acl_store_update_folder(owner, ns, name, replace_all, (void *)list, err);
 }

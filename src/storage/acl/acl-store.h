@@ -62,4 +62,32 @@ struct acl_change {
 /* acl_store_update() with one change. */
 bool acl_store_change(const char *dir, const struct acl_change *change, struct petrel_error *err);
 
+/* ---------- by folder, with the namespace's ACL list index ---------- */
+
+/* acl_store_update() on the ACL of folder `name` ("" the root) of `ns` of
+ * `owner` (the user whose namespace holds it), and, still under the
+ * folder's ACL lock, the folder's rows in the namespace's ACL list index
+ * (acl-list-index.h) set to what the file now holds, which syncs the
+ * sharing registry. The rows are written even when the file did not change,
+ * so a write repairs an index that had gone stale. A folder whose ACL is
+ * the root's file (INBOX in Maildir++) has its rows under both names. The
+ * index failing to be written is logged, not failed: the file is the
+ * authority and acl/rebuild reseeds the index from it. */
+bool acl_store_update_folder(struct mail_user *owner, const struct namespace_config *ns,
+                             const char *name,
+                             bool (*change)(struct acl_list *list, void *ctx,
+                                            struct petrel_error *err),
+                             void *ctx, struct petrel_error *err);
+
+/* acl_store_update_folder() with one change. */
+bool acl_store_change_folder(struct mail_user *owner, const struct namespace_config *ns,
+                             const char *name, const struct acl_change *change,
+                             struct petrel_error *err);
+
+/* acl_store_update_folder() replacing the whole list (inheritance at
+ * creation, acl/set). */
+bool acl_store_write_folder(struct mail_user *owner, const struct namespace_config *ns,
+                            const char *name, const struct acl_list *list,
+                            struct petrel_error *err);
+
 #endif
