@@ -309,10 +309,10 @@ def test_list_shows_exactly_the_granted_folders_and_revocation_hides(shd):
     assert listing(b, b'LIST "shared/alice/" "%"') == [
         b'* LIST (\\HasChildren) "/" "shared/alice/Team"']
     assert listing(b, b'LIST "" "shared/alice/*" RETURN (MYRIGHTS)') == [
-        b'* LIST (\\HasChildren) "/" "shared/alice/Team"',
-        b'* MYRIGHTS \"shared/alice/Team\" lr',
-        b'* LIST (\\HasNoChildren) "/" "shared/alice/Team/Sub"',
-        b'* MYRIGHTS \"shared/alice/Team/Sub\" lr',
+        b'* LIST () "/" "shared/alice/Team"',
+        b'* MYRIGHTS "shared/alice/Team" lr',
+        b'* LIST () "/" "shared/alice/Team/Sub"',
+        b'* MYRIGHTS "shared/alice/Team/Sub" lr',
     ]
     # carol was granted nothing: no shared level at all.
     c = login(shd, "carol")
