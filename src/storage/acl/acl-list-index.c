@@ -431,7 +431,8 @@ static int read_path(const char *path, struct acl_index *idx, struct petrel_erro
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return 0;
-        return petrel_error_set_errno(err, errno, "cannot open the ACL list index") ? 0 : -1;
+        petrel_error_set_errno(err, errno, "cannot open the ACL list index");
+        return -1;
     }
     struct stat st;
     int ret = -1;
@@ -517,6 +518,15 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
     struct petrel_error rerr;
     petrel_error_clear(&rerr);
     int r = read_path(path.data, &idx, &rerr);
+    if (r < 0 && rerr.code != PETREL_ERR_INVALID) {
+        /* Not readable now (I/O): rewriting it from this change alone would
+         * lose the other folders' rows. */
+        *err = rerr;
+        close(fd);
+        buf_free(&path);
+        acl_list_index_free(&idx);
+        return false;
+    }
     if (r < 0)
         /* An unreadable index is rebuilt from what the change gives: the
          * writer's rows are right, the rest comes back with acl/rebuild. */
