@@ -246,7 +246,8 @@ struct mailbox_common {
     enum mailbox_open_purpose purpose; /* set by mailbox_open_for() */
     struct mailbox_rights_cache rights;
     bool delivery; /* saves here are inbound deliveries (mailbox_set_delivery) */
-    struct mailbox_pvt *pvt; /* the reader's private \Seen (mailbox-pvt.h), when read */
+    /* the reader's private \Seen (mailbox-pvt.h), once read */
+    struct mailbox_pvt *pvt;
 };
 
 /* The first member of every driver's struct mailbox_view: the snapshot

@@ -750,8 +750,7 @@ static bool pvt_update_flags(struct mailbox *box, const uint32_t *uids, size_t u
     }
     bool seen_asked = upd->mode == MAILBOX_FLAGS_REPLACE || (upd->flags & MAIL_FLAG_SEEN) != 0;
     if (ok && seen_asked && res_count > 0) {
-        bool seen = upd->mode == MAILBOX_FLAGS_REMOVE ? false
-                                                      : (upd->flags & MAIL_FLAG_SEEN) != 0;
+        bool seen = upd->mode == MAILBOX_FLAGS_REMOVE ? false : (upd->flags & MAIL_FLAG_SEEN) != 0;
         uint32_t *done = xcalloc(res_count, sizeof(*done));
         for (size_t i = 0; i < res_count; i++)
             done[i] = res[i].uid;

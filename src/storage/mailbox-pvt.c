@@ -100,8 +100,7 @@ static uint64_t stamp_of(const struct stat *st)
 
 /* Reads the file into `p` when it changed (or `force`). A missing file or
  * one of another UIDVALIDITY is an empty set. */
-static bool load(struct mailbox_pvt *p, uint32_t uid_validity, bool force,
-                 struct petrel_error *err)
+static bool load(struct mailbox_pvt *p, uint32_t uid_validity, bool force, struct petrel_error *err)
 {
     struct stat st;
     if (stat(p->path, &st) != 0) {

@@ -147,9 +147,8 @@ static bool read_private_index(const struct cfg_ctx *ctx, const struct ynode *no
 static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
                            struct namespace_config *ns)
 {
-    static const char *const keys[] = {"name",          "type",          "prefix", "separator",
-                                       "location",      "subscriptions", "index_private",
-                                       NULL};
+    static const char *const keys[] = {"name",     "type",          "prefix",        "separator",
+                                       "location", "subscriptions", "index_private", NULL};
     const char *path = "mail.namespaces";
     if (node->type != YNODE_MAP)
         return cfg_fail(ctx, node, path, "each namespace is a mapping");

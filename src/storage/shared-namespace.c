@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct namespace_config *instance_new(const struct namespace_config *tmpl,
-                                             const char *owner)
+static struct namespace_config *instance_new(const struct namespace_config *tmpl, const char *owner)
 {
     struct namespace_config *ns = xcalloc(1, sizeof(*ns));
     ns->name = xstrdup(tmpl->name);
@@ -49,9 +48,8 @@ const struct namespace_config *mail_shared_namespace(struct mail_user *user,
     return ns;
 }
 
-const struct namespace_config *mail_namespace_resolve(struct mail_user *user,
-                                                      const char *full_name, const char **rest,
-                                                      struct petrel_error *err)
+const struct namespace_config *mail_namespace_resolve(struct mail_user *user, const char *full_name,
+                                                      const char **rest, struct petrel_error *err)
 {
     const char *after = NULL;
     const struct namespace_config *ns =

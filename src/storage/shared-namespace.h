@@ -30,9 +30,8 @@ const struct namespace_config *mail_shared_namespace(struct mail_user *user,
  * instance. *rest points into `full_name` after the (instance's) prefix.
  * NOT_FOUND when no namespace holds the name, or the name stops at a
  * template's owner level ("shared/bob") or names no valid owner. */
-const struct namespace_config *mail_namespace_resolve(struct mail_user *user,
-                                                      const char *full_name, const char **rest,
-                                                      struct petrel_error *err);
+const struct namespace_config *mail_namespace_resolve(struct mail_user *user, const char *full_name,
+                                                      const char **rest, struct petrel_error *err);
 
 /* The root of an instance (namespace_root for mail-storage.c): the
  * template's location with the owner's name and home. */

@@ -172,7 +172,8 @@ def test_missing_and_unshared_folders_look_the_same(shd):
         assert raw(b, b"EXAMINE " + name) == ([], NONEXISTENT), name
         assert raw(b, b"STATUS " + name + b" (MESSAGES)") == ([], NONEXISTENT), name
         assert raw(b, b"MYRIGHTS " + name) == ([], NONEXISTENT), name
-    assert append(b, b"shared/alice/Private") == append(b, b"shared/alice/Nothing")
+    assert append(b, b"shared/alice/Private") == append(b, b"shared/alice/Nothing") == \
+        b"NO [TRYCREATE] Mailbox does not exist."
     # carol was granted nothing: alice's shared folder is missing for her.
     c = login(shd, "carol")
     assert raw(c, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
@@ -314,6 +315,12 @@ def test_list_shows_exactly_the_granted_folders_and_revocation_hides(shd):
         b'* LIST () "/" "shared/alice/Team/Sub"',
         b'* MYRIGHTS "shared/alice/Team/Sub" lr',
     ]
+    # Subscriptions live in bob's own file, with the prefix.
+    ok(b, b"SUBSCRIBE shared/alice/Team")
+    assert listing(b, b'LSUB "" "*"') == [b'* LSUB () "/" "shared/alice/Team"']
+    assert "shared\talice\tTeam\n" in (  # Dovecot v2 format
+        Path(shd.config["mail"]["home"].replace("%u", "bob")) / "Maildir" / "subscriptions"
+    ).read_text()
     # carol was granted nothing: no shared level at all.
     c = login(shd, "carol")
     assert listing(c, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
