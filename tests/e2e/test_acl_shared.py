@@ -9,12 +9,12 @@ and the backend API; imaplib. mail.acl.cache_secs is 0 so a grant or a
 revocation by one session is seen by the next command of another."""
 
 import imaplib
-import time
+import json
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, run_petreld
 
 PASSWD = ("alice:{PLAIN}wonderland:1001:1001\n"
           "bob:{PLAIN}builder:1002:1002\n"
@@ -339,3 +339,36 @@ def test_list_without_registry_lists_no_shared_folders_but_they_open(petreld, tm
     b = login(d, "bob")
     assert listing(b, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
     ok(b, b"EXAMINE shared/alice/Team")
+
+
+def check_config(tmp_path, cfg):
+    path = tmp_path / "check.yaml"
+    path.write_text(json.dumps(cfg))  # YAML is a superset of JSON
+    return run_petreld(["-c", str(path), "--check-config"])
+
+
+def test_config_refuses_unsafe_or_unknown_shared_settings(tmp_path):
+    ok_proc = check_config(tmp_path, shared_config(tmp_path))
+    assert ok_proc.returncode == 0, ok_proc.stderr
+    assert 'prefix: "shared/%u/"' in ok_proc.stdout, ok_proc.stdout
+    assert 'index_private: "%h/pvt"' in ok_proc.stdout, ok_proc.stdout
+    cases = [
+        # without ACLs nothing would stand between users
+        (lambda c: c["mail"]["acl"].update(enabled=False),
+         "a per-owner shared namespace ('shared/%u/') needs mail.acl.enabled: true"),
+        (lambda c: c["mail"]["namespaces"][1].update(prefix="shared/%n/"),
+         "a variable in a prefix is the owner level of a shared namespace"),
+        (lambda c: c["mail"]["namespaces"][1].update(prefix="shared/%u/x/"),
+         "a variable in a prefix is the owner level of a shared namespace"),
+        (lambda c: c["mail"]["namespaces"][1].update(subscriptions=True),
+         "keeps its subscriptions in the reader's personal file"),
+        (lambda c: c["mail"]["namespaces"][0].update(index_private="%h/pvt"),
+         "private indexes are for shared and public namespaces"),
+        (lambda c: c["mail"]["namespaces"][2].update(index_private="%x/pvt"),
+         "unknown variable %x"),
+    ]
+    for change, message in cases:
+        cfg = shared_config(tmp_path)
+        change(cfg)
+        proc = check_config(tmp_path, cfg)
+        assert proc.returncode == 2 and message in proc.stderr, (message, proc.stderr)
