@@ -10,11 +10,13 @@ revocation by one session is seen by the next command of another."""
 
 import imaplib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from conftest import free_port, run_petreld
+from servers import redis_server  # noqa: F401 (fixture of the Redis variant)
 
 PASSWD = ("alice:{PLAIN}wonderland:1001:1001\n"
           "bob:{PLAIN}builder:1002:1002\n"
@@ -372,3 +374,29 @@ def test_config_refuses_unsafe_or_unknown_shared_settings(tmp_path):
         change(cfg)
         proc = check_config(tmp_path, cfg)
         assert proc.returncode == 2 and message in proc.stderr, (message, proc.stderr)
+
+
+def test_list_waits_for_a_registry_on_redis(petreld, tmp_path, redis_server):
+    """The kvstore driver answers later, on the loop: LIST waits for it
+    (the session takes no other command meanwhile) and pipelined commands
+    behind it are answered in order."""
+    cfg = shared_config(tmp_path)
+    cfg["dicts"] = {"reg": {"driver": "kvstore", "address": redis_server.address,
+                            "prefix": f"aclshare{os.getpid()}:"}}
+    d = petreld(cfg)
+    owner_shares(d)
+    b = login(d, "bob")
+    tags = [b"p1", b"p2", b"p3"]
+    b.send(b'p1 LIST "" "shared/*"\r\np2 NOOP\r\np3 LIST "" "%"\r\n')
+    got = []
+    while len([l for l in got if l.split(b" ")[0] in tags]) < 3:
+        got.append(b._get_line())
+    assert got == [
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared/alice"',
+        b'* LIST (\\HasNoChildren) "/" "shared/alice/Team"',
+        b"p1 OK LIST completed.",
+        b"p2 OK NOOP completed.",
+        b'* LIST (\\HasNoChildren) "/" "INBOX"',
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared"',
+        b"p3 OK LIST completed.",
+    ], got

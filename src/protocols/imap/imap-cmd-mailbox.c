@@ -948,14 +948,14 @@ static void list_common(struct imap_session *s, const struct imap_command *cmd, 
         return;
     }
     const struct mail_config *cfg = mail_cfg(s);
-    bool shared = false;
-    for (size_t i = 0; i < cfg->namespace_count; i++)
-        shared = shared || cfg->namespaces[i].per_owner;
+    const struct namespace_config *shared = NULL;
+    for (size_t i = 0; i < cfg->namespace_count && shared == NULL; i++)
+        shared = cfg->namespaces[i].per_owner ? &cfg->namespaces[i] : NULL;
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct dict *dict = shared ? acl_registry_dict(s->ctx->storage, &err) : NULL;
+    struct dict *dict = shared != NULL ? acl_registry_dict(s->ctx->storage, &err) : NULL;
     if (dict == NULL) {
-        if (shared && err.code != PETREL_ERR_UNSUPPORTED)
+        if (shared != NULL && err.code != PETREL_ERR_UNSUPPORTED)
             log_warn(IMAP_COMPONENT, "sharing registry unavailable: shared folders not listed",
                      "session=%s error=\"%s\"", s->io.id, err.message);
         list_run(s, &q, NULL, 0);
@@ -969,7 +969,7 @@ static void list_common(struct imap_session *s, const struct imap_command *cmd, 
     w->q = q;
     s->list_wait = w;
     struct acl_identity who;
-    acl_user_identity(s->user, &cfg->namespaces[0], &who);
+    acl_user_identity(s->user, shared, &who); /* a reader: never the owner */
     acl_registry_owners(dict, &who, list_owners_done, w);
     if (s->list_wait == w)
         s->busy = true;
