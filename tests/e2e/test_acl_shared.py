@@ -218,6 +218,9 @@ def test_public_namespace_writable_only_with_granted_rights(shd, tmp_path):
     assert raw(b, b"STORE 1 +FLAGS (\\Deleted)") == ([], NOPERM)
     assert raw(b, b"EXPUNGE") == ([], NOPERM)
     assert raw(b, b"DELETE Public/News") == ([], NOPERM)
+    # s: bob's \Seen is his own (index_private), not alice's.
+    assert no_recent(ok(b, b"STORE 1 +FLAGS (\\Seen)")) == [b"* 1 FETCH (FLAGS (\\Seen))"]
+    assert flags_of(a, b"Public/News") == [b"* 1 FETCH (FLAGS ())"]
     # carol has no entry: the folder does not exist for her.
     assert raw(c, b"SELECT Public/News") == ([], NONEXISTENT)
     assert raw(c, b"CREATE Public/Carols") == ([], NOPERM)
