@@ -87,6 +87,24 @@ bool mail_shared_namespace_root(const struct mail_storage *storage,
     return ok;
 }
 
+void mail_namespace_acl_holder(struct mail_user *user, const struct namespace_config *ns,
+                               struct mail_user **holder,
+                               const struct namespace_config **holder_ns)
+{
+    *holder = user;
+    *holder_ns = ns;
+    if (ns->owner == NULL)
+        return;
+    const struct namespace_config *personal =
+        namespace_by_slug(mail_storage_config(user->storage), "personal");
+    struct petrel_error err;
+    struct mail_user *owner = mail_user_get(user->storage, ns->owner, &err);
+    if (personal != NULL && owner != NULL && strcmp(personal->location, ns->location) == 0) {
+        *holder = owner;
+        *holder_ns = personal;
+    }
+}
+
 void mail_shared_namespaces_free(struct mail_storage *storage)
 {
     for (size_t i = 0; i < storage->shared_ns_count; i++) {

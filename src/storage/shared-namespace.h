@@ -39,6 +39,17 @@ bool mail_shared_namespace_root(const struct mail_storage *storage,
                                 const struct namespace_config *ns, struct buf *out,
                                 struct petrel_error *err);
 
+/* Who holds the ACL list index and sharing-registry rows of the folders
+ * of `ns` as `user` reaches them: for an instance of a per-owner shared
+ * namespace whose location is the personal namespace's, the owner (an
+ * admin-plane user: no rights are checked for it) and the owner's personal
+ * namespace, whose folders are the same files; otherwise `user` and `ns`.
+ * So a reader's SETACL (with a) on shared/bob/X updates bob's index and
+ * bob's registry rows, as bob's own would. */
+void mail_namespace_acl_holder(struct mail_user *user, const struct namespace_config *ns,
+                               struct mail_user **holder,
+                               const struct namespace_config **holder_ns);
+
 /* Frees the instances (mail_storage_free). */
 void mail_shared_namespaces_free(struct mail_storage *storage);
 

@@ -403,3 +403,21 @@ def test_list_waits_for_a_registry_on_redis(petreld, tmp_path, redis_server):
         b'* LIST (\\Noselect \\HasChildren) "/" "shared"',
         b"p3 OK LIST completed.",
     ], got
+
+
+def test_reader_with_admin_right_shares_further(shd):
+    """A reader holding a on someone's folder may grant it on: the owner's
+    index and sharing registry follow, so the third user finds it."""
+    a = owner_shares(shd, rights=b"lra")
+    b = login(shd, "bob")
+    assert raw(b, b"SETACL shared/alice/Team carol lr") == ([], b"OK Setacl complete.")
+    # the file's entries (the owner's implicit rights are shown only to
+    # the owner, in their personal namespace)
+    assert raw(b, b"GETACL shared/alice/Team") == (
+        [b"* ACL shared/alice/Team bob lra carol lr"], b"OK Getacl completed.")
+    c = login(shd, "carol")
+    assert listing(c, b'LIST "" "shared/*"') == [
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared/alice"',
+        b'* LIST (\\HasNoChildren) "/" "shared/alice/Team"']
+    ok(c, b"EXAMINE shared/alice/Team")
+    a.logout()
