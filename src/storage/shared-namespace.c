@@ -88,8 +88,7 @@ bool mail_shared_namespace_root(const struct mail_storage *storage,
 }
 
 void mail_namespace_acl_holder(struct mail_user *user, const struct namespace_config *ns,
-                               struct mail_user **holder,
-                               const struct namespace_config **holder_ns)
+                               struct mail_user **holder, const struct namespace_config **holder_ns)
 {
     *holder = user;
     *holder_ns = ns;
