@@ -228,6 +228,28 @@ def test_registry_endpoints_status_codes(petreld, regd, tmp_path):
     assert api(regd, "registry/rebuild", {"owner": "nobody", "namespace": "personal"}) == (
         200, {"owner": "nobody", "namespace": "personal", "rows": 0})
     assert owners(regd, "bob") == ["alice"]
+    # a public namespace has no owner to discover
+    (tmp_path / "pub").mkdir()
+    cfg = config(tmp_path / "pub", {"driver": "file", "path": str(tmp_path / "pub" / "r.db")})
+    cfg["mail"]["namespaces"] = [
+        {"name": "inbox", "type": "personal", "prefix": "", "separator": "/",
+         "location": "maildir:%h/Maildir", "subscriptions": True},
+        {"name": "public", "type": "public", "prefix": "Public/", "separator": "/",
+         "location": f"maildir:{tmp_path}/pub/public", "subscriptions": True}]
+    pub = petreld(cfg)
+    assert api(pub, "registry/rebuild", {"owner": "alice", "namespace": "public"}) == (
+        400, {"error": "namespace public has no owner to discover (personal only)"})
+    # ... but it has an index, rebuilt like any other
+    r = pub.post("backend", "/api/backend/folder/create",
+                 body={"user": "alice", "folder": "News", "namespace": "public"})
+    assert r.status == 200, r.json()
+    assert api(pub, "apply", {"user": "alice", "folder": "News", "namespace": "public",
+                              "identifier": "anyone", "rights": "lr"})[0] == 200
+    assert (tmp_path / "pub" / "public" / "petrel-acl-index").read_text() == (
+        HEADER + "News\tanyone\tlr\n")
+    st, body = api(pub, "rebuild", {"user": "alice", "namespace": "public", "all": True})
+    assert (st, body["rebuilt"]) == (200, ["News"]), body
+    assert api(pub, "registry/list", {"user": "bob"})[1]["owners"] == []
     # an unreadable index: 500, the registry left as it is
     index_path(tmp_path).write_text("garbage\n")
     st, body = api(regd, "registry/rebuild", {"owner": "alice", "namespace": "personal"})
@@ -351,7 +373,7 @@ def test_rebuild_all_answers_500_before_clearing_when_listing_fails(petreld, tmp
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_concurrent_apply_from_8_clients_keeps_the_index_consistent(regd, tmp_path):
+def test_concurrent_apply_from_8_clients_and_8_sessions_keeps_the_index_consistent(regd, tmp_path):
     m = login(regd)
     ok(m, b"CREATE Busy")
     ok(m, b"CREATE Busy2")
@@ -369,7 +391,18 @@ def test_concurrent_apply_from_8_clients_keeps_the_index_consistent(regd, tmp_pa
         except Exception as e:  # reported below
             errors.append(e)
 
+    def setacl(i):
+        # IMAP sessions on the worker threads, at the same time as the API
+        try:
+            c = login(regd)
+            for k in range(5):
+                ok(c, f"SETACL Busy{'' if k % 2 == 0 else '2'} im{i}_{k} lr".encode())
+            c.logout()
+        except Exception as e:  # reported below
+            errors.append(e)
+
     threads = [threading.Thread(target=grant, args=(i,)) for i in range(8)]
+    threads += [threading.Thread(target=setacl, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
@@ -380,10 +413,12 @@ def test_concurrent_apply_from_8_clients_keeps_the_index_consistent(regd, tmp_pa
         entries = api(regd, "get", {"user": "alice", "folder": folder})[1]["entries"]
         assert sorted((folder, e["identifier"], "lr") for e in entries) == sorted(
             r for r in rows if r[0] == folder)
-    assert len(rows) == 40
+    assert len(rows) == 80
     st, body = api(regd, "rebuild", {"user": "alice", "all": True, "dry_run": True})
     assert (body["missing"], body["stale"], body["mismatched"]) == ([], [], []), body
-    assert all(owners(regd, f"c{i}_{k}") == ["alice"] for i in range(8) for k in range(5))
+    # the registry holds every grantee: none of the 80 syncs left an older projection
+    assert all(owners(regd, f"{p}{i}_{k}") == ["alice"]
+               for p in ("c", "im") for i in range(8) for k in range(5))
 
 
 def test_petrelctl_rebuild_and_registry(regd, tmp_path):

@@ -25,8 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define HEADER_TEXT "PETREL-ACL-INDEX 1\n"
 
 static struct acl_list list_of(const char *text)
 {
@@ -326,6 +329,55 @@ static void test_on_disk(void **state)
 
 static bool has_key(struct fixture *f, const char *key);
 
+/* A snapshot re-reads only a changed index: rows follow each write, an
+ * untouched file keeps the rows read (a file edited in place keeping its
+ * inode, size and times is not looked at again), a removed one none. */
+static void test_snapshot(void **state)
+{
+    struct fixture *f = *state;
+    struct petrel_error err;
+    struct acl_index_snapshot snap = {0};
+    assert_int_equal(acl_list_index_refresh(f->alice, f->ns, &snap, &err), 0);
+    assert_int_equal(snap.idx.count, 0);
+    struct acl_list l = list_of("user=bob lr");
+    assert_true(acl_list_index_write_folder(f->alice, f->ns, "A", &l, &err));
+    acl_list_free(&l);
+    assert_int_equal(acl_list_index_refresh(f->alice, f->ns, &snap, &err), 1);
+    assert_int_equal(snap.idx.count, 1);
+    struct buf path = {0};
+    assert_true(acl_list_index_path(f->alice, f->ns, &path, &err));
+    struct stat st;
+    assert_int_equal(stat(path.data, &st), 0);
+    /* same size, same inode, times put back: the snapshot is kept */
+    FILE *fp = fopen(path.data, "r+");
+    assert_non_null(fp);
+    fseek(fp, (long)strlen(HEADER_TEXT), SEEK_SET);
+    fputc('B', fp); /* "A\tuser..." becomes "B\tuser..." */
+    fclose(fp);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, path.data, times, 0), 0);
+    assert_int_equal(acl_list_index_refresh(f->alice, f->ns, &snap, &err), 1);
+    assert_string_equal(snap.idx.rows[0].folder, "A");
+    /* a write (a new file by rename) is seen */
+    l = list_of("user=carl l");
+    assert_true(acl_list_index_write_folder(f->alice, f->ns, "C", &l, &err));
+    acl_list_free(&l);
+    assert_int_equal(acl_list_index_refresh(f->alice, f->ns, &snap, &err), 1);
+    assert_int_equal(snap.idx.count, 2);
+    assert_string_equal(snap.idx.rows[0].folder, "B");
+    unlink(path.data);
+    assert_int_equal(acl_list_index_refresh(f->alice, f->ns, &snap, &err), 0);
+    assert_int_equal(snap.idx.count, 0);
+    buf_free(&path);
+    acl_list_index_snapshot_free(&snap);
+}
+
+static void committed(enum dict_commit_result result, const char *error, void *ctx)
+{
+    (void)error, (void)ctx;
+    assert_int_equal(result, DICT_COMMIT_OK);
+}
+
 /* A write of the index syncs the owner's registry keys at once (the file
  * driver answers inside the call). */
 static void test_write_syncs_registry(void **state)
@@ -338,9 +390,22 @@ static void test_write_syncs_registry(void **state)
     assert_true(acl_list_index_write_folder(f->alice, f->ns, "Shared", &l, &err));
     acl_list_free(&l);
     assert_true(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    /* a key lost from the registry comes back with the next write that
+     * changes the index (the new index's keys are set again) */
+    struct dict_transaction *tx = dict_transaction_begin(f->dict, &(struct dict_op_settings){0});
+    dict_unset(tx, "shared/shared-boxes/user/bob/alice");
+    dict_transaction_commit(tx, committed, NULL);
+    assert_false(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    l = list_of("user=carl l");
+    assert_true(acl_list_index_write_folder(f->alice, f->ns, "Other", &l, &err));
+    acl_list_free(&l);
+    assert_true(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    assert_true(has_key(f, "shared/shared-boxes/user/carl/alice"));
+    /* revocation: only the keys no folder gives any more go */
     struct acl_list none = {0};
     assert_true(acl_list_index_write_folder(f->alice, f->ns, "Shared", &none, &err));
     assert_false(has_key(f, "shared/shared-boxes/user/bob/alice"));
+    assert_true(has_key(f, "shared/shared-boxes/user/carl/alice"));
 }
 
 struct answer {
@@ -467,6 +532,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_on_disk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_syncs_registry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include "core/xalloc.h"
 #include "storage/acl/acl-registry.h"
 #include "storage/acl/acl-rights.h"
+#include "storage/fileindex/fileindex.h" /* FILEINDEX_FSYNC_NEVER */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -472,6 +473,18 @@ out:
     return ret;
 }
 
+bool acl_list_index_path(struct mail_user *owner, const struct namespace_config *ns,
+                         struct buf *out, struct petrel_error *err)
+{
+    buf_reset(out);
+    return root_path(owner, ns, ACL_LIST_INDEX_FILE, out, err);
+}
+
+int acl_list_index_read_file(const char *path, struct acl_index *idx, struct petrel_error *err)
+{
+    return read_path(path, idx, err);
+}
+
 int acl_list_index_read(struct mail_user *owner, const struct namespace_config *ns,
                         struct acl_index *idx, struct petrel_error *err)
 {
@@ -539,16 +552,77 @@ bool acl_list_index_update(struct mail_user *owner, const struct namespace_confi
     if (ok && changed) {
         struct buf text = {0};
         acl_list_index_format(&idx, &text);
-        ok = fs_write_atomic(path.data, text.data, text.len, true, err);
+        /* fsync as mail.fsync says: the index can be reseeded from the
+         * files (acl/rebuild), and a torn one is refused whole. */
+        bool sync = mail_storage_config(mail_user_storage(owner))->fsync != FILEINDEX_FSYNC_NEVER;
+        ok = fs_write_atomic(path.data, text.data, text.len, sync, err);
         buf_free(&text);
     }
-    close(fd); /* releases the lock */
+    /* Under the lock, so one owner's registry changes are queued in the
+     * order of the index writes (a synchronous driver's done before the
+     * next write). */
     if (ok && changed)
-        acl_registry_sync_owner(owner, ns, &idx);
+        acl_registry_sync_owner(owner, ns, &before, &idx);
+    close(fd); /* releases the lock */
     acl_list_index_free(&idx);
     acl_list_index_free(&before);
     buf_free(&path);
     return ok;
+}
+
+static uint64_t stamp_of(const struct stat *st)
+{
+    const uint64_t parts[] = {(uint64_t)st->st_ino, (uint64_t)st->st_dev, (uint64_t)st->st_size,
+                              (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+    uint64_t h = 14695981039346656037ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        h ^= parts[i];
+        h *= 1099511628211ull;
+    }
+    return h != 0 ? h : 1;
+}
+
+int acl_list_index_refresh(struct mail_user *owner, const struct namespace_config *ns,
+                           struct acl_index_snapshot *snap, struct petrel_error *err)
+{
+    struct buf path = {0};
+    if (!root_path(owner, ns, ACL_LIST_INDEX_FILE, &path, err)) {
+        buf_free(&path);
+        acl_list_index_clear(&snap->idx);
+        snap->stamp = 0;
+        return -1;
+    }
+    struct stat st;
+    int r;
+    if (lstat(path.data, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+            acl_list_index_clear(&snap->idx);
+            snap->stamp = 0;
+            snap->present = false;
+            r = 0;
+        } else {
+            petrel_error_set_errno(err, errno, "cannot look at the ACL list index");
+            acl_list_index_clear(&snap->idx);
+            snap->stamp = 0;
+            r = -1;
+        }
+    } else if (snap->stamp != 0 && snap->present && stamp_of(&st) == snap->stamp) {
+        r = 1; /* the file read last */
+    } else {
+        /* Stamp first: a change after it makes the next look read again. */
+        uint64_t s = stamp_of(&st);
+        r = read_path(path.data, &snap->idx, err);
+        snap->stamp = r > 0 ? s : 0;
+        snap->present = r > 0;
+    }
+    buf_free(&path);
+    return r;
+}
+
+void acl_list_index_snapshot_free(struct acl_index_snapshot *snap)
+{
+    acl_list_index_free(&snap->idx);
+    memset(snap, 0, sizeof(*snap));
 }
 
 struct set_folder {

@@ -23,12 +23,12 @@
  *
  * Writes: acl_list_index_update() reads, changes and writes the index under
  * an exclusive flock on "petrel-acl-index.lock" at the namespace root; the
- * new index is written to a temporary name and renamed over the old one, so
- * a reader never sees half an index and a crash leaves the old or the new
- * one. Every write of a folder's dovecot-acl file takes this lock inside its
- * own (acl-store.h): the folder's lock first, then the namespace's. After
- * each write that changed the index, the owner's rows in the owner-discovery
- * registry are synced (acl-registry.h). */
+ * new index is written to a temporary name (fsynced unless mail.fsync is
+ * never) and renamed over the old one, so a reader never sees half an index
+ * and a crash leaves the old or the new one. Every write of a folder's dovecot-acl file takes this
+ * lock inside its own (acl-store.h): the folder's lock first, then the namespace's. After each
+ * write that changed the index, the owner's rows in the owner-discovery registry are synced
+ * (acl-registry.h). */
 #ifndef PETREL_STORAGE_ACL_ACL_LIST_INDEX_H
 #define PETREL_STORAGE_ACL_ACL_LIST_INDEX_H
 
@@ -107,10 +107,18 @@ void acl_list_index_free(struct acl_index *idx);
 int acl_list_index_read(struct mail_user *owner, const struct namespace_config *ns,
                         struct acl_index *idx, struct petrel_error *err);
 
+/* The index file of `ns` of `owner` (NUL-terminated in `out`). */
+bool acl_list_index_path(struct mail_user *owner, const struct namespace_config *ns,
+                         struct buf *out, struct petrel_error *err);
+
+/* Reads the index file at `path` (as acl_list_index_read()). */
+int acl_list_index_read_file(const char *path, struct acl_index *idx, struct petrel_error *err);
+
 /* Under the namespace's index lock: reads the index (none or an unreadable
  * one: empty, so a change rewrites it whole), lets `change` alter it (false:
  * nothing is written and the call fails with what `change` put in `err`),
- * writes it back when it changed and then syncs the owner's registry rows.
+ * writes it back when it changed and then, still under the lock, starts the
+ * sync of the owner's registry rows (acl_registry_sync_owner).
  * The namespace root directory must exist (NOT_FOUND otherwise). */
 bool acl_list_index_update(struct mail_user *owner, const struct namespace_config *ns,
                            bool (*change)(struct acl_index *idx, void *ctx,
@@ -134,6 +142,23 @@ int acl_list_index_visible(struct mail_user *owner, const struct namespace_confi
                            const struct acl_identity *who,
                            void (*visit)(void *arg, const char *folder, uint32_t rights), void *arg,
                            struct petrel_error *err);
+
+/* An index kept between reads (a session's LIST of a shared namespace
+ * asking the same owners again): re-read only when the file changed. */
+struct acl_index_snapshot {
+    struct acl_index idx;
+    uint64_t stamp; /* inode, size, mtime of the file read; 0: none read yet */
+    bool present;   /* the file existed when last looked at */
+};
+
+/* Brings `snap` up to date with the index of `ns` of `owner`: one `stat`,
+ * and a read only when the file is not the one read last (inode, size or
+ * modification time differ; an index is always replaced by rename, so a
+ * change gives a new inode). 1 when an index is there, 0 none (rows
+ * empty), -1 when it cannot be read (`err`; rows empty). */
+int acl_list_index_refresh(struct mail_user *owner, const struct namespace_config *ns,
+                           struct acl_index_snapshot *snap, struct petrel_error *err);
+void acl_list_index_snapshot_free(struct acl_index_snapshot *snap);
 
 /* The same over an index in memory (for a caller that read it once). */
 size_t acl_list_index_visible_in(const struct acl_index *idx, const struct acl_identity *who,

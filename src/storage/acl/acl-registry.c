@@ -448,30 +448,54 @@ void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_in
     walk_step(&op->walk);
 }
 
-static void sync_logged(bool ok, const char *error, size_t rows, void *ctx)
+static void update_logged(enum dict_commit_result result, const char *error, void *ctx)
 {
-    (void)rows;
     char *owner = ctx;
-    if (!ok)
+    if (result != DICT_COMMIT_OK && result != DICT_COMMIT_NOT_FOUND)
         log_warn(COMPONENT, "sharing registry not synced (acl/registry/rebuild repairs it)",
-                 "owner=%s error=\"%s\"", owner, error != NULL ? error : "");
+                 "owner=%s error=\"%s\"", owner, error != NULL ? error : "commit failed");
     free(owner);
 }
 
 void acl_registry_sync_owner(struct mail_user *owner, const struct namespace_config *ns,
-                             const struct acl_index *idx)
+                             const struct acl_index *before, const struct acl_index *after)
 {
     struct mail_storage *storage = mail_user_storage(owner);
-    if (ns->type != NAMESPACE_PERSONAL || !acl_registry_configured(storage))
+    const char *name = mail_user_name(owner);
+    if (ns->type != NAMESPACE_PERSONAL || !acl_registry_configured(storage) ||
+        strchr(name, '/') != NULL)
         return;
+    char **old_ids = NULL, **new_ids = NULL;
+    size_t old_count = 0, new_count = 0;
+    acl_registry_ids_of(before, name, &old_ids, &old_count);
+    acl_registry_ids_of(after, name, &new_ids, &new_count);
     struct petrel_error err;
     petrel_error_clear(&err);
-    struct dict *dict = acl_registry_dict(storage, &err);
-    if (dict == NULL) {
+    struct dict *dict = NULL;
+    /* Nothing to say when neither index gives anyone a key. */
+    if (old_count + new_count > 0 && (dict = acl_registry_dict(storage, &err)) == NULL)
         log_warn(COMPONENT, "sharing registry not synced (acl/registry/rebuild repairs it)",
-                 "owner=%s error=\"%s\"", mail_user_name(owner), err.message);
-        return;
+                 "owner=%s error=\"%s\"", name, err.message);
+    if (dict != NULL) {
+        /* The keys the new index gives are (re)set, so one that went
+         * missing comes back; those only the old one gave go. */
+        struct dict_transaction *tx = dict_transaction_begin(dict, &(struct dict_op_settings){0});
+        struct buf key = {0};
+        for (size_t i = 0; i < new_count; i++) {
+            key_of(&key, new_ids[i], name);
+            dict_set(tx, key.data, "1", 1);
+        }
+        for (size_t i = 0, j = 0; i < old_count; i++) {
+            while (j < new_count && strcmp(new_ids[j], old_ids[i]) < 0)
+                j++;
+            if (j < new_count && strcmp(new_ids[j], old_ids[i]) == 0)
+                continue;
+            key_of(&key, old_ids[i], name);
+            dict_unset(tx, key.data);
+        }
+        buf_free(&key);
+        dict_transaction_commit(tx, update_logged, xstrdup(name));
     }
-    acl_registry_sync(dict, mail_user_name(owner), idx, sync_logged,
-                      xstrdup(mail_user_name(owner)));
+    acl_registry_ids_free(old_ids, old_count);
+    acl_registry_ids_free(new_ids, new_count);
 }

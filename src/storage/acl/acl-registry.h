@@ -92,15 +92,21 @@ typedef void acl_registry_done_cb(bool ok, const char *error, size_t rows, void 
 
 /* Makes `owner`'s keys exactly acl_registry_ids_of(`idx`): the registry is
  * iterated for the owner's current keys (as Dovecot does), then one
- * transaction adds the missing and removes the others. `idx` is copied. */
+ * transaction adds the missing and removes the others. `idx` is read at
+ * once. What acl/registry/rebuild runs. */
 void acl_registry_sync(struct dict *dict, const char *owner, const struct acl_index *idx,
                        acl_registry_done_cb *cb, void *ctx);
 
-/* What acl_list_index_update() calls after each write: the sync on the
- * dict of `owner`'s storage handle, for a personal namespace only (other
- * namespaces have no owner to discover); nothing when no registry is
- * configured. Failures are logged (acl/registry/rebuild repairs them). */
+/* What acl_list_index_update() calls after each write that changed the
+ * index, under its lock: one transaction on the dict of `owner`'s storage
+ * handle that sets the keys `after` gives and unsets those only `before`
+ * gave (no walk of the registry, so a user's SETACL costs a few keys
+ * whatever the registry's size); for a personal namespace only (other
+ * namespaces have no owner to discover), nothing without a registry.
+ * Transactions of one loop commit in order; two loops changing one owner
+ * at the same moment may commit out of order, and a failure is logged:
+ * acl/registry/rebuild (acl_registry_sync) repairs either. */
 void acl_registry_sync_owner(struct mail_user *owner, const struct namespace_config *ns,
-                             const struct acl_index *idx);
+                             const struct acl_index *before, const struct acl_index *after);
 
 #endif
