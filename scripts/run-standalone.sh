@@ -21,6 +21,13 @@ if [ ! -f var/tls/imap.pem ]; then
     -keyout var/tls/imap.key -out var/tls/imap.pem 2>/dev/null
 fi
 
+if [ ! -f var/mail/public/dovecot-acl ]; then
+  # The public namespace's root ACL (docs/acl.md): demo may create folders
+  # there, demo2 read them and add to them; new folders inherit it.
+  mkdir -p var/mail/public
+  printf 'user=demo lrswipkxtea\nuser=demo2 lrswi\n' > var/mail/public/dovecot-acl
+fi
+
 if [ ! -s var/ring.secret ]; then
   # The director's ring secret, proven by the monitor (director.ring.secret_file
   # and the monitor's director_secret_file name this file).

@@ -431,6 +431,8 @@ void config_print(const struct petrel_config *cfg, FILE *out)
         yaml_put_kv(out, "      ", "separator", sep);
         yaml_put_kv(out, "      ", "location", ns->location);
         fprintf(out, "      subscriptions: %s\n", ns->subscriptions ? "true" : "false");
+        if (ns->private_index != NULL)
+            yaml_put_kv(out, "      ", "index_private", ns->private_index);
     }
     fprintf(out, "  acl:\n    enabled: %s\n    allow_anyone: %s\n    cache_secs: %lldms\n",
             cfg->mail.acl.enabled ? "true" : "false", cfg->mail.acl.allow_anyone ? "true" : "false",

@@ -182,6 +182,11 @@ struct mail_storage {
     bool attr_main;
     struct event_base *attr_base;
     struct dict *attr_dict;
+    /* Instances of per-owner shared namespaces made on this handle
+     * (storage/shared-namespace.h), kept until the handle is freed. */
+    struct namespace_config **shared_ns;
+    size_t shared_ns_count;
+    size_t shared_ns_cap;
     /* The sharing registry's dict (storage/acl/acl-registry.c), the same
      * way: configured one, main or not, a sibling's loop and instance */
     struct dict *acl_reg_proto;
@@ -247,6 +252,8 @@ struct mailbox_common {
     enum mailbox_open_purpose purpose; /* set by mailbox_open_for() */
     struct mailbox_rights_cache rights;
     bool delivery; /* saves here are inbound deliveries (mailbox_set_delivery) */
+    /* the reader's private \Seen (mailbox-pvt.h), once read */
+    struct mailbox_pvt *pvt;
 };
 
 /* The first member of every driver's struct mailbox_view: the snapshot
@@ -261,6 +268,11 @@ struct mailbox_view_common {
     uint32_t uid_validity;
     uint32_t uid_next;
     uint64_t highest_modseq;
+    /* Private \Seen (mailbox-pvt.h): the entries show the reader's; this
+     * bitmap (by sequence, pvt_shared_count entries) keeps the folder's
+     * own, given back to the driver before its next sync. NULL: none. */
+    uint8_t *pvt_shared;
+    size_t pvt_shared_count;
 };
 
 static inline struct mailbox_view_common *mailbox_view_common(const struct mailbox_view *view)

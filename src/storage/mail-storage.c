@@ -11,6 +11,8 @@
 #include "storage/acl/acl-rights.h"
 #include "storage/special-use.h"
 #include "storage/metadata/metadata-store.h"
+#include "storage/shared-namespace.h"
+#include "storage/mailbox-pvt.h"
 #include "storage/acl/acl-registry.h"
 
 #include <stdlib.h>
@@ -153,6 +155,7 @@ void mail_storage_free(struct mail_storage *storage)
         user_free(storage->users[i]);
     free(storage->users);
     metadata_storage_free(storage);
+    mail_shared_namespaces_free(storage);
     acl_registry_storage_free(storage);
     storage->v->storage_deinit(storage->driver);
     free(storage);
@@ -201,6 +204,8 @@ static struct mail_user *user_get(struct mail_storage *storage, const char *user
     u->ns_root_count = storage->cfg.namespace_count;
     u->ns_roots = xcalloc(u->ns_root_count + 1, sizeof(*u->ns_roots));
     for (size_t i = 0; i < u->ns_root_count; i++) {
+        if (storage->cfg.namespaces[i].per_owner)
+            continue; /* its roots are the owners' (mail_shared_namespace_root) */
         struct buf root = {0};
         if (namespace_root_expand(u, &storage->cfg.namespaces[i], &root, NULL))
             u->ns_roots[i] = buf_steal(&root);
@@ -285,6 +290,10 @@ const char *mail_user_home(const struct mail_user *user)
 bool mail_user_namespace_root(const struct mail_user *user, const struct namespace_config *ns,
                               struct buf *out, struct petrel_error *err)
 {
+    if (ns->owner != NULL)
+        return mail_shared_namespace_root(user->storage, ns, out, err);
+    if (ns->per_owner) /* only its owners' instances have folders */
+        return petrel_error_set(err, PETREL_ERR_NOT_FOUND, "folder not found");
     for (size_t i = 0; i < user->ns_root_count && i < user->storage->cfg.namespace_count; i++) {
         if (ns == &user->storage->cfg.namespaces[i] && user->ns_roots[i] != NULL) {
             buf_append_str(out, user->ns_roots[i]);
@@ -542,6 +551,24 @@ void mailbox_set_delivery(struct mailbox *box, bool delivery)
 
 /* ---------- saving ---------- */
 
+/* A reader with private \Seen saving a message with \Seen: the flag is
+ * theirs (mailbox-pvt.h), not the folder's. */
+static bool pvt_take_seen(struct mailbox *box, uint32_t *flags)
+{
+    if ((*flags & MAIL_FLAG_SEEN) == 0 || !mailbox_pvt_active(box))
+        return false;
+    *flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+    return true;
+}
+
+static void pvt_mark_seen(struct mailbox *box, bool seen, uint32_t uid)
+{
+    struct petrel_error e;
+    if (seen && !mailbox_pvt_set(box, &uid, 1, true, &e))
+        log_warn(COMPONENT, "private seen flag not kept", "user=%s folder=%s error=\"%s\"",
+                 mailbox_common(box)->user->name, mailbox_common(box)->name, e.message);
+}
+
 bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
                     const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
                     struct petrel_error *err)
@@ -556,10 +583,12 @@ bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t 
                                   .delivery = mailbox_common(box)->delivery};
     if (!save_before(st, &info, err))
         return false;
+    bool pvt_seen = pvt_take_seen(box, &flags);
     if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err)) {
         save_failed(st, &info);
         return false;
     }
+    pvt_mark_seen(box, pvt_seen, uid);
     HOOKS_AFTER(st, saved, &info, &uid, 1);
     if (uid_out != NULL)
         *uid_out = uid;
@@ -580,11 +609,13 @@ bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_
                                   .delivery = mailbox_common(box)->delivery};
     if (!save_before(st, &info, err))
         return false;
+    bool pvt_seen = pvt_take_seen(box, &flags);
     if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
                             internal_date, &uid, err)) {
         save_failed(st, &info);
         return false;
     }
+    pvt_mark_seen(box, pvt_seen, uid);
     HOOKS_AFTER(st, saved, &info, &uid, 1);
     if (uid_out != NULL)
         *uid_out = uid;
@@ -682,6 +713,119 @@ bool mailbox_expunge(struct mailbox *box, const uint32_t *uids, size_t uid_count
     return true;
 }
 
+static int cmp_result(const void *a, const void *b)
+{
+    uint32_t x = ((const struct mailbox_flags_result *)a)->uid;
+    uint32_t y = ((const struct mailbox_flags_result *)b)->uid;
+    return x < y ? -1 : x > y;
+}
+
+/* One driver update whose results and failures are added to the caller's. */
+static bool pvt_driver_update(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                              const struct mailbox_flags_update *upd,
+                              struct mailbox_flags_result **res, size_t *res_count,
+                              uint32_t **failed, size_t *failed_count, struct petrel_error *err)
+{
+    struct mailbox_flags_result *r = NULL;
+    uint32_t *f = NULL;
+    size_t rn = 0, fn = 0;
+    if (uid_count == 0)
+        return true;
+    bool ok = box_storage(box)->v->update_flags(box, uids, uid_count, upd, &r, &rn, &f, &fn, err);
+    if (ok) {
+        *res = xrealloc(*res, (*res_count + rn + 1) * sizeof(**res));
+        memcpy(*res + *res_count, r, rn * sizeof(*r));
+        *res_count += rn;
+        *failed = xrealloc(*failed, (*failed_count + fn + 1) * sizeof(**failed));
+        memcpy(*failed + *failed_count, f, fn * sizeof(*f));
+        *failed_count += fn;
+    }
+    free(r);
+    free(f);
+    return ok;
+}
+
+/* A reader with private \Seen (mailbox-pvt.h): \Seen goes to the reader's
+ * set, everything else to the folder, whose own \Seen stays as it is (a
+ * replacement is made per message: those with the folder's \Seen keep
+ * it). The results show the reader's \Seen. */
+static bool pvt_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
+                             const struct mailbox_flags_update *upd,
+                             struct mailbox_flags_result **results, size_t *result_count,
+                             uint32_t **failed, size_t *failed_count, struct petrel_error *err)
+{
+    struct mailbox_flags_result *res = NULL;
+    uint32_t *fail = NULL;
+    size_t res_count = 0, fail_count = 0;
+    struct mailbox_flags_update shared = *upd;
+    shared.flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+    bool ok;
+    if (upd->mode != MAILBOX_FLAGS_REPLACE) {
+        ok = pvt_driver_update(box, uids, uid_count, &shared, &res, &res_count, &fail, &fail_count,
+                               err);
+    } else {
+        /* The folder's \Seen of each message first (an update that adds
+         * nothing changes nothing), then one replacement for the messages
+         * that have it and one for those that do not. */
+        const struct mailbox_flags_update look = {.mode = MAILBOX_FLAGS_ADD};
+        struct mailbox_flags_result *now = NULL;
+        size_t now_count = 0;
+        uint32_t *nofail = NULL;
+        size_t nofail_count = 0;
+        ok = pvt_driver_update(box, uids, uid_count, &look, &now, &now_count, &nofail,
+                               &nofail_count, err);
+        uint32_t *with = xcalloc(now_count + 1, sizeof(*with));
+        uint32_t *without = xcalloc(now_count + 1, sizeof(*without));
+        size_t wn = 0, won = 0;
+        for (size_t i = 0; ok && i < now_count; i++) {
+            if ((now[i].flags & MAIL_FLAG_SEEN) != 0)
+                with[wn++] = now[i].uid;
+            else
+                without[won++] = now[i].uid;
+        }
+        struct mailbox_flags_update keep = shared;
+        keep.flags |= MAIL_FLAG_SEEN;
+        ok = ok &&
+             pvt_driver_update(box, with, wn, &keep, &res, &res_count, &fail, &fail_count, err) &&
+             pvt_driver_update(box, without, won, &shared, &res, &res_count, &fail, &fail_count,
+                               err);
+        free(with);
+        free(without);
+        free(now);
+        free(nofail);
+        if (res_count > 1)
+            qsort(res, res_count, sizeof(*res), cmp_result);
+    }
+    bool seen_asked = upd->mode == MAILBOX_FLAGS_REPLACE || (upd->flags & MAIL_FLAG_SEEN) != 0;
+    if (ok && seen_asked && res_count > 0) {
+        bool seen = upd->mode == MAILBOX_FLAGS_REMOVE ? false : (upd->flags & MAIL_FLAG_SEEN) != 0;
+        uint32_t *done = xcalloc(res_count, sizeof(*done));
+        for (size_t i = 0; i < res_count; i++)
+            done[i] = res[i].uid;
+        ok = mailbox_pvt_set(box, done, res_count, seen, err);
+        free(done);
+    }
+    const struct mailbox_pvt *p = ok ? mailbox_pvt_get(box) : NULL;
+    for (size_t i = 0; p != NULL && i < res_count; i++) {
+        res[i].flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+        if (mailbox_pvt_has(p, res[i].uid))
+            res[i].flags |= MAIL_FLAG_SEEN;
+    }
+    if (ok && results != NULL) {
+        *results = res;
+        *result_count = res_count;
+        res = NULL;
+    }
+    if (ok && failed != NULL) {
+        *failed = fail;
+        *failed_count = fail_count;
+        fail = NULL;
+    }
+    free(res);
+    free(fail);
+    return ok;
+}
+
 bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_count,
                           const struct mailbox_flags_update *upd,
                           struct mailbox_flags_result **results, size_t *result_count,
@@ -697,6 +841,9 @@ bool mailbox_update_flags(struct mailbox *box, const uint32_t *uids, size_t uid_
         *failed_count = 0;
     }
     HOOKS_BEFORE(st, flags, box, uids, uid_count, upd, err);
+    if (mailbox_pvt_active(box))
+        return pvt_update_flags(box, uids, uid_count, upd, results, result_count, failed,
+                                failed_count, err);
     return st->v->update_flags(box, uids, uid_count, upd, results, result_count, failed,
                                failed_count, err);
 }

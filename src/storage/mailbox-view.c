@@ -6,6 +6,8 @@
 #include "storage/mail-storage-private.h"
 
 #include "core/bsearch-insert.h"
+#include "core/xalloc.h"
+#include "storage/mailbox-pvt.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -16,27 +18,83 @@ static const struct mail_storage_vfuncs *view_v(const struct mailbox_view *view)
     return mailbox_common(mailbox_view_common(view)->box)->user->storage->v;
 }
 
+/* A reader with private \Seen (mailbox-pvt.h): the entries show the
+ * reader's \Seen; the folder's own is kept aside for the driver. */
+static void pvt_overlay(struct mailbox_view *view)
+{
+    struct mailbox_view_common *c = mailbox_view_common(view);
+    free(c->pvt_shared);
+    c->pvt_shared = NULL;
+    c->pvt_shared_count = 0;
+    if (!mailbox_pvt_active(c->box))
+        return;
+    const struct mailbox_pvt *p = mailbox_pvt_get(c->box);
+    if (p == NULL)
+        return;
+    c->pvt_shared = xcalloc(c->count / 8 + 1, 1);
+    c->pvt_shared_count = c->count;
+    for (size_t i = 0; i < c->count; i++) {
+        struct mailbox_view_entry *e = &c->entries[i];
+        if ((e->flags & MAIL_FLAG_SEEN) != 0)
+            c->pvt_shared[i / 8] |= (uint8_t)(1u << (i % 8));
+        e->flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+        if (mailbox_pvt_has(p, e->uid))
+            e->flags |= MAIL_FLAG_SEEN;
+    }
+}
+
+/* Gives the driver back the folder's own \Seen before it compares its
+ * snapshot with the index (else each private difference would look like
+ * a change at every sync). */
+static void pvt_restore(struct mailbox_view *view)
+{
+    struct mailbox_view_common *c = mailbox_view_common(view);
+    if (c->pvt_shared == NULL || c->pvt_shared_count != c->count)
+        return;
+    for (size_t i = 0; i < c->count; i++) {
+        struct mailbox_view_entry *e = &c->entries[i];
+        e->flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+        if ((c->pvt_shared[i / 8] & (1u << (i % 8))) != 0)
+            e->flags |= MAIL_FLAG_SEEN;
+    }
+}
+
 struct mailbox_view *mailbox_view_new(struct mailbox *box, struct petrel_error *err)
 {
-    return mailbox_common(box)->user->storage->v->view_new(box, err);
+    struct mailbox_view *view = mailbox_common(box)->user->storage->v->view_new(box, err);
+    if (view != NULL)
+        pvt_overlay(view);
+    return view;
 }
 
 void mailbox_view_free(struct mailbox_view *view)
 {
-    if (view != NULL)
-        view_v(view)->view_free(view);
+    if (view == NULL)
+        return;
+    free(mailbox_view_common(view)->pvt_shared);
+    mailbox_view_common(view)->pvt_shared = NULL;
+    view_v(view)->view_free(view);
+}
+
+static bool view_sync(struct mailbox_view *view, bool refresh, struct mailbox_view_changes *changes,
+                      struct petrel_error *err)
+{
+    pvt_restore(view);
+    bool ok = view_v(view)->view_sync(view, refresh, changes, err);
+    pvt_overlay(view);
+    return ok;
 }
 
 bool mailbox_view_sync(struct mailbox_view *view, struct mailbox_view_changes *changes,
                        struct petrel_error *err)
 {
-    return view_v(view)->view_sync(view, true, changes, err);
+    return view_sync(view, true, changes, err);
 }
 
 bool mailbox_view_catch_up(struct mailbox_view *view, struct mailbox_view_changes *changes,
                            struct petrel_error *err)
 {
-    return view_v(view)->view_sync(view, false, changes, err);
+    return view_sync(view, false, changes, err);
 }
 
 bool mailbox_view_note_flags(struct mailbox_view *view, const struct mailbox_flags_result *results,

@@ -4,6 +4,8 @@
  * expunge, flags) are in mail-storage.c. */
 #include "storage/mail-storage-private.h"
 
+#include "storage/mailbox-pvt.h"
+
 static const struct mail_storage_vfuncs *box_v(const struct mailbox *box)
 {
     return mailbox_common(box)->user->storage->v;
@@ -11,8 +13,11 @@ static const struct mail_storage_vfuncs *box_v(const struct mailbox *box)
 
 void mailbox_close(struct mailbox *box)
 {
-    if (box != NULL)
-        box_v(box)->mailbox_close(box);
+    if (box == NULL)
+        return;
+    mailbox_pvt_free(mailbox_common(box)->pvt);
+    mailbox_common(box)->pvt = NULL;
+    box_v(box)->mailbox_close(box);
 }
 
 bool mailbox_is_read_only(const struct mailbox *box)
@@ -40,10 +45,35 @@ uint32_t mailbox_handle_uid_validity(const struct mailbox *box)
     return box_v(box)->handle_uid_validity(box);
 }
 
+struct pvt_unseen {
+    const struct mailbox_pvt *pvt;
+    uint32_t unseen;
+};
+
+static void count_unseen(const struct mailbox_message *msg, void *ctx)
+{
+    struct pvt_unseen *u = ctx;
+    if (!mailbox_pvt_has(u->pvt, msg->uid))
+        u->unseen++;
+}
+
 bool mailbox_get_info(struct mailbox *box, bool stats, struct mailbox_info *info,
                       struct petrel_error *err)
 {
-    return box_v(box)->get_info(box, stats, info, err);
+    if (!box_v(box)->get_info(box, stats, info, err))
+        return false;
+    if (!mailbox_pvt_active(box))
+        return true;
+    /* A reader with private \Seen: unseen counts what they have not seen. */
+    struct mailbox_pvt *p = mailbox_pvt_get(box);
+    if (p == NULL)
+        return true;
+    struct pvt_unseen u = {.pvt = p};
+    bool truncated = false;
+    if (!box_v(box)->foreach (box, 0, count_unseen, &u, &truncated, err))
+        return false;
+    info->unseen = u.unseen;
+    return true;
 }
 
 bool mailbox_foreach(struct mailbox *box, size_t limit,

@@ -31,6 +31,16 @@ const char *namespace_type_name(enum namespace_type type)
     return "personal";
 }
 
+size_t namespace_prefix_head(const struct namespace_config *ns)
+{
+    return ns->per_owner ? ns->owner_at : strlen(ns->prefix);
+}
+
+bool namespace_has_inbox(const struct namespace_config *ns)
+{
+    return ns->type == NAMESPACE_PERSONAL || ns->owner != NULL;
+}
+
 void namespace_slug(const char *prefix, struct buf *out)
 {
     size_t start = out->len;
@@ -52,6 +62,7 @@ void mail_config_free(struct mail_config *cfg)
         free(cfg->namespaces[i].prefix);
         free(cfg->namespaces[i].location);
         free(cfg->namespaces[i].slug);
+        free(cfg->namespaces[i].private_index);
     }
     free(cfg->namespaces);
     for (size_t i = 0; i < cfg->special_use_count; i++) {
@@ -84,11 +95,60 @@ static void add_special_use(struct mail_config *cfg, const char *folder, const c
     cfg->special_use_count++;
 }
 
+/* "shared/%u/": a shared namespace per owner. The variable is the last
+ * level and appears once; other variables are not taken in a prefix. */
+static bool read_owner_template(const struct cfg_ctx *ctx, const struct ynode *node,
+                                struct namespace_config *ns)
+{
+    const char *pct = strchr(ns->prefix, '%');
+    if (pct == NULL)
+        return true;
+    const struct ynode *at = ynode_get(node, "prefix");
+    size_t len = strlen(ns->prefix);
+    size_t off = (size_t)(pct - ns->prefix);
+    if (ns->type != NAMESPACE_SHARED || pct[1] != 'u' || off + 3 != len || off == 0 ||
+        ns->prefix[off - 1] != ns->separator)
+        return cfg_fail(ctx, at, "mail.namespaces.prefix",
+                        "a variable in a prefix is the owner level of a shared namespace, "
+                        "'<path>%cu%c' ('shared/%%u/')",
+                        '%', ns->separator);
+    if (ynode_get(node, "subscriptions") != NULL && ns->subscriptions)
+        return cfg_fail(ctx, ynode_get(node, "subscriptions"), "mail.namespaces.subscriptions",
+                        "a per-owner shared namespace keeps its subscriptions in the reader's "
+                        "personal file (subscriptions: false)");
+    ns->subscriptions = false;
+    ns->per_owner = true;
+    ns->owner_at = off;
+    return true;
+}
+
+/* index_private: a template of the reader's directory, shared and public
+ * namespaces only; tried on a sample user so a bad variable is a
+ * configuration error, not a failing SELECT. */
+static bool read_private_index(const struct cfg_ctx *ctx, const struct ynode *node,
+                               struct namespace_config *ns)
+{
+    const struct ynode *at = ynode_get(node, "index_private");
+    if (ns->private_index[0] == '\0') {
+        free(ns->private_index);
+        ns->private_index = NULL;
+        return true;
+    }
+    if (ns->type == NAMESPACE_PERSONAL)
+        return cfg_fail(ctx, at, "mail.namespaces.index_private",
+                        "private indexes are for shared and public namespaces");
+    struct buf out = {0};
+    struct petrel_error e;
+    bool ok = mail_template_expand(ns->private_index, "user@example.org", "/home", &out, &e);
+    buf_free(&out);
+    return ok || cfg_fail(ctx, at, "mail.namespaces.index_private", "%s", e.message);
+}
+
 static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
                            struct namespace_config *ns)
 {
-    static const char *const keys[] = {"name",     "type",          "prefix", "separator",
-                                       "location", "subscriptions", NULL};
+    static const char *const keys[] = {"name",     "type",          "prefix",        "separator",
+                                       "location", "subscriptions", "index_private", NULL};
     const char *path = "mail.namespaces";
     if (node->type != YNODE_MAP)
         return cfg_fail(ctx, node, path, "each namespace is a mapping");
@@ -102,7 +162,8 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
               cfg_string(ctx, node, path, "prefix", &ns->prefix) &&
               cfg_string(ctx, node, path, "separator", &sep) &&
               cfg_string(ctx, node, path, "location", &ns->location) &&
-              cfg_bool(ctx, node, path, "subscriptions", &ns->subscriptions);
+              cfg_bool(ctx, node, path, "subscriptions", &ns->subscriptions) &&
+              cfg_string(ctx, node, path, "index_private", &ns->private_index);
     if (ok) {
         if (type == NULL || strcmp(type, "personal") == 0)
             ns->type = NAMESPACE_PERSONAL;
@@ -141,8 +202,14 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
     if (ns->type == NAMESPACE_PERSONAL && ns->prefix[0] != '\0')
         return cfg_fail(ctx, ynode_get(node, "prefix"), "mail.namespaces.prefix",
                         "the personal namespace has the empty prefix");
+    if (!read_owner_template(ctx, node, ns))
+        return false;
+    if (ns->private_index != NULL && !read_private_index(ctx, node, ns))
+        return false;
     struct buf slug = {0};
-    namespace_slug(ns->prefix, &slug);
+    char *head = xstrndup(ns->prefix, namespace_prefix_head(ns));
+    namespace_slug(head, &slug);
+    free(head);
     ns->slug = buf_steal(&slug);
     if (ns->name == NULL)
         ns->name = xstrdup(ns->slug);
@@ -292,6 +359,14 @@ bool mail_config_read(const char *file, const struct ynode *section, struct mail
                 goto fail;
             }
         }
+        if (ns->per_owner && !out->acl.enabled) {
+            /* Without the ACL module nothing would stand between a user
+             * and every other user's mail. */
+            cfg_fail(&ctx, nss->items[i], "mail.namespaces",
+                     "a per-owner shared namespace ('%s') needs mail.acl.enabled: true",
+                     ns->prefix);
+            goto fail;
+        }
         if (ns->type == NAMESPACE_PERSONAL) {
             if (personal) {
                 cfg_fail(&ctx, nss->items[i], "mail.namespaces",
@@ -352,7 +427,7 @@ const struct namespace_config *namespace_by_prefix(const struct mail_config *cfg
     size_t best_len = 0;
     for (size_t i = 0; i < cfg->namespace_count; i++) {
         const struct namespace_config *ns = &cfg->namespaces[i];
-        size_t plen = strlen(ns->prefix);
+        size_t plen = namespace_prefix_head(ns);
         if (strncmp(full_name, ns->prefix, plen) == 0 && (best == NULL || plen > best_len)) {
             best = ns;
             best_len = plen;

@@ -11,6 +11,7 @@
  *         separator: "/"
  *         location: maildir:%h/Maildir # %h the user's home, %u, %n, %d
  *         subscriptions: true
+ *         index_private: "%h/pvt"      # INDEXPVT: a reader's private \Seen (shared/public)
  *     acl:                             # RFC 4314 ACLs (storage/acl/acl-module.h)
  *       enabled: false
  *       cache_secs: 1                  # how stale a handle's rights may get
@@ -19,7 +20,13 @@
  *
  * A namespace is addressed by its slug, derived from the prefix and never
  * from the type: the namespace with an empty prefix is `personal`; "Public/"
- * is `public` (lower-cased, separators and non-alphanumerics dropped). */
+ * is `public` (lower-cased, separators and non-alphanumerics dropped).
+ *
+ * A shared namespace whose prefix ends in an owner level, "shared/%u/"
+ * (Dovecot's type=shared prefix=shared/%%u/), is a template: "shared/bob/X"
+ * is folder X of owner bob, its location expanded with bob's name and home
+ * (storage/shared-namespace.h makes one instance per owner). Its slug comes
+ * from the prefix before the variable ("shared"). */
 #ifndef PETREL_STORAGE_NAMESPACE_H
 #define PETREL_STORAGE_NAMESPACE_H
 
@@ -42,6 +49,19 @@ struct namespace_config {
     char *location; /* "maildir:<path template>" */
     bool subscriptions;
     char *slug;
+    /* A per-owner template ("shared/%u/"): the prefix's fixed head is its
+     * first owner_at bytes ("shared/"). Nothing is stored at a template
+     * itself: its instances (owner set) are what folders belong to. */
+    bool per_owner;
+    size_t owner_at;
+    /* An instance of a template (storage/shared-namespace.h): the owner,
+     * the template it was made from; NULL for a configured namespace. */
+    char *owner;
+    const struct namespace_config *tmpl;
+    /* INDEXPVT (shared and public namespaces): a template (%u %n %d the
+     * reader, %h the reader's home) of the directory under which each
+     * reader keeps their private \Seen; NULL: \Seen is the folder's. */
+    char *private_index;
 };
 
 struct special_use_default {
@@ -90,6 +110,12 @@ const struct namespace_config *namespace_by_slug(const struct mail_config *cfg, 
 const struct namespace_config *namespace_by_prefix(const struct mail_config *cfg,
                                                    const char *full_name, const char **rest);
 const char *namespace_type_name(enum namespace_type type);
+/* The fixed part of the prefix (a template's head "shared/"; else all). */
+size_t namespace_prefix_head(const struct namespace_config *ns);
+/* Whether the namespace has an INBOX: the personal one, and an owner's
+ * instance of a shared template (the owner's INBOX, as Dovecot's
+ * shared/bob/INBOX). */
+bool namespace_has_inbox(const struct namespace_config *ns);
 /* Derives the slug of a prefix ("" -> "personal"). */
 void namespace_slug(const char *prefix, struct buf *out);
 

@@ -45,7 +45,9 @@ static bool foreign_row(struct mail_user *user, const struct namespace_config *n
     bool foreign = false;
     for (size_t n = 0; n < cfg->namespace_count && !foreign; n++) {
         const struct namespace_config *o = &cfg->namespaces[n];
-        char *op = mail_subscriptions_row(o->prefix, "", o->separator);
+        char *head = xstrndup(o->prefix, namespace_prefix_head(o)); /* "shared/" of "shared/%u/" */
+        char *op = mail_subscriptions_row(head, "", o->separator);
+        free(head);
         foreign =
             o != ns && !o->subscriptions && op[0] != '\0' && strncmp(row, op, strlen(op)) == 0;
         free(op);

@@ -107,10 +107,10 @@ def standalone(tmp_path, pki):
     s.stop()
 
 
-def imap_login(s):
+def imap_login(s, user="demo", password="demo"):
     ctx = ssl.create_default_context(cafile=s.ca)
     m = imaplib.IMAP4_SSL("127.0.0.1", s.port(10993), ssl_context=ctx)
-    m.login("demo", "demo")
+    m.login(user, password)
     return m
 
 
@@ -281,3 +281,21 @@ def test_quota_on_and_mirrored_into_the_default_dict(standalone):
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)["storage"] == show["storage"]["used"]
     wait_for(mirrored, timeout=5, what="demo's usage in the default dict")
+
+
+def test_demo_shares_a_folder_with_demo2_through_the_shared_namespace(standalone):
+    demo = imap_login(standalone)
+    assert demo.create("Work")[0] == "OK"
+    assert demo.append("Work", None, None, b"Subject: shared\r\n\r\nhello\r\n")[0] == "OK"
+    assert demo._simple_command("SETACL", "Work", "demo2", "lr")[0] == "OK"
+    other = imap_login(standalone, "demo2", "demo2")
+    typ, data = other.namespace()
+    assert data == [b'(("" "/")) (("shared/" "/")) (("Public/" "/"))']
+    typ, data = other.list('""', "shared/*")
+    assert data == [b'(\\Noselect \\HasChildren) "/" "shared/demo"',
+                    b'(\\HasNoChildren) "/" "shared/demo/Work"'], data
+    assert other.select("shared/demo/Work", readonly=True) == ("OK", [b"1"])
+    typ, data = other.fetch("1", "(BODY.PEEK[TEXT])")
+    assert data[0][1] == b"hello\r\n"
+    other.logout()
+    demo.logout()

@@ -17,6 +17,7 @@
 #include "storage/acl/acl-module.h"
 #include "storage/acl/acl-rights.h"
 #include "storage/acl/acl-store.h"
+#include "storage/shared-namespace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,10 @@ static void append_identifier(struct buf *out, const struct imap_session *s,
         buf_append_str(&text, "authenticated");
         break;
     case ACL_ID_OWNER:
-        buf_append_str(&text, ns->type == NAMESPACE_PERSONAL ? mail_user_name(s->user) : "owner");
+        /* in a shared namespace's instance, the owner whose folder it is */
+        buf_append_str(&text, ns->type == NAMESPACE_PERSONAL ? mail_user_name(s->user)
+                              : ns->owner != NULL            ? ns->owner
+                                                             : "owner");
         break;
     case ACL_ID_USER:
         buf_append_str(&text, id->name);
@@ -283,7 +287,11 @@ static void change_acl(struct imap_session *s, const struct imap_arg *mbox, stru
     struct buf dir = {0};
     struct petrel_error err;
     if (folder_dir(s, f.ns, f.name, &dir)) {
-        if (acl_store_change_folder(s->user, f.ns, f.name, c, &err)) {
+        /* shared/bob/X: bob's index and registry rows (shared-namespace.h) */
+        struct mail_user *holder;
+        const struct namespace_config *holder_ns;
+        mail_namespace_acl_holder(s->user, f.ns, &holder, &holder_ns);
+        if (acl_store_change_folder(holder, holder_ns, f.name, c, &err)) {
             /* This user's own next command sees the change at once. */
             mail_user_rights_changed(s->user);
             imap_reply_ok(s, "%s", done);

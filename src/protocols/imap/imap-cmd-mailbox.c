@@ -10,8 +10,12 @@
 #include "core/log.h"
 #include "core/utf8.h"
 #include "core/xalloc.h"
+#include "storage/acl/acl-list-index.h"
+#include "storage/acl/acl-module.h"
+#include "storage/acl/acl-registry.h"
 #include "storage/acl/acl-rights.h"
 #include "storage/mailbox-name.h"
+#include "storage/shared-namespace.h"
 #include "storage/special-use.h"
 #include "storage/subscription-store.h"
 
@@ -122,14 +126,22 @@ static const char *folder_from_wire(const struct imap_session *s, const char *wi
     }
     buf_append_char(&utf8, '\0');
     const char *rest = NULL;
-    const struct namespace_config *best = namespace_by_prefix(mail_cfg(s), utf8.data, &rest);
-    if (best == NULL) {
+    if (namespace_by_prefix(mail_cfg(s), utf8.data, NULL) == NULL) {
         buf_free(&utf8);
         return "NO [NONEXISTENT] No namespace holds this name.";
     }
+    /* "shared/bob/Work": bob's instance of a per-owner shared namespace;
+     * a name that stops at the owner level, or names no valid owner, is
+     * answered as a missing folder. */
+    struct petrel_error err;
+    const struct namespace_config *best = mail_namespace_resolve(s->user, utf8.data, &rest, &err);
+    if (best == NULL) {
+        buf_free(&utf8);
+        imap_reply_storage_error(s, &err);
+        return false;
+    }
     out->ns = best;
-    out->name =
-        xstrdup(mailbox_name_is_inbox(rest) && best->type == NAMESPACE_PERSONAL ? "INBOX" : rest);
+    out->name = xstrdup(mailbox_name_is_inbox(rest) && namespace_has_inbox(best) ? "INBOX" : rest);
     buf_free(&utf8);
     return NULL;
 }
@@ -205,7 +217,7 @@ static void append_namespaces(struct buf *out, const struct mail_config *cfg,
             continue;
         buf_append_str(out, any ? "(" : " ((");
         any = true;
-        imap_append_string(out, ns->prefix, strlen(ns->prefix));
+        imap_append_string(out, ns->prefix, namespace_prefix_head(ns));
         buf_printf(out, " \"%s%c\")", ns->separator == '"' || ns->separator == '\\' ? "\\" : "",
                    ns->separator);
     }
@@ -568,23 +580,37 @@ static void list_send(struct list_out *o, const struct list_ns *n, const char *n
  * does not match but has a level above it that does shows that level:
  * to "%" for plain LIST (RFC 3501: the hierarchy must be visible) and
  * LSUB, and for RECURSIVEMATCH (RFC 5258 3.1 with CHILDINFO). */
+static bool list_namespace_names(struct list_out *o, const struct namespace_config *ns,
+                                 bool special_use, char **names, size_t count,
+                                 struct petrel_error *err);
+
 static bool list_namespace(struct list_out *o, const struct namespace_config *ns, bool special_use,
                            struct petrel_error *err)
 {
-    const struct list_query *q = o->q;
-    struct list_ns n = {.ns = ns, .special_use = special_use};
-    if (!mail_folder_list(o->s->user, ns, &n.names, &n.count, err))
+    char **names = NULL;
+    size_t count = 0;
+    if (!mail_folder_list(o->s->user, ns, &names, &count, err))
         return false;
     /* A folder the ACL does not let the user look up is left out here, so
      * every later step treats it as a folder that is not there. */
     size_t kept = 0;
-    for (size_t i = 0; i < n.count; i++) {
-        if ((mail_folder_my_rights(o->s->user, ns, n.names[i]) & ACL_LOOKUP) != 0)
-            n.names[kept++] = n.names[i];
+    for (size_t i = 0; i < count; i++) {
+        if ((mail_folder_my_rights(o->s->user, ns, names[i]) & ACL_LOOKUP) != 0)
+            names[kept++] = names[i];
         else
-            free(n.names[i]);
+            free(names[i]);
     }
-    n.count = kept;
+    return list_namespace_names(o, ns, special_use, names, kept, err);
+}
+
+/* list_namespace() over folders already listed and filtered (`names`,
+ * taken). */
+static bool list_namespace_names(struct list_out *o, const struct namespace_config *ns,
+                                 bool special_use, char **names, size_t count,
+                                 struct petrel_error *err)
+{
+    const struct list_query *q = o->q;
+    struct list_ns n = {.ns = ns, .special_use = special_use, .names = names, .count = count};
     bool need_subs = q->sel_subscribed || q->ret_subscribed;
     if (need_subs && !mail_subscriptions_list(o->s->user, ns, &n.subs, &n.sub_count, err)) {
         mail_folder_list_free(n.names, n.count);
@@ -778,16 +804,108 @@ static void list_root(struct imap_session *s)
     imap_reply_ok(s, "LIST completed.");
 }
 
-static void list_common(struct imap_session *s, const struct imap_command *cmd, bool lsub)
+/* Sends one level of a per-owner shared namespace that is no folder
+ * ("shared", "shared/bob") when a pattern matches it: a plain listing
+ * shows the hierarchy above what it lists, as Dovecot does. */
+static void list_level(struct list_out *o, const struct namespace_config *ns, const char *level)
 {
-    struct list_query q = {.lsub = lsub, .sel_subscribed = lsub, .utf8 = s->utf8_accept};
-    if (!list_parse(s, cmd, &q))
+    const struct list_query *q = o->q;
+    if (q->lsub || q->sel_subscribed || q->sel_special_use || !list_matches(o, ns, level))
         return;
-    if (q.root) {
-        list_root(s);
-        return;
+    for (size_t k = 0; k < o->seen.len; k += strlen(o->seen.data + k) + 1) {
+        if (strcmp(o->seen.data + k, level) == 0)
+            return;
     }
-    struct list_out o = {.s = s, .q = &q};
+    buf_append(&o->seen, level, strlen(level) + 1);
+    struct buf line = {0};
+    buf_printf(&line, "* LIST (%s%s) \"%s%c\" ", q->extended ? "\\NonExistent" : "\\Noselect",
+               !q->extended || q->ret_children ? " \\HasChildren" : "",
+               ns->separator == '"' || ns->separator == '\\' ? "\\" : "", ns->separator);
+    const struct namespace_config none = {.prefix = (char *)""};
+    append_wire_name(&line, o->s, &none, level);
+    buf_append_str(&line, "\r\n");
+    imap_send_raw(o->s, line.data, line.len);
+    buf_free(&line);
+}
+
+struct list_visible {
+    char **names;
+    size_t count;
+    size_t cap;
+};
+
+static void list_visit(void *arg, const char *folder, uint32_t rights)
+{
+    (void)rights; /* only folders with l are visited */
+    struct list_visible *v = arg;
+    v->names = xgrow(v->names, &v->cap, v->count + 1, sizeof(*v->names));
+    v->names[v->count++] = xstrdup(folder);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A per-owner shared namespace: for each owner the registry names, the
+ * folders that owner's ACL list index lets the user look up, read from
+ * the index alone (no folder of the owner is opened for it, and none of
+ * another owner is looked at); an indexed folder gone since is left out
+ * (one stat each). */
+static void list_shared(struct list_out *o, const struct namespace_config *tmpl,
+                        const char *const *owners, size_t owner_count)
+{
+    struct imap_session *s = o->s;
+    struct acl_identity who;
+    acl_user_identity(s->user, tmpl, &who);
+    for (size_t i = 0; i < owner_count; i++) {
+        struct petrel_error err;
+        const struct namespace_config *ns = mail_shared_namespace(s->user, tmpl, owners[i], &err);
+        if (ns == NULL)
+            continue; /* oneself, or a name that is no user's */
+        struct list_visible v = {0};
+        if (acl_list_index_visible(s->user, ns, &who, list_visit, &v, &err) < 0) {
+            log_warn(IMAP_COMPONENT, "ACL list index unreadable: owner left out of LIST",
+                     "session=%s owner=%s error=\"%s\"", s->io.id, owners[i], err.message);
+            mail_folder_list_free(v.names, v.count);
+            continue;
+        }
+        size_t kept = 0;
+        for (size_t k = 0; k < v.count; k++) {
+            if (mail_folder_exists(s->user, ns, v.names[k]))
+                v.names[kept++] = v.names[k];
+            else
+                free(v.names[k]);
+        }
+        if (kept == 0) {
+            free(v.names);
+            continue;
+        }
+        qsort(v.names, kept, sizeof(*v.names), cmp_str);
+        size_t head = namespace_prefix_head(tmpl);
+        char *level = xstrndup(ns->prefix, head - 1); /* "shared" */
+        list_level(o, ns, level);
+        free(level);
+        level = xstrndup(ns->prefix, strlen(ns->prefix) - 1); /* "shared/bob" */
+        list_level(o, ns, level);
+        free(level);
+        if (!list_namespace_names(o, ns, false, v.names, kept, &err))
+            log_warn(IMAP_COMPONENT, "LIST of a shared folder failed",
+                     "session=%s owner=%s error=\"%s\"", s->io.id, owners[i], err.message);
+    }
+}
+
+/* A LIST waiting for the sharing registry's owners (an asynchronous dict). */
+struct imap_list_wait {
+    struct imap_session *s; /* NULL once the session is gone */
+    struct list_query q;
+};
+
+static void list_run(struct imap_session *s, struct list_query *q, const char *const *owners,
+                     size_t owner_count)
+{
+    bool lsub = q->lsub;
+    struct list_out o = {.s = s, .q = q};
     struct petrel_error err;
     const struct namespace_config *personal = mail_user_namespace(s->user, "personal", &err);
     if (!lsub && personal != NULL && !special_use_read(s->user, &o.overrides, &err)) {
@@ -800,15 +918,83 @@ static void list_common(struct imap_session *s, const struct imap_command *cmd, 
     bool ok = true;
     for (size_t i = 0; ok && i < cfg->namespace_count; i++) {
         const struct namespace_config *ns = &cfg->namespaces[i];
-        ok = list_namespace(&o, ns, !lsub && ns == personal, &err);
+        if (ns->per_owner)
+            list_shared(&o, ns, owners, owner_count);
+        else
+            ok = list_namespace(&o, ns, !lsub && ns == personal, &err);
     }
     special_use_list_free(&o.overrides);
     buf_free(&o.seen);
-    list_query_free(&q);
+    list_query_free(q);
     if (!ok)
         imap_reply_storage_error(s, &err);
     else
         imap_reply_ok(s, "%s completed.", lsub ? "LSUB" : "LIST");
+}
+
+static void list_owners_done(bool ok, const char *error, const char *const *owners, size_t count,
+                             void *ctx)
+{
+    struct imap_list_wait *w = ctx;
+    struct imap_session *s = w->s;
+    if (s == NULL) {
+        list_query_free(&w->q);
+        free(w);
+        return;
+    }
+    s->list_wait = NULL;
+    if (!ok)
+        log_warn(IMAP_COMPONENT, "sharing registry unavailable: shared folders not listed",
+                 "session=%s error=\"%s\"", s->io.id, error != NULL ? error : "");
+    struct list_query q = w->q;
+    free(w);
+    /* Replies, which (after an asynchronous wait) reads the next command. */
+    list_run(s, &q, ok ? owners : NULL, ok ? count : 0);
+}
+
+void imap_list_abort(struct imap_session *s)
+{
+    if (s->list_wait != NULL) {
+        s->list_wait->s = NULL;
+        s->list_wait = NULL;
+    }
+}
+
+static void list_common(struct imap_session *s, const struct imap_command *cmd, bool lsub)
+{
+    struct list_query q = {.lsub = lsub, .sel_subscribed = lsub, .utf8 = s->utf8_accept};
+    if (!list_parse(s, cmd, &q))
+        return;
+    if (q.root) {
+        list_root(s);
+        return;
+    }
+    const struct mail_config *cfg = mail_cfg(s);
+    const struct namespace_config *shared = NULL;
+    for (size_t i = 0; i < cfg->namespace_count && shared == NULL; i++)
+        shared = cfg->namespaces[i].per_owner ? &cfg->namespaces[i] : NULL;
+    struct petrel_error err;
+    petrel_error_clear(&err);
+    struct dict *dict = shared != NULL ? acl_registry_dict(s->ctx->storage, &err) : NULL;
+    if (dict == NULL) {
+        if (shared != NULL && err.code != PETREL_ERR_UNSUPPORTED)
+            log_warn(IMAP_COMPONENT, "sharing registry unavailable: shared folders not listed",
+                     "session=%s error=\"%s\"", s->io.id, err.message);
+        list_run(s, &q, NULL, 0);
+        return;
+    }
+    /* The owners who shared something with this user (the registry, a
+     * dict: answered at once by the file and SQLite drivers, later by
+     * Redis and PostgreSQL, the session waiting meanwhile). */
+    struct imap_list_wait *w = xcalloc(1, sizeof(*w));
+    w->s = s;
+    w->q = q;
+    s->list_wait = w;
+    struct acl_identity who;
+    acl_user_identity(s->user, shared, &who); /* a reader: never the owner */
+    acl_registry_owners(dict, &who, list_owners_done, w);
+    if (s->list_wait == w)
+        s->busy = true;
 }
 
 static void cmd_list(struct imap_session *s, const struct imap_command *cmd)

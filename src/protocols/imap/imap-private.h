@@ -90,6 +90,8 @@ struct imap_session {
     size_t context_dirty_count, context_dirty_cap;
     /* GETMETADATA/SETMETADATA waiting for the dict (imap-cmd-metadata.c) */
     struct imap_metadata_call *metadata_call;
+    /* LIST waiting for the sharing registry (imap-cmd-mailbox.c) */
+    struct imap_list_wait *list_wait;
 };
 
 struct imap_recent_range {
@@ -191,6 +193,9 @@ extern const struct imap_command_def imap_commands_select[];  /* imap-cmd-select
 extern const struct imap_command_def imap_commands_message[]; /* imap-cmd-message.c */
 extern const struct imap_command_def imap_commands_search[];  /* imap-cmd-search.c */
 extern const struct imap_command_def imap_commands_acl[];     /* imap-cmd-acl.c */
+/* Forgets a LIST waiting for the sharing registry (the session is being
+ * freed): its answer, when it comes, is dropped. */
+void imap_list_abort(struct imap_session *s);
 /* A FETCH waiting for the output (s->fetch): produces the next messages,
  * and ends the command with its tagged reply once all are out. */
 void imap_fetch_continue(struct imap_session *s);

@@ -230,6 +230,7 @@ void imap_session_free(struct imap_session *s)
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
     imap_metadata_abort(s);
+    imap_list_abort(s);
     imap_fetch_abort(s); /* a disconnected client's FETCH stops here */
     imap_selected_close(s);
     free(s->recent);

@@ -141,6 +141,8 @@ static void handle_usage(struct http_request *req, void *ctx)
         const struct namespace_config *ns = &cfg->namespaces[n];
         char **names = NULL;
         size_t count = 0;
+        if (ns->per_owner)
+            continue; /* other users' folders: theirs to count */
         if (!mail_folder_list(sr.user, ns, &names, &count, &err)) {
             ok = false;
             break;

@@ -1096,7 +1096,9 @@ struct mailbox *maildir_mailbox_open(struct mail_user *user, const struct namesp
         buf_free(&dir);
         return NULL;
     }
-    bool inbox = maildir_is_inbox(ns, name);
+    /* One's own INBOX is made on first use; another user's (a shared
+     * namespace's instance) only opened. */
+    bool inbox = maildir_is_inbox(ns, name) && ns->type == NAMESPACE_PERSONAL;
     struct stat st;
     if (stat(dir.data, &st) != 0 || !S_ISDIR(st.st_mode)) {
         if (!inbox) {

@@ -54,7 +54,7 @@ int maildir_spool_open(struct mail_user *user, struct petrel_error *err)
 
 bool maildir_is_inbox(const struct namespace_config *ns, const char *name)
 {
-    return ns->type == NAMESPACE_PERSONAL && mailbox_name_is_inbox(name);
+    return namespace_has_inbox(ns) && mailbox_name_is_inbox(name);
 }
 
 bool maildir_folder_dir(struct mail_user *user, const struct namespace_config *ns, const char *name,
@@ -214,6 +214,9 @@ bool maildir_folder_list(struct mail_user *user, const struct namespace_config *
         list = xgrow(list, &cap, n + 1, sizeof(*list));
         list[n++] = buf_steal(&name);
     }
+    /* Another user's INBOX (a shared namespace's instance) is there when
+     * their mail directory is; one's own always is. */
+    bool inbox = ns->type == NAMESPACE_PERSONAL || (namespace_has_inbox(ns) && dir != NULL);
     if (dir != NULL)
         closedir(dir);
     buf_free(&name);
@@ -221,7 +224,7 @@ bool maildir_folder_list(struct mail_user *user, const struct namespace_config *
     buf_free(&root);
     if (n > 1)
         qsort(list, n, sizeof(*list), cmp_names);
-    if (ns->type == NAMESPACE_PERSONAL) {
+    if (inbox) {
         list = xgrow(list, &cap, n + 1, sizeof(*list));
         memmove(list + 1, list, n * sizeof(*list));
         list[0] = xstrdup("INBOX");
@@ -235,7 +238,7 @@ bool maildir_folder_list(struct mail_user *user, const struct namespace_config *
 bool maildir_folder_exists(struct mail_user *user, const struct namespace_config *ns,
                            const char *name)
 {
-    if (maildir_is_inbox(ns, name))
+    if (maildir_is_inbox(ns, name) && ns->type == NAMESPACE_PERSONAL)
         return true;
     struct buf dir = {0};
     bool exists = maildir_folder_dir(user, ns, name, &dir, NULL) && is_dir(dir.data);
