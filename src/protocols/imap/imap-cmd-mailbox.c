@@ -137,8 +137,14 @@ static const char *folder_from_wire(const struct imap_session *s, const char *wi
     const struct namespace_config *best = mail_namespace_resolve(s->user, utf8.data, &rest, &err);
     if (best == NULL) {
         buf_free(&utf8);
-        imap_reply_storage_error(s, &err);
-        return false;
+        /* The replies imap_reply_storage_error() gives for these codes. */
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            return "NO [NONEXISTENT] Mailbox does not exist.";
+        if (err.code == PETREL_ERR_LIMIT)
+            return "NO [LIMIT] Too many owners in shared namespaces.";
+        log_error(IMAP_COMPONENT, "shared namespace failed", "session=%s error=\"%s\"", s->io.id,
+                  err.message);
+        return "NO [SERVERBUG] Internal error; it has been logged.";
     }
     out->ns = best;
     out->name = xstrdup(mailbox_name_is_inbox(rest) && namespace_has_inbox(best) ? "INBOX" : rest);
