@@ -139,3 +139,51 @@ def test_mark_fifo_does_not_hang(imapd, tmp_path):
     alive(imapd)
     a.close()
     m.logout()
+
+
+def blocked_on(path):
+    """Whether some process waits for a lock on `path` (/proc/locks lists
+    a waiter as "N: -> FLOCK ... <maj>:<min>:<inode> ...")."""
+    ino = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        return any(" -> " in ln and ln.split()[6].endswith(f":{ino}") for ln in f)
+
+
+def test_claim_waits_for_the_mark_files_lock_and_reads_it_under_it(imapd, tmp_path):
+    """Claims are ordered by the mark file's flock (another petreld on the
+    same maildir takes it too): a session whose claim finds the file locked
+    waits, and then reads the mark again: what the lock holder claimed
+    meanwhile is not recent for it (RFC 3501 2.3.2: one session only)."""
+    import fcntl
+    import select
+    from test_imap_update_gates import crc32c
+    from conftest import wait_for
+    m = login(imapd)
+    append(m)
+    a = Session(imapd)
+    assert recent_of(a.run("SELECT INBOX")) == 1
+    p = mark_path(tmp_path)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        append(m)  # UID 2, not yet claimed: the mark says 2
+        a.n += 1
+        a.sock.sendall(b"t%d NOOP\r\n" % a.n)
+        wait_for(lambda: blocked_on(p), timeout=10, what="the claim waiting for the lock")
+        # Another claimer took UID 2 while holding the lock.
+        os.pwrite(fd, b"0000000003 %08x\n" % crc32c(b"0000000003"), 0)
+        assert not select.select([a.sock], [], [], 0)[0]
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    lines = []
+    while True:
+        line = a.f.readline()
+        assert line, "connection closed"
+        if line.startswith(b"t%d " % a.n):
+            break
+        lines.append(line.rstrip(b"\r\n"))
+    assert b"* 2 EXISTS" in lines and recent_of(lines) in (None, 1), lines
+    assert a.run("SEARCH RECENT") == [b"* SEARCH 1"]
+    a.close()
+    m.logout()
