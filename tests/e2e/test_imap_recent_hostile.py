@@ -187,3 +187,48 @@ def test_claim_waits_for_the_mark_files_lock_and_reads_it_under_it(imapd, tmp_pa
     assert a.run("SEARCH RECENT") == [b"* SEARCH 1"]
     a.close()
     m.logout()
+
+
+def recent_fds(pid):
+    out = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith("/petrel-recent"):
+                out += 1
+        except OSError:
+            pass
+    return out
+
+
+def test_mark_file_held_once_per_open_folder_and_let_go(imapd, tmp_path):
+    """Eight sessions with eight folders selected hold one descriptor of
+    petrel-recent each (no mapping); a session that selects folder after
+    folder, or asks STATUS of each, keeps none of the folders it left, and
+    every one is let go at logout."""
+    from conftest import wait_for
+    m = login(imapd)
+    names = [f"F{i}" for i in range(8)]  # (the per-user session limit is 10)
+    for n in names:
+        assert m.create(n)[0] == "OK"
+        append(m, box=n)
+    sessions = []
+    for n in names:
+        s = Session(imapd)
+        assert recent_of(s.run(f"SELECT {n}")) == 1
+        sessions.append(s)
+    assert recent_fds(imapd.pid) == 8
+    with open(f"/proc/{imapd.pid}/maps") as f:
+        assert not [ln for ln in f if ln.rstrip().endswith("/petrel-recent")]
+    for s in sessions:
+        s.run("LOGOUT")
+        s.close()
+    wait_for(lambda: recent_fds(imapd.pid) == 0, what="descriptors let go at logout")
+    w = Session(imapd)
+    for n in names:
+        w.run(f"SELECT {n}")
+        w.run(f"STATUS {names[0]} (RECENT)")
+    assert recent_fds(imapd.pid) <= 2
+    w.run("LOGOUT")
+    w.close()
+    m.logout()
+    wait_for(lambda: recent_fds(imapd.pid) == 0, what="descriptors let go at logout")
