@@ -60,9 +60,17 @@ static void recent_take(struct imap_session *s)
     }
     if (until <= first)
         return;
-    if (s->recent_count > 0 && s->recent[s->recent_count - 1].hi == first) {
-        s->recent[s->recent_count - 1].hi = until;
-        return;
+    /* The ranges stay ascending and apart. A mark that went back (its file
+     * damaged, emptied or replaced: every message recent once more) gives a
+     * range over UIDs this session already holds; merged, so no UID counts
+     * twice in RECENT (which would exceed EXISTS). */
+    while (s->recent_count > 0 && s->recent[s->recent_count - 1].hi >= first) {
+        const struct imap_recent_range *last = &s->recent[s->recent_count - 1];
+        if (last->lo < first)
+            first = last->lo;
+        if (last->hi > until)
+            until = last->hi;
+        s->recent_count--;
     }
     s->recent = xgrow(s->recent, &s->recent_cap, s->recent_count + 1, sizeof(*s->recent));
     s->recent[s->recent_count++] = (struct imap_recent_range){first, until};

@@ -65,15 +65,12 @@ struct mailbox {
     /* petrel-maildir-sync kept open for writing (-1: none); reopened when
      * it was unlinked. */
     int stamp_fd;
-    /* petrel-recent kept open (-1: not yet, or it does not exist); it is
-     * rewritten in place, never replaced, so the descriptor stays valid. */
+    /* petrel-recent kept open (-1: not yet, or it does not exist); petreld
+     * rewrites it in place, and a claim opens it again when something else
+     * replaced it (maildir-recent.c). */
     int recent_fd;
-    bool recent_rw; /* recent_fd was opened for writing */
-    /* The record of petrel-recent mapped shared (NULL: not mapped, see
-     * maildir-recent.c); recent_unmappable: the file was not one record
-     * long when last looked at (the next write of a record looks again). */
-    char *recent_map;
-    bool recent_unmappable;
+    uint64_t recent_fd_dev;
+    uint64_t recent_fd_ino;
     /* The inotify watch of the session that works through this handle (the
      * newest one made on it; NULL when none): the events of its own flag
      * renames are not reported to it (maildir_watch_expect_rename). */

@@ -13,17 +13,16 @@
  * so a reader that races a write sees either record or a mix that fails
  * its check, and reads again. The older form "<digits>\n" is still read.
  *
- * A file that is exactly one record long is mapped shared, once per handle,
- * and read and written through the mapping: a claim after each of a
- * session's own APPENDs is then its two flock calls, and the peek of every
- * SELECT no call at all (a pread and a pwrite per claim were most of what
- * \Recent added to the IMAP load run's system calls). A store into the
- * mapping is the same page-cache write a pwrite is: it survives the
- * process (kill -9) as a pwrite does, and like one is not fsynced. Unlike a
- * pwrite it raises no inotify event, so the folder's watch (which ignores
- * this file anyway) is not woken to read one. Other forms (the older one,
- * a damaged file) go through pread and pwrite; the first record written
- * over them makes the file mappable. */
+ * The file is read and written with pread and pwrite, not through a shared
+ * mapping: a mapped page past the end of a file that something else cut to
+ * zero bytes raises SIGBUS, which would stop petreld and every session in
+ * it. It is opened with O_NOFOLLOW and used only when it is a regular file
+ * (a symlink planted in the folder would otherwise have petreld write and
+ * truncate its target). A claim checks, under the file's lock, that the
+ * name still leads to the open file: one replaced by rename (a restore, a
+ * copy tool) is opened again, or the handle would go on claiming into the
+ * old inode while new sessions read the new one, and a message would be
+ * recent in two sessions. */
 #include "storage/maildir/maildir-private.h"
 
 #include "core/crc32c.h"
@@ -35,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,50 +42,46 @@
 #define READ_TRIES 64
 
 /* Opens the file for reading and writing when it exists, or creates it
- * when `create` (the caller holds the folder lock). */
+ * when `create` (the caller holds the folder lock). -1 (errno set) when it
+ * is a symlink or not a regular file. O_NONBLOCK: a FIFO put there must
+ * not block the open (it is then refused by the fstat). */
 static int recent_fd(struct mailbox *box, bool create)
 {
     if (box->recent_fd >= 0)
         return box->recent_fd;
-    int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0);
-    box->recent_fd = openat(box->dir_fd, MAILDIR_RECENT, flags, 0600);
-    box->recent_rw = box->recent_fd >= 0;
-    if (box->recent_fd < 0 && !create && (errno == EACCES || errno == EROFS))
-        box->recent_fd = openat(box->dir_fd, MAILDIR_RECENT, O_RDONLY | O_CLOEXEC);
-    return box->recent_fd;
-}
-
-/* The record mapped shared when the file is exactly one record long; NULL
- * otherwise (read and written with pread and pwrite then). The file is
- * never made shorter than a record (write_mark cuts a damaged one to one
- * record), so the mapped bytes stay inside it. */
-static volatile char *record_map(struct mailbox *box, int fd)
-{
-    if (box->recent_map != NULL || box->recent_unmappable)
-        return box->recent_map;
+    int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (create ? O_CREAT : 0);
+    int fd = openat(box->dir_fd, MAILDIR_RECENT, flags, 0600);
+    if (fd < 0 && !create && (errno == EACCES || errno == EROFS))
+        fd = openat(box->dir_fd, MAILDIR_RECENT, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != RECORD_LEN) {
-        box->recent_unmappable = true;
-        return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
     }
-    void *p =
-        mmap(NULL, RECORD_LEN, PROT_READ | (box->recent_rw ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        box->recent_unmappable = true;
-        return NULL;
-    }
-    box->recent_map = p;
-    return box->recent_map;
+    box->recent_fd = fd;
+    box->recent_fd_dev = (uint64_t)st.st_dev;
+    box->recent_fd_ino = (uint64_t)st.st_ino;
+    return fd;
 }
 
 void maildir_recent_release(struct mailbox *box)
 {
-    if (box->recent_map != NULL)
-        munmap(box->recent_map, RECORD_LEN);
-    box->recent_map = NULL;
     if (box->recent_fd >= 0)
         close(box->recent_fd);
     box->recent_fd = -1;
+}
+
+/* Under the file's lock: true when the name no longer leads to the open file (the
+ * file was replaced by rename or removed); the caller opens it again. */
+static bool recent_replaced(const struct mailbox *box)
+{
+    struct stat st;
+    if (fstatat(box->dir_fd, MAILDIR_RECENT, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT;
+    return (uint64_t)st.st_ino != box->recent_fd_ino || (uint64_t)st.st_dev != box->recent_fd_dev;
 }
 
 /* 0: `data` is no valid record (torn or damaged). Parsed by hand: a claim
@@ -127,23 +121,6 @@ static uint32_t read_mark_checked(struct mailbox *box, bool *damaged)
     if (fd < 0)
         return 1;
     char data[RECORD_LEN + 1];
-    volatile const char *map = record_map(box, fd);
-    for (int i = 0; map != NULL && i < READ_TRIES; i++) {
-        /* volatile: each try loads the bytes again (a writer in another
-         * process may be halfway through them) */
-        for (size_t k = 0; k < RECORD_LEN; k++)
-            data[k] = map[k];
-        uint32_t v = parse_record(data, RECORD_LEN);
-        if (v != 0)
-            return v;
-    }
-    if (map != NULL) {
-        /* Not a record any more (rewritten by something else, in another
-         * form or length): the file as it is now decides, read. */
-        munmap(box->recent_map, RECORD_LEN);
-        box->recent_map = NULL;
-        box->recent_unmappable = true;
-    }
     for (int i = 0; i < READ_TRIES; i++) {
         ssize_t n = pread(fd, data, sizeof(data), 0);
         if (n < 0 && errno == EINTR)
@@ -178,13 +155,6 @@ static bool write_mark(struct mailbox *box, uint32_t mark, bool damaged, struct 
     for (int k = 18; k >= 11; k--, crc >>= 4)
         text[k] = "0123456789abcdef"[crc & 15];
     text[RECORD_LEN - 1] = '\n';
-    volatile char *map = box->recent_rw ? record_map(box, fd) : NULL;
-    if (map != NULL) {
-        /* one record long when mapped: the store is the whole file */
-        for (size_t k = 0; k < RECORD_LEN; k++)
-            map[k] = text[k];
-        return true;
-    }
     ssize_t n;
     do
         n = pwrite(fd, text, RECORD_LEN, 0);
@@ -199,7 +169,6 @@ static bool write_mark(struct mailbox *box, uint32_t mark, bool damaged, struct 
     if (damaged && ftruncate(fd, RECORD_LEN) != 0)
         return petrel_error_set_errno(err, errno, "cannot truncate %s/%s: %s", box->dir,
                                       MAILDIR_RECENT, strerror(errno));
-    box->recent_unmappable = false; /* a record now: mapped from the next read */
     return true;
 }
 
@@ -224,17 +193,26 @@ bool maildir_recent_claim(struct mailbox *box, uint32_t *first, uint32_t *until,
      * a UID; the mark only grows). It is the file's own lock, not the
      * folder's: a claim follows each of a session's own APPENDs, and
      * taking the folder lock would also bring the index up to date. */
-    int fd = recent_fd(box, true);
-    if (fd < 0)
-        return petrel_error_set_errno(err, errno, "cannot open %s/%s: %s", box->dir,
-                                      MAILDIR_RECENT, strerror(errno));
-    int rc;
-    do
-        rc = flock(fd, LOCK_EX);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0)
-        return petrel_error_set_errno(err, errno, "cannot lock %s/%s: %s", box->dir,
-                                      MAILDIR_RECENT, strerror(errno));
+    int fd;
+    for (int tries = 0;; tries++) {
+        fd = recent_fd(box, true);
+        if (fd < 0)
+            return petrel_error_set_errno(err, errno, "cannot open %s/%s: %s", box->dir,
+                                          MAILDIR_RECENT, strerror(errno));
+        int rc;
+        do
+            rc = flock(fd, LOCK_EX);
+        while (rc != 0 && errno == EINTR);
+        if (rc != 0)
+            return petrel_error_set_errno(err, errno, "cannot lock %s/%s: %s", box->dir,
+                                          MAILDIR_RECENT, strerror(errno));
+        /* Replaced by rename since it was opened: the lock and the mark
+         * that count are the new file's. */
+        if (tries >= 3 || !recent_replaced(box))
+            break;
+        (void)flock(fd, LOCK_UN);
+        maildir_recent_release(box);
+    }
     bool damaged;
     uint32_t mark = read_mark_checked(box, &damaged);
     *first = mark;
