@@ -253,3 +253,35 @@ def test_pop3_implicit_tls_trickled_client_hello_is_cut_at_login_deadline(petrel
             break
     s.close()
     assert gone_after is not None and gone_after < 2 + 1.5, gone_after
+
+
+@pytest.mark.parametrize("section", ["imap", "pop3", "lmtp", "quota"])
+@pytest.mark.parametrize("bad", ["127.0.0.1:0", "unix:", "b\u00fccher.example:10200",
+                                 "[fe80::1%eth0]:10200", "auth.example:65536", "auth.example"])
+def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, bad):
+    """auth_addr is dialled later, but a value the dialler can never use is
+    refused when the configuration is read, as warden_addr is (it used to
+    pass --check-config and fail every login at run time)."""
+    from conftest import default_config, run_petreld, to_yaml
+    cfg = default_config()
+    cfg["mail"] = {"home": str(tmp_path / "mail" / "%u")}
+    if section == "quota":
+        cfg["components"] = ["quota-status"]
+        cfg["quota"] = {"quota_status": {"listen": [f"127.0.0.1:{free_port_()}"],
+                                         "auth_addr": bad}}
+        key = "quota.quota_status.auth_addr"
+    else:
+        cfg["components"] = [section]
+        cfg[section] = {"listen": [f"127.0.0.1:{free_port_()}"], "auth_addr": bad}
+        key = f"{section}.auth_addr"
+    path = tmp_path / "petrel.yaml"
+    path.write_text(to_yaml(cfg) + "\n")
+    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines()) if "auth_addr" in l)
+    proc = run_petreld(["-c", str(path), "--check-config"])
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}:{lineno}: {key}: " in proc.stderr, proc.stderr
+
+
+def free_port_():
+    from conftest import free_port
+    return free_port()
