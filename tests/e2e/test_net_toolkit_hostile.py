@@ -276,7 +276,8 @@ def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, b
         key = f"{section}.auth_addr"
     path = tmp_path / "petrel.yaml"
     path.write_text(to_yaml(cfg) + "\n")
-    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines()) if "auth_addr" in l)
+    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines())
+                  if l.strip().startswith("auth_addr:"))
     proc = run_petreld(["-c", str(path), "--check-config"])
     assert proc.returncode == 2, proc.stderr
     assert f"{path}:{lineno}: {key}: " in proc.stderr, proc.stderr
