@@ -286,3 +286,37 @@ def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, b
 def free_port_():
     from conftest import free_port
     return free_port()
+
+
+def _cpu_seconds(pid):
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def test_http_api_at_max_connections_pauses_without_spinning_and_resumes(petreld):
+    """backend_api.max_connections = 4 (CONN_SLOTS_PAUSE): a fifth client
+    waits in the backlog, unanswered, while petreld burns no CPU; when a
+    holder leaves, the waiting request is answered."""
+    d = petreld({"backend_api": {"max_connections": 4}})
+    host, port = d.backend.rsplit(":", 1)
+    holders = [socket.create_connection((host, int(port)), timeout=5) for _ in range(4)]
+    time.sleep(0.3)  # the four are accepted and hold every slot
+    waiting = socket.create_connection((host, int(port)), timeout=5)
+    waiting.sendall(b"GET /api/backend/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    cpu0 = _cpu_seconds(d.pid)
+    r, _, _ = select.select([waiting], [], [], 1.5)
+    cpu1 = _cpu_seconds(d.pid)
+    assert not r, "answered past backend_api.max_connections"
+    assert cpu1 - cpu0 < 0.5, f"{cpu1 - cpu0:.2f}s CPU in 1.5s while paused"
+    holders.pop().close()
+    t0 = time.monotonic()
+    first = waiting.makefile("rb").readline()
+    assert first.startswith(b"HTTP/1.1 "), first
+    assert time.monotonic() - t0 < 2.0
+    for h in holders:
+        h.close()
+    waiting.close()
