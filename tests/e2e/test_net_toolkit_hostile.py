@@ -320,3 +320,25 @@ def test_http_api_at_max_connections_pauses_without_spinning_and_resumes(petreld
     for h in holders:
         h.close()
     waiting.close()
+
+
+def test_unanswered_dns_for_auth_addr_is_bounded_by_auth_timeout(petreld, tmp_path, silent_dns):
+    """The lookup counts in imap.auth_timeout: a LOGIN waiting on a name
+    server that never answers is refused once auth_timeout has passed, not
+    after the resolver's own retries (here 2 x 5 s)."""
+    cfg = imap_overrides(tmp_path, extra={"workers": 1, "auth_timeout": "2s"})
+    auth_port = cfg["imap"]["auth_addr"].rsplit(":", 1)[1]
+    cfg["imap"]["auth_addr"] = f"auth.slow-dns.example:{auth_port}"
+    d = petreld(cfg)
+    a = socket.create_connection(addr(d), timeout=30)
+    fa = a.makefile("rb")
+    assert fa.readline().startswith(b"* OK")
+    t0 = time.monotonic()
+    a.sendall(b"a LOGIN alice wonderland\r\n")
+    line = fa.readline()
+    while line.startswith(b"* "):
+        line = fa.readline()
+    took = time.monotonic() - t0
+    assert line.startswith(b"a NO"), line
+    assert took < 2 + 1.5, f"LOGIN answered after {took:.1f}s: {line!r}"
+    a.close()
