@@ -342,3 +342,36 @@ def test_unanswered_dns_for_auth_addr_is_bounded_by_auth_timeout(petreld, tmp_pa
     assert line.startswith(b"a NO"), line
     assert took < 2 + 1.5, f"LOGIN answered after {took:.1f}s: {line!r}"
     a.close()
+
+
+@pytest.mark.parametrize("proto", ["imap", "pop3"])
+def test_trickled_handshake_after_starttls_is_cut_at_login_deadline(petreld, tmp_path, pki,
+                                                                     proto):
+    if proto == "imap":
+        d = petreld(imap_overrides(tmp_path, pki, extra={"login_timeout": "2s"}))
+        go, ok = b"a STARTTLS\r\n", b"a OK"
+    else:
+        from test_pop3 import pop3_overrides
+        d = petreld(pop3_overrides(tmp_path, pki, extra={"login_timeout": "2s"}))
+        go, ok = b"STLS\r\n", b"+OK"
+    host, port = d.config[proto]["listen"][0].rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    f = s.makefile("rb")
+    t0 = time.monotonic()
+    assert f.readline().startswith(b"* OK" if proto == "imap" else b"+OK")
+    s.sendall(go)
+    assert f.readline().startswith(ok)
+    s.sendall(b"\x16\x03\x01\x02\x00")
+    gone_after = None
+    while time.monotonic() - t0 < 15:
+        time.sleep(0.3)
+        if closed(s):
+            gone_after = time.monotonic() - t0
+            break
+        try:
+            s.sendall(b"\x01")
+        except (BrokenPipeError, ConnectionResetError):
+            gone_after = time.monotonic() - t0
+            break
+    s.close()
+    assert gone_after is not None and gone_after < 2 + 1.5, gone_after
