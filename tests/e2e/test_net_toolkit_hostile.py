@@ -375,3 +375,35 @@ def test_trickled_handshake_after_starttls_is_cut_at_login_deadline(petreld, tmp
             break
     s.close()
     assert gone_after is not None and gone_after < 2 + 1.5, gone_after
+
+
+def test_http_api_burst_past_max_connections_waits_and_is_all_served(petreld):
+    """A burst of 30 clients at once against backend_api.max_connections = 4
+    with four idle holders: every one of them is answered once the holders
+    leave (none closed unanswered by a batch accepted past the pause)."""
+    d = petreld({"backend_api": {"max_connections": 4}})
+    host, port = d.backend.rsplit(":", 1)
+    holders = [socket.create_connection((host, int(port)), timeout=5) for _ in range(4)]
+    time.sleep(0.3)
+    burst = []
+    for _ in range(30):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, int(port)))
+        burst.append(s)
+    for s in burst:
+        select.select([], [s], [], 5)
+        s.setblocking(True)
+        s.settimeout(15)
+        s.sendall(b"GET /api/backend/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    for h in holders:
+        h.close()
+    answers = []
+    for s in burst:
+        try:
+            answers.append(s.makefile("rb").readline())
+        except OSError as e:
+            answers.append(repr(e).encode())
+        s.close()
+    bad = [a for a in answers if not a.startswith(b"HTTP/1.1 ")]
+    assert not bad, bad
