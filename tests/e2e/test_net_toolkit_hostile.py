@@ -407,3 +407,37 @@ def test_http_api_burst_past_max_connections_waits_and_is_all_served(petreld):
         s.close()
     bad = [a for a in answers if not a.startswith(b"HTTP/1.1 ")]
     assert not bad, bad
+
+
+def test_imap_out_of_descriptors_pauses_accepting_without_spinning(petreld, tmp_path):
+    """RLIMIT_NOFILE 128 and 220 IMAP clients: accept fails for want of
+    descriptors, the listener pauses instead of spinning on the readable
+    listening socket, and once the clients go, new ones are greeted."""
+    import resource
+    from test_connection_limits import accept_errors, close_all
+    d = petreld(imap_overrides(tmp_path, extra={"max_connections_per_ip": 0, "workers": 1}),
+                start_now=False)
+    d.preexec = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+    d.start()
+    socks = []
+    try:
+        for _ in range(220):
+            s = socket.create_connection(addr(d), timeout=5)
+            socks.append(s)
+        deadline = time.monotonic() + 10
+        while not accept_errors(d) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert accept_errors(d), "no accept failure logged"
+        before = _cpu_seconds(d.pid)
+        t0 = time.monotonic()
+        time.sleep(2.0)  # a CPU rate over a period: the period is the point
+        used = _cpu_seconds(d.pid) - before
+        assert used < 0.1 * (time.monotonic() - t0), f"{used:.2f}s CPU while out of descriptors"
+    finally:
+        close_all(socks)
+    deadline = time.monotonic() + 10
+    while True:
+        if greeting_or_busy(d).startswith(b"* OK"):
+            break
+        assert time.monotonic() < deadline, "no greeting after the clients left"
+        time.sleep(0.2)
