@@ -7,10 +7,16 @@
   slot.
 - A ClientHello trickled a byte at a time on an implicit-TLS IMAP port is
   cut at the login deadline, which input does not push back.
+  The same after IMAP STARTTLS / POP3 STLS.
 - A dial target whose DNS query is never answered does not stall the loop:
-  other sessions on the same worker are served (run in a private mount
-  namespace whose resolv.conf points at a silent name server; skipped when
-  that cannot be set up).
+  other sessions on the same worker are served, and the LOGIN waiting on it
+  is refused at imap.auth_timeout (run in a private mount namespace whose
+  resolv.conf points at a silent name server; skipped when that cannot be
+  set up).
+- auth_addr values the dialler can never use are config errors (file:line).
+- Floods past max_connections: LMTP answers 421 and recovers; the HTTP API
+  pauses (no CPU) and serves every waiting client once holders leave; IMAP
+  out of descriptors pauses accepting without spinning.
 Real petreld, raw sockets, real TLS."""
 
 import os
