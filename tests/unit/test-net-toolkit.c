@@ -501,6 +501,36 @@ static void test_linger(void **state)
     event_base_free(base);
 }
 
+/* A peer that reads nothing: the linger gives up after NET_LINGER_GRACE_MS
+ * (not sooner, not much later), however long the output stays queued. */
+static void test_linger_gives_up_after_grace(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int fds[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    evutil_make_socket_nonblocking(fds[0]);
+    struct bufferevent *bev = bufferevent_socket_new(base, fds[0], BEV_OPT_CLOSE_ON_FREE);
+    int done = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct net_linger *l = net_linger_start(bev, always_pending, linger_done, &done);
+    struct event *guard = evtimer_new(base, stop_loop, base);
+    struct timeval limit = {(NET_LINGER_GRACE_MS / 1000) * 3, 0};
+    evtimer_add(guard, &limit);
+    while (done == 0 && evtimer_pending(guard, NULL))
+        event_base_loop(base, EVLOOP_ONCE);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_int_equal(done, 1);
+    assert_true(ms >= NET_LINGER_GRACE_MS - 100);
+    event_free(guard);
+    net_linger_free(l);
+    bufferevent_free(bev);
+    close(fds[1]);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -512,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_tls_handshake_deadline),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_linger),
+        cmocka_unit_test(test_linger_gives_up_after_grace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,6 +87,8 @@ bool mail_login_config_read_endpoints(const struct cfg_ctx *ctx, const struct yn
            cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) &&
            cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) &&
            cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) &&
+           listen_config_check_target(ctx, node, p, "auth_addr", cfg->auth_addr,
+                                      NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK) &&
            cfg_string(ctx, node, p, "warden_addr", &cfg->warden_addr) &&
            check_warden_addr(ctx, node, sec, cfg->warden_addr) &&
            cfg_bool(ctx, node, p, "disable_plaintext_auth", &cfg->disable_plaintext_auth);

@@ -427,7 +427,13 @@ bool mail_session_io_starttls(struct mail_session_io *io)
 
 static size_t linger_pending(void *arg)
 {
-    return output_pending(arg);
+    struct mail_session_io *io = arg;
+    /* A TLS handshake that has not finished delivers nothing queued (the
+     * greeting, a BYE): waiting the linger out would only hold the slot
+     * 5 s past the login deadline that cut the handshake. */
+    if (io->tls && !tls_conn_established(io->bev))
+        return 0;
+    return output_pending(io);
 }
 
 static void linger_done(void *arg)

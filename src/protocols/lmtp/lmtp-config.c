@@ -97,6 +97,8 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_string(ctx, node, p, "tls_cert_file", &cfg->tls_cert_file) ||
         !cfg_string(ctx, node, p, "tls_key_file", &cfg->tls_key_file) ||
         !cfg_string(ctx, node, p, "auth_addr", &cfg->auth_addr) ||
+        !listen_config_check_target(ctx, node, p, "auth_addr", cfg->auth_addr,
+                                    NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK) ||
         !cfg_string(ctx, node, p, "hostname", &cfg->hostname) ||
         !cfg_string(ctx, node, p, "recipient_delimiter", &cfg->recipient_delimiter) ||
         !cfg_check_recipient_delimiter(ctx, node, p, cfg->recipient_delimiter) ||

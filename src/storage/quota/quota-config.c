@@ -241,6 +241,8 @@ static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, boo
         !cfg_int(ctx, node, p, "max_request_bytes", 1024, 1024 * 1024, &s->max_request_bytes) ||
         !cfg_int(ctx, node, p, "max_pipelined", 1, 100000, &s->max_pipelined) ||
         !cfg_string(ctx, node, p, "auth_addr", &s->auth_addr) ||
+        !listen_config_check_target(ctx, node, p, "auth_addr", s->auth_addr,
+                                    NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK) ||
         !cfg_duration_ms(ctx, node, p, "auth_timeout", 100, 600000, &s->auth_timeout_ms) ||
         !cfg_string(ctx, node, p, "recipient_delimiter", &s->recipient_delimiter) ||
         !cfg_check_recipient_delimiter(ctx, node, p, s->recipient_delimiter) ||
