@@ -680,6 +680,88 @@ static void test_tail_read(void **state)
     free(log);
 }
 
+/* Rewrites the log's last transaction so that its TOTALS say `u`, with its
+ * seal and checksum made to hold again: a hand-crafted tail nothing but the
+ * records can tell from a real one. */
+static void forge_last_totals(const struct fx *fx, struct fileindex_usage u)
+{
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t len;
+    uint8_t *data = (uint8_t *)read_all(log, &len);
+    uint8_t *tr = data + len - FI_TXN_TRAILER_SIZE;
+    assert_int_equal(tr[0], FI_OP_TOTALS);
+    uint32_t tlen = fi_get32(tr + 13);
+    uint64_t start = len - tlen;
+    fi_put32(tr + 1, (uint32_t)u.messages);
+    fi_put64(tr + 5, u.bytes);
+    fi_put32(tr + 17, fi_totals_seal(start, tlen, (uint32_t)u.messages, u.bytes));
+    fi_put32(data + start + 4, fi_crc32c(0, data + start + 8, tlen - 8));
+    write_all(log, (const char *)data, len);
+    free(data);
+    free(log);
+}
+
+/* A TOTALS with a valid seal and checksum but wrong values (hand-crafted,
+ * or an aggregate a buggy writer got wrong): the records win at the next
+ * write, whatever kind of write it is, and the wrong value left in the
+ * middle of the log never comes back (not from the tail, not from the
+ * whole-log fallback, not torn back to). */
+static void test_forged_totals_healed_by_next_write(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    for (int i = 0; i < 20; i++) {
+        struct fileindex_txn *t = begin_ok(fi);
+        append(t, 1000 + (uint64_t)i);
+        commit_ok(t);
+    }
+    struct fileindex_usage real = summed(fi);
+    fileindex_close(fi);
+    struct fileindex_usage forged = {1, 1};
+    forge_last_totals(fx, forged);
+    /* the log itself is valid: a full open accepts it */
+    fi = open_ok(fx->dir);
+    assert_usage(summed(fi), real.messages, real.bytes);
+    /* a flag change (no size changes) is the next write */
+    struct fileindex_txn *t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, fileindex_record_at(fi, 3)->uid, 1, 0));
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "next write after a forged TOTALS");
+    /* the forged one now in the middle: a later write torn part way sends
+     * the reader back past it, to the write after it, never to it */
+    t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, fileindex_record_at(fi, 4)->uid, 1, 0));
+    commit_ok(t);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t full_len;
+    char *full = read_all(log, &full_len);
+    size_t last = full_len - fi_get32((const uint8_t *)full + full_len - FI_TXN_TRAILER_SIZE + 13);
+    for (size_t cut = last; cut <= full_len; cut++) {
+        write_all(log, full, cut);
+        enum fileindex_usage_source how;
+        struct fileindex_usage u = read_usage_how(fx->dir, &how);
+        assert_usage(u, real.messages, real.bytes);
+    }
+    /* a writer that never loaded the records (a fresh open) appends */
+    fileindex_close(fi);
+    forge_last_totals(fx, forged);
+    fi = open_ok(fx->dir);
+    t = begin_ok(fi);
+    append(t, 5);
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "append after a forged TOTALS");
+    /* and a fold carries the records' sum, not the forged one */
+    fileindex_close(fi);
+    forge_last_totals(fx, forged);
+    fi = open_ok(fx->dir);
+    struct petrel_error err = {0};
+    assert_true(fileindex_optimize(fi, &err));
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "fold after a forged TOTALS");
+    fileindex_close(fi);
+    free(full);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +771,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_never_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_totals_healed_by_next_write, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
