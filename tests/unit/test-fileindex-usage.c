@@ -762,6 +762,90 @@ static void test_forged_totals_healed_by_next_write(void **state)
     free(log);
 }
 
+/* Bytes appended after a clean log that end like a transaction of this
+ * version (a trailer whose seal holds, over a header at the offset it
+ * names) but are not one: its length disagrees with the header's, the
+ * header names another offset, or the transaction's checksum does not
+ * hold. A full open cuts them as a torn tail; the usage read must not
+ * believe them either (a torn write, a stray block, a hand-made file). */
+static void append_crafted(const struct fx *fx, size_t full_len, uint32_t hdr_len,
+                           uint64_t hdr_off, uint32_t trailer_len, bool good_crc)
+{
+    uint8_t buf[16 + FI_TXN_TRAILER_SIZE];
+    memset(buf, 0, sizeof(buf));
+    fi_put32(buf, hdr_len);
+    fi_put64(buf + 8, hdr_off);
+    uint8_t *tr = buf + 16;
+    tr[0] = FI_OP_TOTALS;
+    fi_put32(tr + 1, 1);
+    fi_put64(tr + 5, 1);
+    fi_put32(tr + 13, trailer_len);
+    uint64_t start = full_len + sizeof(buf) - trailer_len;
+    fi_put32(tr + 17, fi_totals_seal(start, trailer_len, 1, 1));
+    tr[21] = FI_OP_HEADER;
+    if (good_crc)
+        fi_put32(buf + 4, fi_crc32c(0, buf + 8, sizeof(buf) - 8));
+    patch_log(fx, full_len, buf, sizeof(buf));
+}
+
+static void test_crafted_tail_not_believed(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    for (int i = 0; i < 5; i++) {
+        struct fileindex_txn *t = begin_ok(fi);
+        append(t, 300 + (uint64_t)i);
+        commit_ok(t);
+    }
+    struct fileindex_usage real = summed(fi);
+    fileindex_close(fi);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t full_len;
+    char *full = read_all(log, &full_len);
+    const uint32_t n = 16 + FI_TXN_TRAILER_SIZE;
+    struct {
+        const char *what;
+        uint32_t hdr_len;
+        uint64_t hdr_off;
+        bool good_crc;
+    } cases[] = {
+        {"length differs from the header's", n + 8, full_len, true},
+        {"header names another offset", n, full_len + 8, true},
+        {"checksum does not hold", n, full_len, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_all(log, full, full_len);
+        append_crafted(fx, full_len, cases[i].hdr_len, cases[i].hdr_off, n, cases[i].good_crc);
+        enum fileindex_usage_source how;
+        struct fileindex_usage u = read_usage_how(fx->dir, &how);
+        if (u.messages != real.messages || u.bytes != real.bytes)
+            fail_msg("%s: read %llu/%llu from the %s, records %llu/%llu", cases[i].what,
+                     (unsigned long long)u.messages, (unsigned long long)u.bytes,
+                     source_name(how), (unsigned long long)real.messages,
+                     (unsigned long long)real.bytes);
+    }
+    write_all(log, full, full_len);
+    /* a last transaction longer than the tail read, damaged inside: what
+     * the log says before it, as a full open would */
+    fi = open_ok(fx->dir);
+    struct fileindex_txn *t = begin_ok(fi);
+    for (int i = 0; i < 500; i++)
+        append(t, 7);
+    commit_ok(t);
+    fileindex_close(fi);
+    size_t long_len;
+    char *with_long = read_all(log, &long_len);
+    assert_true(long_len - full_len > 8 * 1024);
+    uint8_t b = (uint8_t)(with_long[full_len + 100] ^ 0x20);
+    patch_log(fx, full_len + 100, &b, 1);
+    enum fileindex_usage_source how;
+    struct fileindex_usage u = read_usage_how(fx->dir, &how);
+    assert_usage(u, real.messages, real.bytes);
+    free(with_long);
+    free(full);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -772,6 +856,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_follows_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_totals_healed_by_next_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crafted_tail_not_believed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
