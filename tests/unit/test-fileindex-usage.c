@@ -770,8 +770,8 @@ static void test_forged_totals_healed_by_next_write(void **state)
  * a longer one is taken on its header and seal, decisions.md). A full
  * open cuts them as a torn tail; the usage read must not believe them
  * either (a torn write, a stray block, a hand-made file). */
-static void append_crafted(const struct fx *fx, size_t full_len, uint32_t hdr_len,
-                           uint64_t hdr_off, uint32_t trailer_len, bool good_crc)
+static void append_crafted(const struct fx *fx, size_t full_len, uint32_t hdr_len, uint64_t hdr_off,
+                           uint32_t trailer_len, bool good_crc)
 {
     uint8_t buf[16 + FI_TXN_TRAILER_SIZE];
     memset(buf, 0, sizeof(buf));
@@ -822,9 +822,8 @@ static void test_crafted_tail_not_believed(void **state)
         struct fileindex_usage u = read_usage_how(fx->dir, &how);
         if (u.messages != real.messages || u.bytes != real.bytes)
             fail_msg("%s: read %llu/%llu from the %s, records %llu/%llu", cases[i].what,
-                     (unsigned long long)u.messages, (unsigned long long)u.bytes,
-                     source_name(how), (unsigned long long)real.messages,
-                     (unsigned long long)real.bytes);
+                     (unsigned long long)u.messages, (unsigned long long)u.bytes, source_name(how),
+                     (unsigned long long)real.messages, (unsigned long long)real.bytes);
     }
     write_all(log, full, full_len);
     free(full);
