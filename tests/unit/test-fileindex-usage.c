@@ -680,6 +680,156 @@ static void test_tail_read(void **state)
     free(log);
 }
 
+/* Rewrites the log's last transaction so that its TOTALS say `u`, with its
+ * seal and checksum made to hold again: a hand-crafted tail nothing but the
+ * records can tell from a real one. */
+static void forge_last_totals(const struct fx *fx, struct fileindex_usage u)
+{
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t len;
+    uint8_t *data = (uint8_t *)read_all(log, &len);
+    uint8_t *tr = data + len - FI_TXN_TRAILER_SIZE;
+    assert_int_equal(tr[0], FI_OP_TOTALS);
+    uint32_t tlen = fi_get32(tr + 13);
+    uint64_t start = len - tlen;
+    fi_put32(tr + 1, (uint32_t)u.messages);
+    fi_put64(tr + 5, u.bytes);
+    fi_put32(tr + 17, fi_totals_seal(start, tlen, (uint32_t)u.messages, u.bytes));
+    fi_put32(data + start + 4, fi_crc32c(0, data + start + 8, tlen - 8));
+    write_all(log, (const char *)data, len);
+    free(data);
+    free(log);
+}
+
+/* A TOTALS with a valid seal and checksum but wrong values (hand-crafted,
+ * or an aggregate a buggy writer got wrong): the records win at the next
+ * write, whatever kind of write it is, and the wrong value left in the
+ * middle of the log never comes back (not from the tail, not from the
+ * whole-log fallback, not torn back to). */
+static void test_forged_totals_healed_by_next_write(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    for (int i = 0; i < 20; i++) {
+        struct fileindex_txn *t = begin_ok(fi);
+        append(t, 1000 + (uint64_t)i);
+        commit_ok(t);
+    }
+    struct fileindex_usage real = summed(fi);
+    fileindex_close(fi);
+    struct fileindex_usage forged = {1, 1};
+    forge_last_totals(fx, forged);
+    /* the log itself is valid: a full open accepts it */
+    fi = open_ok(fx->dir);
+    assert_usage(summed(fi), real.messages, real.bytes);
+    /* a flag change (no size changes) is the next write */
+    struct fileindex_txn *t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, fileindex_record_at(fi, 3)->uid, 1, 0));
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "next write after a forged TOTALS");
+    /* the forged one now in the middle: a later write torn part way sends
+     * the reader back past it, to the write after it, never to it */
+    t = begin_ok(fi);
+    assert_true(fileindex_txn_set_flags(t, fileindex_record_at(fi, 4)->uid, 1, 0));
+    commit_ok(t);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t full_len;
+    char *full = read_all(log, &full_len);
+    size_t last = full_len - fi_get32((const uint8_t *)full + full_len - FI_TXN_TRAILER_SIZE + 13);
+    for (size_t cut = last; cut <= full_len; cut++) {
+        write_all(log, full, cut);
+        enum fileindex_usage_source how;
+        struct fileindex_usage u = read_usage_how(fx->dir, &how);
+        assert_usage(u, real.messages, real.bytes);
+    }
+    /* a writer that never loaded the records (a fresh open) appends */
+    fileindex_close(fi);
+    forge_last_totals(fx, forged);
+    fi = open_ok(fx->dir);
+    t = begin_ok(fi);
+    append(t, 5);
+    commit_ok(t);
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "append after a forged TOTALS");
+    /* and a fold carries the records' sum, not the forged one */
+    fileindex_close(fi);
+    forge_last_totals(fx, forged);
+    fi = open_ok(fx->dir);
+    struct petrel_error err = {0};
+    assert_true(fileindex_optimize(fi, &err));
+    expect_read(fx, fi, FILEINDEX_USAGE_TAIL, "fold after a forged TOTALS");
+    fileindex_close(fi);
+    free(full);
+    free(log);
+}
+
+/* Bytes appended after a clean log that end like a transaction of this
+ * version (a trailer whose seal holds, over a header at the offset it
+ * names) but are not one: its length disagrees with the header's, the
+ * header names another offset, or the transaction's checksum does not
+ * hold (checked for a transaction within the reader's 4 KiB tail read;
+ * a longer one is taken on its header and seal, decisions.md). A full
+ * open cuts them as a torn tail; the usage read must not believe them
+ * either (a torn write, a stray block, a hand-made file). */
+static void append_crafted(const struct fx *fx, size_t full_len, uint32_t hdr_len, uint64_t hdr_off,
+                           uint32_t trailer_len, bool good_crc)
+{
+    uint8_t buf[16 + FI_TXN_TRAILER_SIZE];
+    memset(buf, 0, sizeof(buf));
+    fi_put32(buf, hdr_len);
+    fi_put64(buf + 8, hdr_off);
+    uint8_t *tr = buf + 16;
+    tr[0] = FI_OP_TOTALS;
+    fi_put32(tr + 1, 1);
+    fi_put64(tr + 5, 1);
+    fi_put32(tr + 13, trailer_len);
+    uint64_t start = full_len + sizeof(buf) - trailer_len;
+    fi_put32(tr + 17, fi_totals_seal(start, trailer_len, 1, 1));
+    tr[21] = FI_OP_HEADER;
+    if (good_crc)
+        fi_put32(buf + 4, fi_crc32c(0, buf + 8, sizeof(buf) - 8));
+    patch_log(fx, full_len, buf, sizeof(buf));
+}
+
+static void test_crafted_tail_not_believed(void **state)
+{
+    struct fx *fx = *state;
+    struct fileindex *fi = create(fx);
+    for (int i = 0; i < 5; i++) {
+        struct fileindex_txn *t = begin_ok(fi);
+        append(t, 300 + (uint64_t)i);
+        commit_ok(t);
+    }
+    struct fileindex_usage real = summed(fi);
+    fileindex_close(fi);
+    char *log = path_in(fx, FI_LOG_FILE);
+    size_t full_len;
+    char *full = read_all(log, &full_len);
+    const uint32_t n = 16 + FI_TXN_TRAILER_SIZE;
+    struct {
+        const char *what;
+        uint32_t hdr_len;
+        uint64_t hdr_off;
+        bool good_crc;
+    } cases[] = {
+        {"length differs from the header's", n + 8, full_len, true},
+        {"header names another offset", n, full_len + 8, true},
+        {"checksum does not hold", n, full_len, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_all(log, full, full_len);
+        append_crafted(fx, full_len, cases[i].hdr_len, cases[i].hdr_off, n, cases[i].good_crc);
+        enum fileindex_usage_source how;
+        struct fileindex_usage u = read_usage_how(fx->dir, &how);
+        if (u.messages != real.messages || u.bytes != real.bytes)
+            fail_msg("%s: read %llu/%llu from the %s, records %llu/%llu", cases[i].what,
+                     (unsigned long long)u.messages, (unsigned long long)u.bytes, source_name(how),
+                     (unsigned long long)real.messages, (unsigned long long)real.bytes);
+    }
+    write_all(log, full, full_len);
+    free(full);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +839,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cache_never_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_follows_growth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tail_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_totals_healed_by_next_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crafted_tail_not_believed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

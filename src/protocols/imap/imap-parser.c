@@ -606,11 +606,10 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
         set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Non-synchronizing literal too large");
         return report_error(p, true);
     }
-    if (ann.size > p->limits.max_literal) {
-        /* The client waits for a continuation that will not come. */
-        set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
-        return report_error(p, false);
-    }
+    /* Before the literal limit: a message the storage refuses (over
+     * quota_mail_size or the quota) gets the storage's reply whatever its
+     * size, as document 3's Errors table says and as Dovecot answers (it
+     * has no literal limit of its own for APPEND). */
     if (p->have_sink && p->sink.refuse != NULL) {
         const char *why = p->sink.refuse(p->sink.ctx, p->text.data + p->name_off, p->top_count - 1,
                                          ann.size, ann.non_sync);
@@ -624,6 +623,11 @@ static enum imap_parse_result finish_segment(struct imap_parser *p)
             p->tail_len = 0;
             return IMAP_PARSE_NEED_MORE;
         }
+    }
+    if (ann.size > p->limits.max_literal) {
+        /* The client waits for a continuation that will not come. */
+        set_error(p, IMAP_PARSE_ERR_TOO_BIG, "Literal too large");
+        return report_error(p, false);
     }
     if (p->top_count > 1)
         p->later_literal_bytes += ann.size;

@@ -45,7 +45,9 @@
  *                    TOTALS and HEADER: a reader that does not load records
  *                    (fileindex_read_usage) reads them and the
  *                    transaction's 16-byte header (length and offset must
- *                    match, the seal must hold) and nothing else; when they
+ *                    match, the seal must hold, and the checksum when the
+ *                    transaction lies within the 4 KiB read from the
+ *                    tail) and nothing else; when they
  *                    do not verify (a torn or unfinished tail, an older
  *                    writer's transaction) it reads the log from the start
  *                    (fileindex-usage.c). An aggregate (TOTALS or USAGE)
