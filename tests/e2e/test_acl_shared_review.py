@@ -7,6 +7,8 @@ in LIST.
 Real parts: one petreld with auth (passwd-file with userdb groups), IMAP
 and the backend API, the registry in a file dict; imaplib; urllib."""
 
+import os
+
 import pytest
 
 from test_acl_shared import (NONEXISTENT, append, listing, login, ok, owner_shares, raw,
@@ -108,3 +110,29 @@ def test_negative_entry_hides_a_group_grant_in_list(shd, tmp_path):
         [b"* MYRIGHTS shared/alice/Team r"], b"OK Myrights completed.")
     assert raw(c, b"MYRIGHTS shared/alice/Team") == (
         [b"* MYRIGHTS shared/alice/Team lr"], b"OK Myrights completed.")
+
+
+def test_fifo_in_place_of_the_index_or_an_acl_file_does_not_hang_the_session(shd, tmp_path):
+    """A FIFO where petrel-acl-index or a dovecot-acl should be (someone
+    with access to the owner's files) is refused as not a regular file:
+    before, open() waited for a writer, so the reader's LIST (or SELECT)
+    never answered and petreld did not stop on SIGTERM."""
+    owner_shares(shd)                          # Team: bob lr
+    c = login(shd, "carol")
+    ok(c, b"CREATE CT")
+    ok(c, b"SETACL CT bob lr")
+    root = tmp_path / "mail" / "alice" / "Maildir"
+    (root / "petrel-acl-index").unlink()
+    os.mkfifo(root / "petrel-acl-index")
+    b = login(shd, "bob")
+    b.sock.settimeout(10)
+    # alice's index is unusable: she is left out, carol still listed
+    assert listing(b, b'LIST "" "shared/*"') == [
+        b'* LIST (\\Noselect \\HasChildren) "/" "shared/carol"',
+        b'* LIST (\\HasNoChildren) "/" "shared/carol/CT"']
+    (root / ".Team" / "dovecot-acl").unlink()
+    os.mkfifo(root / ".Team" / "dovecot-acl")
+    # an ACL file that cannot be read gives no rights
+    assert raw(b, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
+    assert raw(b, b"STATUS shared/carol/CT (MESSAGES)") == (
+        [b'* STATUS "shared/carol/CT" (MESSAGES 0)'], b"OK STATUS completed.")
