@@ -136,3 +136,20 @@ def test_fifo_in_place_of_the_index_or_an_acl_file_does_not_hang_the_session(shd
     assert raw(b, b"SELECT shared/alice/Team") == ([], NONEXISTENT)
     assert raw(b, b"STATUS shared/carol/CT (MESSAGES)") == (
         [b'* STATUS "shared/carol/CT" (MESSAGES 0)'], b"OK STATUS completed.")
+
+
+def test_forged_registry_keys_give_no_access(shd, tmp_path):
+    """The registry is a hint: keys saying alice shares with bob (by user
+    and by anyone) when no ACL of hers does list nothing of hers for bob
+    and open nothing."""
+    a = login(shd, "alice")
+    ok(a, b"CREATE Secret")
+    assert append(a, b"Secret").startswith(b"OK")
+    for key in ("shared/shared-boxes/user/bob/alice", "shared/shared-boxes/anyone/alice"):
+        r = shd.post("backend", "/api/backend/dict/reg/set", body={"key": key, "value": "MQ=="})
+        assert r.status == 200, r.json()
+    assert registry_owners(shd, "bob") == ["alice"]
+    b = login(shd, "bob")
+    assert listing(b, b'LIST "" "*"') == [b'* LIST (\\HasNoChildren) "/" "INBOX"']
+    for name in (b"shared/alice/Secret", b"shared/alice/INBOX"):
+        assert raw(b, b"EXAMINE " + name) == ([], NONEXISTENT), name
