@@ -117,7 +117,7 @@ static bool load(struct mailbox_pvt *p, uint32_t uid_validity, bool force, struc
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAILBOX_PVT_MAX_BYTES)
         return petrel_error_set(err, PETREL_ERR_INVALID, "%s: not a file of at most %u bytes",
                                 p->path, MAILBOX_PVT_MAX_BYTES);
-    int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(p->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return petrel_error_set_errno(err, errno, "cannot open %s", p->path);
     size_t len = (size_t)st.st_size;

@@ -878,7 +878,12 @@ static void list_shared(struct list_out *o, const struct namespace_config *tmpl,
         }
         size_t kept = 0;
         for (size_t k = 0; k < v.count; k++) {
-            if (mail_folder_exists(s->user, ns, v.names[k]))
+            /* The index only narrows the search: the folder's own file
+             * decides (it may have changed without the index: Dovecot,
+             * an editor, an index write that failed), as Dovecot checks
+             * each name its acl list gives. */
+            if (mail_folder_exists(s->user, ns, v.names[k]) &&
+                (mail_folder_my_rights(s->user, ns, v.names[k]) & ACL_LOOKUP) != 0)
                 v.names[kept++] = v.names[k];
             else
                 free(v.names[k]);

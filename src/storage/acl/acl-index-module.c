@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "storage/acl/acl-list-index.h"
+#include "storage/shared-namespace.h"
 
 #include <string.h>
 #include <sys/stat.h>
@@ -34,10 +35,16 @@ static bool remove_rows(struct acl_index *idx, void *ctx, struct petrel_error *e
     return true;
 }
 
-static void module_folder_deleted(void *ctx, struct mail_user *user,
-                                  const struct namespace_config *ns, const char *name)
+static void module_folder_deleted(void *ctx, struct mail_user *reached_by,
+                                  const struct namespace_config *reached_ns, const char *name)
 {
     (void)ctx;
+    /* A reader's DELETE of shared/bob/X is bob's: his index and his
+     * registry rows (which a write through the shared instance would not
+     * sync), as his own DELETE would. */
+    struct mail_user *user;
+    const struct namespace_config *ns;
+    mail_namespace_acl_holder(reached_by, reached_ns, &user, &ns);
     if (!has_index(user, ns))
         return;
     struct petrel_error err;
@@ -61,11 +68,14 @@ static bool rename_rows(struct acl_index *idx, void *ctx, struct petrel_error *e
     return true;
 }
 
-static void module_folder_renamed(void *ctx, struct mail_user *user,
-                                  const struct namespace_config *ns, const char *old_name,
+static void module_folder_renamed(void *ctx, struct mail_user *reached_by,
+                                  const struct namespace_config *reached_ns, const char *old_name,
                                   const char *new_name)
 {
     (void)ctx;
+    struct mail_user *user; /* the owner, as for a delete */
+    const struct namespace_config *ns;
+    mail_namespace_acl_holder(reached_by, reached_ns, &user, &ns);
     if (!has_index(user, ns))
         return;
     struct rename r = {.old_name = old_name, .new_name = new_name, .sep = ns->separator};

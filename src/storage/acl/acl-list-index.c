@@ -428,7 +428,7 @@ static bool root_path(struct mail_user *owner, const struct namespace_config *ns
 static int read_path(const char *path, struct acl_index *idx, struct petrel_error *err)
 {
     acl_list_index_clear(idx);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return 0;

@@ -62,7 +62,7 @@ int acl_store_read(const char *dir, struct acl_list *list, uint64_t *stamp_out,
         *stamp_out = 0;
     struct buf path = {0};
     file_path(dir, ACL_STORE_FILE, &path);
-    int fd = open(path.data, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = open(path.data, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         buf_free(&path);
