@@ -401,6 +401,36 @@ static void save_failed(struct mail_storage *st, const struct mail_save_info *in
 
 /* ---------- folders ---------- */
 
+/* A folder whose full name is another namespace's prefix without its
+ * separator ("shared", "Public" in the personal namespace) would be listed
+ * twice, once as the folder and once as that namespace's \Noselect root,
+ * and could never be told apart by a client: the name is taken, as it is
+ * in Dovecot, where such a name is the namespace itself. */
+static bool shadows_namespace(const struct mail_user *user, const struct namespace_config *ns,
+                              const char *name, struct petrel_error *err)
+{
+    const struct mail_config *cfg = &user->storage->cfg;
+    size_t plen = strlen(ns->prefix);
+    for (size_t i = 0; i < cfg->namespace_count; i++) {
+        const struct namespace_config *other = &cfg->namespaces[i];
+        /* The root a client sees: the prefix up to its first variable
+         * ("shared/%u/" -> "shared/"), without the separator. */
+        const char *var = strchr(other->prefix, '%');
+        size_t olen = var != NULL ? (size_t)(var - other->prefix) : strlen(other->prefix);
+        if (other == ns || olen < 2 || other->prefix[olen - 1] != other->separator)
+            continue;
+        size_t root = olen - 1;
+        /* ns->prefix + name == that root */
+        if (plen + strlen(name) == root && strncmp(other->prefix, ns->prefix, plen) == 0 &&
+            strncmp(other->prefix + plen, name, root - plen) == 0) {
+            petrel_error_set(err, PETREL_ERR_EXISTS, "the name is the namespace '%.*s'",
+                             (int)olen, other->prefix);
+            return true;
+        }
+    }
+    return false;
+}
+
 bool mail_folder_create_with(struct mail_user *user, const struct namespace_config *ns,
                              const char *name, struct mail_folder_create_params *params,
                              struct petrel_error *err)
@@ -408,6 +438,8 @@ bool mail_folder_create_with(struct mail_user *user, const struct namespace_conf
     struct mail_storage *st = user->storage;
     params->special_use_failed = false;
     params->special_use_error[0] = '\0';
+    if (shadows_namespace(user, ns, name, err))
+        return false;
     HOOKS_BEFORE(st, folder_create, user, ns, name, params, err);
     if (!st->v->folder_create(user, ns, name, err))
         return false;
@@ -459,6 +491,8 @@ bool mail_folder_rename(struct mail_user *user, const struct namespace_config *n
                         const char *old_name, const char *new_name, struct petrel_error *err)
 {
     struct mail_storage *st = user->storage;
+    if (shadows_namespace(user, ns, new_name, err))
+        return false;
     HOOKS_BEFORE(st, folder_rename, user, ns, old_name, new_name, err);
     if (!st->v->folder_rename(user, ns, old_name, new_name, err))
         return false;

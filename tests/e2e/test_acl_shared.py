@@ -421,3 +421,19 @@ def test_reader_with_admin_right_shares_further(shd):
         b'* LIST (\\HasNoChildren) "/" "shared/alice/Team"']
     ok(c, b"EXAMINE shared/alice/Team")
     a.logout()
+
+
+def test_personal_folder_cannot_take_a_namespace_name(shd):
+    """A personal folder named `shared` or `Public` (another namespace's prefix
+    without its separator) would be listed twice, as the folder and as the
+    namespace's \\Noselect root: CREATE and RENAME refuse the name; names
+    that only start with it are fine."""
+    m = login(shd, "bob")
+    for name in (b"shared", b"Public"):
+        assert raw(m, b"CREATE " + name)[1].startswith(b"NO [ALREADYEXISTS]"), name
+    ok(m, b"CREATE sharedstuff")
+    ok(m, b"CREATE Publicity")
+    assert raw(m, b"RENAME sharedstuff shared")[1].startswith(b"NO [ALREADYEXISTS]")
+    lines = ok(m, b'LIST "" "%"')
+    names = [ln.rsplit(b" ", 1)[1] for ln in lines]
+    assert names.count(b"shared") <= 1 and names.count(b"Public") <= 1, lines
