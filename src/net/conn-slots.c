@@ -5,7 +5,7 @@
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,8 +16,10 @@ struct conn_slots {
     char *component;
     char *limit_key;
     char *busy_reply;
-    pthread_mutex_t lock;
-    size_t used;
+    /* Atomic, not under a lock: the HTTP server asks whether the slots
+     * are pressed on every request, and workers give slots back from
+     * their own loops. */
+    _Atomic size_t used;
 };
 
 static char *dup_or_null(const char *s)
@@ -34,7 +36,6 @@ struct conn_slots *conn_slots_new(const struct conn_slots_config *cfg)
     s->component = xstrdup(cfg->component != NULL ? cfg->component : "net");
     s->limit_key = xstrdup(cfg->limit_key != NULL ? cfg->limit_key : "max_connections");
     s->busy_reply = dup_or_null(cfg->busy_reply);
-    pthread_mutex_init(&s->lock, NULL);
     return s;
 }
 
@@ -42,7 +43,6 @@ void conn_slots_free(struct conn_slots *s)
 {
     if (s == NULL)
         return;
-    pthread_mutex_destroy(&s->lock);
     free(s->component);
     free(s->limit_key);
     free(s->busy_reply);
@@ -52,13 +52,15 @@ void conn_slots_free(struct conn_slots *s)
 /* True when the slot was taken; *now_full whether that took the last one. */
 static bool take(struct conn_slots *s, bool *now_full)
 {
-    pthread_mutex_lock(&s->lock);
-    bool ok = s->max == 0 || s->used < s->max;
-    if (ok)
-        s->used++;
-    *now_full = s->max != 0 && s->used >= s->max;
-    pthread_mutex_unlock(&s->lock);
-    return ok;
+    size_t cur = atomic_load(&s->used);
+    do {
+        if (s->max != 0 && cur >= s->max) {
+            *now_full = true;
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak(&s->used, &cur, cur + 1));
+    *now_full = s->max != 0 && cur + 1 >= s->max;
+    return true;
 }
 
 bool conn_slots_acquire(struct conn_slots *s)
@@ -96,11 +98,11 @@ bool conn_slots_admit(struct conn_slots *s, struct net_listener *l, const struct
 
 void conn_slots_release(struct conn_slots *s)
 {
-    pthread_mutex_lock(&s->lock);
-    if (s->used > 0)
-        s->used--;
-    bool below = s->max == 0 || s->used < s->max;
-    pthread_mutex_unlock(&s->lock);
+    size_t cur = atomic_load(&s->used);
+    while (cur > 0 && !atomic_compare_exchange_weak(&s->used, &cur, cur - 1))
+        ;
+    size_t now = cur > 0 ? cur - 1 : 0;
+    bool below = s->max == 0 || now < s->max;
     if (below && s->full == CONN_SLOTS_PAUSE && s->listeners != NULL &&
         net_listener_set_paused(s->listeners) && !net_listener_set_stopped(s->listeners))
         net_listener_set_enabled(s->listeners, true);
@@ -108,11 +110,7 @@ void conn_slots_release(struct conn_slots *s)
 
 size_t conn_slots_used(const struct conn_slots *s)
 {
-    struct conn_slots *mut = (struct conn_slots *)s; /* the lock only */
-    pthread_mutex_lock(&mut->lock);
-    size_t n = s->used;
-    pthread_mutex_unlock(&mut->lock);
-    return n;
+    return atomic_load_explicit(&((struct conn_slots *)s)->used, memory_order_relaxed);
 }
 
 size_t conn_slots_max(const struct conn_slots *s)
