@@ -2,9 +2,27 @@
 #include "protocols/common/mail-proxy-login.h"
 
 #include "core/base64.h"
+#include "core/xalloc.h"
 
 #include <openssl/crypto.h>
+#include <stdlib.h>
 #include <string.h>
+
+void mail_proxy_login_state_init(struct mail_proxy_login_state *st,
+                                 const struct mail_proxy_login_params *params)
+{
+    st->user = xstrdup(params->user);
+    st->password = xstrdup(params->password);
+    st->client = params->client;
+    st->text[0] = '\0';
+}
+
+void mail_proxy_login_state_free(struct mail_proxy_login_state *st)
+{
+    OPENSSL_cleanse(st->password, strlen(st->password));
+    free(st->password);
+    free(st->user);
+}
 
 bool mail_proxy_login_take(bool finished, const char *line, size_t len, char *text,
                            struct mail_proxy_login_result *result)

@@ -44,6 +44,21 @@ struct mail_proxy_login_result {
 /* The longest backend line a dialogue reads (without its CRLF). */
 #define MAIL_PROXY_LOGIN_LINE_MAX 8192
 
+/* What every dialogue keeps: its copy of the parameters and the last
+ * backend line. */
+struct mail_proxy_login_state {
+    char *user;
+    char *password;
+    struct mail_forward client;
+    char text[MAIL_PROXY_LOGIN_LINE_MAX + 1]; /* the last line, NUL-terminated */
+};
+
+/* Copies `params` into `st`. */
+void mail_proxy_login_state_init(struct mail_proxy_login_state *st,
+                                 const struct mail_proxy_login_params *params);
+/* Overwrites the password and frees the copies. */
+void mail_proxy_login_state_free(struct mail_proxy_login_state *st);
+
 /* What every dialogue does with a backend line before reading it: false,
  * with *result set to PROTOCOL, after a final step (`finished`) or for a
  * line over MAIL_PROXY_LOGIN_LINE_MAX or holding a NUL (the dialogue then

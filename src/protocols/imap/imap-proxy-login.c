@@ -13,18 +13,13 @@ enum state { WAIT_GREETING, WAIT_LOGIN, FINISHED };
 
 struct imap_proxy_login {
     enum state state;
-    char *user;
-    char *password;
-    struct mail_forward client;
-    char text[MAIL_PROXY_LOGIN_LINE_MAX + 1]; /* the last line, NUL-terminated */
+    struct mail_proxy_login_state st;
 };
 
 struct imap_proxy_login *imap_proxy_login_new(const struct mail_proxy_login_params *params)
 {
     struct imap_proxy_login *pl = xcalloc(1, sizeof(*pl));
-    pl->user = xstrdup(params->user);
-    pl->password = xstrdup(params->password);
-    pl->client = params->client;
+    mail_proxy_login_state_init(&pl->st, params);
     return pl;
 }
 
@@ -32,9 +27,7 @@ void imap_proxy_login_free(struct imap_proxy_login *pl)
 {
     if (pl == NULL)
         return;
-    OPENSSL_cleanse(pl->password, strlen(pl->password));
-    free(pl->password);
-    free(pl->user);
+    mail_proxy_login_state_free(&pl->st);
     free(pl);
 }
 
@@ -52,7 +45,7 @@ static void id_pair(struct buf *out, bool *first, const char *name, const char *
 
 static void send_login(struct imap_proxy_login *pl, struct buf *out)
 {
-    const struct mail_forward *f = &pl->client;
+    const struct mail_forward *f = &pl->st.client;
     bool first = true;
     buf_append_str(out, "P1 ID ");
     if (f->ip[0] != '\0')
@@ -71,7 +64,7 @@ static void send_login(struct imap_proxy_login *pl, struct buf *out)
     }
     buf_append_str(out, first ? "NIL\r\n" : ")\r\n");
     buf_append_str(out, "P2 AUTHENTICATE PLAIN ");
-    mail_proxy_login_plain(out, pl->user, pl->password);
+    mail_proxy_login_plain(out, pl->st.user, pl->st.password);
     buf_append_str(out, "\r\n");
 }
 
@@ -109,32 +102,32 @@ static void finish(struct imap_proxy_login *pl, struct mail_proxy_login_result *
 void imap_proxy_login_line(struct imap_proxy_login *pl, const char *line, size_t len,
                            struct buf *out, struct mail_proxy_login_result *result)
 {
-    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->text, result)) {
+    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->st.text, result)) {
         pl->state = FINISHED;
         return;
     }
     const char *rest;
     if (pl->state == WAIT_GREETING) {
-        if (after(pl->text, "* OK") != NULL) {
+        if (after(pl->st.text, "* OK") != NULL) {
             send_login(pl, out);
             pl->state = WAIT_LOGIN;
-        } else if ((rest = after(pl->text, "* BYE")) != NULL) {
+        } else if ((rest = after(pl->st.text, "* BYE")) != NULL) {
             finish(pl, result, MAIL_PROXY_LOGIN_TEMPFAIL, rest);
-        } else if (after(pl->text, "* PREAUTH") != NULL) {
+        } else if (after(pl->st.text, "* PREAUTH") != NULL) {
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend greeted with PREAUTH");
         } else {
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "not an IMAP greeting");
         }
         return;
     }
-    if (starts(pl->text, "* ") || starts(pl->text, "P1 "))
+    if (starts(pl->st.text, "* ") || starts(pl->st.text, "P1 "))
         return; /* untagged, or the answer to ID */
-    if ((rest = after(pl->text, "P2 OK")) != NULL)
+    if ((rest = after(pl->st.text, "P2 OK")) != NULL)
         finish(pl, result, MAIL_PROXY_LOGIN_OK, rest);
-    else if ((rest = after(pl->text, "P2 NO")) != NULL)
+    else if ((rest = after(pl->st.text, "P2 NO")) != NULL)
         finish(pl, result,
                temporary_no(rest) ? MAIL_PROXY_LOGIN_TEMPFAIL : MAIL_PROXY_LOGIN_REJECTED, rest);
-    else if (pl->text[0] == '+')
+    else if (pl->st.text[0] == '+')
         finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend asked for more SASL data");
     else
         finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "an unexpected answer to the login");

@@ -13,18 +13,13 @@ enum state { WAIT_GREETING, WAIT_XCLIENT, WAIT_AUTH, FINISHED };
 
 struct pop3_proxy_login {
     enum state state;
-    char *user;
-    char *password;
-    struct mail_forward client;
-    char text[MAIL_PROXY_LOGIN_LINE_MAX + 1];
+    struct mail_proxy_login_state st;
 };
 
 struct pop3_proxy_login *pop3_proxy_login_new(const struct mail_proxy_login_params *params)
 {
     struct pop3_proxy_login *pl = xcalloc(1, sizeof(*pl));
-    pl->user = xstrdup(params->user);
-    pl->password = xstrdup(params->password);
-    pl->client = params->client;
+    mail_proxy_login_state_init(&pl->st, params);
     return pl;
 }
 
@@ -32,9 +27,7 @@ void pop3_proxy_login_free(struct pop3_proxy_login *pl)
 {
     if (pl == NULL)
         return;
-    OPENSSL_cleanse(pl->password, strlen(pl->password));
-    free(pl->password);
-    free(pl->user);
+    mail_proxy_login_state_free(&pl->st);
     free(pl);
 }
 
@@ -59,7 +52,7 @@ static bool send_xclient(const struct mail_forward *f, struct buf *out)
 static void send_auth(struct pop3_proxy_login *pl, struct buf *out)
 {
     buf_append_str(out, "AUTH PLAIN ");
-    mail_proxy_login_plain(out, pl->user, pl->password);
+    mail_proxy_login_plain(out, pl->st.user, pl->st.password);
     buf_append_str(out, "\r\n");
 }
 
@@ -85,39 +78,39 @@ static void finish(struct pop3_proxy_login *pl, struct mail_proxy_login_result *
 void pop3_proxy_login_line(struct pop3_proxy_login *pl, const char *line, size_t len,
                            struct buf *out, struct mail_proxy_login_result *result)
 {
-    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->text, result)) {
+    if (!mail_proxy_login_take(pl->state == FINISHED, line, len, pl->st.text, result)) {
         pl->state = FINISHED;
         return;
     }
     const char *rest;
     switch (pl->state) {
     case WAIT_GREETING:
-        if ((rest = after(pl->text, "+OK")) != NULL) {
+        if ((rest = after(pl->st.text, "+OK")) != NULL) {
             bool offered = strncmp(rest, "[XCLIENT]", 9) == 0;
-            bool sent = offered && send_xclient(&pl->client, out);
+            bool sent = offered && send_xclient(&pl->st.client, out);
             send_auth(pl, out); /* pipelined behind XCLIENT, as Dovecot does */
             pl->state = sent ? WAIT_XCLIENT : WAIT_AUTH;
-        } else if ((rest = after(pl->text, "-ERR")) != NULL) {
+        } else if ((rest = after(pl->st.text, "-ERR")) != NULL) {
             finish(pl, result, MAIL_PROXY_LOGIN_TEMPFAIL, rest);
         } else {
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "not a POP3 greeting");
         }
         return;
     case WAIT_XCLIENT:
-        if (after(pl->text, "+OK") != NULL)
+        if (after(pl->st.text, "+OK") != NULL)
             pl->state = WAIT_AUTH;
         else
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend refused XCLIENT");
         return;
     case WAIT_AUTH:
-        if ((rest = after(pl->text, "+OK")) != NULL)
+        if ((rest = after(pl->st.text, "+OK")) != NULL)
             finish(pl, result, MAIL_PROXY_LOGIN_OK, rest);
-        else if ((rest = after(pl->text, "-ERR")) != NULL)
+        else if ((rest = after(pl->st.text, "-ERR")) != NULL)
             finish(pl, result,
                    strncmp(rest, "[SYS/TEMP]", 10) == 0 ? MAIL_PROXY_LOGIN_TEMPFAIL
                                                         : MAIL_PROXY_LOGIN_REJECTED,
                    rest);
-        else if (pl->text[0] == '+')
+        else if (pl->st.text[0] == '+')
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "the backend asked for more SASL data");
         else
             finish(pl, result, MAIL_PROXY_LOGIN_PROTOCOL, "an unexpected answer to AUTH");
