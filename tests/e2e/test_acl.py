@@ -7,11 +7,12 @@ bob), IMAP, LMTP and the backend API; imaplib and smtplib's LMTP clients.
 mail.acl.cache_secs is 0 here so a change made by one session is seen by
 the next command of another without waiting.
 
-Until shared namespaces exist, a user addresses only their own folders:
-the rights checks are shown on the owner's own folders restricted by an
-"owner"/user=/negative group entry (the owner's implicit rights give way to
-an entry that names them), and a grant to a second user is shown in the
-file and in GETACL."""
+Here a user addresses only their own folders: the rights checks are shown
+on the owner's own folders restricted by an "owner"/user=/negative group
+entry (the owner's implicit rights give way to an entry that names them),
+and a grant to a second user is shown in the file and in GETACL. Another
+user's folders reached through the shared namespace are in
+test_acl_shared.py."""
 
 import imaplib
 import json
