@@ -214,6 +214,40 @@ bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size
     return true;
 }
 
+int fs_read_regular_file(const char *path, const char *what, size_t max, char **data, size_t *len,
+                         struct stat *st_out, struct petrel_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        petrel_error_set_errno(err, errno, "cannot open the %s", what);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        petrel_error_set(err, PETREL_ERR_IO, "the %s is not a regular file", what);
+        return -1;
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        petrel_error_set(err, PETREL_ERR_INVALID, "the %s is larger than %zu bytes", what, max);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    char *buf = xmalloc(size + 1);
+    size_t got = 0;
+    (void)fs_pread_all(fd, buf, size, 0, &got); /* an error: what came before it */
+    close(fd);
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    if (st_out != NULL)
+        *st_out = st;
+    return 1;
+}
+
 static bool remove_at(int parent, const char *name, struct petrel_error *err)
 {
     int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -257,16 +291,14 @@ int fs_tmpfile_open(const char *dir, bool *linkable, struct petrel_error *err)
     if (fd >= 0)
         return fd;
     if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
-        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir,
-                               strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir, strerror(errno));
         return -1;
     }
     *linkable = false;
     char *path = xasprintf("%s/.petrel-spool.XXXXXX", dir);
     fd = mkostemp(path, O_CLOEXEC);
     if (fd < 0)
-        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir,
-                               strerror(errno));
+        petrel_error_set_errno(err, errno, "cannot create a file in %s: %s", dir, strerror(errno));
     else
         unlink(path);
     free(path);

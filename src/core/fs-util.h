@@ -6,6 +6,7 @@
 #include "core/error.h"
 
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -44,6 +45,15 @@ bool fs_pread_all(int fd, void *data, size_t len, uint64_t offset, size_t *got);
 /* Reads a whole file (at most max bytes) into a fresh NUL-terminated
  * allocation. A missing file is PETREL_ERR_NOT_FOUND. */
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err);
+/* Reads a whole regular file of at most `max` bytes into a fresh
+ * NUL-terminated allocation, without following a symbolic link or blocking
+ * on a FIFO put in its place (files in a user's mail directory). 1 with
+ * *data and *len (and its stat in *st_out when not NULL); 0 when it is
+ * missing (ENOENT, ENOTDIR); -1 with err: "cannot open the <what>", "the
+ * <what> is not a regular file" (IO), "the <what> is larger than <max>
+ * bytes" (INVALID). */
+int fs_read_regular_file(const char *path, const char *what, size_t max, char **data, size_t *len,
+                         struct stat *st_out, struct petrel_error *err);
 bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size_t *len,
                      struct petrel_error *err);
 /* Removes a directory tree without following symbolic links. */

@@ -428,48 +428,18 @@ static bool root_path(struct mail_user *owner, const struct namespace_config *ns
 static int read_path(const char *path, struct acl_index *idx, struct petrel_error *err)
 {
     acl_list_index_clear(idx);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return 0;
-        petrel_error_set_errno(err, errno, "cannot open the ACL list index");
-        return -1;
-    }
-    struct stat st;
-    int ret = -1;
     char *data = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        petrel_error_set(err, PETREL_ERR_IO, "the ACL list index is not a regular file");
-        goto out;
-    }
-    if (st.st_size > ACL_LIST_INDEX_MAX) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "the ACL list index is larger than %d bytes",
-                         ACL_LIST_INDEX_MAX);
-        goto out;
-    }
-    data = malloc((size_t)st.st_size + 1);
-    if (data == NULL) {
-        petrel_error_set(err, PETREL_ERR_IO, "out of memory");
-        goto out;
-    }
     size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
+    int ret =
+        fs_read_regular_file(path, "ACL list index", ACL_LIST_INDEX_MAX, &data, &got, NULL, err);
+    if (ret == 1) {
+        char why[160];
+        if (!acl_list_index_parse(data, got, idx, why, sizeof(why))) {
+            petrel_error_set(err, PETREL_ERR_INVALID, "%s: %s", path, why);
+            ret = -1;
+        }
     }
-    char why[160];
-    if (!acl_list_index_parse(data, got, idx, why, sizeof(why))) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "%s: %s", path, why);
-        goto out;
-    }
-    ret = 1;
-out:
     free(data);
-    close(fd);
     return ret;
 }
 

@@ -62,52 +62,21 @@ int acl_store_read(const char *dir, struct acl_list *list, uint64_t *stamp_out,
         *stamp_out = 0;
     struct buf path = {0};
     file_path(dir, ACL_STORE_FILE, &path);
-    int fd = open(path.data, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        buf_free(&path);
-        if (e == ENOENT || e == ENOTDIR)
-            return 0;
-        petrel_error_set_errno(err, e, "cannot open the ACL file");
-        return -1;
-    }
     struct stat st;
-    int ret = -1;
     char *data = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        petrel_error_set(err, PETREL_ERR_IO, "the ACL file is not a regular file");
-        goto out;
-    }
-    if (st.st_size > ACL_FILE_MAX) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "the ACL file is larger than %d bytes",
-                         ACL_FILE_MAX);
-        goto out;
-    }
-    data = malloc((size_t)st.st_size + 1);
-    if (data == NULL) {
-        petrel_error_set(err, PETREL_ERR_IO, "out of memory");
-        goto out;
-    }
     size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
+    int ret = fs_read_regular_file(path.data, "ACL file", ACL_FILE_MAX, &data, &got, &st, err);
+    if (ret == 1) {
+        char why[128];
+        if (acl_file_parse(data, got, list, why, sizeof(why))) {
+            if (stamp_out != NULL)
+                *stamp_out = stamp(&st);
+        } else {
+            petrel_error_set(err, PETREL_ERR_INVALID, "%s: %s", path.data, why);
+            ret = -1;
+        }
     }
-    char why[128];
-    if (!acl_file_parse(data, got, list, why, sizeof(why))) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "%s: %s", path.data, why);
-        goto out;
-    }
-    if (stamp_out != NULL)
-        *stamp_out = stamp(&st);
-    ret = 1;
-out:
     free(data);
-    close(fd);
     buf_free(&path);
     return ret;
 }
