@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from authproto import AuthConn
-from conftest import free_port, wait_for
+from conftest import free_port, http_request, wait_for
 
 MAX_USER = 2
 
@@ -46,6 +46,15 @@ def addr(d):
     return d.config["auth"]["listen"][0]
 
 
+def checks_done(d):
+    """Password checks of the slow user's scheme finished so far."""
+    text = http_request(d.telemetry, "GET", "/metrics", timeout=5).body.decode()
+    for line in text.splitlines():
+        if line.startswith('petrel_auth_scheme_verify_seconds_count{scheme="ARGON2ID"'):
+            return int(float(line.split()[-1]))
+    return 0
+
+
 def send_guess(c, n):
     c.send("VERIFY", "1", "slow", f"wrong{n}", "service=imap", f"ip=198.51.100.{n + 1}")
 
@@ -56,8 +65,14 @@ def test_client_leaving_while_its_attempt_waits(petreld, tmp_path, slow_hash):
     # time, the others wait. Eight clients leave at once, most of them
     # while their attempt waits; the last stays.
     conns = [AuthConn(addr(d), timeout=30) for _ in range(10)]
-    for i, c in enumerate(conns):
+    for i, c in enumerate(conns[:9]):
         send_guess(c, i)
+    # The last guess goes in only once a check has finished: the nine
+    # before it have been read by then (a check takes hundreds of
+    # milliseconds), so the two checked first are among them and the last
+    # one waits behind them, whatever order the loop read the sockets in.
+    wait_for(lambda: checks_done(d) >= 1, timeout=30)
+    send_guess(conns[9], 9)
     for c in conns[1:9]:
         c.close()
     # The one that stayed is answered once the checks before it are over
