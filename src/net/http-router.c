@@ -28,7 +28,7 @@ static void split_segments(const char *pattern, struct http_route *r)
  * router->routes (the array moves as it grows), ascending: the order of
  * registration. */
 struct http_route_node {
-    char *literal; /* NULL for the root and a "{param}" node */
+    char *literal;                     /* NULL for the root and a "{param}" node */
     struct http_route_node **children; /* literal segments, each once */
     size_t child_count;
     size_t child_cap;
@@ -46,8 +46,8 @@ static struct http_route_node *node_child(struct http_route_node *node, const ch
     }
     struct http_route_node *c = xcalloc(1, sizeof(*c));
     c->literal = xstrdup(literal);
-    node->children = xgrow(node->children, &node->child_cap, node->child_count + 1,
-                           sizeof(*node->children));
+    node->children =
+        xgrow(node->children, &node->child_cap, node->child_count + 1, sizeof(*node->children));
     node->children[node->child_count++] = c;
     return c;
 }
@@ -67,8 +67,8 @@ static void tree_add(struct http_router *router, size_t index)
             node = node_child(node, r->segments[i]);
         }
     }
-    node->routes = xgrow(node->routes, &node->route_cap, node->route_count + 1,
-                         sizeof(*node->routes));
+    node->routes =
+        xgrow(node->routes, &node->route_cap, node->route_count + 1, sizeof(*node->routes));
     node->routes[node->route_count++] = index;
 }
 
@@ -95,8 +95,8 @@ struct tree_walk {
     char *const *segments;
     size_t segment_count;
     enum http_method method;
-    size_t best;      /* least index of a route accepting path and method */
-    bool path_known;  /* some route accepts the path */
+    size_t best;     /* least index of a route accepting path and method */
+    bool path_known; /* some route accepts the path */
 };
 
 /* Visits every node the request path reaches at its full depth: a literal

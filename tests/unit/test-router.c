@@ -322,9 +322,9 @@ static void test_param_route_registered_first_wins_over_literal(void **state)
 
 /* The answer of a scan of every route in registration order: what the
  * router's segment tree must reproduce. */
-static enum http_route_result reference_match(const struct http_router *r,
-                                              enum http_method method, char *const *segs,
-                                              size_t n, const struct http_route **found)
+static enum http_route_result reference_match(const struct http_router *r, enum http_method method,
+                                              char *const *segs, size_t n,
+                                              const struct http_route **found)
 {
     bool path_known = false;
     for (size_t i = 0; i < r->count; i++) {
@@ -352,8 +352,8 @@ static void test_tree_agrees_with_a_scan_in_registration_order(void **state)
      * literal and param routes; then every path of up to three segments
      * over {a, b, c, ""} and every method. */
     static const char *const parts[] = {"a", "b", "{p}"};
-    static const enum http_method methods[] = {HTTP_GET, HTTP_POST, HTTP_PUT, HTTP_DELETE,
-                                               HTTP_HEAD, HTTP_PATCH};
+    static const enum http_method methods[] = {HTTP_GET,    HTTP_POST, HTTP_PUT,
+                                               HTTP_DELETE, HTTP_HEAD, HTTP_PATCH};
     static int handler;
     struct http_router r = {0};
     unsigned seq = 0;
@@ -395,8 +395,8 @@ static void test_tree_agrees_with_a_scan_in_registration_order(void **state)
                 enum http_route_result expect = reference_match(&r, methods[mi], segs, len, &want);
                 struct http_route_match m;
                 memset(&m, 0, sizeof(m));
-                enum http_route_result got = http_router_match(&r, methods[mi], segs, len, &m,
-                                                               NULL, 0);
+                enum http_route_result got =
+                    http_router_match(&r, methods[mi], segs, len, &m, NULL, 0);
                 assert_int_equal(got, expect);
                 if (got == HTTP_ROUTE_FOUND) {
                     assert_ptr_equal(m.route, want);
