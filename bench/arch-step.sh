@@ -134,13 +134,15 @@ echo "instructions per request (callgrind Ir, least of $REPEAT runs of $COUNT re
 printf '%-10s %14s %14s %8s   %-24s %-24s\n' scenario "Ir before" "Ir after" change \
   "req/s before" "req/s after"
 for sc in "${SCENARIOS[@]}"; do
+  ra="${RATE["$sc,${BUILDS[0]}"]:-}" # ARCH_PAIRS=0: no rates
+  rz="${RATE["$sc,${BUILDS[1]}"]:-}"
   a="${IR["$sc,${BUILDS[0]}"]}"
   z="${IR["$sc,${BUILDS[1]}"]}"
   printf '%-10s %14.0f %14.0f %+7.1f%%   %-24s %-24s\n' "$sc" \
     "$(awk -v i="$a" -v n="$COUNT" 'BEGIN { print i / n }')" \
     "$(awk -v i="$z" -v n="$COUNT" 'BEGIN { print i / n }')" \
     "$(awk -v a="$a" -v z="$z" 'BEGIN { print 100 * (z - a) / a }')" \
-    "${RATE["$sc,${BUILDS[0]}"]# }" "${RATE["$sc,${BUILDS[1]}"]# }"
+    "${ra# }" "${rz# }"
 done
 
 if [ "$MAIL" = 1 ]; then

@@ -2,21 +2,10 @@
 
 #include <ctype.h>
 #include <string.h>
-#include <strings.h>
 
 struct slice slice_of(const char *s)
 {
     return (struct slice){.ptr = s, .len = strlen(s)};
-}
-
-bool slice_eq(struct slice s, const char *text)
-{
-    return strlen(text) == s.len && (s.len == 0 || memcmp(s.ptr, text, s.len) == 0);
-}
-
-bool slice_eq_ci(struct slice s, const char *text)
-{
-    return strlen(text) == s.len && (s.len == 0 || strncasecmp(s.ptr, text, s.len) == 0);
 }
 
 static bool parse_base(struct slice s, unsigned base, uint64_t max, uint64_t *out)

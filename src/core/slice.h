@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <strings.h>
 
 struct slice {
     const char *ptr;
@@ -17,9 +19,19 @@ struct slice {
 
 /* The whole NUL-terminated string `s`. */
 struct slice slice_of(const char *s);
-/* Byte-wise equality with a NUL-terminated string; _ci folds ASCII case. */
-bool slice_eq(struct slice s, const char *text);
-bool slice_eq_ci(struct slice s, const char *text);
+/* Byte-wise equality with a NUL-terminated string; _ci folds ASCII case.
+ * Inline: callers compare against literals (HTTP header names, methods),
+ * whose strlen the compiler then folds; out of line it cost the HTTP
+ * server a strlen and a call per header and candidate name. */
+static inline bool slice_eq(struct slice s, const char *text)
+{
+    return strlen(text) == s.len && (s.len == 0 || memcmp(s.ptr, text, s.len) == 0);
+}
+
+static inline bool slice_eq_ci(struct slice s, const char *text)
+{
+    return strlen(text) == s.len && (s.len == 0 || strncasecmp(s.ptr, text, s.len) == 0);
+}
 
 /* One or more decimal digits, at most `max`. Leading zeros are allowed. */
 bool slice_parse_u64(struct slice s, uint64_t max, uint64_t *out);

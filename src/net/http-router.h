@@ -1,6 +1,13 @@
 /* Route table for the HTTP server: method + path pattern, where a "{name}"
  * segment matches one non-empty segment. Pure data structure (no I/O), so
- * matching rules are unit-tested on their own. */
+ * matching rules are unit-tested on their own.
+ *
+ * The routes are also kept as a tree of path segments, so a lookup compares
+ * each request segment with the literals that can follow the previous one
+ * (a handful) instead of every route's whole pattern: the backend API has
+ * over fifty routes sharing "/api/backend/". The answer is the one a scan
+ * in registration order would give (the first route whose path and method
+ * match), including where a literal and a "{param}" route overlap. */
 #ifndef PETREL_NET_HTTP_ROUTER_H
 #define PETREL_NET_HTTP_ROUTER_H
 
@@ -22,10 +29,13 @@ struct http_route {
     void *ctx;
 };
 
+struct http_route_node; /* the segment tree, private to http-router.c */
+
 struct http_router {
     struct http_route *routes;
     size_t count;
     size_t cap;
+    struct http_route_node *root;
 };
 
 enum http_route_result { HTTP_ROUTE_FOUND, HTTP_ROUTE_NOT_FOUND, HTTP_ROUTE_WRONG_METHOD };

@@ -82,6 +82,9 @@ struct http_request {
     struct http_head head;
     enum http_method method;
     struct http_target target;
+    /* The route lookup, done once per request when the head is in (the
+     * allow-list, the body limit and the dispatch all need it). */
+    enum http_route_result found;
     struct http_route_match match;
     bool query_parsed;
     struct http_query_param query[HTTP_MAX_QUERY_PARAMS];
@@ -804,12 +807,9 @@ static bool authorized(struct http_server *srv, struct http_request *req)
 static bool access_refused(struct http_conn *conn, struct http_request *req)
 {
     struct http_server *srv = conn->srv;
-    struct http_route_match m;
-    enum http_route_result found = http_router_match(&srv->router, req->method, req->target.segments,
-                                                     req->target.segment_count, &m, NULL, 0);
-    const struct http_route *match = found == HTTP_ROUTE_FOUND ? m.route : NULL;
+    const struct http_route *match = req->found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
     bool is_public = match != NULL && (match->flags & HTTP_ROUTE_PUBLIC) != 0;
-    if (match == NULL && found == HTTP_ROUTE_WRONG_METHOD) {
+    if (match == NULL && req->found == HTTP_ROUTE_WRONG_METHOD) {
         /* A wrong method on a public path is answered 405 like the right one
          * would be answered: without asking for credentials. */
         static const enum http_method probe[] = {HTTP_GET, HTTP_POST, HTTP_PUT, HTTP_PATCH,
@@ -853,16 +853,16 @@ static void dispatch(struct http_conn *conn, struct http_request *req)
     net_deadline_clear(conn->timer);
     req->start = clock_mono_now();
 
-    char allow[128];
-    enum http_route_result found = http_router_match(&srv->router, req->method, req->target.segments,
-                                                     req->target.segment_count, &req->match, allow,
-                                                     sizeof(allow));
-    const struct http_route *match = found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
-    bool path_known = found == HTTP_ROUTE_WRONG_METHOD;
+    const struct http_route *match = req->found == HTTP_ROUTE_FOUND ? req->match.route : NULL;
+    bool path_known = req->found == HTTP_ROUTE_WRONG_METHOD;
     req->route = match; /* so even refused requests are counted under their route */
     /* access_refused() ran on the head already. */
     if (match == NULL) {
         if (path_known) {
+            char allow[128];
+            struct http_route_match unused;
+            http_router_match(&srv->router, req->method, req->target.segments,
+                              req->target.segment_count, &unused, allow, sizeof(allow));
             char extra[160];
             snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
             char *body = error_json("method not allowed");
@@ -935,14 +935,13 @@ static void conn_read_head(struct http_conn *conn)
         http_reply_error(req, 400, "invalid request path");
         return;
     }
+    req->found = http_router_match(&srv->router, req->method, req->target.segments,
+                                   req->target.segment_count, &req->match, NULL, 0);
     if (access_refused(conn, req))
         return;
     /* Routes that take whole messages (bulk import) have their own limit. */
     req->body_limit = srv->max_body;
-    struct http_route_match early;
-    if (http_router_match(&srv->router, req->method, req->target.segments, req->target.segment_count, &early,
-                          NULL, 0) == HTTP_ROUTE_FOUND &&
-        (early.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
+    if (req->found == HTTP_ROUTE_FOUND && (req->match.route->flags & HTTP_ROUTE_LARGE_BODY) != 0)
         req->body_limit = srv->large_body;
     /* An outsider reaches only the public routes, which take no body: it
      * must not make us hold max_body on each of its connections for a 405. */

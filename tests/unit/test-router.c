@@ -296,6 +296,127 @@ static void test_braces_need_a_name_to_be_a_param(void **state)
     http_router_free(&r);
 }
 
+static void test_param_route_registered_first_wins_over_literal(void **state)
+{
+    /* The literal and the param branch both reach the path: the earlier
+     * registration answers, whichever branch holds it. */
+    struct http_router r = {0};
+    static int h_param, h_literal, h_literal_post;
+    http_router_add(&r, HTTP_GET, "/items/{id}", 0, &h_param, NULL);
+    http_router_add(&r, HTTP_GET, "/items/special", 0, &h_literal, NULL);
+    http_router_add(&r, HTTP_POST, "/items/special", 0, &h_literal_post, NULL);
+    char *segs[] = {"items", "special"};
+    struct http_route_match m;
+    assert_int_equal(http_router_match(&r, HTTP_GET, segs, 2, &m, NULL, 0), HTTP_ROUTE_FOUND);
+    assert_ptr_equal(m.route->handler, &h_param);
+    assert_string_equal(m.values[0], "special");
+    assert_int_equal(http_router_match(&r, HTTP_POST, segs, 2, &m, NULL, 0), HTTP_ROUTE_FOUND);
+    assert_ptr_equal(m.route->handler, &h_literal_post);
+    assert_int_equal(m.param_count, 0);
+    char allow[64];
+    assert_int_equal(http_router_match(&r, HTTP_DELETE, segs, 2, &m, allow, sizeof(allow)),
+                     HTTP_ROUTE_WRONG_METHOD);
+    assert_string_equal(allow, "GET, HEAD, POST");
+    http_router_free(&r);
+}
+
+/* The answer of a scan of every route in registration order: what the
+ * router's segment tree must reproduce. */
+static enum http_route_result reference_match(const struct http_router *r, enum http_method method,
+                                              char *const *segs, size_t n,
+                                              const struct http_route **found)
+{
+    bool path_known = false;
+    for (size_t i = 0; i < r->count; i++) {
+        const struct http_route *route = &r->routes[i];
+        if (route->segment_count != n)
+            continue;
+        bool ok = true;
+        for (size_t k = 0; k < n && ok; k++)
+            ok = route->is_param[k] ? segs[k][0] != '\0' : strcmp(route->segments[k], segs[k]) == 0;
+        if (!ok)
+            continue;
+        if (route->method == method || (route->method == HTTP_GET && method == HTTP_HEAD)) {
+            *found = route;
+            return HTTP_ROUTE_FOUND;
+        }
+        path_known = true;
+    }
+    return path_known ? HTTP_ROUTE_WRONG_METHOD : HTTP_ROUTE_NOT_FOUND;
+}
+
+static void test_tree_agrees_with_a_scan_in_registration_order(void **state)
+{
+    /* Every pattern of up to three segments over {a, b, {p}} with a method
+     * chosen by its number, registered in an order that interleaves
+     * literal and param routes; then every path of up to three segments
+     * over {a, b, c, ""} and every method. */
+    static const char *const parts[] = {"a", "b", "{p}"};
+    static const enum http_method methods[] = {HTTP_GET,    HTTP_POST, HTTP_PUT,
+                                               HTTP_DELETE, HTTP_HEAD, HTTP_PATCH};
+    static int handler;
+    struct http_router r = {0};
+    unsigned seq = 0;
+    for (size_t len = 0; len <= 3; len++) {
+        size_t total = 1;
+        for (size_t k = 0; k < len; k++)
+            total *= 3;
+        for (size_t v = 0; v < total; v++) {
+            size_t x = (v * 7 + len) % total; /* not in lexical order */
+            char pattern[64] = "";
+            for (size_t k = 0; k < len; k++) {
+                strcat(pattern, "/");
+                strcat(pattern, parts[x % 3]);
+                x /= 3;
+            }
+            if (len == 0)
+                strcpy(pattern, "/");
+            http_router_add(&r, methods[seq % 4], pattern, 0, &handler, NULL);
+            if (seq % 3 == 0) /* a second method on some paths */
+                http_router_add(&r, methods[(seq + 1) % 4], pattern, 0, &handler, NULL);
+            seq++;
+        }
+    }
+    static const char *const words[] = {"a", "b", "c", ""};
+    size_t checked = 0;
+    for (size_t len = 0; len <= 3; len++) {
+        size_t total = 1;
+        for (size_t k = 0; k < len; k++)
+            total *= 4;
+        for (size_t v = 0; v < total; v++) {
+            char *segs[3];
+            size_t x = v;
+            for (size_t k = 0; k < len; k++) {
+                segs[k] = (char *)words[x % 4];
+                x /= 4;
+            }
+            for (size_t mi = 0; mi < sizeof(methods) / sizeof(methods[0]); mi++) {
+                const struct http_route *want = NULL;
+                enum http_route_result expect = reference_match(&r, methods[mi], segs, len, &want);
+                struct http_route_match m;
+                memset(&m, 0, sizeof(m));
+                enum http_route_result got =
+                    http_router_match(&r, methods[mi], segs, len, &m, NULL, 0);
+                assert_int_equal(got, expect);
+                if (got == HTTP_ROUTE_FOUND) {
+                    assert_ptr_equal(m.route, want);
+                    size_t params = 0;
+                    for (size_t k = 0; k < len; k++) {
+                        if (want->is_param[k]) {
+                            assert_ptr_equal(m.values[params], segs[k]);
+                            params++;
+                        }
+                    }
+                    assert_int_equal(m.param_count, params);
+                }
+                checked++;
+            }
+        }
+    }
+    assert_true(checked > 500);
+    http_router_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +441,8 @@ int main(void)
         cmocka_unit_test(test_many_routes_grow_the_table),
         cmocka_unit_test(test_pattern_slashes_are_normalised),
         cmocka_unit_test(test_braces_need_a_name_to_be_a_param),
+        cmocka_unit_test(test_param_route_registered_first_wins_over_literal),
+        cmocka_unit_test(test_tree_agrees_with_a_scan_in_registration_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
