@@ -34,10 +34,11 @@ PASSWD = ("alice:{PLAIN}Wonderland-7qX:1001:1001\n"
           "carol:{PLAIN}Carol-pass-19:1001:1001\n"
           "dave:{PLAIN}Dave-pass-23:1001:1001\n"
           "erin:{PLAIN}Erin-pass-31:1001:1001\n"
-          "bob:{PLAIN}Bob-proxy-pass-5:1001:1001\n")
+          "bob:{PLAIN}Bob-proxy-pass-5:1001:1001\n"
+          "frank:{PLAIN}Frank-pass-41:1001:1001::::director_tag=blue\n")
 # The backend's own auth: bob's password differs, so the backend refuses him.
 BACKEND_PASSWD = PASSWD.replace("Bob-proxy-pass-5", "Bob-backend-pass-6")
-PASSWORDS = ["Wonderland-7qX", "Carol-pass-19", "Dave-pass-23", "Erin-pass-31",
+PASSWORDS = ["Frank-pass-41", "Wonderland-7qX", "Carol-pass-19", "Dave-pass-23", "Erin-pass-31",
              "Bob-proxy-pass-5", "Bob-backend-pass-6"]
 MSG = (b"From: sender@example.net\r\nTo: alice@example.com\r\nSubject: via proxy\r\n"
        b"Message-ID: <proxy-1@example.net>\r\n\r\nhello through the proxy\r\n")
@@ -122,7 +123,8 @@ class Fleet:
             "auth": {"listen": [f"127.0.0.1:{b_auth}"], "failure_delay": "0s",
                      "passdb": {"driver": "passwd-file", "path": str(base / "backend-passwd")}},
             "warden_service": {"listen": [f"127.0.0.1:{b_warden}"]},
-            "imap": {"listen": [f"127.0.0.1:{self.imap_port}", f"127.0.0.2:{self.imap_port}"],
+            "imap": {"listen": [f"127.0.0.1:{self.imap_port}", f"127.0.0.2:{self.imap_port}",
+                                f"127.0.0.4:{self.imap_port}"],
                      "workers": 1, **mail},
             "pop3": {"listen": [f"127.0.0.1:{self.pop3_port}", f"127.0.0.2:{self.pop3_port}"],
                      **mail},
@@ -131,7 +133,8 @@ class Fleet:
                 "ring": {"listen": f"127.0.0.1:{free_port()}",
                          "secret_file": str(base / "ring.secret")},
                 "backends": [{"ip": "127.0.0.1", "port": self.imap_port},
-                             {"ip": "127.0.0.2", "port": self.imap_port}],
+                             {"ip": "127.0.0.2", "port": self.imap_port},
+                             {"ip": "127.0.0.4", "port": self.imap_port, "tag": "blue"}],
             },
         })
         p_warden = free_port()
@@ -457,6 +460,17 @@ def test_backend_flushed_ends_its_sessions(fleet):
     assert r.status in (200, 204), r
     took, data = wait_closed(m, 1.0)
     assert took < 1.0 and b"flushed" in data, (took, data)
+
+
+def test_the_userdb_director_tag_picks_the_backend_group(fleet):
+    """frank's userdb has director_tag=blue: the director answers from the
+    backends tagged blue (only 127.0.0.4); untagged users never land there."""
+    mark = len(fleet.proxy.stderr())
+    m = logged_in(fleet, "frank", "Frank-pass-41")
+    assert wait_for(lambda: routed_backend(fleet, "frank", mark), what="routed") == "127.0.0.4"
+    m.logout()
+    routed = re.findall(r"routed session=\S+ user=(\S+) backend=127\.0\.0\.4:", fleet.proxy.stderr())
+    assert set(routed) == {"frank"}, routed
 
 
 # ---------- POP3 ----------
