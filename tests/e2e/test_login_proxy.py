@@ -220,6 +220,7 @@ def backend_session(fleet, user, service):
 
 def test_imap_login_select_fetch_append_through_the_proxy(fleet):
     ok_before = metric(fleet.proxy, "petrel_login_result_total", protocol="imap", result="ok")
+    out_before = metric(fleet.proxy, "petrel_imap_proxy_bytes_total", direction="out")
     m = SourceIMAP(*fleet.addr("imap"))
     assert b"AUTH=PLAIN" in m.welcome and b"STARTTLS" in m.welcome
     typ, data = m.login("alice", "Wonderland-7qX")
@@ -254,6 +255,9 @@ def test_imap_login_select_fetch_append_through_the_proxy(fleet):
                             protocol="imap") == 0, what="session end counted")
     wait_for(lambda: not [x for x in who(fleet.proxy) if x["user"] == "alice"],
              what="proxy registration gone")
+    # the relayed bytes are counted when the session ends (the FETCH brought MSG)
+    assert metric(fleet.proxy, "petrel_imap_proxy_bytes_total",
+                  direction="out") >= out_before + len(MSG)
 
 
 def raw_imap(fleet, tls=False):

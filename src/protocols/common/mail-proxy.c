@@ -768,7 +768,7 @@ static void relay_done(void *arg, enum net_relay_end end, const struct net_relay
              "session=%s backend=%s end=%s to_backend=%llu to_client=%llu", p->io->id,
              p->backend_ip, net_relay_end_name(end), (unsigned long long)stats->to_backend,
              (unsigned long long)stats->to_client);
-    p->cb.ended(p->arg);
+    p->cb.ended(p->arg, stats);
 }
 
 void mail_proxy_relay(struct mail_proxy *p)
