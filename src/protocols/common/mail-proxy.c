@@ -606,8 +606,8 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
         }
         backend_line(p, line, n);
         free(line);
-        if (p->later_outcome == MAIL_PROXY_OK && p->state == PROXY_BACKEND && p->dialogue == NULL)
-            return; /* logged in: what follows is the relay's */
+        /* Logged in (or given up): the dialogue is gone, and what the
+         * backend sent after its answer is the relay's. */
     }
 }
 
