@@ -30,6 +30,7 @@ from conftest import Daemon, default_config, free_port, merge, wait_for
 from ringproto import SECRET
 
 CLIENT_IP = "127.0.0.3"  # the clients' source address, as the backend must see it
+UPSTREAM_PROXY = "127.0.0.5"  # another proxy in front of ours (its login_trusted_networks)
 PASSWD = ("alice:{PLAIN}Wonderland-7qX:1001:1001\n"
           "carol:{PLAIN}Carol-pass-19:1001:1001\n"
           "dave:{PLAIN}Dave-pass-23:1001:1001\n"
@@ -152,7 +153,8 @@ class Fleet:
                 "transient_retries": 4,
                 "backend_timeout": "3s",
                 "imap": {"listen": [f"127.0.0.1:{free_port()}"],
-                         "listen_tls": [f"127.0.0.1:{free_port()}"], **front},
+                         "listen_tls": [f"127.0.0.1:{free_port()}"],
+                         "login_trusted_networks": [UPSTREAM_PROXY + "/32"], **front},
                 "pop3": {"listen": [f"127.0.0.1:{free_port()}"],
                          "listen_tls": [f"127.0.0.1:{free_port()}"],
                          "backend_port": self.pop3_port, **front},
@@ -342,6 +344,34 @@ def test_starttls_injection_is_refused(fleet):
     t.close()
     assert metric(fleet.proxy, "petrel_login_result_total", protocol="imap",
                   result="ok") == ok_before
+
+
+def test_a_proxy_in_front_forwards_the_address_and_a_loop_is_refused(fleet):
+    """A proxy in front of ours (in its login_trusted_networks) forwards the
+    client's address with ID: it reaches the backend through both. Its hop
+    count (x-proxy-ttl) is passed on less one; with no hop left the login is
+    refused (proxies pointing at each other), as Dovecot does."""
+    def upstream(ttl):
+        s = socket.create_connection(fleet.addr("imap"), timeout=10,
+                                     source_address=(UPSTREAM_PROXY, 0))
+        f = s.makefile("rb")
+        f.readline()
+        s.sendall(b'u1 ID ("x-originating-ip" "192.0.2.9" "x-originating-port" "4711" '
+                  b'"x-proxy-ttl" "%d")\r\n' % ttl)
+        assert read_tagged(f, b"u1")[-1].startswith(b"u1 OK")
+        s.sendall(b"u2 LOGIN carol Carol-pass-19\r\n")
+        return s, f, read_tagged(f, b"u2")[-1]
+    s, f, last = upstream(1)
+    assert last.startswith(b"u2 NO [UNAVAILABLE]"), last
+    assert "proxy loop" in fleet.proxy.stderr()
+    s.close()
+    s, f, last = upstream(4)
+    assert last.startswith(b"u2 OK"), last
+    found = wait_for(lambda: backend_session(fleet, "carol", "imap"), what="backend who")
+    assert found["ip"] == "192.0.2.9", found
+    s.sendall(b"u3 LOGOUT\r\n")
+    read_tagged(f, b"u3")
+    s.close()
 
 
 def test_backend_refusing_the_login_is_backend_rejected(fleet):

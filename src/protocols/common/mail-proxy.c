@@ -673,7 +673,7 @@ static void backend_dial(struct mail_proxy *p)
     snprintf(params.client.ip, sizeof(params.client.ip), "%s", p->io->peer_ip);
     params.client.port = mail_proxy_peer_port(p->io->peer);
     snprintf(params.client.session, sizeof(params.client.session), "%s", p->io->id);
-    params.client.ttl = MAIL_PROXY_TTL;
+    params.client.ttl = p->io->forwarded_ttl >= 0 ? p->io->forwarded_ttl - 1 : MAIL_PROXY_TTL;
     p->dialogue = p->front->proto->dialogue_new(&params);
     bufferevent_setcb(p->backend, backend_read_cb, NULL, backend_event_cb, p);
     bufferevent_setwatermark(p->backend, EV_READ, 0, MAIL_PROXY_LOGIN_LINE_MAX * 2);
@@ -720,6 +720,14 @@ static void lookup_done(void *arg, const struct director_lookup_result *r)
 
 static void lookup_start(struct mail_proxy *p)
 {
+    /* A client forwarded by another proxy with its hops used up: proxies
+     * pointing at each other (Dovecot's "Proxying loops"). */
+    if (p->io->forwarded_ttl >= 0 && p->io->forwarded_ttl <= 1) {
+        log_warn(PROXY_COMPONENT, "proxy loop: no hops left", "session=%s", p->io->id);
+        login_metrics_result(&p->front->m, LOGIN_RESULT_UNAVAILABLE);
+        finish(p, MAIL_PROXY_UNAVAILABLE, "proxy loop");
+        return;
+    }
     p->state = PROXY_LOOKUP;
     p->phase_started_us = clock_mono_us();
     p->lookup = director_client_lookup(p->front->hub->directors, p->user, p->tag, lookup_done, p);
