@@ -21,7 +21,10 @@
 #define PROXY_COMPONENT "login"
 /* Queued bytes per direction before the other side is no longer read:
  * a side that stops reading costs the proxy about this much. */
-#define MAIL_PROXY_RELAY_HIGH_WATER (64u * 1024)
+#define MAIL_PROXY_RELAY_HIGH_WATER (256u * 1024)
+/* Bytes moved per side and loop pass: libevent's 16 KiB default makes a
+ * big FETCH take many loop passes per megabyte. */
+#define MAIL_PROXY_RELAY_STEP (256u * 1024)
 #define MAIL_PROXY_RELAY_LINGER_MS 2000
 /* The x-proxy-ttl / XCLIENT TTL a proxied login starts with (Dovecot's). */
 #define MAIL_PROXY_TTL 5
@@ -801,6 +804,10 @@ void mail_proxy_relay(struct mail_proxy *p)
     p->backend = NULL;
     p->state = PROXY_RELAY;
     relayed_add(hub, p);
+    bufferevent_set_max_single_read(backend, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_write(backend, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_read(p->io->bev, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_write(p->io->bev, MAIL_PROXY_RELAY_STEP);
     bufferevent_enable(backend, EV_READ);
     p->relay = mail_session_io_relay(p->io, backend, &rc, relay_done, p);
 }
