@@ -5,6 +5,7 @@
  * read from the spool file only as the backend takes them. */
 #include "protocols/lmtp/lmtp-proxy-private.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/dial.h"
@@ -12,6 +13,7 @@
 #include "net/evbuffer-line.h"
 #include "net/tls-conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <stdio.h>
@@ -27,7 +29,7 @@ static void write_cb(struct bufferevent *bev, void *arg);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 static void attempt(struct lmtp_proxy_backend *b);
 
-static const struct lmtp_proxy_metrics *metrics(const struct lmtp_proxy_backend *b)
+static const struct login_metrics *metrics(const struct lmtp_proxy_backend *b)
 {
     return &b->t->p->m;
 }
@@ -86,13 +88,13 @@ static void setup_failed(struct lmtp_proxy_backend *b, const char *why)
     evtimer_del(b->timer);
     int retries = b->t->p->deps.transient_retries;
     if (retries >= 0 && b->attempts <= retries) {
-        metric_add(metrics(b)->retries, 1);
+        login_metrics_retry(metrics(b), LOGIN_STAGE_BACKEND_SESSION);
         b->state = LMTP_PROXY_B_RETRY;
         arm(b, LMTP_PROXY_RETRY_MS);
         return;
     }
     if (retries >= 0)
-        metric_add(metrics(b)->exhausted, 1);
+        login_metrics_exhausted(metrics(b), LOGIN_STAGE_BACKEND_SESSION);
     snprintf(b->fail, sizeof(b->fail), "451 4.4.1 Backend unavailable, try again later");
     b->fail_has_code = true;
     b->state = LMTP_PROXY_B_FAILED;
@@ -136,7 +138,7 @@ static void attempt(struct lmtp_proxy_backend *b)
     struct lmtp_proxy *p = b->t->p;
     b->attempts++;
     b->state = LMTP_PROXY_B_SETUP;
-    clock_gettime(CLOCK_MONOTONIC, &b->t0);
+    b->t0_us = clock_mono_us();
     struct lmtp_session *s = b->t->s;
     struct lmtp_proxy_client_params params = {
         .helo = lmtp_server_context(p->srv)->hostname,
@@ -145,7 +147,9 @@ static void attempt(struct lmtp_proxy_backend *b)
         .smtputf8 = s->smtputf8,
     };
     mail_forward_init(&params.client);
-    if (s->peer_ip[0] != '\0' && strchr(s->peer_ip, '/') == NULL) {
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, s->peer_ip, bin) == 1 || inet_pton(AF_INET6, s->peer_ip, bin) == 1) {
+        /* A client on the Unix socket has no address to pass on. */
         snprintf(params.client.ip, sizeof(params.client.ip), "%s", s->peer_ip);
         params.client.port = s->peer_port;
     }
@@ -303,14 +307,14 @@ static void pump(struct lmtp_proxy_backend *b)
 static void handle(struct lmtp_proxy_backend *b, const struct lmtp_proxy_client_result *r)
 {
     struct lmtp_proxy_txn *t = b->t;
-    const struct lmtp_proxy_metrics *m = metrics(b);
+    const struct login_metrics *m = metrics(b);
     char line[LMTP_PROXY_CLIENT_LINE_MAX + 8];
     switch (r->event) {
     case LMTP_PROXY_CLIENT_CONTINUE:
         return;
     case LMTP_PROXY_CLIENT_READY:
         evtimer_del(b->timer);
-        metric_observe(m->backend_preamble, lmtp_proxy_elapsed(&b->t0));
+        login_metrics_phase(m, LOGIN_PHASE_BACKEND_PREAMBLE, b->t0_us);
         b->state = LMTP_PROXY_B_READY;
         lmtp_proxy_txn_backend_ready(t, b);
         return;
@@ -417,8 +421,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     struct lmtp_proxy_backend *b = arg;
     if (what & BEV_EVENT_CONNECTED) {
         b->connected = true;
-        metric_observe(metrics(b)->backend_dial, lmtp_proxy_elapsed(&b->t0));
-        clock_gettime(CLOCK_MONOTONIC, &b->t0);
+        login_metrics_phase(metrics(b), LOGIN_PHASE_BACKEND_DIAL, b->t0_us);
+        b->t0_us = clock_mono_us();
         tls_handshake_deadline_free(b->handshake);
         b->handshake = NULL;
         bufferevent_setwatermark(b->bev, EV_WRITE, LMTP_PROXY_OUT_HIGH / 4, 0);
