@@ -17,6 +17,7 @@ import os
 import re
 import smtplib
 import socket
+import subprocess
 import time
 
 import pytest
@@ -39,9 +40,27 @@ SMALL_QUARANTINE = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1:quarantine_
                                     "thread_local_quarantine_size_kb=256"}
 
 
+def backend_cert(pki, tmp_path):
+    """A certificate for both backend addresses, from the test CA."""
+    for args in (["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "b.key", "-out", "b.csr",
+                  "-subj", "/CN=petrel test backend"],
+                 ["x509", "-req", "-in", "b.csr", "-CA", str(pki / "ca.pem"), "-CAkey",
+                  str(pki / "ca.key"), "-CAcreateserial", "-CAserial", "b.srl", "-out", "b.pem",
+                  "-days", "2", "-extfile", "b.ext"]):
+        (tmp_path / "b.ext").write_text(
+            "subjectAltName=" + ",".join(f"IP:{ip}" for ip in BACKEND_IPS) + "\n")
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+    return str(tmp_path / "b.pem"), str(tmp_path / "b.key")
+
+
 class Fleet:
-    def __init__(self, petreld, tmp_path):
+    def __init__(self, petreld, tmp_path, pki=None):
         self.tmp = tmp_path
+        tls_login, tls_backend = {}, {}
+        if pki is not None:
+            cert, key = backend_cert(pki, tmp_path)
+            tls_login = {"backend_tls": True, "backend_tls_ca_file": str(pki / "ca.pem")}
+            tls_backend = {"tls_cert_file": cert, "tls_key_file": key}
         self.auth_port = free_port()
         self.lmtp_port = port_free_on(BACKEND_IPS)
         ring_port, api_port = free_port(), free_port()
@@ -72,6 +91,7 @@ class Fleet:
                 "director_timeout": "1s",
                 "transient_retries": 2,
                 "backend_timeout": "3s",
+                **tls_login,
                 "lmtp": {
                     "listen": [self.front, f"unix:{self.sock}"],
                     "auth_addr": f"127.0.0.1:{self.auth_port}",
@@ -91,7 +111,7 @@ class Fleet:
                          "auth_addr": f"127.0.0.1:{self.auth_port}",
                          "login_trusted_networks": ["127.0.0.0/8"],
                          "username_format": "%n",
-                         "hostname": f"b{i}.test.example"},
+                         "hostname": f"b{i}.test.example", **tls_backend},
             })
         self.roots = {ip: tmp_path / f"b{i}" for i, ip in enumerate(BACKEND_IPS)}
         wait_for(lambda: self.ready(), what="the proxy's director link")
@@ -339,3 +359,47 @@ def test_client_that_never_reads_is_bounded(fleet):
     assert sent < 32 * 1024 * 1024, f"the proxy read {sent} bytes of a client that never reads"
     print(f"proxy read {sent // 1024} KiB of NOOPs, peak RSS +{(peak - start) // 1024} MB")
     assert (peak - start) / 1024 < margin_mb(pid)
+
+
+def test_backend_tls_is_starttls_checked_against_the_ca(petreld, tmp_path, pki):
+    """login.backend_tls: STARTTLS to the backend, its certificate checked
+    against login.backend_tls_ca_file for the backend's address; the
+    backend then records the delivery as LMTPS from the real client."""
+    f = Fleet(petreld, tmp_path, pki=pki)
+    u = USERS[4]
+    c = f.client()
+    out = deliver(c, [f"{u}@example.com"], msg=MSG)
+    c.quit()
+    assert out[f"{u}@example.com"][0] == 250, out
+    files = wait_for(lambda: f.stored(f.home_of(u), u), what="the delivery")
+    body = files[0].read_bytes()
+    assert re.search(rb"\(127\.0\.0\.1\)\r\n\tby b\d\.test\.example \(Petrel\) with LMTPS", body), \
+        body[:400]
+
+
+def test_backend_tls_refuses_a_backend_without_starttls(petreld, tmp_path, pki):
+    """With backend_tls the proxy sends nothing in clear text: a backend that
+    does not offer STARTTLS is a failed set-up (451 after the retries)."""
+    f = Fleet(petreld, tmp_path)
+    cfg = f.proxy.config
+    cfg["login"]["backend_tls"] = True
+    cfg["login"]["backend_tls_ca_file"] = str(pki / "ca.pem")
+    f.proxy.stop()
+    f.proxy.write_config(cfg)
+    f.proxy.start()
+    u = USERS[5]
+    c = wait_for(lambda: _client_or_none(f), what="the proxy back")
+    assert c.mail("sender@example.net")[0] == 250
+    code, text = wait_for(lambda: (lambda r: r if r[0] != 451 or b"4.4.1" in r[1] else None)(
+        c.rcpt(f"{u}@example.com")), what="an answer")
+    assert code == 451 and b"4.4.1" in text, (code, text)
+    c.quit()
+    assert "does not offer STARTTLS" in f.proxy.stderr()
+    assert f.stored(f.home_of(u), u) == []
+
+
+def _client_or_none(f):
+    try:
+        return f.client()
+    except OSError:
+        return None

@@ -122,6 +122,47 @@ static void test_no_xclient_without_an_offer_or_an_address(void **state)
     buf_free(&out);
 }
 
+static void test_starttls_first(void **state)
+{
+    (void)state;
+    struct buf out = {0};
+    struct lmtp_proxy_client_result r;
+    struct lmtp_proxy_client_params p = {.helo = "proxy.example", .sender = "", .starttls = true};
+    mail_forward_init(&p.client);
+    strcpy(p.client.ip, "192.0.2.1");
+    struct lmtp_proxy_client *c = lmtp_proxy_client_new(&p);
+    feed(c, "220 ready", &out, NULL);
+    buf_reset(&out);
+    feed(c, "250-b1", &out, NULL);
+    feed(c, "250-XCLIENT ADDR", &out, NULL);
+    assert_int_equal(feed(c, "250 STARTTLS", &out, NULL), LMTP_PROXY_CLIENT_CONTINUE);
+    assert_string_equal(buf_cstr(&out), "STARTTLS\r\n"); /* before XCLIENT */
+    buf_reset(&out);
+    assert_int_equal(feed(c, "220 2.0.0 go", &out, NULL), LMTP_PROXY_CLIENT_STARTTLS);
+    assert_int_equal(out.len, 0);
+    /* Nothing may come until TLS is up. */
+    lmtp_proxy_client_tls_started(c, &out);
+    assert_string_equal(buf_cstr(&out), "LHLO proxy.example\r\n");
+    buf_reset(&out);
+    feed(c, "250-b1", &out, NULL);
+    feed(c, "250 XCLIENT ADDR", &out, NULL);
+    assert_string_equal(buf_cstr(&out), "XCLIENT ADDR=192.0.2.1\r\n");
+    buf_reset(&out);
+    feed(c, "220 again", &out, NULL);
+    feed(c, "250 b1", &out, NULL);
+    assert_string_equal(buf_cstr(&out), "LHLO proxy.example\r\nMAIL FROM:<>\r\n");
+    assert_int_equal(feed(c, "250 ok", &out, NULL), LMTP_PROXY_CLIENT_READY);
+    lmtp_proxy_client_free(c);
+    /* A backend without STARTTLS: nothing goes in clear text. */
+    c = lmtp_proxy_client_new(&p);
+    feed(c, "220 ready", &out, NULL);
+    buf_reset(&out);
+    assert_int_equal(feed(c, "250 b1", &out, &r), LMTP_PROXY_CLIENT_SETUP_FAILED);
+    assert_int_equal(out.len, 0);
+    lmtp_proxy_client_free(c);
+    buf_free(&out);
+}
+
 static void test_setup_failures(void **state)
 {
     (void)state;
@@ -260,6 +301,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_transaction_with_xclient),
         cmocka_unit_test(test_no_xclient_without_an_offer_or_an_address),
+        cmocka_unit_test(test_starttls_first),
         cmocka_unit_test(test_setup_failures),
         cmocka_unit_test(test_broken_replies),
         cmocka_unit_test(test_data_encoding_is_the_inverse_of_decoding),

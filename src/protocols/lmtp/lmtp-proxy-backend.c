@@ -28,6 +28,7 @@ static void read_cb(struct bufferevent *bev, void *arg);
 static void write_cb(struct bufferevent *bev, void *arg);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 static void attempt(struct lmtp_proxy_backend *b);
+static void send_out(struct lmtp_proxy_backend *b, struct buf *out);
 
 static const struct login_metrics *metrics(const struct lmtp_proxy_backend *b)
 {
@@ -145,6 +146,9 @@ static void attempt(struct lmtp_proxy_backend *b)
         .sender = s->sender != NULL ? s->sender : "",
         .body_8bit = s->body_8bit,
         .smtputf8 = s->smtputf8,
+        /* LMTP has no implicit-TLS port: TLS to a backend is STARTTLS
+         * (Petrel's and Dovecot's LMTP offer it), required once set. */
+        .starttls = p->deps.backend_tls != NULL,
     };
     mail_forward_init(&params.client);
     unsigned char bin[sizeof(struct in6_addr)];
@@ -156,11 +160,7 @@ static void attempt(struct lmtp_proxy_backend *b)
     snprintf(params.client.session, sizeof(params.client.session), "%s", s->id);
     params.client.ttl = 5; /* Dovecot's proxy_ttl: a loop of proxies ends */
     b->dlg = lmtp_proxy_client_new(&params);
-    if (p->deps.backend_tls != NULL) {
-        b->bev = tls_conn_connect(p->base, -1, p->deps.backend_tls, b->ip);
-    } else {
-        b->bev = bufferevent_socket_new(p->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    }
+    b->bev = bufferevent_socket_new(p->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (b->bev == NULL) {
         setup_failed(b, "cannot make a connection");
         return;
@@ -176,9 +176,28 @@ static void attempt(struct lmtp_proxy_backend *b)
         arm(b, 0);
         return;
     }
-    if (p->deps.backend_tls != NULL)
-        b->handshake = tls_handshake_deadline_new(b->bev, p->deps.backend_timeout_ms,
-                                                  handshake_expired, b);
+}
+
+/* The backend said 220 to STARTTLS: TLS over the connection, checked
+ * against login.backend_tls_ca_file for the backend's address. */
+static void start_tls(struct lmtp_proxy_backend *b)
+{
+    struct lmtp_proxy *p = b->t->p;
+    struct bufferevent *tls = tls_conn_starttls_client(b->bev, p->deps.backend_tls, b->ip);
+    if (tls == NULL) {
+        setup_failed(b, "cannot start TLS");
+        return;
+    }
+    b->bev = tls;
+    bufferevent_setcb(tls, read_cb, write_cb, event_cb, b);
+    bufferevent_setwatermark(tls, EV_WRITE, LMTP_PROXY_OUT_HIGH / 4, 0);
+    bufferevent_enable(tls, EV_READ | EV_WRITE);
+    b->handshake =
+        tls_handshake_deadline_new(tls, p->deps.backend_timeout_ms, handshake_expired, b);
+    struct buf out = {0};
+    lmtp_proxy_client_tls_started(b->dlg, &out);
+    send_out(b, &out);
+    buf_free(&out);
 }
 
 struct lmtp_proxy_backend *lmtp_proxy_backend_new(struct lmtp_proxy_txn *t, const char *ip,
@@ -333,6 +352,9 @@ static void handle(struct lmtp_proxy_backend *b, const struct lmtp_proxy_client_
         snprintf(line, sizeof(line), "%d %s", r->code, r->text);
         setup_failed(b, line);
         return;
+    case LMTP_PROXY_CLIENT_STARTTLS:
+        start_tls(b);
+        return;
     case LMTP_PROXY_CLIENT_RCPT:
         evtimer_del(b->timer);
         b->state = LMTP_PROXY_B_READY;
@@ -420,6 +442,11 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     struct lmtp_proxy_backend *b = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        if (b->connected) { /* the TLS handshake after STARTTLS */
+            tls_handshake_deadline_free(b->handshake);
+            b->handshake = NULL;
+            return;
+        }
         b->connected = true;
         login_metrics_phase(metrics(b), LOGIN_PHASE_BACKEND_DIAL, b->t0_us);
         b->t0_us = clock_mono_us();
@@ -433,7 +460,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         char why[256] = "connection closed";
         if (what & BEV_EVENT_ERROR) {
             char tls[200] = "";
-            if (b->t->p->deps.backend_tls != NULL)
+            if (b->handshake != NULL || tls_conn_established(b->bev))
                 tls_conn_error(b->bev, tls, sizeof(tls));
             const char *dial = net_dialer_error(b->dialer);
             snprintf(why, sizeof(why), "%s",
