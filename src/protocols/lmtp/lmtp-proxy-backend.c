@@ -266,12 +266,13 @@ void lmtp_proxy_backend_data(struct lmtp_proxy_backend *b)
     struct buf out = {0};
     b->accepted = lmtp_proxy_client_accepted(b->dlg);
     b->results = xcalloc(b->accepted > 0 ? b->accepted : 1, sizeof(char *));
+    /* From here on every end of this backend counts the transaction down. */
+    b->state = LMTP_PROXY_B_DATA;
     if (!lmtp_proxy_client_data(b->dlg, &out)) {
         buf_free(&out);
         lost(b, "DATA out of order");
         return;
     }
-    b->state = LMTP_PROXY_B_DATA;
     send_out(b, &out);
     buf_free(&out);
     arm(b, b->t->p->deps.backend_timeout_ms);
