@@ -59,7 +59,7 @@ def backend_cert(pki, tmp_path):
 
 
 class Fleet:
-    def __init__(self, petreld, tmp_path, pki=None, login=None):
+    def __init__(self, petreld, tmp_path, pki=None, login=None, front=None):
         self.tmp = tmp_path
         tls_login, tls_backend = {}, {}
         if pki is not None:
@@ -105,6 +105,7 @@ class Fleet:
                     "hostname": "proxy.test.example",
                     "backend_port": self.lmtp_port,
                     "temp_dir": str(spool),
+                    **(front or {}),
                 },
             },
         }, env={"LOGIN_RING_SECRET": SECRET, **SMALL_QUARANTINE})
@@ -563,3 +564,23 @@ def test_director_tag_from_the_userdb_picks_the_backend_group(fleet, petreld, tm
     home = fleet.home_of(USERS[6])
     assert home in BACKEND_IPS  # the untagged user stays on the untagged backends
     wait_for(lambda: fleet.stored(home, USERS[6]), what="the untagged delivery")
+
+
+def test_connections_per_address_are_capped(petreld, tmp_path):
+    """login.lmtp.max_connections_per_ip: one address cannot hold every
+    slot; over the cap a connection gets 421 4.7.0 and is closed, and a
+    slot given back can be taken again."""
+    f = Fleet(petreld, tmp_path, front={"max_connections_per_ip": 2})
+    host, port = f.front.rsplit(":", 1)
+    # Fleet.ready()'s own sessions give their slots back as they close.
+    held = [wait_for(lambda: _client_or_none(f), what="a slot") for _ in range(2)]
+    s = socket.create_connection((host, int(port)), timeout=10)
+    data = s.recv(512)
+    s.close()
+    assert data.startswith(b"421 4.7.0"), data
+    held.pop().quit()
+    c = wait_for(lambda: _client_or_none(f), what="a slot again")
+    c.quit()
+    for c in held:
+        c.quit()
+    assert "login.lmtp.max_connections_per_ip" in f.proxy.stderr()

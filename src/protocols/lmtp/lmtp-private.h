@@ -22,6 +22,7 @@
 #include <openssl/ssl.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define LMTP_COMPONENT "lmtp"
@@ -78,6 +79,7 @@ struct lmtp_session {
     void *front_state;
     bool body_8bit;     /* MAIL had BODY=8BITMIME (passed on by a front) */
     unsigned peer_port; /* 0 for a Unix socket (or as forwarded by XCLIENT) */
+    struct sockaddr_storage peer_addr; /* as accepted: its per-address count goes back */
     bool output_full;   /* reading stopped until the client reads its replies */
 };
 
