@@ -85,9 +85,8 @@ void lmtp_proxy_config_print(const struct lmtp_proxy_config *cfg, FILE *out)
             "    max_connections: %lld\n    max_errors: %lld\n    command_timeout: %lldms\n"
             "    auth_timeout: %lldms\n",
             (long long)f->max_message_size, (long long)f->max_recipients,
-            (long long)f->max_line_length, (long long)f->max_connections,
-            (long long)f->max_errors, (long long)f->command_timeout_ms,
-            (long long)f->auth_timeout_ms);
+            (long long)f->max_line_length, (long long)f->max_connections, (long long)f->max_errors,
+            (long long)f->command_timeout_ms, (long long)f->auth_timeout_ms);
     fprintf(out, "    max_connections_per_ip: %lld\n", (long long)f->max_connections_per_ip);
     yaml_put_kv(out, in, "temp_dir", f->temp_dir);
     fprintf(out, "    backend_port: %lld\n", (long long)cfg->backend_port);

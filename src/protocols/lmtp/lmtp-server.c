@@ -50,7 +50,8 @@ struct lmtp_server {
     struct lmtp_server_ctx ctx;
     struct net_listener_set *listeners;
     struct conn_slots *slots; /* max_connections, given back when a session is gone */
-    struct conn_limits *per_ip; /* max_connections_per_ip, likewise */
+    /* max_connections_per_ip, given back likewise */
+    struct conn_limits *per_ip;
     struct cidr_list allowed;
     struct cidr_list trusted; /* login_trusted_networks */
     struct lmtp_session *sessions;
@@ -61,8 +62,10 @@ struct lmtp_server {
     pthread_mutex_t *thread_locks;      /* one per delivery thread: its storage and folders */
     size_t storage_count;
     struct event *folder_sweep; /* closes folders unused for folder_cache_idle */
-    struct metrics_registry *own_metrics; /* a front's petrel_lmtp_* (not exported) */
-    char key_prefix[32];                  /* "lmtp" or "login.lmtp" in logs of limits */
+    /* A front's petrel_lmtp_* (not exported). */
+    struct metrics_registry *own_metrics;
+    /* "lmtp" or "login.lmtp": the keys named in refusals. */
+    char key_prefix[32];
     char allowed_key[64];
     char limit_key[64];
 };
@@ -287,9 +290,9 @@ static void metrics_init(struct lmtp_server *srv, struct metrics_registry *reg)
         metric_series_get(m->recipients, &rcpt_results[i]);
 }
 
-static struct lmtp_server *server_new(const struct service_env *env,
-                                      const struct lmtp_config *cfg, const char *component,
-                                      const char *key_prefix, struct petrel_error *err)
+static struct lmtp_server *server_new(const struct service_env *env, const struct lmtp_config *cfg,
+                                      const char *component, const char *key_prefix,
+                                      struct petrel_error *err)
 {
     struct lmtp_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
