@@ -1,5 +1,5 @@
 /* The login component: one hub (directors, backend TLS, the proxied
- * sessions) and the IMAP and POP3 fronts on it. */
+ * sessions) and the IMAP, POP3 and LMTP fronts on it. */
 #include "server/login-service.h"
 
 #include "clients/ring/ring-auth.h"
@@ -8,6 +8,7 @@
 #include "net/tls.h"
 #include "protocols/common/mail-proxy.h"
 #include "protocols/imap/imap-server.h"
+#include "protocols/lmtp/lmtp-proxy.h"
 #include "protocols/pop3/pop3-server.h"
 
 #include <stdio.h>
@@ -25,7 +26,7 @@ struct login_service {
     struct mail_proxy_front *pop3_front;
     struct imap_server *imap;
     struct pop3_server *pop3;
-    /* LOGIN-LMTP: the LMTP front (struct lmtp_proxy *lmtp) goes here. */
+    struct lmtp_proxy *lmtp; /* the LMTP front, when login.lmtp is given */
     char address[128];
 };
 
@@ -112,8 +113,23 @@ struct login_service *login_service_start(const struct service_env *env,
         if (ls->address[0] == '\0')
             snprintf(ls->address, sizeof(ls->address), "%s", pop3_server_address(ls->pop3));
     }
-    /* LOGIN-LMTP: lmtp_proxy_start(env, &cfg->lmtp, &deps, err) with
-     * deps.directors = mail_proxy_hub_directors(ls->hub), here. */
+    if (cfg->lmtp.enabled) {
+        /* The LMTP front routes per recipient on the hub's director
+         * client; login.backend_tls is STARTTLS there (LMTP has no
+         * implicit-TLS port), with the same CA. */
+        const struct lmtp_proxy_deps deps = {
+            .directors = mail_proxy_hub_directors(ls->hub),
+            .backend_tls = ls->backend_tls,
+            .transient_retries = (int)cfg->transient_retries,
+            .director_timeout_ms = cfg->director_timeout_ms,
+            .backend_timeout_ms = cfg->backend_timeout_ms,
+        };
+        ls->lmtp = lmtp_proxy_start(env, &cfg->lmtp, &deps, err);
+        if (ls->lmtp == NULL)
+            goto fail;
+        if (ls->address[0] == '\0')
+            snprintf(ls->address, sizeof(ls->address), "%s", lmtp_proxy_address(ls->lmtp));
+    }
     if (ls->address[0] == '\0')
         snprintf(ls->address, sizeof(ls->address), "%s", cfg->directors[0]);
     return ls;
@@ -133,6 +149,8 @@ void login_service_stop_accepting(struct login_service *ls)
         imap_server_stop_accepting(ls->imap);
     if (ls->pop3 != NULL)
         pop3_server_stop_accepting(ls->pop3);
+    if (ls->lmtp != NULL)
+        lmtp_proxy_stop_accepting(ls->lmtp);
 }
 
 size_t login_service_in_flight(const struct login_service *ls)
@@ -142,6 +160,8 @@ size_t login_service_in_flight(const struct login_service *ls)
         n += imap_server_sessions(ls->imap);
     if (ls->pop3 != NULL)
         n += pop3_server_sessions(ls->pop3);
+    if (ls->lmtp != NULL)
+        n += lmtp_proxy_sessions(ls->lmtp);
     return n;
 }
 
@@ -151,6 +171,7 @@ void login_service_free(struct login_service *ls)
         return;
     imap_server_free(ls->imap);
     pop3_server_free(ls->pop3);
+    lmtp_proxy_free(ls->lmtp); /* before the hub's director client it uses */
     mail_proxy_front_free(ls->imap_front);
     mail_proxy_front_free(ls->pop3_front);
     mail_proxy_hub_free(ls->hub);

@@ -75,6 +75,7 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "max_recipients",
                                        "max_line_length",
                                        "max_connections",
+                                       "max_connections_per_ip",
                                        "max_errors",
                                        "command_timeout",
                                        "auth_timeout",
@@ -86,8 +87,22 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "login_trusted_networks",
                                        NULL};
     const char *p = "lmtp";
-    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys) ||
+        !lmtp_config_read_values(ctx, node, p, cfg))
         return false;
+    if (!required)
+        return true;
+    if (cfg->listen == NULL || cfg->listen[0] == NULL)
+        return cfg_fail(ctx, node, p, "needs at least one listen address");
+    if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
+        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
+    return true;
+}
+
+bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node, const char *p,
+                             struct lmtp_config *cfg)
+{
+    char key[96];
     size_t listen_count = 0;
     if (!listen_config_read_addresses(ctx, node, p, LMTP_MAX_LISTEN, &cfg->listen, &listen_count) ||
         !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
@@ -110,6 +125,8 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         !cfg_int(ctx, node, p, "max_recipients", 1, 100000, &cfg->max_recipients) ||
         !cfg_int(ctx, node, p, "max_line_length", 512, 1024 * 1024, &cfg->max_line_length) ||
         !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
+        !cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
+                 &cfg->max_connections_per_ip) ||
         !cfg_int(ctx, node, p, "max_errors", 1, 100000, &cfg->max_errors) ||
         !cfg_duration_ms(ctx, node, p, "command_timeout", 1000, 86400000,
                          &cfg->command_timeout_ms) ||
@@ -123,22 +140,17 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         return false;
     if (!cfg_string(ctx, node, p, "temp_dir", &cfg->temp_dir))
         return false;
+    snprintf(key, sizeof(key), "%s.temp_dir", p);
     if (cfg->temp_dir[0] != '/')
-        return cfg_fail(ctx, ynode_get(node, "temp_dir"), "lmtp.temp_dir",
-                        "an absolute directory path");
+        return cfg_fail(ctx, ynode_get(node, "temp_dir"), key, "an absolute directory path");
+    snprintf(key, sizeof(key), "%s.hostname", p);
     if (strlen(cfg->hostname) > 255 || strpbrk(cfg->hostname, " \t\r\n") != NULL)
-        return cfg_fail(ctx, ynode_get(node, "hostname"), "lmtp.hostname",
+        return cfg_fail(ctx, ynode_get(node, "hostname"), key,
                         "a host name without spaces, at most 255 characters");
     bool has_cert = cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0';
     bool has_key = cfg->tls_key_file != NULL && *cfg->tls_key_file != '\0';
     if (has_cert != has_key)
         return cfg_fail(ctx, node, p, "tls_cert_file and tls_key_file go together");
-    if (!required)
-        return true;
-    if (cfg->listen == NULL || cfg->listen[0] == NULL)
-        return cfg_fail(ctx, node, p, "needs at least one listen address");
-    if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
-        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
     return true;
 }
 
@@ -163,6 +175,7 @@ void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
             (long long)cfg->max_connections, (long long)cfg->max_errors,
             (long long)cfg->command_timeout_ms, (long long)cfg->auth_timeout_ms,
             (long long)cfg->delivery_threads, (long long)cfg->delivery_queue);
+    fprintf(out, "  max_connections_per_ip: %lld\n", (long long)cfg->max_connections_per_ip);
     yaml_put_kv(out, "  ", "temp_dir", cfg->temp_dir);
     fprintf(out, "  folder_cache_bytes: %lld\n  folder_cache_idle: %lldms\n",
             (long long)cfg->folder_cache_bytes, (long long)cfg->folder_cache_idle_ms);

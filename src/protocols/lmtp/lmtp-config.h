@@ -27,6 +27,8 @@ struct lmtp_config {
     int64_t max_recipients;   /* per transaction */
     int64_t max_line_length;  /* command lines */
     int64_t max_connections;
+    /* 0: no cap (the lmtp component's default) */
+    int64_t max_connections_per_ip;
     int64_t max_errors;         /* bad commands before the connection is closed */
     int64_t command_timeout_ms; /* inactivity, also inside DATA */
     int64_t auth_timeout_ms;    /* one userdb lookup */
@@ -44,6 +46,11 @@ void lmtp_config_defaults(struct lmtp_config *cfg);
  * component runs, so a listener and auth_addr must be set. */
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg);
+/* The values of the keys present in `node` (a map whose keys the caller
+ * has checked), errors named `path`.<key>; no requirement checks. The
+ * login proxy's `login.lmtp` front reads its share of the keys with it. */
+bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node, const char *path,
+                             struct lmtp_config *cfg);
 void lmtp_config_free(struct lmtp_config *cfg);
 void lmtp_config_print(const struct lmtp_config *cfg, FILE *out);
 
