@@ -230,6 +230,20 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     arm(r->timer, r->cfg.idle_ms - idle);
 }
 
+/* libevent reads and writes at most 4 KiB per call by default (16 KiB
+ * per pass): a bulk transfer (a big FETCH) then costs a system call per
+ * 4 KiB on each side. Larger steps, on the TLS filter and the socket under
+ * it; the back-pressure bound still holds to within one read. */
+#define RELAY_IO_STEP (64 * 1024)
+
+static void set_io_sizes(struct bufferevent *bev)
+{
+    for (; bev != NULL; bev = bufferevent_get_underlying(bev)) {
+        bufferevent_set_max_single_read(bev, RELAY_IO_STEP);
+        bufferevent_set_max_single_write(bev, RELAY_IO_STEP);
+    }
+}
+
 struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent *backend,
                                   const struct net_relay_config *cfg, net_relay_done_fn *done,
                                   void *arg)
@@ -255,6 +269,8 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
     bufferevent_setwatermark(backend, EV_WRITE, low, 0);
     bufferevent_setwatermark(client, EV_READ, 0, 0);
     bufferevent_setwatermark(backend, EV_READ, 0, 0);
+    set_io_sizes(client);
+    set_io_sizes(backend);
     bufferevent_enable(client, EV_READ | EV_WRITE);
     bufferevent_enable(backend, EV_READ | EV_WRITE);
     if (r->cfg.idle_ms > 0)

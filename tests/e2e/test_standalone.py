@@ -12,8 +12,10 @@ import poplib
 import re
 import shutil
 import signal
+import smtplib
 import ssl
 import subprocess
+import time
 
 import pytest
 
@@ -205,6 +207,25 @@ def test_the_login_proxy_routes_the_demo_user_through_the_director(standalone):
                           f"imaps://127.0.0.1:{standalone.port(11993)}/INBOX", "-u", "demo:demo"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_login_proxy_delivers_over_lmtp(standalone):
+    """The example's LMTP front on 11024 routes the recipient through the
+    director to the local backend, which stores the message with the
+    client's address the proxy forwarded (XCLIENT)."""
+    token = f"via-proxy-{time.time_ns()}"
+    with smtplib.LMTP("127.0.0.1", standalone.port(11024)) as l:
+        l.sendmail("sender@example.org", ["demo@example.org"],
+                   f"Subject: {token}\r\n\r\nthrough the proxy\r\n")
+    m = imaplib.IMAP4_SSL("127.0.0.1", standalone.port(10993),
+                          ssl_context=ssl.create_default_context(cafile=standalone.ca))
+    m.login("demo", "demo")
+    m.select("INBOX")
+    typ, data = m.search(None, "SUBJECT", token)
+    assert typ == "OK" and data[0].split(), data
+    m.logout()
+    text = http_request(standalone.addr(8080), "GET", "/metrics").body.decode()
+    assert 'petrel_login_result_total{protocol="lmtp",result="ok"} 1' in text, text
 
 
 def test_demo_password_checked_by_the_auth_service(standalone):
