@@ -30,7 +30,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request fuzz-mail-forward fuzz-proxy-login)
+TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-http-router fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request fuzz-mail-forward fuzz-proxy-login)
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -44,6 +44,7 @@ max_len_of() {
     fuzz-config) echo 16384 ;;
     fuzz-json-request) echo 16384 ;;
     fuzz-http-parser) echo 16384 ;;
+    fuzz-http-router) echo 1024 ;;
     fuzz-cidr) echo 256 ;;
     fuzz-dict-request) echo 16384 ;;
     fuzz-dict-file) echo 65536 ;;
@@ -78,6 +79,7 @@ dict_of() {
     fuzz-config) echo "$ROOT/fuzz/dict/yaml.dict" ;;
     fuzz-json-request) echo "$ROOT/fuzz/dict/json.dict" ;;
     fuzz-http-parser) echo "$ROOT/fuzz/dict/http.dict" ;;
+    fuzz-http-router) echo "$ROOT/fuzz/dict/http-router.dict" ;;
     fuzz-cidr) echo "$ROOT/fuzz/dict/cidr.dict" ;;
     fuzz-dict-request) echo "$ROOT/fuzz/dict/json.dict" ;;
     fuzz-dict-file) echo "$ROOT/fuzz/dict/dict-file.dict" ;;

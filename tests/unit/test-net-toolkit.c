@@ -454,6 +454,68 @@ static void test_deadline(void **state)
     event_base_free(base);
 }
 
+struct self_freeing {
+    struct net_deadline *d;
+    int fired;
+    bool rearm; /* re-arm once from the callback, then free on the second run */
+};
+
+static void free_from_expiry(void *arg)
+{
+    struct self_freeing *s = arg;
+    s->fired++;
+    if (s->rearm && s->fired == 1) {
+        net_deadline_arm(s->d, 5);
+        return;
+    }
+    net_deadline_free(s->d); /* deadline.h: may be called from `expired` */
+    s->d = NULL;
+}
+
+static void test_deadline_freed_while_armed_or_from_its_callback(void **state)
+{
+    /* The event lives inside the deadline's own allocation: freeing an
+     * armed deadline must take it off the loop first, or the loop's timer
+     * heap keeps a pointer into freed memory (ASan reports the dispatch
+     * below as a heap-use-after-free). */
+    (void)state;
+    struct event_base *base = event_base_new();
+    int fired_a = 0, fired_b = 0;
+    struct net_deadline *a = net_deadline_new(base, count_expiry, &fired_a);
+    struct net_deadline *b = net_deadline_new(base, count_expiry, &fired_b);
+    net_deadline_arm(a, 10);
+    net_deadline_arm(b, 30);
+    net_deadline_free(a); /* armed, earlier in the heap than b */
+    struct net_deadline *many[64];
+    for (size_t i = 0; i < 64; i++) { /* freed armed, in and out of heap order */
+        many[i] = net_deadline_new(base, count_expiry, &fired_a);
+        net_deadline_arm(many[i], (int64_t)(i % 7) * 3);
+    }
+    for (size_t i = 0; i < 64; i += 2)
+        net_deadline_free(many[i]);
+    for (size_t i = 1; i < 64; i += 2)
+        net_deadline_free(many[i]);
+    event_base_dispatch(base);
+    assert_int_equal(fired_a, 0);
+    assert_int_equal(fired_b, 1);
+    net_deadline_free(b);
+
+    /* Freed from its own callback, once directly and once after a re-arm
+     * from the callback. */
+    struct self_freeing once = {.rearm = false};
+    once.d = net_deadline_new(base, free_from_expiry, &once);
+    net_deadline_arm(once.d, 0);
+    struct self_freeing twice = {.rearm = true};
+    twice.d = net_deadline_new(base, free_from_expiry, &twice);
+    net_deadline_arm(twice.d, 1);
+    event_base_dispatch(base);
+    assert_int_equal(once.fired, 1);
+    assert_null(once.d);
+    assert_int_equal(twice.fired, 2);
+    assert_null(twice.d);
+    event_base_free(base);
+}
+
 /* ---------- linger ---------- */
 
 static void linger_done(void *arg)
@@ -541,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_tls_dial_over_tcp),
         cmocka_unit_test(test_tls_handshake_deadline),
         cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_deadline_freed_while_armed_or_from_its_callback),
         cmocka_unit_test(test_linger),
         cmocka_unit_test(test_linger_gives_up_after_grace),
     };
