@@ -135,7 +135,10 @@ static void test_count_bound_closes_least_recent(void **state)
     size_t fds2 = open_fds();
     use(f, c, "C"); /* A goes */
     assert_int_equal(lmtp_folder_cache_count(c), 2);
-    assert_int_equal(open_fds(), fds2);
+    /* No more descriptors than with two folders kept (at most: the
+     * storage may hold a short-lived one of its own while a folder is in
+     * use, so a count taken then can be one higher under load). */
+    assert_true(open_fds() <= fds2);
     struct mailbox *b = get(f, c, "B"); /* still kept: not re-opened */
     assert_int_equal(lmtp_folder_cache_count(c), 1);
     lmtp_folder_cache_put(c, b, true);
