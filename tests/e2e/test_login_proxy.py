@@ -807,3 +807,27 @@ def test_pop3_sasl_empty_initial_response_is_a_failed_login(fleet):
     assert f.readline().startswith(b"+OK")
     f.close()
     s.close()
+
+
+def test_the_third_invalid_command_before_login_closes_as_in_dovecot(fleet):
+    """Dovecot 2.3's imap-login and pop3-login close a connection at its
+    third invalid command before login (CLIENT_MAX_BAD_COMMANDS = 3)."""
+    s, f = raw_imap(fleet)
+    s.sendall(b"x1 BOGUS\r\n")
+    assert f.readline().startswith(b"x1 BAD")
+    s.sendall(b"x2 SELECT INBOX\r\n")
+    assert f.readline().startswith(b"x2 BAD")
+    s.sendall(b"x3 FETCH 1 BODY[]\r\n")
+    rest = f.read()
+    assert rest.endswith(b"* BYE Too many invalid IMAP commands.\r\n"), rest
+    f.close()
+    s.close()
+    s = socket.create_connection(fleet.addr("pop3"), timeout=10, source_address=(CLIENT_IP, 0))
+    f = s.makefile("rb")
+    f.readline()
+    s.sendall(b"BOGUS\r\nRETR 1\r\n")
+    assert f.readline().startswith(b"-ERR") and f.readline().startswith(b"-ERR")
+    s.sendall(b"STAT\r\n")
+    assert f.read() == b"-ERR Log in first.\r\n-ERR Too many invalid commands.\r\n"
+    f.close()
+    s.close()

@@ -355,3 +355,40 @@ def test_a_kick_during_the_backend_login_does_not_leave_that_session(fleet):
     wait_for(lambda: conns[0][2], what="the kicked attempt closed by the proxy")
     assert m.noop()[0] == "OK"
     m.logout()
+
+
+def proxy_fds(fleet):
+    return len(__import__("os").listdir(f"/proc/{fleet.proxy.pid}/fd"))
+
+
+@pytest.mark.parametrize("mode", ["hold", "close"])
+def test_a_client_hanging_up_during_the_set_up_leaves_nothing_behind(fleet, mode):
+    """The client goes while the backend login is in flight (hold) or during
+    a retry pause (close): the backend connection is closed, nothing is
+    counted as relayed, no descriptor stays."""
+    fleet.place("alice", fleet.a)
+    fleet.a.reset("ok")
+    m = imaplib.IMAP4(*fleet.addr(), timeout=10)  # one session to warm up
+    assert m.login("alice", "Alice-pass-3")[0] == "OK"
+    m.logout()
+    wait_for(lambda: metric(fleet.proxy, "petrel_login_sessions", protocol="imap") == 0,
+             what="warm-up session ended")
+    base = proxy_fds(fleet)
+    fleet.a.reset(mode)
+    for _ in range(5):
+        s = socket.create_connection(fleet.addr(), timeout=10)
+        f = s.makefile("rb")
+        f.readline()
+        s.sendall(b"a LOGIN alice Alice-pass-3\r\n")
+        if mode == "hold":
+            assert fleet.a.authenticating.wait(10)
+            fleet.a.authenticating.clear()
+        else:
+            wait_for(lambda: fleet.a.connections(), what="an attempt")
+        f.close()
+        s.close()
+    # the client connections and the backend logins in flight are closed
+    wait_for(lambda: proxy_fds(fleet) <= base, what="descriptors back")
+    fleet.a.release.set()
+    assert metric(fleet.proxy, "petrel_login_sessions", protocol="imap") == 0
+    assert metric(fleet.hub, "petrel_director_backend_sessions") == 0

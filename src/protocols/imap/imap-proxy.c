@@ -19,8 +19,9 @@
 #include <string.h>
 
 #define IMAP_PROXY_MAX_AUTH_FAILURES 3
-/* Dovecot's imap-login closes after this many invalid commands. */
-#define IMAP_PROXY_MAX_BAD_COMMANDS 10
+/* Dovecot 2.3's imap-login closes after this many invalid commands
+ * (CLIENT_MAX_BAD_COMMANDS). */
+#define IMAP_PROXY_MAX_BAD_COMMANDS 3
 
 struct imap_proxy_session {
     struct mail_proxy_auth *auth;

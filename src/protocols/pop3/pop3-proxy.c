@@ -20,8 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* As Dovecot's pop3-login: this many invalid commands close the connection. */
-#define POP3_PROXY_MAX_BAD_COMMANDS 10
+/* As Dovecot 2.3's pop3-login: this many invalid commands close the
+ * connection (CLIENT_MAX_BAD_COMMANDS). */
+#define POP3_PROXY_MAX_BAD_COMMANDS 3
 
 struct pop3_proxy_session {
     struct mail_proxy_auth *auth;
