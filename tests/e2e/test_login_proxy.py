@@ -831,3 +831,36 @@ def test_the_third_invalid_command_before_login_closes_as_in_dovecot(fleet):
     assert f.read() == b"-ERR Log in first.\r\n-ERR Too many invalid commands.\r\n"
     f.close()
     s.close()
+
+
+def test_capabilities_before_and_after_tls(fleet):
+    """RFC 3501 6.2.1 / RFC 2595: STARTTLS is offered only on a plain
+    connection, the capabilities are asked again after it, and a second
+    STARTTLS is refused; the same for POP3's STLS in CAPA (RFC 2595 4)."""
+    s, f = raw_imap(fleet)
+    s.sendall(b"a CAPABILITY\r\n")
+    caps = read_tagged(f, b"a")[0]
+    assert b" STARTTLS" in caps and b"AUTH=PLAIN" in caps and b"LOGINDISABLED" not in caps
+    s.sendall(b"b STARTTLS\r\n")
+    assert f.readline().startswith(b"b OK")
+    t = tls_context().wrap_socket(s, server_hostname="localhost")
+    f = t.makefile("rb")
+    t.sendall(b"c CAPABILITY\r\n")
+    caps = read_tagged(f, b"c")[0]
+    assert b"STARTTLS" not in caps and b"AUTH=PLAIN" in caps, caps
+    t.sendall(b"d STARTTLS\r\n")
+    assert read_tagged(f, b"d")[-1].startswith(b"d BAD")
+    f.close()
+    t.close()
+    s, f = raw_imap(fleet, tls=True)
+    s.sendall(b"e CAPABILITY\r\n")
+    assert b"STARTTLS" not in read_tagged(f, b"e")[0]
+    f.close()
+    s.close()
+    p = SourcePOP3(*fleet.addr("pop3"), timeout=10)
+    assert "STLS" in p.capa()
+    p.stls(tls_context())
+    assert "STLS" not in p.capa() and "SASL" in p.capa()
+    with pytest.raises(poplib.error_proto):
+        p._shortcmd("STLS")
+    p.quit()
