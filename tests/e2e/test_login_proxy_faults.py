@@ -6,9 +6,10 @@ pushes racing with logins (docs/login-proxy.md):
       -> fake backends A (127.0.0.1) and B (127.0.0.2): scripted IMAP servers
          that can break the backend dialogue, stay silent, hold their answer
          to the proxy's AUTHENTICATE, or hang up in the middle of a relay
-    the proxy's auth and the director: one real petreld [auth, director]
+    the proxy's auth service and the director: real petreld processes
 
-The fake backends are fault injectors (as conftest.SilentServer): the real
+The director runs in its own process, so that it can be paused. The fake
+backends are fault injectors (as conftest.SilentServer): the real
 backend is exercised by test_login_proxy.py."""
 
 import imaplib
@@ -24,6 +25,7 @@ from test_login_proxy import metric
 
 PASSWD = "alice:{PLAIN}Alice-pass-3:1001:1001\ncarol:{PLAIN}Carol-pass-5:1001:1001\n"
 TIMEOUT_MS = 400  # login.backend_timeout
+DIRECTOR_TIMEOUT_MS = 300  # login.director_timeout
 RETRIES = 3  # login.transient_retries
 
 
@@ -134,10 +136,13 @@ class FaultFleet:
         self.b = FakeBackend("127.0.0.2")
         self.daemons = []
         auth = free_port()
-        self.hub = self._daemon(base, "hub", {
-            "components": ["auth", "director"],
+        self.authd = self._daemon(base, "auth", {
+            "components": ["auth"],
             "auth": {"listen": [f"127.0.0.1:{auth}"], "failure_delay": "0s",
                      "passdb": {"driver": "passwd-file", "path": str(base / "passwd")}},
+        })
+        self.hub = self._daemon(base, "director", {
+            "components": ["director"],
             "director": {
                 "api": {"listen": f"127.0.0.1:{free_port()}"},
                 "ring": {"listen": f"127.0.0.1:{free_port()}",
@@ -153,6 +158,7 @@ class FaultFleet:
                 "directors": [self.hub.config["director"]["ring"]["listen"]],
                 "ring_secret_file": str(base / "ring.secret"),
                 "transient_retries": RETRIES,
+                "director_timeout": f"{DIRECTOR_TIMEOUT_MS}ms",
                 "backend_timeout": f"{TIMEOUT_MS}ms",
                 "imap": {"listen": [f"127.0.0.1:{free_port()}"],
                          "auth_addr": f"127.0.0.1:{auth}"},
@@ -392,3 +398,43 @@ def test_a_client_hanging_up_during_the_set_up_leaves_nothing_behind(fleet, mode
     fleet.a.release.set()
     assert metric(fleet.proxy, "petrel_login_sessions", protocol="imap") == 0
     assert metric(fleet.hub, "petrel_director_backend_sessions") == 0
+
+
+def test_a_paused_director_costs_retries_then_unavailable(fleet):
+    """The director stops answering (SIGSTOP): each lookup gives up after
+    login.director_timeout and is retried; back within the budget, the
+    login succeeds; away for longer, one clean temporary failure. The late
+    answers to the abandoned lookups are dropped."""
+    import signal
+    fleet.place("carol", fleet.a)
+    fleet.a.reset("ok")
+    before = counters(fleet)
+    fleet.hub.signal(signal.SIGSTOP)
+    try:
+        t, out = login_in_background(fleet, "carol", "Carol-pass-5")
+        wait_for(lambda: counters(fleet)["retries"] >= before["retries"] + 1,
+                 what="a lookup retried")
+    finally:
+        fleet.hub.signal(signal.SIGCONT)
+    t.join(15)
+    m, (typ, text), _ = out["result"]
+    assert typ == "OK" and b"Logged in at 127.0.0.1" in text, text
+    after = counters(fleet)
+    assert after["unavailable"] == before["unavailable"]
+    assert after["ok"] == before["ok"] + 1
+    m.logout()
+    before = after
+    fleet.hub.signal(signal.SIGSTOP)
+    try:
+        m, (typ, text), took = timed_login(fleet, "carol", "Carol-pass-5")
+    finally:
+        fleet.hub.signal(signal.SIGCONT)
+    assert typ == "NO" and b"UNAVAILABLE" in text, text
+    low = (RETRIES + 1) * DIRECTOR_TIMEOUT_MS / 1000 + RETRIES * 0.15
+    assert low - 0.05 <= took < low + 4, took
+    after = counters(fleet)
+    assert after["retries"] == before["retries"] + RETRIES
+    assert after["exhausted"] == before["exhausted"] + 1
+    # the director is back: the next login works at once
+    assert m.login("carol", "Carol-pass-5")[0] == "OK"
+    m.logout()
