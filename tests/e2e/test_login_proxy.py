@@ -365,10 +365,14 @@ def test_a_proxy_in_front_forwards_the_address_and_a_loop_is_refused(fleet):
     assert last.startswith(b"u2 NO [UNAVAILABLE]"), last
     assert "proxy loop" in fleet.proxy.stderr()
     s.close()
+    mark = len(fleet.backend.stderr())
     s, f, last = upstream(4)
     assert last.startswith(b"u2 OK"), last
     found = wait_for(lambda: backend_session(fleet, "carol", "imap"), what="backend who")
     assert found["ip"] == "192.0.2.9", found
+    # one hop used up here: the backend is told 3
+    ttls = re.findall(r"field=x-proxy-ttl value=(\d+)", fleet.backend.stderr()[mark:])
+    assert ttls == ["3"], ttls
     s.sendall(b"u3 LOGOUT\r\n")
     read_tagged(f, b"u3")
     s.close()
@@ -756,3 +760,107 @@ def test_backend_tls_with_the_internal_ca_and_shutdown_says_bye(petreld, pki, tm
             break
         data += chunk
     assert b"* BYE" in data, data
+
+
+# ---------- strict clients: SASL edge cases (RFC 4959, RFC 4616, RFC 5034) ----------
+
+def test_imap_sasl_edge_cases_answer_as_a_backend_does(fleet):
+    """An empty initial response ("=", RFC 4959) or an empty continuation
+    is no valid PLAIN message: a failed login (NO [AUTHENTICATIONFAILED]),
+    as the backend and Dovecot's imap-login answer it, not a syntax error;
+    undecodable base64 and "*" are BAD. An authzid equal to the user
+    (RFC 4616) logs in."""
+    s, f = raw_imap(fleet)
+    s.sendall(b"a AUTHENTICATE PLAIN =\r\n")
+    assert read_tagged(f, b"a")[-1] == b"a NO [AUTHENTICATIONFAILED] Authentication failed.\r\n"
+    s.sendall(b"b AUTHENTICATE PLAIN\r\n")
+    assert f.readline() == b"+ \r\n"
+    s.sendall(b"!!!\r\n")
+    assert read_tagged(f, b"b")[-1].startswith(b"b BAD ")
+    s.sendall(b"c AUTHENTICATE LOGIN\r\n")
+    assert f.readline().startswith(b"+ ")
+    s.sendall(b"*\r\n")
+    assert read_tagged(f, b"c")[-1] == b"c BAD Authentication aborted.\r\n"
+    s.sendall(b"d AUTHENTICATE PLAIN\r\n")
+    assert f.readline() == b"+ \r\n"
+    s.sendall(b"\r\n")
+    assert read_tagged(f, b"d")[-1].startswith(b"d NO [AUTHENTICATIONFAILED]")
+    ir = base64.b64encode(b"carol\0carol\0Carol-pass-19")
+    s.sendall(b"e AUTHENTICATE PLAIN " + ir + b"\r\n")
+    assert read_tagged(f, b"e")[-1].startswith(b"e OK [CAPABILITY")
+    s.sendall(b"f LOGOUT\r\n")
+    read_tagged(f, b"f")
+    s.close()
+
+
+def test_pop3_sasl_empty_initial_response_is_a_failed_login(fleet):
+    s = socket.create_connection(fleet.addr("pop3"), timeout=10, source_address=(CLIENT_IP, 0))
+    f = s.makefile("rb")
+    assert f.readline().startswith(b"+OK")
+    s.sendall(b"AUTH PLAIN =\r\n")
+    assert f.readline() == b"-ERR [AUTH] Authentication failed.\r\n"
+    s.sendall(b"AUTH PLAIN\r\n")
+    assert f.readline() == b"+ \r\n"
+    s.sendall(b"!!!\r\n")
+    assert f.readline() == b"-ERR Invalid SASL response.\r\n"
+    s.sendall(b"QUIT\r\n")
+    assert f.readline().startswith(b"+OK")
+    f.close()
+    s.close()
+
+
+def test_the_third_invalid_command_before_login_closes_as_in_dovecot(fleet):
+    """Dovecot 2.3's imap-login and pop3-login close a connection at its
+    third invalid command before login (CLIENT_MAX_BAD_COMMANDS = 3)."""
+    s, f = raw_imap(fleet)
+    s.sendall(b"x1 BOGUS\r\n")
+    assert f.readline().startswith(b"x1 BAD")
+    s.sendall(b"x2 SELECT INBOX\r\n")
+    assert f.readline().startswith(b"x2 BAD")
+    s.sendall(b"x3 FETCH 1 BODY[]\r\n")
+    rest = f.read()
+    assert rest.endswith(b"* BYE Too many invalid IMAP commands.\r\n"), rest
+    f.close()
+    s.close()
+    s = socket.create_connection(fleet.addr("pop3"), timeout=10, source_address=(CLIENT_IP, 0))
+    f = s.makefile("rb")
+    f.readline()
+    s.sendall(b"BOGUS\r\nRETR 1\r\n")
+    assert f.readline().startswith(b"-ERR") and f.readline().startswith(b"-ERR")
+    s.sendall(b"STAT\r\n")
+    assert f.read() == b"-ERR Log in first.\r\n-ERR Too many invalid commands.\r\n"
+    f.close()
+    s.close()
+
+
+def test_capabilities_before_and_after_tls(fleet):
+    """RFC 3501 6.2.1 / RFC 2595: STARTTLS is offered only on a plain
+    connection, the capabilities are asked again after it, and a second
+    STARTTLS is refused; the same for POP3's STLS in CAPA (RFC 2595 4)."""
+    s, f = raw_imap(fleet)
+    s.sendall(b"a CAPABILITY\r\n")
+    caps = read_tagged(f, b"a")[0]
+    assert b" STARTTLS" in caps and b"AUTH=PLAIN" in caps and b"LOGINDISABLED" not in caps
+    s.sendall(b"b STARTTLS\r\n")
+    assert f.readline().startswith(b"b OK")
+    t = tls_context().wrap_socket(s, server_hostname="localhost")
+    f = t.makefile("rb")
+    t.sendall(b"c CAPABILITY\r\n")
+    caps = read_tagged(f, b"c")[0]
+    assert b"STARTTLS" not in caps and b"AUTH=PLAIN" in caps, caps
+    t.sendall(b"d STARTTLS\r\n")
+    assert read_tagged(f, b"d")[-1].startswith(b"d BAD")
+    f.close()
+    t.close()
+    s, f = raw_imap(fleet, tls=True)
+    s.sendall(b"e CAPABILITY\r\n")
+    assert b"STARTTLS" not in read_tagged(f, b"e")[0]
+    f.close()
+    s.close()
+    p = SourcePOP3(*fleet.addr("pop3"), timeout=10)
+    assert "STLS" in p.capa()
+    p.stls(tls_context())
+    assert "STLS" not in p.capa() and "SASL" in p.capa()
+    with pytest.raises(poplib.error_proto):
+        p._shortcmd("STLS")
+    p.quit()

@@ -89,6 +89,13 @@ static void test_plain_malformed(void **state)
     sasl_exchange_init(&x, SASL_MECH_PLAIN);
     assert_int_equal(sasl_exchange_step(&x, "!!notbase64", &ch), SASL_STEP_FAILED);
     assert_non_null(strstr(x.error, "base64"));
+    assert_true(sasl_response_syntax_error(&x));
+    sasl_exchange_free(&x);
+    /* RFC 4959's empty initial response decodes: no syntax error, a
+     * failed login. */
+    sasl_exchange_init(&x, SASL_MECH_PLAIN);
+    assert_int_equal(sasl_exchange_step(&x, "", &ch), SASL_STEP_FAILED);
+    assert_false(sasl_response_syntax_error(&x));
     sasl_exchange_free(&x);
     /* An oversized response is refused before decoding. */
     char big[SASL_MAX_RESPONSE * 2];
@@ -96,6 +103,7 @@ static void test_plain_malformed(void **state)
     big[sizeof(big) - 1] = '\0';
     sasl_exchange_init(&x, SASL_MECH_PLAIN);
     assert_int_equal(sasl_exchange_step(&x, big, &ch), SASL_STEP_FAILED);
+    assert_true(sasl_response_syntax_error(&x));
     sasl_exchange_free(&x);
 }
 

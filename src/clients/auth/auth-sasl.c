@@ -59,6 +59,7 @@ static bool decode(const char *b64, struct buf *out, struct sasl_exchange *x)
 {
     size_t n = strlen(b64);
     if (n > (SASL_MAX_RESPONSE / 3 + 1) * 4) {
+        x->syntax = true;
         x->error = "response too long";
         return false;
     }
@@ -66,6 +67,7 @@ static bool decode(const char *b64, struct buf *out, struct sasl_exchange *x)
      * later would free a copy of the password without wiping it. */
     buf_reserve(out, n / 4 * 3 + 1);
     if (!base64_decode_append(out, b64, n)) {
+        x->syntax = true;
         x->error = "response is not valid base64";
         return false;
     }
@@ -170,4 +172,9 @@ enum sasl_step_result sasl_exchange_step(struct sasl_exchange *x, const char *re
         break;
     }
     return fail(x, "unsupported mechanism");
+}
+
+bool sasl_response_syntax_error(const struct sasl_exchange *x)
+{
+    return x->syntax;
 }

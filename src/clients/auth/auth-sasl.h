@@ -30,6 +30,7 @@ struct sasl_exchange {
     char *username; /* owned */
     char *password; /* owned; wiped on free */
     const char *error;
+    bool syntax; /* the failure was a response that is no base64 (or too long) */
 };
 
 /* Case-insensitive "PLAIN" / "LOGIN". */
@@ -45,5 +46,9 @@ void sasl_exchange_free(struct sasl_exchange *x);
  * `challenge` as base64. */
 enum sasl_step_result sasl_exchange_step(struct sasl_exchange *x, const char *response_b64,
                                          struct buf *challenge);
+/* After SASL_STEP_FAILED: true when the response could not be decoded
+ * (the client's syntax: IMAP BAD), false when it decoded to no valid name
+ * and password (a failed login, as the auth service answers it). */
+bool sasl_response_syntax_error(const struct sasl_exchange *x);
 
 #endif

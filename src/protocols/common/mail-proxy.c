@@ -102,6 +102,9 @@ struct mail_proxy {
         struct mail_proxy *prev, *next;
     } by[2];      /* the buckets of hub->by[] while relaying */
     bool indexed; /* in hub->by[] */
+    /* A ring push named this session while its backend login was under
+     * way (why): it is not relayed as it was but set up again. */
+    const char *stale;
 };
 
 static const char *index_key(const struct mail_proxy *p, int which)
@@ -172,7 +175,10 @@ static void index_remove(struct mail_proxy_hub *hub, struct mail_proxy *p)
 /* Ends the relayed sessions in the bucket of `key` (a user or a backend
  * IP), but those on backend `keep_ip` (may be NULL), with a farewell.
  * Ending a relay only schedules its end (net_relay_stop), so the bucket
- * stays intact while it is walked. */
+ * stays intact while it is walked. A session still logging in at its
+ * backend is marked instead: relaying it would let it outlive the push
+ * (a moved user served by two backends at once), so later_cb() sets it
+ * up again. */
 static size_t end_sessions(struct mail_proxy_hub *hub, int which, const char *key,
                            const char *keep_ip, const char *why)
 {
@@ -181,6 +187,13 @@ static size_t end_sessions(struct mail_proxy_hub *hub, int which, const char *ke
     for (struct mail_proxy *p = b != NULL ? b->head : NULL; p != NULL; p = p->by[which].next) {
         if (keep_ip != NULL && strcmp(p->backend_ip, keep_ip) == 0)
             continue;
+        if (p->state != PROXY_RELAY) {
+            log_info(PROXY_COMPONENT, "proxied login overtaken by the ring",
+                     "session=%s backend=%s reason=\"%s\"", p->io->id, p->backend_ip, why);
+            p->stale = why;
+            n++;
+            continue;
+        }
         const char *farewell = strcmp(p->front->proto->name, "pop3") == 0
                                    ? "-ERR [SYS/TEMP] Disconnected: %s\r\n"
                                    : "* BYE [UNAVAILABLE] Disconnected: %s\r\n";
@@ -454,9 +467,11 @@ static void wipe_password(struct mail_proxy *p)
     p->password = NULL;
 }
 
-/* The backend attempt's pieces; the session may try again. */
+/* The backend attempt's pieces; the session may try again (to another
+ * backend: its index keys go with the attempt). */
 static void backend_close(struct mail_proxy *p)
 {
+    relayed_remove(p->front->hub, p);
     tls_handshake_deadline_free(p->handshake);
     p->handshake = NULL;
     if (p->backend != NULL)
@@ -468,12 +483,24 @@ static void backend_close(struct mail_proxy *p)
     evtimer_del(p->timer);
 }
 
+static void lookup_start(struct mail_proxy *p);
+static void setup_failed(struct mail_proxy *p, const char *why);
+
 static void later_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct mail_proxy *p = arg;
     enum mail_proxy_outcome o = p->later_outcome;
+    if (o == MAIL_PROXY_OK && p->stale != NULL) {
+        /* Logged in at a backend a push took the user from: that
+         * connection goes, the director is asked again. */
+        char why[120];
+        snprintf(why, sizeof(why), "ring push during the backend login: %s", p->stale);
+        setup_failed(p, why);
+        return;
+    }
+    wipe_password(p);
     p->state = o == MAIL_PROXY_OK ? PROXY_ANSWERED : PROXY_OVER;
     if (o != MAIL_PROXY_OK) {
         /* The session stays pre-login: it is not proxied any more. */
@@ -502,9 +529,6 @@ static void finish(struct mail_proxy *p, enum mail_proxy_outcome o, const char *
     p->later_outcome = o;
     event_active(p->later, EV_TIMEOUT, 1);
 }
-
-static void lookup_start(struct mail_proxy *p);
-static void setup_failed(struct mail_proxy *p, const char *why);
 
 static void retry_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -573,7 +597,8 @@ static void backend_line(struct mail_proxy *p, const char *line, size_t len)
         p->dialogue = NULL;
         tls_handshake_deadline_free(p->handshake);
         p->handshake = NULL;
-        wipe_password(p);
+        /* The password is wiped in later_cb(): a ring push before it runs
+         * makes the session log in again. */
         p->later_outcome = MAIL_PROXY_OK;
         bufferevent_disable(p->backend, EV_READ);
         event_active(p->later, EV_TIMEOUT, 1);
@@ -659,6 +684,8 @@ static void backend_dial(struct mail_proxy *p)
     }
     p->state = PROXY_BACKEND;
     p->phase_started_us = clock_mono_us();
+    /* Indexed from here on, so that a push during the login finds it. */
+    relayed_add(hub, p);
     if (hub->backend_tls != NULL) {
         p->backend = tls_conn_connect(hub->base, -1, hub->backend_tls, p->backend_ip);
         if (p->backend != NULL)
@@ -732,6 +759,7 @@ static void lookup_start(struct mail_proxy *p)
         return;
     }
     p->state = PROXY_LOOKUP;
+    p->stale = NULL;
     p->phase_started_us = clock_mono_us();
     p->lookup = director_client_lookup(p->front->hub->directors, p->user, p->tag, lookup_done, p);
 }
@@ -803,7 +831,8 @@ void mail_proxy_relay(struct mail_proxy *p)
     struct bufferevent *backend = p->backend;
     p->backend = NULL;
     p->state = PROXY_RELAY;
-    relayed_add(hub, p);
+    if (!p->indexed)
+        relayed_add(hub, p);
     bufferevent_set_max_single_read(backend, MAIL_PROXY_RELAY_STEP);
     bufferevent_set_max_single_write(backend, MAIL_PROXY_RELAY_STEP);
     bufferevent_set_max_single_read(p->io->bev, MAIL_PROXY_RELAY_STEP);

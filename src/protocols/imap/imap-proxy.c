@@ -19,8 +19,9 @@
 #include <string.h>
 
 #define IMAP_PROXY_MAX_AUTH_FAILURES 3
-/* Dovecot's imap-login closes after this many invalid commands. */
-#define IMAP_PROXY_MAX_BAD_COMMANDS 10
+/* Dovecot 2.3's imap-login closes after this many invalid commands
+ * (CLIENT_MAX_BAD_COMMANDS). */
+#define IMAP_PROXY_MAX_BAD_COMMANDS 3
 
 struct imap_proxy_session {
     struct mail_proxy_auth *auth;
@@ -198,6 +199,18 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
     mail_proxy_free(done);
 }
 
+static void login_failed(struct imap_session *s)
+{
+    count_login(s, "failed");
+    s->auth_failures++;
+    imap_reply_no(s, "[AUTHENTICATIONFAILED] Authentication failed.");
+    if (s->auth_failures >= IMAP_PROXY_MAX_AUTH_FAILURES) {
+        imap_send(s, "* BYE Too many failed logins.");
+        s->state = IMAP_STATE_LOGOUT;
+        imap_session_close_after_output(s);
+    }
+}
+
 static void auth_done(void *arg, const struct auth_client_reply *r)
 {
     struct imap_session *s = arg;
@@ -227,14 +240,7 @@ static void auth_done(void *arg, const struct auth_client_reply *r)
         imap_reply_no(s, "[UNAVAILABLE] Temporary authentication failure.");
         return;
     }
-    count_login(s, "failed");
-    s->auth_failures++;
-    imap_reply_no(s, "[AUTHENTICATIONFAILED] Authentication failed.");
-    if (s->auth_failures >= IMAP_PROXY_MAX_AUTH_FAILURES) {
-        imap_send(s, "* BYE Too many failed logins.");
-        s->state = IMAP_STATE_LOGOUT;
-        imap_session_close_after_output(s);
-    }
+    login_failed(s);
 }
 
 void imap_proxy_cmd_login(struct imap_session *s, const char *user, const char *password)
@@ -273,12 +279,21 @@ static void sasl_step(struct imap_session *s, const char *response)
         free(user);
         break;
     }
-    case SASL_STEP_FAILED:
+    case SASL_STEP_FAILED: {
+        /* Undecodable base64 is the client's syntax (BAD, as Dovecot's
+         * imap-login answers); a decoded response without a valid name and
+         * password (RFC 4959's empty "=" for PLAIN, a foreign authzid) is a
+         * failed login, as a backend and Dovecot answer it. */
+        bool syntax = sasl_response_syntax_error(&ps->sasl);
         sasl_exchange_free(&ps->sasl);
         ps->sasl_running = false;
         s->auth_sasl = false;
-        imap_reply_bad(s, "Invalid SASL response.");
+        if (syntax)
+            imap_reply_bad(s, "Invalid SASL response.");
+        else
+            login_failed(s);
         break;
+    }
     }
     buf_free(&challenge);
 }

@@ -20,8 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* As Dovecot's pop3-login: this many invalid commands close the connection. */
-#define POP3_PROXY_MAX_BAD_COMMANDS 10
+/* As Dovecot 2.3's pop3-login: this many invalid commands close the
+ * connection (CLIENT_MAX_BAD_COMMANDS). */
+#define POP3_PROXY_MAX_BAD_COMMANDS 3
 
 struct pop3_proxy_session {
     struct mail_proxy_auth *auth;
@@ -183,6 +184,15 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
     mail_proxy_free(done);
 }
 
+static void login_failed(struct pop3_session *s)
+{
+    count_login(s, "failed");
+    s->auth_failures++;
+    pop3_reply_err(s, "[AUTH] Authentication failed.");
+    if (s->auth_failures >= (size_t)ctx_of(s)->cfg->max_auth_failures && !s->io.closing)
+        pop3_session_close_after_output(s);
+}
+
 static void auth_done(void *arg, const struct auth_client_reply *r)
 {
     struct pop3_session *s = arg;
@@ -213,11 +223,7 @@ static void auth_done(void *arg, const struct auth_client_reply *r)
         pop3_reply_err(s, "[SYS/TEMP] Temporary authentication failure; try again later.");
         return;
     }
-    count_login(s, "failed");
-    s->auth_failures++;
-    pop3_reply_err(s, "[AUTH] Authentication failed.");
-    if (s->auth_failures >= (size_t)ctx->cfg->max_auth_failures && !s->io.closing)
-        pop3_session_close_after_output(s);
+    login_failed(s);
 }
 
 void pop3_proxy_cmd_pass(struct pop3_session *s, const char *user, const char *password)
@@ -258,11 +264,19 @@ static void sasl_step(struct pop3_session *s, const char *response)
         free(user);
         break;
     }
-    case SASL_STEP_FAILED:
+    case SASL_STEP_FAILED: {
+        /* As the IMAP front: bad base64 is syntax, a decoded response
+         * without a valid name and password a failed login (with the
+         * [AUTH] code CAPA's AUTH-RESP-CODE promises, as a backend). */
+        bool syntax = sasl_response_syntax_error(&ps->sasl);
         sasl_exchange_free(&ps->sasl);
         ps->sasl_running = false;
-        pop3_reply_err(s, "Invalid SASL response.");
+        if (syntax)
+            pop3_reply_err(s, "Invalid SASL response.");
+        else
+            login_failed(s);
         break;
+    }
     }
     buf_free(&challenge);
 }
