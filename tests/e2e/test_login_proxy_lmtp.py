@@ -603,6 +603,14 @@ def test_user_being_moved_is_looked_up_again_not_refused(fleet):
         wait_for(lambda: probe.ready() == 1, what="the probe's director link")
         probe.send(f"start s1 {user} {old} imap")
         assert probe.expect("start s1") == ["start", "s1", "ok"]
+        # "ok" only means the probe queued SESSION-START (the ring protocol
+        # does not acknowledge it): the move must not overtake it, or the
+        # director sees no session on the old backend, moves at once and
+        # the RCPT is answered without the `killing` wait.
+        wait_for(lambda: metric(fleet.director.get("telemetry", "/metrics").body.decode(),
+                                "petrel_director_backend_sessions", ip=old, port="143", tag="",
+                                protocol="imap") == 1,
+                 what="the director counting the old session")
         r = http_request(fleet.api, "POST", f"/api/director/users/{user}/move",
                          body={"backend": f"{new}:143"}, token=TOKEN)
         assert r.status in (200, 202), r
