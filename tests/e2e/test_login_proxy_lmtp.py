@@ -419,7 +419,9 @@ class ScriptedBackend:
     """A backend that breaks at a chosen step, bound where a real backend
     was (its address stays registered with the director): "silent" accepts
     and never speaks; "drop_after_data" plays LMTP up to the end of the
-    message and closes instead of answering it."""
+    message and closes instead of answering it; "record" plays LMTP, keeps
+    the DATA stream as it came (dot-stuffed, up to and with the final
+    ".\r\n") in `stream` and answers 250 for each recipient."""
 
     def __init__(self, ip, port, mode):
         self.mode = mode
@@ -430,6 +432,7 @@ class ScriptedBackend:
         self.sock.settimeout(0.1)
         self.accepted = 0
         self.got_message = threading.Event()
+        self.stream = b""
         self.stop = False
         self.conns = []
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -443,25 +446,39 @@ class ScriptedBackend:
                 continue
             self.accepted += 1
             self.conns.append(c)
-            if self.mode == "drop_after_data":
+            if self.mode in ("drop_after_data", "record"):
                 threading.Thread(target=self._lmtp, args=(c,), daemon=True).start()
 
     def _lmtp(self, c):
         f = c.makefile("rb")
         c.sendall(b"220 scripted ready\r\n")
+        rcpts = 0
         for line in f:
             verb = line[:4].upper()
             if verb == b"LHLO":
                 c.sendall(b"250-scripted\r\n250 PIPELINING\r\n")
             elif verb in (b"MAIL", b"RCPT"):
+                rcpts += verb == b"RCPT"
                 c.sendall(b"250 2.1.0 OK\r\n")
             elif verb == b"DATA":
                 c.sendall(b"354 go\r\n")
+                # Lines as a backend that also ends them at a bare LF sees
+                # them (Postfix, Dovecot's istream-dot).
+                stream = b""
                 for body in f:
+                    stream += body
                     if body == b".\r\n":
                         break
+                self.stream = stream
                 self.got_message.set()
+                if self.mode == "record":
+                    c.sendall(b"250 2.0.0 recorded\r\n" * rcpts)
+                    continue
                 c.close()  # no answer for the message
+                return
+            elif verb == b"QUIT":
+                c.sendall(b"221 bye\r\n")
+                c.close()
                 return
 
     def close(self):
@@ -521,6 +538,87 @@ def test_backend_lost_after_the_message_gives_451_not_250(petreld, tmp_path):
     finally:
         bad.close()
     wait_for(lambda: f.stored(up, by[up][0]), what="the good backend's delivery")
+
+
+def body_with_dot_lines_at(offsets, size):
+    """A message of `size` bytes whose lines at each of `offsets` start with
+    a dot (the proxy's 64 KiB spool reads and 256 KiB output mark fall
+    there)."""
+    out = bytearray(b"From: sender@example.net\r\nSubject: dots at the seams\r\n"
+                    b"Message-ID: <seams@example.net>\r\n\r\n")
+    n = 0
+    for at in sorted(offsets) + [size]:
+        while len(out) < at:
+            line_len = min(78, at - len(out))
+            if line_len < 2 or (at - len(out) - line_len) in (1,):
+                line_len = at - len(out)
+            out += (b"%c" % (97 + n % 26)) * (line_len - 2) + b"\r\n" if line_len >= 2 else b"\r\n"
+            n += 1
+        del out[at:]
+        if at < size:
+            out += b".dot line at %d\r\n" % at
+    return bytes(out)
+
+
+def stuff(content):
+    return re.sub(rb"(?m)^\.", b"..", content)
+
+
+def stored_once(f, ip, user, content):
+    files = wait_for(lambda: f.stored(ip, user), what=f"{user}'s delivery")
+    assert len(files) == 1, files
+    data = files[0].read_bytes()
+    # The backend adds Return-Path, Delivered-To and Received above it:
+    # nothing else may come before the message.
+    assert data.endswith(content), (len(data), len(content), data[:300], data[-300:])
+    added = data[:len(data) - len(content)].split(b"\r\n")
+    assert added[-1] == b"" and all(
+        ln.startswith((b"Return-Path: ", b"Delivered-To: ", b"Received: ", b"\t"))
+        for ln in added[:-1]), added
+
+
+def test_message_reaches_each_backend_byte_for_byte(fleet):
+    """What a backend stores is the client's message, once: a small one (in
+    memory), and one of 600 KiB (through the spool file) with lines starting
+    with a dot at the 64 KiB and 256 KiB seams, sent to the proxy in odd
+    pieces with its final CRLF.CRLF split across segments; recipients on
+    both backends get the same bytes Petrel's own LMTP stores when given the
+    message directly."""
+    by = users_by_backend(fleet)
+    small = MSG
+    big = body_with_dot_lines_at([65536, 65536 * 2, 262144, 262144 + 65536, 524288], 600 * 1024)
+    assert big[65536:65537] == b"." and big[262144:262145] == b"."
+    host, port = fleet.front.rsplit(":", 1)
+    for content, users in ((small, [by[ip][0] for ip in BACKEND_IPS]),
+                           (big, [by[ip][1] for ip in BACKEND_IPS])):
+        c = fleet.client()
+        assert c.mail("sender@example.net")[0] == 250
+        for u in users:
+            assert c.rcpt(f"{u}@example.com")[0] == 250
+        assert c.docmd("DATA")[0] == 354
+        wire = stuff(content) + b".\r\n"
+        sock = c.sock
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        cuts = sorted({0, 1000, 65535, 65537, 262143, len(wire) - 4, len(wire) - 2,
+                       len(wire) - 1, len(wire)} & set(range(len(wire) + 1)))
+        for a, b in zip(cuts, cuts[1:]):
+            sock.sendall(wire[a:b])
+            time.sleep(0.005)  # separate segments, not synchronisation
+        for u in users:
+            code, text = c.getreply()
+            assert code == 250, (u, code, text)
+        c.quit()
+        for ip, u in zip(BACKEND_IPS, users):
+            stored_once(fleet, ip, u, content)
+    # Petrel's own LMTP on the same input stores the same bytes.
+    direct_user = by[BACKEND_IPS[0]][2]
+    ip = BACKEND_IPS[0]
+    c = smtplib.LMTP(ip, fleet.lmtp_port, timeout=30)
+    c.ehlo("mta.test.example")
+    out = deliver(c, [f"{direct_user}@example.com"], msg=big)
+    c.quit()
+    assert out[f"{direct_user}@example.com"][0] == 250, out
+    stored_once(fleet, ip, direct_user, big)
 
 
 def test_config_errors_and_print(tmp_path):

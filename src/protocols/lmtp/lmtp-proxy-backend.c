@@ -289,6 +289,7 @@ static void pump(struct lmtp_proxy_backend *b)
     uint64_t total = sp->fd >= 0 ? sp->filed : sp->mem.len;
     while (b->sending && evbuffer_get_length(output) < LMTP_PROXY_OUT_HIGH) {
         if (b->offset >= total) {
+            buf_reset(&enc); /* it may hold the last piece, already written */
             lmtp_data_encode_end(&b->enc, &enc);
             bufferevent_write(b->bev, enc.data, enc.len);
             b->sending = false;
