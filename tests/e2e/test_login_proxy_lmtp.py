@@ -621,6 +621,41 @@ def test_message_reaches_each_backend_byte_for_byte(fleet):
     stored_once(fleet, ip, direct_user, big)
 
 
+def test_bare_lf_reaches_the_backend_as_crlf_with_its_dots_stuffed(petreld, tmp_path):
+    """A bare LF is content to the front (lines end at CRLF only), but many
+    backends (Postfix, Dovecot's LMTP) end a line at a bare LF too: passed on
+    as it came, "\n.\r\n" would end the message there and what follows would
+    run as backend commands (SMTP smuggling). The front sends every line end
+    as CRLF (RFC 5321 2.3.8 forbids a bare LF on the wire), so a line starting
+    with a dot after one is stuffed like any other."""
+    f = Fleet(petreld, tmp_path)
+    by = users_by_backend(f)
+    down = BACKEND_IPS[1]
+    f.backends[down].stop()
+    rec = ScriptedBackend(down, f.lmtp_port, "record")
+    try:
+        c = f.client()
+        assert c.mail("sender@example.net")[0] == 250
+        assert c.rcpt(f"{by[down][0]}@example.com")[0] == 250
+        assert c.docmd("DATA")[0] == 354
+        body = (b"Subject: bare\r\n\r\nline\n.\r\nRSET\r\nMAIL FROM:<evil@example.net>\r\n"
+                b"x\n..y\r\n.z\n\n.\n")
+        c.send(body + b"\r\n.\r\n")
+        code, text = c.getreply()
+        assert code == 250, (code, text)
+        c.quit()
+    finally:
+        rec.close()
+    stream = rec.stream
+    assert stream.endswith(b"\r\n.\r\n"), stream
+    assert re.search(rb"(?<!\r)\n", stream) is None, stream  # no bare LF
+    lines = stream.split(b"\r\n")[:-2]
+    assert all(not ln.startswith(b".") or ln.startswith(b"..") for ln in lines), stream
+    assert stream == (b"Subject: bare\r\n\r\nline\r\n..\r\nRSET\r\n"
+                      b"MAIL FROM:<evil@example.net>\r\nx\r\n...y\r\nz\r\n\r\n..\r\n"
+                      b"\r\n.\r\n"), stream
+
+
 def test_config_errors_and_print(tmp_path):
     base = merge(default_config(), {"components": ["login"], "login": {
         "directors": ["127.0.0.1:9102"],
