@@ -211,19 +211,21 @@ def test_each_recipient_lands_on_its_backend(fleet):
 def test_mixed_recipients_answered_per_recipient(fleet):
     by = users_by_backend(fleet)
     a, b = by[BACKEND_IPS[0]][0], by[BACKEND_IPS[1]][0]
+    a2 = next(u for u in by[BACKEND_IPS[0]] if u != a)
     c = fleet.client()
     assert c.mail("sender@example.net")[0] == 250
     answers = [c.rcpt(f"{a}@example.com"), c.rcpt("nobody@example.com"),
-               c.rcpt(f"{b}@example.com"), c.rcpt(f"{a}@example.com")]
-    assert [x[0] for x in answers] == [250, 550, 250, 250], answers
+               c.rcpt(f"{b}@example.com"), c.rcpt(f"{a2}@example.com"),
+               c.rcpt(f"{a}@example.com")]
+    assert [x[0] for x in answers] == [250, 550, 250, 250, 250], answers
     assert b"5.1.1" in answers[1][1]
-    # One answer per accepted RCPT, in order, each naming its recipient.
+    # One answer per accepted RCPT, in order, each naming its recipient
+    # (two on one backend: each gets its own of that backend's answers).
     code, text = c.data(MSG)
-    replies = [(code, text)] + [c.getreply() for _ in range(2)]
-    assert [r[0] for r in replies] == [250, 250, 250], replies
-    assert f"<{a}@example.com>".encode() in replies[0][1]
-    assert f"<{b}@example.com>".encode() in replies[1][1]
-    assert f"<{a}@example.com>".encode() in replies[2][1]
+    replies = [(code, text)] + [c.getreply() for _ in range(3)]
+    assert [r[0] for r in replies] == [250, 250, 250, 250], replies
+    for r, u in zip(replies, (a, b, a2, a)):
+        assert f"<{u}@example.com>".encode() in r[1], (u, replies)
     assert c.noop()[0] == 250  # nothing left over in the stream
     assert metric(fleet.metrics(), "petrel_login_sessions", protocol="lmtp") == 1
     c.quit()
@@ -269,8 +271,9 @@ def test_backend_down_gives_451_for_its_recipients_only(fleet):
         code, text = out[f"{u}@example.com"]
         assert code == 451 and b"4.4.1" in text, (u, code, text)
     # One backend transaction per transaction: the down backend is tried
-    # 1 + transient_retries times, 150 ms apart, once for all its recipients.
-    assert elapsed < 5, elapsed
+    # 1 + transient_retries times, 150 ms apart, once for all its recipients
+    # (its port refuses at once: the two waits are most of the time).
+    assert 0.3 <= elapsed < 5, elapsed
     after = fleet.metrics()
     labels = {"protocol": "lmtp", "stage": "backend_session"}
     assert (metric(after, "petrel_login_transient_retries_total", **labels)

@@ -306,6 +306,9 @@ static void test_data_encoding_is_the_inverse_of_decoding(void **state)
                   "x\r\n.y\r.z\r\n.\r\r\n");
     roundtrip("a\n.\r\nRSET\r\n\n\n.\n", 15, 64, "a\r\n..\r\nRSET\r\n\r\n\r\n..\r\n.\r\n",
               "a\r\n.\r\nRSET\r\n\r\n\r\n.\r\n");
+    /* Not from the decoder, but the encoder ends any message with a line. */
+    roundtrip("abc", 3, 64, "abc\r\n.\r\n", "abc\r\n");
+    roundtrip("abc\r", 4, 64, "abc\r\n.\r\n", "abc\r\n");
     const char *tricky = ".\r\n\r\n.\r\n..\r\r\n.\r\n\r.\r\n";
     for (size_t piece = 1; piece < 8; piece++)
         roundtrip(tricky, strlen(tricky), piece, NULL, NULL);
