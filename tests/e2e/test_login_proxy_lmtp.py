@@ -426,8 +426,10 @@ class ScriptedBackend:
     the DATA stream as it came (dot-stuffed, up to and with the final
     ".\r\n") in `stream` and answers 250 for each recipient."""
 
-    def __init__(self, ip, port, mode):
+    def __init__(self, ip, port, mode, xclient=False):
         self.mode = mode
+        self.offer_xclient = xclient  # LHLO offers XCLIENT; its lines kept in `xclient`
+        self.xclient = []
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((ip, port))
@@ -459,7 +461,12 @@ class ScriptedBackend:
         for line in f:
             verb = line[:4].upper()
             if verb == b"LHLO":
-                c.sendall(b"250-scripted\r\n250 PIPELINING\r\n")
+                c.sendall(b"250-scripted\r\n" +
+                          (b"250-XCLIENT ADDR PORT SESSION TTL\r\n" if self.offer_xclient else b"")
+                          + b"250 PIPELINING\r\n")
+            elif verb == b"XCLI":
+                self.xclient.append(line)
+                c.sendall(b"220 scripted ready\r\n")
             elif verb in (b"MAIL", b"RCPT"):
                 rcpts += verb == b"RCPT"
                 c.sendall(b"250 2.1.0 OK\r\n")
@@ -657,6 +664,41 @@ def test_bare_lf_reaches_the_backend_as_crlf_with_its_dots_stuffed(petreld, tmp_
     assert stream == (b"Subject: bare\r\n\r\nline\r\n..\r\nRSET\r\n"
                       b"MAIL FROM:<evil@example.net>\r\nx\r\n...y\r\nz\r\n\r\n..\r\n"
                       b"\r\n.\r\n"), stream
+
+
+def test_forwarded_hop_count_is_passed_on_less_one_and_a_loop_ends(petreld, tmp_path):
+    """A front trusting another proxy (login.lmtp.login_trusted_networks)
+    takes its XCLIENT TTL as the hops left: the backend is sent one less,
+    and a recipient arriving with 1 or less gets 451 4.4.6 and `proxy loop`
+    in the log instead of another hop, so LMTP proxies pointing at each
+    other (or at themselves) cannot bounce a delivery for ever."""
+    f = Fleet(petreld, tmp_path, front={"login_trusted_networks": ["127.0.0.0/8"]})
+    by = users_by_backend(f)
+    down = BACKEND_IPS[1]
+    f.backends[down].stop()
+    rec = ScriptedBackend(down, f.lmtp_port, "record", xclient=True)
+    try:
+        for ttl, want in ((1, 451), (3, 250)):
+            c = f.client()
+            code, text = c.docmd("XCLIENT", f"ADDR=192.0.2.7 PORT=4242 TTL={ttl}")
+            assert code == 220, (code, text)
+            c.ehlo_resp = None
+            assert c.ehlo("mta.test.example")[0] == 250
+            assert c.mail("sender@example.net")[0] == 250
+            code, text = c.rcpt(f"{by[down][0]}@example.com")
+            assert code == want, (ttl, code, text)
+            if want == 451:
+                assert b"4.4.6" in text, text
+                assert rec.accepted == 0  # no hop was made
+            else:
+                assert c.data(MSG)[0] == 250
+            c.quit()
+    finally:
+        rec.close()
+    assert "proxy loop" in f.proxy.stderr()
+    assert len(rec.xclient) == 1, rec.xclient
+    assert re.match(rb"XCLIENT ADDR=192\.0\.2\.7 PORT=4242 SESSION=\S+ TTL=2\r\n$",
+                    rec.xclient[0]), rec.xclient
 
 
 def test_config_errors_and_print(tmp_path):
