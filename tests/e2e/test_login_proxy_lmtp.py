@@ -451,7 +451,7 @@ class ScriptedBackend:
                 continue
             self.accepted += 1
             self.conns.append(c)
-            if self.mode in ("drop_after_data", "record"):
+            if self.mode in ("drop_after_data", "record", "data_250", "rcpt_354", "result_354"):
                 threading.Thread(target=self._lmtp, args=(c,), daemon=True).start()
 
     def _lmtp(self, c):
@@ -467,9 +467,13 @@ class ScriptedBackend:
             elif verb == b"XCLI":
                 self.xclient.append(line)
                 c.sendall(b"220 scripted ready\r\n")
+            elif verb == b"RCPT" and self.mode == "rcpt_354":
+                c.sendall(b"354 2.1.5 go ahead\r\n")
             elif verb in (b"MAIL", b"RCPT"):
                 rcpts += verb == b"RCPT"
                 c.sendall(b"250 2.1.0 OK\r\n")
+            elif verb == b"DATA" and self.mode == "data_250":
+                c.sendall(b"250 2.0.0 OK\r\n")  # no 354: the message is never asked for
             elif verb == b"DATA":
                 c.sendall(b"354 go\r\n")
                 # Lines as a backend that also ends them at a bare LF sees
@@ -483,6 +487,9 @@ class ScriptedBackend:
                 self.got_message.set()
                 if self.mode == "record":
                     c.sendall(b"250 2.0.0 recorded\r\n" * rcpts)
+                    continue
+                if self.mode == "result_354":
+                    c.sendall(b"354 2.0.0 odd\r\n" * rcpts)
                     continue
                 c.close()  # no answer for the message
                 return
@@ -629,6 +636,39 @@ def test_message_reaches_each_backend_byte_for_byte(fleet):
     c.quit()
     assert out[f"{direct_user}@example.com"][0] == 250, out
     stored_once(fleet, ip, direct_user, big)
+
+
+@pytest.mark.parametrize("mode", ["data_250", "rcpt_354", "result_354"])
+def test_backend_reply_out_of_place_is_a_temporary_failure(petreld, tmp_path, mode):
+    """A backend answering with a code that has no place there (250 to DATA
+    instead of 354, 354 to a RCPT or as a recipient's result) is broken:
+    its recipients get 451 4.4.2, never its code. A 250 to DATA passed on
+    would tell the client a message was delivered that the backend never
+    received; a 354 to RCPT would tell it to send the message."""
+    f = Fleet(petreld, tmp_path)
+    by = users_by_backend(f)
+    up, down = BACKEND_IPS
+    f.backends[down].stop()
+    bad = ScriptedBackend(down, f.lmtp_port, mode)
+    try:
+        c = f.client()
+        assert c.mail("sender@example.net")[0] == 250
+        code, text = c.rcpt(f"{by[down][0]}@example.com")
+        if mode == "rcpt_354":
+            assert code == 451 and b"4.4.2" in text, (code, text)
+        else:
+            assert code == 250, (code, text)
+        assert c.rcpt(f"{by[up][0]}@example.com")[0] == 250
+        code, text = c.data(MSG)
+        replies = [(code, text), c.getreply()] if mode != "rcpt_354" else [(code, text)]
+        if mode != "rcpt_354":
+            assert replies[0][0] == 451 and b"4.4.2" in replies[0][1], replies
+        assert replies[-1][0] == 250 and by[up][0].encode() in replies[-1][1], replies
+        assert c.noop()[0] == 250
+        c.quit()
+    finally:
+        bad.close()
+    assert f.stored(up, by[up][0]) or wait_for(lambda: f.stored(up, by[up][0]), what="delivery")
 
 
 def test_bare_lf_reaches_the_backend_as_crlf_with_its_dots_stuffed(petreld, tmp_path):

@@ -252,6 +252,31 @@ static void test_broken_replies(void **state)
     feed(c, "250 ok", &out, NULL);
     assert_int_equal(feed(c, "250 unsolicited", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
     lmtp_proxy_client_free(c);
+    /* Codes with no place where they come: 354 to RCPT, 250 to DATA (the
+     * message never asked for), 354 as a recipient's result. */
+    for (int k = 0; k < 3; k++) {
+        c = client(false);
+        feed(c, "220 ready", &out, NULL);
+        feed(c, "250 b1", &out, NULL);
+        feed(c, "250 ok", &out, NULL);
+        assert_true(lmtp_proxy_client_rcpt(c, "a@example.com", &out));
+        if (k == 0) {
+            assert_int_equal(feed(c, "354 go", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+            lmtp_proxy_client_free(c);
+            continue;
+        }
+        assert_int_equal(feed(c, "250 ok", &out, NULL), LMTP_PROXY_CLIENT_RCPT);
+        assert_true(lmtp_proxy_client_data(c, &out));
+        if (k == 1) {
+            assert_int_equal(feed(c, "250 2.0.0 ok", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+            lmtp_proxy_client_free(c);
+            continue;
+        }
+        assert_int_equal(feed(c, "354 go", &out, NULL), LMTP_PROXY_CLIENT_DATA_GO);
+        lmtp_proxy_client_data_sent(c);
+        assert_int_equal(feed(c, "354 odd", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+        lmtp_proxy_client_free(c);
+    }
     /* After QUIT everything is ignored. */
     c = client(false);
     lmtp_proxy_client_quit(c, &out);
