@@ -54,8 +54,8 @@ static void roundtrip(const uint8_t *data, size_t size)
             buf_append_char(&norm, '\r');
         buf_append_char(&norm, (char)data[i]);
     }
-    bool ends = norm.len == 0 ||
-                (norm.len >= 2 && norm.data[norm.len - 2] == '\r' && norm.data[norm.len - 1] == '\n');
+    bool ends = norm.len == 0 || (norm.len >= 2 && norm.data[norm.len - 2] == '\r' &&
+                                  norm.data[norm.len - 1] == '\n');
     if (ends) {
         assert(back.len == norm.len);
         assert(norm.len == 0 || memcmp(back.data, norm.data, norm.len) == 0);
