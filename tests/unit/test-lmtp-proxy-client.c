@@ -252,6 +252,31 @@ static void test_broken_replies(void **state)
     feed(c, "250 ok", &out, NULL);
     assert_int_equal(feed(c, "250 unsolicited", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
     lmtp_proxy_client_free(c);
+    /* Codes with no place where they come: 354 to RCPT, 250 to DATA (the
+     * message never asked for), 354 as a recipient's result. */
+    for (int k = 0; k < 3; k++) {
+        c = client(false);
+        feed(c, "220 ready", &out, NULL);
+        feed(c, "250 b1", &out, NULL);
+        feed(c, "250 ok", &out, NULL);
+        assert_true(lmtp_proxy_client_rcpt(c, "a@example.com", &out));
+        if (k == 0) {
+            assert_int_equal(feed(c, "354 go", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+            lmtp_proxy_client_free(c);
+            continue;
+        }
+        assert_int_equal(feed(c, "250 ok", &out, NULL), LMTP_PROXY_CLIENT_RCPT);
+        assert_true(lmtp_proxy_client_data(c, &out));
+        if (k == 1) {
+            assert_int_equal(feed(c, "250 2.0.0 ok", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+            lmtp_proxy_client_free(c);
+            continue;
+        }
+        assert_int_equal(feed(c, "354 go", &out, NULL), LMTP_PROXY_CLIENT_DATA_GO);
+        lmtp_proxy_client_data_sent(c);
+        assert_int_equal(feed(c, "354 odd", &out, NULL), LMTP_PROXY_CLIENT_PROTOCOL);
+        lmtp_proxy_client_free(c);
+    }
     /* After QUIT everything is ignored. */
     c = client(false);
     lmtp_proxy_client_quit(c, &out);
@@ -260,8 +285,10 @@ static void test_broken_replies(void **state)
     buf_free(&out);
 }
 
-/* encode then decode gives the message back; every piece size. */
-static void roundtrip(const char *msg, size_t len, size_t piece, const char *expect_wire)
+/* encode then decode gives the message back (`back`, or `msg` when NULL:
+ * bare LFs come back as CRLF); every piece size. */
+static void roundtrip(const char *msg, size_t len, size_t piece, const char *expect_wire,
+                      const char *back_msg)
 {
     struct lmtp_data_encoder e;
     lmtp_data_encoder_init(&e);
@@ -271,14 +298,22 @@ static void roundtrip(const char *msg, size_t len, size_t piece, const char *exp
     lmtp_data_encode_end(&e, &wire);
     if (expect_wire != NULL)
         assert_string_equal(buf_cstr(&wire), expect_wire);
+    /* No bare LF goes out. */
+    for (size_t i = 0; i < wire.len; i++)
+        assert_true(wire.data[i] != '\n' || (i > 0 && wire.data[i - 1] == '\r'));
     struct buf back = {0};
     struct lmtp_data d;
     lmtp_data_init(&d, &back, 1 << 20);
     size_t used = 0;
     assert_true(lmtp_data_feed(&d, wire.data, wire.len, &used));
     assert_int_equal(used, wire.len);
-    assert_int_equal(back.len, len);
-    assert_memory_equal(back.data, msg, len);
+    if (back_msg == NULL) {
+        assert_int_equal(back.len, len);
+        assert_memory_equal(back.data, msg, len);
+    } else {
+        assert_int_equal(back.len, strlen(back_msg));
+        assert_memory_equal(back.data, back_msg, back.len);
+    }
     buf_free(&wire);
     buf_free(&back);
 }
@@ -286,13 +321,22 @@ static void roundtrip(const char *msg, size_t len, size_t piece, const char *exp
 static void test_data_encoding_is_the_inverse_of_decoding(void **state)
 {
     (void)state;
-    roundtrip("", 0, 1, ".\r\n");
-    roundtrip("a\r\n.\r\n..b\r\n", 11, 64, "a\r\n..\r\n...b\r\n.\r\n");
-    /* A bare LF or CR does not start a line: no dot added there. */
-    roundtrip("x\n.y\r.z\r\n.\r\r\n", 13, 64, "x\n.y\r.z\r\n..\r\r\n.\r\n");
-    const char *tricky = ".\r\n\r\n.\r\n..\r\r\n.\n\r.\r\n";
+    roundtrip("", 0, 1, ".\r\n", NULL);
+    roundtrip("a\r\n.\r\n..b\r\n", 11, 64, "a\r\n..\r\n...b\r\n.\r\n", NULL);
+    /* A bare CR does not start a line: no dot added there. A bare LF goes
+     * out as CRLF, so the dot after it is stuffed (a backend that ends
+     * lines at a bare LF would otherwise take "\n.\r\n" for the end). */
+    for (size_t piece = 1; piece < 16; piece++)
+        roundtrip("x\n.y\r.z\r\n.\r\r\n", 13, piece, "x\r\n..y\r.z\r\n..\r\r\n.\r\n",
+                  "x\r\n.y\r.z\r\n.\r\r\n");
+    roundtrip("a\n.\r\nRSET\r\n\n\n.\n", 15, 64, "a\r\n..\r\nRSET\r\n\r\n\r\n..\r\n.\r\n",
+              "a\r\n.\r\nRSET\r\n\r\n\r\n.\r\n");
+    /* Not from the decoder, but the encoder ends any message with a line. */
+    roundtrip("abc", 3, 64, "abc\r\n.\r\n", "abc\r\n");
+    roundtrip("abc\r", 4, 64, "abc\r\n.\r\n", "abc\r\n");
+    const char *tricky = ".\r\n\r\n.\r\n..\r\r\n.\r\n\r.\r\n";
     for (size_t piece = 1; piece < 8; piece++)
-        roundtrip(tricky, strlen(tricky), piece, NULL);
+        roundtrip(tricky, strlen(tricky), piece, NULL, NULL);
 }
 
 int main(void)

@@ -445,6 +445,8 @@ static void cmd_xclient(struct lmtp_session *s, const struct lmtp_command *cmd)
     }
     if (f.session[0] != '\0')
         snprintf(s->id, sizeof(s->id), "%s", f.session);
+    if (f.ttl >= 0)
+        s->forwarded_ttl = f.ttl;
     log_debug(LMTP_COMPONENT, "client forwarded", "session=%s proxy=%s peer=%s", s->id, was,
               s->peer);
     free(s->helo);

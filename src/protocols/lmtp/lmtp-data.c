@@ -100,17 +100,24 @@ void lmtp_data_encode(struct lmtp_data_encoder *e, const char *in, size_t len, s
 {
     size_t i = 0;
     while (i < len) {
-        if (e->state == LMTP_DATA_LINE_START && in[i] == '.')
-            buf_append_char(out, '.');
-        if (e->state == LMTP_DATA_CR && in[i] == '\n') {
-            buf_append_char(out, '\n');
+        if (in[i] == '\n') {
+            /* A bare LF goes out as CRLF: a backend that also ends lines
+             * at a bare LF (Postfix, Dovecot's LMTP) must see the same
+             * lines as the stuffing below, or "\n.\r\n" would end the
+             * message there and the rest run as commands (smuggling). */
+            buf_append_str(out, e->state == LMTP_DATA_CR ? "\n" : "\r\n");
             e->state = LMTP_DATA_LINE_START;
             i++;
             continue;
         }
-        /* The rest of the line up to (and with) its next CR, in one piece. */
-        const char *cr = memchr(in + i, '\r', len - i);
-        size_t run = cr != NULL ? (size_t)(cr - (in + i)) + 1 : len - i;
+        if (e->state == LMTP_DATA_LINE_START && in[i] == '.')
+            buf_append_char(out, '.');
+        /* The rest of the line up to its LF, or up to (and with) a CR
+         * before it, in one piece. */
+        const char *lf = memchr(in + i, '\n', len - i);
+        size_t limit = lf != NULL ? (size_t)(lf - (in + i)) : len - i;
+        const char *cr = memchr(in + i, '\r', limit);
+        size_t run = cr != NULL ? (size_t)(cr - (in + i)) + 1 : limit;
         buf_append(out, in + i, run);
         i += run;
         e->state = cr != NULL ? LMTP_DATA_CR : LMTP_DATA_IN_LINE;

@@ -45,10 +45,10 @@ void lmtp_data_init(struct lmtp_data *d, struct buf *out, uint64_t max_size);
 bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *consumed);
 
 /* The other way, for a proxy passing a received message on: the message
- * bytes as the DATA stream, the exact inverse of lmtp_data_feed (a dot is
- * added to every line that starts with one, lines being what the decoder
- * takes for lines: ended by CRLF only), so decoding the output gives the
- * message back byte for byte. */
+ * bytes as the DATA stream, a dot added to every line that starts with one.
+ * A bare LF is sent as CRLF (RFC 5321 2.3.8), so a backend that ends lines
+ * at a bare LF as well sees the same lines, stuffed alike; decoding the
+ * output gives the message back byte for byte with each bare LF made CRLF. */
 struct lmtp_data_encoder {
     enum lmtp_data_state state; /* LINE_START, IN_LINE or CR */
 };

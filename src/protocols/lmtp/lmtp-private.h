@@ -56,7 +56,8 @@ struct lmtp_session {
     char peer[80];
     char peer_ip[64];
     char id[48];
-    bool trusted; /* in login_trusted_networks: XCLIENT is offered and believed */
+    bool trusted;      /* in login_trusted_networks: XCLIENT is offered and believed */
+    int forwarded_ttl; /* XCLIENT TTL (hops left) from a trusted proxy, -1 when none */
     size_t errors;
     /* LHLO */
     char *helo;

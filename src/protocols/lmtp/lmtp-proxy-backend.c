@@ -158,7 +158,9 @@ static void attempt(struct lmtp_proxy_backend *b)
         params.client.port = s->peer_port;
     }
     snprintf(params.client.session, sizeof(params.client.session), "%s", s->id);
-    params.client.ttl = 5; /* Dovecot's proxy_ttl: a loop of proxies ends */
+    /* Dovecot's proxy_ttl: the hops left, one less than a trusted proxy
+     * in front said (5 when none did), so a loop of proxies ends. */
+    params.client.ttl = s->forwarded_ttl >= 0 ? s->forwarded_ttl - 1 : 5;
     b->dlg = lmtp_proxy_client_new(&params);
     b->bev = bufferevent_socket_new(p->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (b->bev == NULL) {
@@ -289,6 +291,7 @@ static void pump(struct lmtp_proxy_backend *b)
     uint64_t total = sp->fd >= 0 ? sp->filed : sp->mem.len;
     while (b->sending && evbuffer_get_length(output) < LMTP_PROXY_OUT_HIGH) {
         if (b->offset >= total) {
+            buf_reset(&enc); /* it may hold the last piece, already written */
             lmtp_data_encode_end(&b->enc, &enc);
             bufferevent_write(b->bev, enc.data, enc.len);
             b->sending = false;

@@ -185,6 +185,12 @@ static void on_reply(struct lmtp_proxy_client *c, int code, struct buf *out,
         r->event = LMTP_PROXY_CLIENT_READY;
         return;
     case ST_RCPT:
+        /* Only 2xx, 4xx and 5xx answer a RCPT (RFC 5321 4.3.2); a 3xx
+         * passed on would ask the client for the message. */
+        if (code / 100 == 3) {
+            fail(c, r, "3xx reply to RCPT");
+            return;
+        }
         if (code / 100 == 2)
             c->accepted++;
         c->state = ST_READY;
@@ -194,12 +200,20 @@ static void on_reply(struct lmtp_proxy_client *c, int code, struct buf *out,
         if (code == 354) {
             c->state = ST_SENDING;
             r->event = LMTP_PROXY_CLIENT_DATA_GO;
+        } else if (code / 100 != 4 && code / 100 != 5) {
+            /* A 2xx without the message: passed on, it would say the
+             * recipients have a message the backend never received. */
+            fail(c, r, "reply to DATA neither 354 nor a refusal");
         } else {
             c->state = ST_END;
             r->event = LMTP_PROXY_CLIENT_DATA_REFUSED;
         }
         return;
     case ST_RESULTS:
+        if (code / 100 == 3) {
+            fail(c, r, "3xx reply as a recipient's result");
+            return;
+        }
         r->event = LMTP_PROXY_CLIENT_RESULT;
         if (--c->results == 0) {
             r->done = true;

@@ -207,6 +207,19 @@ static void front_rcpt(void *arg, struct lmtp_session *s, struct lmtp_recipient_
     t->name = *name;
     memset(name, 0, sizeof(*name));
     t->pending = true;
+    /* A client forwarded by another proxy with its hops used up: proxies
+     * pointing at each other (Dovecot's "Proxying loops"), as the IMAP
+     * and POP3 fronts check (mail-proxy.c). Temporary: nothing bounces
+     * while the configuration is mended. */
+    if (s->forwarded_ttl >= 0 && s->forwarded_ttl <= 1) {
+        char addr[300];
+        log_quote(addr, sizeof(addr), t->name.address);
+        log_warn(LMTP_PROXY_COMPONENT, "proxy loop: no hops left", "session=%s rcpt=%s", s->id,
+                 addr);
+        answer_rcpt(t, LOGIN_RESULT_UNAVAILABLE,
+                    "451 4.4.6 <%s> Proxy loop detected, try again later", t->name.address);
+        return;
+    }
     /* The callback never runs inside auth_client_user (auth-client.h). */
     t->auth_req = auth_client_user(lmtp_server_context(p->srv)->auth, t->name.lookup, user_done, t);
 }

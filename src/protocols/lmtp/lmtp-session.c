@@ -165,6 +165,7 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
         s->peer_port = ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
     snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
     s->trusted = lmtp_server_peer_trusted(srv, peer);
+    s->forwarded_ttl = -1;
     lmtp_server_session_added(srv, s);
     bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
     set_timeout(s);
