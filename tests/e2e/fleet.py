@@ -58,8 +58,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PETRELCTL, Daemon, base_env, free_port, http_request, run_petrelctl,
-                      wait_for)
+from conftest import (PETRELCTL, Daemon, base_env, free_port, http_request, merge,
+                      run_petrelctl, wait_for)
 
 TOKEN = "fleet-director-token"
 RING_SECRET = "fleet-ring-secret-5b1e0c93a7d2"
@@ -340,7 +340,7 @@ class Fleet:
     the login component)."""
 
     def __init__(self, workdir, users=USERS, proxies=True, hashed=False, log_level="info",
-                 login_extra=None, pki=None):
+                 login_extra=None, backend_extra=None, pki=None, gate=True):
         self.workdir = Path(workdir)
         self.pki = Path(pki) if pki else None
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -348,6 +348,8 @@ class Fleet:
         self.with_proxies = proxies
         self.log_level = log_level
         self.login_extra = login_extra or {}
+        self.backend_extra = backend_extra or {}
+        self.use_gate = gate
         self.nodes = []
         self.gate = None
         # One port per service kind, free on every address that uses it.
@@ -414,7 +416,7 @@ class Fleet:
                      "hostname": f"{name}.fleet.test",
                      "login_trusted_networks": self.trusted_networks()},
         })
-        return cfg
+        return merge(cfg, self.backend_extra)
 
     def director_config(self, name):
         ip = IP[name]
@@ -493,12 +495,7 @@ class Fleet:
             for front in ("imap", "pop3"):
                 login[front]["tls_cert_file"] = str(self.pki / "server.pem")
                 login[front]["tls_key_file"] = str(self.pki / "server.key")
-        for k, v in self.login_extra.items():
-            if isinstance(v, dict) and isinstance(login.get(k), dict):
-                login[k].update(v)
-            else:
-                login[k] = v
-        cfg.update({"components": ["login"], "login": login})
+        cfg.update({"components": ["login"], "login": merge(login, self.login_extra)})
         return cfg
 
     # ----- life cycle -----
@@ -531,7 +528,9 @@ class Fleet:
             n.d.wait_healthy(30)
         self.monitor = self._node("monitor", "127.0.0.1", self.monitor_config())
         self.monitor.d.start(wait=False)
-        self.gate = AuthGate((IP["gate"], self.port["auth"]), (IP["auth"], self.port["auth"]))
+        if self.use_gate:
+            self.gate = AuthGate((IP["gate"], self.port["auth"]),
+                                 (IP["auth"], self.port["auth"]))
         self.proxies = []
         if self.with_proxies:
             self.proxies = [self._node(n, IP[n], self.proxy_config(n))
@@ -682,7 +681,7 @@ def sasl_plain(user, password):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, pki):
+def fleet(tmp_path_factory, pki):  # noqa: F811 (pki is conftest's session fixture)
     """The whole fleet, started once per test module and stopped (cleanly,
     sanitizer-checked) after it. The proxies offer STARTTLS with the test
     PKI's server certificate."""

@@ -124,7 +124,9 @@ def test_every_proxied_login_lands_on_the_backend_the_director_names(fleet):  # 
         # peer is the proxy).
         for b in f.backends:
             mine = sorted(u for u in users if where[u] == b.ip)
-            assert imap_users(f, b) == mine, b.name
+            # (the warden registration runs beside the login, not before its OK)
+            wait_for(lambda: imap_users(f, b) == mine, timeout=5,
+                     what=f"the users of {b.name} in its who")
             for s in f.who(b):
                 if s["service"] == "imap" and s["user"] != PROBE_USER:
                     assert s["ip"] == CLIENT_IP, s
@@ -133,9 +135,12 @@ def test_every_proxied_login_lands_on_the_backend_the_director_names(fleet):  # 
                 assert f.home(b, u).is_dir() == (where[u] == b.ip), (b.name, u)
         # The proxies registered every session with their warden, with the
         # client's address.
-        proxied = [s for s in f.who(f.auth) if s["service"] == "imap"]
-        assert sorted(s["user"] for s in proxied) == sorted(users)
-        assert {s["ip"] for s in proxied} == {CLIENT_IP}
+        def proxied():
+            return [s for s in f.who(f.auth) if s["service"] == "imap"]
+        wait_for(lambda: len(proxied()) == len(users), timeout=5,
+                 what="every proxied session in the proxies' warden")
+        assert sorted(s["user"] for s in proxied()) == sorted(users)
+        assert {s["ip"] for s in proxied()} == {CLIENT_IP}
         # Open sessions, per protocol, and the director's per-backend counts.
         assert login_metric(f, "petrel_login_sessions", protocol="imap") == len(users)
         assert login_metric(f, "petrel_login_result_total", protocol="imap",
