@@ -165,6 +165,27 @@ def test_every_proxied_login_lands_on_the_backend_the_director_names(fleet):  # 
         wait_for(lambda: imap_users(f, b) == [], what=f"no session left on {b.name}")
 
 
+def test_a_client_cannot_forge_its_address(fleet):  # noqa: F811
+    """ID fields from a client are not believed: not by a backend the client
+    reaches directly (127.0.0.51 is outside login_trusted_networks), and not
+    passed on by the proxy in place of the address it saw."""
+    f = fleet
+    user = f.users[30]
+    home = f.backend_by_ip(f.map(user))
+    for node in (home, f.proxies[0]):
+        m = f.imap(node)
+        typ, _ = m._simple_command("ID", '("x-originating-ip" "192.0.2.66" '
+                                         '"x-originating-port" "4242" "x-session-id" "forged1")')
+        assert typ == "OK"
+        m.login(user, f.password(user))
+        wait_for(lambda: len(sessions_of(f, home, user, "imap")) == 1, timeout=5,
+                 what="the session on the backend")
+        assert sessions_of(f, home, user, "imap")[0]["ip"] == CLIENT_IP, node.name
+        m.logout()
+        wait_for(lambda: sessions_of(f, home, user, "imap") == [], what="the session gone")
+    assert "192.0.2.66" not in home.stderr() and "forged1" not in home.stderr()
+
+
 def test_login_phases_are_timed(fleet):  # noqa: F811
     f = fleet
     m = login(f, f.proxies[0], f.users[0])
@@ -201,7 +222,10 @@ def lmtp_transaction(sock_file, sock, sender, rcpts, message):
     if accepted:
         sock.sendall(b"DATA\r\n")
         assert reply()[0] == 354
-        sock.sendall(message.replace(b"\r\n.", b"\r\n..") + b"\r\n.\r\n")
+        body = message if message.endswith(b"\r\n") else message + b"\r\n"
+        if body.startswith(b"."):
+            body = b"." + body
+        sock.sendall(body.replace(b"\r\n.", b"\r\n..") + b".\r\n")
         data = [reply() for _ in range(accepted)]
     return rcpt, data
 
