@@ -104,6 +104,7 @@ def login_worker(addr, creds, seconds, concurrency, offset, out):
     n = offset
     done = errors = 0
     first_error = ""
+    cpu0 = time.process_time()
     t_end = time.monotonic() + seconds
 
     def start():
@@ -136,7 +137,7 @@ def login_worker(addr, creds, seconds, concurrency, offset, out):
                 first_error = first_error or verdict
             if time.monotonic() < t_end:
                 start()
-    out.put((done, errors, first_error))
+    out.put((done, errors, first_error, time.process_time() - cpu0))
 
 
 def login_rate(addr, creds, seconds):
@@ -155,7 +156,8 @@ def login_rate(addr, creds, seconds):
     done = sum(r[0] for r in results)
     errors = sum(r[1] for r in results)
     first = next((r[2] for r in results if r[2]), "")
-    return done / elapsed, done, errors, first
+    client_cpu = sum(r[3] for r in results)
+    return done / elapsed, done, errors, first, client_cpu / elapsed
 
 
 # ---------- helpers ----------
@@ -195,7 +197,8 @@ def main():
     t0 = time.monotonic()
     fleet.start()
     print(f"fleet up in {time.monotonic() - t0:.1f} s ({len(fleet.nodes)} petreld processes, "
-          f"build {build})", flush=True)
+          f"build {build}; {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", flush=True)
     failed = False
     try:
         backend, proxy = fleet.backends[0], fleet.proxies[0]
@@ -250,14 +253,16 @@ def main():
         for kind, addr in (("direct", direct), ("proxy", proxied)):
             host, prt = addr.rsplit(":", 1)
             c0 = cpu_seconds(proxy.pid)
-            rate, done, errors, first = login_rate((host, int(prt)), creds, LOGIN_SECONDS)
+            rate, done, errors, first, cores = login_rate((host, int(prt)), creds,
+                                                          LOGIN_SECONDS)
             logins[kind] = rate
             extra = ""
             if kind == "proxy":
                 extra = f", proxy CPU {1e6 * (cpu_seconds(proxy.pid) - c0) / max(done, 1):.0f} " \
                         f"us per login"
             print(f"logins {kind:6} {addr}: {rate:,.0f}/s ({done} in {LOGIN_SECONDS} s, "
-                  f"{errors} errors{extra}){' first error: ' + first if first else ''}",
+                  f"{errors} errors{extra}; the client used {cores:.2f} cores)"
+                  f"{' first error: ' + first if first else ''}",
                   flush=True)
             failed = failed or errors > 0
 
