@@ -14,6 +14,7 @@
 #include "protocols/pop3/pop3-config.h"
 #include "protocols/pop3/pop3-server.h"
 #include "server/config.h"
+#include "server/login-service.h"
 #include "services/auth/auth-service.h"
 #include "services/backend-api/backend-api.h"
 #include "services/director/director-config.h"
@@ -252,6 +253,34 @@ MAIL_SERVER(imap, imap_server)
 MAIL_SERVER(lmtp, lmtp_server)
 MAIL_SERVER(pop3, pop3_server)
 
+/* ---------- login ---------- */
+
+SECTION_FUNCS(login, login, login)
+SECTION_READ(login, login, login)
+LIFE_FUNCS(login, login_service, login_service_stop_accepting, login_service_free)
+LIFE_QUERY(login, in_flight, size_t, login_service, login_service_in_flight)
+LIFE_QUERY(login, address, const char *, login_service, login_service_address)
+
+/* The login proxy needs no mail storage: it routes to the backends. */
+static void *comp_login_start(const struct component_start *s, struct petrel_error *err)
+{
+    return login_service_start(s->env, &s->config->login, err);
+}
+
+static const struct component_def component_login = {
+    .name = "login",
+    .section = "login",
+    .config_defaults = comp_login_defaults,
+    .config_read = comp_login_read,
+    .config_print = comp_login_print,
+    .config_free = comp_login_free_section,
+    .start = comp_login_start,
+    .stop_accepting = comp_login_stop,
+    .in_flight = comp_login_in_flight,
+    .address = comp_login_address,
+    .free = comp_login_free,
+};
+
 /* ---------- quota-status ---------- */
 
 SECTION_FUNCS(quota_status, quota, quota)
@@ -351,6 +380,7 @@ const struct component_def *const component_table[] = {
     &component_imap,         /* mail front end */
     &component_lmtp,         /* delivery */
     &component_pop3,         /* mail front end */
+    &component_login,        /* the login proxy: routes clients to their backends */
     &component_quota_status, /* Postfix's policy service */
     &component_backend_api,  /* last: reports on the others */
     NULL,

@@ -20,6 +20,7 @@
 #include "services/monitor/monitor-config.h"
 #include "services/telemetry/telemetry.h"
 #include "services/warden/warden-config.h"
+#include "server/login-config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,6 +51,7 @@ struct petrel_config {
     struct monitor_config monitor; /* `monitor:` section; the monitor file once loaded */
     struct director_config director; /* `director:` section */
     struct quota_config quota;       /* `quota:` section */
+    struct login_config login;       /* `login:` section */
 };
 
 /* Loads `path`; applies environment overrides (LOG_LEVEL, PETREL_COMPONENT).

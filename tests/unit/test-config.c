@@ -262,6 +262,56 @@ static void test_config_load_reads_a_file(void **state)
 
 /* ---- one test per failure class -------------------------------------------- */
 
+/* The login proxy's section (server/login-config.h): its keys, its fronts'
+ * keys under login.imap / login.pop3, and what a running login needs. */
+static void test_login_section(void **state)
+{
+    (void)state;
+    struct petrel_error err = {0};
+    static const char ok[] = "components: [login]\n"
+                             "login:\n"
+                             "  directors: [\"127.0.0.1:9102\", \"127.0.0.2:9102\"]\n"
+                             "  transient_retries: -1\n"
+                             "  director_timeout: 500ms\n"
+                             "  imap:\n"
+                             "    listen: [\"127.0.0.1:11143\"]\n"
+                             "  pop3:\n"
+                             "    listen: [\"127.0.0.1:11110\"]\n"
+                             "    backend_port: 1110\n";
+    struct petrel_config *cfg = parse(ok, &err);
+    assert_non_null(cfg);
+    assert_int_equal(cfg->login.transient_retries, -1);
+    assert_int_equal(cfg->login.director_timeout_ms, 500);
+    assert_true(cfg->login.imap.enabled);
+    assert_int_equal(cfg->login.imap.backend_port, 0);
+    assert_true(cfg->login.pop3.enabled);
+    assert_int_equal(cfg->login.pop3.backend_port, 1110);
+    assert_string_equal(cfg->login.directors[1], "127.0.0.2:9102");
+    config_free(cfg);
+    /* defaults when login does not run */
+    cfg = parse("log_level: info\n", &err);
+    assert_non_null(cfg);
+    assert_int_equal(cfg->login.transient_retries, 3);
+    assert_int_equal(cfg->login.backend_timeout_ms, 10000);
+    assert_false(cfg->login.imap.enabled);
+    assert_int_equal(cfg->login.pop3.backend_port, 110);
+    config_free(cfg);
+    expect_error("components: [login]\nlogin:\n  imap: {listen: [\"127.0.0.1:1\"]}\n",
+                 "petrel.yaml:3: login.directors: at least one director's ring address is required");
+    expect_error("components: [login]\nlogin:\n  directors: [\"127.0.0.1:9102\"]\n",
+                 "petrel.yaml:3: login: needs at least one front: imap, pop3 or lmtp");
+    expect_error("login:\n  transient_retry: 3\n",
+                 "petrel.yaml:2: login.transient_retry: unknown key");
+    expect_error("login:\n  imap:\n    backend_port: 70000\n",
+                 "petrel.yaml:3: login.imap.backend_port: 70000 is out of range [0, 65535]");
+    expect_error("login:\n  transient_retries: -2\n",
+                 "petrel.yaml:2: login.transient_retries: -2 is out of range [-1, 100]");
+    expect_error("login:\n  pop3:\n    idle_timeout: 10m\n",
+                 "petrel.yaml:3: login.pop3.idle_timeout: unknown key");
+    expect_error("login:\n  imap:\n    listen: [\"nowhere\"]\n",
+                 "petrel.yaml:3: login.imap.listen: invalid address 'nowhere' (expected host:port)");
+}
+
 static void test_unknown_top_level_key(void **state)
 {
     expect_error("log_level: info\n\nlog_levle: debug\n", "petrel.yaml:3: log_levle: unknown key");
@@ -616,11 +666,11 @@ static void test_component_names_are_listed(void **state)
     /* Every name the spec gives a component is in the table, once, with
      * every function the daemon calls unconditionally. */
     static const char *const spec[] = {"backend-api", "auth", "imap", "warden", "pop3",
-                                       "lmtp", "monitor", "director", "quota-status", NULL};
+                                       "lmtp", "monitor", "director", "quota-status", "login", NULL};
     for (size_t i = 0; spec[i] != NULL; i++)
         assert_non_null(component_find(spec[i]));
     assert_null(component_find("bogus"));
-    assert_int_equal(component_count(), 9);
+    assert_int_equal(component_count(), 10);
     for (size_t i = 0; component_table[i] != NULL; i++) {
         const struct component_def *c = component_table[i];
         assert_ptr_equal(component_find(c->name), c);
@@ -644,6 +694,7 @@ int main(void)
         T(test_full_config_sets_every_field),
         T(test_config_print_shows_settings_but_never_the_token),
         T(test_config_load_reads_a_file),
+        T(test_login_section),
         T(test_unknown_top_level_key),
         T(test_unknown_nested_key),
         T(test_section_that_is_not_a_mapping),
