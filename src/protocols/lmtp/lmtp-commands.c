@@ -86,6 +86,7 @@ static void cmd_mail(struct lmtp_session *s, const struct lmtp_command *cmd)
     lmtp_path_format(&cmd->path, &sender);
     s->sender = buf_steal(&sender);
     s->smtputf8 = params.smtputf8;
+    s->body_8bit = params.body == LMTP_BODY_8BITMIME;
     s->has_mail = true;
     lmtp_reply(s, "250 2.1.0 Sender OK");
 }
@@ -104,8 +105,8 @@ static char **strv_dup(char *const *v)
     return out;
 }
 
-static void rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name, const char *username,
-                     size_t dup_of)
+void lmtp_session_rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name,
+                           const char *username, size_t dup_of)
 {
     s->rcpts = xgrow(s->rcpts, &s->rcpt_cap, s->rcpt_count + 1, sizeof(*s->rcpts));
     struct lmtp_rcpt *r = &s->rcpts[s->rcpt_count++];
@@ -134,7 +135,7 @@ static void rcpt_lookup_done(const struct auth_client_reply *reply, void *arg)
             break;
         }
         lmtp_reply(s, "250 2.1.5 <%s> Recipient OK", s->pending.address);
-        rcpt_add(s, &s->pending, reply->user, SIZE_MAX);
+        lmtp_session_rcpt_add(s, &s->pending, reply->user, SIZE_MAX);
         if (reply->userdb != NULL && ctx_of(s)->quota_rules)
             s->rcpts[s->rcpt_count - 1].quota_rule = strv_dup(reply->userdb->quota_rule);
         count_rcpt(s, "accepted");
@@ -188,11 +189,16 @@ static void cmd_rcpt(struct lmtp_session *s, const struct lmtp_command *cmd)
         if (strcmp(s->rcpts[i].name.address, name.address) == 0) {
             lmtp_reply(s, "250 2.1.5 <%s> Recipient OK", name.address);
             char *user = xstrdup(s->rcpts[i].username);
-            rcpt_add(s, &name, user, s->rcpts[i].dup_of != SIZE_MAX ? s->rcpts[i].dup_of : i);
+            lmtp_session_rcpt_add(s, &name, user, s->rcpts[i].dup_of != SIZE_MAX ? s->rcpts[i].dup_of : i);
             free(user);
             count_rcpt(s, "accepted");
             return;
         }
+    }
+    if (ctx->front != NULL) {
+        lmtp_session_park(s);
+        ctx->front->rcpt(ctx->front_arg, s, &name);
+        return;
     }
     s->pending = name;
     lmtp_session_park(s);
@@ -343,6 +349,11 @@ void lmtp_command_data_done(struct lmtp_session *s)
             lmtp_session_shutdown(s);
         return;
     }
+    if (ctx->front != NULL) {
+        lmtp_session_park(s);
+        ctx->front->data(ctx->front_arg, s);
+        return;
+    }
     struct lmtp_delivery *d = delivery_new(s);
     lmtp_session_park(s);
     if (!lmtp_server_submit(s->server, s, d)) {
@@ -358,6 +369,11 @@ void lmtp_command_data_done(struct lmtp_session *s)
 void lmtp_session_delivered(struct lmtp_session *s, struct lmtp_delivery *d)
 {
     reply_per_recipient(s, d);
+    lmtp_session_transaction_done(s);
+}
+
+void lmtp_session_transaction_done(struct lmtp_session *s)
+{
     lmtp_session_reset_transaction(s);
     lmtp_session_resume(s);
 }
@@ -423,6 +439,7 @@ static void cmd_xclient(struct lmtp_session *s, const struct lmtp_command *cmd)
     snprintf(was, sizeof(was), "%s", s->peer);
     if (f.ip[0] != '\0') {
         snprintf(s->peer_ip, sizeof(s->peer_ip), "%s", f.ip);
+        s->peer_port = f.port;
         mail_forward_format_peer(&f, s->peer, sizeof(s->peer));
     }
     if (f.session[0] != '\0')

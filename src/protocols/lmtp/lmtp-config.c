@@ -86,8 +86,22 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "login_trusted_networks",
                                        NULL};
     const char *p = "lmtp";
-    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
+    if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys) ||
+        !lmtp_config_read_values(ctx, node, p, cfg))
         return false;
+    if (!required)
+        return true;
+    if (cfg->listen == NULL || cfg->listen[0] == NULL)
+        return cfg_fail(ctx, node, p, "needs at least one listen address");
+    if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
+        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
+    return true;
+}
+
+bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node, const char *p,
+                             struct lmtp_config *cfg)
+{
+    char key[96];
     size_t listen_count = 0;
     if (!listen_config_read_addresses(ctx, node, p, LMTP_MAX_LISTEN, &cfg->listen, &listen_count) ||
         !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
@@ -123,22 +137,17 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
         return false;
     if (!cfg_string(ctx, node, p, "temp_dir", &cfg->temp_dir))
         return false;
+    snprintf(key, sizeof(key), "%s.temp_dir", p);
     if (cfg->temp_dir[0] != '/')
-        return cfg_fail(ctx, ynode_get(node, "temp_dir"), "lmtp.temp_dir",
-                        "an absolute directory path");
+        return cfg_fail(ctx, ynode_get(node, "temp_dir"), key, "an absolute directory path");
+    snprintf(key, sizeof(key), "%s.hostname", p);
     if (strlen(cfg->hostname) > 255 || strpbrk(cfg->hostname, " \t\r\n") != NULL)
-        return cfg_fail(ctx, ynode_get(node, "hostname"), "lmtp.hostname",
+        return cfg_fail(ctx, ynode_get(node, "hostname"), key,
                         "a host name without spaces, at most 255 characters");
     bool has_cert = cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0';
     bool has_key = cfg->tls_key_file != NULL && *cfg->tls_key_file != '\0';
     if (has_cert != has_key)
         return cfg_fail(ctx, node, p, "tls_cert_file and tls_key_file go together");
-    if (!required)
-        return true;
-    if (cfg->listen == NULL || cfg->listen[0] == NULL)
-        return cfg_fail(ctx, node, p, "needs at least one listen address");
-    if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
-        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
     return true;
 }
 

@@ -44,6 +44,11 @@ void lmtp_config_defaults(struct lmtp_config *cfg);
  * component runs, so a listener and auth_addr must be set. */
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg);
+/* The values of the keys present in `node` (a map whose keys the caller
+ * has checked), errors named `path`.<key>; no requirement checks. The
+ * login proxy's `login.lmtp` front reads its share of the keys with it. */
+bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node, const char *path,
+                             struct lmtp_config *cfg);
 void lmtp_config_free(struct lmtp_config *cfg);
 void lmtp_config_print(const struct lmtp_config *cfg, FILE *out);
 

@@ -90,3 +90,37 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
     *consumed = i;
     return d->state == LMTP_DATA_DONE;
 }
+
+void lmtp_data_encoder_init(struct lmtp_data_encoder *e)
+{
+    e->state = LMTP_DATA_LINE_START;
+}
+
+void lmtp_data_encode(struct lmtp_data_encoder *e, const char *in, size_t len, struct buf *out)
+{
+    size_t i = 0;
+    while (i < len) {
+        if (e->state == LMTP_DATA_LINE_START && in[i] == '.')
+            buf_append_char(out, '.');
+        if (e->state == LMTP_DATA_CR && in[i] == '\n') {
+            buf_append_char(out, '\n');
+            e->state = LMTP_DATA_LINE_START;
+            i++;
+            continue;
+        }
+        /* The rest of the line up to (and with) its next CR, in one piece. */
+        const char *cr = memchr(in + i, '\r', len - i);
+        size_t run = cr != NULL ? (size_t)(cr - (in + i)) + 1 : len - i;
+        buf_append(out, in + i, run);
+        i += run;
+        e->state = cr != NULL ? LMTP_DATA_CR : LMTP_DATA_IN_LINE;
+    }
+}
+
+void lmtp_data_encode_end(struct lmtp_data_encoder *e, struct buf *out)
+{
+    if (e->state != LMTP_DATA_LINE_START)
+        buf_append_str(out, e->state == LMTP_DATA_CR ? "\n" : "\r\n");
+    buf_append_str(out, ".\r\n");
+    e->state = LMTP_DATA_LINE_START;
+}

@@ -44,4 +44,20 @@ void lmtp_data_init(struct lmtp_data *d, struct buf *out, uint64_t max_size);
  * Returns true once the end marker has been read. */
 bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *consumed);
 
+/* The other way, for a proxy passing a received message on: the message
+ * bytes as the DATA stream, the exact inverse of lmtp_data_feed (a dot is
+ * added to every line that starts with one, lines being what the decoder
+ * takes for lines: ended by CRLF only), so decoding the output gives the
+ * message back byte for byte. */
+struct lmtp_data_encoder {
+    enum lmtp_data_state state; /* LINE_START, IN_LINE or CR */
+};
+
+void lmtp_data_encoder_init(struct lmtp_data_encoder *e);
+/* Appends `len` message bytes, dot-stuffed, to `out`. */
+void lmtp_data_encode(struct lmtp_data_encoder *e, const char *in, size_t len, struct buf *out);
+/* Appends the end marker: a CRLF first when the message did not end with
+ * one (a message the decoder made always does, or is empty), then ".\r\n". */
+void lmtp_data_encode_end(struct lmtp_data_encoder *e, struct buf *out);
+
 #endif

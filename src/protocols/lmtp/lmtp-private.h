@@ -74,6 +74,11 @@ struct lmtp_session {
     struct lmtp_data data;
     struct lmtp_spool message; /* in memory, or in lmtp.temp_dir once large */
     struct lmtp_job *job;      /* the delivery in progress */
+    /* What a front (lmtp_server_start_front) keeps for the transaction. */
+    void *front_state;
+    bool body_8bit;     /* MAIL had BODY=8BITMIME (passed on by a front) */
+    unsigned peer_port; /* 0 for a Unix socket (or as forwarded by XCLIENT) */
+    bool output_full;   /* reading stopped until the client reads its replies */
 };
 
 struct lmtp_server_metrics {
@@ -86,9 +91,32 @@ struct lmtp_server_metrics {
     struct metric_family *recipients;
 };
 
+/* A front: the same LMTP server (listeners, limits, parser, LHLO, MAIL,
+ * DATA into the spool, STARTTLS, XCLIENT) with recipients and messages
+ * handed to someone else instead of the userdb and the storage (the login
+ * proxy, lmtp-proxy.h). Each hook answers the client itself. */
+struct lmtp_front_ops {
+    /* A RCPT passed every check (not a repeat of an earlier address): the
+     * session is parked; `name` is the front's now. The front answers, adds
+     * an accepted recipient with lmtp_session_rcpt_add() and calls
+     * lmtp_session_resume() from the loop. */
+    void (*rcpt)(void *arg, struct lmtp_session *s, struct lmtp_recipient_name *name);
+    /* The message is complete in s->message (settled, not too big): the
+     * session is parked; the front answers once per RCPT (RFC 2033 4.2)
+     * and calls lmtp_session_transaction_done() from the loop. */
+    void (*data)(void *arg, struct lmtp_session *s);
+    /* The transaction is forgotten (RSET, LHLO, its end, the session
+     * going away): whatever the front keeps for it goes, callbacks in
+     * flight included. */
+    void (*reset)(void *arg, struct lmtp_session *s);
+};
+
 /* What the server gives its sessions. */
 struct lmtp_server_ctx {
     const struct lmtp_config *cfg;
+    const char *component; /* LMTP_COMPONENT, or the front's */
+    const struct lmtp_front_ops *front; /* NULL: the userdb and the storage */
+    void *front_arg;
     struct event_base *base;
     struct auth_client *auth;
     SSL_CTX *tls;
@@ -140,6 +168,12 @@ void lmtp_session_park(struct lmtp_session *s);
 bool lmtp_session_starttls(struct lmtp_session *s);
 /* Forgets the transaction (MAIL, RCPTs, data). */
 void lmtp_session_reset_transaction(struct lmtp_session *s);
+/* Adds an accepted recipient (`name` is taken; `username` copied). */
+void lmtp_session_rcpt_add(struct lmtp_session *s, struct lmtp_recipient_name *name,
+                           const char *username, size_t dup_of);
+/* A front answered every recipient after DATA: the transaction ends and
+ * the session reads on (from the loop). */
+void lmtp_session_transaction_done(struct lmtp_session *s);
 
 /* ---------- commands (lmtp-commands.c) ---------- */
 

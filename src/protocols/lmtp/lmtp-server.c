@@ -59,6 +59,10 @@ struct lmtp_server {
     pthread_mutex_t *thread_locks;      /* one per delivery thread: its storage and folders */
     size_t storage_count;
     struct event *folder_sweep; /* closes folders unused for folder_cache_idle */
+    struct metrics_registry *own_metrics; /* a front's petrel_lmtp_* (not exported) */
+    char key_prefix[32];                  /* "lmtp" or "login.lmtp" in logs of limits */
+    char allowed_key[64];
+    char limit_key[64];
 };
 
 bool lmtp_server_peer_trusted(const struct lmtp_server *srv, const struct sockaddr *peer)
@@ -222,8 +226,8 @@ static bool listen_on(struct lmtp_server *srv, const char *addr, struct petrel_e
     char refuse[320];
     snprintf(refuse, sizeof(refuse), "554 5.7.1 %s Access denied\r\n", srv->ctx.hostname);
     struct net_listener_config lcfg = {
-        .component = LMTP_COMPONENT,
-        .allowed_key = "lmtp.allowed_nets",
+        .component = srv->ctx.component,
+        .allowed_key = srv->allowed_key,
         .allowed = srv->allowed.count > 0 ? &srv->allowed : NULL,
         .refuse_reply = refuse,
         .accept = accept_cb,
@@ -273,19 +277,22 @@ static void metrics_init(struct lmtp_server *srv, struct metrics_registry *reg)
         metric_series_get(m->recipients, &rcpt_results[i]);
 }
 
-struct lmtp_server *lmtp_server_start(const struct service_env *env, const struct lmtp_config *cfg,
-                                      struct mail_storage *storage, struct petrel_error *err)
+static struct lmtp_server *server_new(const struct service_env *env,
+                                      const struct lmtp_config *cfg, const char *component,
+                                      const char *key_prefix, struct petrel_error *err)
 {
     struct lmtp_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
+    srv->ctx.component = component;
     srv->ctx.base = env->base;
-    srv->ctx.quota_rules = quota_storage_enforces(storage);
+    snprintf(srv->key_prefix, sizeof(srv->key_prefix), "%s", key_prefix);
+    snprintf(srv->allowed_key, sizeof(srv->allowed_key), "%s.allowed_nets", key_prefix);
+    snprintf(srv->limit_key, sizeof(srv->limit_key), "%s.max_connections", key_prefix);
     if (cfg->hostname != NULL && *cfg->hostname != '\0')
         snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "%s", cfg->hostname);
     else if (gethostname(srv->ctx.hostname, sizeof(srv->ctx.hostname) - 1) != 0 ||
              srv->ctx.hostname[0] == '\0')
         snprintf(srv->ctx.hostname, sizeof(srv->ctx.hostname), "localhost");
-    metrics_init(srv, env->metrics);
     srv->listeners = net_listener_set_new(env->base);
     char busy[320];
     snprintf(busy, sizeof(busy), "421 4.3.2 %s Too many connections, try again later\r\n",
@@ -293,14 +300,14 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
     struct conn_slots_config sc = {
         .max = (size_t)cfg->max_connections,
         .full = CONN_SLOTS_REFUSE,
-        .component = LMTP_COMPONENT,
-        .limit_key = "lmtp.max_connections",
+        .component = component,
+        .limit_key = srv->limit_key,
         .busy_reply = busy,
     };
     srv->slots = conn_slots_new(&sc);
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err) ||
         !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &srv->trusted, err))
-        goto fail;
+        return srv;
     if (cfg->tls_cert_file != NULL && *cfg->tls_cert_file != '\0') {
         struct tls_server_options topts = {
             .cert_file = cfg->tls_cert_file,
@@ -308,11 +315,36 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
         };
         srv->ctx.tls = tls_server_ctx_new(&topts, err);
         if (srv->ctx.tls == NULL)
-            goto fail;
+            return srv;
     }
     srv->ctx.auth = auth_client_new(env->base, cfg->auth_addr, cfg->auth_timeout_ms, err);
+    return srv;
+}
+
+static bool server_listen(struct lmtp_server *srv, const struct service_env *env,
+                          struct petrel_error *err)
+{
+    const struct lmtp_config *cfg = srv->ctx.cfg;
+    for (size_t i = 0; cfg->listen != NULL && cfg->listen[i] != NULL; i++) {
+        if (!listen_on(srv, cfg->listen[i], err))
+            return false;
+    }
+    if (net_listener_set_count(srv->listeners) == 0) {
+        petrel_error_set(err, PETREL_ERR_INVALID, "%s: no listener configured", srv->key_prefix);
+        return false;
+    }
+    net_listener_set_add_readiness(srv->listeners, env->readiness, srv->ctx.component);
+    return true;
+}
+
+struct lmtp_server *lmtp_server_start(const struct service_env *env, const struct lmtp_config *cfg,
+                                      struct mail_storage *storage, struct petrel_error *err)
+{
+    struct lmtp_server *srv = server_new(env, cfg, LMTP_COMPONENT, "lmtp", err);
+    metrics_init(srv, env->metrics);
     if (srv->ctx.auth == NULL)
         goto fail;
+    srv->ctx.quota_rules = quota_storage_enforces(storage);
     srv->storage_count = (size_t)cfg->delivery_threads;
     srv->storages = xcalloc(srv->storage_count, sizeof(*srv->storages));
     srv->folders = xcalloc(srv->storage_count, sizeof(*srv->folders));
@@ -334,15 +366,8 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
                          (long long)cfg->delivery_threads);
         goto fail;
     }
-    for (size_t i = 0; cfg->listen != NULL && cfg->listen[i] != NULL; i++) {
-        if (!listen_on(srv, cfg->listen[i], err))
-            goto fail;
-    }
-    if (net_listener_set_count(srv->listeners) == 0) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "lmtp: no listener configured");
+    if (!server_listen(srv, env, err))
         goto fail;
-    }
-    net_listener_set_add_readiness(srv->listeners, env->readiness, "lmtp");
     log_info(LMTP_COMPONENT, "listening",
              "address=%s listeners=%zu starttls=%s auth=%s delivery_threads=%lld",
              net_listener_set_address(srv->listeners, 0), net_listener_set_count(srv->listeners),
@@ -351,6 +376,25 @@ struct lmtp_server *lmtp_server_start(const struct service_env *env, const struc
 fail:
     lmtp_server_free(srv);
     return NULL;
+}
+
+struct lmtp_server *lmtp_server_start_front(const struct service_env *env,
+                                            const struct lmtp_config *cfg,
+                                            const struct lmtp_front_ops *ops, void *arg,
+                                            const char *component, struct petrel_error *err)
+{
+    struct lmtp_server *srv = server_new(env, cfg, component, "login.lmtp", err);
+    srv->ctx.front = ops;
+    srv->ctx.front_arg = arg;
+    /* The sessions count into registry series of their own: a process
+     * running the lmtp component too shows only real deliveries there. */
+    srv->own_metrics = metrics_registry_new();
+    metrics_init(srv, srv->own_metrics);
+    if (srv->ctx.auth == NULL || !server_listen(srv, env, err)) {
+        lmtp_server_free(srv);
+        return NULL;
+    }
+    return srv;
 }
 
 const char *lmtp_server_address(const struct lmtp_server *srv)
@@ -384,7 +428,8 @@ void lmtp_server_free(struct lmtp_server *srv)
         lmtp_session_free(srv->sessions);
     /* Deliveries still running finish (their files are complete and durable
      * or removed); their sessions are gone, so nobody is answered. */
-    worker_pool_free(srv->pool);
+    if (srv->pool != NULL)
+        worker_pool_free(srv->pool);
     if (srv->folder_sweep != NULL)
         event_free(srv->folder_sweep);
     for (size_t i = 0; i < srv->storage_count; i++) {
@@ -404,5 +449,7 @@ void lmtp_server_free(struct lmtp_server *srv)
     cidr_list_free(&srv->allowed);
     cidr_list_free(&srv->trusted);
     conn_slots_free(srv->slots);
+    if (srv->own_metrics != NULL)
+        metrics_registry_free(srv->own_metrics);
     free(srv);
 }

@@ -18,6 +18,16 @@ struct lmtp_server;
  * auth service. */
 struct lmtp_server *lmtp_server_start(const struct service_env *env, const struct lmtp_config *cfg,
                                       struct mail_storage *storage, struct petrel_error *err);
+struct lmtp_front_ops;
+/* The same server as a front (lmtp-private.h): no storage, no delivery
+ * threads; `ops` routes recipients and messages. Logs, listener refusals
+ * and readiness go under `component`; the petrel_lmtp_* metrics are kept
+ * apart (the front has its own), so a process running both counts only
+ * its deliveries there. */
+struct lmtp_server *lmtp_server_start_front(const struct service_env *env,
+                                            const struct lmtp_config *cfg,
+                                            const struct lmtp_front_ops *ops, void *arg,
+                                            const char *component, struct petrel_error *err);
 /* The first listener's address. */
 const char *lmtp_server_address(const struct lmtp_server *srv);
 /* Closes the listeners; idle sessions get "421" now, busy ones after their

@@ -17,8 +17,16 @@
 #include <string.h>
 
 #define LMTP_DATA_CHUNK 65536      /* DATA bytes decoded per step */
+/* Replies waiting for a client that does not read: past this, commands are
+ * not read either (a pipelining client that never reads cannot make the
+ * server queue replies without bound); reading resumes once it is drained
+ * to half. */
+#define LMTP_OUTPUT_MAX (64 * 1024)
+
+#include <netinet/in.h>
 
 static void session_read_cb(struct bufferevent *bev, void *arg);
+static void session_write_cb(struct bufferevent *bev, void *arg);
 static void session_event_cb(struct bufferevent *bev, short what, void *arg);
 
 /* ---------- output ---------- */
@@ -86,6 +94,10 @@ void lmtp_session_shutdown(struct lmtp_session *s)
 
 void lmtp_session_reset_transaction(struct lmtp_session *s)
 {
+    const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
+    if (ctx->front != NULL)
+        ctx->front->reset(ctx->front_arg, s);
+    s->body_8bit = false;
     s->has_mail = false;
     free(s->sender);
     s->sender = NULL;
@@ -141,10 +153,14 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
     lmtp_spool_init(&s->message);
     net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
     net_addr_format(peer, s->peer, sizeof(s->peer));
+    if (peer->sa_family == AF_INET)
+        s->peer_port = ntohs(((const struct sockaddr_in *)peer)->sin_port);
+    else if (peer->sa_family == AF_INET6)
+        s->peer_port = ntohs(((const struct sockaddr_in6 *)peer)->sin6_port);
     snprintf(s->id, sizeof(s->id), "%llx", lmtp_server_next_session_id(srv));
     s->trusted = lmtp_server_peer_trusted(srv, peer);
     lmtp_server_session_added(srv, s);
-    bufferevent_setcb(bev, session_read_cb, NULL, session_event_cb, s);
+    bufferevent_setcb(bev, session_read_cb, session_write_cb, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
     log_debug(LMTP_COMPONENT, "connected", "session=%s peer=%s", s->id, s->peer);
@@ -173,7 +189,7 @@ bool lmtp_session_starttls(struct lmtp_session *s)
         return false;
     s->bev = tls_bev;
     s->tls = true;
-    bufferevent_setcb(tls_bev, session_read_cb, NULL, session_event_cb, s);
+    bufferevent_setcb(tls_bev, session_read_cb, session_write_cb, session_event_cb, s);
     set_timeout(s);
     bufferevent_enable(tls_bev, EV_READ | EV_WRITE);
     /* The command timeout is an idle timeout, restarted by every byte: a
@@ -205,6 +221,8 @@ static bool unpark(struct lmtp_session *s)
         lmtp_session_shutdown(s);
         return false;
     }
+    if (s->output_full)
+        return true; /* session_write_cb reads on */
     set_timeout(s);
     bufferevent_enable(s->bev, EV_READ);
     return true;
@@ -250,7 +268,19 @@ static void process_input(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
     size_t max = (size_t)ctx->cfg->max_line_length;
-    while (!s->busy && !s->closing) {
+    while (!s->busy && !s->closing && !s->output_full) {
+        if (!s->in_data && evbuffer_get_length(bufferevent_get_output(s->bev)) > LMTP_OUTPUT_MAX) {
+            /* The client does not read its replies: neither do we read its
+             * commands (session_write_cb reads on). */
+            s->output_full = true;
+            bufferevent_disable(s->bev, EV_READ);
+            bufferevent_setwatermark(s->bev, EV_WRITE, LMTP_OUTPUT_MAX / 2, 0);
+            /* ... for command_timeout at most without any progress. */
+            int64_t ms = ctx->cfg->command_timeout_ms;
+            struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+            bufferevent_set_timeouts(s->bev, NULL, &tv);
+            return;
+        }
         /* Looked up each round: STARTTLS replaces the bufferevent. */
         struct evbuffer *in = bufferevent_get_input(s->bev);
         if (s->in_data) {
@@ -301,6 +331,21 @@ static void session_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     process_input(arg);
+}
+
+static void session_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct lmtp_session *s = arg;
+    if (!s->output_full || s->closing)
+        return;
+    s->output_full = false;
+    bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
+    bufferevent_set_timeouts(bev, NULL, NULL);
+    if (!s->busy) {
+        set_timeout(s);
+        bufferevent_enable(bev, EV_READ);
+        process_input(s);
+    }
 }
 
 static void session_event_cb(struct bufferevent *bev, short what, void *arg)

@@ -1,0 +1,94 @@
+/* The `login.lmtp` section: the LMTP front's share of the `lmtp:` keys
+ * (read by lmtp_config_read_values) and backend_port. */
+#include "protocols/lmtp/lmtp-proxy.h"
+
+#include "core/xalloc.h"
+#include "core/yaml-print.h"
+#include "net/listen-config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define P "login.lmtp"
+
+void lmtp_proxy_config_defaults(struct lmtp_proxy_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    lmtp_config_defaults(&cfg->front);
+    /* No listener unless configured (the lmtp component owns port 24). */
+    cfg_strv_free(cfg->front.listen);
+    cfg->front.listen = xcalloc(1, sizeof(char *));
+    /* The backend writes the Received header (with the XCLIENT address). */
+    cfg->front.add_received_header = false;
+    cfg->backend_port = 24;
+}
+
+bool lmtp_proxy_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
+                            struct lmtp_proxy_config *cfg)
+{
+    static const char *const keys[] = {"listen",
+                                       "allowed_nets",
+                                       "socket_mode",
+                                       "login_trusted_networks",
+                                       "tls_cert_file",
+                                       "tls_key_file",
+                                       "auth_addr",
+                                       "hostname",
+                                       "recipient_delimiter",
+                                       "username_format",
+                                       "max_message_size",
+                                       "max_recipients",
+                                       "max_line_length",
+                                       "max_connections",
+                                       "max_errors",
+                                       "command_timeout",
+                                       "auth_timeout",
+                                       "temp_dir",
+                                       "backend_port",
+                                       NULL};
+    if (node == NULL)
+        return true;
+    if (!cfg_expect_map(ctx, node, P) || !cfg_check_keys(ctx, node, P, keys) ||
+        !lmtp_config_read_values(ctx, node, P, &cfg->front) ||
+        !cfg_int(ctx, node, P, "backend_port", 1, 65535, &cfg->backend_port))
+        return false;
+    cfg->enabled = true;
+    if (cfg->front.listen == NULL || cfg->front.listen[0] == NULL)
+        return cfg_fail(ctx, node, P, "needs at least one listen address");
+    if (cfg->front.auth_addr == NULL || *cfg->front.auth_addr == '\0')
+        return cfg_fail(ctx, node, P, "auth_addr is required (the auth service)");
+    return true;
+}
+
+void lmtp_proxy_config_print(const struct lmtp_proxy_config *cfg, FILE *out)
+{
+    if (!cfg->enabled)
+        return;
+    const struct lmtp_config *f = &cfg->front;
+    const char *in = "    ";
+    fputs("  lmtp:\n", out);
+    listen_config_print(out, in, f->listen, f->allowed_nets, f->socket_mode);
+    yaml_put_list(out, in, "login_trusted_networks", f->login_trusted_networks);
+    yaml_put_kv(out, in, "tls_cert_file", f->tls_cert_file != NULL ? f->tls_cert_file : "");
+    yaml_put_kv(out, in, "tls_key_file", f->tls_key_file != NULL ? f->tls_key_file : "");
+    yaml_put_kv(out, in, "auth_addr", f->auth_addr);
+    yaml_put_kv(out, in, "hostname", f->hostname);
+    yaml_put_kv(out, in, "recipient_delimiter", f->recipient_delimiter);
+    yaml_put_kv(out, in, "username_format", f->username_format);
+    fprintf(out,
+            "    max_message_size: %lld\n    max_recipients: %lld\n    max_line_length: %lld\n"
+            "    max_connections: %lld\n    max_errors: %lld\n    command_timeout: %lldms\n"
+            "    auth_timeout: %lldms\n",
+            (long long)f->max_message_size, (long long)f->max_recipients,
+            (long long)f->max_line_length, (long long)f->max_connections,
+            (long long)f->max_errors, (long long)f->command_timeout_ms,
+            (long long)f->auth_timeout_ms);
+    yaml_put_kv(out, in, "temp_dir", f->temp_dir);
+    fprintf(out, "    backend_port: %lld\n", (long long)cfg->backend_port);
+}
+
+void lmtp_proxy_config_free(struct lmtp_proxy_config *cfg)
+{
+    lmtp_config_free(&cfg->front);
+    memset(cfg, 0, sizeof(*cfg));
+}
