@@ -264,7 +264,7 @@ LIFE_QUERY(login, address, const char *, login_service, login_service_address)
 /* The login proxy needs no mail storage: it routes to the backends. */
 static void *comp_login_start(const struct component_start *s, struct petrel_error *err)
 {
-    return login_service_start(s->env, &s->config->login, err);
+    return login_service_start(s->env, &s->config->login, s->config->internal_tls.ca_file, err);
 }
 
 static const struct component_def component_login = {

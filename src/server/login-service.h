@@ -13,10 +13,13 @@
 
 struct login_service;
 
-/* Connects to the directors and binds every front's listeners. NULL with
- * err on failure (nothing left running). */
+/* Connects to the directors and binds every front's listeners.
+ * `internal_ca` (internal_tls.ca_file, may be NULL) verifies the backends
+ * when login.backend_tls is on without its own CA file. NULL with err on
+ * failure (nothing left running). */
 struct login_service *login_service_start(const struct service_env *env,
-                                          const struct login_config *cfg, struct petrel_error *err);
+                                          const struct login_config *cfg, const char *internal_ca,
+                                          struct petrel_error *err);
 /* The first front's first listener. */
 const char *login_service_address(const struct login_service *ls);
 /* Closes the listeners; pre-login sessions are told goodbye, relayed ones

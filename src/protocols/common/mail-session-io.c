@@ -167,6 +167,11 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
     struct mail_session_io *io = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        if (io->ops->tls_ready != NULL)
+            io->ops->tls_ready(io->owner);
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT) {
         if (what & BEV_EVENT_WRITING) {
             /* The output made no progress for the whole timeout (libevent
@@ -483,6 +488,36 @@ enum mail_session_login mail_session_io_login(struct mail_session_io *io,
     return MAIL_SESSION_LOGIN_OK;
 }
 
+enum mail_session_login mail_session_io_admit(struct mail_session_io *io, const char *username)
+{
+    if (!mail_listeners_user_add(io->listeners, username)) {
+        log_info(mail_listeners_params(io->listeners)->component,
+                 "login refused: too many sessions for the user", "session=%s", io->id);
+        return MAIL_SESSION_LOGIN_TOO_MANY;
+    }
+    io->username = xstrdup(username);
+    return MAIL_SESSION_LOGIN_OK;
+}
+
+struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct bufferevent *backend,
+                                        const struct net_relay_config *cfg,
+                                        net_relay_done_fn *done, void *arg)
+{
+    uncork(io, false);
+    net_deadline_clear(io->deadline);
+    bufferevent_set_timeouts(io->bev, NULL, NULL);
+    bufferevent_setwatermark(io->bev, EV_READ | EV_WRITE, 0, 0);
+    struct bufferevent *under = bufferevent_get_underlying(io->bev);
+    if (under != NULL)
+        bufferevent_setwatermark(under, EV_WRITE, 0, 0);
+    io->input_wm_on = false;
+    io->output_waiting = false;
+    struct bufferevent *client = io->bev;
+    io->bev = NULL;
+    io->relayed = true;
+    return net_relay_start(client, backend, cfg, done, arg);
+}
+
 void mail_session_io_logout(struct mail_session_io *io)
 {
     warden_client_session_disconnect(io->warden);
@@ -526,6 +561,7 @@ void mail_session_io_free(struct mail_session_io *io)
     io->linger = NULL;
     net_deadline_free(io->deadline);
     io->deadline = NULL;
-    bufferevent_free(io->bev);
+    if (io->bev != NULL) /* NULL once a relay took it */
+        bufferevent_free(io->bev);
     io->bev = NULL;
 }

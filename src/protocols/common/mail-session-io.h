@@ -30,6 +30,7 @@
 #include "protocols/common/mail-forward.h"
 #include "protocols/common/mail-listeners.h"
 #include "clients/warden/warden-client.h"
+#include "net/relay.h"
 #include "storage/mail-storage.h"
 
 #include <event2/bufferevent.h>
@@ -57,6 +58,9 @@ struct mail_session_io_ops {
      * freeing every session): free the session, ending with
      * mail_session_io_free(). */
     void (*free)(void *owner);
+    /* Optional: the TLS handshake (implicit TLS or after STARTTLS) has
+     * finished. */
+    void (*tls_ready)(void *owner);
 };
 
 struct mail_session_io {
@@ -98,6 +102,7 @@ struct mail_session_io {
     bool corked;
     bool *alive;        /* while ops->input runs: cleared if the session is freed */
     bool user_released; /* mail_session_io_logout(): not counted any more */
+    bool relayed;       /* mail_session_io_relay(): the relay owns the bufferevent */
 };
 
 /* Sends the ACK of what was read now instead of after the kernel's
@@ -215,6 +220,25 @@ void mail_session_io_login_cancel(struct mail_session_io *io);
  * mail_session_io_free(). */
 void mail_session_io_register(struct mail_session_io *io, struct warden_client *warden,
                               const char *service);
+
+/* Counts the session for `username` (canonical form) without a mail
+ * storage (a login proxy): MAIL_SESSION_LOGIN_OK with io->username set,
+ * or TOO_MANY (logged) when max_connections_per_user is reached. Undone
+ * by mail_session_io_login_cancel() or mail_session_io_free(). */
+enum mail_session_login mail_session_io_admit(struct mail_session_io *io, const char *username);
+
+/* A login proxy's hand-off once it has logged in to the backend for the
+ * client: what is held back is sent first, the session's timeouts,
+ * deadline and watermarks are dropped, and a byte relay (net/relay.h)
+ * takes the client's bufferevent (plain, implicit TLS or after STARTTLS)
+ * with `backend`. The connection stays linked with its max_connections
+ * slot, per-address and per-user counts, id and warden registration until
+ * mail_session_io_free(), which the owner calls once `done` has run (the
+ * relay has freed both bufferevents by then). No ops callback runs while
+ * relaying but ops->shutdown and ops->free. */
+struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct bufferevent *backend,
+                                        const struct net_relay_config *cfg,
+                                        net_relay_done_fn *done, void *arg);
 
 /* Unregisters and uncounts the user, unlinks the connection and frees the
  * bufferevent and timer; `io` itself is the owner's memory. */

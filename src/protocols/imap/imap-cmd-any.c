@@ -9,6 +9,10 @@
 void imap_capabilities(const struct imap_session *s, struct buf *out)
 {
     const struct imap_server_ctx *ctx = s->ctx;
+    if (ctx->proxy != NULL) {
+        imap_proxy_capabilities(s, out);
+        return;
+    }
     /* Only what is implemented: clients take every word literally. */
     buf_append_str(out,
                    "IMAP4rev1 SASL-IR LITERAL+ ID ENABLE IDLE NAMESPACE CHILDREN UNSELECT "

@@ -120,6 +120,10 @@ static void cmd_login(struct imap_session *s, const struct imap_command *cmd)
         imap_reply_bad(s, "NUL bytes are not allowed in a user name or password.");
         return;
     }
+    if (s->ctx->proxy != NULL) {
+        imap_proxy_cmd_login(s, user, password);
+        return;
+    }
     s->busy = true;
     s->auth_req = auth_client_verify(s->ctx->auth, user, password, "imap",
                                      s->io.peer_ip, auth_done, s);
@@ -148,6 +152,10 @@ static void cmd_authenticate(struct imap_session *s, const struct imap_command *
         if (strcmp(initial, "=") == 0) /* RFC 4959: an empty initial response */
             initial = "";
     }
+    if (s->ctx->proxy != NULL) {
+        imap_proxy_cmd_authenticate(s, mech, initial);
+        return;
+    }
     s->busy = true;
     s->auth_sasl = true;
     s->auth_req = auth_client_sasl_begin(s->ctx->auth, mech, "imap",
@@ -156,6 +164,10 @@ static void cmd_authenticate(struct imap_session *s, const struct imap_command *
 
 void imap_authenticate_continue(struct imap_session *s, const char *line, size_t len)
 {
+    if (s->ctx->proxy != NULL) {
+        imap_proxy_cmd_authenticate_continue(s, line, len);
+        return;
+    }
     s->sasl_waiting_client = false;
     if (len == 1 && line[0] == '*') {
         /* RFC 3501: the client cancels the exchange. */

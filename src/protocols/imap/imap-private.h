@@ -7,6 +7,7 @@
 
 #include "core/buf.h"
 #include "core/metrics.h"
+#include "protocols/common/mail-proxy.h"
 #include "protocols/common/mail-session-io.h"
 #include "protocols/imap/imap-config.h"
 #include "protocols/imap/imap-parser.h"
@@ -92,6 +93,8 @@ struct imap_session {
     struct imap_metadata_call *metadata_call;
     /* LIST waiting for the sharing registry (imap-cmd-mailbox.c) */
     struct imap_list_wait *list_wait;
+    /* proxy mode (imap-proxy.c): the login in progress or relayed */
+    struct imap_proxy_session *proxy;
 };
 
 struct imap_recent_range {
@@ -123,7 +126,36 @@ struct imap_server_ctx {
     struct imap_parser_limits limits;
     struct mailbox_watch_hub *watches; /* one inotify instance for every IDLE */
     struct imap_server_metrics m;
+    /* Proxy mode (a login proxy's front, imap-proxy.c): no storage; after
+     * the password check the session is routed to its backend. */
+    struct mail_proxy_front *proxy;
 };
+
+/* ---------- proxy mode (imap-proxy.c) ---------- */
+
+/* What a proxy-mode session keeps. */
+struct imap_proxy_session;
+/* A proxy-mode session starts (`tls`: implicit TLS, handshake pending). */
+void imap_proxy_session_start(struct imap_session *s, bool tls);
+/* STARTTLS: the handshake starts now. */
+void imap_proxy_starttls(struct imap_session *s);
+/* The greeting's and CAPABILITY's list before login in proxy mode. */
+void imap_proxy_capabilities(const struct imap_session *s, struct buf *out);
+/* LOGIN: checks the password (with retries), then the backend. */
+void imap_proxy_cmd_login(struct imap_session *s, const char *user, const char *password);
+/* AUTHENTICATE: the SASL exchange runs here (the password is needed for
+ * the backend), then as LOGIN. `initial` NULL: none. */
+void imap_proxy_cmd_authenticate(struct imap_session *s, const char *mech, const char *initial);
+void imap_proxy_cmd_authenticate_continue(struct imap_session *s, const char *line, size_t len);
+/* A command before login that is garbage (unknown, not allowed, bad
+ * syntax): counts preamble_error once per connection. */
+void imap_proxy_bad_command(struct imap_session *s);
+/* The TLS handshake of the connection finished. */
+void imap_proxy_tls_ready(struct imap_session *s);
+/* True (and the relay told to end with a BYE) when the session is relayed. */
+bool imap_proxy_shutdown(struct imap_session *s, const char *reason);
+/* At the session's free: the proxied session's end, tls_error. */
+void imap_proxy_session_free(struct imap_session *s);
 
 /* ---------- session (imap-session.c) ---------- */
 

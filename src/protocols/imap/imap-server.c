@@ -59,36 +59,47 @@ static bool start_workers(struct imap_server *srv, struct petrel_error *err)
     return true;
 }
 
-static void metrics_init(struct imap_server *srv, struct metrics_registry *reg)
+/* A proxy front's families are its own (petrel_imap_proxy_*), so a
+ * process running both keeps the two apart. */
+static void metrics_init(struct imap_server *srv, struct metrics_registry *reg, bool proxy)
 {
     static const char *const state_labels[] = {"state", NULL};
     struct imap_server_metrics *m = &srv->ctx.m;
     struct metric_family *sessions =
-        metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.", state_labels);
+        proxy ? metrics_gauge(reg, "petrel_imap_proxy_sessions",
+                              "Open sessions of the login proxy's IMAP front by state.",
+                              state_labels)
+              : metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.",
+                              state_labels);
     const char *unauth[] = {"not_authenticated"}, *auth[] = {"authenticated"};
     m->sessions_unauth = metric_series_get(sessions, unauth);
     m->sessions_auth = metric_series_get(sessions, auth);
-    mail_server_metrics_register(reg, "imap", "IMAP", &m->connections_total, &m->command_seconds,
-                                 &m->bytes_in, &m->bytes_out, &m->logins);
+    mail_server_metrics_register(reg, proxy ? "imap_proxy" : "imap",
+                                 proxy ? "IMAP proxy" : "IMAP", &m->connections_total,
+                                 &m->command_seconds, &m->bytes_in, &m->bytes_out, &m->logins);
 }
 
-struct imap_server *imap_server_start(const struct service_env *env, const struct imap_config *cfg,
-                                      struct mail_storage *storage, struct petrel_error *err)
+static struct imap_server *server_start(const struct service_env *env,
+                                        const struct imap_config *cfg,
+                                        struct mail_storage *storage,
+                                        struct mail_proxy_front *proxy, struct petrel_error *err)
 {
     struct imap_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
     srv->ctx.base = env->base;
     srv->ctx.storage = storage;
+    srv->ctx.proxy = proxy;
     srv->registry = env->metrics;
-    unsigned workers = imap_config_workers(cfg);
+    /* Proxy mode has no storage to wait for: the process's loop serves. */
+    unsigned workers = proxy != NULL ? 1 : imap_config_workers(cfg);
     bool threaded = workers > 1;
-    if (!threaded)
+    if (!threaded && proxy == NULL)
         srv->ctx.watches = mailbox_watch_hub_new(env->base, true);
     imap_parser_limits_default(&srv->ctx.limits);
     srv->ctx.limits.max_line = (size_t)cfg->max_line_length;
     srv->ctx.limits.max_literal = (uint64_t)cfg->max_literal_size;
     srv->ctx.limits.non_sync_max = (uint64_t)cfg->max_literal_size;
-    metrics_init(srv, env->metrics);
+    metrics_init(srv, env->metrics, proxy != NULL);
     const struct mail_listeners_params lp = {
         .component = IMAP_COMPONENT,
         .base = env->base,
@@ -111,13 +122,29 @@ struct imap_server *imap_server_start(const struct service_env *env, const struc
                                        &srv->ctx.warden, err))
         goto fail;
     mail_listeners_add_readiness(srv->ctx.listeners, env->readiness);
-    log_info(IMAP_COMPONENT, "listening", "address=%s listeners=%zu starttls=%s auth=%s workers=%u",
+    log_info(IMAP_COMPONENT, "listening",
+             "address=%s listeners=%zu starttls=%s auth=%s workers=%u proxy=%s",
              mail_listeners_address(srv->ctx.listeners), mail_listeners_count(srv->ctx.listeners),
-             srv->ctx.tls != NULL ? "on" : "off", cfg->login.auth_addr, workers);
+             srv->ctx.tls != NULL ? "on" : "off", cfg->login.auth_addr, workers,
+             proxy != NULL ? "yes" : "no");
     return srv;
 fail:
     imap_server_free(srv);
     return NULL;
+}
+
+struct imap_server *imap_server_start(const struct service_env *env, const struct imap_config *cfg,
+                                      struct mail_storage *storage, struct petrel_error *err)
+{
+    return server_start(env, cfg, storage, NULL, err);
+}
+
+struct imap_server *imap_server_start_proxy(const struct service_env *env,
+                                            const struct imap_config *cfg,
+                                            struct mail_proxy_front *front,
+                                            struct petrel_error *err)
+{
+    return server_start(env, cfg, NULL, front, err);
 }
 
 const char *imap_server_address(const struct imap_server *srv)

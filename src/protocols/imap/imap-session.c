@@ -211,6 +211,8 @@ void imap_session_close_after_output(struct imap_session *s)
 
 void imap_session_shutdown(struct imap_session *s, const char *reason)
 {
+    if (s->ctx->proxy != NULL && imap_proxy_shutdown(s, reason))
+        return; /* relayed: the relay says goodbye */
     if (s->io.closing)
         return;
     /* Inside a literal a BYE line would read as message bytes, inside a
@@ -229,6 +231,7 @@ void imap_session_free(struct imap_session *s)
     const struct imap_server_ctx *ctx = s->ctx;
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
+    imap_proxy_session_free(s);
     imap_metadata_abort(s);
     imap_list_abort(s);
     imap_fetch_abort(s); /* a disconnected client's FETCH stops here */
@@ -279,6 +282,10 @@ static void session_free(void *arg)
 {
     imap_session_free(arg);
 }
+static void session_tls_ready(void *arg)
+{
+    imap_proxy_tls_ready(arg);
+}
 
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
@@ -286,6 +293,7 @@ static const struct mail_session_io_ops session_ops = {
     .timeout = session_timeout,
     .shutdown = session_shutdown,
     .free = session_free,
+    .tls_ready = session_tls_ready,
 };
 
 void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *bev, bool tls,
@@ -308,6 +316,8 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
     s->state = IMAP_STATE_NOT_AUTHENTICATED;
     clock_gettime(CLOCK_MONOTONIC, &s->started);
     metric_gauge_add(ctx->m.sessions_unauth, 1);
+    if (ctx->proxy != NULL)
+        imap_proxy_session_start(s, tls);
     set_timeout(s);
     mail_session_io_set_deadline(&s->io, state_timeout_ms(s));
     /* libevent's 16 KiB per pass would take ~50 loop passes for one 800 KB
@@ -329,6 +339,8 @@ bool imap_session_starttls(struct imap_session *s)
     imap_parser_reset(s->parser);
     if (!mail_session_io_starttls(&s->io))
         return false;
+    if (s->proxy != NULL)
+        imap_proxy_starttls(s);
     s->secured = true;
     return true;
 }
@@ -354,12 +366,15 @@ static void run_command(struct imap_session *s, const struct imap_command *cmd)
     if (def == NULL) {
         snprintf(s->command, sizeof(s->command), "unknown");
         imap_reply_bad(s, "Unknown command.");
+        imap_proxy_bad_command(s);
         return;
     }
     snprintf(s->command, sizeof(s->command), "%s", def->name);
     if ((def->states & IMAP_IN(s->state)) == 0) {
-        if (s->state == IMAP_STATE_NOT_AUTHENTICATED)
+        if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
             imap_reply_bad(s, "Log in first.");
+            imap_proxy_bad_command(s);
+        }
         else if (s->state == IMAP_STATE_AUTHENTICATED)
             imap_reply_bad(s, "No mailbox selected.");
         else
@@ -377,15 +392,18 @@ static void parse_error(struct imap_session *s, const struct imap_parse_error *e
     clock_gettime(CLOCK_MONOTONIC, &s->command_started);
     if (e->code == IMAP_PARSE_ERR_REFUSED) {
         imap_reply_no(s, "%s", e->message);
+        imap_proxy_bad_command(s);
         return;
     }
     if (e->fatal) {
+        imap_proxy_bad_command(s);
         imap_send(s, "* BYE %s%s", code, e->message);
         s->state = IMAP_STATE_LOGOUT;
         imap_session_close_after_output(s);
         return;
     }
     imap_reply_bad(s, "%s%s", code, e->message);
+    imap_proxy_bad_command(s);
 }
 
 /* Feeds buffered input to the parser and runs complete commands until the

@@ -124,6 +124,13 @@ static void cmd_pass(struct pop3_session *s, const struct pop3_command *cmd)
     char *password = xstrndup(cmd->rest, cmd->rest_len);
     char *user = s->user_arg;
     s->user_arg = NULL;
+    if (pop3_server_context(s->server)->proxy != NULL) {
+        pop3_proxy_cmd_pass(s, user, password);
+        OPENSSL_cleanse(password, cmd->rest_len);
+        free(password);
+        free(user);
+        return;
+    }
     s->busy = true;
     s->auth_req = auth_client_verify(pop3_server_context(s->server)->auth, user, password, "pop3",
                                      s->io.peer_ip, auth_done, s);
@@ -160,6 +167,10 @@ static void cmd_auth(struct pop3_session *s, const struct pop3_command *cmd)
         initial = strcmp(cmd->args[1], "=") == 0 ? "" : cmd->args[1]; /* RFC 5034 4: "=" is empty */
     free(s->user_arg);
     s->user_arg = NULL;
+    if (pop3_server_context(s->server)->proxy != NULL) {
+        pop3_proxy_cmd_auth(s, mech, initial);
+        return;
+    }
     s->busy = true;
     s->auth_req = auth_client_sasl_begin(pop3_server_context(s->server)->auth, mech, "pop3",
                                          s->io.peer_ip, initial, auth_done, s);
@@ -167,6 +178,10 @@ static void cmd_auth(struct pop3_session *s, const struct pop3_command *cmd)
 
 void pop3_auth_continue(struct pop3_session *s, const char *line, size_t len)
 {
+    if (pop3_server_context(s->server)->proxy != NULL) {
+        pop3_proxy_auth_continue(s, line, len);
+        return;
+    }
     s->sasl_waiting_client = false;
     if (s->auth_req == NULL) {
         /* Cannot happen: a line is expected only while an exchange runs. */

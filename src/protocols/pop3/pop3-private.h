@@ -10,6 +10,7 @@
 #include "core/buf.h"
 #include "core/metrics.h"
 #include "net/cidr.h"
+#include "protocols/common/mail-proxy.h"
 #include "protocols/common/mail-session-io.h"
 #include "protocols/pop3/pop3-body.h"
 #include "protocols/pop3/pop3-config.h"
@@ -86,6 +87,8 @@ struct pop3_session {
     struct pop3_stream *stream;
     size_t retrieved; /* RETR commands answered (for the logout log line) */
     uint64_t retrieved_bytes;
+    /* proxy mode (pop3-proxy.c): the login in progress or relayed */
+    struct pop3_proxy_session *proxy;
 };
 
 struct pop3_server_metrics {
@@ -110,7 +113,29 @@ struct pop3_server_ctx {
     struct cidr_list secure_nets; /* cfg->secure_nets, parsed */
     struct pop3_parser_limits limits;
     struct pop3_server_metrics m;
+    /* Proxy mode (a login proxy's front, pop3-proxy.c): no storage; after
+     * the password check the session is routed to its backend. */
+    struct mail_proxy_front *proxy;
 };
+
+/* ---------- proxy mode (pop3-proxy.c) ---------- */
+
+struct pop3_proxy_session;
+/* A proxy-mode session starts (`tls`: implicit TLS, handshake pending). */
+void pop3_proxy_session_start(struct pop3_session *s, bool tls);
+/* STLS: the handshake starts now. */
+void pop3_proxy_starttls(struct pop3_session *s);
+void pop3_proxy_tls_ready(struct pop3_session *s);
+/* PASS: checks the password (with retries), then the backend. */
+void pop3_proxy_cmd_pass(struct pop3_session *s, const char *user, const char *password);
+/* AUTH: the SASL exchange runs here, then as PASS. `initial` NULL: none. */
+void pop3_proxy_cmd_auth(struct pop3_session *s, const char *mech, const char *initial);
+void pop3_proxy_auth_continue(struct pop3_session *s, const char *line, size_t len);
+/* A command before login that is garbage: preamble_error once. */
+void pop3_proxy_bad_command(struct pop3_session *s);
+/* True (and the relay told to end with an -ERR) when the session is relayed. */
+bool pop3_proxy_shutdown(struct pop3_session *s, const char *reason);
+void pop3_proxy_session_free(struct pop3_session *s);
 
 const struct pop3_server_ctx *pop3_server_context(const struct pop3_server *srv);
 

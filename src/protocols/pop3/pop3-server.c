@@ -25,29 +25,38 @@ static void accept_cb(void *arg, struct bufferevent *bev, bool tls, const struct
     pop3_session_start(arg, bev, tls, peer);
 }
 
-static void metrics_init(struct pop3_server *srv, struct metrics_registry *reg)
+/* A proxy front's families are its own (petrel_pop3_proxy_*). */
+static void metrics_init(struct pop3_server *srv, struct metrics_registry *reg, bool proxy)
 {
     static const char *const state_labels[] = {"state", NULL};
     struct pop3_server_metrics *m = &srv->ctx.m;
-    struct metric_family *sessions = metrics_gauge(
-        reg, "petrel_pop3_sessions", "Open POP3 sessions by RFC 1939 state.", state_labels);
+    struct metric_family *sessions =
+        proxy ? metrics_gauge(reg, "petrel_pop3_proxy_sessions",
+                              "Open sessions of the login proxy's POP3 front by RFC 1939 state.",
+                              state_labels)
+              : metrics_gauge(reg, "petrel_pop3_sessions", "Open POP3 sessions by RFC 1939 state.",
+                              state_labels);
     const char *authz[] = {"authorization"}, *trans[] = {"transaction"};
     m->sessions_authorization = metric_series_get(sessions, authz);
     m->sessions_transaction = metric_series_get(sessions, trans);
-    mail_server_metrics_register(reg, "pop3", "POP3", &m->connections_total, &m->command_seconds,
-                                 &m->bytes_in, &m->bytes_out, &m->logins);
+    mail_server_metrics_register(reg, proxy ? "pop3_proxy" : "pop3",
+                                 proxy ? "POP3 proxy" : "POP3", &m->connections_total,
+                                 &m->command_seconds, &m->bytes_in, &m->bytes_out, &m->logins);
 }
 
-struct pop3_server *pop3_server_start(const struct service_env *env, const struct pop3_config *cfg,
-                                      struct mail_storage *storage, struct petrel_error *err)
+static struct pop3_server *server_start(const struct service_env *env,
+                                        const struct pop3_config *cfg,
+                                        struct mail_storage *storage,
+                                        struct mail_proxy_front *proxy, struct petrel_error *err)
 {
     struct pop3_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
     srv->ctx.base = env->base;
     srv->ctx.storage = storage;
+    srv->ctx.proxy = proxy;
     pop3_parser_limits_default(&srv->ctx.limits);
     srv->ctx.limits.max_line = (size_t)cfg->max_line_length;
-    metrics_init(srv, env->metrics);
+    metrics_init(srv, env->metrics, proxy != NULL);
     if (!cidr_list_parse((const char *const *)cfg->secure_nets, &srv->ctx.secure_nets, err))
         goto fail;
     const struct mail_listeners_params lp = {
@@ -77,6 +86,20 @@ struct pop3_server *pop3_server_start(const struct service_env *env, const struc
 fail:
     pop3_server_free(srv);
     return NULL;
+}
+
+struct pop3_server *pop3_server_start(const struct service_env *env, const struct pop3_config *cfg,
+                                      struct mail_storage *storage, struct petrel_error *err)
+{
+    return server_start(env, cfg, storage, NULL, err);
+}
+
+struct pop3_server *pop3_server_start_proxy(const struct service_env *env,
+                                            const struct pop3_config *cfg,
+                                            struct mail_proxy_front *front,
+                                            struct petrel_error *err)
+{
+    return server_start(env, cfg, NULL, front, err);
 }
 
 const char *pop3_server_address(const struct pop3_server *srv)

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "protocols/pop3/pop3-config.h"
 #include "net/service-env.h"
+#include "protocols/common/mail-proxy.h"
 #include "storage/mail-storage.h"
 
 #include <stddef.h>
@@ -19,6 +20,15 @@ struct pop3_server;
  * server. NULL with `err` set when a listener or the TLS files fail. */
 struct pop3_server *pop3_server_start(const struct service_env *env, const struct pop3_config *cfg,
                                       struct mail_storage *storage, struct petrel_error *err);
+/* Proxy mode (a login proxy's POP3 front, docs/login-proxy.md): the same
+ * AUTHORIZATION state, no storage, each login routed through `front`
+ * (borrowed, outlives the server) to the user's backend and relayed. */
+struct pop3_server *pop3_server_start_proxy(const struct service_env *env,
+                                            const struct pop3_config *cfg,
+                                            struct mail_proxy_front *front,
+                                            struct petrel_error *err);
+/* The backend dialogue of POP3 for mail_proxy_front_new(). */
+extern const struct mail_proxy_protocol pop3_proxy_protocol;
 /* The first listener's address. */
 const char *pop3_server_address(const struct pop3_server *srv);
 /* Closes the listeners and ends every session with "-ERR" (no deletions

@@ -161,6 +161,8 @@ void pop3_session_close_after_output(struct pop3_session *s)
 
 void pop3_session_shutdown(struct pop3_session *s, const char *reason)
 {
+    if (pop3_proxy_shutdown(s, reason))
+        return; /* relayed: the relay says goodbye */
     if (s->io.closing)
         return;
     if (s->stream != NULL) {
@@ -181,6 +183,7 @@ void pop3_session_free(struct pop3_session *s)
     const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
     if (s->auth_req != NULL)
         auth_client_cancel(s->auth_req);
+    pop3_proxy_session_free(s);
     if (s->stream != NULL) {
         mailbox_message_release(s->stream->msg);
         free(s->stream);
@@ -224,6 +227,10 @@ static void session_free(void *arg)
 {
     pop3_session_free(arg);
 }
+static void session_tls_ready(void *arg)
+{
+    pop3_proxy_tls_ready(arg);
+}
 
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
@@ -231,6 +238,7 @@ static const struct mail_session_io_ops session_ops = {
     .timeout = session_timeout,
     .shutdown = session_shutdown,
     .free = session_free,
+    .tls_ready = session_tls_ready,
 };
 
 void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool tls,
@@ -246,6 +254,8 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     s->parser = pop3_parser_new(&ctx->limits);
     s->state = POP3_STATE_AUTHORIZATION;
     metric_gauge_add(ctx->m.sessions_authorization, 1);
+    if (ctx->proxy != NULL)
+        pop3_proxy_session_start(s, tls);
     set_timeout(s);
     mail_session_io_set_deadline(
         &s->io, mail_listeners_login_timeout(ctx->listeners, ctx->cfg->login.login_timeout_ms));
@@ -270,6 +280,7 @@ bool pop3_session_starttls(struct pop3_session *s)
     pop3_parser_reset(s->parser);
     if (!mail_session_io_starttls(&s->io))
         return false;
+    pop3_proxy_starttls(s);
     s->secured = true;
     return true;
 }
@@ -294,13 +305,15 @@ static void run_command(struct pop3_session *s, const struct pop3_command *cmd)
     if (def == NULL) {
         snprintf(s->command, sizeof(s->command), "unknown");
         pop3_reply_err(s, "Unknown command.");
+        pop3_proxy_bad_command(s);
         return;
     }
     snprintf(s->command, sizeof(s->command), "%s", def->name);
     if ((def->states & POP3_IN(s->state)) == 0) {
-        if (s->state == POP3_STATE_AUTHORIZATION)
+        if (s->state == POP3_STATE_AUTHORIZATION) {
             pop3_reply_err(s, "Log in first.");
-        else
+            pop3_proxy_bad_command(s);
+        } else
             pop3_reply_err(s, "Already logged in.");
         return;
     }
@@ -312,7 +325,8 @@ static void parse_error(struct pop3_session *s, const struct pop3_parse_error *e
     snprintf(s->command, sizeof(s->command), "invalid");
     clock_gettime(CLOCK_MONOTONIC, &s->command_started);
     pop3_reply_err(s, "%s", e->message);
-    if (e->fatal) {
+    pop3_proxy_bad_command(s);
+    if (e->fatal && !s->io.closing) {
         log_info(POP3_COMPONENT, "closing", "session=%s peer=%s reason=\"%s\"", s->io.id,
                  s->io.peer, e->message);
         pop3_session_close_after_output(s);

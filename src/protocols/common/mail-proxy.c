@@ -1,0 +1,794 @@
+/* The login proxy's shared part after the client said who it is: the hub
+ * (directors, ring pushes, the proxied sessions), the password check with
+ * retries, and each session's way to its backend and into the relay. */
+#include "protocols/common/mail-proxy.h"
+
+#include "core/clock.h"
+#include "core/dlist.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/tls-conn.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/util.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROXY_COMPONENT "login"
+/* Queued bytes per direction before the other side is no longer read:
+ * a side that stops reading costs the proxy about this much. */
+#define MAIL_PROXY_RELAY_HIGH_WATER (64u * 1024)
+#define MAIL_PROXY_RELAY_LINGER_MS 2000
+/* The x-proxy-ttl / XCLIENT TTL a proxied login starts with (Dovecot's). */
+#define MAIL_PROXY_TTL 5
+
+/* ---------- the hub ---------- */
+
+struct mail_proxy_hub {
+    struct event_base *base;
+    struct director_client *directors;
+    int transient_retries;
+    SSL_CTX *backend_tls;
+    int64_t backend_timeout_ms;
+    int64_t idle_timeout_ms;
+    struct mail_proxy *sessions; /* every session being set up or relayed */
+    size_t session_count;
+};
+
+struct mail_proxy_front {
+    struct mail_proxy_hub *hub;
+    const struct mail_proxy_protocol *proto;
+    unsigned backend_port;
+    struct login_metrics m;
+};
+
+enum proxy_state {
+    PROXY_LOOKUP,   /* asking a director */
+    PROXY_BACKEND,  /* dialling or talking to the backend */
+    PROXY_WAIT,     /* a retry's pause */
+    PROXY_ANSWERED, /* done(OK) ran: the owner replies and calls mail_proxy_relay() */
+    PROXY_RELAY,
+    PROXY_OVER, /* done(not OK) ran, or the relay ended */
+};
+
+struct mail_proxy {
+    struct mail_proxy_front *front;
+    struct mail_proxy_callbacks cb;
+    void *arg;
+    struct mail_session_io *io;
+    struct warden_client *warden;
+    char *login_name;
+    char *user;
+    char *password;
+    char *tag;
+    enum proxy_state state;
+    int retries_left;
+    char sid[40];
+    bool sid_started; /* SESSION-START sent */
+    bool counted;     /* in petrel_login_sessions */
+    /* the director's answer */
+    struct director_lookup *lookup;
+    char backend_ip[64];
+    unsigned backend_port;
+    /* the backend being set up */
+    struct bufferevent *backend;
+    struct tls_handshake_deadline *handshake;
+    void *dialogue;
+    struct event *timer; /* backend_timeout, or the retry pause */
+    struct event *later; /* done() from the loop */
+    enum mail_proxy_outcome later_outcome;
+    char later_text[MAIL_PROXY_LOGIN_LINE_MAX + 1];
+    int64_t phase_started_us;
+    struct net_relay *relay;
+    bool orphan;                    /* freed by its owner while relaying: relay_done frees it */
+    struct mail_proxy *prev, *next; /* the hub's list */
+};
+
+static void index_add(struct mail_proxy_hub *hub, struct mail_proxy *p)
+{
+    p->prev = NULL;
+    p->next = hub->sessions;
+    if (hub->sessions != NULL)
+        hub->sessions->prev = p;
+    hub->sessions = p;
+    hub->session_count++;
+}
+
+static void index_remove(struct mail_proxy_hub *hub, struct mail_proxy *p)
+{
+    if (p->prev != NULL)
+        p->prev->next = p->next;
+    else if (hub->sessions == p)
+        hub->sessions = p->next;
+    else
+        return; /* not linked */
+    if (p->next != NULL)
+        p->next->prev = p->prev;
+    p->prev = p->next = NULL;
+    hub->session_count--;
+}
+
+/* Ends the relayed sessions that `match` picks, with `farewell`. Ending a
+ * relay only schedules its end (net_relay_stop), so the list stays intact
+ * while it is walked. Ring pushes are rare (an operator's kick or move, a
+ * backend going down), so a walk of the sessions is cheap enough here. */
+static size_t end_sessions(struct mail_proxy_hub *hub,
+                           bool (*match)(const struct mail_proxy *p, const void *key),
+                           const void *key, const char *why)
+{
+    size_t n = 0;
+    for (struct mail_proxy *p = hub->sessions; p != NULL; p = p->next) {
+        if (p->state != PROXY_RELAY || !match(p, key))
+            continue;
+        const char *farewell = strcmp(p->front->proto->name, "pop3") == 0
+                                   ? "-ERR [SYS/TEMP] Disconnected: %s\r\n"
+                                   : "* BYE [UNAVAILABLE] Disconnected: %s\r\n";
+        char line[200];
+        snprintf(line, sizeof(line), farewell, why);
+        log_info(PROXY_COMPONENT, "ending proxied session", "session=%s backend=%s reason=\"%s\"",
+                 p->io->id, p->backend_ip, why);
+        net_relay_stop(p->relay, line, strlen(line));
+        n++;
+    }
+    return n;
+}
+
+static bool match_user(const struct mail_proxy *p, const void *key)
+{
+    return strcmp(p->user, key) == 0;
+}
+
+struct user_at {
+    const char *user;
+    const char *ip; /* the new backend: sessions there stay */
+};
+
+static bool match_user_elsewhere(const struct mail_proxy *p, const void *key)
+{
+    const struct user_at *u = key;
+    return strcmp(p->user, u->user) == 0 && (u->ip == NULL || strcmp(p->backend_ip, u->ip) != 0);
+}
+
+static bool match_backend(const struct mail_proxy *p, const void *key)
+{
+    return strcmp(p->backend_ip, key) == 0;
+}
+
+static void on_user_kicked(void *arg, const char *user)
+{
+    size_t n = end_sessions(arg, match_user, user, "kicked by the operator");
+    char uq[300];
+    log_info(PROXY_COMPONENT, "user kicked", "user=%s sessions=%zu",
+             log_quote(uq, sizeof(uq), user), n);
+}
+
+static void on_user_moved(void *arg, const char *user, const char *ip, unsigned port)
+{
+    (void)port;
+    struct user_at key = {user, ip};
+    size_t n = end_sessions(arg, match_user_elsewhere, &key, "moved to another server");
+    char uq[300];
+    log_info(PROXY_COMPONENT, "user moved", "user=%s backend=%s sessions=%zu",
+             log_quote(uq, sizeof(uq), user), ip != NULL ? ip : "", n);
+}
+
+static void on_backend_change(void *arg, enum ring_change change, const struct ring_host *host)
+{
+    if (change == RING_CHANGE_UP || host == NULL || host->ip == NULL)
+        return;
+    size_t n = end_sessions(arg, match_backend, host->ip,
+                            change == RING_CHANGE_DOWN ? "server going down" : "server flushed");
+    log_info(PROXY_COMPONENT, "backend change", "backend=%s change=%s sessions=%zu", host->ip,
+             ring_change_name(change), n);
+}
+
+struct mail_proxy_hub *mail_proxy_hub_new(struct event_base *base,
+                                          const struct mail_proxy_hub_config *cfg,
+                                          struct petrel_error *err)
+{
+    struct mail_proxy_hub *hub = xcalloc(1, sizeof(*hub));
+    hub->base = base;
+    hub->transient_retries = cfg->transient_retries;
+    hub->backend_tls = cfg->backend_tls;
+    hub->backend_timeout_ms = cfg->backend_timeout_ms;
+    hub->idle_timeout_ms = cfg->idle_timeout_ms;
+    const struct director_client_config dcc = {
+        .addresses = cfg->directors,
+        .name = cfg->name,
+        .secret = cfg->ring_secret,
+        .timeout_ms = cfg->director_timeout_ms,
+    };
+    const struct director_client_events events = {
+        .user_kicked = on_user_kicked,
+        .user_moved = on_user_moved,
+        .backend_change = on_backend_change,
+    };
+    hub->directors = director_client_new(base, &dcc, &events, hub, err);
+    if (hub->directors == NULL) {
+        free(hub);
+        return NULL;
+    }
+    return hub;
+}
+
+struct director_client *mail_proxy_hub_directors(struct mail_proxy_hub *hub)
+{
+    return hub->directors;
+}
+
+size_t mail_proxy_hub_sessions(const struct mail_proxy_hub *hub)
+{
+    return hub->session_count;
+}
+
+void mail_proxy_hub_free(struct mail_proxy_hub *hub)
+{
+    if (hub == NULL)
+        return;
+    director_client_free(hub->directors);
+    free(hub);
+}
+
+struct mail_proxy_front *mail_proxy_front_new(struct mail_proxy_hub *hub,
+                                              const struct mail_proxy_protocol *proto,
+                                              int64_t backend_port, struct metrics_registry *reg)
+{
+    struct mail_proxy_front *f = xcalloc(1, sizeof(*f));
+    f->hub = hub;
+    f->proto = proto;
+    f->backend_port = (unsigned)backend_port;
+    login_metrics_register(reg, proto->name, &f->m);
+    return f;
+}
+
+void mail_proxy_front_free(struct mail_proxy_front *f)
+{
+    free(f);
+}
+
+const struct login_metrics *mail_proxy_front_metrics(const struct mail_proxy_front *f)
+{
+    return &f->m;
+}
+
+/* ---------- pure helpers ---------- */
+
+bool mail_proxy_session_id(char prefix, const char *io_id, char *out, size_t size)
+{
+    int n = snprintf(out, size, "%c%s", prefix, io_id);
+    return n > 0 && (size_t)n < size && ring_id_valid(out);
+}
+
+unsigned mail_proxy_peer_port(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    if (colon == NULL || colon[1] == '\0')
+        return 0;
+    if (peer[0] != '[' && strchr(peer, ':') != colon)
+        return 0; /* a bare IPv6 address: no port */
+    char *end;
+    unsigned long v = strtoul(colon + 1, &end, 10);
+    return *end == '\0' && v > 0 && v <= 65535 ? (unsigned)v : 0;
+}
+
+const char *mail_proxy_director_tag(const struct userdb_entry *u)
+{
+    for (size_t i = 0; u != NULL && i < u->extra_count; i++) {
+        if (strcmp(u->extra[i].key, "director_tag") == 0)
+            return u->extra[i].value;
+    }
+    return "";
+}
+
+/* ---------- the password check ---------- */
+
+struct mail_proxy_auth {
+    struct mail_proxy_front *front;
+    struct auth_client *auth;
+    struct auth_client_request *req;
+    char *user;
+    char *password;
+    char *ip;
+    mail_proxy_auth_fn *done;
+    void *arg;
+    int dial_left; /* retries left of the connection to the auth service */
+    int auth_left; /* retries left of a temporary answer */
+    bool dial_failed;
+    int64_t started_us;
+    struct event *timer;
+};
+
+static void auth_free(struct mail_proxy_auth *a)
+{
+    if (a->req != NULL)
+        auth_client_cancel(a->req);
+    if (a->timer != NULL)
+        event_free(a->timer);
+    if (a->password != NULL) {
+        OPENSSL_cleanse(a->password, strlen(a->password));
+        free(a->password);
+    }
+    free(a->user);
+    free(a->ip);
+    free(a);
+}
+
+static void auth_attempt(struct mail_proxy_auth *a);
+
+/* A connection-level failure (the auth client could not reach the
+ * service), not an answer of the service. */
+static bool auth_dial_failure(const struct auth_client_reply *r)
+{
+    return r->status == AUTH_CLIENT_ERROR && r->reason != NULL &&
+           strstr(r->reason, "unavailable") != NULL;
+}
+
+static void auth_answer(const struct auth_client_reply *r, void *arg)
+{
+    struct mail_proxy_auth *a = arg;
+    const struct login_metrics *m = &a->front->m;
+    a->req = NULL;
+    login_metrics_phase(m, LOGIN_PHASE_AUTH, a->started_us);
+    bool dial = auth_dial_failure(r);
+    if (dial || a->dial_failed)
+        login_metrics_phase(m, LOGIN_PHASE_AUTH_DIAL, a->started_us);
+    a->dial_failed = dial;
+    bool temporary =
+        r->status == AUTH_CLIENT_ERROR || (r->status == AUTH_CLIENT_FAIL && r->temporary);
+    if (temporary) {
+        enum login_stage stage = dial ? LOGIN_STAGE_AUTH_DIAL : LOGIN_STAGE_AUTH;
+        int *left = dial ? &a->dial_left : &a->auth_left;
+        if (*left > 0) {
+            (*left)--;
+            login_metrics_retry(m, stage);
+            log_debug(PROXY_COMPONENT, "auth retry", "stage=%s reason=\"%s\"",
+                      login_stage_name(stage), r->reason != NULL ? r->reason : "");
+            const struct timeval tv = {0, MAIL_PROXY_RETRY_MS * 1000};
+            evtimer_add(a->timer, &tv);
+            return;
+        }
+        if (a->front->hub->transient_retries >= 0)
+            login_metrics_exhausted(m, stage);
+        login_metrics_result(m, LOGIN_RESULT_UNAVAILABLE);
+        struct auth_client_reply e = *r;
+        e.status = AUTH_CLIENT_ERROR;
+        a->done(a->arg, &e);
+        auth_free(a);
+        return;
+    }
+    a->done(a->arg, r);
+    auth_free(a);
+}
+
+static void auth_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    auth_attempt(arg);
+}
+
+static void auth_attempt(struct mail_proxy_auth *a)
+{
+    a->started_us = clock_mono_us();
+    a->req = auth_client_verify(a->auth, a->user, a->password, a->front->proto->name, a->ip,
+                                auth_answer, a);
+}
+
+struct mail_proxy_auth *mail_proxy_auth_start(struct mail_proxy_front *f, struct auth_client *auth,
+                                              const char *user, const char *password,
+                                              const char *ip, mail_proxy_auth_fn *done, void *arg)
+{
+    struct mail_proxy_auth *a = xcalloc(1, sizeof(*a));
+    a->front = f;
+    a->auth = auth;
+    a->user = xstrdup(user);
+    a->password = xstrdup(password);
+    a->ip = ip != NULL ? xstrdup(ip) : NULL;
+    a->done = done;
+    a->arg = arg;
+    int budget = f->hub->transient_retries > 0 ? f->hub->transient_retries : 0;
+    a->dial_left = budget;
+    a->auth_left = budget;
+    a->timer = evtimer_new(f->hub->base, auth_retry_cb, a);
+    auth_attempt(a);
+    return a;
+}
+
+void mail_proxy_auth_cancel(struct mail_proxy_auth *a)
+{
+    if (a != NULL)
+        auth_free(a);
+}
+
+/* ---------- the proxied session ---------- */
+
+static void wipe_password(struct mail_proxy *p)
+{
+    if (p->password == NULL)
+        return;
+    OPENSSL_cleanse(p->password, strlen(p->password));
+    free(p->password);
+    p->password = NULL;
+}
+
+/* The backend attempt's pieces; the session may try again. */
+static void backend_close(struct mail_proxy *p)
+{
+    tls_handshake_deadline_free(p->handshake);
+    p->handshake = NULL;
+    if (p->backend != NULL)
+        bufferevent_free(p->backend);
+    p->backend = NULL;
+    if (p->dialogue != NULL)
+        p->front->proto->dialogue_free(p->dialogue);
+    p->dialogue = NULL;
+    evtimer_del(p->timer);
+}
+
+static void later_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mail_proxy *p = arg;
+    enum mail_proxy_outcome o = p->later_outcome;
+    p->state = o == MAIL_PROXY_OK ? PROXY_ANSWERED : PROXY_OVER;
+    if (o != MAIL_PROXY_OK) {
+        /* The session stays pre-login: it is not proxied any more. */
+        index_remove(p->front->hub, p);
+        if (p->io->username != NULL) {
+            mail_session_io_logout(p->io);
+            mail_session_io_login_cancel(p->io);
+        }
+    }
+    p->cb.done(p->arg, o, p->later_text);
+}
+
+/* done() from the loop, so that no caller up the stack sees the owner go. */
+static void finish(struct mail_proxy *p, enum mail_proxy_outcome o, const char *text)
+{
+    /* `text` may point into the dialogue, which goes with the backend. */
+    snprintf(p->later_text, sizeof(p->later_text), "%s", text != NULL ? text : "");
+    backend_close(p);
+    if (o != MAIL_PROXY_OK)
+        wipe_password(p);
+    p->later_outcome = o;
+    event_active(p->later, EV_TIMEOUT, 1);
+}
+
+static void lookup_start(struct mail_proxy *p);
+static void setup_failed(struct mail_proxy *p, const char *why);
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mail_proxy *p = arg;
+    if (p->state == PROXY_WAIT)
+        lookup_start(p);
+    else if (p->state == PROXY_BACKEND) {
+        /* backend_timeout passed during the dial or the dialogue */
+        char why[64];
+        snprintf(why, sizeof(why), "no login within %lld ms",
+                 (long long)p->front->hub->backend_timeout_ms);
+        setup_failed(p, why);
+    }
+}
+
+/* A temporary failure of the backend set-up: again after a pause while
+ * the budget lasts, else the client hears of it. */
+static void setup_failed(struct mail_proxy *p, const char *why)
+{
+    const struct login_metrics *m = &p->front->m;
+    backend_close(p);
+    char uq[300];
+    if (p->retries_left > 0) {
+        p->retries_left--;
+        login_metrics_retry(m, LOGIN_STAGE_BACKEND_SESSION);
+        log_info(PROXY_COMPONENT, "backend set-up failed, retrying",
+                 "session=%s user=%s backend=%s reason=\"%s\"", p->io->id,
+                 log_quote(uq, sizeof(uq), p->user), p->backend_ip, why);
+        p->state = PROXY_WAIT;
+        const struct timeval tv = {0, MAIL_PROXY_RETRY_MS * 1000};
+        evtimer_add(p->timer, &tv);
+        return;
+    }
+    if (p->front->hub->transient_retries >= 0)
+        login_metrics_exhausted(m, LOGIN_STAGE_BACKEND_SESSION);
+    login_metrics_result(m, LOGIN_RESULT_UNAVAILABLE);
+    log_warn(PROXY_COMPONENT, "proxied login unavailable",
+             "session=%s user=%s backend=%s reason=\"%s\"", p->io->id,
+             log_quote(uq, sizeof(uq), p->user), p->backend_ip, why);
+    finish(p, MAIL_PROXY_UNAVAILABLE, why);
+}
+
+static void backend_line(struct mail_proxy *p, const char *line, size_t len)
+{
+    struct buf out = {0};
+    struct mail_proxy_login_result r = {.step = MAIL_PROXY_LOGIN_CONTINUE};
+    p->front->proto->dialogue_line(p->dialogue, line, len, &out, &r);
+    if (out.len > 0)
+        bufferevent_write(p->backend, out.data, out.len);
+    OPENSSL_cleanse(out.data, out.len); /* AUTH PLAIN carries the password */
+    buf_free(&out);
+    if (r.step == MAIL_PROXY_LOGIN_CONTINUE)
+        return;
+    const struct login_metrics *m = &p->front->m;
+    login_metrics_phase(m, LOGIN_PHASE_BACKEND_PREAMBLE, p->phase_started_us);
+    char uq[300];
+    switch (r.step) {
+    case MAIL_PROXY_LOGIN_OK: {
+        /* The relay takes the backend's bufferevent as it is. */
+        snprintf(p->later_text, sizeof(p->later_text), "%s", r.text != NULL ? r.text : "");
+        evtimer_del(p->timer);
+        p->front->proto->dialogue_free(p->dialogue);
+        p->dialogue = NULL;
+        tls_handshake_deadline_free(p->handshake);
+        p->handshake = NULL;
+        wipe_password(p);
+        p->later_outcome = MAIL_PROXY_OK;
+        bufferevent_disable(p->backend, EV_READ);
+        event_active(p->later, EV_TIMEOUT, 1);
+        return;
+    }
+    case MAIL_PROXY_LOGIN_REJECTED:
+        login_metrics_result(m, LOGIN_RESULT_BACKEND_REJECTED);
+        log_info(PROXY_COMPONENT, "backend rejected the login", "session=%s user=%s backend=%s",
+                 p->io->id, log_quote(uq, sizeof(uq), p->user), p->backend_ip);
+        finish(p, MAIL_PROXY_REJECTED, r.text);
+        return;
+    default: {
+        char why[200];
+        snprintf(why, sizeof(why), "backend dialogue: %s: %.150s",
+                 mail_proxy_login_step_name(r.step), r.text != NULL ? r.text : "");
+        setup_failed(p, why);
+        return;
+    }
+    }
+}
+
+static void backend_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct mail_proxy *p = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (p->dialogue != NULL && p->backend == bev) {
+        size_t n = 0;
+        char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
+        if (line == NULL) {
+            if (evbuffer_get_length(in) > MAIL_PROXY_LOGIN_LINE_MAX + 2)
+                setup_failed(p, "backend line too long");
+            return;
+        }
+        backend_line(p, line, n);
+        free(line);
+        if (p->later_outcome == MAIL_PROXY_OK && p->state == PROXY_BACKEND && p->dialogue == NULL)
+            return; /* logged in: what follows is the relay's */
+    }
+}
+
+static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    struct mail_proxy *p = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        login_metrics_phase(&p->front->m, LOGIN_PHASE_BACKEND_DIAL, p->phase_started_us);
+        p->phase_started_us = clock_mono_us();
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        char why[200], tls[120] = "";
+        if (p->front->hub->backend_tls != NULL)
+            tls_conn_error(p->backend, tls, sizeof(tls));
+        int e = EVUTIL_SOCKET_ERROR();
+        snprintf(why, sizeof(why), "backend %s: %s",
+                 (what & BEV_EVENT_EOF) ? "closed the connection" : "connection failed",
+                 tls[0] != '\0'                         ? tls
+                 : ((what & BEV_EVENT_ERROR) && e != 0) ? evutil_socket_error_to_string(e)
+                                                        : "");
+        setup_failed(p, why);
+    }
+}
+
+static void handshake_expired(void *arg)
+{
+    struct mail_proxy *p = arg;
+    p->handshake = NULL; /* freed by its caller */
+    setup_failed(p, "backend TLS handshake timed out");
+}
+
+static void backend_dial(struct mail_proxy *p)
+{
+    struct mail_proxy_hub *hub = p->front->hub;
+    struct sockaddr_storage ss;
+    int sslen = sizeof(ss);
+    char addr[96];
+    unsigned port = p->front->backend_port != 0 ? p->front->backend_port : p->backend_port;
+    snprintf(addr, sizeof(addr), strchr(p->backend_ip, ':') != NULL ? "[%s]:%u" : "%s:%u",
+             p->backend_ip, port);
+    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sslen) != 0) {
+        setup_failed(p, "the director named no usable backend address");
+        return;
+    }
+    p->state = PROXY_BACKEND;
+    p->phase_started_us = clock_mono_us();
+    if (hub->backend_tls != NULL) {
+        p->backend = tls_conn_connect(hub->base, -1, hub->backend_tls, p->backend_ip);
+        if (p->backend != NULL)
+            p->handshake = tls_handshake_deadline_new(p->backend, hub->backend_timeout_ms,
+                                                      handshake_expired, p);
+    } else {
+        p->backend = bufferevent_socket_new(hub->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
+    if (p->backend == NULL) {
+        setup_failed(p, "cannot create a backend connection");
+        return;
+    }
+    struct mail_proxy_login_params params = {.user = p->login_name, .password = p->password};
+    mail_forward_init(&params.client);
+    snprintf(params.client.ip, sizeof(params.client.ip), "%s", p->io->peer_ip);
+    params.client.port = mail_proxy_peer_port(p->io->peer);
+    snprintf(params.client.session, sizeof(params.client.session), "%s", p->io->id);
+    params.client.ttl = MAIL_PROXY_TTL;
+    p->dialogue = p->front->proto->dialogue_new(&params);
+    bufferevent_setcb(p->backend, backend_read_cb, NULL, backend_event_cb, p);
+    bufferevent_setwatermark(p->backend, EV_READ, 0, MAIL_PROXY_LOGIN_LINE_MAX * 2);
+    bufferevent_enable(p->backend, EV_READ | EV_WRITE);
+    const struct timeval tv = {(time_t)(hub->backend_timeout_ms / 1000),
+                               (suseconds_t)(hub->backend_timeout_ms % 1000) * 1000};
+    evtimer_add(p->timer, &tv);
+    if (bufferevent_socket_connect(p->backend, (struct sockaddr *)&ss, sslen) != 0) {
+        setup_failed(p, "cannot connect to the backend");
+        return;
+    }
+}
+
+static void lookup_done(void *arg, const struct director_lookup_result *r)
+{
+    struct mail_proxy *p = arg;
+    p->lookup = NULL;
+    login_metrics_phase(&p->front->m, LOGIN_PHASE_DIRECTOR_LOOKUP, p->phase_started_us);
+    if (!r->ok) {
+        char why[200];
+        snprintf(why, sizeof(why), "director: %s%s%.150s", ring_outcome_name(r->outcome),
+                 r->error != NULL ? ": " : "", r->error != NULL ? r->error : "");
+        setup_failed(p, why);
+        return;
+    }
+    snprintf(p->backend_ip, sizeof(p->backend_ip), "%s", r->ip);
+    p->backend_port = r->port;
+    char uq[300];
+    log_debug(PROXY_COMPONENT, "routed", "session=%s user=%s backend=%s:%u outcome=%s", p->io->id,
+              log_quote(uq, sizeof(uq), p->user), r->ip, r->port, ring_outcome_name(r->outcome));
+    /* Counted and registered once, on the first answer: the warden lists
+     * the session from here, with the client's real address. */
+    if (p->io->username == NULL) {
+        if (mail_session_io_admit(p->io, p->user) != MAIL_SESSION_LOGIN_OK) {
+            finish(p, MAIL_PROXY_TOO_MANY, "too many sessions");
+            return;
+        }
+        int64_t t = clock_mono_us();
+        mail_session_io_register(p->io, p->warden, p->front->proto->name);
+        login_metrics_phase(&p->front->m, LOGIN_PHASE_WARDEN_CONNECT, t);
+    }
+    backend_dial(p);
+}
+
+static void lookup_start(struct mail_proxy *p)
+{
+    p->state = PROXY_LOOKUP;
+    p->phase_started_us = clock_mono_us();
+    p->lookup = director_client_lookup(p->front->hub->directors, p->user, p->tag, lookup_done, p);
+}
+
+struct mail_proxy *mail_proxy_start(struct mail_proxy_front *f,
+                                    const struct mail_proxy_request *req,
+                                    const struct mail_proxy_callbacks *cb, void *arg)
+{
+    struct mail_proxy *p = xcalloc(1, sizeof(*p));
+    p->front = f;
+    p->cb = *cb;
+    p->arg = arg;
+    p->io = req->io;
+    p->warden = req->warden;
+    p->login_name = xstrdup(req->login_name);
+    p->user = xstrdup(req->user);
+    p->password = xstrdup(req->password);
+    p->tag = xstrdup(req->tag != NULL ? req->tag : "");
+    p->retries_left = f->hub->transient_retries > 0 ? f->hub->transient_retries : 0;
+    p->timer = evtimer_new(f->hub->base, retry_cb, p);
+    p->later = event_new(f->hub->base, -1, 0, later_cb, p);
+    index_add(f->hub, p);
+    lookup_start(p);
+    return p;
+}
+
+static void relay_done(void *arg, enum net_relay_end end, const struct net_relay_stats *stats)
+{
+    struct mail_proxy *p = arg;
+    p->relay = NULL;
+    p->state = PROXY_OVER;
+    if (p->orphan) {
+        mail_proxy_free(p);
+        return;
+    }
+    index_remove(p->front->hub, p);
+    if (p->sid_started)
+        director_client_session_end(p->front->hub->directors, p->sid);
+    p->sid_started = false;
+    if (p->counted)
+        login_metrics_sessions_add(&p->front->m, -1);
+    p->counted = false;
+    log_info(PROXY_COMPONENT, "proxied session ended",
+             "session=%s backend=%s end=%s to_backend=%llu to_client=%llu", p->io->id,
+             p->backend_ip, net_relay_end_name(end), (unsigned long long)stats->to_backend,
+             (unsigned long long)stats->to_client);
+    p->cb.ended(p->arg);
+}
+
+void mail_proxy_relay(struct mail_proxy *p)
+{
+    if (p->state != PROXY_ANSWERED)
+        return;
+    struct mail_proxy_hub *hub = p->front->hub;
+    const struct login_metrics *m = &p->front->m;
+    login_metrics_result(m, LOGIN_RESULT_OK);
+    login_metrics_sessions_add(m, 1);
+    p->counted = true;
+    if (mail_proxy_session_id(p->front->proto->sid_prefix, p->io->id, p->sid, sizeof(p->sid)))
+        p->sid_started = director_client_session_start(
+            hub->directors, p->sid, p->user, p->backend_ip,
+            p->io->tls ? p->front->proto->tls : p->front->proto->plain);
+    const struct net_relay_config rc = {
+        .high_water = MAIL_PROXY_RELAY_HIGH_WATER,
+        .idle_ms = hub->idle_timeout_ms,
+        .linger_ms = MAIL_PROXY_RELAY_LINGER_MS,
+    };
+    struct bufferevent *backend = p->backend;
+    p->backend = NULL;
+    p->state = PROXY_RELAY;
+    bufferevent_enable(backend, EV_READ);
+    p->relay = mail_session_io_relay(p->io, backend, &rc, relay_done, p);
+}
+
+bool mail_proxy_relaying(const struct mail_proxy *p)
+{
+    return p != NULL && p->state == PROXY_RELAY;
+}
+
+void mail_proxy_stop(struct mail_proxy *p, const char *farewell)
+{
+    if (p == NULL || p->state != PROXY_RELAY || p->relay == NULL)
+        return;
+    net_relay_stop(p->relay, farewell, farewell != NULL ? strlen(farewell) : 0);
+}
+
+void mail_proxy_free(struct mail_proxy *p)
+{
+    if (p == NULL)
+        return;
+    if (p->state == PROXY_RELAY && p->relay != NULL) {
+        /* The owner goes first (the server freeing every session): the
+         * relay still holds both connections and calls back once. */
+        p->orphan = true;
+        p->io = NULL;
+        net_relay_stop(p->relay, NULL, 0);
+        return;
+    }
+    if (p->lookup != NULL)
+        director_lookup_cancel(p->lookup);
+    backend_close(p);
+    index_remove(p->front->hub, p);
+    if (p->sid_started)
+        director_client_session_end(p->front->hub->directors, p->sid);
+    if (p->counted)
+        login_metrics_sessions_add(&p->front->m, -1);
+    event_free(p->timer);
+    event_free(p->later);
+    wipe_password(p);
+    free(p->login_name);
+    free(p->user);
+    free(p->tag);
+    free(p);
+}

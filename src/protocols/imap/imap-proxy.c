@@ -1,0 +1,333 @@
+/* IMAP in proxy mode (a login proxy's front, docs/login-proxy.md): the
+ * same session code before login, with no storage; LOGIN and AUTHENTICATE
+ * check the password with the auth service (the SASL exchange runs here,
+ * since the backend needs the password too), then protocols/common/
+ * mail-proxy.h finds the user's backend, logs in there with the client's
+ * address in ID, and the client gets the backend's own tagged OK (with its
+ * CAPABILITY) before the bytes are relayed both ways. */
+#include "protocols/imap/imap-private.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/xalloc.h"
+#include "net/tls-conn.h"
+#include "protocols/imap/imap-proxy-login.h"
+
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IMAP_PROXY_MAX_AUTH_FAILURES 3
+/* Dovecot's imap-login closes after this many invalid commands. */
+#define IMAP_PROXY_MAX_BAD_COMMANDS 10
+
+struct imap_proxy_session {
+    struct mail_proxy_auth *auth;
+    struct mail_proxy *proxy;
+    struct sasl_exchange sasl;
+    bool sasl_running;
+    char *login_name; /* what the client logged in as */
+    char *password;
+    int64_t tls_started_us; /* 0: no handshake pending */
+    bool tls_done;
+    bool preamble_counted; /* preamble_error counted for this connection */
+    bool result_counted;
+    unsigned bad_commands;
+};
+
+/* ---------- the backend dialogue, for mail-proxy ---------- */
+
+static void *dialogue_new(const struct mail_proxy_login_params *params)
+{
+    return imap_proxy_login_new(params);
+}
+
+static void dialogue_line(void *d, const char *line, size_t len, struct buf *out,
+                          struct mail_proxy_login_result *result)
+{
+    imap_proxy_login_line(d, line, len, out, result);
+}
+
+static void dialogue_free(void *d)
+{
+    imap_proxy_login_free(d);
+}
+
+const struct mail_proxy_protocol imap_proxy_protocol = {
+    .name = "imap",
+    .sid_prefix = 'i',
+    .plain = RING_PROTO_IMAP,
+    .tls = RING_PROTO_IMAPS,
+    .dialogue_new = dialogue_new,
+    .dialogue_line = dialogue_line,
+    .dialogue_free = dialogue_free,
+};
+
+/* ---------- helpers ---------- */
+
+static const struct login_metrics *lm(const struct imap_session *s)
+{
+    return mail_proxy_front_metrics(s->ctx->proxy);
+}
+
+static int64_t timespec_us(const struct timespec *t)
+{
+    return (int64_t)t->tv_sec * 1000000 + t->tv_nsec / 1000;
+}
+
+static void wipe(char **secret)
+{
+    if (*secret == NULL)
+        return;
+    OPENSSL_cleanse(*secret, strlen(*secret));
+    free(*secret);
+    *secret = NULL;
+}
+
+static void count_login(struct imap_session *s, const char *result)
+{
+    const char *values[] = {result};
+    metric_add(metric_series_get(s->ctx->m.logins, values), 1);
+}
+
+void imap_proxy_session_start(struct imap_session *s, bool tls)
+{
+    s->proxy = xcalloc(1, sizeof(*s->proxy));
+    if (tls)
+        s->proxy->tls_started_us = timespec_us(&s->started);
+}
+
+void imap_proxy_starttls(struct imap_session *s)
+{
+    s->proxy->tls_started_us = clock_mono_us();
+}
+
+void imap_proxy_tls_ready(struct imap_session *s)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    if (ps == NULL || ps->tls_done || ps->tls_started_us == 0)
+        return;
+    ps->tls_done = true;
+    login_metrics_phase(lm(s), LOGIN_PHASE_TLS_HANDSHAKE, ps->tls_started_us);
+}
+
+void imap_proxy_capabilities(const struct imap_session *s, struct buf *out)
+{
+    /* Before login only what the proxy itself does; the backend's own
+     * list comes with its OK to the login. */
+    buf_append_str(out, "IMAP4rev1 SASL-IR LITERAL+ ID");
+    if (!s->io.tls && s->ctx->tls != NULL)
+        buf_append_str(out, " STARTTLS");
+    if (s->secured)
+        buf_append_str(out, " AUTH=PLAIN AUTH=LOGIN");
+    else
+        buf_append_str(out, " LOGINDISABLED");
+}
+
+void imap_proxy_bad_command(struct imap_session *s)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    if (ps == NULL || s->state != IMAP_STATE_NOT_AUTHENTICATED)
+        return;
+    if (!ps->preamble_counted) {
+        ps->preamble_counted = true;
+        login_metrics_result(lm(s), LOGIN_RESULT_PREAMBLE_ERROR);
+        log_info(IMAP_COMPONENT, "invalid command before login", "session=%s peer=%s", s->io.id,
+                 s->io.peer);
+    }
+    if (++ps->bad_commands >= IMAP_PROXY_MAX_BAD_COMMANDS && !s->io.closing) {
+        imap_send(s, "* BYE Too many invalid IMAP commands.");
+        s->state = IMAP_STATE_LOGOUT;
+        imap_session_close_after_output(s);
+    }
+}
+
+/* ---------- after the backend ---------- */
+
+static void proxy_ended(void *arg)
+{
+    imap_session_free(arg);
+}
+
+static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *text)
+{
+    struct imap_session *s = arg;
+    struct imap_proxy_session *ps = s->proxy;
+    if (outcome == MAIL_PROXY_OK) {
+        count_login(s, "ok");
+        char uq[300];
+        log_info(IMAP_COMPONENT, "proxied", "session=%s user=%s peer=%s tls=%s", s->io.id,
+                 log_quote(uq, sizeof(uq), s->io.username != NULL ? s->io.username : ""),
+                 s->io.peer, s->io.tls ? "yes" : "no");
+        /* The backend's own answer (its CAPABILITY), under the client's
+         * tag; the session reads no further command: the relay takes
+         * whatever the client pipelined. */
+        imap_send(s, "%s OK %s", s->tag, text);
+        s->state = IMAP_STATE_AUTHENTICATED;
+        mail_session_io_clear_deadline(&s->io);
+        metric_gauge_add(s->ctx->m.sessions_unauth, -1);
+        metric_gauge_add(s->ctx->m.sessions_auth, 1);
+        ps->result_counted = true;
+        mail_proxy_relay(ps->proxy);
+        return;
+    }
+    /* `text` lives in the proxy: the reply goes first. */
+    struct mail_proxy *done = ps->proxy;
+    ps->proxy = NULL;
+    switch (outcome) {
+    case MAIL_PROXY_REJECTED:
+        count_login(s, "failed");
+        imap_reply_no(s, "%s", text[0] != '\0' ? text : "[AUTHENTICATIONFAILED] Login refused.");
+        break;
+    case MAIL_PROXY_TOO_MANY:
+        count_login(s, "refused");
+        imap_reply_no(s, "[UNAVAILABLE] Too many sessions for this account.");
+        break;
+    default:
+        count_login(s, "unavailable");
+        imap_reply_no(s, "[UNAVAILABLE] Temporary failure, try again later.");
+        break;
+    }
+    mail_proxy_free(done);
+}
+
+static void auth_done(void *arg, const struct auth_client_reply *r)
+{
+    struct imap_session *s = arg;
+    struct imap_proxy_session *ps = s->proxy;
+    ps->auth = NULL;
+    if (s->io.closing) {
+        wipe(&ps->password);
+        return;
+    }
+    if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
+        const struct mail_proxy_request req = {
+            .io = &s->io,
+            .warden = s->ctx->warden,
+            .login_name = ps->login_name,
+            .user = r->user,
+            .password = ps->password,
+            .tag = mail_proxy_director_tag(r->userdb),
+        };
+        static const struct mail_proxy_callbacks cb = {.done = proxy_done, .ended = proxy_ended};
+        ps->proxy = mail_proxy_start(s->ctx->proxy, &req, &cb, s);
+        wipe(&ps->password); /* mail-proxy keeps its own copy until the backend answered */
+        return;
+    }
+    wipe(&ps->password);
+    if (r->status == AUTH_CLIENT_ERROR || r->temporary) {
+        count_login(s, "unavailable");
+        imap_reply_no(s, "[UNAVAILABLE] Temporary authentication failure.");
+        return;
+    }
+    count_login(s, "failed");
+    s->auth_failures++;
+    imap_reply_no(s, "[AUTHENTICATIONFAILED] Authentication failed.");
+    if (s->auth_failures >= IMAP_PROXY_MAX_AUTH_FAILURES) {
+        imap_send(s, "* BYE Too many failed logins.");
+        s->state = IMAP_STATE_LOGOUT;
+        imap_session_close_after_output(s);
+    }
+}
+
+void imap_proxy_cmd_login(struct imap_session *s, const char *user, const char *password)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    login_metrics_phase(lm(s), LOGIN_PHASE_PREAMBLE, timespec_us(&s->started));
+    free(ps->login_name);
+    ps->login_name = xstrdup(user);
+    wipe(&ps->password);
+    ps->password = xstrdup(password);
+    s->busy = true;
+    ps->auth = mail_proxy_auth_start(s->ctx->proxy, s->ctx->auth, user, password, s->io.peer_ip,
+                                     auth_done, s);
+}
+
+/* One step of the local SASL exchange: a challenge for the client, or
+ * the name and password to check. */
+static void sasl_step(struct imap_session *s, const char *response)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    struct buf challenge = {0};
+    enum sasl_step_result r = sasl_exchange_step(&ps->sasl, response, &challenge);
+    switch (r) {
+    case SASL_STEP_CHALLENGE:
+        imap_send(s, "+ %s", challenge.data != NULL ? challenge.data : "");
+        s->sasl_waiting_client = true; /* the next line is the client's answer */
+        break;
+    case SASL_STEP_DONE: {
+        char *user = xstrdup(ps->sasl.username);
+        char *password = xstrdup(ps->sasl.password);
+        sasl_exchange_free(&ps->sasl);
+        ps->sasl_running = false;
+        s->auth_sasl = false;
+        imap_proxy_cmd_login(s, user, password);
+        wipe(&password);
+        free(user);
+        break;
+    }
+    case SASL_STEP_FAILED:
+        sasl_exchange_free(&ps->sasl);
+        ps->sasl_running = false;
+        s->auth_sasl = false;
+        imap_reply_bad(s, "Invalid SASL response.");
+        break;
+    }
+    buf_free(&challenge);
+}
+
+void imap_proxy_cmd_authenticate(struct imap_session *s, const char *mech, const char *initial)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    sasl_exchange_init(&ps->sasl, sasl_mech_parse(mech));
+    ps->sasl_running = true;
+    s->auth_sasl = true;
+    sasl_step(s, initial);
+}
+
+void imap_proxy_cmd_authenticate_continue(struct imap_session *s, const char *line, size_t len)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    s->sasl_waiting_client = false;
+    if ((len == 1 && line[0] == '*') || strlen(line) != len || !ps->sasl_running) {
+        if (ps->sasl_running)
+            sasl_exchange_free(&ps->sasl);
+        ps->sasl_running = false;
+        s->auth_sasl = false;
+        imap_reply_bad(s, len == 1 ? "Authentication aborted." : "Invalid SASL response.");
+        return;
+    }
+    sasl_step(s, line);
+}
+
+bool imap_proxy_shutdown(struct imap_session *s, const char *reason)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    if (ps == NULL || !mail_proxy_relaying(ps->proxy))
+        return false;
+    char line[160];
+    snprintf(line, sizeof(line), "* BYE %s\r\n", reason);
+    mail_proxy_stop(ps->proxy, line);
+    return true;
+}
+
+void imap_proxy_session_free(struct imap_session *s)
+{
+    struct imap_proxy_session *ps = s->proxy;
+    if (ps == NULL)
+        return;
+    /* A TLS connection that never finished its handshake (implicit TLS
+     * or after STARTTLS): tls_error. */
+    if (ps->tls_started_us != 0 && !ps->tls_done && !ps->result_counted && !s->io.relayed &&
+        s->io.bev != NULL && !tls_conn_established(s->io.bev))
+        login_metrics_result(lm(s), LOGIN_RESULT_TLS_ERROR);
+    mail_proxy_auth_cancel(ps->auth);
+    mail_proxy_free(ps->proxy);
+    if (ps->sasl_running)
+        sasl_exchange_free(&ps->sasl);
+    wipe(&ps->password);
+    free(ps->login_name);
+    free(ps);
+    s->proxy = NULL;
+}
