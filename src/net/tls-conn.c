@@ -79,6 +79,33 @@ struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd
     return socket_bev(base, fd, ssl, BUFFEREVENT_SSL_CONNECTING);
 }
 
+struct bufferevent *tls_conn_starttls_client(struct bufferevent *plain, SSL_CTX *ctx,
+                                             const char *verify_host)
+{
+    SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
+    if (ssl == NULL)
+        return NULL;
+    if (verify_host != NULL && *verify_host != '\0' && !expect_peer(ssl, verify_host)) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    struct bufferevent *tls = bufferevent_openssl_filter_new(
+        bufferevent_get_base(plain), plain, ssl, BUFFEREVENT_SSL_CONNECTING,
+        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (tls == NULL) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    /* Whatever the server sent after its "220" came in clear text. */
+    struct evbuffer *in = bufferevent_get_input(plain);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    bufferevent_set_timeouts(plain, NULL, NULL);
+    bufferevent_setwatermark(plain, EV_READ, 0, 0);
+    bufferevent_setwatermark(plain, EV_WRITE, 0, 0);
+    bufferevent_openssl_set_allow_dirty_shutdown(tls, 1);
+    return tls;
+}
+
 const char *tls_conn_error(struct bufferevent *bev, char *out, size_t size)
 {
     if (size == 0)

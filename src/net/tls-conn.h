@@ -56,6 +56,16 @@ struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx);
 struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx,
                                      const char *verify_host);
 
+/* STARTTLS, client side (a proxy upgrading its connection to a backend
+ * after the backend's "220"): wraps the connected plain bufferevent in a
+ * TLS filter starting a handshake with `ctx`, the peer checked as for
+ * tls_conn_connect(). Input that arrived in clear text after the "220" is
+ * dropped. The filter owns `plain`; the caller sets callbacks and enables
+ * the result, and sees BEV_EVENT_CONNECTED once the handshake is done.
+ * NULL on failure, `plain` untouched. */
+struct bufferevent *tls_conn_starttls_client(struct bufferevent *plain, SSL_CTX *ctx,
+                                             const char *verify_host);
+
 /* The TLS reason of the last error on `bev` ("certificate verify failed"),
  * or "" when there is none; `out` is returned. */
 const char *tls_conn_error(struct bufferevent *bev, char *out, size_t size);

@@ -60,6 +60,7 @@ void login_config_defaults(struct login_config *cfg)
     cfg->idle_timeout_ms = 30 * 60 * 1000;
     front_defaults(&cfg->imap, &imap_front, 0);
     front_defaults(&cfg->pop3, &pop3_front, 110);
+    lmtp_proxy_config_defaults(&cfg->lmtp);
 }
 
 void login_config_free(struct login_config *cfg)
@@ -70,6 +71,7 @@ void login_config_free(struct login_config *cfg)
     free(cfg->backend_tls_ca_file);
     mail_login_config_free(&cfg->imap.login);
     mail_login_config_free(&cfg->pop3.login);
+    lmtp_proxy_config_free(&cfg->lmtp);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -143,15 +145,11 @@ bool login_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool
         !read_front(ctx, ynode_get(node, "imap"), &imap_front, false, required, &cfg->imap) ||
         !read_front(ctx, ynode_get(node, "pop3"), &pop3_front, true, required, &cfg->pop3))
         return false;
-    /* LOGIN-LMTP: the LMTP front's subsection is read here, by
-     * lmtp_proxy_config_read(ctx, ynode_get(node, "lmtp"), &cfg->lmtp)
-     * (protocols/lmtp/lmtp-proxy.h, errors login.lmtp.<key>). Until it is
-     * wired, a `lmtp:` subsection is refused rather than ignored. */
-    const struct ynode *lmtp = ynode_get(node, "lmtp");
-    if (lmtp != NULL) {
-        cfg->lmtp_present = true;
-        return cfg_fail(ctx, lmtp, "login.lmtp", "the LMTP front is not supported yet");
-    }
+    /* The LMTP front's subsection (protocols/lmtp/lmtp-proxy.h, errors
+     * login.lmtp.<key>). */
+    if (!lmtp_proxy_config_read(ctx, ynode_get(node, "lmtp"), &cfg->lmtp))
+        return false;
+    cfg->lmtp_present = cfg->lmtp.enabled;
     if (required && !cfg->imap.enabled && !cfg->pop3.enabled && !cfg->lmtp_present)
         return cfg_fail(ctx, node, p, "needs at least one front: imap, pop3 or lmtp");
     return true;
@@ -209,5 +207,5 @@ void login_config_print(const struct login_config *cfg, FILE *out)
             (long long)cfg->backend_timeout_ms, (long long)cfg->idle_timeout_ms);
     print_front("imap", &cfg->imap, false, out);
     print_front("pop3", &cfg->pop3, true, out);
-    /* LOGIN-LMTP: lmtp_proxy_config_print(&cfg->lmtp, out) here. */
+    lmtp_proxy_config_print(&cfg->lmtp, out);
 }

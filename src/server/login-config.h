@@ -11,6 +11,7 @@
 #include "core/cfg-read.h"
 #include "core/error.h"
 #include "protocols/common/mail-login-config.h"
+#include "protocols/lmtp/lmtp-proxy.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,8 +40,8 @@ struct login_config {
     int64_t idle_timeout_ms; /* a relayed session with no byte either way */
     struct login_front_config imap;
     struct login_front_config pop3;
-    /* LOGIN-LMTP: the LMTP front's `struct lmtp_proxy_config lmtp;` goes here. */
-    bool lmtp_present; /* a `lmtp:` subsection was given */
+    struct lmtp_proxy_config lmtp; /* the LMTP front (protocols/lmtp/lmtp-proxy.h) */
+    bool lmtp_present;             /* a `lmtp:` subsection was given */
 };
 
 void login_config_defaults(struct login_config *cfg);

@@ -8,6 +8,7 @@
 #include "net/tls.h"
 #include "protocols/common/mail-proxy.h"
 #include "protocols/imap/imap-server.h"
+#include "protocols/lmtp/lmtp-proxy.h"
 #include "protocols/pop3/pop3-server.h"
 
 #include <stdio.h>
@@ -25,7 +26,8 @@ struct login_service {
     struct mail_proxy_front *pop3_front;
     struct imap_server *imap;
     struct pop3_server *pop3;
-    /* LOGIN-LMTP: the LMTP front (struct lmtp_proxy *lmtp) goes here. */
+    SSL_CTX *lmtp_backend_tls; /* login.backend_tls for the LMTP front */
+    struct lmtp_proxy *lmtp;   /* the LMTP front, when login.lmtp is given */
     char address[128];
 };
 
@@ -109,8 +111,25 @@ struct login_service *login_service_start(const struct service_env *env,
         if (ls->address[0] == '\0')
             snprintf(ls->address, sizeof(ls->address), "%s", pop3_server_address(ls->pop3));
     }
-    /* LOGIN-LMTP: lmtp_proxy_start(env, &cfg->lmtp, &deps, err) with
-     * deps.directors = mail_proxy_hub_directors(ls->hub), here. */
+    if (cfg->lmtp.enabled) { /* merge resolution in the fleet branch (testing only) */
+        if (cfg->backend_tls) {
+            ls->lmtp_backend_tls = tls_client_ctx_new(cfg->backend_tls_ca_file, NULL, NULL, err);
+            if (ls->lmtp_backend_tls == NULL)
+                goto fail;
+        }
+        struct lmtp_proxy_deps deps = {
+            .directors = mail_proxy_hub_directors(ls->hub),
+            .backend_tls = ls->lmtp_backend_tls,
+            .transient_retries = (int)cfg->transient_retries,
+            .director_timeout_ms = cfg->director_timeout_ms,
+            .backend_timeout_ms = cfg->backend_timeout_ms,
+        };
+        ls->lmtp = lmtp_proxy_start(env, &cfg->lmtp, &deps, err);
+        if (ls->lmtp == NULL)
+            goto fail;
+        if (ls->address[0] == '\0')
+            snprintf(ls->address, sizeof(ls->address), "%s", lmtp_proxy_address(ls->lmtp));
+    }
     if (ls->address[0] == '\0')
         snprintf(ls->address, sizeof(ls->address), "%s", cfg->directors[0]);
     return ls;
@@ -130,6 +149,8 @@ void login_service_stop_accepting(struct login_service *ls)
         imap_server_stop_accepting(ls->imap);
     if (ls->pop3 != NULL)
         pop3_server_stop_accepting(ls->pop3);
+    if (ls->lmtp != NULL)
+        lmtp_proxy_stop_accepting(ls->lmtp);
 }
 
 size_t login_service_in_flight(const struct login_service *ls)
@@ -139,6 +160,8 @@ size_t login_service_in_flight(const struct login_service *ls)
         n += imap_server_sessions(ls->imap);
     if (ls->pop3 != NULL)
         n += pop3_server_sessions(ls->pop3);
+    if (ls->lmtp != NULL)
+        n += lmtp_proxy_sessions(ls->lmtp);
     return n;
 }
 
@@ -146,6 +169,9 @@ void login_service_free(struct login_service *ls)
 {
     if (ls == NULL)
         return;
+    lmtp_proxy_free(ls->lmtp); /* before the director client it uses */
+    if (ls->lmtp_backend_tls != NULL)
+        SSL_CTX_free(ls->lmtp_backend_tls);
     imap_server_free(ls->imap);
     pop3_server_free(ls->pop3);
     mail_proxy_front_free(ls->imap_front);

@@ -5,6 +5,7 @@
  * read from the spool file only as the backend takes them. */
 #include "protocols/lmtp/lmtp-proxy-private.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/dial.h"
@@ -12,6 +13,7 @@
 #include "net/evbuffer-line.h"
 #include "net/tls-conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <stdio.h>
@@ -26,8 +28,9 @@ static void read_cb(struct bufferevent *bev, void *arg);
 static void write_cb(struct bufferevent *bev, void *arg);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 static void attempt(struct lmtp_proxy_backend *b);
+static void send_out(struct lmtp_proxy_backend *b, struct buf *out);
 
-static const struct lmtp_proxy_metrics *metrics(const struct lmtp_proxy_backend *b)
+static const struct login_metrics *metrics(const struct lmtp_proxy_backend *b)
 {
     return &b->t->p->m;
 }
@@ -86,13 +89,13 @@ static void setup_failed(struct lmtp_proxy_backend *b, const char *why)
     evtimer_del(b->timer);
     int retries = b->t->p->deps.transient_retries;
     if (retries >= 0 && b->attempts <= retries) {
-        metric_add(metrics(b)->retries, 1);
+        login_metrics_retry(metrics(b), LOGIN_STAGE_BACKEND_SESSION);
         b->state = LMTP_PROXY_B_RETRY;
         arm(b, LMTP_PROXY_RETRY_MS);
         return;
     }
     if (retries >= 0)
-        metric_add(metrics(b)->exhausted, 1);
+        login_metrics_exhausted(metrics(b), LOGIN_STAGE_BACKEND_SESSION);
     snprintf(b->fail, sizeof(b->fail), "451 4.4.1 Backend unavailable, try again later");
     b->fail_has_code = true;
     b->state = LMTP_PROXY_B_FAILED;
@@ -136,27 +139,28 @@ static void attempt(struct lmtp_proxy_backend *b)
     struct lmtp_proxy *p = b->t->p;
     b->attempts++;
     b->state = LMTP_PROXY_B_SETUP;
-    clock_gettime(CLOCK_MONOTONIC, &b->t0);
+    b->t0_us = clock_mono_us();
     struct lmtp_session *s = b->t->s;
     struct lmtp_proxy_client_params params = {
         .helo = lmtp_server_context(p->srv)->hostname,
         .sender = s->sender != NULL ? s->sender : "",
         .body_8bit = s->body_8bit,
         .smtputf8 = s->smtputf8,
+        /* LMTP has no implicit-TLS port: TLS to a backend is STARTTLS
+         * (Petrel's and Dovecot's LMTP offer it), required once set. */
+        .starttls = p->deps.backend_tls != NULL,
     };
     mail_forward_init(&params.client);
-    if (s->peer_ip[0] != '\0' && strchr(s->peer_ip, '/') == NULL) {
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, s->peer_ip, bin) == 1 || inet_pton(AF_INET6, s->peer_ip, bin) == 1) {
+        /* A client on the Unix socket has no address to pass on. */
         snprintf(params.client.ip, sizeof(params.client.ip), "%s", s->peer_ip);
         params.client.port = s->peer_port;
     }
     snprintf(params.client.session, sizeof(params.client.session), "%s", s->id);
     params.client.ttl = 5; /* Dovecot's proxy_ttl: a loop of proxies ends */
     b->dlg = lmtp_proxy_client_new(&params);
-    if (p->deps.backend_tls != NULL) {
-        b->bev = tls_conn_connect(p->base, -1, p->deps.backend_tls, b->ip);
-    } else {
-        b->bev = bufferevent_socket_new(p->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    }
+    b->bev = bufferevent_socket_new(p->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (b->bev == NULL) {
         setup_failed(b, "cannot make a connection");
         return;
@@ -172,9 +176,28 @@ static void attempt(struct lmtp_proxy_backend *b)
         arm(b, 0);
         return;
     }
-    if (p->deps.backend_tls != NULL)
-        b->handshake = tls_handshake_deadline_new(b->bev, p->deps.backend_timeout_ms,
-                                                  handshake_expired, b);
+}
+
+/* The backend said 220 to STARTTLS: TLS over the connection, checked
+ * against login.backend_tls_ca_file for the backend's address. */
+static void start_tls(struct lmtp_proxy_backend *b)
+{
+    struct lmtp_proxy *p = b->t->p;
+    struct bufferevent *tls = tls_conn_starttls_client(b->bev, p->deps.backend_tls, b->ip);
+    if (tls == NULL) {
+        setup_failed(b, "cannot start TLS");
+        return;
+    }
+    b->bev = tls;
+    bufferevent_setcb(tls, read_cb, write_cb, event_cb, b);
+    bufferevent_setwatermark(tls, EV_WRITE, LMTP_PROXY_OUT_HIGH / 4, 0);
+    bufferevent_enable(tls, EV_READ | EV_WRITE);
+    b->handshake =
+        tls_handshake_deadline_new(tls, p->deps.backend_timeout_ms, handshake_expired, b);
+    struct buf out = {0};
+    lmtp_proxy_client_tls_started(b->dlg, &out);
+    send_out(b, &out);
+    buf_free(&out);
 }
 
 struct lmtp_proxy_backend *lmtp_proxy_backend_new(struct lmtp_proxy_txn *t, const char *ip,
@@ -303,14 +326,14 @@ static void pump(struct lmtp_proxy_backend *b)
 static void handle(struct lmtp_proxy_backend *b, const struct lmtp_proxy_client_result *r)
 {
     struct lmtp_proxy_txn *t = b->t;
-    const struct lmtp_proxy_metrics *m = metrics(b);
+    const struct login_metrics *m = metrics(b);
     char line[LMTP_PROXY_CLIENT_LINE_MAX + 8];
     switch (r->event) {
     case LMTP_PROXY_CLIENT_CONTINUE:
         return;
     case LMTP_PROXY_CLIENT_READY:
         evtimer_del(b->timer);
-        metric_observe(m->backend_preamble, lmtp_proxy_elapsed(&b->t0));
+        login_metrics_phase(m, LOGIN_PHASE_BACKEND_PREAMBLE, b->t0_us);
         b->state = LMTP_PROXY_B_READY;
         lmtp_proxy_txn_backend_ready(t, b);
         return;
@@ -328,6 +351,9 @@ static void handle(struct lmtp_proxy_backend *b, const struct lmtp_proxy_client_
         }
         snprintf(line, sizeof(line), "%d %s", r->code, r->text);
         setup_failed(b, line);
+        return;
+    case LMTP_PROXY_CLIENT_STARTTLS:
+        start_tls(b);
         return;
     case LMTP_PROXY_CLIENT_RCPT:
         evtimer_del(b->timer);
@@ -416,9 +442,14 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     struct lmtp_proxy_backend *b = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        if (b->connected) { /* the TLS handshake after STARTTLS */
+            tls_handshake_deadline_free(b->handshake);
+            b->handshake = NULL;
+            return;
+        }
         b->connected = true;
-        metric_observe(metrics(b)->backend_dial, lmtp_proxy_elapsed(&b->t0));
-        clock_gettime(CLOCK_MONOTONIC, &b->t0);
+        login_metrics_phase(metrics(b), LOGIN_PHASE_BACKEND_DIAL, b->t0_us);
+        b->t0_us = clock_mono_us();
         tls_handshake_deadline_free(b->handshake);
         b->handshake = NULL;
         bufferevent_setwatermark(b->bev, EV_WRITE, LMTP_PROXY_OUT_HIGH / 4, 0);
@@ -429,7 +460,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         char why[256] = "connection closed";
         if (what & BEV_EVENT_ERROR) {
             char tls[200] = "";
-            if (b->t->p->deps.backend_tls != NULL)
+            if (b->handshake != NULL || tls_conn_established(b->bev))
                 tls_conn_error(b->bev, tls, sizeof(tls));
             const char *dial = net_dialer_error(b->dialer);
             snprintf(why, sizeof(why), "%s",

@@ -11,6 +11,8 @@
 enum state {
     ST_GREETING,
     ST_LHLO,
+    ST_STARTTLS,
+    ST_TLS, /* waiting for the caller's TLS */
     ST_XCLIENT,
     ST_LHLO_AGAIN,
     ST_MAIL,
@@ -29,6 +31,9 @@ struct lmtp_proxy_client {
     char *sender;
     bool body_8bit;
     bool smtputf8;
+    bool want_tls;
+    bool tls;      /* STARTTLS done */
+    bool offers_tls; /* LHLO: the backend offers STARTTLS */
     struct mail_forward client;
     /* the reply being read */
     int code;        /* of its first line; 0 when no line came yet */
@@ -47,6 +52,7 @@ struct lmtp_proxy_client *lmtp_proxy_client_new(const struct lmtp_proxy_client_p
     c->sender = xstrdup(params->sender);
     c->body_8bit = params->body_8bit;
     c->smtputf8 = params->smtputf8;
+    c->want_tls = params->starttls;
     c->client = params->client;
     return c;
 }
@@ -110,10 +116,19 @@ static void fail(struct lmtp_proxy_client *c, struct lmtp_proxy_client_result *r
     r->text = c->text;
 }
 
-/* Whether the text of an LHLO line names the XCLIENT extension. */
-static bool offers_xclient(const char *text)
+/* Whether the text of an LHLO line names the extension `name`. */
+static bool offers(const char *text, const char *name)
 {
-    return strncasecmp(text, "XCLIENT", 7) == 0 && (text[7] == '\0' || text[7] == ' ');
+    size_t n = strlen(name);
+    return strncasecmp(text, name, n) == 0 && (text[n] == '\0' || text[n] == ' ');
+}
+
+static void send_lhlo(struct lmtp_proxy_client *c, struct buf *out, enum state next)
+{
+    buf_printf(out, "LHLO %s\r\n", c->helo);
+    c->xclient = false;
+    c->offers_tls = false;
+    c->state = next;
 }
 
 /* A complete reply (its last line in c->text) in the current state. */
@@ -126,13 +141,21 @@ static void on_reply(struct lmtp_proxy_client *c, int code, struct buf *out,
     case ST_GREETING:
         if (code != 220)
             goto setup_failed;
-        buf_printf(out, "LHLO %s\r\n", c->helo);
-        c->state = ST_LHLO;
+        send_lhlo(c, out, ST_LHLO);
         return;
     case ST_LHLO:
     case ST_LHLO_AGAIN:
         if (code != 250)
             goto setup_failed;
+        if (c->want_tls && !c->tls) {
+            if (!c->offers_tls) {
+                snprintf(c->text, sizeof(c->text), "the backend does not offer STARTTLS");
+                goto setup_failed;
+            }
+            buf_append_str(out, "STARTTLS\r\n");
+            c->state = ST_STARTTLS;
+            return;
+        }
         if (c->state == ST_LHLO && c->xclient && send_xclient(c, out)) {
             c->state = ST_XCLIENT;
             return;
@@ -145,8 +168,13 @@ static void on_reply(struct lmtp_proxy_client *c, int code, struct buf *out,
          * of the set-up, not a reason to hide the client's address. */
         if (code != 220)
             goto setup_failed;
-        buf_printf(out, "LHLO %s\r\n", c->helo);
-        c->state = ST_LHLO_AGAIN;
+        send_lhlo(c, out, ST_LHLO_AGAIN);
+        return;
+    case ST_STARTTLS:
+        if (code != 220)
+            goto setup_failed;
+        c->state = ST_TLS;
+        r->event = LMTP_PROXY_CLIENT_STARTTLS;
         return;
     case ST_MAIL:
         if (code / 100 != 2) {
@@ -212,7 +240,7 @@ void lmtp_proxy_client_line(struct lmtp_proxy_client *c, const char *line, size_
             return;
         }
     }
-    if (c->state == ST_READY || c->state == ST_SENDING) {
+    if (c->state == ST_READY || c->state == ST_SENDING || c->state == ST_TLS) {
         fail(c, r, "reply when none was due");
         return;
     }
@@ -234,13 +262,25 @@ void lmtp_proxy_client_line(struct lmtp_proxy_client *c, const char *line, size_
     size_t tlen = len > 4 ? len - 4 : 0;
     memcpy(c->text, line + 4, tlen);
     c->text[tlen] = '\0';
-    if ((c->state == ST_LHLO || c->state == ST_LHLO_AGAIN) && offers_xclient(c->text))
-        c->xclient = true;
+    if (c->state == ST_LHLO || c->state == ST_LHLO_AGAIN) {
+        if (offers(c->text, "XCLIENT"))
+            c->xclient = true;
+        if (offers(c->text, "STARTTLS"))
+            c->offers_tls = true;
+    }
     if (len > 3 && line[3] == '-')
         return; /* more lines of this reply follow */
     c->lines = 0;
     c->code = 0;
     on_reply(c, code, out, r);
+}
+
+void lmtp_proxy_client_tls_started(struct lmtp_proxy_client *c, struct buf *out)
+{
+    if (c->state != ST_TLS)
+        return;
+    c->tls = true;
+    send_lhlo(c, out, ST_LHLO);
 }
 
 bool lmtp_proxy_client_rcpt(struct lmtp_proxy_client *c, const char *address, struct buf *out)

@@ -4,7 +4,12 @@
  * `out`; no I/O, so it is unit-tested and fuzzed on its own.
  *
  *   greeting 220               -> LHLO
- *   LHLO     250 (XCLIENT)     -> XCLIENT ADDR PORT SESSION TTL (xtext,
+ *   LHLO     250 (`starttls`)  -> STARTTLS, 220 -> STARTTLS: the caller
+ *                                 layers TLS and calls
+ *                                 lmtp_proxy_client_tls_started() -> LHLO
+ *                                 (a backend not offering it: SETUP_FAILED,
+ *                                 nothing goes in clear text)
+ *            250 (XCLIENT)     -> XCLIENT ADDR PORT SESSION TTL (xtext,
  *                                 Postfix's XCLIENT_README), 220 -> LHLO again
  *            250               -> MAIL FROM:<sender> [BODY=8BITMIME] [SMTPUTF8]
  *   MAIL     250               -> READY: lmtp_proxy_client_rcpt() one at a time
@@ -38,13 +43,15 @@ struct lmtp_proxy_client_params {
     const char *sender;         /* MAIL FROM without brackets ("" for <>) */
     bool body_8bit;             /* BODY=8BITMIME */
     bool smtputf8;              /* SMTPUTF8 */
+    bool starttls;              /* TLS before anything else (login.backend_tls) */
     struct mail_forward client; /* the real client, sent when XCLIENT is offered */
 };
 
 enum lmtp_proxy_client_event {
     LMTP_PROXY_CLIENT_CONTINUE,     /* send what was appended; nothing else to do */
     LMTP_PROXY_CLIENT_READY,        /* MAIL accepted: recipients may go */
-    LMTP_PROXY_CLIENT_SETUP_FAILED, /* greeting, LHLO, XCLIENT or MAIL refused */
+    LMTP_PROXY_CLIENT_SETUP_FAILED, /* greeting, LHLO, STARTTLS, XCLIENT or MAIL refused */
+    LMTP_PROXY_CLIENT_STARTTLS,     /* 220 to STARTTLS: start TLS, then tls_started() */
     LMTP_PROXY_CLIENT_RCPT,         /* the answer to the RCPT in flight */
     LMTP_PROXY_CLIENT_DATA_GO,      /* 354: send the message */
     LMTP_PROXY_CLIENT_DATA_REFUSED, /* DATA refused: the reply holds for every recipient */
@@ -69,6 +76,8 @@ void lmtp_proxy_client_free(struct lmtp_proxy_client *c); /* NULL is ignored */
 /* One backend line (without its LF; a CR before it is dropped here). */
 void lmtp_proxy_client_line(struct lmtp_proxy_client *c, const char *line, size_t len,
                             struct buf *out, struct lmtp_proxy_client_result *result);
+/* TLS is up after STARTTLS: appends the new LHLO (RFC 3207 4.2). */
+void lmtp_proxy_client_tls_started(struct lmtp_proxy_client *c, struct buf *out);
 /* Appends RCPT TO:<address>. Only when READY and no RCPT is in flight:
  * false (nothing appended) otherwise. */
 bool lmtp_proxy_client_rcpt(struct lmtp_proxy_client *c, const char *address, struct buf *out);

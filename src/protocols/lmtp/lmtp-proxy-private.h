@@ -7,6 +7,7 @@
 #define PETREL_PROTOCOLS_LMTP_PROXY_PRIVATE_H
 
 #include "core/metrics.h"
+#include "protocols/common/login-metrics.h"
 #include "protocols/lmtp/lmtp-data.h"
 #include "protocols/lmtp/lmtp-private.h"
 #include "protocols/lmtp/lmtp-proxy-client.h"
@@ -17,22 +18,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #define LMTP_PROXY_COMPONENT "login"
 #define LMTP_PROXY_RETRY_MS 150 /* between backend set-up attempts (document 2) */
 
-struct lmtp_proxy_metrics {
-    struct metric_series *director_lookup; /* petrel_login_phase_seconds{lmtp,...} */
-    struct metric_series *backend_dial;
-    struct metric_series *backend_preamble;
-    struct metric_series *ok; /* petrel_login_result_total{lmtp,...}: per recipient */
-    struct metric_series *unavailable;
-    struct metric_series *backend_rejected;
-    struct metric_series *sessions; /* petrel_login_sessions{lmtp} */
-    struct metric_series *retries;  /* ..._transient_{retries,exhausted}_total{lmtp,backend_session} */
-    struct metric_series *exhausted;
-};
 
 struct lmtp_proxy {
     struct lmtp_server *srv;
@@ -40,7 +29,7 @@ struct lmtp_proxy {
     struct lmtp_proxy_deps deps;
     struct event_base *base;
     struct metrics_registry *registry;
-    struct lmtp_proxy_metrics m;
+    struct login_metrics m; /* protocol lmtp */
 };
 
 enum lmtp_proxy_backend_state {
@@ -69,7 +58,7 @@ struct lmtp_proxy_backend {
     struct event *timer; /* retry wait, or the deadline of what is awaited */
     int attempts;        /* set-up attempts made */
     bool connected;
-    struct timespec t0;  /* start of the phase being timed */
+    int64_t t0_us;       /* start of the phase being timed (clock_mono_us) */
     char fail[320];      /* "451 4.4.1 ..." without the address: for its recipients */
     bool fail_has_code;  /* `fail` starts with a code and an enhanced code */
     /* after DATA: one reply per accepted recipient, in their order */
@@ -99,7 +88,7 @@ struct lmtp_proxy_txn {
     char *user;
     struct auth_client_request *auth_req;
     struct director_lookup *lookup;
-    struct timespec lookup_start;
+    int64_t lookup_start_us;
     struct lmtp_proxy_backend *waiting; /* the backend the RCPT waits for */
     struct lmtp_proxy_backend *backends;
     struct lmtp_proxy_route *routes; /* like s->rcpts */
@@ -108,8 +97,6 @@ struct lmtp_proxy_txn {
     size_t data_busy;     /* backends still busy with the message */
     struct event *defer;  /* answers after DATA, always from the loop */
 };
-
-double lmtp_proxy_elapsed(const struct timespec *since);
 
 /* ---------- backend transactions (lmtp-proxy-backend.c) ---------- */
 

@@ -9,6 +9,7 @@
 #include "protocols/lmtp/lmtp-proxy-private.h"
 
 #include "clients/ring/director-client.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "protocols/lmtp/lmtp-server.h"
@@ -18,66 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-double lmtp_proxy_elapsed(const struct timespec *since)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - since->tv_sec) + (double)(now.tv_nsec - since->tv_nsec) / 1e9;
-}
-
 /* ---------- metrics ---------- */
 
-static struct metric_series *series2(struct metric_family *fam, const char *a, const char *b)
-{
-    const char *values[] = {a, b};
-    return metric_series_get(fam, values);
-}
-
+/* petrel_login_sessions{lmtp}: the front's client connections, read when
+ * the metrics are rendered. */
 static void sessions_collect(void *arg)
 {
     struct lmtp_proxy *p = arg;
     metric_set(p->m.sessions, (double)lmtp_server_sessions(p->srv));
-}
-
-/* The petrel_login_* families, shared with the IMAP and POP3 fronts
- * (registering a family again returns the one that exists). */
-static void metrics_init(struct lmtp_proxy *p, struct metrics_registry *reg)
-{
-    static const char *const phase_labels[] = {"protocol", "phase", NULL};
-    static const char *const result_labels[] = {"protocol", "result", NULL};
-    static const char *const proto_labels[] = {"protocol", NULL};
-    static const char *const stage_labels[] = {"protocol", "stage", NULL};
-    struct lmtp_proxy_metrics *m = &p->m;
-    struct metric_family *phase = metrics_histogram(
-        reg, "petrel_login_phase_seconds",
-        "Time spent in each phase of a proxied login (LMTP: per recipient), in seconds.",
-        phase_labels, metrics_latency_buckets, metrics_latency_bucket_count);
-    m->director_lookup = series2(phase, "lmtp", "director_lookup");
-    m->backend_dial = series2(phase, "lmtp", "backend_dial");
-    m->backend_preamble = series2(phase, "lmtp", "backend_preamble");
-    struct metric_family *result =
-        metrics_counter(reg, "petrel_login_result_total",
-                        "Outcomes of proxied logins (LMTP: of routed recipients).", result_labels);
-    m->ok = series2(result, "lmtp", "ok");
-    m->unavailable = series2(result, "lmtp", "unavailable");
-    m->backend_rejected = series2(result, "lmtp", "backend_rejected");
-    series2(result, "lmtp", "preamble_error");
-    series2(result, "lmtp", "tls_error");
-    const char *lmtp[] = {"lmtp"};
-    m->sessions = metric_series_get(
-        metrics_gauge(reg, "petrel_login_sessions",
-                      "Proxied sessions open (LMTP: client connections of the front).",
-                      proto_labels),
-        lmtp);
-    m->retries = series2(metrics_counter(reg, "petrel_login_transient_retries_total",
-                                         "Temporary failures retried, by stage.", stage_labels),
-                         "lmtp", "backend_session");
-    m->exhausted = series2(
-        metrics_counter(reg, "petrel_login_transient_exhausted_total",
-                        "Temporary failures that used up login.transient_retries, by stage.",
-                        stage_labels),
-        "lmtp", "backend_session");
-    metrics_add_collector(reg, sessions_collect, p);
 }
 
 /* ---------- the transaction ---------- */
@@ -123,9 +72,9 @@ static void reply_with_address(struct lmtp_session *s, const char *line, const c
     lmtp_reply(s, "%.*s <%s> %s", head, line, address, tail);
 }
 
-static void answer_rcpt(struct lmtp_proxy_txn *t, struct metric_series *counted, const char *fmt,
+static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
-static void answer_rcpt(struct lmtp_proxy_txn *t, struct metric_series *counted, const char *fmt,
+static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt,
                         ...)
 {
     char line[512];
@@ -134,8 +83,8 @@ static void answer_rcpt(struct lmtp_proxy_txn *t, struct metric_series *counted,
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     lmtp_reply(t->s, "%s", line);
-    if (counted != NULL)
-        metric_add(counted, 1);
+    if (counted >= 0)
+        login_metrics_result(&t->p->m, (enum login_result)counted);
     pending_end(t);
 }
 
@@ -155,7 +104,7 @@ static void route_to(struct lmtp_proxy_txn *t, struct lmtp_proxy_backend *b)
         lmtp_proxy_txn_backend_failed(t, b);
         return;
     default:
-        answer_rcpt(t, t->p->m.unavailable, "451 4.3.0 <%s> Internal error, try again later",
+        answer_rcpt(t, LOGIN_RESULT_UNAVAILABLE, "451 4.3.0 <%s> Internal error, try again later",
                     t->name.address);
         return;
     }
@@ -166,7 +115,7 @@ static void lookup_done(void *arg, const struct director_lookup_result *res)
     struct lmtp_proxy_txn *t = arg;
     struct lmtp_proxy *p = t->p;
     t->lookup = NULL;
-    metric_observe(p->m.director_lookup, lmtp_proxy_elapsed(&t->lookup_start));
+    login_metrics_phase(&p->m, LOGIN_PHASE_DIRECTOR_LOOKUP, t->lookup_start_us);
     char user[300];
     log_quote(user, sizeof(user), t->user);
     if (!res->ok) {
@@ -174,7 +123,7 @@ static void lookup_done(void *arg, const struct director_lookup_result *res)
         log_quote(why, sizeof(why), res->error != NULL ? res->error : ring_outcome_name(res->outcome));
         log_warn(LMTP_PROXY_COMPONENT, "director lookup failed", "session=%s user=%s error=%s",
                  t->s->id, user, why);
-        answer_rcpt(t, p->m.unavailable, "451 4.4.3 <%s> No route to the user's backend, try "
+        answer_rcpt(t, LOGIN_RESULT_UNAVAILABLE, "451 4.4.3 <%s> No route to the user's backend, try "
                     "again later", t->name.address);
         return;
     }
@@ -210,19 +159,19 @@ static void user_done(const struct auth_client_reply *reply, void *arg)
     switch (reply->status) {
     case AUTH_CLIENT_OK:
         t->user = xstrdup(reply->user);
-        clock_gettime(CLOCK_MONOTONIC, &t->lookup_start);
+        t->lookup_start_us = clock_mono_us();
         t->lookup = director_client_lookup(t->p->deps.directors, t->user, director_tag(reply->userdb),
                                            lookup_done, t);
         return;
     case AUTH_CLIENT_NOT_FOUND:
     case AUTH_CLIENT_FAIL:
         log_info(LMTP_PROXY_COMPONENT, "unknown recipient", "session=%s rcpt=%s", t->s->id, addr);
-        answer_rcpt(t, NULL, "550 5.1.1 <%s> User doesn't exist here", t->name.address);
+        answer_rcpt(t, -1, "550 5.1.1 <%s> User doesn't exist here", t->name.address);
         return;
     default:
         log_warn(LMTP_PROXY_COMPONENT, "recipient lookup failed", "session=%s rcpt=%s", t->s->id,
                  addr);
-        answer_rcpt(t, NULL, "451 4.3.0 <%s> Temporary user lookup failure", t->name.address);
+        answer_rcpt(t, -1, "451 4.3.0 <%s> Temporary user lookup failure", t->name.address);
         return;
     }
 }
@@ -249,7 +198,7 @@ void lmtp_proxy_txn_backend_failed(struct lmtp_proxy_txn *t, struct lmtp_proxy_b
     if (!t->pending || t->waiting != b)
         return; /* its recipients are answered at DATA */
     bool temporary = b->fail[0] == '4';
-    metric_add(temporary ? t->p->m.unavailable : t->p->m.backend_rejected, 1);
+    login_metrics_result(&t->p->m, temporary ? LOGIN_RESULT_UNAVAILABLE : LOGIN_RESULT_BACKEND_REJECTED);
     reply_with_address(t->s, b->fail, t->name.address);
     pending_end(t);
 }
@@ -267,9 +216,9 @@ void lmtp_proxy_txn_backend_rcpt(struct lmtp_proxy_txn *t, struct lmtp_proxy_bac
         t->routes = xgrow(t->routes, &t->route_cap, i + 1, sizeof(*t->routes));
         t->routes[i].b = b;
         t->routes[i].k = b->accepted++;
-        metric_add(t->p->m.ok, 1);
+        login_metrics_result(&t->p->m, LOGIN_RESULT_OK);
     } else {
-        metric_add(t->p->m.backend_rejected, 1);
+        login_metrics_result(&t->p->m, LOGIN_RESULT_BACKEND_REJECTED);
     }
     pending_end(t);
 }
@@ -386,7 +335,8 @@ struct lmtp_proxy *lmtp_proxy_start(const struct service_env *env,
         return NULL;
     }
     p->registry = env->metrics;
-    metrics_init(p, env->metrics);
+    login_metrics_register(env->metrics, "lmtp", &p->m);
+    metrics_add_collector(env->metrics, sessions_collect, p);
     log_info(LMTP_PROXY_COMPONENT, "lmtp front listening",
              "address=%s backend_port=%lld backend_tls=%s retries=%d", lmtp_proxy_address(p),
              (long long)cfg->backend_port, deps->backend_tls != NULL ? "on" : "off",
