@@ -12,8 +12,9 @@
 # directly against backend a and through proxy a to it, with the same users:
 #
 #   throughput  imap-bench load, a read mix (NOOP, FETCH headers/bodies/flags,
-#               SELECT), direct/proxy/proxy/direct; ratio of the means
-#               (target >= 90 %) and the proxy's CPU per relayed command
+#               SELECT), then whole-message FETCHes only (bytes/s);
+#               direct/proxy/proxy/direct; ratio of the means (target >= 90 %)
+#               and the proxy's CPU per relayed command
 #   logins      connect + LOGIN + LOGOUT cycles per second with every user
 #               already in the auth caches (target >= 2,000/s via the proxy)
 #   memory      VmRSS growth of the proxy per idle proxied session after
@@ -26,6 +27,7 @@
 # Knobs: BENCH_DURATION=10 (s per throughput run)  BENCH_CLIENTS=20
 #        BENCH_MESSAGES=50 (per load user)  BENCH_USERS=200
 #        BENCH_MIX="noop=16,headers=14,body=14,flags=8,select=4"
+#        BENCH_BULK_MIX="body=1"
 #        BENCH_LOGIN_SECONDS=5  BENCH_LOGIN_PROCS=2  BENCH_LOGIN_CONCURRENCY=32
 #        BENCH_IDLE_SESSIONS=2000  BENCH_BUILD_DIR=build-release
 #        BENCH_NO_BUILD=1  BENCH_KEEP=1 (keep the work directory and its logs)

@@ -10,10 +10,11 @@ in the way), and measures, each time directly against backend a and through
 proxy a to the same backend with the same users:
 
   throughput  bench/imap-bench `load` (BENCH_CLIENTS connections, one
-              command in flight each, the read mix BENCH_MIX) for
-              BENCH_DURATION seconds, in the order direct, proxy, proxy,
-              direct; the ratio of the means. Also the proxy's CPU time per
-              relayed command.
+              command in flight each) for BENCH_DURATION seconds, in the
+              order direct, proxy, proxy, direct, the ratio of the means;
+              twice: the read mix BENCH_MIX, then BENCH_BULK_MIX (whole
+              messages, FETCH BODY[] only: bytes/s). Also the proxy's CPU
+              time per relayed command.
   logins      BENCH_LOGIN_PROCS processes with BENCH_LOGIN_CONCURRENCY
               connections each: connect, greeting, LOGIN, LOGOUT, wait for
               the server to close, again, for BENCH_LOGIN_SECONDS. Every user
@@ -53,6 +54,7 @@ LOGIN_CONCURRENCY = env_int("BENCH_LOGIN_CONCURRENCY", 32)
 LOGIN_PROCS = env_int("BENCH_LOGIN_PROCS", 2)
 IDLE_SESSIONS = env_int("BENCH_IDLE_SESSIONS", 2000)
 MIX = os.environ.get("BENCH_MIX", "noop=16,headers=14,body=14,flags=8,select=4")
+BULK_MIX = os.environ.get("BENCH_BULK_MIX", "body=1")
 
 
 # ---------- the login-rate client ----------
@@ -215,25 +217,26 @@ def main():
 
         # ----- relayed command throughput -----
         run([bench, "setup", direct, load_file, str(MESSAGES), "mixed"])
-        env = dict(os.environ, IMAP_BENCH_MIX=MIX)
-        rates = {"direct": [], "proxy": []}
-        proxy_cpu = proxy_cmds = 0.0
-        for kind in ("direct", "proxy", "proxy", "direct"):
-            addr = direct if kind == "direct" else proxied
-            c0 = cpu_seconds(proxy.pid)
-            out = run([bench, "load", addr, load_file, str(MESSAGES), str(DURATION),
-                       str(CLIENTS)], env=env)
-            rate = field(out, "rate")
-            if kind == "proxy":
-                proxy_cpu += cpu_seconds(proxy.pid) - c0
-                proxy_cmds += field(out, "commands")
-            if field(out, "errors"):
-                failed = True
-            rates[kind].append(rate)
-            print(f"load {kind:6} {addr}: {rate:,.0f} commands/s", flush=True)
-        d = sum(rates["direct"]) / 2
-        p = sum(rates["proxy"]) / 2
-        us_per_cmd = 1e6 * proxy_cpu / proxy_cmds if proxy_cmds else 0
+        throughput = {}
+        for name, mix in (("mix", MIX), ("bulk", BULK_MIX)):
+            env = dict(os.environ, IMAP_BENCH_MIX=mix)
+            rates = {"direct": [], "proxy": []}
+            proxy_cpu = proxy_cmds = 0.0
+            for kind in ("direct", "proxy", "proxy", "direct"):
+                addr = direct if kind == "direct" else proxied
+                c0 = cpu_seconds(proxy.pid)
+                out = run([bench, "load", addr, load_file, str(MESSAGES), str(DURATION),
+                           str(CLIENTS)], env=env)
+                rate = field(out, "rate")
+                if kind == "proxy":
+                    proxy_cpu += cpu_seconds(proxy.pid) - c0
+                    proxy_cmds += field(out, "commands")
+                if field(out, "errors"):
+                    failed = True
+                rates[kind].append(rate)
+                print(f"load {name} ({mix}) {kind:6} {addr}: {rate:,.0f} commands/s", flush=True)
+            throughput[name] = (sum(rates["direct"]) / 2, sum(rates["proxy"]) / 2,
+                                1e6 * proxy_cpu / proxy_cmds if proxy_cmds else 0)
 
         # ----- login rate, auth cached -----
         for addr in (direct, proxied):  # every user once: the caches hold them all
@@ -276,8 +279,11 @@ def main():
             failed = True
 
         print()
-        print(f"throughput  direct {d:,.0f}/s  proxy {p:,.0f}/s  ratio {100 * p / d:.1f} %  "
-              f"(target >= 90 %)  proxy CPU {us_per_cmd:.1f} us per relayed command")
+        for name, (d, p, us) in throughput.items():
+            what = "commands" if name == "mix" else "FETCH BODY[] (mixed sizes, ~20 KB mean)"
+            print(f"throughput {name:5} direct {d:,.0f}/s  proxy {p:,.0f}/s  ratio "
+                  f"{100 * p / d:.1f} %  (target >= 90 %)  proxy CPU {us:.1f} us per relayed "
+                  f"{what}")
         print(f"logins      direct {logins['direct']:,.0f}/s  proxy {logins['proxy']:,.0f}/s  "
               f"ratio {100 * logins['proxy'] / logins['direct']:.1f} %  (target >= 2,000/s "
               f"through the proxy)")
