@@ -51,6 +51,7 @@ import re
 import signal
 import smtplib
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -152,6 +153,17 @@ class IMAP4From(imaplib.IMAP4):
     def _create_socket(self, timeout):
         return socket.create_connection((self.host, self.port), timeout,
                                         source_address=(self._source, 0))
+
+
+class IMAP4SSLFrom(imaplib.IMAP4_SSL):
+    def __init__(self, host, port, source=CLIENT_IP, **kw):
+        self._source = source
+        super().__init__(host, port, **kw)
+
+    def _create_socket(self, timeout):
+        sock = socket.create_connection((self.host, self.port), timeout,
+                                        source_address=(self._source, 0))
+        return self.ssl_context.wrap_socket(sock, server_hostname=self.host)
 
 
 class POP3From(poplib.POP3):
@@ -355,7 +367,8 @@ class Fleet:
         # One port per service kind, free on every address that uses it.
         every = list(IP.values())
         self.port = {k: port_free_on(every) for k in
-                     ("imap", "pop3", "lmtp", "auth", "warden", "ring", "api")}
+                     ("imap", "pop3", "lmtp", "auth", "warden", "ring", "api", "imaps",
+                      "pop3s")}
         self.secret_file = self.workdir / "ring.secret"
         self.secret_file.write_text(RING_SECRET + "\n")
         self.passwd = self.workdir / "passwd"
@@ -495,6 +508,7 @@ class Fleet:
             for front in ("imap", "pop3"):
                 login[front]["tls_cert_file"] = str(self.pki / "server.pem")
                 login[front]["tls_key_file"] = str(self.pki / "server.key")
+                login[front]["listen_tls"] = [f"{ip}:{p[front + 's']}"]
         cfg.update({"components": ["login"], "login": merge(login, self.login_extra)})
         return cfg
 
@@ -545,8 +559,9 @@ class Fleet:
                 wait_accepting(b.ip, self.port[kind], what=f"{b.name} {kind}")
         self.wait_ring()
         self.wait_backends_up()
+        kinds = ("imap", "pop3", "lmtp") + (("imaps", "pop3s") if self.pki else ())
         for n in self.proxies:
-            for kind in ("imap", "pop3", "lmtp"):
+            for kind in kinds:
                 wait_accepting(n.ip, self.port[kind], what=f"{n.name} {kind}")
 
     def stop(self, check=True):
@@ -663,6 +678,13 @@ class Fleet:
         """An IMAP connection from the clients' address to a proxy or a
         backend (its IMAP port)."""
         return IMAP4From(node.ip, self.port["imap"], timeout=timeout)
+
+    def imaps(self, node, timeout=10):
+        """Implicit TLS to a proxy's IMAPS port (the test PKI's CA; the
+        certificate names 127.0.0.1, so the name is not checked)."""
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.pem"))
+        ctx.check_hostname = False
+        return IMAP4SSLFrom(node.ip, self.port["imaps"], ssl_context=ctx, timeout=timeout)
 
     def pop3(self, node, timeout=10):
         return POP3From(node.ip, self.port["pop3"], timeout=timeout)

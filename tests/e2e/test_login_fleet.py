@@ -318,6 +318,46 @@ def test_starttls_and_sasl_through_the_proxy(fleet):  # noqa: F811
     m.logout()
 
 
+def test_implicit_tls_through_the_proxy_and_a_failed_handshake(fleet):  # noqa: F811
+    f = fleet
+    user = f.users[84]
+    home = f.backend_by_ip(f.map(user))
+    m = f.imaps(f.proxies[0])
+    m.login(user, f.password(user))
+    assert m.select("INBOX")[0] == "OK"
+    wait_for(lambda: [s["ip"] for s in sessions_of(f, home, user, "imap")] == [CLIENT_IP],
+             timeout=5, what="the IMAPS session on the backend")
+    m.logout()
+    # A client that is not speaking TLS on the TLS port: tls_error.
+    before = login_metric(f, "petrel_login_result_total", protocol="imap", result="tls_error")
+    s = f.raw(f.proxies[0], "imaps")
+    s.sendall(b"a LOGIN not-tls at-all\r\n")
+    assert closed_within(s, 5) is not None
+    s.close()
+    wait_for(lambda: login_metric(f, "petrel_login_result_total", protocol="imap",
+                                  result="tls_error") == before + 1, timeout=5,
+             what="tls_error counted")
+
+
+def test_garbage_before_login_is_a_preamble_error_not_retried(fleet):  # noqa: F811
+    f = fleet
+    retries = login_metric(f, "petrel_login_transient_retries_total")
+    for proto, bad in (("imap", b"\x16\x03\x01 garbage\r\n"), ("pop3", b"HELO x\r\n")):
+        before = login_metric(f, "petrel_login_result_total", protocol=proto,
+                              result="preamble_error")
+        s = f.raw(f.proxies[1], proto)
+        fh = s.makefile("rb")
+        assert fh.readline()[:4] in (b"* OK", b"+OK ")
+        s.sendall(bad)
+        answer = fh.readline()
+        assert b"BAD" in answer or answer.startswith(b"-ERR"), answer
+        s.close()
+        wait_for(lambda: login_metric(f, "petrel_login_result_total", protocol=proto,
+                                      result="preamble_error") == before + 1, timeout=5,
+                 what=f"{proto} preamble_error counted")
+    assert login_metric(f, "petrel_login_transient_retries_total") == retries
+
+
 def test_mbsync_through_the_proxy(fleet, tmp_path):  # noqa: F811
     f = fleet
     user = f.users[82]
