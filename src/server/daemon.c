@@ -231,6 +231,13 @@ static unsigned long long configured_connections(const struct petrel_config *cfg
     if (config_has_component(cfg, "director"))
         n += (unsigned long long)cfg->director.api_max_connections +
              (unsigned long long)cfg->director.ring_max_clients;
+    /* A proxied session holds two: the client's and the backend's. */
+    if (config_has_component(cfg, "login")) {
+        if (cfg->login.imap.enabled)
+            n += 2 * (unsigned long long)cfg->login.imap.login.max_connections;
+        if (cfg->login.pop3.enabled)
+            n += 2 * (unsigned long long)cfg->login.pop3.login.max_connections;
+    }
     return n;
 }
 

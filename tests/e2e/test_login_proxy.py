@@ -595,3 +595,64 @@ def test_a_client_that_stops_reading_does_not_grow_the_proxy(fleet):
     grown = vmrss_kib(fleet.proxy.pid) - before
     assert grown < 16 * 1024, f"proxy grew by {grown} KiB"
     m.shutdown()
+
+
+# ---------- backend TLS, shutdown ----------
+
+def test_backend_tls_with_the_internal_ca_and_shutdown_says_bye(petreld, pki, tmp_path):
+    """login.backend_tls: the proxy dials the backend's implicit-TLS port and
+    checks its certificate against login.backend_tls_ca_file; a proxy that
+    does not trust the backend's CA never logs in there. A proxy stopping
+    ends its relayed sessions with a BYE."""
+    (tmp_path / "passwd").write_text(PASSWD)
+    auth, plain, tls = free_port(), free_port(), free_port()
+    backend = petreld({
+        "components": ["auth", "imap", "director"],
+        "mail": {"home": str(tmp_path / "mail" / "%u")},
+        "auth": {"listen": [f"127.0.0.1:{auth}"], "failure_delay": "0s",
+                 "passdb": {"driver": "passwd-file", "path": str(tmp_path / "passwd")}},
+        "imap": {"listen": [f"127.0.0.1:{plain}"], "listen_tls": [f"127.0.0.1:{tls}"],
+                 "tls_cert_file": str(pki / "server.pem"),
+                 "tls_key_file": str(pki / "server.key"),
+                 "auth_addr": f"127.0.0.1:{auth}", "workers": 1},
+        "director": {"api": {"listen": f"127.0.0.1:{free_port()}"},
+                     "ring": {"listen": f"127.0.0.1:{free_port()}"},
+                     "backends": [{"ip": "127.0.0.1", "port": plain}]},
+    }, env={"DIRECTOR_RING_SECRET": SECRET})
+
+    def proxy(ca_file, retries):
+        return petreld({
+            "components": ["login"],
+            "login": {"directors": [backend.config["director"]["ring"]["listen"]],
+                      "ring_secret_env": "DIRECTOR_RING_SECRET",
+                      "transient_retries": retries,
+                      "backend_tls": True, "backend_tls_ca_file": ca_file,
+                      "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                               "auth_addr": f"127.0.0.1:{auth}", "backend_port": tls}},
+        }, env={"DIRECTOR_RING_SECRET": SECRET})
+
+    good = proxy(str(pki / "ca.pem"), 2)
+    m = imaplib.IMAP4(*good.config["login"]["imap"]["listen"][0].rsplit(":", 1))
+    assert m.login("alice", "Wonderland-7qX")[0] == "OK"
+    assert m.select("INBOX")[0] == "OK"
+    # the backend saw a TLS session (its log line says tls=yes)
+    assert wait_for(lambda: re.search(r"logged in.*user=alice .*tls=yes", backend.stderr()),
+                    what="backend login over TLS")
+    # a proxy with another CA: the handshake fails, the client gets one clean answer
+    bad = proxy(str(pki / "client.pem"), 0)
+    m2 = imaplib.IMAP4(*bad.config["login"]["imap"]["listen"][0].rsplit(":", 1))
+    with pytest.raises(imaplib.IMAP4.error) as e:
+        m2.login("alice", "Wonderland-7qX")
+    assert "UNAVAILABLE" in str(e.value)
+    assert "certificate verify failed" in bad.stderr()
+    m2.shutdown()
+    # shutdown: the relayed session is told goodbye, the proxy exits cleanly
+    good.stop()
+    m.sock.settimeout(5)
+    data = b""
+    while True:
+        chunk = m.sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    assert b"* BYE" in data, data

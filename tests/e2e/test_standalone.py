@@ -130,7 +130,8 @@ def test_every_component_of_the_example_is_up(standalone):
                if "component=petreld msg=started" in ln]
     assert started, standalone.stderr()
     for component in ("imap=127.0.0.1", "pop3=127.0.0.1", "lmtp=127.0.0.1", "warden=127.0.0.1",
-                      "auth=127.0.0.1", "director=", "monitor=", "quota_status=127.0.0.1"):
+                      "auth=127.0.0.1", "director=", "monitor=", "quota_status=127.0.0.1",
+                      "login=127.0.0.1"):
         assert component in started[0], started[0]
     assert standalone.ctl("backend", "health").returncode == 0
 
@@ -168,6 +169,37 @@ def test_demo_user_reads_mail_over_imap_and_pop3_and_shows_in_who(standalone):
                             body={}).json()
         return body["total"] == 0
     wait_for(gone, timeout=5, what="sessions cleared after logout")
+
+
+def test_the_login_proxy_routes_the_demo_user_through_the_director(standalone):
+    """The example's login proxy on 11143/11993 (IMAP) and 11110/11995 (POP3)
+    asks the example's director and relays to the local backend, which
+    registers the session once, with the client's own address."""
+    ctx = ssl.create_default_context(cafile=standalone.ca)
+    m = imaplib.IMAP4("127.0.0.1", standalone.port(11143))
+    m.starttls(ssl_context=ctx)
+    typ, data = m.login("demo", "demo")
+    assert typ == "OK" and b"[CAPABILITY IMAP4rev1" in data[0], data
+    assert m.select("INBOX")[0] == "OK"
+    m2 = imaplib.IMAP4_SSL("127.0.0.1", standalone.port(11993), ssl_context=ctx)
+    assert m2.login("demo", "demo")[0] == "OK"
+    p = poplib.POP3_SSL("127.0.0.1", standalone.port(11995), context=ctx)
+    p.user("demo")
+    assert p.pass_("demo").startswith(b"+OK")
+    p.stat()
+
+    def counted():
+        body = http_request(standalone.addr(9105), "POST", "/api/backend/who/count",
+                            body={"by": "protocol"}).json()
+        counts = body.get("by_protocol", {})
+        return (counts.get("imap"), counts.get("pop3"), body.get("total")) == (2, 1, 3)
+    wait_for(counted, timeout=5, what="proxied sessions in who")
+    text = http_request(standalone.addr(8080), "GET", "/metrics").body.decode()
+    assert 'petrel_login_sessions{protocol="imap"} 2' in text, text
+    assert 'petrel_login_result_total{protocol="pop3",result="ok"} 1' in text
+    p.quit()
+    m2.logout()
+    m.logout()
 
 
 def test_demo_password_checked_by_the_auth_service(standalone):

@@ -80,7 +80,7 @@ struct mail_proxy {
     struct event *timer; /* backend_timeout, or the retry pause */
     struct event *later; /* done() from the loop */
     enum mail_proxy_outcome later_outcome;
-    char later_text[MAIL_PROXY_LOGIN_LINE_MAX + 1];
+    char *later_text; /* the backend's answer until done() (allocated: sessions stay small) */
     int64_t phase_started_us;
     struct net_relay *relay;
     bool orphan;                    /* freed by its owner while relaying: relay_done frees it */
@@ -443,14 +443,19 @@ static void later_cb(evutil_socket_t fd, short what, void *arg)
             mail_session_io_login_cancel(p->io);
         }
     }
-    p->cb.done(p->arg, o, p->later_text);
+    /* The owner may free the proxy in done(): the text is handed over. */
+    char *text = p->later_text;
+    p->later_text = NULL;
+    p->cb.done(p->arg, o, text != NULL ? text : "");
+    free(text);
 }
 
 /* done() from the loop, so that no caller up the stack sees the owner go. */
 static void finish(struct mail_proxy *p, enum mail_proxy_outcome o, const char *text)
 {
     /* `text` may point into the dialogue, which goes with the backend. */
-    snprintf(p->later_text, sizeof(p->later_text), "%s", text != NULL ? text : "");
+    free(p->later_text);
+    p->later_text = xstrdup(text != NULL ? text : "");
     backend_close(p);
     if (o != MAIL_PROXY_OK)
         wipe_password(p);
@@ -521,7 +526,8 @@ static void backend_line(struct mail_proxy *p, const char *line, size_t len)
     switch (r.step) {
     case MAIL_PROXY_LOGIN_OK: {
         /* The relay takes the backend's bufferevent as it is. */
-        snprintf(p->later_text, sizeof(p->later_text), "%s", r.text != NULL ? r.text : "");
+        free(p->later_text);
+        p->later_text = xstrdup(r.text != NULL ? r.text : "");
         evtimer_del(p->timer);
         p->front->proto->dialogue_free(p->dialogue);
         p->dialogue = NULL;
@@ -787,6 +793,7 @@ void mail_proxy_free(struct mail_proxy *p)
     event_free(p->timer);
     event_free(p->later);
     wipe_password(p);
+    free(p->later_text);
     free(p->login_name);
     free(p->user);
     free(p->tag);

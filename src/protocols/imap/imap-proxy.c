@@ -169,6 +169,9 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
         metric_gauge_add(s->ctx->m.sessions_unauth, -1);
         metric_gauge_add(s->ctx->m.sessions_auth, 1);
         ps->result_counted = true;
+        /* Nothing is parsed any more: the relay moves the bytes. */
+        imap_parser_free(s->parser);
+        s->parser = NULL;
         mail_proxy_relay(ps->proxy);
         return;
     }

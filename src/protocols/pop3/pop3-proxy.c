@@ -154,6 +154,9 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
         metric_gauge_add(ctx->m.sessions_authorization, -1);
         metric_gauge_add(ctx->m.sessions_transaction, 1);
         ps->result_counted = true;
+        /* Nothing is parsed any more: the relay moves the bytes. */
+        pop3_parser_free(s->parser);
+        s->parser = NULL;
         mail_proxy_relay(ps->proxy);
         return;
     }
