@@ -22,14 +22,19 @@ import time
 
 import pytest
 
-from conftest import free_port, http_request, wait_for
+import threading
+
+from conftest import (default_config, free_port, http_request, merge, run_petreld, to_yaml,
+                      wait_for)
 from ringproto import SECRET
 from test_lmtp import deliver
 from test_director_ring import port_free_on
 
 TOKEN = "lmtp-proxy-test-token"
 USERS = [f"user{i}" for i in range(16)]
-PASSWD = "".join(f"{u}:{{PLAIN}}pw-{u}:1001:1001\n" for u in USERS)
+PASSWD = "".join(f"{u}:{{PLAIN}}pw-{u}:1001:1001\n" for u in USERS) + \
+    "vip0:{PLAIN}pw-vip0:1001:1001::::userdb_director_tag=vip\n"
+VIP_IP = "127.0.0.4"
 BACKEND_IPS = ["127.0.0.2", "127.0.0.3"]
 MSG = (b"From: sender@example.net\r\nTo: someone@example.com\r\nSubject: proxied\r\n"
        b"Message-ID: <proxied-1@example.net>\r\n\r\nhello through the proxy\r\n"
@@ -54,7 +59,7 @@ def backend_cert(pki, tmp_path):
 
 
 class Fleet:
-    def __init__(self, petreld, tmp_path, pki=None):
+    def __init__(self, petreld, tmp_path, pki=None, login=None, front=None):
         self.tmp = tmp_path
         tls_login, tls_backend = {}, {}
         if pki is not None:
@@ -62,7 +67,7 @@ class Fleet:
             tls_login = {"backend_tls": True, "backend_tls_ca_file": str(pki / "ca.pem")}
             tls_backend = {"tls_cert_file": cert, "tls_key_file": key}
         self.auth_port = free_port()
-        self.lmtp_port = port_free_on(BACKEND_IPS)
+        self.lmtp_port = port_free_on(BACKEND_IPS + [VIP_IP])
         ring_port, api_port = free_port(), free_port()
         self.ring = f"127.0.0.1:{ring_port}"
         self.api = f"127.0.0.1:{api_port}"
@@ -92,6 +97,7 @@ class Fleet:
                 "transient_retries": 2,
                 "backend_timeout": "3s",
                 **tls_login,
+                **(login or {}),
                 "lmtp": {
                     "listen": [self.front, f"unix:{self.sock}"],
                     "auth_addr": f"127.0.0.1:{self.auth_port}",
@@ -99,6 +105,7 @@ class Fleet:
                     "hostname": "proxy.test.example",
                     "backend_port": self.lmtp_port,
                     "temp_dir": str(spool),
+                    **(front or {}),
                 },
             },
         }, env={"LOGIN_RING_SECRET": SECRET, **SMALL_QUARANTINE})
@@ -403,3 +410,177 @@ def _client_or_none(f):
         return f.client()
     except OSError:
         return None
+
+
+class ScriptedBackend:
+    """A backend that breaks at a chosen step, bound where a real backend
+    was (its address stays registered with the director): "silent" accepts
+    and never speaks; "drop_after_data" plays LMTP up to the end of the
+    message and closes instead of answering it."""
+
+    def __init__(self, ip, port, mode):
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((ip, port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.accepted = 0
+        self.got_message = threading.Event()
+        self.stop = False
+        self.conns = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            self.conns.append(c)
+            if self.mode == "drop_after_data":
+                threading.Thread(target=self._lmtp, args=(c,), daemon=True).start()
+
+    def _lmtp(self, c):
+        f = c.makefile("rb")
+        c.sendall(b"220 scripted ready\r\n")
+        for line in f:
+            verb = line[:4].upper()
+            if verb == b"LHLO":
+                c.sendall(b"250-scripted\r\n250 PIPELINING\r\n")
+            elif verb in (b"MAIL", b"RCPT"):
+                c.sendall(b"250 2.1.0 OK\r\n")
+            elif verb == b"DATA":
+                c.sendall(b"354 go\r\n")
+                for body in f:
+                    if body == b".\r\n":
+                        break
+                self.got_message.set()
+                c.close()  # no answer for the message
+                return
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_slow_backend_times_out_into_451(petreld, tmp_path):
+    """A backend that accepts and never answers: each set-up attempt ends at
+    backend_timeout, then 451 4.4.1; the transaction goes on with the other
+    backend."""
+    f = Fleet(petreld, tmp_path, login={"backend_timeout": "300ms", "transient_retries": 1})
+    by = users_by_backend(f)
+    up, down = BACKEND_IPS
+    f.backends[down].stop()
+    silent = ScriptedBackend(down, f.lmtp_port, "silent")
+    try:
+        c = f.client()
+        assert c.mail("sender@example.net")[0] == 250
+        t0 = time.monotonic()
+        code, text = c.rcpt(f"{by[down][0]}@example.com")
+        elapsed = time.monotonic() - t0
+        assert code == 451 and b"4.4.1" in text, (code, text)
+        assert 0.6 <= elapsed < 3, elapsed  # two attempts of 300 ms, 150 ms apart
+        assert silent.accepted == 2
+        assert c.rcpt(f"{by[up][0]}@example.com")[0] == 250
+        code, _ = c.data(MSG)
+        assert code == 250
+        c.quit()
+    finally:
+        silent.close()
+    wait_for(lambda: f.stored(up, by[up][0]), what="the other backend's delivery")
+
+
+def test_backend_lost_after_the_message_gives_451_not_250(petreld, tmp_path):
+    """One backend takes the message and drops the connection before
+    answering: its recipients get 451 4.4.2 (nothing acknowledged that was
+    not delivered), the other backend's recipients 250, in RCPT order."""
+    f = Fleet(petreld, tmp_path)
+    by = users_by_backend(f)
+    up, down = BACKEND_IPS
+    f.backends[down].stop()
+    bad = ScriptedBackend(down, f.lmtp_port, "drop_after_data")
+    try:
+        rcpts = [f"{by[down][0]}@example.com", f"{by[up][0]}@example.com"]
+        c = f.client()
+        out = deliver(c, rcpts, msg=MSG)
+        assert bad.got_message.is_set()
+        code, text = out[rcpts[0]]
+        assert code == 451 and b"4.4.2" in text and rcpts[0].encode() in text, (code, text)
+        assert out[rcpts[1]][0] == 250, out
+        assert c.noop()[0] == 250
+        c.quit()
+    finally:
+        bad.close()
+    wait_for(lambda: f.stored(up, by[up][0]), what="the good backend's delivery")
+
+
+def test_config_errors_and_print(tmp_path):
+    base = merge(default_config(), {"components": ["login"], "login": {
+        "directors": ["127.0.0.1:9102"],
+        "lmtp": {"listen": ["127.0.0.1:11024"], "auth_addr": "127.0.0.1:10200"}}})
+    path = tmp_path / "p.yaml"
+    path.write_text(to_yaml(base) + "\n")
+    proc = run_petreld(["-c", str(path), "--check-config"])
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"  lmtp:\n    listen:", proc.stdout), proc.stdout
+    assert "    backend_port: 24" in proc.stdout
+    for key, value, words in (("delivery_threads", 4, "login.lmtp"),
+                              ("backend_port", 0, "login.lmtp.backend_port"),
+                              ("temp_dir", "relative", "login.lmtp.temp_dir"),
+                              ("listen", [], "login.lmtp")):
+        cfg = merge(base, {"login": {"lmtp": {key: value}}})
+        path.write_text(to_yaml(cfg) + "\n")
+        proc = run_petreld(["-c", str(path), "--check-config"])
+        assert proc.returncode == 2, proc.stderr
+        assert re.search(r"p\.yaml:\d+: " + re.escape(words), proc.stderr), proc.stderr
+
+
+def test_director_tag_from_the_userdb_picks_the_backend_group(fleet, petreld, tmp_path):
+    """The userdb extra field director_tag is the tag the director hashes
+    in: a user tagged `vip` lands on the only `vip` backend."""
+    r = http_request(fleet.api, "POST", "/api/director/backends",
+                     body={"ip": VIP_IP, "port": 143, "tag": "vip"}, token=TOKEN)
+    assert r.status in (200, 201), r
+    petreld({
+        "components": ["lmtp"],
+        "mail": {"home": str(tmp_path / "vip" / "%u")},
+        "lmtp": {"listen": [f"{VIP_IP}:{fleet.lmtp_port}"],
+                 "auth_addr": f"127.0.0.1:{fleet.auth_port}",
+                 "login_trusted_networks": ["127.0.0.0/8"], "username_format": "%n"},
+    })
+    c = fleet.client()
+    out = deliver(c, ["vip0@example.com", f"{USERS[6]}@example.com"], msg=MSG)
+    c.quit()
+    assert [v[0] for v in out.values()] == [250, 250], out
+    vip = tmp_path / "vip" / "vip0" / "Maildir"
+    wait_for(lambda: [p for sub in ("new", "cur") for p in (vip / sub).glob("*")],
+             what="vip0 on the vip backend")
+    home = fleet.home_of(USERS[6])
+    assert home in BACKEND_IPS  # the untagged user stays on the untagged backends
+    wait_for(lambda: fleet.stored(home, USERS[6]), what="the untagged delivery")
+
+
+def test_connections_per_address_are_capped(petreld, tmp_path):
+    """login.lmtp.max_connections_per_ip: one address cannot hold every
+    slot; over the cap a connection gets 421 4.7.0 and is closed, and a
+    slot given back can be taken again."""
+    f = Fleet(petreld, tmp_path, front={"max_connections_per_ip": 2})
+    host, port = f.front.rsplit(":", 1)
+    # Fleet.ready()'s own sessions give their slots back as they close.
+    held = [wait_for(lambda: _client_or_none(f), what="a slot") for _ in range(2)]
+    s = socket.create_connection((host, int(port)), timeout=10)
+    data = s.recv(512)
+    s.close()
+    assert data.startswith(b"421 4.7.0"), data
+    held.pop().quit()
+    c = wait_for(lambda: _client_or_none(f), what="a slot again")
+    c.quit()
+    for c in held:
+        c.quit()
+    assert "login.lmtp.max_connections_per_ip" in f.proxy.stderr()

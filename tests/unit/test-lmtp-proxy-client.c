@@ -205,11 +205,10 @@ static void test_broken_replies(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "22",         /* too short */
-        "220x ready", /* no separator */
-        "620 ready",  /* no such class */
-        "2a0 ready",
-        "220 rea\x01dy", /* a control byte */
+        "22",                          /* too short */
+        "220x ready",                  /* no separator */
+        "620 ready",                   /* no such class */
+        "2a0 ready",  "220 rea\x01dy", /* a control byte */
     };
     struct buf out = {0};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -189,7 +189,8 @@ static void cmd_rcpt(struct lmtp_session *s, const struct lmtp_command *cmd)
         if (strcmp(s->rcpts[i].name.address, name.address) == 0) {
             lmtp_reply(s, "250 2.1.5 <%s> Recipient OK", name.address);
             char *user = xstrdup(s->rcpts[i].username);
-            lmtp_session_rcpt_add(s, &name, user, s->rcpts[i].dup_of != SIZE_MAX ? s->rcpts[i].dup_of : i);
+            lmtp_session_rcpt_add(s, &name, user,
+                                  s->rcpts[i].dup_of != SIZE_MAX ? s->rcpts[i].dup_of : i);
             free(user);
             count_rcpt(s, "accepted");
             return;

@@ -75,6 +75,7 @@ bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "max_recipients",
                                        "max_line_length",
                                        "max_connections",
+                                       "max_connections_per_ip",
                                        "max_errors",
                                        "command_timeout",
                                        "auth_timeout",
@@ -124,6 +125,8 @@ bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node
         !cfg_int(ctx, node, p, "max_recipients", 1, 100000, &cfg->max_recipients) ||
         !cfg_int(ctx, node, p, "max_line_length", 512, 1024 * 1024, &cfg->max_line_length) ||
         !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
+        !cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
+                 &cfg->max_connections_per_ip) ||
         !cfg_int(ctx, node, p, "max_errors", 1, 100000, &cfg->max_errors) ||
         !cfg_duration_ms(ctx, node, p, "command_timeout", 1000, 86400000,
                          &cfg->command_timeout_ms) ||
@@ -172,6 +175,7 @@ void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
             (long long)cfg->max_connections, (long long)cfg->max_errors,
             (long long)cfg->command_timeout_ms, (long long)cfg->auth_timeout_ms,
             (long long)cfg->delivery_threads, (long long)cfg->delivery_queue);
+    fprintf(out, "  max_connections_per_ip: %lld\n", (long long)cfg->max_connections_per_ip);
     yaml_put_kv(out, "  ", "temp_dir", cfg->temp_dir);
     fprintf(out, "  folder_cache_bytes: %lld\n  folder_cache_idle: %lldms\n",
             (long long)cfg->folder_cache_bytes, (long long)cfg->folder_cache_idle_ms);

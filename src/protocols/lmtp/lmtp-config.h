@@ -27,6 +27,8 @@ struct lmtp_config {
     int64_t max_recipients;   /* per transaction */
     int64_t max_line_length;  /* command lines */
     int64_t max_connections;
+    /* 0: no cap (the lmtp component's default) */
+    int64_t max_connections_per_ip;
     int64_t max_errors;         /* bad commands before the connection is closed */
     int64_t command_timeout_ms; /* inactivity, also inside DATA */
     int64_t auth_timeout_ms;    /* one userdb lookup */

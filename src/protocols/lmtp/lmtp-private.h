@@ -22,6 +22,7 @@
 #include <openssl/ssl.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define LMTP_COMPONENT "lmtp"
@@ -79,6 +80,8 @@ struct lmtp_session {
     bool body_8bit;     /* MAIL had BODY=8BITMIME (passed on by a front) */
     unsigned peer_port; /* 0 for a Unix socket (or as forwarded by XCLIENT) */
     bool output_full;   /* reading stopped until the client reads its replies */
+    /* The address as accepted: its per-address count goes back with it. */
+    struct sockaddr_storage peer_addr;
 };
 
 struct lmtp_server_metrics {
@@ -114,8 +117,10 @@ struct lmtp_front_ops {
 /* What the server gives its sessions. */
 struct lmtp_server_ctx {
     const struct lmtp_config *cfg;
-    const char *component; /* LMTP_COMPONENT, or the front's */
-    const struct lmtp_front_ops *front; /* NULL: the userdb and the storage */
+    /* LMTP_COMPONENT, or the front's. */
+    const char *component;
+    /* NULL: the userdb and the storage. */
+    const struct lmtp_front_ops *front;
     void *front_arg;
     struct event_base *base;
     struct auth_client *auth;

@@ -112,9 +112,9 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         attempt(b);
         break;
     case LMTP_PROXY_B_SETUP:
-        setup_failed(b, b->bev == NULL      ? "dial failed"
-                        : b->connected      ? "no answer in backend_timeout"
-                                            : "connect timed out");
+        setup_failed(b, b->bev == NULL ? "dial failed"
+                        : b->connected ? "no answer in backend_timeout"
+                                       : "connect timed out");
         break;
     case LMTP_PROXY_B_RCPT:
     case LMTP_PROXY_B_DATA:
@@ -266,12 +266,13 @@ void lmtp_proxy_backend_data(struct lmtp_proxy_backend *b)
     struct buf out = {0};
     b->accepted = lmtp_proxy_client_accepted(b->dlg);
     b->results = xcalloc(b->accepted > 0 ? b->accepted : 1, sizeof(char *));
+    /* From here on every end of this backend counts the transaction down. */
+    b->state = LMTP_PROXY_B_DATA;
     if (!lmtp_proxy_client_data(b->dlg, &out)) {
         buf_free(&out);
         lost(b, "DATA out of order");
         return;
     }
-    b->state = LMTP_PROXY_B_DATA;
     send_out(b, &out);
     buf_free(&out);
     arm(b, b->t->p->deps.backend_timeout_ms);
@@ -294,8 +295,8 @@ static void pump(struct lmtp_proxy_backend *b)
             lmtp_proxy_client_data_sent(b->dlg);
             break;
         }
-        size_t want = total - b->offset < LMTP_PROXY_CHUNK ? (size_t)(total - b->offset)
-                                                           : LMTP_PROXY_CHUNK;
+        size_t want =
+            total - b->offset < LMTP_PROXY_CHUNK ? (size_t)(total - b->offset) : LMTP_PROXY_CHUNK;
         const char *data;
         if (sp->fd >= 0) {
             buf_reserve(&chunk, want);

@@ -32,7 +32,7 @@ struct lmtp_proxy_client {
     bool body_8bit;
     bool smtputf8;
     bool want_tls;
-    bool tls;      /* STARTTLS done */
+    bool tls;        /* STARTTLS done */
     bool offers_tls; /* LHLO: the backend offers STARTTLS */
     struct mail_forward client;
     /* the reply being read */

@@ -35,8 +35,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define LMTP_PROXY_CLIENT_LINE_MAX 2048  /* a reply line without CRLF */
-#define LMTP_PROXY_CLIENT_LINES_MAX 64   /* lines of one (multi-line) reply */
+#define LMTP_PROXY_CLIENT_LINE_MAX 2048 /* a reply line without CRLF */
+#define LMTP_PROXY_CLIENT_LINES_MAX 64  /* lines of one (multi-line) reply */
 
 struct lmtp_proxy_client_params {
     const char *helo;           /* the proxy's LHLO name */

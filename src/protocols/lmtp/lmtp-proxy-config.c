@@ -20,6 +20,10 @@ void lmtp_proxy_config_defaults(struct lmtp_proxy_config *cfg)
     cfg->front.listen = xcalloc(1, sizeof(char *));
     /* The backend writes the Received header (with the XCLIENT address). */
     cfg->front.add_received_header = false;
+    /* The front faces MTAs from allowed_nets: one address holding
+     * every slot is a fault, not a load (Postfix sends 20 at most by
+     * default, default_destination_concurrency_limit). */
+    cfg->front.max_connections_per_ip = 100;
     cfg->backend_port = 24;
 }
 
@@ -40,6 +44,7 @@ bool lmtp_proxy_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
                                        "max_recipients",
                                        "max_line_length",
                                        "max_connections",
+                                       "max_connections_per_ip",
                                        "max_errors",
                                        "command_timeout",
                                        "auth_timeout",
@@ -80,9 +85,9 @@ void lmtp_proxy_config_print(const struct lmtp_proxy_config *cfg, FILE *out)
             "    max_connections: %lld\n    max_errors: %lld\n    command_timeout: %lldms\n"
             "    auth_timeout: %lldms\n",
             (long long)f->max_message_size, (long long)f->max_recipients,
-            (long long)f->max_line_length, (long long)f->max_connections,
-            (long long)f->max_errors, (long long)f->command_timeout_ms,
-            (long long)f->auth_timeout_ms);
+            (long long)f->max_line_length, (long long)f->max_connections, (long long)f->max_errors,
+            (long long)f->command_timeout_ms, (long long)f->auth_timeout_ms);
+    fprintf(out, "    max_connections_per_ip: %lld\n", (long long)f->max_connections_per_ip);
     yaml_put_kv(out, in, "temp_dir", f->temp_dir);
     fprintf(out, "    backend_port: %lld\n", (long long)cfg->backend_port);
 }

@@ -22,7 +22,6 @@
 #define LMTP_PROXY_COMPONENT "login"
 #define LMTP_PROXY_RETRY_MS 150 /* between backend set-up attempts (document 2) */
 
-
 struct lmtp_proxy {
     struct lmtp_server *srv;
     const struct lmtp_proxy_config *cfg;
@@ -33,13 +32,13 @@ struct lmtp_proxy {
 };
 
 enum lmtp_proxy_backend_state {
-    LMTP_PROXY_B_SETUP,   /* dialling, or between greeting and MAIL */
-    LMTP_PROXY_B_RETRY,   /* waiting LMTP_PROXY_RETRY_MS before the next attempt */
-    LMTP_PROXY_B_READY,   /* MAIL accepted: RCPT, DATA */
-    LMTP_PROXY_B_RCPT,    /* a RCPT in flight */
-    LMTP_PROXY_B_DATA,    /* DATA sent, or the message going out, or results coming */
-    LMTP_PROXY_B_DONE,    /* every result in */
-    LMTP_PROXY_B_FAILED,  /* unusable: its recipients get `fail` */
+    LMTP_PROXY_B_SETUP,  /* dialling, or between greeting and MAIL */
+    LMTP_PROXY_B_RETRY,  /* waiting LMTP_PROXY_RETRY_MS before the next attempt */
+    LMTP_PROXY_B_READY,  /* MAIL accepted: RCPT, DATA */
+    LMTP_PROXY_B_RCPT,   /* a RCPT in flight */
+    LMTP_PROXY_B_DATA,   /* DATA sent, or the message going out, or results coming */
+    LMTP_PROXY_B_DONE,   /* every result in */
+    LMTP_PROXY_B_FAILED, /* unusable: its recipients get `fail` */
 };
 
 struct lmtp_proxy_txn;
@@ -58,9 +57,9 @@ struct lmtp_proxy_backend {
     struct event *timer; /* retry wait, or the deadline of what is awaited */
     int attempts;        /* set-up attempts made */
     bool connected;
-    int64_t t0_us;       /* start of the phase being timed (clock_mono_us) */
-    char fail[320];      /* "451 4.4.1 ..." without the address: for its recipients */
-    bool fail_has_code;  /* `fail` starts with a code and an enhanced code */
+    int64_t t0_us;      /* start of the phase being timed (clock_mono_us) */
+    char fail[320];     /* "451 4.4.1 ..." without the address: for its recipients */
+    bool fail_has_code; /* `fail` starts with a code and an enhanced code */
     /* after DATA: one reply per accepted recipient, in their order */
     char **results;
     size_t result_count;
@@ -93,9 +92,9 @@ struct lmtp_proxy_txn {
     struct lmtp_proxy_backend *backends;
     struct lmtp_proxy_route *routes; /* like s->rcpts */
     size_t route_cap;
-    bool forwarding;      /* after DATA: the message goes to the backends */
-    size_t data_busy;     /* backends still busy with the message */
-    struct event *defer;  /* answers after DATA, always from the loop */
+    bool forwarding;     /* after DATA: the message goes to the backends */
+    size_t data_busy;    /* backends still busy with the message */
+    struct event *defer; /* answers after DATA, always from the loop */
 };
 
 /* ---------- backend transactions (lmtp-proxy-backend.c) ---------- */

@@ -72,10 +72,9 @@ static void reply_with_address(struct lmtp_session *s, const char *line, const c
     lmtp_reply(s, "%.*s <%s> %s", head, line, address, tail);
 }
 
-static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt,
-                        ...) __attribute__((format(printf, 3, 4)));
-static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt,
-                        ...)
+static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void answer_rcpt(struct lmtp_proxy_txn *t, int counted, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -120,11 +119,14 @@ static void lookup_done(void *arg, const struct director_lookup_result *res)
     log_quote(user, sizeof(user), t->user);
     if (!res->ok) {
         char why[300];
-        log_quote(why, sizeof(why), res->error != NULL ? res->error : ring_outcome_name(res->outcome));
+        log_quote(why, sizeof(why),
+                  res->error != NULL ? res->error : ring_outcome_name(res->outcome));
         log_warn(LMTP_PROXY_COMPONENT, "director lookup failed", "session=%s user=%s error=%s",
                  t->s->id, user, why);
-        answer_rcpt(t, LOGIN_RESULT_UNAVAILABLE, "451 4.4.3 <%s> No route to the user's backend, try "
-                    "again later", t->name.address);
+        answer_rcpt(t, LOGIN_RESULT_UNAVAILABLE,
+                    "451 4.4.3 <%s> No route to the user's backend, try "
+                    "again later",
+                    t->name.address);
         return;
     }
     unsigned port = (unsigned)p->cfg->backend_port;
@@ -160,8 +162,8 @@ static void user_done(const struct auth_client_reply *reply, void *arg)
     case AUTH_CLIENT_OK:
         t->user = xstrdup(reply->user);
         t->lookup_start_us = clock_mono_us();
-        t->lookup = director_client_lookup(t->p->deps.directors, t->user, director_tag(reply->userdb),
-                                           lookup_done, t);
+        t->lookup = director_client_lookup(t->p->deps.directors, t->user,
+                                           director_tag(reply->userdb), lookup_done, t);
         return;
     case AUTH_CLIENT_NOT_FOUND:
     case AUTH_CLIENT_FAIL:
@@ -198,7 +200,8 @@ void lmtp_proxy_txn_backend_failed(struct lmtp_proxy_txn *t, struct lmtp_proxy_b
     if (!t->pending || t->waiting != b)
         return; /* its recipients are answered at DATA */
     bool temporary = b->fail[0] == '4';
-    login_metrics_result(&t->p->m, temporary ? LOGIN_RESULT_UNAVAILABLE : LOGIN_RESULT_BACKEND_REJECTED);
+    login_metrics_result(&t->p->m,
+                         temporary ? LOGIN_RESULT_UNAVAILABLE : LOGIN_RESULT_BACKEND_REJECTED);
     reply_with_address(t->s, b->fail, t->name.address);
     pending_end(t);
 }

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/worker-pool.h"
 #include "core/xalloc.h"
+#include "net/conn-limits.h"
 #include "net/conn-slots.h"
 #include "net/listener-set.h"
 #include "net/sockaddr.h"
@@ -49,6 +50,8 @@ struct lmtp_server {
     struct lmtp_server_ctx ctx;
     struct net_listener_set *listeners;
     struct conn_slots *slots; /* max_connections, given back when a session is gone */
+    /* max_connections_per_ip, given back likewise */
+    struct conn_limits *per_ip;
     struct cidr_list allowed;
     struct cidr_list trusted; /* login_trusted_networks */
     struct lmtp_session *sessions;
@@ -59,8 +62,10 @@ struct lmtp_server {
     pthread_mutex_t *thread_locks;      /* one per delivery thread: its storage and folders */
     size_t storage_count;
     struct event *folder_sweep; /* closes folders unused for folder_cache_idle */
-    struct metrics_registry *own_metrics; /* a front's petrel_lmtp_* (not exported) */
-    char key_prefix[32];                  /* "lmtp" or "login.lmtp" in logs of limits */
+    /* A front's petrel_lmtp_* (not exported). */
+    struct metrics_registry *own_metrics;
+    /* "lmtp" or "login.lmtp": the keys named in refusals. */
+    char key_prefix[32];
     char allowed_key[64];
     char limit_key[64];
 };
@@ -94,6 +99,7 @@ void lmtp_server_session_gone(struct lmtp_server *srv, struct lmtp_session *s)
 {
     DLIST_UNLINK(srv->sessions, s);
     conn_slots_release(srv->slots);
+    conn_limits_release(srv->per_ip, (const struct sockaddr *)&s->peer_addr);
     metric_gauge_add(srv->ctx.m.sessions, -1);
 }
 
@@ -223,11 +229,18 @@ static void accept_cb(void *arg, struct net_listener *l, const struct net_accept
 
 static bool listen_on(struct lmtp_server *srv, const char *addr, struct petrel_error *err)
 {
-    char refuse[320];
+    char refuse[320], per_ip[352], per_ip_key[64];
     snprintf(refuse, sizeof(refuse), "554 5.7.1 %s Access denied\r\n", srv->ctx.hostname);
+    snprintf(per_ip, sizeof(per_ip),
+             "421 4.7.0 %s Too many connections from your address, try again later\r\n",
+             srv->ctx.hostname);
+    snprintf(per_ip_key, sizeof(per_ip_key), "%s.max_connections_per_ip", srv->key_prefix);
     struct net_listener_config lcfg = {
         .component = srv->ctx.component,
         .allowed_key = srv->allowed_key,
+        .limit_key = per_ip_key,
+        .limits = srv->per_ip,
+        .per_ip_reply = per_ip,
         .allowed = srv->allowed.count > 0 ? &srv->allowed : NULL,
         .refuse_reply = refuse,
         .accept = accept_cb,
@@ -277,9 +290,9 @@ static void metrics_init(struct lmtp_server *srv, struct metrics_registry *reg)
         metric_series_get(m->recipients, &rcpt_results[i]);
 }
 
-static struct lmtp_server *server_new(const struct service_env *env,
-                                      const struct lmtp_config *cfg, const char *component,
-                                      const char *key_prefix, struct petrel_error *err)
+static struct lmtp_server *server_new(const struct service_env *env, const struct lmtp_config *cfg,
+                                      const char *component, const char *key_prefix,
+                                      struct petrel_error *err)
 {
     struct lmtp_server *srv = xcalloc(1, sizeof(*srv));
     srv->ctx.cfg = cfg;
@@ -305,6 +318,8 @@ static struct lmtp_server *server_new(const struct service_env *env,
         .busy_reply = busy,
     };
     srv->slots = conn_slots_new(&sc);
+    struct conn_limits_config lc = {.max_per_ip = cfg->max_connections_per_ip};
+    srv->per_ip = conn_limits_new(&lc);
     if (!cidr_list_parse((const char *const *)cfg->allowed_nets, &srv->allowed, err) ||
         !cidr_list_parse((const char *const *)cfg->login_trusted_networks, &srv->trusted, err))
         return srv;
@@ -449,6 +464,7 @@ void lmtp_server_free(struct lmtp_server *srv)
     cidr_list_free(&srv->allowed);
     cidr_list_free(&srv->trusted);
     conn_slots_free(srv->slots);
+    conn_limits_free(srv->per_ip);
     if (srv->own_metrics != NULL)
         metrics_registry_free(srv->own_metrics);
     free(srv);

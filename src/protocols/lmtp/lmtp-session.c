@@ -153,6 +153,12 @@ void lmtp_session_start(struct lmtp_server *srv, struct bufferevent *bev,
     lmtp_spool_init(&s->message);
     net_addr_format_ip(peer, s->peer_ip, sizeof(s->peer_ip));
     net_addr_format(peer, s->peer, sizeof(s->peer));
+    if (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)
+        memcpy(&s->peer_addr, peer,
+               peer->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                          : sizeof(struct sockaddr_in6));
+    else
+        s->peer_addr.ss_family = peer->sa_family;
     if (peer->sa_family == AF_INET)
         s->peer_port = ntohs(((const struct sockaddr_in *)peer)->sin_port);
     else if (peer->sa_family == AF_INET6)
