@@ -7,13 +7,16 @@ The stories: every proxied login of 200 users lands on the backend the
 director's map names (seen on the backend: its warden's `who`, its mail
 root) with the client's real address forwarded; LMTP through a proxy
 delivers each recipient on its own backend; POP3, imaplib and mbsync work
-through the proxy unchanged; a kick ends a user's sessions within a second,
-a move ends them and the next login lands on the new backend; the auth
-service cut for 300 ms costs retries, not logins, and cut for longer gives a
-clean temporary failure with the retry budget counted as exhausted; a
-userdb out of step with the backend is `backend_rejected`; a director killed
-leaves the proxies on the other; a backend killed is flushed by the monitor
-and new logins land on the survivor.
+through the proxy unchanged (STARTTLS, implicit TLS, SASL PLAIN too); a
+client cannot forge its address; a failed TLS handshake is `tls_error` and
+garbage before login `preamble_error`, never retried; a kick ends a user's
+sessions within a second, a move ends them and the next login lands on the
+new backend; the auth service cut for 300 ms costs retries, not logins, and
+cut for longer gives a clean temporary failure with the retry budget
+counted as exhausted; a userdb out of step with the backend is
+`backend_rejected`; a director killed leaves the proxies on the other; a
+backend killed is flushed by the monitor and new logins land on the
+survivor; no process logged a password.
 
 The tests run in file order and each leaves the fleet as it found it (every
 process up, the gate open); users are picked per test so that no two tests
@@ -33,8 +36,6 @@ import pytest
 from conftest import wait_for
 from fleet import CLIENT_IP, DRIFT_PASSWORD, DRIFT_USER, PROBE_USER, fleet  # noqa: F401
 from ringproto import route
-
-pytestmark = pytest.mark.slow
 
 
 # ---------- helpers ----------
@@ -555,6 +556,33 @@ def test_backend_refusing_the_login_is_backend_rejected(fleet):  # noqa: F811
     assert login_metric(f, "petrel_login_transient_retries_total",
                         stage="backend_session") == retries
     assert DRIFT_PASSWORD not in "".join(p.stderr() for p in f.proxies)
+
+
+def test_a_backend_set_down_ends_its_proxied_sessions(fleet):  # noqa: F811
+    """An operator's `backend down` (RING-CHANGE down, the backend still
+    alive) ends the proxied sessions on that backend within a second, on
+    both proxies, and leaves the other backend's sessions alone."""
+    f = fleet
+    target = f.backends[0]
+    pool = f.users[150:200]
+    mine = [u for u in pool if f.map(u) == target.ip][:2]
+    bystander = next(u for u in pool if f.map(u) != target.ip)
+    held = [login(f, f.proxies[i % 2], u) for i, u in enumerate(mine)]
+    other = login(f, f.proxies[0], bystander)
+    t0 = time.monotonic()
+    r = f.petrelctl("backend", "down", target.ip, director=f.directors[0])
+    assert r.returncode == 0, r.stderr
+    try:
+        for m in held:
+            took = closed_within(m.sock, 1.0 - (time.monotonic() - t0))
+            assert took is not None, "a session on the downed backend is open 1 s later"
+            m.shutdown()
+        assert other.noop()[0] == "OK"
+        other.logout()
+    finally:
+        r = f.petrelctl("backend", "up", target.ip, director=f.directors[0])
+        assert r.returncode == 0, r.stderr
+        f.wait_backends_up()
 
 
 # ---------- a director killed ----------
