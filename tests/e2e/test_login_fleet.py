@@ -452,6 +452,22 @@ def test_kick_ends_the_users_sessions_within_a_second(fleet):  # noqa: F811
     pop.close()
 
 
+def test_a_kick_names_the_user_in_any_case(fleet):  # noqa: F811
+    """The ring hashes user names lower-cased, and docs/ring-protocol.md has
+    login proxies compare USER-KICKED's name case-insensitively (or by its
+    hash): an operator typing Fleet092@Example.COM kicks fleet092@example.com."""
+    f = fleet
+    user = f.users[92]
+    m = login(f, f.proxies[1], user)
+    t0 = time.monotonic()
+    operator_spelling = user.split("@")[0].capitalize() + "@" + user.split("@")[1].upper()
+    r = f.petrelctl("user", "kick", operator_spelling, director=f.directors[1])
+    assert r.returncode == 0, r.stderr
+    took = closed_within(m.sock, 1.0 - (time.monotonic() - t0))
+    m.shutdown()
+    assert took is not None, f"kicking {operator_spelling} left {user}'s session open"
+
+
 def test_move_ends_sessions_and_the_next_login_lands_on_the_new_backend(fleet):  # noqa: F811
     f = fleet
     user = f.users[95]
