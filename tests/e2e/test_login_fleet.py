@@ -26,6 +26,7 @@ import collections
 import imaplib
 import poplib
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -628,12 +629,37 @@ def test_a_killed_backend_is_flushed_and_new_logins_land_on_the_other(fleet):  #
     victim, survivor = f.backends[1], f.backends[0]
     users = [u for u in f.users[140:200] if f.map(u) == victim.ip][:6]
     assert len(users) >= 3
+    bystander = next(u for u in f.users[140:200] if f.map(u) == survivor.ip)
     held = login(f, f.proxies[0], users[0])
-    victim.kill()
+    # The monitor is held still at first: the window before it notices.
+    f.monitor.d.proc.send_signal(signal.SIGSTOP)
     try:
+        victim.kill()
         # The proxied session on the dead backend ends.
         assert closed_within(held.sock, 5) is not None
         held.shutdown()
+        # Nothing is lost before the flush: an LMTP recipient on the dead
+        # backend gets a temporary failure, the others are delivered; an
+        # IMAP login gets UNAVAILABLE once the backend-session retries
+        # are used up.
+        exhausted = login_metric(f, "petrel_login_transient_exhausted_total", protocol="imap",
+                                 stage="backend_session")
+        s, fh = lmtp_connect(f, f.proxies[1])
+        rcpt, data = lmtp_transaction(fh, s, "s@example.net", [bystander, users[1]],
+                                      b"Subject: window\r\nMessage-ID: <window@fleet>\r\n\r\nx\r\n")
+        s.close()
+        assert rcpt[0][0] == 250 and rcpt[1][0] == 451 and "4.4." in rcpt[1][1], rcpt
+        assert [c for c, _ in data] == [250]
+        assert any(b"<window@fleet>" in p.read_bytes() for p in f.delivered(survivor, bystander))
+        m = f.imap(f.proxies[0])
+        with pytest.raises(imaplib.IMAP4.error, match="UNAVAILABLE"):
+            m.login(users[1], f.password(users[1]))
+        m.shutdown()
+        assert login_metric(f, "petrel_login_transient_exhausted_total", protocol="imap",
+                            stage="backend_session") == exhausted + 1
+    finally:
+        f.monitor.d.proc.send_signal(signal.SIGCONT)
+    try:
         wait_for(lambda: f.monitor_states().get(victim.ip) == "flush", timeout=10,
                  what="the monitor flushing the dead backend")
         for d in f.directors:
