@@ -519,6 +519,47 @@ def test_pop3_backend_rejected(fleet):
     p.quit()
 
 
+def test_pop3_kick_garbage_and_tls_error(fleet):
+    p = SourcePOP3(*fleet.addr("pop3"), timeout=10)
+    p.user("dave")
+    assert p.pass_("Dave-pass-23").startswith(b"+OK")
+    wait_for(lambda: metric(fleet.proxy, "petrel_login_sessions", protocol="pop3") == 1,
+             what="pop3 session relayed")
+    assert fleet.director("POST", "/api/director/users/dave/kick").status == 200
+    start = time.monotonic()
+    p.sock.settimeout(2)
+    data = b""
+    while True:
+        chunk = p.sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    assert time.monotonic() - start < 1.0
+    assert data.startswith(b"-ERR [SYS/TEMP] Disconnected: kicked"), data
+    p.sock.close()
+    pre = metric(fleet.proxy, "petrel_login_result_total", protocol="pop3",
+                 result="preamble_error")
+    s = socket.create_connection(fleet.addr("pop3"), timeout=10, source_address=(CLIENT_IP, 0))
+    f = s.makefile("rb")
+    f.readline()
+    s.sendall(b"RETR 1\r\nNOSUCH\r\n")
+    assert f.readline().startswith(b"-ERR") and f.readline().startswith(b"-ERR")
+    s.close()
+    wait_for(lambda: metric(fleet.proxy, "petrel_login_result_total", protocol="pop3",
+                            result="preamble_error") == pre + 1, what="pop3 preamble_error")
+    tls = metric(fleet.proxy, "petrel_login_result_total", protocol="pop3", result="tls_error")
+    s = socket.create_connection(fleet.addr("pop3", tls=True), timeout=10)
+    s.sendall(b"USER plain-text-on-the-tls-port\r\n")
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+    wait_for(lambda: metric(fleet.proxy, "petrel_login_result_total", protocol="pop3",
+                            result="tls_error") == tls + 1, what="pop3 tls_error")
+
+
 # ---------- transient retries ----------
 
 def test_auth_paused_300ms_logs_in_after_retries(fleet):
@@ -589,9 +630,20 @@ def test_a_client_that_stops_reading_does_not_grow_the_proxy(fleet):
     typ, data = m.select("INBOX")
     n = int(data[0])
     before = vmrss_kib(fleet.proxy.pid)
+    sent_before = metric(fleet.backend, "petrel_imap_bytes_total", direction="out")
     # 25 fetches of the 4 MB message (100 MB) and never a byte read
     m.sock.sendall(b"".join(b"f%d FETCH %d BODY.PEEK[]\r\n" % (i, n) for i in range(25)))
-    time.sleep(1.5)  # give the backend time to push everything it would
+    # Until the backend can send no more: its output count stands still.
+    last = [None, 0]
+
+    def stalled():
+        now = metric(fleet.backend, "petrel_imap_bytes_total", direction="out")
+        last[1] = last[1] + 1 if now == last[0] else 0
+        last[0] = now
+        return last[1] >= 3
+    wait_for(stalled, timeout=20, interval=0.2, what="the backend held back")
+    moved = last[0] - sent_before
+    assert 1 << 20 < moved < 40 << 20, moved  # some went through, the rest waits at the backend
     grown = vmrss_kib(fleet.proxy.pid) - before
     assert grown < 16 * 1024, f"proxy grew by {grown} KiB"
     m.shutdown()

@@ -200,6 +200,11 @@ def test_the_login_proxy_routes_the_demo_user_through_the_director(standalone):
     p.quit()
     m2.logout()
     m.logout()
+    # the README's curl line, through the proxy
+    out = subprocess.run(["curl", "-sS", "--cacert", standalone.ca,
+                          f"imaps://127.0.0.1:{standalone.port(11993)}/INBOX", "-u", "demo:demo"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
 
 
 def test_demo_password_checked_by_the_auth_service(standalone):

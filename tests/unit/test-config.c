@@ -296,8 +296,9 @@ static void test_login_section(void **state)
     assert_false(cfg->login.imap.enabled);
     assert_int_equal(cfg->login.pop3.backend_port, 110);
     config_free(cfg);
-    expect_error("components: [login]\nlogin:\n  imap: {listen: [\"127.0.0.1:1\"]}\n",
-                 "petrel.yaml:3: login.directors: at least one director's ring address is required");
+    expect_error(
+        "components: [login]\nlogin:\n  imap: {listen: [\"127.0.0.1:1\"]}\n",
+        "petrel.yaml:3: login.directors: at least one director's ring address is required");
     expect_error("components: [login]\nlogin:\n  directors: [\"127.0.0.1:9102\"]\n",
                  "petrel.yaml:3: login: needs at least one front: imap, pop3 or lmtp");
     expect_error("login:\n  transient_retry: 3\n",
@@ -308,8 +309,9 @@ static void test_login_section(void **state)
                  "petrel.yaml:2: login.transient_retries: -2 is out of range [-1, 100]");
     expect_error("login:\n  pop3:\n    idle_timeout: 10m\n",
                  "petrel.yaml:3: login.pop3.idle_timeout: unknown key");
-    expect_error("login:\n  imap:\n    listen: [\"nowhere\"]\n",
-                 "petrel.yaml:3: login.imap.listen: invalid address 'nowhere' (expected host:port)");
+    expect_error(
+        "login:\n  imap:\n    listen: [\"nowhere\"]\n",
+        "petrel.yaml:3: login.imap.listen: invalid address 'nowhere' (expected host:port)");
 }
 
 static void test_unknown_top_level_key(void **state)
@@ -665,8 +667,9 @@ static void test_component_names_are_listed(void **state)
 {
     /* Every name the spec gives a component is in the table, once, with
      * every function the daemon calls unconditionally. */
-    static const char *const spec[] = {"backend-api", "auth", "imap", "warden", "pop3",
-                                       "lmtp", "monitor", "director", "quota-status", "login", NULL};
+    static const char *const spec[] = {"backend-api",  "auth",  "imap",    "warden",
+                                       "pop3",         "lmtp",  "monitor", "director",
+                                       "quota-status", "login", NULL};
     for (size_t i = 0; spec[i] != NULL; i++)
         assert_non_null(component_find(spec[i]));
     assert_null(component_find("bogus"));

@@ -6,6 +6,7 @@
 #include "core/clock.h"
 #include "core/dlist.h"
 #include "core/log.h"
+#include "core/sorted-map.h"
 #include "core/xalloc.h"
 #include "net/tls-conn.h"
 
@@ -36,6 +37,15 @@ struct mail_proxy_hub {
     int64_t idle_timeout_ms;
     struct mail_proxy *sessions; /* every session being set up or relayed */
     size_t session_count;
+    /* The relayed sessions by user and by backend IP (what the ring's
+     * pushes name): key -> struct proxy_bucket. */
+    struct smap *by[2];
+};
+
+enum { BY_USER, BY_BACKEND };
+
+struct proxy_bucket {
+    struct mail_proxy *head;
 };
 
 struct mail_proxy_front {
@@ -85,7 +95,52 @@ struct mail_proxy {
     struct net_relay *relay;
     bool orphan;                    /* freed by its owner while relaying: relay_done frees it */
     struct mail_proxy *prev, *next; /* the hub's list */
+    struct {
+        struct mail_proxy *prev, *next;
+    } by[2];      /* the buckets of hub->by[] while relaying */
+    bool indexed; /* in hub->by[] */
 };
+
+static const char *index_key(const struct mail_proxy *p, int which)
+{
+    return which == BY_USER ? p->user : p->backend_ip;
+}
+
+static void relayed_add(struct mail_proxy_hub *hub, struct mail_proxy *p)
+{
+    for (int w = 0; w < 2; w++) {
+        struct proxy_bucket *b = smap_get(hub->by[w], index_key(p, w));
+        if (b == NULL) {
+            b = xcalloc(1, sizeof(*b));
+            smap_put(hub->by[w], index_key(p, w), b);
+        }
+        p->by[w].prev = NULL;
+        p->by[w].next = b->head;
+        if (b->head != NULL)
+            b->head->by[w].prev = p;
+        b->head = p;
+    }
+    p->indexed = true;
+}
+
+static void relayed_remove(struct mail_proxy_hub *hub, struct mail_proxy *p)
+{
+    if (!p->indexed)
+        return;
+    for (int w = 0; w < 2; w++) {
+        struct proxy_bucket *b = smap_get(hub->by[w], index_key(p, w));
+        if (p->by[w].prev != NULL)
+            p->by[w].prev->by[w].next = p->by[w].next;
+        else if (b != NULL)
+            b->head = p->by[w].next;
+        if (p->by[w].next != NULL)
+            p->by[w].next->by[w].prev = p->by[w].prev;
+        p->by[w].prev = p->by[w].next = NULL;
+        if (b != NULL && b->head == NULL)
+            free(smap_remove(hub->by[w], index_key(p, w)));
+    }
+    p->indexed = false;
+}
 
 static void index_add(struct mail_proxy_hub *hub, struct mail_proxy *p)
 {
@@ -111,17 +166,17 @@ static void index_remove(struct mail_proxy_hub *hub, struct mail_proxy *p)
     hub->session_count--;
 }
 
-/* Ends the relayed sessions that `match` picks, with `farewell`. Ending a
- * relay only schedules its end (net_relay_stop), so the list stays intact
- * while it is walked. Ring pushes are rare (an operator's kick or move, a
- * backend going down), so a walk of the sessions is cheap enough here. */
-static size_t end_sessions(struct mail_proxy_hub *hub,
-                           bool (*match)(const struct mail_proxy *p, const void *key),
-                           const void *key, const char *why)
+/* Ends the relayed sessions in the bucket of `key` (a user or a backend
+ * IP), but those on backend `keep_ip` (may be NULL), with a farewell.
+ * Ending a relay only schedules its end (net_relay_stop), so the bucket
+ * stays intact while it is walked. */
+static size_t end_sessions(struct mail_proxy_hub *hub, int which, const char *key,
+                           const char *keep_ip, const char *why)
 {
+    const struct proxy_bucket *b = smap_get(hub->by[which], key);
     size_t n = 0;
-    for (struct mail_proxy *p = hub->sessions; p != NULL; p = p->next) {
-        if (p->state != PROXY_RELAY || !match(p, key))
+    for (struct mail_proxy *p = b != NULL ? b->head : NULL; p != NULL; p = p->by[which].next) {
+        if (keep_ip != NULL && strcmp(p->backend_ip, keep_ip) == 0)
             continue;
         const char *farewell = strcmp(p->front->proto->name, "pop3") == 0
                                    ? "-ERR [SYS/TEMP] Disconnected: %s\r\n"
@@ -136,30 +191,9 @@ static size_t end_sessions(struct mail_proxy_hub *hub,
     return n;
 }
 
-static bool match_user(const struct mail_proxy *p, const void *key)
-{
-    return strcmp(p->user, key) == 0;
-}
-
-struct user_at {
-    const char *user;
-    const char *ip; /* the new backend: sessions there stay */
-};
-
-static bool match_user_elsewhere(const struct mail_proxy *p, const void *key)
-{
-    const struct user_at *u = key;
-    return strcmp(p->user, u->user) == 0 && (u->ip == NULL || strcmp(p->backend_ip, u->ip) != 0);
-}
-
-static bool match_backend(const struct mail_proxy *p, const void *key)
-{
-    return strcmp(p->backend_ip, key) == 0;
-}
-
 static void on_user_kicked(void *arg, const char *user)
 {
-    size_t n = end_sessions(arg, match_user, user, "kicked by the operator");
+    size_t n = end_sessions(arg, BY_USER, user, NULL, "kicked by the operator");
     char uq[300];
     log_info(PROXY_COMPONENT, "user kicked", "user=%s sessions=%zu",
              log_quote(uq, sizeof(uq), user), n);
@@ -168,8 +202,7 @@ static void on_user_kicked(void *arg, const char *user)
 static void on_user_moved(void *arg, const char *user, const char *ip, unsigned port)
 {
     (void)port;
-    struct user_at key = {user, ip};
-    size_t n = end_sessions(arg, match_user_elsewhere, &key, "moved to another server");
+    size_t n = end_sessions(arg, BY_USER, user, ip, "moved to another server");
     char uq[300];
     log_info(PROXY_COMPONENT, "user moved", "user=%s backend=%s sessions=%zu",
              log_quote(uq, sizeof(uq), user), ip != NULL ? ip : "", n);
@@ -179,7 +212,7 @@ static void on_backend_change(void *arg, enum ring_change change, const struct r
 {
     if (change == RING_CHANGE_UP || host == NULL || host->ip == NULL)
         return;
-    size_t n = end_sessions(arg, match_backend, host->ip,
+    size_t n = end_sessions(arg, BY_BACKEND, host->ip, NULL,
                             change == RING_CHANGE_DOWN ? "server going down" : "server flushed");
     log_info(PROXY_COMPONENT, "backend change", "backend=%s change=%s sessions=%zu", host->ip,
              ring_change_name(change), n);
@@ -195,6 +228,8 @@ struct mail_proxy_hub *mail_proxy_hub_new(struct event_base *base,
     hub->backend_tls = cfg->backend_tls;
     hub->backend_timeout_ms = cfg->backend_timeout_ms;
     hub->idle_timeout_ms = cfg->idle_timeout_ms;
+    hub->by[BY_USER] = smap_new();
+    hub->by[BY_BACKEND] = smap_new();
     const struct director_client_config dcc = {
         .addresses = cfg->directors,
         .name = cfg->name,
@@ -208,7 +243,7 @@ struct mail_proxy_hub *mail_proxy_hub_new(struct event_base *base,
     };
     hub->directors = director_client_new(base, &dcc, &events, hub, err);
     if (hub->directors == NULL) {
-        free(hub);
+        mail_proxy_hub_free(hub);
         return NULL;
     }
     return hub;
@@ -229,6 +264,8 @@ void mail_proxy_hub_free(struct mail_proxy_hub *hub)
     if (hub == NULL)
         return;
     director_client_free(hub->directors);
+    smap_free(hub->by[BY_USER], free);
+    smap_free(hub->by[BY_BACKEND], free);
     free(hub);
 }
 
@@ -719,6 +756,7 @@ static void relay_done(void *arg, enum net_relay_end end, const struct net_relay
         mail_proxy_free(p);
         return;
     }
+    relayed_remove(p->front->hub, p);
     index_remove(p->front->hub, p);
     if (p->sid_started)
         director_client_session_end(p->front->hub->directors, p->sid);
@@ -754,6 +792,7 @@ void mail_proxy_relay(struct mail_proxy *p)
     struct bufferevent *backend = p->backend;
     p->backend = NULL;
     p->state = PROXY_RELAY;
+    relayed_add(hub, p);
     bufferevent_enable(backend, EV_READ);
     p->relay = mail_session_io_relay(p->io, backend, &rc, relay_done, p);
 }
@@ -779,12 +818,15 @@ void mail_proxy_free(struct mail_proxy *p)
          * relay still holds both connections and calls back once. */
         p->orphan = true;
         p->io = NULL;
+        relayed_remove(p->front->hub, p);
+        index_remove(p->front->hub, p);
         net_relay_stop(p->relay, NULL, 0);
         return;
     }
     if (p->lookup != NULL)
         director_lookup_cancel(p->lookup);
     backend_close(p);
+    relayed_remove(p->front->hub, p);
     index_remove(p->front->hub, p);
     if (p->sid_started)
         director_client_session_end(p->front->hub->directors, p->sid);

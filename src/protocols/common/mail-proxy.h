@@ -3,7 +3,8 @@
  *
  *   - the hub: one client of the directors' ring port for every front
  *     (clients/ring/director-client.h), the backend TLS context, and the
- *     list of proxied sessions the ring's pushes act on: USER-KICKED ends
+ *     relayed sessions indexed by user and by backend, which the ring's
+ *     pushes act on: USER-KICKED ends
  *     the user's relayed sessions, USER-MOVED ends them on the old backend,
  *     RING-CHANGE flush/down ends the sessions on that backend;
  *   - the password check with retries (mail_proxy_auth): a temporary

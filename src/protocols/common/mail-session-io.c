@@ -500,8 +500,8 @@ enum mail_session_login mail_session_io_admit(struct mail_session_io *io, const 
 }
 
 struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct bufferevent *backend,
-                                        const struct net_relay_config *cfg,
-                                        net_relay_done_fn *done, void *arg)
+                                        const struct net_relay_config *cfg, net_relay_done_fn *done,
+                                        void *arg)
 {
     uncork(io, false);
     net_deadline_clear(io->deadline);

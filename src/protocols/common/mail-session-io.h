@@ -237,8 +237,8 @@ enum mail_session_login mail_session_io_admit(struct mail_session_io *io, const 
  * relay has freed both bufferevents by then). No ops callback runs while
  * relaying but ops->shutdown and ops->free. */
 struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct bufferevent *backend,
-                                        const struct net_relay_config *cfg,
-                                        net_relay_done_fn *done, void *arg);
+                                        const struct net_relay_config *cfg, net_relay_done_fn *done,
+                                        void *arg);
 
 /* Unregisters and uncounts the user, unlinks the connection and frees the
  * bufferevent and timer; `io` itself is the owner's memory. */

@@ -66,22 +66,21 @@ static void metrics_init(struct imap_server *srv, struct metrics_registry *reg, 
     static const char *const state_labels[] = {"state", NULL};
     struct imap_server_metrics *m = &srv->ctx.m;
     struct metric_family *sessions =
-        proxy ? metrics_gauge(reg, "petrel_imap_proxy_sessions",
-                              "Open sessions of the login proxy's IMAP front by state.",
-                              state_labels)
-              : metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.",
-                              state_labels);
+        proxy
+            ? metrics_gauge(reg, "petrel_imap_proxy_sessions",
+                            "Open sessions of the login proxy's IMAP front by state.", state_labels)
+            : metrics_gauge(reg, "petrel_imap_sessions", "Open IMAP sessions by state.",
+                            state_labels);
     const char *unauth[] = {"not_authenticated"}, *auth[] = {"authenticated"};
     m->sessions_unauth = metric_series_get(sessions, unauth);
     m->sessions_auth = metric_series_get(sessions, auth);
-    mail_server_metrics_register(reg, proxy ? "imap_proxy" : "imap",
-                                 proxy ? "IMAP proxy" : "IMAP", &m->connections_total,
-                                 &m->command_seconds, &m->bytes_in, &m->bytes_out, &m->logins);
+    mail_server_metrics_register(reg, proxy ? "imap_proxy" : "imap", proxy ? "IMAP proxy" : "IMAP",
+                                 &m->connections_total, &m->command_seconds, &m->bytes_in,
+                                 &m->bytes_out, &m->logins);
 }
 
 static struct imap_server *server_start(const struct service_env *env,
-                                        const struct imap_config *cfg,
-                                        struct mail_storage *storage,
+                                        const struct imap_config *cfg, struct mail_storage *storage,
                                         struct mail_proxy_front *proxy, struct petrel_error *err)
 {
     struct imap_server *srv = xcalloc(1, sizeof(*srv));

@@ -374,8 +374,7 @@ static void run_command(struct imap_session *s, const struct imap_command *cmd)
         if (s->state == IMAP_STATE_NOT_AUTHENTICATED) {
             imap_reply_bad(s, "Log in first.");
             imap_proxy_bad_command(s);
-        }
-        else if (s->state == IMAP_STATE_AUTHENTICATED)
+        } else if (s->state == IMAP_STATE_AUTHENTICATED)
             imap_reply_bad(s, "No mailbox selected.");
         else
             imap_reply_bad(s, "Not allowed now.");

@@ -39,14 +39,13 @@ static void metrics_init(struct pop3_server *srv, struct metrics_registry *reg, 
     const char *authz[] = {"authorization"}, *trans[] = {"transaction"};
     m->sessions_authorization = metric_series_get(sessions, authz);
     m->sessions_transaction = metric_series_get(sessions, trans);
-    mail_server_metrics_register(reg, proxy ? "pop3_proxy" : "pop3",
-                                 proxy ? "POP3 proxy" : "POP3", &m->connections_total,
-                                 &m->command_seconds, &m->bytes_in, &m->bytes_out, &m->logins);
+    mail_server_metrics_register(reg, proxy ? "pop3_proxy" : "pop3", proxy ? "POP3 proxy" : "POP3",
+                                 &m->connections_total, &m->command_seconds, &m->bytes_in,
+                                 &m->bytes_out, &m->logins);
 }
 
 static struct pop3_server *server_start(const struct service_env *env,
-                                        const struct pop3_config *cfg,
-                                        struct mail_storage *storage,
+                                        const struct pop3_config *cfg, struct mail_storage *storage,
                                         struct mail_proxy_front *proxy, struct petrel_error *err)
 {
     struct pop3_server *srv = xcalloc(1, sizeof(*srv));
