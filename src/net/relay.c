@@ -4,6 +4,7 @@
 #include "core/xalloc.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <sys/time.h>
@@ -118,7 +119,15 @@ static void relay_input(struct net_relay *r, struct side *from)
     else
         r->stats.to_client += n;
     struct evbuffer *out = bufferevent_get_output(to->bev);
+    bool was_empty = evbuffer_get_length(out) == 0;
     evbuffer_add_buffer(out, in);
+    /* A plain socket with nothing queued takes the bytes now: no write
+     * event to arm and no loop pass before they leave (a TLS connection
+     * must go through its bufferevent, which encrypts). What the socket
+     * does not take waits in `out` as before. */
+    if (was_empty && bufferevent_get_underlying(to->bev) == NULL &&
+        bufferevent_openssl_get_ssl(to->bev) == NULL)
+        evbuffer_write(out, bufferevent_getfd(to->bev));
     r->last_activity_ms = now_ms(r);
     if (evbuffer_get_length(out) >= r->cfg.high_water && !from->paused) {
         bufferevent_disable(from->bev, EV_READ);

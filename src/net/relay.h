@@ -2,7 +2,8 @@
  * (the login proxy after it logged in to the backend for the client).
  *
  * What one side sends is queued on the other chain by chain, without a
- * copy or a look at the bytes (evbuffer_add_buffer). Back-pressure: a side
+ * copy or a look at the bytes (evbuffer_add_buffer); to a plain socket with
+ * nothing queued it is written at once, saving a loop pass per chunk. Back-pressure: a side
  * stops being read while the other has `high_water` bytes or more queued
  * unsent, and is read again once that queue is down to half of it; so a
  * side that stops reading costs the relay at most about high_water (plus

@@ -30,14 +30,16 @@ from conftest import Daemon, default_config, free_port, merge, wait_for
 from ringproto import SECRET
 
 CLIENT_IP = "127.0.0.3"  # the clients' source address, as the backend must see it
+UPSTREAM_PROXY = "127.0.0.5"  # another proxy in front of ours (its login_trusted_networks)
 PASSWD = ("alice:{PLAIN}Wonderland-7qX:1001:1001\n"
           "carol:{PLAIN}Carol-pass-19:1001:1001\n"
           "dave:{PLAIN}Dave-pass-23:1001:1001\n"
           "erin:{PLAIN}Erin-pass-31:1001:1001\n"
-          "bob:{PLAIN}Bob-proxy-pass-5:1001:1001\n")
+          "bob:{PLAIN}Bob-proxy-pass-5:1001:1001\n"
+          "frank:{PLAIN}Frank-pass-41:1001:1001::::director_tag=blue\n")
 # The backend's own auth: bob's password differs, so the backend refuses him.
 BACKEND_PASSWD = PASSWD.replace("Bob-proxy-pass-5", "Bob-backend-pass-6")
-PASSWORDS = ["Wonderland-7qX", "Carol-pass-19", "Dave-pass-23", "Erin-pass-31",
+PASSWORDS = ["Frank-pass-41", "Wonderland-7qX", "Carol-pass-19", "Dave-pass-23", "Erin-pass-31",
              "Bob-proxy-pass-5", "Bob-backend-pass-6"]
 MSG = (b"From: sender@example.net\r\nTo: alice@example.com\r\nSubject: via proxy\r\n"
        b"Message-ID: <proxy-1@example.net>\r\n\r\nhello through the proxy\r\n")
@@ -122,7 +124,8 @@ class Fleet:
             "auth": {"listen": [f"127.0.0.1:{b_auth}"], "failure_delay": "0s",
                      "passdb": {"driver": "passwd-file", "path": str(base / "backend-passwd")}},
             "warden_service": {"listen": [f"127.0.0.1:{b_warden}"]},
-            "imap": {"listen": [f"127.0.0.1:{self.imap_port}", f"127.0.0.2:{self.imap_port}"],
+            "imap": {"listen": [f"127.0.0.1:{self.imap_port}", f"127.0.0.2:{self.imap_port}",
+                                f"127.0.0.4:{self.imap_port}"],
                      "workers": 1, **mail},
             "pop3": {"listen": [f"127.0.0.1:{self.pop3_port}", f"127.0.0.2:{self.pop3_port}"],
                      **mail},
@@ -131,7 +134,8 @@ class Fleet:
                 "ring": {"listen": f"127.0.0.1:{free_port()}",
                          "secret_file": str(base / "ring.secret")},
                 "backends": [{"ip": "127.0.0.1", "port": self.imap_port},
-                             {"ip": "127.0.0.2", "port": self.imap_port}],
+                             {"ip": "127.0.0.2", "port": self.imap_port},
+                             {"ip": "127.0.0.4", "port": self.imap_port, "tag": "blue"}],
             },
         })
         p_warden = free_port()
@@ -149,7 +153,8 @@ class Fleet:
                 "transient_retries": 4,
                 "backend_timeout": "3s",
                 "imap": {"listen": [f"127.0.0.1:{free_port()}"],
-                         "listen_tls": [f"127.0.0.1:{free_port()}"], **front},
+                         "listen_tls": [f"127.0.0.1:{free_port()}"],
+                         "login_trusted_networks": [UPSTREAM_PROXY + "/32"], **front},
                 "pop3": {"listen": [f"127.0.0.1:{free_port()}"],
                          "listen_tls": [f"127.0.0.1:{free_port()}"],
                          "backend_port": self.pop3_port, **front},
@@ -217,6 +222,7 @@ def backend_session(fleet, user, service):
 
 def test_imap_login_select_fetch_append_through_the_proxy(fleet):
     ok_before = metric(fleet.proxy, "petrel_login_result_total", protocol="imap", result="ok")
+    out_before = metric(fleet.proxy, "petrel_imap_proxy_bytes_total", direction="out")
     m = SourceIMAP(*fleet.addr("imap"))
     assert b"AUTH=PLAIN" in m.welcome and b"STARTTLS" in m.welcome
     typ, data = m.login("alice", "Wonderland-7qX")
@@ -251,6 +257,9 @@ def test_imap_login_select_fetch_append_through_the_proxy(fleet):
                             protocol="imap") == 0, what="session end counted")
     wait_for(lambda: not [x for x in who(fleet.proxy) if x["user"] == "alice"],
              what="proxy registration gone")
+    # the relayed bytes are counted when the session ends (the FETCH brought MSG)
+    assert metric(fleet.proxy, "petrel_imap_proxy_bytes_total",
+                  direction="out") >= out_before + len(MSG)
 
 
 def raw_imap(fleet, tls=False):
@@ -335,6 +344,34 @@ def test_starttls_injection_is_refused(fleet):
     t.close()
     assert metric(fleet.proxy, "petrel_login_result_total", protocol="imap",
                   result="ok") == ok_before
+
+
+def test_a_proxy_in_front_forwards_the_address_and_a_loop_is_refused(fleet):
+    """A proxy in front of ours (in its login_trusted_networks) forwards the
+    client's address with ID: it reaches the backend through both. Its hop
+    count (x-proxy-ttl) is passed on less one; with no hop left the login is
+    refused (proxies pointing at each other), as Dovecot does."""
+    def upstream(ttl):
+        s = socket.create_connection(fleet.addr("imap"), timeout=10,
+                                     source_address=(UPSTREAM_PROXY, 0))
+        f = s.makefile("rb")
+        f.readline()
+        s.sendall(b'u1 ID ("x-originating-ip" "192.0.2.9" "x-originating-port" "4711" '
+                  b'"x-proxy-ttl" "%d")\r\n' % ttl)
+        assert read_tagged(f, b"u1")[-1].startswith(b"u1 OK")
+        s.sendall(b"u2 LOGIN carol Carol-pass-19\r\n")
+        return s, f, read_tagged(f, b"u2")[-1]
+    s, f, last = upstream(1)
+    assert last.startswith(b"u2 NO [UNAVAILABLE]"), last
+    assert "proxy loop" in fleet.proxy.stderr()
+    s.close()
+    s, f, last = upstream(4)
+    assert last.startswith(b"u2 OK"), last
+    found = wait_for(lambda: backend_session(fleet, "carol", "imap"), what="backend who")
+    assert found["ip"] == "192.0.2.9", found
+    s.sendall(b"u3 LOGOUT\r\n")
+    read_tagged(f, b"u3")
+    s.close()
 
 
 def test_backend_refusing_the_login_is_backend_rejected(fleet):
@@ -457,6 +494,17 @@ def test_backend_flushed_ends_its_sessions(fleet):
     assert r.status in (200, 204), r
     took, data = wait_closed(m, 1.0)
     assert took < 1.0 and b"flushed" in data, (took, data)
+
+
+def test_the_userdb_director_tag_picks_the_backend_group(fleet):
+    """frank's userdb has director_tag=blue: the director answers from the
+    backends tagged blue (only 127.0.0.4); untagged users never land there."""
+    mark = len(fleet.proxy.stderr())
+    m = logged_in(fleet, "frank", "Frank-pass-41")
+    assert wait_for(lambda: routed_backend(fleet, "frank", mark), what="routed") == "127.0.0.4"
+    m.logout()
+    routed = re.findall(r"routed session=\S+ user=(\S+) backend=127\.0\.0\.4:", fleet.proxy.stderr())
+    assert set(routed) == {"frank"}, routed
 
 
 # ---------- POP3 ----------

@@ -21,7 +21,10 @@
 #define PROXY_COMPONENT "login"
 /* Queued bytes per direction before the other side is no longer read:
  * a side that stops reading costs the proxy about this much. */
-#define MAIL_PROXY_RELAY_HIGH_WATER (64u * 1024)
+#define MAIL_PROXY_RELAY_HIGH_WATER (256u * 1024)
+/* Bytes moved per side and loop pass: libevent's 16 KiB default makes a
+ * big FETCH take many loop passes per megabyte. */
+#define MAIL_PROXY_RELAY_STEP (256u * 1024)
 #define MAIL_PROXY_RELAY_LINGER_MS 2000
 /* The x-proxy-ttl / XCLIENT TTL a proxied login starts with (Dovecot's). */
 #define MAIL_PROXY_TTL 5
@@ -606,8 +609,8 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
         }
         backend_line(p, line, n);
         free(line);
-        if (p->later_outcome == MAIL_PROXY_OK && p->state == PROXY_BACKEND && p->dialogue == NULL)
-            return; /* logged in: what follows is the relay's */
+        /* Logged in (or given up): the dialogue is gone, and what the
+         * backend sent after its answer is the relay's. */
     }
 }
 
@@ -673,7 +676,7 @@ static void backend_dial(struct mail_proxy *p)
     snprintf(params.client.ip, sizeof(params.client.ip), "%s", p->io->peer_ip);
     params.client.port = mail_proxy_peer_port(p->io->peer);
     snprintf(params.client.session, sizeof(params.client.session), "%s", p->io->id);
-    params.client.ttl = MAIL_PROXY_TTL;
+    params.client.ttl = p->io->forwarded_ttl >= 0 ? p->io->forwarded_ttl - 1 : MAIL_PROXY_TTL;
     p->dialogue = p->front->proto->dialogue_new(&params);
     bufferevent_setcb(p->backend, backend_read_cb, NULL, backend_event_cb, p);
     bufferevent_setwatermark(p->backend, EV_READ, 0, MAIL_PROXY_LOGIN_LINE_MAX * 2);
@@ -720,6 +723,14 @@ static void lookup_done(void *arg, const struct director_lookup_result *r)
 
 static void lookup_start(struct mail_proxy *p)
 {
+    /* A client forwarded by another proxy with its hops used up: proxies
+     * pointing at each other (Dovecot's "Proxying loops"). */
+    if (p->io->forwarded_ttl >= 0 && p->io->forwarded_ttl <= 1) {
+        log_warn(PROXY_COMPONENT, "proxy loop: no hops left", "session=%s", p->io->id);
+        login_metrics_result(&p->front->m, LOGIN_RESULT_UNAVAILABLE);
+        finish(p, MAIL_PROXY_UNAVAILABLE, "proxy loop");
+        return;
+    }
     p->state = PROXY_LOOKUP;
     p->phase_started_us = clock_mono_us();
     p->lookup = director_client_lookup(p->front->hub->directors, p->user, p->tag, lookup_done, p);
@@ -768,7 +779,7 @@ static void relay_done(void *arg, enum net_relay_end end, const struct net_relay
              "session=%s backend=%s end=%s to_backend=%llu to_client=%llu", p->io->id,
              p->backend_ip, net_relay_end_name(end), (unsigned long long)stats->to_backend,
              (unsigned long long)stats->to_client);
-    p->cb.ended(p->arg);
+    p->cb.ended(p->arg, stats);
 }
 
 void mail_proxy_relay(struct mail_proxy *p)
@@ -793,6 +804,10 @@ void mail_proxy_relay(struct mail_proxy *p)
     p->backend = NULL;
     p->state = PROXY_RELAY;
     relayed_add(hub, p);
+    bufferevent_set_max_single_read(backend, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_write(backend, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_read(p->io->bev, MAIL_PROXY_RELAY_STEP);
+    bufferevent_set_max_single_write(p->io->bev, MAIL_PROXY_RELAY_STEP);
     bufferevent_enable(backend, EV_READ);
     p->relay = mail_session_io_relay(p->io, backend, &rc, relay_done, p);
 }

@@ -127,10 +127,10 @@ struct mail_proxy_callbacks {
      * after the tag/status for OK and REJECTED. The session stays
      * pre-login except after OK. */
     void (*done)(void *arg, enum mail_proxy_outcome outcome, const char *text);
-    /* The relay ended (client, backend, idle, a ring push, shutdown): the
-     * owner frees the session now (mail_proxy_free, then
-     * mail_session_io_free). */
-    void (*ended)(void *arg);
+    /* The relay ended (client, backend, idle, a ring push, shutdown) after
+     * moving `stats` bytes: the owner frees the session now
+     * (mail_proxy_free, then mail_session_io_free). */
+    void (*ended)(void *arg, const struct net_relay_stats *stats);
 };
 
 struct mail_proxy_request {

@@ -263,6 +263,7 @@ void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *s
     net_addr_format(peer, io->peer, sizeof(io->peer));
     memcpy(io->conn_ip, io->peer_ip, sizeof(io->conn_ip));
     io->trusted = mail_listeners_peer_trusted(io->listeners, peer);
+    io->forwarded_ttl = -1;
     mail_listeners_attach(set, io);
 }
 
@@ -277,6 +278,8 @@ void mail_session_io_forward(struct mail_session_io *io, const struct mail_forwa
     }
     if (f->session[0] != '\0')
         snprintf(io->id, sizeof(io->id), "%s", f->session);
+    if (f->ttl >= 0)
+        io->forwarded_ttl = f->ttl;
 }
 
 void mail_session_io_ack_now(struct mail_session_io *io)

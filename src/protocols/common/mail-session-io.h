@@ -103,6 +103,7 @@ struct mail_session_io {
     bool *alive;        /* while ops->input runs: cleared if the session is freed */
     bool user_released; /* mail_session_io_logout(): not counted any more */
     bool relayed;       /* mail_session_io_relay(): the relay owns the bufferevent */
+    int forwarded_ttl;  /* the proxy's hop count (x-proxy-ttl, XCLIENT TTL); -1: none */
 };
 
 /* Sends the ACK of what was read now instead of after the kernel's
@@ -121,8 +122,8 @@ void mail_session_io_ack_now(struct mail_session_io *io);
 void mail_session_io_init(struct mail_session_io *io, struct mail_session_set *set,
                           struct bufferevent *bev, bool tls, const struct sockaddr *peer,
                           const struct mail_session_io_ops *ops, void *owner);
-/* Takes the client's address (and session id) a trusted login proxy
- * forwarded (io->trusted must be true; the caller checks): logs, the auth
+/* Takes the client's address (and session id, and hop count) a trusted
+ * login proxy forwarded (io->trusted must be true; the caller checks): logs, the auth
  * service, the warden and `who` then see the real client. The per-address
  * count stays on the proxy's address (io->conn_ip). Only before login: a
  * registered session keeps the address it was registered with. */

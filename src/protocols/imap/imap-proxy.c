@@ -145,9 +145,12 @@ void imap_proxy_bad_command(struct imap_session *s)
 
 /* ---------- after the backend ---------- */
 
-static void proxy_ended(void *arg)
+static void proxy_ended(void *arg, const struct net_relay_stats *stats)
 {
-    imap_session_free(arg);
+    struct imap_session *s = arg;
+    metric_add(s->ctx->m.bytes_in, (double)stats->to_backend);
+    metric_add(s->ctx->m.bytes_out, (double)stats->to_client);
+    imap_session_free(s);
 }
 
 static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *text)

@@ -129,9 +129,12 @@ void pop3_proxy_bad_command(struct pop3_session *s)
     }
 }
 
-static void proxy_ended(void *arg)
+static void proxy_ended(void *arg, const struct net_relay_stats *stats)
 {
-    pop3_session_free(arg);
+    struct pop3_session *s = arg;
+    metric_add(ctx_of(s)->m.bytes_in, (double)stats->to_backend);
+    metric_add(ctx_of(s)->m.bytes_out, (double)stats->to_client);
+    pop3_session_free(s);
 }
 
 static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *text)
