@@ -225,7 +225,10 @@ def test_mixed_recipients_answered_per_recipient(fleet):
     assert f"<{b}@example.com>".encode() in replies[1][1]
     assert f"<{a}@example.com>".encode() in replies[2][1]
     assert c.noop()[0] == 250  # nothing left over in the stream
+    assert metric(fleet.metrics(), "petrel_login_sessions", protocol="lmtp") == 1
     c.quit()
+    wait_for(lambda: metric(fleet.metrics(), "petrel_login_sessions", protocol="lmtp") == 0,
+             what="the session gone from the gauge")
     wait_for(lambda: fleet.stored(BACKEND_IPS[0], a), what="a's delivery")
     wait_for(lambda: fleet.stored(BACKEND_IPS[1], b), what="b's delivery")
     assert len(fleet.stored(BACKEND_IPS[0], a)) == 1  # the duplicate is stored once
@@ -584,3 +587,39 @@ def test_connections_per_address_are_capped(petreld, tmp_path):
     for c in held:
         c.quit()
     assert "login.lmtp.max_connections_per_ip" in f.proxy.stderr()
+
+
+def test_user_being_moved_is_looked_up_again_not_refused(fleet):
+    """While a moved user still has a session on the old backend the
+    director answers `killing` with a retry time: the front asks again
+    (within director_timeout) and delivers to the new backend once the old
+    session is gone, instead of answering 451."""
+    from test_director_client import Probe
+    user = USERS[7]
+    old = fleet.home_of(user)
+    new = next(ip for ip in BACKEND_IPS if ip != old)
+    probe = Probe([fleet.ring])
+    try:
+        wait_for(lambda: probe.ready() == 1, what="the probe's director link")
+        probe.send(f"start s1 {user} {old} imap")
+        assert probe.expect("start s1") == ["start", "s1", "ok"]
+        r = http_request(fleet.api, "POST", f"/api/director/users/{user}/move",
+                         body={"backend": f"{new}:143"}, token=TOKEN)
+        assert r.status in (200, 202), r
+        c = fleet.client()
+        assert c.mail("sender@example.net")[0] == 250
+        # The old session ends 300 ms into the RCPT's lookup.
+        timer = threading.Timer(0.3, lambda: probe.send("end s1"))
+        timer.start()
+        t0 = time.monotonic()
+        code, text = c.rcpt(f"{user}@example.com")
+        elapsed = time.monotonic() - t0
+        timer.join()
+        assert code == 250, (code, text)
+        assert 0.25 < elapsed < 1.5, elapsed
+        assert c.data(MSG)[0] == 250
+        c.quit()
+    finally:
+        probe.close()
+    wait_for(lambda: fleet.stored(new, user), what="the delivery on the new backend")
+    assert fleet.stored(old, user) == []

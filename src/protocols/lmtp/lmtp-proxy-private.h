@@ -88,6 +88,8 @@ struct lmtp_proxy_txn {
     struct auth_client_request *auth_req;
     struct director_lookup *lookup;
     int64_t lookup_start_us;
+    char *tag;                          /* the user's director_tag */
+    struct event *relookup;             /* a user being moved: the lookup again after retry_ms */
     struct lmtp_proxy_backend *waiting; /* the backend the RCPT waits for */
     struct lmtp_proxy_backend *backends;
     struct lmtp_proxy_route *routes; /* like s->rcpts */

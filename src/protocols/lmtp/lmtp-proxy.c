@@ -32,6 +32,7 @@ static void sessions_collect(void *arg)
 /* ---------- the transaction ---------- */
 
 static void defer_cb(evutil_socket_t fd, short what, void *arg);
+static void relookup_cb(evutil_socket_t fd, short what, void *arg);
 
 static struct lmtp_proxy_txn *txn_of(struct lmtp_proxy *p, struct lmtp_session *s)
 {
@@ -40,6 +41,7 @@ static struct lmtp_proxy_txn *txn_of(struct lmtp_proxy *p, struct lmtp_session *
         t->p = p;
         t->s = s;
         t->defer = event_new(p->base, -1, 0, defer_cb, t);
+        t->relookup = evtimer_new(p->base, relookup_cb, t);
         s->front_state = t;
     }
     return s->front_state;
@@ -50,6 +52,8 @@ static void pending_end(struct lmtp_proxy_txn *t)
     lmtp_recipient_name_free(&t->name);
     free(t->user);
     t->user = NULL;
+    free(t->tag);
+    t->tag = NULL;
     t->pending = false;
     t->waiting = NULL;
     event_active(t->defer, EV_TIMEOUT, 0); /* the session reads on */
@@ -114,9 +118,19 @@ static void lookup_done(void *arg, const struct director_lookup_result *res)
     struct lmtp_proxy_txn *t = arg;
     struct lmtp_proxy *p = t->p;
     t->lookup = NULL;
-    login_metrics_phase(&p->m, LOGIN_PHASE_DIRECTOR_LOOKUP, t->lookup_start_us);
     char user[300];
     log_quote(user, sizeof(user), t->user);
+    /* A user being moved (the director answers `killing` until the old
+     * backend's sessions are gone): ask again after retry_ms while the
+     * phase's deadline allows, so the message goes to the new backend. */
+    int64_t left_ms = p->deps.director_timeout_ms - (clock_mono_us() - t->lookup_start_us) / 1000;
+    if (!res->ok && res->outcome == RING_OUTCOME_KILLING && (int64_t)res->retry_ms < left_ms) {
+        int64_t ms = res->retry_ms > 0 ? res->retry_ms : 50;
+        struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+        evtimer_add(t->relookup, &tv);
+        return;
+    }
+    login_metrics_phase(&p->m, LOGIN_PHASE_DIRECTOR_LOOKUP, t->lookup_start_us);
     if (!res->ok) {
         char why[300];
         log_quote(why, sizeof(why),
@@ -143,6 +157,14 @@ static void lookup_done(void *arg, const struct director_lookup_result *res)
     route_to(t, b);
 }
 
+static void relookup_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct lmtp_proxy_txn *t = arg;
+    t->lookup = director_client_lookup(t->p->deps.directors, t->user, t->tag, lookup_done, t);
+}
+
 static const char *director_tag(const struct userdb_entry *e)
 {
     for (size_t i = 0; e != NULL && i < e->extra_count; i++) {
@@ -161,9 +183,9 @@ static void user_done(const struct auth_client_reply *reply, void *arg)
     switch (reply->status) {
     case AUTH_CLIENT_OK:
         t->user = xstrdup(reply->user);
+        t->tag = xstrdup(director_tag(reply->userdb));
         t->lookup_start_us = clock_mono_us();
-        t->lookup = director_client_lookup(t->p->deps.directors, t->user,
-                                           director_tag(reply->userdb), lookup_done, t);
+        t->lookup = director_client_lookup(t->p->deps.directors, t->user, t->tag, lookup_done, t);
         return;
     case AUTH_CLIENT_NOT_FOUND:
     case AUTH_CLIENT_FAIL:
@@ -307,8 +329,10 @@ static void front_reset(void *arg, struct lmtp_session *s)
     }
     lmtp_recipient_name_free(&t->name);
     free(t->user);
+    free(t->tag);
     free(t->routes);
     event_free(t->defer);
+    event_free(t->relookup);
     free(t);
 }
 
