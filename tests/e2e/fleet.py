@@ -16,7 +16,9 @@ Every part is its own real petreld process, on its own loopback address
                             cut (AuthGate): the network between the proxies and
                             their auth service, the one fault no process kill
                             can time to the millisecond
-    127.0.0.31  proxy a     login (IMAP, POP3, LMTP fronts), both directors
+    127.0.0.31  proxy a     login: IMAP and POP3 fronts (plain with STARTTLS/STLS
+                            when a PKI is given, and implicit TLS on ports of
+                            their own), the LMTP front; both directors
     127.0.0.32  proxy b     the same
     127.0.0.51  clients     the tests' clients connect from here
 
@@ -34,8 +36,14 @@ from 127.0.0.51 learned it from the proxy's forwarding, and a client that
 talks to a backend directly cannot forge its address.
 
 Users: `USERS` users fleet000@example.com ... in one passwd-file (with
-{PLAIN} passwords, or SHA512-CRYPT with `hashed=True`) shared by every
-auth service, as a fleet shares its LDAP; `probe` for the monitor.
+{PLAIN} passwords, or SHA512-CRYPT made by `petrelctl auth hash` with
+`hashed=True`) shared by every auth service, as a fleet shares its LDAP;
+`probe` for the monitor; DRIFT_USER, whose password on the proxies' auth
+node differs from the backends' (a userdb out of step).
+
+The bench uses the same fleet with `gate=False` (the proxies reach their
+auth service directly) and overrides for the limits (`backend_extra`,
+`login_extra`, merged into the `imap:`/`login:` sections).
 
     fleet = Fleet(workdir).start()     # or the module fixture `fleet`
     fleet.map("fleet007@example.com")  # -> "127.0.0.12" (GET .../map?user=)
