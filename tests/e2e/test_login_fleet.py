@@ -604,12 +604,27 @@ def test_a_backend_set_down_ends_its_proxied_sessions(fleet):  # noqa: F811
 
 # ---------- a director killed ----------
 
+def director_sessions(f):
+    """petrel_director_backend_sessions summed over the running directors."""
+    return sum(d.metric_sum("petrel_director_backend_sessions") for d in f.directors
+               if d.running())
+
+
 def test_a_killed_director_leaves_the_proxies_on_the_other(fleet):  # noqa: F811
+    """Lookups fail over to the surviving director within the deadline, and
+    the sessions open across the kill are counted there (announced again),
+    once: not twice when the dead director comes back."""
     f = fleet
     dead = f.directors[0]
     users = f.users[120:130]
+    wait_for(lambda: director_sessions(f) == 0, timeout=5, what="no session counted")
+    held = [login(f, f.proxies[i % 2], u) for i, u in enumerate(f.users[131:135])]
+    wait_for(lambda: director_sessions(f) == len(held), timeout=5,
+             what="the held sessions counted")
     dead.kill()
     try:
+        wait_for(lambda: director_sessions(f) == len(held), timeout=5,
+                 what="the held sessions counted on the surviving director")
         for i, u in enumerate(users):
             t0 = time.monotonic()
             m = login(f, f.proxies[i % 2], u)
@@ -620,6 +635,12 @@ def test_a_killed_director_leaves_the_proxies_on_the_other(fleet):  # noqa: F811
     finally:
         dead.restart()
         f.wait_ring()
+    wait_for(lambda: director_sessions(f) == len(held), timeout=5,
+             what="the held sessions counted once with both directors up")
+    for m in held:
+        assert m.noop()[0] == "OK"  # the relays never depended on the director
+        m.logout()
+    wait_for(lambda: director_sessions(f) == 0, timeout=5, what="the sessions ended")
 
 
 # ---------- a backend killed ----------
