@@ -503,7 +503,7 @@ class Fleet:
         login = {
             "directors": [f"{IP[d]}:{p['ring']}" for d in ("director-a", "director-b")],
             "ring_secret_file": str(self.secret_file),
-            "director_timeout": "2s",
+            "director_timeout": "1s",
             "transient_retries": 3,
             "backend_timeout": "5s",
             "imap": {"listen": [f"{ip}:{p['imap']}"], "auth_addr": auth, "warden_addr": warden},

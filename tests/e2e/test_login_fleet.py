@@ -48,6 +48,14 @@ def login(f, node, user):
     return m
 
 
+def try_login(f, node, user):
+    """login(), or None when the proxy answers NO (for wait_for)."""
+    try:
+        return login(f, node, user)
+    except imaplib.IMAP4.error:
+        return None
+
+
 def imap_users(f, node):
     """Users with an IMAP session on a node's warden (the monitor's probe
     logins left out)."""
@@ -554,7 +562,7 @@ def test_auth_service_down_longer_is_unavailable_with_the_budget_exhausted(fleet
     assert login_metric(f, "petrel_login_result_total", result="unavailable") >= unavailable + 2
     assert login_metric(f, "petrel_login_transient_exhausted_total") >= exhausted + 2
     # Back up: the next login works.
-    m = wait_for(lambda: login(f, proxy, f.users[110]), timeout=5, what="a login after the cut")
+    m = wait_for(lambda: try_login(f, proxy, f.users[110]), timeout=5, what="a login after the cut")
     m.logout()
 
 
@@ -641,6 +649,43 @@ def test_a_killed_director_leaves_the_proxies_on_the_other(fleet):  # noqa: F811
         assert m.noop()[0] == "OK"  # the relays never depended on the director
         m.logout()
     wait_for(lambda: director_sessions(f) == 0, timeout=5, what="the sessions ended")
+
+
+def test_with_every_director_down_logins_are_unavailable_then_recover(fleet):  # noqa: F811
+    """No director answers: IMAP says NO [UNAVAILABLE], LMTP 451 4.4.x, each
+    within a bounded time (the fleet's director_timeout is 1 s; IMAP retries
+    the set-up transient_retries times, so up to 4 deadlines); once the
+    directors are back the proxies reconnect on their own."""
+    f = fleet
+    user = f.users[136]
+    unavailable = login_metric(f, "petrel_login_result_total", protocol="imap",
+                               result="unavailable")
+    for d in f.directors:
+        d.kill()
+    try:
+        m = f.imap(f.proxies[1])
+        t0 = time.monotonic()
+        with pytest.raises(imaplib.IMAP4.error, match="UNAVAILABLE"):
+            m.login(user, f.password(user))
+        took = time.monotonic() - t0
+        m.shutdown()
+        assert took < 6, f"UNAVAILABLE after {took:.1f} s"
+        s, fh = lmtp_connect(f, f.proxies[1])
+        t0 = time.monotonic()
+        rcpt, _ = lmtp_transaction(fh, s, "s@example.net", [user], b"x\r\n")
+        s.close()
+        assert rcpt[0][0] == 451 and "4.4." in rcpt[0][1], rcpt
+        assert time.monotonic() - t0 < 3
+        assert login_metric(f, "petrel_login_result_total", protocol="imap",
+                            result="unavailable") == unavailable + 1
+    finally:
+        for d in f.directors:
+            d.restart()
+        f.wait_ring()
+    m = wait_for(lambda: try_login(f, f.proxies[1], user), timeout=10,
+                 what="a login once the directors are back")
+    assert user in imap_users(f, f.backend_by_ip(f.map(user)))
+    m.logout()
 
 
 # ---------- a backend killed ----------
