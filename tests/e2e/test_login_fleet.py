@@ -497,7 +497,11 @@ def test_move_ends_sessions_and_the_next_login_lands_on_the_new_backend(fleet): 
     for proxy in f.proxies:
         m = login(f, proxy, user)
         assert m.select("INBOX")[0] == "OK"
-        assert user in imap_users(f, new) and user not in imap_users(f, old)
+        # The backend registers the session with its warden as the login
+        # completes; the registration is not part of the client's answer.
+        wait_for(lambda: user in imap_users(f, new), timeout=5,
+                 what="the session registered on the new backend")
+        assert user not in imap_users(f, old)
         m.logout()
     assert f.home(new, user).is_dir()
 

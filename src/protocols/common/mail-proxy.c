@@ -13,6 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/util.h>
+#include <ctype.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,22 @@ struct mail_proxy_hub {
     /* The relayed sessions by user and by backend IP (what the ring's
      * pushes name): key -> struct proxy_bucket. */
     struct smap *by[2];
+    /* Users a USER-MOVED named lately: user_key -> struct proxy_move. A
+     * director that has not heard of the move yet (it reaches the other
+     * directors a moment later) may still answer the old backend; for
+     * director_timeout after the push its backend wins. */
+    struct smap *moved;
+    int64_t move_window_ms;
+};
+
+/* At most this many recent moves are kept; a burst beyond it starts the
+ * list afresh (moves are an operator's, rare). */
+#define PROXY_MOVES_MAX 4096
+
+struct proxy_move {
+    char ip[64];
+    unsigned port;
+    int64_t until_ms;
 };
 
 enum { BY_USER, BY_BACKEND };
@@ -75,6 +92,7 @@ struct mail_proxy {
     struct warden_client *warden;
     char *login_name;
     char *user;
+    char *user_key; /* `user` in lower case: the ring's pushes name users in any case */
     char *password;
     char *tag;
     enum proxy_state state;
@@ -107,9 +125,19 @@ struct mail_proxy {
     const char *stale;
 };
 
+/* The user index's key: user names match without regard to ASCII case,
+ * as the director's hash of a name does (docs/ring-protocol.md). */
+static char *lower_copy(const char *user)
+{
+    char *k = xstrdup(user);
+    for (char *c = k; *c != '\0'; c++)
+        *c = (char)tolower((unsigned char)*c);
+    return k;
+}
+
 static const char *index_key(const struct mail_proxy *p, int which)
 {
-    return which == BY_USER ? p->user : p->backend_ip;
+    return which == BY_USER ? p->user_key : p->backend_ip;
 }
 
 static void relayed_add(struct mail_proxy_hub *hub, struct mail_proxy *p)
@@ -209,7 +237,9 @@ static size_t end_sessions(struct mail_proxy_hub *hub, int which, const char *ke
 
 static void on_user_kicked(void *arg, const char *user)
 {
-    size_t n = end_sessions(arg, BY_USER, user, NULL, "kicked by the operator");
+    char *key = lower_copy(user);
+    size_t n = end_sessions(arg, BY_USER, key, NULL, "kicked by the operator");
+    free(key);
     char uq[300];
     log_info(PROXY_COMPONENT, "user kicked", "user=%s sessions=%zu",
              log_quote(uq, sizeof(uq), user), n);
@@ -217,8 +247,24 @@ static void on_user_kicked(void *arg, const char *user)
 
 static void on_user_moved(void *arg, const char *user, const char *ip, unsigned port)
 {
-    (void)port;
-    size_t n = end_sessions(arg, BY_USER, user, ip, "moved to another server");
+    struct mail_proxy_hub *hub = arg;
+    char *key = lower_copy(user);
+    if (ip != NULL && ip[0] != '\0') {
+        struct proxy_move *mv = smap_get(hub->moved, key);
+        if (mv == NULL) {
+            if (smap_count(hub->moved) >= PROXY_MOVES_MAX) {
+                smap_free(hub->moved, free);
+                hub->moved = smap_new();
+            }
+            mv = xcalloc(1, sizeof(*mv));
+            smap_put(hub->moved, key, mv);
+        }
+        snprintf(mv->ip, sizeof(mv->ip), "%s", ip);
+        mv->port = port;
+        mv->until_ms = clock_mono_ms() + hub->move_window_ms;
+    }
+    size_t n = end_sessions(hub, BY_USER, key, ip, "moved to another server");
+    free(key);
     char uq[300];
     log_info(PROXY_COMPONENT, "user moved", "user=%s backend=%s sessions=%zu",
              log_quote(uq, sizeof(uq), user), ip != NULL ? ip : "", n);
@@ -246,6 +292,8 @@ struct mail_proxy_hub *mail_proxy_hub_new(struct event_base *base,
     hub->idle_timeout_ms = cfg->idle_timeout_ms;
     hub->by[BY_USER] = smap_new();
     hub->by[BY_BACKEND] = smap_new();
+    hub->moved = smap_new();
+    hub->move_window_ms = cfg->director_timeout_ms;
     const struct director_client_config dcc = {
         .addresses = cfg->directors,
         .name = cfg->name,
@@ -282,6 +330,7 @@ void mail_proxy_hub_free(struct mail_proxy_hub *hub)
     director_client_free(hub->directors);
     smap_free(hub->by[BY_USER], free);
     smap_free(hub->by[BY_BACKEND], free);
+    smap_free(hub->moved, free);
     free(hub);
 }
 
@@ -717,6 +766,26 @@ static void backend_dial(struct mail_proxy *p)
     }
 }
 
+/* A director's answer from before a move it had not heard of yet gives way
+ * to the move's backend (struct mail_proxy_hub.moved). */
+static void apply_recent_move(struct mail_proxy *p)
+{
+    struct mail_proxy_hub *hub = p->front->hub;
+    struct proxy_move *mv = smap_get(hub->moved, p->user_key);
+    if (mv == NULL)
+        return;
+    if (clock_mono_ms() >= mv->until_ms) {
+        free(smap_remove(hub->moved, p->user_key));
+        return;
+    }
+    if (strcmp(mv->ip, p->backend_ip) == 0)
+        return;
+    log_info(PROXY_COMPONENT, "routed by a recent move", "session=%s director=%s backend=%s",
+             p->io->id, p->backend_ip, mv->ip);
+    snprintf(p->backend_ip, sizeof(p->backend_ip), "%s", mv->ip);
+    p->backend_port = mv->port;
+}
+
 static void lookup_done(void *arg, const struct director_lookup_result *r)
 {
     struct mail_proxy *p = arg;
@@ -731,6 +800,7 @@ static void lookup_done(void *arg, const struct director_lookup_result *r)
     }
     snprintf(p->backend_ip, sizeof(p->backend_ip), "%s", r->ip);
     p->backend_port = r->port;
+    apply_recent_move(p);
     char uq[300];
     log_debug(PROXY_COMPONENT, "routed", "session=%s user=%s backend=%s:%u outcome=%s", p->io->id,
               log_quote(uq, sizeof(uq), p->user), r->ip, r->port, ring_outcome_name(r->outcome));
@@ -776,6 +846,7 @@ struct mail_proxy *mail_proxy_start(struct mail_proxy_front *f,
     p->warden = req->warden;
     p->login_name = xstrdup(req->login_name);
     p->user = xstrdup(req->user);
+    p->user_key = lower_copy(req->user);
     p->password = xstrdup(req->password);
     p->tag = xstrdup(req->tag != NULL ? req->tag : "");
     p->retries_left = f->hub->transient_retries > 0 ? f->hub->transient_retries : 0;
@@ -882,6 +953,7 @@ void mail_proxy_free(struct mail_proxy *p)
     free(p->later_text);
     free(p->login_name);
     free(p->user);
+    free(p->user_key);
     free(p->tag);
     free(p);
 }
