@@ -37,14 +37,15 @@ struct bufferevent *tls_conn_accept(struct event_base *base, evutil_socket_t fd,
     return socket_bev(base, fd, ctx != NULL ? SSL_new(ctx) : NULL, BUFFEREVENT_SSL_ACCEPTING);
 }
 
-struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
+/* A TLS filter over the clear-text `plain` for `ssl` (freed on failure).
+ * Whatever the peer sent after its STARTTLS exchange came in clear text and
+ * is dropped; the timeouts and watermarks move to the TLS layer. */
+static struct bufferevent *starttls_filter(struct bufferevent *plain, SSL *ssl,
+                                           enum bufferevent_ssl_state state)
 {
-    SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
-    if (ssl == NULL)
-        return NULL;
-    struct bufferevent *tls = bufferevent_openssl_filter_new(
-        bufferevent_get_base(plain), plain, ssl, BUFFEREVENT_SSL_ACCEPTING,
-        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    struct bufferevent *tls =
+        bufferevent_openssl_filter_new(bufferevent_get_base(plain), plain, ssl, state,
+                                       BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
     if (tls == NULL) {
         SSL_free(ssl);
         return NULL;
@@ -53,8 +54,19 @@ struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
     evbuffer_drain(in, evbuffer_get_length(in));
     bufferevent_set_timeouts(plain, NULL, NULL);
     bufferevent_setwatermark(plain, EV_READ, 0, 0);
+    /* Only the client side ever reset the write watermark; kept as it was. */
+    if (state == BUFFEREVENT_SSL_CONNECTING)
+        bufferevent_setwatermark(plain, EV_WRITE, 0, 0);
     bufferevent_openssl_set_allow_dirty_shutdown(tls, 1);
     return tls;
+}
+
+struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx)
+{
+    SSL *ssl = ctx != NULL ? SSL_new(ctx) : NULL;
+    if (ssl == NULL)
+        return NULL;
+    return starttls_filter(plain, ssl, BUFFEREVENT_SSL_ACCEPTING);
 }
 
 /* The name the certificate must carry: a host name (also sent as SNI) or
@@ -89,21 +101,7 @@ struct bufferevent *tls_conn_starttls_client(struct bufferevent *plain, SSL_CTX 
         SSL_free(ssl);
         return NULL;
     }
-    struct bufferevent *tls = bufferevent_openssl_filter_new(
-        bufferevent_get_base(plain), plain, ssl, BUFFEREVENT_SSL_CONNECTING,
-        BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (tls == NULL) {
-        SSL_free(ssl);
-        return NULL;
-    }
-    /* Whatever the server sent after its "220" came in clear text. */
-    struct evbuffer *in = bufferevent_get_input(plain);
-    evbuffer_drain(in, evbuffer_get_length(in));
-    bufferevent_set_timeouts(plain, NULL, NULL);
-    bufferevent_setwatermark(plain, EV_READ, 0, 0);
-    bufferevent_setwatermark(plain, EV_WRITE, 0, 0);
-    bufferevent_openssl_set_allow_dirty_shutdown(tls, 1);
-    return tls;
+    return starttls_filter(plain, ssl, BUFFEREVENT_SSL_CONNECTING);
 }
 
 const char *tls_conn_error(struct bufferevent *bev, char *out, size_t size)

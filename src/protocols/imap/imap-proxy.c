@@ -11,9 +11,9 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/tls-conn.h"
+#include "protocols/common/mail-proxy-front-session.h"
 #include "protocols/imap/imap-proxy-login.h"
 
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,17 +24,7 @@
 #define IMAP_PROXY_MAX_BAD_COMMANDS 3
 
 struct imap_proxy_session {
-    struct mail_proxy_auth *auth;
-    struct mail_proxy *proxy;
-    struct sasl_exchange sasl;
-    bool sasl_running;
-    char *login_name; /* what the client logged in as */
-    char *password;
-    int64_t tls_started_us; /* 0: no handshake pending */
-    bool tls_done;
-    bool preamble_counted; /* preamble_error counted for this connection */
-    bool result_counted;
-    unsigned bad_commands;
+    struct mail_proxy_front_session fs;
 };
 
 /* ---------- the backend dialogue, for mail-proxy ---------- */
@@ -77,15 +67,6 @@ static int64_t timespec_us(const struct timespec *t)
     return (int64_t)t->tv_sec * 1000000 + t->tv_nsec / 1000;
 }
 
-static void wipe(char **secret)
-{
-    if (*secret == NULL)
-        return;
-    OPENSSL_cleanse(*secret, strlen(*secret));
-    free(*secret);
-    *secret = NULL;
-}
-
 static void count_login(struct imap_session *s, const char *result)
 {
     const char *values[] = {result};
@@ -96,21 +77,19 @@ void imap_proxy_session_start(struct imap_session *s, bool tls)
 {
     s->proxy = xcalloc(1, sizeof(*s->proxy));
     if (tls)
-        s->proxy->tls_started_us = timespec_us(&s->started);
+        s->proxy->fs.tls_started_us = timespec_us(&s->started);
 }
 
 void imap_proxy_starttls(struct imap_session *s)
 {
-    s->proxy->tls_started_us = clock_mono_us();
+    s->proxy->fs.tls_started_us = clock_mono_us();
 }
 
 void imap_proxy_tls_ready(struct imap_session *s)
 {
-    struct imap_proxy_session *ps = s->proxy;
-    if (ps == NULL || ps->tls_done || ps->tls_started_us == 0)
-        return;
-    ps->tls_done = true;
-    login_metrics_phase(lm(s), LOGIN_PHASE_TLS_HANDSHAKE, ps->tls_started_us);
+    /* Outside proxy mode there is neither a session nor metrics. */
+    if (s->proxy != NULL)
+        mail_proxy_front_session_tls_ready(&s->proxy->fs, lm(s));
 }
 
 void imap_proxy_capabilities(const struct imap_session *s, struct buf *out)
@@ -131,13 +110,8 @@ void imap_proxy_bad_command(struct imap_session *s)
     struct imap_proxy_session *ps = s->proxy;
     if (ps == NULL || s->state != IMAP_STATE_NOT_AUTHENTICATED)
         return;
-    if (!ps->preamble_counted) {
-        ps->preamble_counted = true;
-        login_metrics_result(lm(s), LOGIN_RESULT_PREAMBLE_ERROR);
-        log_info(IMAP_COMPONENT, "invalid command before login", "session=%s peer=%s", s->io.id,
-                 s->io.peer);
-    }
-    if (++ps->bad_commands >= IMAP_PROXY_MAX_BAD_COMMANDS && !s->io.closing) {
+    if (mail_proxy_front_session_bad_command(&ps->fs, lm(s), IMAP_COMPONENT, &s->io,
+                                             IMAP_PROXY_MAX_BAD_COMMANDS)) {
         imap_send(s, "* BYE Too many invalid IMAP commands.");
         s->state = IMAP_STATE_LOGOUT;
         imap_session_close_after_output(s);
@@ -172,16 +146,16 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
         mail_session_io_clear_deadline(&s->io);
         metric_gauge_add(s->ctx->m.sessions_unauth, -1);
         metric_gauge_add(s->ctx->m.sessions_auth, 1);
-        ps->result_counted = true;
+        ps->fs.result_counted = true;
         /* Nothing is parsed any more: the relay moves the bytes. */
         imap_parser_free(s->parser);
         s->parser = NULL;
-        mail_proxy_relay(ps->proxy);
+        mail_proxy_relay(ps->fs.proxy);
         return;
     }
     /* `text` lives in the proxy: the reply goes first. */
-    struct mail_proxy *done = ps->proxy;
-    ps->proxy = NULL;
+    struct mail_proxy *done = ps->fs.proxy;
+    ps->fs.proxy = NULL;
     switch (outcome) {
     case MAIL_PROXY_REJECTED:
         count_login(s, "failed");
@@ -214,107 +188,72 @@ static void login_failed(struct imap_session *s)
 static void auth_done(void *arg, const struct auth_client_reply *r)
 {
     struct imap_session *s = arg;
-    struct imap_proxy_session *ps = s->proxy;
-    ps->auth = NULL;
-    if (s->io.closing) {
-        wipe(&ps->password);
-        return;
-    }
-    if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
-        const struct mail_proxy_request req = {
-            .io = &s->io,
-            .warden = s->ctx->warden,
-            .login_name = ps->login_name,
-            .user = r->user,
-            .password = ps->password,
-            .tag = mail_proxy_director_tag(r->userdb),
-        };
-        static const struct mail_proxy_callbacks cb = {.done = proxy_done, .ended = proxy_ended};
-        ps->proxy = mail_proxy_start(s->ctx->proxy, &req, &cb, s);
-        wipe(&ps->password); /* mail-proxy keeps its own copy until the backend answered */
-        return;
-    }
-    wipe(&ps->password);
-    if (r->status == AUTH_CLIENT_ERROR || r->temporary) {
+    static const struct mail_proxy_callbacks cb = {.done = proxy_done, .ended = proxy_ended};
+    switch (mail_proxy_front_session_auth_done(&s->proxy->fs, r, s->ctx->proxy, &s->io,
+                                               s->ctx->warden, &cb, s)) {
+    case MAIL_PROXY_FRONT_AUTH_CLOSING:
+    case MAIL_PROXY_FRONT_AUTH_STARTED:
+        break;
+    case MAIL_PROXY_FRONT_AUTH_TEMPFAIL:
         count_login(s, "unavailable");
         imap_reply_no(s, "[UNAVAILABLE] Temporary authentication failure.");
-        return;
+        break;
+    case MAIL_PROXY_FRONT_AUTH_FAILED:
+        login_failed(s);
+        break;
     }
-    login_failed(s);
 }
 
 void imap_proxy_cmd_login(struct imap_session *s, const char *user, const char *password)
 {
-    struct imap_proxy_session *ps = s->proxy;
     login_metrics_phase(lm(s), LOGIN_PHASE_PREAMBLE, timespec_us(&s->started));
-    free(ps->login_name);
-    ps->login_name = xstrdup(user);
-    wipe(&ps->password);
-    ps->password = xstrdup(password);
     s->busy = true;
-    ps->auth = mail_proxy_auth_start(s->ctx->proxy, s->ctx->auth, user, password, s->io.peer_ip,
-                                     auth_done, s);
+    mail_proxy_front_session_login(&s->proxy->fs, s->ctx->proxy, s->ctx->auth, user, password,
+                                   s->io.peer_ip, auth_done, s);
 }
 
 /* One step of the local SASL exchange: a challenge for the client, or
  * the name and password to check. */
 static void sasl_step(struct imap_session *s, const char *response)
 {
-    struct imap_proxy_session *ps = s->proxy;
     struct buf challenge = {0};
-    enum sasl_step_result r = sasl_exchange_step(&ps->sasl, response, &challenge);
-    switch (r) {
-    case SASL_STEP_CHALLENGE:
+    char *user = NULL, *password = NULL;
+    switch (
+        mail_proxy_front_session_sasl_step(&s->proxy->fs, response, &challenge, &user, &password)) {
+    case MAIL_PROXY_FRONT_SASL_CHALLENGE:
         imap_send(s, "+ %s", challenge.data != NULL ? challenge.data : "");
         s->sasl_waiting_client = true; /* the next line is the client's answer */
         break;
-    case SASL_STEP_DONE: {
-        char *user = xstrdup(ps->sasl.username);
-        char *password = xstrdup(ps->sasl.password);
-        sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
+    case MAIL_PROXY_FRONT_SASL_DONE:
         s->auth_sasl = false;
         imap_proxy_cmd_login(s, user, password);
-        wipe(&password);
+        mail_proxy_front_session_wipe(&password);
         free(user);
         break;
-    }
-    case SASL_STEP_FAILED: {
-        /* Undecodable base64 is the client's syntax (BAD, as Dovecot's
-         * imap-login answers); a decoded response without a valid name and
-         * password (RFC 4959's empty "=" for PLAIN, a foreign authzid) is a
-         * failed login, as a backend and Dovecot answer it. */
-        bool syntax = sasl_response_syntax_error(&ps->sasl);
-        sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
+    case MAIL_PROXY_FRONT_SASL_SYNTAX:
+        /* BAD, as Dovecot's imap-login answers. */
         s->auth_sasl = false;
-        if (syntax)
-            imap_reply_bad(s, "Invalid SASL response.");
-        else
-            login_failed(s);
+        imap_reply_bad(s, "Invalid SASL response.");
         break;
-    }
+    case MAIL_PROXY_FRONT_SASL_FAILED:
+        s->auth_sasl = false;
+        login_failed(s);
+        break;
     }
     buf_free(&challenge);
 }
 
 void imap_proxy_cmd_authenticate(struct imap_session *s, const char *mech, const char *initial)
 {
-    struct imap_proxy_session *ps = s->proxy;
-    sasl_exchange_init(&ps->sasl, sasl_mech_parse(mech));
-    ps->sasl_running = true;
+    mail_proxy_front_session_sasl_begin(&s->proxy->fs, mech);
     s->auth_sasl = true;
     sasl_step(s, initial);
 }
 
 void imap_proxy_cmd_authenticate_continue(struct imap_session *s, const char *line, size_t len)
 {
-    struct imap_proxy_session *ps = s->proxy;
     s->sasl_waiting_client = false;
-    if ((len == 1 && line[0] == '*') || strlen(line) != len || !ps->sasl_running) {
-        if (ps->sasl_running)
-            sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
+    if (!mail_proxy_front_session_sasl_continue(&s->proxy->fs, line, len)) {
         s->auth_sasl = false;
         imap_reply_bad(s, len == 1 ? "Authentication aborted." : "Invalid SASL response.");
         return;
@@ -324,13 +263,9 @@ void imap_proxy_cmd_authenticate_continue(struct imap_session *s, const char *li
 
 bool imap_proxy_shutdown(struct imap_session *s, const char *reason)
 {
-    struct imap_proxy_session *ps = s->proxy;
-    if (ps == NULL || !mail_proxy_relaying(ps->proxy))
-        return false;
     char line[160];
     snprintf(line, sizeof(line), "* BYE %s\r\n", reason);
-    mail_proxy_stop(ps->proxy, line);
-    return true;
+    return mail_proxy_front_session_shutdown(s->proxy != NULL ? &s->proxy->fs : NULL, line);
 }
 
 void imap_proxy_session_free(struct imap_session *s)
@@ -338,17 +273,7 @@ void imap_proxy_session_free(struct imap_session *s)
     struct imap_proxy_session *ps = s->proxy;
     if (ps == NULL)
         return;
-    /* A TLS connection that never finished its handshake (implicit TLS
-     * or after STARTTLS): tls_error. */
-    if (ps->tls_started_us != 0 && !ps->tls_done && !ps->result_counted && !s->io.relayed &&
-        s->io.bev != NULL && !tls_conn_established(s->io.bev))
-        login_metrics_result(lm(s), LOGIN_RESULT_TLS_ERROR);
-    mail_proxy_auth_cancel(ps->auth);
-    mail_proxy_free(ps->proxy);
-    if (ps->sasl_running)
-        sasl_exchange_free(&ps->sasl);
-    wipe(&ps->password);
-    free(ps->login_name);
+    mail_proxy_front_session_release(&ps->fs, &s->io, lm(s));
     free(ps);
     s->proxy = NULL;
 }

@@ -7,15 +7,14 @@
  * before the bytes are relayed both ways. */
 #include "protocols/pop3/pop3-private.h"
 
-#include "clients/auth/auth-sasl.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/tls-conn.h"
+#include "protocols/common/mail-proxy-front-session.h"
 #include "protocols/pop3/pop3-proxy-login.h"
 #include "protocols/pop3/pop3-server.h"
 
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +24,8 @@
 #define POP3_PROXY_MAX_BAD_COMMANDS 3
 
 struct pop3_proxy_session {
-    struct mail_proxy_auth *auth;
-    struct mail_proxy *proxy;
-    struct sasl_exchange sasl;
-    bool sasl_running;
-    char *login_name;
-    char *password;
+    struct mail_proxy_front_session fs;
     int64_t started_us;
-    int64_t tls_started_us;
-    bool tls_done;
-    bool preamble_counted;
-    bool result_counted;
-    unsigned bad_commands;
 };
 
 static void *dialogue_new(const struct mail_proxy_login_params *params)
@@ -75,15 +64,6 @@ static const struct login_metrics *lm(const struct pop3_session *s)
     return mail_proxy_front_metrics(ctx_of(s)->proxy);
 }
 
-static void wipe(char **secret)
-{
-    if (*secret == NULL)
-        return;
-    OPENSSL_cleanse(*secret, strlen(*secret));
-    free(*secret);
-    *secret = NULL;
-}
-
 static void count_login(struct pop3_session *s, const char *result)
 {
     const char *values[] = {result};
@@ -95,22 +75,20 @@ void pop3_proxy_session_start(struct pop3_session *s, bool tls)
     s->proxy = xcalloc(1, sizeof(*s->proxy));
     s->proxy->started_us = clock_mono_us();
     if (tls)
-        s->proxy->tls_started_us = s->proxy->started_us;
+        s->proxy->fs.tls_started_us = s->proxy->started_us;
 }
 
 void pop3_proxy_starttls(struct pop3_session *s)
 {
     if (s->proxy != NULL)
-        s->proxy->tls_started_us = clock_mono_us();
+        s->proxy->fs.tls_started_us = clock_mono_us();
 }
 
 void pop3_proxy_tls_ready(struct pop3_session *s)
 {
-    struct pop3_proxy_session *ps = s->proxy;
-    if (ps == NULL || ps->tls_done || ps->tls_started_us == 0)
-        return;
-    ps->tls_done = true;
-    login_metrics_phase(lm(s), LOGIN_PHASE_TLS_HANDSHAKE, ps->tls_started_us);
+    /* Outside proxy mode there is neither a session nor metrics. */
+    if (s->proxy != NULL)
+        mail_proxy_front_session_tls_ready(&s->proxy->fs, lm(s));
 }
 
 void pop3_proxy_bad_command(struct pop3_session *s)
@@ -118,13 +96,8 @@ void pop3_proxy_bad_command(struct pop3_session *s)
     struct pop3_proxy_session *ps = s->proxy;
     if (ps == NULL || s->state != POP3_STATE_AUTHORIZATION)
         return;
-    if (!ps->preamble_counted) {
-        ps->preamble_counted = true;
-        login_metrics_result(lm(s), LOGIN_RESULT_PREAMBLE_ERROR);
-        log_info(POP3_COMPONENT, "invalid command before login", "session=%s peer=%s", s->io.id,
-                 s->io.peer);
-    }
-    if (++ps->bad_commands >= POP3_PROXY_MAX_BAD_COMMANDS && !s->io.closing) {
+    if (mail_proxy_front_session_bad_command(&ps->fs, lm(s), POP3_COMPONENT, &s->io,
+                                             POP3_PROXY_MAX_BAD_COMMANDS)) {
         pop3_send_raw(s, "-ERR Too many invalid commands.\r\n", 33);
         pop3_session_close_after_output(s);
     }
@@ -157,16 +130,16 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
         mail_session_io_clear_deadline(&s->io);
         metric_gauge_add(ctx->m.sessions_authorization, -1);
         metric_gauge_add(ctx->m.sessions_transaction, 1);
-        ps->result_counted = true;
+        ps->fs.result_counted = true;
         /* Nothing is parsed any more: the relay moves the bytes. */
         pop3_parser_free(s->parser);
         s->parser = NULL;
-        mail_proxy_relay(ps->proxy);
+        mail_proxy_relay(ps->fs.proxy);
         return;
     }
     /* `text` lives in the proxy: the reply goes first. */
-    struct mail_proxy *done = ps->proxy;
-    ps->proxy = NULL;
+    struct mail_proxy *done = ps->fs.proxy;
+    ps->fs.proxy = NULL;
     switch (outcome) {
     case MAIL_PROXY_REJECTED:
         count_login(s, "failed");
@@ -196,56 +169,38 @@ static void login_failed(struct pop3_session *s)
 static void auth_done(void *arg, const struct auth_client_reply *r)
 {
     struct pop3_session *s = arg;
-    struct pop3_proxy_session *ps = s->proxy;
     const struct pop3_server_ctx *ctx = ctx_of(s);
-    ps->auth = NULL;
-    if (s->io.closing) {
-        wipe(&ps->password);
-        return;
-    }
-    if (r->status == AUTH_CLIENT_OK && r->user != NULL) {
-        const struct mail_proxy_request req = {
-            .io = &s->io,
-            .warden = ctx->warden,
-            .login_name = ps->login_name,
-            .user = r->user,
-            .password = ps->password,
-            .tag = mail_proxy_director_tag(r->userdb),
-        };
-        static const struct mail_proxy_callbacks cb = {.done = proxy_done, .ended = proxy_ended};
-        ps->proxy = mail_proxy_start(ctx->proxy, &req, &cb, s);
-        wipe(&ps->password);
-        return;
-    }
-    wipe(&ps->password);
-    if (r->status == AUTH_CLIENT_ERROR || r->temporary) {
+    static const struct mail_proxy_callbacks cb = {.done = proxy_done, .ended = proxy_ended};
+    switch (mail_proxy_front_session_auth_done(&s->proxy->fs, r, ctx->proxy, &s->io, ctx->warden,
+                                               &cb, s)) {
+    case MAIL_PROXY_FRONT_AUTH_CLOSING:
+    case MAIL_PROXY_FRONT_AUTH_STARTED:
+        break;
+    case MAIL_PROXY_FRONT_AUTH_TEMPFAIL:
         count_login(s, "unavailable");
         pop3_reply_err(s, "[SYS/TEMP] Temporary authentication failure; try again later.");
-        return;
+        break;
+    case MAIL_PROXY_FRONT_AUTH_FAILED:
+        login_failed(s);
+        break;
     }
-    login_failed(s);
 }
 
 void pop3_proxy_cmd_pass(struct pop3_session *s, const char *user, const char *password)
 {
-    struct pop3_proxy_session *ps = s->proxy;
-    login_metrics_phase(lm(s), LOGIN_PHASE_PREAMBLE, ps->started_us);
-    free(ps->login_name);
-    ps->login_name = xstrdup(user);
-    wipe(&ps->password);
-    ps->password = xstrdup(password);
+    login_metrics_phase(lm(s), LOGIN_PHASE_PREAMBLE, s->proxy->started_us);
     s->busy = true;
-    ps->auth = mail_proxy_auth_start(ctx_of(s)->proxy, ctx_of(s)->auth, user, password,
-                                     s->io.peer_ip, auth_done, s);
+    mail_proxy_front_session_login(&s->proxy->fs, ctx_of(s)->proxy, ctx_of(s)->auth, user, password,
+                                   s->io.peer_ip, auth_done, s);
 }
 
 static void sasl_step(struct pop3_session *s, const char *response)
 {
-    struct pop3_proxy_session *ps = s->proxy;
     struct buf challenge = {0};
-    enum sasl_step_result r = sasl_exchange_step(&ps->sasl, response, &challenge);
-    switch (r) {
-    case SASL_STEP_CHALLENGE: {
+    char *user = NULL, *password = NULL;
+    switch (
+        mail_proxy_front_session_sasl_step(&s->proxy->fs, response, &challenge, &user, &password)) {
+    case MAIL_PROXY_FRONT_SASL_CHALLENGE: {
         struct buf line = {0};
         buf_printf(&line, "+ %s\r\n", challenge.data != NULL ? challenge.data : "");
         pop3_send_raw(s, line.data, line.len);
@@ -254,49 +209,32 @@ static void sasl_step(struct pop3_session *s, const char *response)
         pop3_parser_expect_line(s->parser);
         break;
     }
-    case SASL_STEP_DONE: {
-        char *user = xstrdup(ps->sasl.username);
-        char *password = xstrdup(ps->sasl.password);
-        sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
+    case MAIL_PROXY_FRONT_SASL_DONE:
         pop3_proxy_cmd_pass(s, user, password);
-        wipe(&password);
+        mail_proxy_front_session_wipe(&password);
         free(user);
         break;
-    }
-    case SASL_STEP_FAILED: {
-        /* As the IMAP front: bad base64 is syntax, a decoded response
-         * without a valid name and password a failed login (with the
-         * [AUTH] code CAPA's AUTH-RESP-CODE promises, as a backend). */
-        bool syntax = sasl_response_syntax_error(&ps->sasl);
-        sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
-        if (syntax)
-            pop3_reply_err(s, "Invalid SASL response.");
-        else
-            login_failed(s);
+    case MAIL_PROXY_FRONT_SASL_SYNTAX:
+        pop3_reply_err(s, "Invalid SASL response.");
         break;
-    }
+    case MAIL_PROXY_FRONT_SASL_FAILED:
+        /* With the [AUTH] code CAPA's AUTH-RESP-CODE promises, as a backend. */
+        login_failed(s);
+        break;
     }
     buf_free(&challenge);
 }
 
 void pop3_proxy_cmd_auth(struct pop3_session *s, const char *mech, const char *initial)
 {
-    struct pop3_proxy_session *ps = s->proxy;
-    sasl_exchange_init(&ps->sasl, sasl_mech_parse(mech));
-    ps->sasl_running = true;
+    mail_proxy_front_session_sasl_begin(&s->proxy->fs, mech);
     sasl_step(s, initial);
 }
 
 void pop3_proxy_auth_continue(struct pop3_session *s, const char *line, size_t len)
 {
-    struct pop3_proxy_session *ps = s->proxy;
     s->sasl_waiting_client = false;
-    if ((len == 1 && line[0] == '*') || strlen(line) != len || !ps->sasl_running) {
-        if (ps->sasl_running)
-            sasl_exchange_free(&ps->sasl);
-        ps->sasl_running = false;
+    if (!mail_proxy_front_session_sasl_continue(&s->proxy->fs, line, len)) {
         pop3_reply_err(s, len == 1 ? "Authentication aborted." : "Invalid SASL response.");
         return;
     }
@@ -305,13 +243,9 @@ void pop3_proxy_auth_continue(struct pop3_session *s, const char *line, size_t l
 
 bool pop3_proxy_shutdown(struct pop3_session *s, const char *reason)
 {
-    struct pop3_proxy_session *ps = s->proxy;
-    if (ps == NULL || !mail_proxy_relaying(ps->proxy))
-        return false;
     char line[160];
     snprintf(line, sizeof(line), "-ERR [SYS/TEMP] %s\r\n", reason);
-    mail_proxy_stop(ps->proxy, line);
-    return true;
+    return mail_proxy_front_session_shutdown(s->proxy != NULL ? &s->proxy->fs : NULL, line);
 }
 
 void pop3_proxy_session_free(struct pop3_session *s)
@@ -319,15 +253,7 @@ void pop3_proxy_session_free(struct pop3_session *s)
     struct pop3_proxy_session *ps = s->proxy;
     if (ps == NULL)
         return;
-    if (ps->tls_started_us != 0 && !ps->tls_done && !ps->result_counted && !s->io.relayed &&
-        s->io.bev != NULL && !tls_conn_established(s->io.bev))
-        login_metrics_result(lm(s), LOGIN_RESULT_TLS_ERROR);
-    mail_proxy_auth_cancel(ps->auth);
-    mail_proxy_free(ps->proxy);
-    if (ps->sasl_running)
-        sasl_exchange_free(&ps->sasl);
-    wipe(&ps->password);
-    free(ps->login_name);
+    mail_proxy_front_session_release(&ps->fs, &s->io, lm(s));
     free(ps);
     s->proxy = NULL;
 }
