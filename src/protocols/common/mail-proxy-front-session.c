@@ -129,6 +129,18 @@ bool mail_proxy_front_session_sasl_continue(struct mail_proxy_front_session *fs,
     return true;
 }
 
+void mail_proxy_front_session_relay(struct mail_proxy_front_session *fs, struct mail_session_io *io,
+                                    const char *component)
+{
+    char uq[300];
+    log_info(component, "proxied", "session=%s user=%s peer=%s tls=%s", io->id,
+             log_quote(uq, sizeof(uq), io->username != NULL ? io->username : ""), io->peer,
+             io->tls ? "yes" : "no");
+    mail_session_io_clear_deadline(io);
+    fs->result_counted = true;
+    mail_proxy_relay(fs->proxy);
+}
+
 bool mail_proxy_front_session_shutdown(struct mail_proxy_front_session *fs, const char *farewell)
 {
     if (fs == NULL || !mail_proxy_relaying(fs->proxy))

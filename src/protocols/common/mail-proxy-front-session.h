@@ -90,6 +90,12 @@ enum mail_proxy_front_sasl mail_proxy_front_session_sasl_step(struct mail_proxy_
 bool mail_proxy_front_session_sasl_continue(struct mail_proxy_front_session *fs, const char *line,
                                             size_t len);
 
+/* The backend said yes and the client has its reply: logs the session as
+ * proxied under `component`, drops the login deadline, marks the outcome
+ * counted and starts relaying the connection. */
+void mail_proxy_front_session_relay(struct mail_proxy_front_session *fs, struct mail_session_io *io,
+                                    const char *component);
+
 /* Ends a running relay with `farewell` (a whole line with CRLF). False
  * when nothing is relayed (`fs` may be NULL). */
 bool mail_proxy_front_session_shutdown(struct mail_proxy_front_session *fs, const char *farewell);

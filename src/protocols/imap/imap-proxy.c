@@ -134,23 +134,17 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
     struct imap_proxy_session *ps = s->proxy;
     if (outcome == MAIL_PROXY_OK) {
         count_login(s, "ok");
-        char uq[300];
-        log_info(IMAP_COMPONENT, "proxied", "session=%s user=%s peer=%s tls=%s", s->io.id,
-                 log_quote(uq, sizeof(uq), s->io.username != NULL ? s->io.username : ""),
-                 s->io.peer, s->io.tls ? "yes" : "no");
         /* The backend's own answer (its CAPABILITY), under the client's
          * tag; the session reads no further command: the relay takes
          * whatever the client pipelined. */
         imap_send(s, "%s OK %s", s->tag, text);
         s->state = IMAP_STATE_AUTHENTICATED;
-        mail_session_io_clear_deadline(&s->io);
         metric_gauge_add(s->ctx->m.sessions_unauth, -1);
         metric_gauge_add(s->ctx->m.sessions_auth, 1);
-        ps->fs.result_counted = true;
         /* Nothing is parsed any more: the relay moves the bytes. */
         imap_parser_free(s->parser);
         s->parser = NULL;
-        mail_proxy_relay(ps->fs.proxy);
+        mail_proxy_front_session_relay(&ps->fs, &s->io, IMAP_COMPONENT);
         return;
     }
     /* `text` lives in the proxy: the reply goes first. */

@@ -118,23 +118,17 @@ static void proxy_done(void *arg, enum mail_proxy_outcome outcome, const char *t
     const struct pop3_server_ctx *ctx = ctx_of(s);
     if (outcome == MAIL_PROXY_OK) {
         count_login(s, "ok");
-        char uq[300];
-        log_info(POP3_COMPONENT, "proxied", "session=%s user=%s peer=%s tls=%s", s->io.id,
-                 log_quote(uq, sizeof(uq), s->io.username != NULL ? s->io.username : ""),
-                 s->io.peer, s->io.tls ? "yes" : "no");
         struct buf line = {0};
         buf_printf(&line, "+OK %s\r\n", text);
         pop3_send_raw(s, line.data, line.len);
         buf_free(&line);
         s->state = POP3_STATE_TRANSACTION;
-        mail_session_io_clear_deadline(&s->io);
         metric_gauge_add(ctx->m.sessions_authorization, -1);
         metric_gauge_add(ctx->m.sessions_transaction, 1);
-        ps->fs.result_counted = true;
         /* Nothing is parsed any more: the relay moves the bytes. */
         pop3_parser_free(s->parser);
         s->parser = NULL;
-        mail_proxy_relay(ps->fs.proxy);
+        mail_proxy_front_session_relay(&ps->fs, &s->io, POP3_COMPONENT);
         return;
     }
     /* `text` lives in the proxy: the reply goes first. */
