@@ -603,30 +603,44 @@ static void pvt_mark_seen(struct mailbox *box, bool seen, uint32_t uid)
                  mailbox_common(box)->user->name, mailbox_common(box)->name, e.message);
 }
 
+/* The save info of appending one message of `size` bytes to `box`. */
+static struct mail_save_info append_info(struct mailbox *box, uint64_t size)
+{
+    return (struct mail_save_info){.kind = MAIL_SAVE_APPEND,
+                                   .dst = box,
+                                   .count = 1,
+                                   .size = size,
+                                   .max_size = size,
+                                   .delivery = mailbox_common(box)->delivery};
+}
+
+/* Ends an append the modules said yes to: `ok` is the driver's answer. */
+static bool append_done(struct mail_storage *st, const struct mail_save_info *info, bool ok,
+                        bool pvt_seen, uint32_t uid, uint32_t *uid_out)
+{
+    if (!ok) {
+        save_failed(st, info);
+        return false;
+    }
+    pvt_mark_seen(info->dst, pvt_seen, uid);
+    HOOKS_AFTER(st, saved, info, &uid, 1);
+    if (uid_out != NULL)
+        *uid_out = uid;
+    return true;
+}
+
 bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
                     const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
                     struct petrel_error *err)
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
-                                  .dst = box,
-                                  .count = 1,
-                                  .size = len,
-                                  .max_size = len,
-                                  .delivery = mailbox_common(box)->delivery};
+    struct mail_save_info info = append_info(box, len);
     if (!save_before(st, &info, err))
         return false;
     bool pvt_seen = pvt_take_seen(box, &flags);
-    if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err)) {
-        save_failed(st, &info);
-        return false;
-    }
-    pvt_mark_seen(box, pvt_seen, uid);
-    HOOKS_AFTER(st, saved, &info, &uid, 1);
-    if (uid_out != NULL)
-        *uid_out = uid;
-    return true;
+    bool ok = st->v->append(box, data, len, flags, keywords, internal_date, &uid, err);
+    return append_done(st, &info, ok, pvt_seen, uid, uid_out);
 }
 
 bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
@@ -635,25 +649,13 @@ bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
-                                  .dst = box,
-                                  .count = 1,
-                                  .size = prefix_len + len,
-                                  .max_size = prefix_len + len,
-                                  .delivery = mailbox_common(box)->delivery};
+    struct mail_save_info info = append_info(box, prefix_len + len);
     if (!save_before(st, &info, err))
         return false;
     bool pvt_seen = pvt_take_seen(box, &flags);
-    if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
-                            internal_date, &uid, err)) {
-        save_failed(st, &info);
-        return false;
-    }
-    pvt_mark_seen(box, pvt_seen, uid);
-    HOOKS_AFTER(st, saved, &info, &uid, 1);
-    if (uid_out != NULL)
-        *uid_out = uid;
-    return true;
+    bool ok = st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
+                                 internal_date, &uid, err);
+    return append_done(st, &info, ok, pvt_seen, uid, uid_out);
 }
 
 /* What copying `uids` of `src` adds up to. Sizes come from the index, so
