@@ -184,6 +184,19 @@ bool fs_pread_all(int fd, void *data, size_t len, uint64_t offset, size_t *got)
     return true;
 }
 
+/* Reads up to `size` bytes of `fd` into a NUL-terminated buffer and closes
+ * it; a read error keeps what came before it. */
+static void read_and_close(int fd, size_t size, char **data, size_t *len)
+{
+    char *buf = xmalloc(size + 1);
+    size_t got = 0;
+    (void)fs_pread_all(fd, buf, size, 0, &got);
+    close(fd);
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+}
+
 bool fs_read_file(const char *path, size_t max, char **data, size_t *len, struct petrel_error *err)
 {
     return fs_read_file_at(AT_FDCWD, path, max, data, len, err);
@@ -203,14 +216,7 @@ bool fs_read_file_at(int dir_fd, const char *path, size_t max, char **data, size
         return petrel_error_set(err, PETREL_ERR_IO, "%s: larger than %zu bytes or unreadable", path,
                                 max);
     }
-    size_t size = (size_t)st.st_size;
-    char *buf = xmalloc(size + 1);
-    size_t got = 0;
-    (void)fs_pread_all(fd, buf, size, 0, &got); /* an error: what came before it */
-    close(fd);
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
+    read_and_close(fd, (size_t)st.st_size, data, len);
     return true;
 }
 
@@ -235,14 +241,7 @@ int fs_read_regular_file(const char *path, const char *what, size_t max, char **
         petrel_error_set(err, PETREL_ERR_INVALID, "the %s is larger than %zu bytes", what, max);
         return -1;
     }
-    size_t size = (size_t)st.st_size;
-    char *buf = xmalloc(size + 1);
-    size_t got = 0;
-    (void)fs_pread_all(fd, buf, size, 0, &got); /* an error: what came before it */
-    close(fd);
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
+    read_and_close(fd, (size_t)st.st_size, data, len);
     if (st_out != NULL)
         *st_out = st;
     return 1;

@@ -603,30 +603,44 @@ static void pvt_mark_seen(struct mailbox *box, bool seen, uint32_t uid)
                  mailbox_common(box)->user->name, mailbox_common(box)->name, e.message);
 }
 
+/* The save info of appending one message of `size` bytes to `box`. */
+static struct mail_save_info append_info(struct mailbox *box, uint64_t size)
+{
+    return (struct mail_save_info){.kind = MAIL_SAVE_APPEND,
+                                   .dst = box,
+                                   .count = 1,
+                                   .size = size,
+                                   .max_size = size,
+                                   .delivery = mailbox_common(box)->delivery};
+}
+
+/* Ends an append the modules said yes to: `ok` is the driver's answer. */
+static bool append_done(struct mail_storage *st, const struct mail_save_info *info, bool ok,
+                        bool pvt_seen, uint32_t uid, uint32_t *uid_out)
+{
+    if (!ok) {
+        save_failed(st, info);
+        return false;
+    }
+    pvt_mark_seen(info->dst, pvt_seen, uid);
+    HOOKS_AFTER(st, saved, info, &uid, 1);
+    if (uid_out != NULL)
+        *uid_out = uid;
+    return true;
+}
+
 bool mailbox_append(struct mailbox *box, const void *data, size_t len, uint32_t flags,
                     const char *const *keywords, int64_t internal_date, uint32_t *uid_out,
                     struct petrel_error *err)
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
-                                  .dst = box,
-                                  .count = 1,
-                                  .size = len,
-                                  .max_size = len,
-                                  .delivery = mailbox_common(box)->delivery};
+    struct mail_save_info info = append_info(box, len);
     if (!save_before(st, &info, err))
         return false;
     bool pvt_seen = pvt_take_seen(box, &flags);
-    if (!st->v->append(box, data, len, flags, keywords, internal_date, &uid, err)) {
-        save_failed(st, &info);
-        return false;
-    }
-    pvt_mark_seen(box, pvt_seen, uid);
-    HOOKS_AFTER(st, saved, &info, &uid, 1);
-    if (uid_out != NULL)
-        *uid_out = uid;
-    return true;
+    bool ok = st->v->append(box, data, len, flags, keywords, internal_date, &uid, err);
+    return append_done(st, &info, ok, pvt_seen, uid, uid_out);
 }
 
 bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_len, int fd,
@@ -635,25 +649,13 @@ bool mailbox_append_file(struct mailbox *box, const void *prefix, size_t prefix_
 {
     struct mail_storage *st = box_storage(box);
     uint32_t uid = 0;
-    struct mail_save_info info = {.kind = MAIL_SAVE_APPEND,
-                                  .dst = box,
-                                  .count = 1,
-                                  .size = prefix_len + len,
-                                  .max_size = prefix_len + len,
-                                  .delivery = mailbox_common(box)->delivery};
+    struct mail_save_info info = append_info(box, prefix_len + len);
     if (!save_before(st, &info, err))
         return false;
     bool pvt_seen = pvt_take_seen(box, &flags);
-    if (!st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
-                            internal_date, &uid, err)) {
-        save_failed(st, &info);
-        return false;
-    }
-    pvt_mark_seen(box, pvt_seen, uid);
-    HOOKS_AFTER(st, saved, &info, &uid, 1);
-    if (uid_out != NULL)
-        *uid_out = uid;
-    return true;
+    bool ok = st->v->append_file(box, prefix, prefix_len, fd, offset, len, flags, keywords,
+                                 internal_date, &uid, err);
+    return append_done(st, &info, ok, pvt_seen, uid, uid_out);
 }
 
 /* What copying `uids` of `src` adds up to. Sizes come from the index, so
@@ -754,11 +756,18 @@ static int cmp_result(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* One driver update whose results and failures are added to the caller's. */
+/* Results and failures gathered over several driver updates. */
+struct flags_gathered {
+    struct mailbox_flags_result *res;
+    size_t res_count;
+    uint32_t *failed;
+    size_t failed_count;
+};
+
+/* One driver update whose results and failures are added to `out`. */
 static bool pvt_driver_update(struct mailbox *box, const uint32_t *uids, size_t uid_count,
-                              const struct mailbox_flags_update *upd,
-                              struct mailbox_flags_result **res, size_t *res_count,
-                              uint32_t **failed, size_t *failed_count, struct petrel_error *err)
+                              const struct mailbox_flags_update *upd, struct flags_gathered *out,
+                              struct petrel_error *err)
 {
     struct mailbox_flags_result *r = NULL;
     uint32_t *f = NULL;
@@ -767,12 +776,12 @@ static bool pvt_driver_update(struct mailbox *box, const uint32_t *uids, size_t 
         return true;
     bool ok = box_storage(box)->v->update_flags(box, uids, uid_count, upd, &r, &rn, &f, &fn, err);
     if (ok) {
-        *res = xrealloc(*res, (*res_count + rn + 1) * sizeof(**res));
-        memcpy(*res + *res_count, r, rn * sizeof(*r));
-        *res_count += rn;
-        *failed = xrealloc(*failed, (*failed_count + fn + 1) * sizeof(**failed));
-        memcpy(*failed + *failed_count, f, fn * sizeof(*f));
-        *failed_count += fn;
+        out->res = xrealloc(out->res, (out->res_count + rn + 1) * sizeof(*out->res));
+        memcpy(out->res + out->res_count, r, rn * sizeof(*r));
+        out->res_count += rn;
+        out->failed = xrealloc(out->failed, (out->failed_count + fn + 1) * sizeof(*out->failed));
+        memcpy(out->failed + out->failed_count, f, fn * sizeof(*f));
+        out->failed_count += fn;
     }
     free(r);
     free(f);
@@ -788,75 +797,66 @@ static bool pvt_update_flags(struct mailbox *box, const uint32_t *uids, size_t u
                              struct mailbox_flags_result **results, size_t *result_count,
                              uint32_t **failed, size_t *failed_count, struct petrel_error *err)
 {
-    struct mailbox_flags_result *res = NULL;
-    uint32_t *fail = NULL;
-    size_t res_count = 0, fail_count = 0;
+    struct flags_gathered g = {0};
     struct mailbox_flags_update shared = *upd;
     shared.flags &= ~(uint32_t)MAIL_FLAG_SEEN;
     bool ok;
     if (upd->mode != MAILBOX_FLAGS_REPLACE) {
-        ok = pvt_driver_update(box, uids, uid_count, &shared, &res, &res_count, &fail, &fail_count,
-                               err);
+        ok = pvt_driver_update(box, uids, uid_count, &shared, &g, err);
     } else {
         /* The folder's \Seen of each message first (an update that adds
          * nothing changes nothing), then one replacement for the messages
          * that have it and one for those that do not. */
         const struct mailbox_flags_update look = {.mode = MAILBOX_FLAGS_ADD};
-        struct mailbox_flags_result *now = NULL;
-        size_t now_count = 0;
-        uint32_t *nofail = NULL;
-        size_t nofail_count = 0;
-        ok = pvt_driver_update(box, uids, uid_count, &look, &now, &now_count, &nofail,
-                               &nofail_count, err);
-        uint32_t *with = xcalloc(now_count + 1, sizeof(*with));
-        uint32_t *without = xcalloc(now_count + 1, sizeof(*without));
+        struct flags_gathered now = {0};
+        ok = pvt_driver_update(box, uids, uid_count, &look, &now, err);
+        uint32_t *with = xcalloc(now.res_count + 1, sizeof(*with));
+        uint32_t *without = xcalloc(now.res_count + 1, sizeof(*without));
         size_t wn = 0, won = 0;
-        for (size_t i = 0; ok && i < now_count; i++) {
-            if ((now[i].flags & MAIL_FLAG_SEEN) != 0)
-                with[wn++] = now[i].uid;
+        for (size_t i = 0; ok && i < now.res_count; i++) {
+            if ((now.res[i].flags & MAIL_FLAG_SEEN) != 0)
+                with[wn++] = now.res[i].uid;
             else
-                without[won++] = now[i].uid;
+                without[won++] = now.res[i].uid;
         }
         struct mailbox_flags_update keep = shared;
         keep.flags |= MAIL_FLAG_SEEN;
-        ok = ok &&
-             pvt_driver_update(box, with, wn, &keep, &res, &res_count, &fail, &fail_count, err) &&
-             pvt_driver_update(box, without, won, &shared, &res, &res_count, &fail, &fail_count,
-                               err);
+        ok = ok && pvt_driver_update(box, with, wn, &keep, &g, err) &&
+             pvt_driver_update(box, without, won, &shared, &g, err);
         free(with);
         free(without);
-        free(now);
-        free(nofail);
-        if (res_count > 1)
-            qsort(res, res_count, sizeof(*res), cmp_result);
+        free(now.res);
+        free(now.failed);
+        if (g.res_count > 1)
+            qsort(g.res, g.res_count, sizeof(*g.res), cmp_result);
     }
     bool seen_asked = upd->mode == MAILBOX_FLAGS_REPLACE || (upd->flags & MAIL_FLAG_SEEN) != 0;
-    if (ok && seen_asked && res_count > 0) {
+    if (ok && seen_asked && g.res_count > 0) {
         bool seen = upd->mode == MAILBOX_FLAGS_REMOVE ? false : (upd->flags & MAIL_FLAG_SEEN) != 0;
-        uint32_t *done = xcalloc(res_count, sizeof(*done));
-        for (size_t i = 0; i < res_count; i++)
-            done[i] = res[i].uid;
-        ok = mailbox_pvt_set(box, done, res_count, seen, err);
+        uint32_t *done = xcalloc(g.res_count, sizeof(*done));
+        for (size_t i = 0; i < g.res_count; i++)
+            done[i] = g.res[i].uid;
+        ok = mailbox_pvt_set(box, done, g.res_count, seen, err);
         free(done);
     }
     const struct mailbox_pvt *p = ok ? mailbox_pvt_get(box) : NULL;
-    for (size_t i = 0; p != NULL && i < res_count; i++) {
-        res[i].flags &= ~(uint32_t)MAIL_FLAG_SEEN;
-        if (mailbox_pvt_has(p, res[i].uid))
-            res[i].flags |= MAIL_FLAG_SEEN;
+    for (size_t i = 0; p != NULL && i < g.res_count; i++) {
+        g.res[i].flags &= ~(uint32_t)MAIL_FLAG_SEEN;
+        if (mailbox_pvt_has(p, g.res[i].uid))
+            g.res[i].flags |= MAIL_FLAG_SEEN;
     }
     if (ok && results != NULL) {
-        *results = res;
-        *result_count = res_count;
-        res = NULL;
+        *results = g.res;
+        *result_count = g.res_count;
+        g.res = NULL;
     }
     if (ok && failed != NULL) {
-        *failed = fail;
-        *failed_count = fail_count;
-        fail = NULL;
+        *failed = g.failed;
+        *failed_count = g.failed_count;
+        g.failed = NULL;
     }
-    free(res);
-    free(fail);
+    free(g.res);
+    free(g.failed);
     return ok;
 }
 

@@ -63,7 +63,8 @@ bool mailbox_pvt_active(const struct mailbox *box)
     return c->user->session && c->ns->type != NAMESPACE_PERSONAL && c->ns->private_index != NULL;
 }
 
-bool mailbox_pvt_has(const struct mailbox_pvt *p, uint32_t uid)
+/* Where `uid` is or would go in the sorted uids. */
+static size_t uid_pos(const struct mailbox_pvt *p, uint32_t uid)
 {
     size_t lo = 0, hi = p->count;
     while (lo < hi) {
@@ -73,6 +74,12 @@ bool mailbox_pvt_has(const struct mailbox_pvt *p, uint32_t uid)
         else
             hi = mid;
     }
+    return lo;
+}
+
+bool mailbox_pvt_has(const struct mailbox_pvt *p, uint32_t uid)
+{
+    size_t lo = uid_pos(p, uid);
     return lo < p->count && p->uids[lo] == uid;
 }
 
@@ -200,14 +207,7 @@ fail:
 
 static void set_one(struct mailbox_pvt *p, uint32_t uid, bool seen)
 {
-    size_t lo = 0, hi = p->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->uids[mid] < uid)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = uid_pos(p, uid);
     bool present = lo < p->count && p->uids[lo] == uid;
     if (seen && !present) {
         p->uids = xgrow(p->uids, &p->cap, p->count + 1, sizeof(*p->uids));

@@ -484,8 +484,7 @@ static bool link_message(struct link *l, const struct ring_msg *m)
             dc->ev.backend_change(dc->ev_arg, m->ring_change.change, &m->ring_change.host);
         return true;
     case RING_MSG_PING: {
-        struct ring_msg pong = {.type = RING_MSG_PONG};
-        pong.ping.token = m->ping.token;
+        struct ring_msg pong = ring_msg_pong(m);
         send_msg(l, &pong);
         return true;
     }

@@ -671,6 +671,13 @@ void ring_msg_write(struct buf *out, const struct ring_msg *m)
     buf_append_char(out, '\n');
 }
 
+struct ring_msg ring_msg_pong(const struct ring_msg *ping)
+{
+    struct ring_msg pong = {.type = RING_MSG_PONG};
+    pong.ping.token = ping->ping.token;
+    return pong;
+}
+
 void ring_write_version(struct buf *out)
 {
     struct ring_msg m = {.type = RING_MSG_VERSION};

@@ -248,6 +248,9 @@ void ring_msg_write(struct buf *out, const struct ring_msg *msg);
 void ring_write_version(struct buf *out);
 void ring_write_hello(struct buf *out, enum ring_kind kind, const char *name);
 
+/* The PONG that answers the PING `ping` (its token echoed). */
+struct ring_msg ring_msg_pong(const struct ring_msg *ping);
+
 /* Names on the wire (and in metric labels) and their inverses; the parsers
  * return false for an unknown name. */
 const char *ring_kind_name(enum ring_kind kind);

@@ -61,41 +61,27 @@ void lmtp_config_free(struct lmtp_config *cfg)
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg)
 {
-    static const char *const keys[] = {"listen",
-                                       "allowed_nets",
-                                       "socket_mode",
-                                       "tls_cert_file",
-                                       "tls_key_file",
-                                       "auth_addr",
-                                       "hostname",
-                                       "recipient_delimiter",
-                                       "username_format",
+    static const char *const keys[] = {LMTP_CONFIG_SHARED_KEYS,
                                        "add_received_header",
-                                       "max_message_size",
-                                       "max_recipients",
-                                       "max_line_length",
-                                       "max_connections",
-                                       "max_connections_per_ip",
-                                       "max_errors",
-                                       "command_timeout",
-                                       "auth_timeout",
                                        "delivery_threads",
                                        "delivery_queue",
-                                       "temp_dir",
                                        "folder_cache_bytes",
                                        "folder_cache_idle",
-                                       "login_trusted_networks",
                                        NULL};
     const char *p = "lmtp";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys) ||
         !lmtp_config_read_values(ctx, node, p, cfg))
         return false;
-    if (!required)
-        return true;
+    return !required || lmtp_config_check_required(ctx, node, p, cfg);
+}
+
+bool lmtp_config_check_required(const struct cfg_ctx *ctx, const struct ynode *node,
+                                const char *path, const struct lmtp_config *cfg)
+{
     if (cfg->listen == NULL || cfg->listen[0] == NULL)
-        return cfg_fail(ctx, node, p, "needs at least one listen address");
+        return cfg_fail(ctx, node, path, "needs at least one listen address");
     if (cfg->auth_addr == NULL || *cfg->auth_addr == '\0')
-        return cfg_fail(ctx, node, p, "auth_addr is required (the auth service)");
+        return cfg_fail(ctx, node, path, "auth_addr is required (the auth service)");
     return true;
 }
 
@@ -154,17 +140,22 @@ bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node
     return true;
 }
 
+void lmtp_config_print_shared_head(const struct lmtp_config *cfg, FILE *out, const char *in)
+{
+    listen_config_print(out, in, cfg->listen, cfg->allowed_nets, cfg->socket_mode);
+    yaml_put_list(out, in, "login_trusted_networks", cfg->login_trusted_networks);
+    yaml_put_kv(out, in, "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
+    yaml_put_kv(out, in, "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
+    yaml_put_kv(out, in, "auth_addr", cfg->auth_addr);
+    yaml_put_kv(out, in, "hostname", cfg->hostname);
+    yaml_put_kv(out, in, "recipient_delimiter", cfg->recipient_delimiter);
+    yaml_put_kv(out, in, "username_format", cfg->username_format);
+}
+
 void lmtp_config_print(const struct lmtp_config *cfg, FILE *out)
 {
     fputs("lmtp:\n", out);
-    listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
-    yaml_put_list(out, "  ", "login_trusted_networks", cfg->login_trusted_networks);
-    yaml_put_kv(out, "  ", "tls_cert_file", cfg->tls_cert_file != NULL ? cfg->tls_cert_file : "");
-    yaml_put_kv(out, "  ", "tls_key_file", cfg->tls_key_file != NULL ? cfg->tls_key_file : "");
-    yaml_put_kv(out, "  ", "auth_addr", cfg->auth_addr);
-    yaml_put_kv(out, "  ", "hostname", cfg->hostname);
-    yaml_put_kv(out, "  ", "recipient_delimiter", cfg->recipient_delimiter);
-    yaml_put_kv(out, "  ", "username_format", cfg->username_format);
+    lmtp_config_print_shared_head(cfg, out, "  ");
     fprintf(out,
             "  add_received_header: %s\n  max_message_size: %lld\n  max_recipients: %lld\n"
             "  max_line_length: %lld\n  max_connections: %lld\n  max_errors: %lld\n"

@@ -46,11 +46,25 @@ void lmtp_config_defaults(struct lmtp_config *cfg);
  * component runs, so a listener and auth_addr must be set. */
 bool lmtp_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct lmtp_config *cfg);
+/* The keys `lmtp:` shares with the login proxy's `login.lmtp` front, for
+ * their cfg_check_keys() lists. */
+#define LMTP_CONFIG_SHARED_KEYS                                                                    \
+    "listen", "allowed_nets", "socket_mode", "login_trusted_networks", "tls_cert_file",            \
+        "tls_key_file", "auth_addr", "hostname", "recipient_delimiter", "username_format",         \
+        "max_message_size", "max_recipients", "max_line_length", "max_connections",                \
+        "max_connections_per_ip", "max_errors", "command_timeout", "auth_timeout", "temp_dir"
 /* The values of the keys present in `node` (a map whose keys the caller
  * has checked), errors named `path`.<key>; no requirement checks. The
  * login proxy's `login.lmtp` front reads its share of the keys with it. */
 bool lmtp_config_read_values(const struct cfg_ctx *ctx, const struct ynode *node, const char *path,
                              struct lmtp_config *cfg);
+/* What a running LMTP listener (lmtp or the login proxy's front) needs: a
+ * listen address and auth_addr; errors named `path`. */
+bool lmtp_config_check_required(const struct cfg_ctx *ctx, const struct ynode *node,
+                                const char *path, const struct lmtp_config *cfg);
+/* Prints the listener, TLS and address keys the two share, in the order
+ * both print them, each line indented by `indent`. */
+void lmtp_config_print_shared_head(const struct lmtp_config *cfg, FILE *out, const char *indent);
 void lmtp_config_free(struct lmtp_config *cfg);
 void lmtp_config_print(const struct lmtp_config *cfg, FILE *out);
 

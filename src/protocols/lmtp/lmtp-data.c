@@ -39,24 +39,18 @@ bool lmtp_data_feed(struct lmtp_data *d, const char *in, size_t len, size_t *con
         char c = in[i];
         switch (d->state) {
         case LMTP_DATA_LINE_START:
-            if (c == '.') {
-                d->state = LMTP_DATA_DOT;
-                i++;
-                break;
-            }
-            put(d, &c, 1);
-            d->state = after(c, LMTP_DATA_IN_LINE);
-            i++;
-            break;
         case LMTP_DATA_DOT:
-            if (c == '\r') {
+            /* A line's leading dot is held back; after it a CR may end the
+             * data, anything else means the dot was stuffed (dropped) and c
+             * starts the line's content. */
+            if (d->state == LMTP_DATA_LINE_START && c == '.')
+                d->state = LMTP_DATA_DOT;
+            else if (d->state == LMTP_DATA_DOT && c == '\r')
                 d->state = LMTP_DATA_DOT_CR;
-                i++;
-                break;
+            else {
+                put(d, &c, 1);
+                d->state = after(c, LMTP_DATA_IN_LINE);
             }
-            /* A stuffed dot: dropped; c starts the line's content. */
-            put(d, &c, 1);
-            d->state = after(c, LMTP_DATA_IN_LINE);
             i++;
             break;
         case LMTP_DATA_DOT_CR:

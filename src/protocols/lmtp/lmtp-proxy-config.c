@@ -30,27 +30,7 @@ void lmtp_proxy_config_defaults(struct lmtp_proxy_config *cfg)
 bool lmtp_proxy_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
                             struct lmtp_proxy_config *cfg)
 {
-    static const char *const keys[] = {"listen",
-                                       "allowed_nets",
-                                       "socket_mode",
-                                       "login_trusted_networks",
-                                       "tls_cert_file",
-                                       "tls_key_file",
-                                       "auth_addr",
-                                       "hostname",
-                                       "recipient_delimiter",
-                                       "username_format",
-                                       "max_message_size",
-                                       "max_recipients",
-                                       "max_line_length",
-                                       "max_connections",
-                                       "max_connections_per_ip",
-                                       "max_errors",
-                                       "command_timeout",
-                                       "auth_timeout",
-                                       "temp_dir",
-                                       "backend_port",
-                                       NULL};
+    static const char *const keys[] = {LMTP_CONFIG_SHARED_KEYS, "backend_port", NULL};
     if (node == NULL)
         return true;
     if (!cfg_expect_map(ctx, node, P) || !cfg_check_keys(ctx, node, P, keys) ||
@@ -58,11 +38,7 @@ bool lmtp_proxy_config_read(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_int(ctx, node, P, "backend_port", 1, 65535, &cfg->backend_port))
         return false;
     cfg->enabled = true;
-    if (cfg->front.listen == NULL || cfg->front.listen[0] == NULL)
-        return cfg_fail(ctx, node, P, "needs at least one listen address");
-    if (cfg->front.auth_addr == NULL || *cfg->front.auth_addr == '\0')
-        return cfg_fail(ctx, node, P, "auth_addr is required (the auth service)");
-    return true;
+    return lmtp_config_check_required(ctx, node, P, &cfg->front);
 }
 
 void lmtp_proxy_config_print(const struct lmtp_proxy_config *cfg, FILE *out)
@@ -72,14 +48,7 @@ void lmtp_proxy_config_print(const struct lmtp_proxy_config *cfg, FILE *out)
     const struct lmtp_config *f = &cfg->front;
     const char *in = "    ";
     fputs("  lmtp:\n", out);
-    listen_config_print(out, in, f->listen, f->allowed_nets, f->socket_mode);
-    yaml_put_list(out, in, "login_trusted_networks", f->login_trusted_networks);
-    yaml_put_kv(out, in, "tls_cert_file", f->tls_cert_file != NULL ? f->tls_cert_file : "");
-    yaml_put_kv(out, in, "tls_key_file", f->tls_key_file != NULL ? f->tls_key_file : "");
-    yaml_put_kv(out, in, "auth_addr", f->auth_addr);
-    yaml_put_kv(out, in, "hostname", f->hostname);
-    yaml_put_kv(out, in, "recipient_delimiter", f->recipient_delimiter);
-    yaml_put_kv(out, in, "username_format", f->username_format);
+    lmtp_config_print_shared_head(f, out, in);
     fprintf(out,
             "    max_message_size: %lld\n    max_recipients: %lld\n    max_line_length: %lld\n"
             "    max_connections: %lld\n    max_errors: %lld\n    command_timeout: %lldms\n"

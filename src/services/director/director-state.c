@@ -381,24 +381,22 @@ void director_write_user_moved(struct buf *out, const char *user, uint32_t hash,
                                const struct director_backend *to,
                                const struct director_change *from)
 {
-    struct ring_msg m = {.type = RING_MSG_USER_MOVED};
-    m.user_moved.user = user;
-    m.user_moved.hash = hash;
-    m.user_moved.ip = to->ip;
-    m.user_moved.port = to->port;
-    m.user_moved.origin = from->origin;
-    m.user_moved.seq = from->seq;
+    struct ring_msg m = {.type = RING_MSG_USER_MOVED,
+                         .user_moved = {.user = user,
+                                        .hash = hash,
+                                        .ip = to->ip,
+                                        .port = to->port,
+                                        .origin = from->origin,
+                                        .seq = from->seq}};
     ring_msg_write(out, &m);
 }
 
 void director_write_user_kicked(struct buf *out, const char *user, uint32_t hash,
                                 const struct director_change *from)
 {
-    struct ring_msg m = {.type = RING_MSG_USER_KICKED};
-    m.user_kicked.user = user;
-    m.user_kicked.hash = hash;
-    m.user_kicked.origin = from->origin;
-    m.user_kicked.seq = from->seq;
+    struct ring_msg m = {
+        .type = RING_MSG_USER_KICKED,
+        .user_kicked = {.user = user, .hash = hash, .origin = from->origin, .seq = from->seq}};
     ring_msg_write(out, &m);
 }
 

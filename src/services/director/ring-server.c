@@ -577,9 +577,8 @@ static void handle_ready(struct ring_conn *conn, const struct ring_msg *m)
         handle_monitor_report(conn, m);
         break;
     case RING_MSG_PING: {
-        struct ring_msg r = {.type = RING_MSG_PONG};
-        r.ping.token = m->ping.token;
-        send_msg(conn, &r);
+        struct ring_msg pong = ring_msg_pong(m);
+        send_msg(conn, &pong);
         break;
     }
     case RING_MSG_ERROR: {

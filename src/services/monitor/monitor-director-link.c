@@ -233,8 +233,7 @@ static bool handle(struct monitor_link *l, const struct ring_msg *m)
             l->ev.change(m->ring_change.change, &m->ring_change.host, l->ctx);
         return true;
     case RING_MSG_PING: {
-        struct ring_msg pong = {.type = RING_MSG_PONG};
-        pong.ping.token = m->ping.token;
+        struct ring_msg pong = ring_msg_pong(m);
         send_msg(l, &pong);
         return true;
     }

@@ -54,23 +54,17 @@ static void purge_step(struct purge_op *op)
     struct dict_op_settings set = {.username = op->t.username};
     while (op->scope <= METADATA_SHARED) {
         if (op->it == NULL) {
-            struct buf path = {0};
-            /* the folder's prefix: its entries and Dovecot's internal ones */
-            buf_append_str(&path, op->scope == METADATA_PRIVATE ? "priv/" : "shared/");
-            buf_append_str(&path, op->t.guid);
-            buf_append_char(&path, '/');
             struct petrel_error err;
             petrel_error_clear(&err);
-            op->it = dict_iterate_init(op->dict, &set, buf_cstr(&path),
-                                       DICT_ITER_RECURSE | DICT_ITER_NO_VALUE, &err);
-            buf_free(&path);
+            /* the folder's prefix: its entries and Dovecot's internal ones */
+            op->it = metadata_iterate_keys(op->dict, &set, (enum metadata_scope)op->scope,
+                                           op->t.guid, false, purge_ready, op, &err);
             if (op->it == NULL) {
                 log_warn(COMPONENT, "cannot list a deleted folder's entries",
                          "guid=%s error=\"%s\"", op->t.guid, err.message);
                 purge_free(op);
                 return;
             }
-            dict_iterate_set_async_callback(op->it, purge_ready, op);
         }
         struct dict_row row;
         enum dict_iter_status st;

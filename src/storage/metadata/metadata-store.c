@@ -548,20 +548,16 @@ static void write_count_step(struct write_op *op)
     struct dict_op_settings set = op_settings(&op->t);
     while (op->scope <= METADATA_SHARED) {
         if (op->it == NULL) {
-            struct buf path = {0};
-            metadata_dict_prefix((enum metadata_scope)op->scope, op->t.guid, op->t.server, &path);
             struct petrel_error err;
             petrel_error_clear(&err);
-            op->it = dict_iterate_init(op->dict, &set, buf_cstr(&path),
-                                       DICT_ITER_RECURSE | DICT_ITER_NO_VALUE, &err);
-            buf_free(&path);
+            op->it = metadata_iterate_keys(op->dict, &set, (enum metadata_scope)op->scope,
+                                           op->t.guid, op->t.server, write_count_ready, op, &err);
             if (op->it == NULL) {
                 op->pumping = false;
                 op->cb(METADATA_WRITE_FAILED, err.message, op->ctx);
                 write_free(op);
                 return;
             }
-            dict_iterate_set_async_callback(op->it, write_count_ready, op);
         }
         struct dict_row row;
         enum dict_iter_status st;
@@ -634,4 +630,19 @@ void metadata_write(struct dict *dict, const struct metadata_target *t,
         write_count_step(op);
     else
         write_commit(op);
+}
+
+struct dict_iterate *metadata_iterate_keys(struct dict *dict, const struct dict_op_settings *set,
+                                           enum metadata_scope scope, const char *guid_hex,
+                                           bool server, void (*ready)(void *ctx), void *ctx,
+                                           struct petrel_error *err)
+{
+    struct buf path = {0};
+    metadata_dict_prefix(scope, guid_hex, server, &path);
+    struct dict_iterate *it =
+        dict_iterate_init(dict, set, buf_cstr(&path), DICT_ITER_RECURSE | DICT_ITER_NO_VALUE, err);
+    buf_free(&path);
+    if (it != NULL)
+        dict_iterate_set_async_callback(it, ready, ctx);
+    return it;
 }

@@ -32,6 +32,8 @@
 #include <stdint.h>
 
 struct dict;
+struct dict_iterate;
+struct dict_op_settings;
 
 /* ---------- the dict of a storage handle ---------- */
 
@@ -188,5 +190,14 @@ void metadata_write(struct dict *dict, const struct metadata_target *t,
  * cannot be enumerated in a dict and stay, unreachable, under the GUID no
  * new folder gets). Renaming needs nothing: keys follow the GUID. */
 extern const struct mail_storage_module metadata_module;
+
+/* Starts listing, recursively and without values, the keys under the
+ * `scope` prefix of the folder (or, `server`, the server) with GUID
+ * `guid_hex` (metadata_dict_prefix()); `ready` runs when an asynchronous
+ * dict has more rows. NULL, with `err` set, if the dict cannot list. */
+struct dict_iterate *metadata_iterate_keys(struct dict *dict, const struct dict_op_settings *set,
+                                           enum metadata_scope scope, const char *guid_hex,
+                                           bool server, void (*ready)(void *ctx), void *ctx,
+                                           struct petrel_error *err);
 
 #endif
