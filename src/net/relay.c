@@ -2,15 +2,41 @@
 #include "net/relay.h"
 
 #include "core/xalloc.h"
+#include "net/linger.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
+/* The most one read moves. libevent's bufferevents read 4 KiB per call by
+ * default, so a big FETCH cost a system call per 4 KiB on each side; the
+ * back-pressure bound still holds to within one read. */
+#define RELAY_IO_STEP (64 * 1024)
+
+/* How often a closing side's queue is looked at while it lingers: a TLS
+ * bufferevent's last bytes may sit in the socket bufferevent under it,
+ * whose draining calls nothing of ours. */
+#define RELAY_LINGER_POLL_MS 10
+
+/* One connection of the relay. A plain socket is driven directly: its
+ * descriptor, a persistent read event and a write event armed only while
+ * `queue` holds bytes the socket did not take. That is one recv() and one
+ * send() per chunk and no event changes while the peer keeps up, where a
+ * socket bufferevent asks the kernel for the readable size before each read
+ * (ioctl FIONREAD) and adds and deletes its write event for every chunk.
+ * Anything else (TLS, which must encrypt) stays behind its bufferevent. */
 struct side {
-    struct bufferevent *bev; /* NULL once closed */
+    struct net_relay *r;
+    struct bufferevent *bev; /* a bufferevent side; NULL for a socket side or once closed */
+    evutil_socket_t fd;      /* a socket side; -1 for a bufferevent side or once closed */
+    struct event *readable;  /* socket side */
+    struct event *writable;  /* socket side; pending while `queue` is not empty */
+    struct evbuffer *queue;  /* socket side; made when first needed */
     bool paused;             /* not read: the other side's queue is full */
 };
 
@@ -18,21 +44,23 @@ struct net_relay {
     struct side client;
     struct side backend;
     struct net_relay_config cfg;
+    struct event_base *base;
     net_relay_done_fn *done;
     void *arg;
     struct net_relay_stats stats;
     struct event *timer;  /* idle, then linger */
     struct event *finish; /* calls done from the loop */
     int64_t last_activity_ms;
+    int64_t linger_until_ms; /* ending: the last moment to wait for the kept side */
     bool ending;
+    bool finished;
     enum net_relay_end end;
 };
 
 static int64_t now_ms(struct net_relay *r)
 {
     struct timeval tv;
-    event_base_gettimeofday_cached(
-        bufferevent_get_base(r->client.bev != NULL ? r->client.bev : r->backend.bev), &tv);
+    event_base_gettimeofday_cached(r->base, &tv);
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
@@ -47,17 +75,59 @@ static struct side *other(struct net_relay *r, struct side *s)
     return s == &r->client ? &r->backend : &r->client;
 }
 
+static bool side_open(const struct side *s)
+{
+    return s->bev != NULL || s->fd >= 0;
+}
+
+/* Bytes queued for `s` and not yet taken by its connection (a TLS
+ * bufferevent's and the socket bufferevent's under it). */
+static size_t side_queued(const struct side *s)
+{
+    if (s->bev != NULL)
+        return net_output_pending(s->bev);
+    return s->queue != NULL ? evbuffer_get_length(s->queue) : 0;
+}
+
+static void side_reading(struct side *s, bool on)
+{
+    if (s->bev != NULL) {
+        if (on)
+            bufferevent_enable(s->bev, EV_READ);
+        else
+            bufferevent_disable(s->bev, EV_READ);
+    } else if (s->fd >= 0) {
+        if (on)
+            event_add(s->readable, NULL);
+        else
+            event_del(s->readable);
+    }
+}
+
 static void close_side(struct side *s)
 {
     if (s->bev != NULL)
         bufferevent_free(s->bev);
     s->bev = NULL;
+    if (s->fd >= 0) {
+        event_free(s->readable);
+        event_free(s->writable);
+        close(s->fd);
+    }
+    s->fd = -1;
+    s->readable = s->writable = NULL;
+    if (s->queue != NULL)
+        evbuffer_free(s->queue);
+    s->queue = NULL;
 }
 
 /* Both sides are done: `done` runs from the loop, never inside a call of
  * ours. */
 static void finish(struct net_relay *r)
 {
+    if (r->finished)
+        return;
+    r->finished = true;
     close_side(&r->client);
     close_side(&r->backend);
     evtimer_del(r->timer);
@@ -87,130 +157,202 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
         return;
     r->ending = true;
     r->end = why;
-    if (r->client.bev != NULL)
-        bufferevent_disable(r->client.bev, EV_READ);
-    if (r->backend.bev != NULL)
-        bufferevent_disable(r->backend.bev, EV_READ);
+    side_reading(&r->client, false);
+    side_reading(&r->backend, false);
     struct side *keep = gone != NULL ? other(r, gone) : &r->client;
     close_side(other(r, keep));
-    if (keep->bev == NULL || evbuffer_get_length(bufferevent_get_output(keep->bev)) == 0) {
+    if (!side_open(keep) || side_queued(keep) == 0) {
         finish(r);
         return;
     }
-    /* The write callback now runs once the output is empty. */
-    bufferevent_setwatermark(keep->bev, EV_WRITE, 0, 0);
+    /* A bufferevent's write callback now runs once its output is empty; a
+     * socket side's write event is pending already (its queue is not); the
+     * timer looks at the whole queue until the linger runs out. */
+    if (keep->bev != NULL)
+        bufferevent_setwatermark(keep->bev, EV_WRITE, 0, 0);
+    r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
     evtimer_del(r->timer);
-    arm(r->timer, r->cfg.linger_ms);
+    arm(r->timer, RELAY_LINGER_POLL_MS);
 }
 
-static void relay_input(struct net_relay *r, struct side *from)
+/* `s` reached EOF (`eof`) or failed. */
+static void side_gone(struct net_relay *r, struct side *s, bool eof)
 {
-    struct side *to = other(r, from);
-    struct evbuffer *in = bufferevent_get_input(from->bev);
-    size_t n = evbuffer_get_length(in);
-    if (n == 0)
-        return;
-    if (r->ending || to->bev == NULL) {
-        evbuffer_drain(in, n);
-        return;
-    }
-    if (from == &r->client)
-        r->stats.to_backend += n;
-    else
-        r->stats.to_client += n;
-    struct evbuffer *out = bufferevent_get_output(to->bev);
-    bool was_empty = evbuffer_get_length(out) == 0;
-    evbuffer_add_buffer(out, in);
-    /* A plain socket with nothing queued takes the bytes now: no write
-     * event to arm and no loop pass before they leave (a TLS connection
-     * must go through its bufferevent, which encrypts). What the socket
-     * does not take waits in `out` as before. */
-    if (was_empty && bufferevent_get_underlying(to->bev) == NULL &&
-        bufferevent_openssl_get_ssl(to->bev) == NULL)
-        evbuffer_write(out, bufferevent_getfd(to->bev));
-    r->last_activity_ms = now_ms(r);
-    if (evbuffer_get_length(out) >= r->cfg.high_water && !from->paused) {
-        bufferevent_disable(from->bev, EV_READ);
-        from->paused = true;
-    }
-}
-
-static void client_read(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct net_relay *r = arg;
-    relay_input(r, &r->client);
-}
-
-static void backend_read(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct net_relay *r = arg;
-    relay_input(r, &r->backend);
-}
-
-/* `to`'s output went down to its low watermark: read its sender again, or
- * (ending) the last bytes have left. */
-static void drained(struct net_relay *r, struct side *to)
-{
-    if (r->ending) {
-        if (evbuffer_get_length(bufferevent_get_output(to->bev)) == 0)
-            finish(r);
-        return;
-    }
-    struct side *from = other(r, to);
-    if (from->paused && from->bev != NULL) {
-        from->paused = false;
-        bufferevent_enable(from->bev, EV_READ);
-    }
-}
-
-static void client_write(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct net_relay *r = arg;
-    drained(r, &r->client);
-}
-
-static void backend_write(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct net_relay *r = arg;
-    drained(r, &r->backend);
-}
-
-static void side_event(struct net_relay *r, struct side *s, short what)
-{
-    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
-        return;
-    bool client = s == &r->client;
     if (r->ending) {
         /* The side being flushed went away: nothing more to wait for. */
-        close_side(s);
         finish(r);
         return;
     }
-    relay_input(r, s); /* what arrived with the EOF still goes across */
+    bool client = s == &r->client;
     enum net_relay_end why;
-    if (what & BEV_EVENT_ERROR)
+    if (!eof)
         why = client ? NET_RELAY_CLIENT_ERROR : NET_RELAY_BACKEND_ERROR;
     else
         why = client ? NET_RELAY_CLIENT_CLOSED : NET_RELAY_BACKEND_CLOSED;
     end_relay(r, why, s);
 }
 
-static void client_event(struct bufferevent *bev, short what, void *arg)
+static bool retry_later(int err)
 {
-    (void)bev;
-    struct net_relay *r = arg;
-    side_event(r, &r->client, what);
+    return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
 }
 
-static void backend_event(struct bufferevent *bev, short what, void *arg)
+static struct evbuffer *queue_of(struct side *to)
 {
-    (void)bev;
+    if (to->queue == NULL)
+        to->queue = evbuffer_new();
+    if (evbuffer_get_length(to->queue) == 0)
+        event_add(to->writable, NULL);
+    return to->queue;
+}
+
+/* Hands `n` bytes to `to`: straight to a socket with nothing queued, what
+ * it does not take (and anything for a bufferevent) queued. */
+static void send_bytes(struct net_relay *r, struct side *to, const char *data, size_t n)
+{
+    if (to->bev != NULL) {
+        bufferevent_write(to->bev, data, n);
+        return;
+    }
+    size_t sent = 0;
+    if (side_queued(to) == 0) {
+        ssize_t w = send(to->fd, data, n, MSG_NOSIGNAL);
+        if (w < 0 && !retry_later(errno)) {
+            side_gone(r, to, false);
+            return;
+        }
+        sent = w > 0 ? (size_t)w : 0;
+    }
+    if (sent < n)
+        evbuffer_add(queue_of(to), data + sent, n - sent);
+}
+
+/* The same for the whole of `buf` (a bufferevent side's input), moved
+ * chain by chain without a copy where it must wait. */
+static void send_buffer(struct net_relay *r, struct side *to, struct evbuffer *buf)
+{
+    if (to->bev != NULL) {
+        evbuffer_add_buffer(bufferevent_get_output(to->bev), buf);
+        return;
+    }
+    if (side_queued(to) == 0 && evbuffer_write(buf, to->fd) < 0 && !retry_later(errno)) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        side_gone(r, to, false);
+        return;
+    }
+    if (evbuffer_get_length(buf) > 0)
+        evbuffer_add_buffer(queue_of(to), buf);
+}
+
+/* `n` bytes from `from` were handed to the other side: count them, and
+ * stop reading `from` while the other side's queue is at its bound. */
+static void relayed(struct net_relay *r, struct side *from, size_t n)
+{
+    if (from == &r->client)
+        r->stats.to_backend += n;
+    else
+        r->stats.to_client += n;
+    r->last_activity_ms = now_ms(r);
+    struct side *to = other(r, from);
+    if (!r->ending && !from->paused && side_queued(to) >= r->cfg.high_water) {
+        side_reading(from, false);
+        from->paused = true;
+    }
+}
+
+/* `to`'s queue went down to half the bound: read its sender again, or
+ * (ending) the last bytes have left. */
+static void drained(struct net_relay *r, struct side *to)
+{
+    if (r->ending) {
+        if (side_queued(to) == 0)
+            finish(r);
+        return;
+    }
+    struct side *from = other(r, to);
+    if (from->paused && side_open(from)) {
+        from->paused = false;
+        side_reading(from, true);
+    }
+}
+
+static void socket_readable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct side *from = arg;
+    struct net_relay *r = from->r;
+    char buf[RELAY_IO_STEP];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && retry_later(errno))
+        return;
+    if (n <= 0) {
+        side_gone(r, from, n == 0);
+        return;
+    }
+    struct side *to = other(r, from);
+    if (r->ending || !side_open(to))
+        return;
+    send_bytes(r, to, buf, (size_t)n);
+    relayed(r, from, (size_t)n);
+}
+
+static void socket_writable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct side *to = arg;
+    struct net_relay *r = to->r;
+    if (evbuffer_write(to->queue, fd) < 0 && !retry_later(errno)) {
+        side_gone(r, to, false);
+        return;
+    }
+    size_t left = evbuffer_get_length(to->queue);
+    if (left == 0)
+        event_del(to->writable);
+    if (left <= r->cfg.high_water / 2)
+        drained(r, to);
+}
+
+static void bev_input(struct net_relay *r, struct side *from)
+{
+    struct side *to = other(r, from);
+    struct evbuffer *in = bufferevent_get_input(from->bev);
+    size_t n = evbuffer_get_length(in);
+    if (n == 0)
+        return;
+    if (r->ending || !side_open(to)) {
+        evbuffer_drain(in, n);
+        return;
+    }
+    send_buffer(r, to, in);
+    relayed(r, from, n);
+}
+
+static struct side *side_of(struct net_relay *r, struct bufferevent *bev)
+{
+    return bev == r->client.bev ? &r->client : &r->backend;
+}
+
+static void bev_read(struct bufferevent *bev, void *arg)
+{
     struct net_relay *r = arg;
-    side_event(r, &r->backend, what);
+    bev_input(r, side_of(r, bev));
+}
+
+static void bev_write(struct bufferevent *bev, void *arg)
+{
+    struct net_relay *r = arg;
+    drained(r, side_of(r, bev));
+}
+
+static void bev_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct net_relay *r = arg;
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    struct side *s = side_of(r, bev);
+    if (!r->ending)
+        bev_input(r, s); /* what arrived with the EOF still goes across */
+    side_gone(r, s, !(what & BEV_EVENT_ERROR));
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -218,8 +360,13 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct net_relay *r = arg;
-    if (r->ending) { /* the linger ran out */
-        finish(r);
+    if (r->ending) {
+        struct side *keep = side_open(&r->client) ? &r->client : &r->backend;
+        int64_t left = r->linger_until_ms - now_ms(r);
+        if (side_queued(keep) == 0 || left <= 0)
+            finish(r);
+        else
+            arm(r->timer, left < RELAY_LINGER_POLL_MS ? left : RELAY_LINGER_POLL_MS);
         return;
     }
     int64_t idle = now_ms(r) - r->last_activity_ms;
@@ -230,18 +377,63 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     arm(r->timer, r->cfg.idle_ms - idle);
 }
 
-/* libevent reads and writes at most 4 KiB per call by default (16 KiB
- * per pass): a bulk transfer (a big FETCH) then costs a system call per
- * 4 KiB on each side. Larger steps, on the TLS filter and the socket under
- * it; the back-pressure bound still holds to within one read. */
-#define RELAY_IO_STEP (64 * 1024)
-
-static void set_io_sizes(struct bufferevent *bev)
+static bool is_plain_socket(struct bufferevent *bev)
 {
-    for (; bev != NULL; bev = bufferevent_get_underlying(bev)) {
-        bufferevent_set_max_single_read(bev, RELAY_IO_STEP);
-        bufferevent_set_max_single_write(bev, RELAY_IO_STEP);
+    return bufferevent_getfd(bev) >= 0 && bufferevent_get_underlying(bev) == NULL &&
+           bufferevent_openssl_get_ssl(bev) == NULL;
+}
+
+/* Takes `bev` as side `s`. A plain socket's descriptor is kept and its
+ * bufferevent freed (what it had read goes to `pending`, what it had not
+ * sent to the side's queue); anything else keeps its bufferevent, with
+ * larger read and write steps. */
+static void side_take(struct net_relay *r, struct side *s, struct bufferevent *bev,
+                      struct evbuffer *pending)
+{
+    s->r = r;
+    s->fd = -1;
+    if (is_plain_socket(bev)) {
+        s->fd = bufferevent_getfd(bev);
+        bufferevent_disable(bev, EV_READ | EV_WRITE);
+        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+        /* Detaches the descriptor (the free no longer closes it) and lets
+         * the buffers be emptied from outside. */
+        bufferevent_setfd(bev, -1);
+        evbuffer_add_buffer(pending, bufferevent_get_input(bev));
+        s->readable = event_new(r->base, s->fd, EV_READ | EV_PERSIST, socket_readable, s);
+        s->writable = event_new(r->base, s->fd, EV_WRITE | EV_PERSIST, socket_writable, s);
+        struct evbuffer *out = bufferevent_get_output(bev);
+        if (evbuffer_get_length(out) > 0)
+            evbuffer_add_buffer(queue_of(s), out);
+        bufferevent_free(bev);
+        event_add(s->readable, NULL);
+        return;
     }
+    s->bev = bev;
+    bufferevent_setcb(bev, bev_read, bev_write, bev_event, r);
+    bufferevent_setwatermark(bev, EV_WRITE, r->cfg.high_water / 2, 0);
+    bufferevent_setwatermark(bev, EV_READ, 0, 0);
+    for (struct bufferevent *b = bev; b != NULL; b = bufferevent_get_underlying(b)) {
+        bufferevent_set_max_single_read(b, RELAY_IO_STEP);
+        bufferevent_set_max_single_write(b, RELAY_IO_STEP);
+        /* A filter (TLS) moves what it is given to the bufferevent under
+         * it as long as that one's output is under its high mark: without
+         * one, everything would pile up there, out of the bound's sight. */
+        if (b != bev)
+            bufferevent_setwatermark(b, EV_WRITE, 0, r->cfg.high_water / 2 + 1);
+    }
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+/* Bytes a side had read before the relay took it go across first. */
+static void send_pending(struct net_relay *r, struct side *from, struct evbuffer *pending)
+{
+    size_t n = evbuffer_get_length(pending);
+    if (n > 0 && !r->ending) {
+        send_buffer(r, other(r, from), pending);
+        relayed(r, from, n);
+    }
+    evbuffer_free(pending);
 }
 
 struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent *backend,
@@ -249,8 +441,6 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
                                   void *arg)
 {
     struct net_relay *r = xcalloc(1, sizeof(*r));
-    r->client.bev = client;
-    r->backend.bev = backend;
     r->cfg = *cfg;
     if (r->cfg.high_water == 0)
         r->cfg.high_water = 1;
@@ -258,25 +448,22 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
         r->cfg.linger_ms = 1;
     r->done = done;
     r->arg = arg;
-    struct event_base *base = bufferevent_get_base(client);
-    r->timer = evtimer_new(base, timer_cb, r);
-    r->finish = event_new(base, -1, 0, finish_cb, r);
+    r->base = bufferevent_get_base(client);
+    r->timer = evtimer_new(r->base, timer_cb, r);
+    r->finish = event_new(r->base, -1, 0, finish_cb, r);
     r->last_activity_ms = now_ms(r);
-    size_t low = r->cfg.high_water / 2;
-    bufferevent_setcb(client, client_read, client_write, client_event, r);
-    bufferevent_setcb(backend, backend_read, backend_write, backend_event, r);
-    bufferevent_setwatermark(client, EV_WRITE, low, 0);
-    bufferevent_setwatermark(backend, EV_WRITE, low, 0);
-    bufferevent_setwatermark(client, EV_READ, 0, 0);
-    bufferevent_setwatermark(backend, EV_READ, 0, 0);
-    set_io_sizes(client);
-    set_io_sizes(backend);
-    bufferevent_enable(client, EV_READ | EV_WRITE);
-    bufferevent_enable(backend, EV_READ | EV_WRITE);
+    struct evbuffer *from_client = evbuffer_new();
+    struct evbuffer *from_backend = evbuffer_new();
+    side_take(r, &r->client, client, from_client);
+    side_take(r, &r->backend, backend, from_backend);
     if (r->cfg.idle_ms > 0)
         arm(r->timer, r->cfg.idle_ms);
-    relay_input(r, &r->client);
-    relay_input(r, &r->backend);
+    send_pending(r, &r->client, from_client);
+    send_pending(r, &r->backend, from_backend);
+    if (r->client.bev != NULL)
+        bev_input(r, &r->client);
+    if (r->backend.bev != NULL)
+        bev_input(r, &r->backend);
     return r;
 }
 
@@ -284,21 +471,18 @@ void net_relay_stop(struct net_relay *r, const char *farewell, size_t len)
 {
     if (r == NULL || r->ending)
         return;
-    if (farewell != NULL && len > 0 && r->client.bev != NULL)
-        bufferevent_write(r->client.bev, farewell, len);
+    if (farewell != NULL && len > 0 && side_open(&r->client))
+        send_bytes(r, &r->client, farewell, len);
     end_relay(r, NET_RELAY_STOPPED, &r->backend);
 }
 
 size_t net_relay_buffered(const struct net_relay *r)
 {
-    size_t n = 0;
-    const struct side *sides[] = {&r->client, &r->backend};
-    for (size_t i = 0; i < 2; i++) {
-        if (sides[i]->bev == NULL)
-            continue;
-        n += evbuffer_get_length(bufferevent_get_output(sides[i]->bev));
-        n += evbuffer_get_length(bufferevent_get_input(sides[i]->bev));
-    }
+    size_t n = side_queued(&r->client) + side_queued(&r->backend);
+    if (r->client.bev != NULL)
+        n += evbuffer_get_length(bufferevent_get_input(r->client.bev));
+    if (r->backend.bev != NULL)
+        n += evbuffer_get_length(bufferevent_get_input(r->backend.bev));
     return n;
 }
 

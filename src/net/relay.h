@@ -1,13 +1,16 @@
 /* Bytes both ways between two connections, once a proxy has set them up
  * (the login proxy after it logged in to the backend for the client).
  *
- * What one side sends is queued on the other chain by chain, without a
- * copy or a look at the bytes (evbuffer_add_buffer); to a plain socket with
- * nothing queued it is written at once, saving a loop pass per chunk. Back-pressure: a side
- * stops being read while the other has `high_water` bytes or more queued
- * unsent, and is read again once that queue is down to half of it; so a
- * side that stops reading costs the relay at most about high_water (plus
- * one read) per direction, and the sender is held back by TCP instead.
+ * A plain socket is driven directly: one recv() of up to 64 KiB and one
+ * send() per chunk, with no event changes while the other side keeps up;
+ * only what a socket does not take is queued (no memory held while idle).
+ * A TLS connection (any bufferevent with a filter or an SSL under it) is
+ * read and written through its bufferevent, whose buffers are handed on
+ * chain by chain without a copy. Back-pressure: a side stops being read
+ * while the other has `high_water` bytes or more queued unsent, and is read
+ * again once that queue is down to half of it; so a side that stops
+ * reading costs the relay at most about high_water (plus one read) per
+ * direction, and the sender is held back by TCP instead.
  *
  * The end: an EOF or an error on one side, `idle_ms` without a byte in
  * either direction, or net_relay_stop(). The side that ended is closed at
@@ -53,7 +56,9 @@ typedef void net_relay_done_fn(void *arg, enum net_relay_end end,
                                const struct net_relay_stats *stats);
 
 /* Takes both bufferevents (on one loop; any callbacks they had are
- * replaced; input already buffered on either is relayed at once) and starts
+ * replaced; a plain socket's bufferevent is freed at once and its
+ * descriptor, which must be non-blocking, kept; input already buffered on
+ * either is relayed at once, output not yet sent is sent first) and starts
  * relaying. Never fails. */
 struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent *backend,
                                   const struct net_relay_config *cfg, net_relay_done_fn *done,
