@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import wait_for
+from conftest import run_petrelctl, wait_for
 from fleet import CLIENT_IP, DRIFT_PASSWORD, DRIFT_USER, PROBE_USER, fleet  # noqa: F401
 from ringproto import route
 
@@ -83,6 +83,15 @@ def other_backend(f, ip):
 def login_metric(f, name, **labels):
     """A petrel_login_* series summed over both proxies."""
     return sum(p.metric_sum(name, **labels) for p in f.proxies)
+
+
+def ctl_startup():
+    """How long starting a petrelctl process takes right now (an ASan build
+    on a busy machine can take a good part of a second): the kick tests'
+    1 s is the system's latency from the moment the command runs."""
+    t0 = time.monotonic()
+    assert run_petrelctl(["--version"]).returncode == 0
+    return time.monotonic() - t0
 
 
 def closed_within(sock, seconds):
@@ -446,11 +455,12 @@ def test_kick_ends_the_users_sessions_within_a_second(fleet):  # noqa: F811
     pop.pass_(f.password(user))
     other = login(f, f.proxies[0], bystander)
     wait_for(lambda: len(sessions_of(f, home, user)) == 3, what="3 sessions on the backend")
+    startup = ctl_startup()
     t0 = time.monotonic()
     r = f.petrelctl("user", "kick", user, director=f.directors[0])
     assert r.returncode == 0, r.stderr
     socks = [m.sock for m in conns] + [pop.sock]
-    took = [closed_within(s, 1.0 - (time.monotonic() - t0)) for s in socks]
+    took = [closed_within(s, 1.0 + startup - (time.monotonic() - t0)) for s in socks]
     assert all(t is not None for t in took), f"sessions still open 1 s after the kick: {took}"
     wait_for(lambda: sessions_of(f, home, user) == [], timeout=1.0,
              what="the backend sessions ended")
@@ -468,11 +478,12 @@ def test_a_kick_names_the_user_in_any_case(fleet):  # noqa: F811
     f = fleet
     user = f.users[92]
     m = login(f, f.proxies[1], user)
+    startup = ctl_startup()
     t0 = time.monotonic()
     operator_spelling = user.split("@")[0].capitalize() + "@" + user.split("@")[1].upper()
     r = f.petrelctl("user", "kick", operator_spelling, director=f.directors[1])
     assert r.returncode == 0, r.stderr
-    took = closed_within(m.sock, 1.0 - (time.monotonic() - t0))
+    took = closed_within(m.sock, 1.0 + startup - (time.monotonic() - t0))
     m.shutdown()
     assert took is not None, f"kicking {operator_spelling} left {user}'s session open"
 
