@@ -18,15 +18,16 @@ Knobs: BENCH_SESSIONS=500  BENCH_WARMUP=20  BENCH_KINDS="plain tls starttls"
        BENCH_KEEP=1 (keep the work directory)
 Exit 1 when a session failed; the target is reported, not enforced."""
 
+import imaplib
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from benchproc import vm_rss_kb
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", "500"))
@@ -54,83 +55,21 @@ def make_pki(d):
     return d
 
 
-def vmrss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-class Session:
-    """One blocking IMAP session through the proxy, logged in and selected."""
-
-    def __init__(self, kind, addr, tls_addr, ctx, source, user, password):
-        host, port = tls_addr if kind == "tls" else addr
-        sock = socket.create_connection((host, port), timeout=15,
-                                        source_address=(source, 0))
-        if kind == "tls":
-            sock = ctx.wrap_socket(sock, server_hostname=host)
-        self.sock, self.buf = sock, b""
-        self.expect(b"* OK")
-        if kind == "starttls":
-            self.command(b"s STARTTLS")
-            self.sock = ctx.wrap_socket(self.sock, server_hostname=host)
-        self.command(f'a LOGIN "{user}" "{password}"'.encode())
-        self.command(b"b SELECT INBOX")
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise RuntimeError("connection closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def expect(self, prefix):
-        line = self.line()
-        if not line.startswith(prefix):
-            raise RuntimeError(f"expected {prefix!r}, got {line[:120]!r}")
-
-    def command(self, cmd):
-        tag = cmd.split(b" ", 1)[0]
-        self.sock.sendall(cmd + b"\r\n")
-        while True:
-            line = self.line()
-            if line.startswith(tag + b" "):
-                if not line.startswith(tag + b" OK"):
-                    raise RuntimeError(f"{cmd[:20]!r}: {line[:120]!r}")
-                return
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 def open_sessions(fleet, proxy, kind, n, ctx):
-    from fleet import CLIENT_IP
-    port = fleet.port["imap"]
-    tls_port = fleet.port["imaps"]
-    out = []
+    """`n` sessions through `proxy`: LOGIN + SELECT INBOX over `kind`."""
+    sessions = []
     for i in range(n):
         user = fleet.users[i % len(fleet.users)]
-        out.append(Session(kind, (proxy.ip, port), (proxy.ip, tls_port), ctx, CLIENT_IP, user,
-                           fleet.password(user)))
-    return out
-
-
-def close_all(fleet, proxy, sessions):
-    for s in sessions:
-        s.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proxy.metric_sum("petrel_login_sessions", protocol="imap") == 0:
-            return
-        time.sleep(0.1)
-    raise RuntimeError("the proxy's sessions did not end")
+        if kind == "tls":
+            m = fleet.imaps(proxy, timeout=15)
+        else:
+            m = fleet.imap(proxy, timeout=15)
+            if kind == "starttls":
+                m.starttls(ssl_context=ctx)
+        m.login(user, fleet.password(user))
+        m.select("INBOX")
+        sessions.append(m)
+    return sessions
 
 
 def main():
@@ -139,7 +78,9 @@ def main():
         sys.exit(f"no petreld in {build} (build it first: ninja -C {build})")
     os.environ["PETREL_BUILD"] = str(build)
     sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-    from fleet import Fleet, wait_accepting  # after PETREL_BUILD: conftest reads it at import
+    # after PETREL_BUILD: conftest reads it at import
+    from fleet import Fleet, wait_accepting
+    from test_login_proxy_tls_idle import close_sessions
 
     work = Path(tempfile.mkdtemp(prefix="petrel-login-tls-idle."))
     pki = make_pki(work / "pki")
@@ -155,24 +96,21 @@ def main():
         print(f"fleet up (build {build}; {os.cpu_count()} CPUs, load average "
               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}); {SESSIONS} sessions per kind "
               f"through {proxy.name} ({proxy.ip})", flush=True)
-        results = {}
         for kind in KINDS:
             try:
                 proxy.d.stop()
                 proxy.restart()
                 wait_accepting(proxy.ip, fleet.port["imaps"], what="the proxy's imaps")
-                close_all(fleet, proxy, open_sessions(fleet, proxy, kind, WARMUP, ctx))
-                before = vmrss_kib(proxy.pid)
+                close_sessions(fleet, proxy, open_sessions(fleet, proxy, kind, WARMUP, ctx))
+                before = vm_rss_kb(proxy.pid)
                 sessions = open_sessions(fleet, proxy, kind, SESSIONS, ctx)
-                time.sleep(0.5)  # the last relays settle
-                after = vmrss_kib(proxy.pid)
-                close_all(fleet, proxy, sessions)
-            except (OSError, RuntimeError) as e:
+                after = vm_rss_kb(proxy.pid)
+                close_sessions(fleet, proxy, sessions)
+            except (OSError, AssertionError, imaplib.IMAP4.error) as e:
                 print(f"{kind}: failed: {e}", flush=True)
                 failed = True
                 continue
             per = (after - before) / SESSIONS
-            results[kind] = per
             print(f"idle {kind:8} VmRSS {before} -> {after} KiB: {per:.1f} KiB per proxied "
                   f"session (target <= {TARGET_KIB} KiB)", flush=True)
     finally:

@@ -15,24 +15,15 @@ and freed memory waits in a quarantine; the proxy runs with the quarantine
 off (freed memory is reused, so VmRSS follows live memory) and the bound
 allows for the redzones."""
 
-import time
-
-from conftest import PETRELD
+from conftest import PETRELD, wait_for
 from fleet import Fleet
+from test_login_proxy import vmrss_kib
 
 SESSIONS = 200
 WARMUP = 20
 BOUND_KIB = 20  # per session; main before the fix: about 30 (release)
 # AddressSanitizer's redzones and shadow (measured: about 1.5 x release).
 ASAN_BOUND_KIB = 32
-
-
-def vmrss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def sanitized():
@@ -53,10 +44,8 @@ def open_sessions(fleet, proxy, users):
 def close_sessions(fleet, proxy, sessions):
     for m in sessions:
         m.shutdown()
-    deadline = time.monotonic() + 20
-    while proxy.metric_sum("petrel_login_sessions", protocol="imap") > 0:
-        assert time.monotonic() < deadline, "the proxy's sessions did not end"
-        time.sleep(0.05)
+    wait_for(lambda: proxy.metric_sum("petrel_login_sessions", protocol="imap") == 0,
+             timeout=20, what="the proxy's sessions ended")
 
 
 def test_an_idle_tls_proxied_session_costs_the_proxy_at_most_20_kib(tmp_path, pki):

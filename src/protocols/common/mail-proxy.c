@@ -14,7 +14,6 @@
 #include <event2/bufferevent.h>
 #include <event2/util.h>
 #include <ctype.h>
-#include <errno.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -633,19 +632,15 @@ static void setup_failed(struct mail_proxy *p, const char *why)
  * bufferevent; an error is the bufferevent's to find. */
 static void backend_write(struct mail_proxy *p, const char *data, size_t len)
 {
+    size_t sent = 0;
     if (p->front->hub->backend_tls == NULL &&
         evbuffer_get_length(bufferevent_get_output(p->backend)) == 0) {
-        ssize_t n;
-        do
-            n = send(bufferevent_getfd(p->backend), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
-        if (n > 0) {
-            data += n;
-            len -= (size_t)n;
-        }
+        /* Never blocks, so never interrupted: no EINTR to try again on. */
+        ssize_t n = send(bufferevent_getfd(p->backend), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        sent = n > 0 ? (size_t)n : 0;
     }
-    if (len > 0)
-        bufferevent_write(p->backend, data, len);
+    if (sent < len)
+        bufferevent_write(p->backend, data + sent, len - sent);
 }
 
 static void backend_line(struct mail_proxy *p, const char *line, size_t len)
