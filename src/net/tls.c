@@ -30,10 +30,14 @@ static bool readable(const char *path, const char *what, struct petrel_error *er
  * (an IMAP IDLE, a relayed session in the login proxy) is buffers holding
  * nothing. With SSL_MODE_RELEASE_BUFFERS they are freed once empty and
  * taken again from the allocator for the next record, as nginx does for
- * every context it makes. */
+ * every context it makes. The last record read (a LOGIN with its
+ * password) would then stay in freed heap memory rather than in a live
+ * buffer: SSL_OP_CLEANSE_PLAINTEXT wipes decrypted input once it has been
+ * handed over. */
 static void release_idle_buffers(SSL_CTX *ctx)
 {
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_options(ctx, SSL_OP_CLEANSE_PLAINTEXT);
 }
 
 SSL_CTX *tls_server_ctx_new(const struct tls_server_options *opts, struct petrel_error *err)
