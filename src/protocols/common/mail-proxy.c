@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define PROXY_COMPONENT "login"
 /* Queued bytes per direction before the other side is no longer read:
@@ -529,7 +530,8 @@ static void backend_close(struct mail_proxy *p)
     if (p->dialogue != NULL)
         p->front->proto->dialogue_free(p->dialogue);
     p->dialogue = NULL;
-    evtimer_del(p->timer);
+    if (p->timer != NULL)
+        evtimer_del(p->timer);
 }
 
 static void lookup_start(struct mail_proxy *p);
@@ -622,13 +624,32 @@ static void setup_failed(struct mail_proxy *p, const char *why)
     finish(p, MAIL_PROXY_UNAVAILABLE, why);
 }
 
+/* The login's one write to a plain backend goes straight to the socket
+ * when nothing is queued: a fresh connection takes a few hundred bytes at
+ * once, and the write event would otherwise be armed, waited for and
+ * disarmed (two epoll_ctl calls and a loop pass per login). What the
+ * socket does not take, and anything for a TLS backend, goes through the
+ * bufferevent; an error is the bufferevent's to find. */
+static void backend_write(struct mail_proxy *p, const char *data, size_t len)
+{
+    size_t sent = 0;
+    if (p->front->hub->backend_tls == NULL &&
+        evbuffer_get_length(bufferevent_get_output(p->backend)) == 0) {
+        /* Never blocks, so never interrupted: no EINTR to try again on. */
+        ssize_t n = send(bufferevent_getfd(p->backend), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        sent = n > 0 ? (size_t)n : 0;
+    }
+    if (sent < len)
+        bufferevent_write(p->backend, data + sent, len - sent);
+}
+
 static void backend_line(struct mail_proxy *p, const char *line, size_t len)
 {
     struct buf out = {0};
     struct mail_proxy_login_result r = {.step = MAIL_PROXY_LOGIN_CONTINUE};
     p->front->proto->dialogue_line(p->dialogue, line, len, &out, &r);
     if (out.len > 0)
-        bufferevent_write(p->backend, out.data, out.len);
+        backend_write(p, out.data, out.len);
     OPENSSL_cleanse(out.data, out.len); /* AUTH PLAIN carries the password */
     buf_free(&out);
     if (r.step == MAIL_PROXY_LOGIN_CONTINUE)
@@ -649,7 +670,11 @@ static void backend_line(struct mail_proxy *p, const char *line, size_t len)
         /* The password is wiped in later_cb(): a ring push before it runs
          * makes the session log in again. */
         p->later_outcome = MAIL_PROXY_OK;
-        bufferevent_disable(p->backend, EV_READ);
+        /* Until the relay takes over, what the backend sends waits in the
+         * input and its end is the relay's to see: no callbacks, but
+         * reading stays on (disabling it now and enabling it for the relay
+         * a moment later would cost two epoll_ctl calls per login). */
+        bufferevent_setcb(p->backend, NULL, NULL, NULL, NULL);
         event_active(p->later, EV_TIMEOUT, 1);
         return;
     }
@@ -801,9 +826,12 @@ static void lookup_done(void *arg, const struct director_lookup_result *r)
     snprintf(p->backend_ip, sizeof(p->backend_ip), "%s", r->ip);
     p->backend_port = r->port;
     apply_recent_move(p);
-    char uq[300];
-    log_debug(PROXY_COMPONENT, "routed", "session=%s user=%s backend=%s:%u outcome=%s", p->io->id,
-              log_quote(uq, sizeof(uq), p->user), r->ip, r->port, ring_outcome_name(r->outcome));
+    if (log_enabled(LOG_DEBUG, PROXY_COMPONENT)) { /* no quoting per login for a line not logged */
+        char uq[300];
+        log_debug(PROXY_COMPONENT, "routed", "session=%s user=%s backend=%s:%u outcome=%s",
+                  p->io->id, log_quote(uq, sizeof(uq), p->user), r->ip, r->port,
+                  ring_outcome_name(r->outcome));
+    }
     /* Counted and registered once, on the first answer: the warden lists
      * the session from here, with the client's real address. */
     if (p->io->username == NULL) {
@@ -908,7 +936,13 @@ void mail_proxy_relay(struct mail_proxy *p)
     bufferevent_set_max_single_write(backend, MAIL_PROXY_RELAY_STEP);
     bufferevent_set_max_single_read(p->io->bev, MAIL_PROXY_RELAY_STEP);
     bufferevent_set_max_single_write(p->io->bev, MAIL_PROXY_RELAY_STEP);
-    bufferevent_enable(backend, EV_READ);
+    /* The set-up's timer and done() event serve no relayed session: an
+     * idle one does not keep them (later_cb, running now, touches no
+     * field of `p` after done()). */
+    event_free(p->timer);
+    p->timer = NULL;
+    event_free(p->later);
+    p->later = NULL;
     p->relay = mail_session_io_relay(p->io, backend, &rc, relay_done, p);
 }
 
@@ -947,8 +981,10 @@ void mail_proxy_free(struct mail_proxy *p)
         director_client_session_end(p->front->hub->directors, p->sid);
     if (p->counted)
         login_metrics_sessions_add(&p->front->m, -1);
-    event_free(p->timer);
-    event_free(p->later);
+    if (p->timer != NULL)
+        event_free(p->timer);
+    if (p->later != NULL)
+        event_free(p->later);
     wipe_password(p);
     free(p->later_text);
     free(p->login_name);
