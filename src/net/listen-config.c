@@ -140,3 +140,24 @@ void listen_config_print_server(FILE *out, const char *indent, char **listen, ch
             (long long)max_connections, indent, (long long)max_connections_per_ip);
     fprintf(out, "%shandshake_timeout: %lldms\n", indent, (long long)handshake_timeout_ms);
 }
+
+bool listen_config_read_api_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                   const char *section, int64_t body_max, int64_t *max_body_bytes,
+                                   int64_t *max_connections, int64_t *max_connections_per_ip)
+{
+    return cfg_int(ctx, node, section, "max_body_bytes", 1024, body_max, max_body_bytes) &&
+           cfg_int(ctx, node, section, "max_connections", 1, 1000000, max_connections) &&
+           cfg_int(ctx, node, section, "max_connections_per_ip", 0, 1000000,
+                   max_connections_per_ip);
+}
+
+void listen_config_print_api_limits(FILE *out, const char *indent, int64_t max_body_bytes,
+                                    int64_t max_connections, int64_t max_connections_per_ip,
+                                    bool allow_unauthenticated_remote)
+{
+    fprintf(out, "%smax_body_bytes: %lld\n%smax_connections: %lld\n", indent,
+            (long long)max_body_bytes, indent, (long long)max_connections);
+    fprintf(out, "%smax_connections_per_ip: %lld\n%sallow_unauthenticated_remote: %s\n", indent,
+            (long long)max_connections_per_ip, indent,
+            allow_unauthenticated_remote ? "true" : "false");
+}

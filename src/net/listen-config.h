@@ -85,6 +85,18 @@ bool listen_config_read_server(const struct cfg_ctx *ctx, const struct ynode *no
                                const char *section, size_t max_listen,
                                const struct listen_config_server *server, size_t *listen_count);
 
+/* The request limits of an operator HTTP API (backend_api, director.api):
+ * `max_body_bytes` (1024 to `body_max`), `max_connections` (1-1000000) and
+ * `max_connections_per_ip` (0 = no cap, up to 1000000); absent keys keep
+ * their values. */
+bool listen_config_read_api_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                   const char *section, int64_t body_max, int64_t *max_body_bytes,
+                                   int64_t *max_connections, int64_t *max_connections_per_ip);
+/* Prints those and `allow_unauthenticated_remote` at `indent`. */
+void listen_config_print_api_limits(FILE *out, const char *indent, int64_t max_body_bytes,
+                                    int64_t max_connections, int64_t max_connections_per_ip,
+                                    bool allow_unauthenticated_remote);
+
 /* Prints `listen`, `allowed_nets` and `socket_mode` (quoted octal) at
  * `indent`, as --check-config shows every listener section. */
 void listen_config_print(FILE *out, const char *indent, char **listen, char **allowed_nets,
