@@ -294,6 +294,34 @@ void cfg_strv_free(char **v)
     free(v);
 }
 
+bool cfg_choice(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                const char *key, const char *const names[], int *out)
+{
+    char *text = NULL;
+    if (!cfg_string(ctx, map, path, key, &text))
+        return false;
+    if (text == NULL)
+        return true;
+    struct buf expected = {0};
+    for (size_t i = 0; names[i] != NULL; i++) {
+        if (strcmp(text, names[i]) == 0) {
+            free(text);
+            buf_free(&expected);
+            *out = (int)i;
+            return true;
+        }
+        buf_append_str(&expected, i == 0 ? "" : names[i + 1] == NULL ? " or " : ", ");
+        buf_append_str(&expected, names[i]);
+    }
+    char full[FULL_PATH_MAX];
+    join_path(full, sizeof(full), path, key);
+    bool ok = cfg_fail(ctx, ynode_get(map, key), full, "expected %s, found '%s'",
+                       buf_cstr(&expected), text);
+    buf_free(&expected);
+    free(text);
+    return ok;
+}
+
 bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                      const char *key, size_t max_items, char ***out, size_t *count)
 {

@@ -45,6 +45,11 @@ bool cfg_int(const struct cfg_ctx *ctx, const struct ynode *map, const char *pat
 /* A duration: plain seconds (integer) or a Go-style string ("30s", "5m", "1h30m", "250ms"). */
 bool cfg_duration_ms(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                      const char *key, int64_t min_ms, int64_t max_ms, int64_t *out_ms);
+/* A key naming one of `names` (NULL-terminated): *out gets the index of
+ * the match; absent keeps *out. Any other value is an error "expected a,
+ * b or c, found '<value>'". */
+bool cfg_choice(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
+                const char *key, const char *const names[], int *out);
 /* A list of strings; *out is a NULL-terminated array (free with cfg_strv_free). */
 bool cfg_string_list(const struct cfg_ctx *ctx, const struct ynode *map, const char *path,
                      const char *key, size_t max_items, char ***out, size_t *count);

@@ -13,18 +13,21 @@
 /* The one process-wide pointer: the table itself belongs to the context. */
 static struct log_levels *live_levels;
 
+/* A level's name first, then the other spellings parsing accepts: one
+ * table serves both directions. */
+static const struct {
+    const char *name;
+    enum log_level level;
+} level_names[] = {
+    {"debug", LOG_DEBUG}, {"info", LOG_INFO},    {"warn", LOG_WARN},
+    {"error", LOG_ERROR}, {"warning", LOG_WARN},
+};
+
 bool log_level_parse(const char *name, enum log_level *out)
 {
-    static const struct {
-        const char *name;
-        enum log_level level;
-    } names[] = {
-        {"debug", LOG_DEBUG},  {"info", LOG_INFO},   {"warn", LOG_WARN},
-        {"warning", LOG_WARN}, {"error", LOG_ERROR},
-    };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (strcasecmp(name, names[i].name) == 0) {
-            *out = names[i].level;
+    for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+        if (strcasecmp(name, level_names[i].name) == 0) {
+            *out = level_names[i].level;
             return true;
         }
     }
@@ -33,15 +36,9 @@ bool log_level_parse(const char *name, enum log_level *out)
 
 const char *log_level_name(enum log_level level)
 {
-    switch (level) {
-    case LOG_DEBUG:
-        return "debug";
-    case LOG_INFO:
-        return "info";
-    case LOG_WARN:
-        return "warn";
-    case LOG_ERROR:
-        return "error";
+    for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+        if (level_names[i].level == level)
+            return level_names[i].name;
     }
     return "info";
 }

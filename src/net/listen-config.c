@@ -117,3 +117,47 @@ void listen_config_print(FILE *out, const char *indent, char **listen, char **al
     yaml_put_list(out, indent, "allowed_nets", allowed_nets);
     fprintf(out, "%ssocket_mode: \"%04llo\"\n", indent, (unsigned long long)socket_mode);
 }
+
+bool listen_config_read_server(const struct cfg_ctx *ctx, const struct ynode *node,
+                               const char *section, size_t max_listen,
+                               const struct listen_config_server *server, size_t *listen_count)
+{
+    return listen_config_read_addresses(ctx, node, section, max_listen, server->listen,
+                                        listen_count) &&
+           listen_config_read_nets(ctx, node, section, server->allowed_nets) &&
+           listen_config_read_socket_mode(ctx, node, section, server->socket_mode) &&
+           cfg_int(ctx, node, section, "max_connections", 1, 1000000, server->max_connections) &&
+           listen_config_read_client_limits(ctx, node, section, server->max_connections_per_ip,
+                                            server->handshake_timeout_ms);
+}
+
+void listen_config_print_server(FILE *out, const char *indent, char **listen, char **allowed_nets,
+                                int64_t socket_mode, int64_t max_connections,
+                                int64_t max_connections_per_ip, int64_t handshake_timeout_ms)
+{
+    listen_config_print(out, indent, listen, allowed_nets, socket_mode);
+    fprintf(out, "%smax_connections: %lld\n%smax_connections_per_ip: %lld\n", indent,
+            (long long)max_connections, indent, (long long)max_connections_per_ip);
+    fprintf(out, "%shandshake_timeout: %lldms\n", indent, (long long)handshake_timeout_ms);
+}
+
+bool listen_config_read_api_limits(const struct cfg_ctx *ctx, const struct ynode *node,
+                                   const char *section, int64_t body_max, int64_t *max_body_bytes,
+                                   int64_t *max_connections, int64_t *max_connections_per_ip)
+{
+    return cfg_int(ctx, node, section, "max_body_bytes", 1024, body_max, max_body_bytes) &&
+           cfg_int(ctx, node, section, "max_connections", 1, 1000000, max_connections) &&
+           cfg_int(ctx, node, section, "max_connections_per_ip", 0, 1000000,
+                   max_connections_per_ip);
+}
+
+void listen_config_print_api_limits(FILE *out, const char *indent, int64_t max_body_bytes,
+                                    int64_t max_connections, int64_t max_connections_per_ip,
+                                    bool allow_unauthenticated_remote)
+{
+    fprintf(out, "%smax_body_bytes: %lld\n%smax_connections: %lld\n", indent,
+            (long long)max_body_bytes, indent, (long long)max_connections);
+    fprintf(out, "%smax_connections_per_ip: %lld\n%sallow_unauthenticated_remote: %s\n", indent,
+            (long long)max_connections_per_ip, indent,
+            allow_unauthenticated_remote ? "true" : "false");
+}

@@ -8,6 +8,8 @@
 #include "core/yaml-print.h"
 #include "net/endpoint.h"
 #include "net/listen-config.h"
+#include "protocols/imap/imap-config.h"
+#include "protocols/pop3/pop3-config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,27 +22,22 @@
         "max_connections_per_ip", "per_ip_limit_exempt_nets", "login_trusted_networks",            \
         "login_timeout", "auth_timeout"
 
-static const struct mail_login_section imap_front = {
-    .name = "login.imap",
-    .listen = ":143",
-    .max_connections_per_user = 20,
-    .idle_timeout_ms = 30 * 60 * 1000,
-    .min_idle_timeout_ms = 1000,
-};
+/* A front reads its protocol's keys with the same defaults
+ * (imap_config_section, pop3_config_section), under login.imap and
+ * login.pop3 in messages. */
+static struct mail_login_section front_section(const struct mail_login_section *protocol,
+                                               const char *name)
+{
+    struct mail_login_section sec = *protocol;
+    sec.name = name;
+    return sec;
+}
 
-static const struct mail_login_section pop3_front = {
-    .name = "login.pop3",
-    .listen = ":110",
-    .max_connections_per_user = 10,
-    .idle_timeout_ms = 10 * 60 * 1000,
-    .min_idle_timeout_ms = 1000,
-};
-
-static void front_defaults(struct login_front_config *f, const struct mail_login_section *sec,
+static void front_defaults(struct login_front_config *f, const struct mail_login_section *protocol,
                            int64_t backend_port)
 {
     memset(f, 0, sizeof(*f));
-    mail_login_config_defaults(&f->login, sec);
+    mail_login_config_defaults(&f->login, protocol);
     f->max_line_length = 64 * 1024;
     f->max_auth_failures = 3;
     f->backend_port = backend_port;
@@ -58,8 +55,8 @@ void login_config_defaults(struct login_config *cfg)
     cfg->backend_tls_ca_file = xstrdup("");
     cfg->backend_timeout_ms = 10000;
     cfg->idle_timeout_ms = 30 * 60 * 1000;
-    front_defaults(&cfg->imap, &imap_front, 0);
-    front_defaults(&cfg->pop3, &pop3_front, 110);
+    front_defaults(&cfg->imap, &imap_config_section, 0);
+    front_defaults(&cfg->pop3, &pop3_config_section, 110);
     lmtp_proxy_config_defaults(&cfg->lmtp);
 }
 
@@ -76,27 +73,28 @@ void login_config_free(struct login_config *cfg)
 }
 
 static bool read_front(const struct cfg_ctx *ctx, const struct ynode *node,
-                       const struct mail_login_section *sec, bool pop3, bool required,
-                       struct login_front_config *f)
+                       const struct mail_login_section *protocol, const char *name, bool pop3,
+                       bool required, struct login_front_config *f)
 {
     static const char *const imap_keys[] = {LOGIN_FRONT_MAIL_KEYS, "max_line_length",
                                             "backend_port", NULL};
     static const char *const pop3_keys[] = {LOGIN_FRONT_MAIL_KEYS, "max_line_length",
                                             "max_auth_failures", "backend_port", NULL};
-    const char *p = sec->name;
+    const struct mail_login_section sec = front_section(protocol, name);
+    const char *p = sec.name;
     if (node == NULL)
         return true;
     if (!cfg_expect_map(ctx, node, p) ||
         !cfg_check_keys(ctx, node, p, pop3 ? pop3_keys : imap_keys))
         return false;
     f->enabled = true;
-    return mail_login_config_read_endpoints(ctx, node, sec, &f->login) &&
+    return mail_login_config_read_endpoints(ctx, node, &sec, &f->login) &&
            cfg_int(ctx, node, p, "max_line_length", 1024, 16 * 1024 * 1024, &f->max_line_length) &&
            (!pop3 || cfg_int(ctx, node, p, "max_auth_failures", 1, 100, &f->max_auth_failures)) &&
            cfg_int(ctx, node, p, "backend_port", 0, 65535, &f->backend_port) &&
-           mail_login_config_read_limits(ctx, node, sec, &f->login) &&
-           mail_login_config_read_timeouts(ctx, node, sec, &f->login) &&
-           mail_login_config_check(ctx, node, sec, required, &f->login);
+           mail_login_config_read_limits(ctx, node, &sec, &f->login) &&
+           mail_login_config_read_timeouts(ctx, node, &sec, &f->login) &&
+           mail_login_config_check(ctx, node, &sec, required, &f->login);
 }
 
 static bool check_directors(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
@@ -142,8 +140,10 @@ bool login_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool
         !cfg_string(ctx, node, p, "backend_tls_ca_file", &cfg->backend_tls_ca_file) ||
         !cfg_duration_ms(ctx, node, p, "backend_timeout", 100, 600000, &cfg->backend_timeout_ms) ||
         !cfg_duration_ms(ctx, node, p, "idle_timeout", 1000, 86400000, &cfg->idle_timeout_ms) ||
-        !read_front(ctx, ynode_get(node, "imap"), &imap_front, false, required, &cfg->imap) ||
-        !read_front(ctx, ynode_get(node, "pop3"), &pop3_front, true, required, &cfg->pop3))
+        !read_front(ctx, ynode_get(node, "imap"), &imap_config_section, "login.imap", false,
+                    required, &cfg->imap) ||
+        !read_front(ctx, ynode_get(node, "pop3"), &pop3_config_section, "login.pop3", true,
+                    required, &cfg->pop3))
         return false;
     /* The LMTP front's subsection (protocols/lmtp/lmtp-proxy.h, errors
      * login.lmtp.<key>). */

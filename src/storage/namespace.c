@@ -18,17 +18,12 @@ static const char *const rfc6154_attrs[] = {"\\All",     "\\Archive",   "\\Draft
                                             "\\Flagged", "\\Important", "\\Junk",
                                             "\\Sent",    "\\Trash",     NULL};
 
+/* The `type:` names, indexed by enum namespace_type: read and printed. */
+static const char *const type_names[] = {"personal", "shared", "public", NULL};
+
 const char *namespace_type_name(enum namespace_type type)
 {
-    switch (type) {
-    case NAMESPACE_PERSONAL:
-        return "personal";
-    case NAMESPACE_SHARED:
-        return "shared";
-    case NAMESPACE_PUBLIC:
-        return "public";
-    }
-    return "personal";
+    return (unsigned)type <= NAMESPACE_PUBLIC ? type_names[type] : type_names[0];
 }
 
 size_t namespace_prefix_head(const struct namespace_config *ns)
@@ -154,27 +149,17 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
         return cfg_fail(ctx, node, path, "each namespace is a mapping");
     if (!cfg_check_keys(ctx, node, path, keys))
         return false;
-    char *type = NULL;
+    int type = NAMESPACE_PERSONAL;
     char *sep = NULL;
     ns->subscriptions = true;
     bool ok = cfg_string(ctx, node, path, "name", &ns->name) &&
-              cfg_string(ctx, node, path, "type", &type) &&
+              cfg_choice(ctx, node, path, "type", type_names, &type) &&
               cfg_string(ctx, node, path, "prefix", &ns->prefix) &&
               cfg_string(ctx, node, path, "separator", &sep) &&
               cfg_string(ctx, node, path, "location", &ns->location) &&
               cfg_bool(ctx, node, path, "subscriptions", &ns->subscriptions) &&
               cfg_string(ctx, node, path, "index_private", &ns->private_index);
-    if (ok) {
-        if (type == NULL || strcmp(type, "personal") == 0)
-            ns->type = NAMESPACE_PERSONAL;
-        else if (strcmp(type, "shared") == 0)
-            ns->type = NAMESPACE_SHARED;
-        else if (strcmp(type, "public") == 0)
-            ns->type = NAMESPACE_PUBLIC;
-        else
-            ok = cfg_fail(ctx, ynode_get(node, "type"), "mail.namespaces.type",
-                          "expected personal, shared or public, found '%s'", type);
-    }
+    ns->type = (enum namespace_type)type;
     if (ok) {
         if (sep == NULL)
             ns->separator = '/';
@@ -184,7 +169,6 @@ static bool read_namespace(const struct cfg_ctx *ctx, const struct ynode *node,
             ok = cfg_fail(ctx, ynode_get(node, "separator"), "mail.namespaces.separator",
                           "the separator is '/' or '.'");
     }
-    free(type);
     free(sep);
     if (!ok)
         return false;

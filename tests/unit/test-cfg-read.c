@@ -186,6 +186,30 @@ static void test_bool_accepts_yaml_spellings(void **state)
     assert_true(v);
 }
 
+static void test_choice_gives_the_index_and_names_the_choices(void **state)
+{
+    static const char *const names[] = {"personal", "shared", "public", NULL};
+    static const char *const two[] = {"any", "own", NULL};
+    const struct ynode *root =
+        load("ns:\n  a: shared\n  b: private\n  c: [x]\n  d: ~\n  e: Shared\n  f: nope\n");
+    const struct ynode *ns = ynode_get(root, "ns");
+    int v = -1;
+    assert_true(cfg_choice(&fx.ctx, ns, "ns", "a", names, &v));
+    assert_int_equal(v, 1);
+    assert_true(cfg_choice(&fx.ctx, ns, "ns", "missing", names, &v));
+    assert_true(cfg_choice(&fx.ctx, ns, "ns", "d", names, &v));
+    assert_int_equal(v, 1);
+    assert_false(cfg_choice(&fx.ctx, ns, "ns", "b", names, &v));
+    assert_error("c.yaml:3: ns.b: expected personal, shared or public, found 'private'");
+    assert_false(cfg_choice(&fx.ctx, ns, "ns", "c", names, &v));
+    assert_error("c.yaml:4: ns.c: expected a scalar, found a list");
+    assert_false(cfg_choice(&fx.ctx, ns, "ns", "e", names, &v));
+    assert_error("c.yaml:6: ns.e: expected personal, shared or public, found 'Shared'");
+    assert_false(cfg_choice(&fx.ctx, ns, "", "f", two, &v));
+    assert_error("c.yaml:7: f: expected any or own, found 'nope'");
+    assert_int_equal(v, 1);
+}
+
 static void test_bool_refuses_strings_and_other_words(void **state)
 {
     const struct ynode *root = load("tls:\n  enabled: \"true\"\n  other: maybe\n  n: 1\n");
@@ -375,6 +399,7 @@ int main(void)
         cmocka_unit_test_teardown(test_string_list_refusals, teardown),
         cmocka_unit_test_teardown(test_check_keys_names_the_unknown_key_and_its_line, teardown),
         cmocka_unit_test_teardown(test_expect_map, teardown),
+        cmocka_unit_test_teardown(test_choice_gives_the_index_and_names_the_choices, teardown),
         cmocka_unit_test_teardown(test_fail_without_node_names_only_the_file, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

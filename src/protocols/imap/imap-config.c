@@ -11,7 +11,7 @@
  * user for every process of that user. */
 #define IMAP_AUTO_WORKERS_MAX 32
 
-static const struct mail_login_section imap_section = {
+const struct mail_login_section imap_config_section = {
     .name = "imap",
     .listen = ":143",
     .max_connections_per_user = 20,
@@ -22,7 +22,7 @@ static const struct mail_login_section imap_section = {
 void imap_config_defaults(struct imap_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    mail_login_config_defaults(&cfg->login, &imap_section);
+    mail_login_config_defaults(&cfg->login, &imap_config_section);
     cfg->max_line_length = 64 * 1024;
     cfg->max_literal_size = 64 * 1024 * 1024;
     cfg->workers = 0;
@@ -52,19 +52,19 @@ bool imap_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
     static const char *const keys[] = {MAIL_LOGIN_CONFIG_KEYS, "max_line_length",
                                        "max_literal_size",     "workers",
                                        "imap_quota",           NULL};
-    const char *p = imap_section.name;
+    const char *p = imap_config_section.name;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
-    return mail_login_config_read_endpoints(ctx, node, &imap_section, &cfg->login) &&
+    return mail_login_config_read_endpoints(ctx, node, &imap_config_section, &cfg->login) &&
            cfg_int(ctx, node, p, "max_line_length", 1024, 16 * 1024 * 1024,
                    &cfg->max_line_length) &&
            cfg_int(ctx, node, p, "max_literal_size", 1024, (int64_t)4 << 30,
                    &cfg->max_literal_size) &&
            cfg_int(ctx, node, p, "workers", 0, IMAP_MAX_WORKERS, &cfg->workers) &&
            cfg_bool(ctx, node, p, "imap_quota", &cfg->imap_quota) &&
-           mail_login_config_read_limits(ctx, node, &imap_section, &cfg->login) &&
-           mail_login_config_read_timeouts(ctx, node, &imap_section, &cfg->login) &&
-           mail_login_config_check(ctx, node, &imap_section, required, &cfg->login);
+           mail_login_config_read_limits(ctx, node, &imap_config_section, &cfg->login) &&
+           mail_login_config_read_timeouts(ctx, node, &imap_config_section, &cfg->login) &&
+           mail_login_config_check(ctx, node, &imap_config_section, required, &cfg->login);
 }
 
 void imap_config_print(const struct imap_config *cfg, FILE *out)

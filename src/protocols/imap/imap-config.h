@@ -19,6 +19,10 @@ struct imap_config {
     bool imap_quota; /* RFC 9208 QUOTA commands and capabilities (independent of quota.enabled) */
 };
 
+/* The `imap:` section's name, default listener and idle timeouts (the
+ * login server's login.imap front reads the same keys with these). */
+extern const struct mail_login_section imap_config_section;
+
 void imap_config_defaults(struct imap_config *cfg);
 /* Reads the `imap:` map (NULL keeps the defaults). `required`: the imap
  * component runs, so a listener must exist and TLS files must be set for

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct mail_login_section pop3_section = {
+const struct mail_login_section pop3_config_section = {
     .name = "pop3",
     .listen = ":110",
     .max_connections_per_user = 10,
@@ -21,7 +21,7 @@ static const struct mail_login_section pop3_section = {
 void pop3_config_defaults(struct pop3_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    mail_login_config_defaults(&cfg->login, &pop3_section);
+    mail_login_config_defaults(&cfg->login, &pop3_config_section);
     cfg->secure_nets = xcalloc(3, sizeof(char *));
     cfg->secure_nets[0] = xstrdup("127.0.0.0/8");
     cfg->secure_nets[1] = xstrdup("::1/128");
@@ -74,20 +74,20 @@ bool pop3_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "uidl_format",
                                        "retr_sets_seen",
                                        NULL};
-    const char *p = pop3_section.name;
+    const char *p = pop3_config_section.name;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
-    return mail_login_config_read_endpoints(ctx, node, &pop3_section, &cfg->login) &&
+    return mail_login_config_read_endpoints(ctx, node, &pop3_config_section, &cfg->login) &&
            cfg_string_list(ctx, node, p, "secure_nets", 256, &cfg->secure_nets, NULL) &&
            check_nets(ctx, node, cfg->secure_nets) &&
            cfg_int(ctx, node, p, "max_line_length", 1024, 1024 * 1024, &cfg->max_line_length) &&
-           mail_login_config_read_limits(ctx, node, &pop3_section, &cfg->login) &&
+           mail_login_config_read_limits(ctx, node, &pop3_config_section, &cfg->login) &&
            cfg_int(ctx, node, p, "max_auth_failures", 1, 100, &cfg->max_auth_failures) &&
-           mail_login_config_read_timeouts(ctx, node, &pop3_section, &cfg->login) &&
+           mail_login_config_read_timeouts(ctx, node, &pop3_config_section, &cfg->login) &&
            cfg_string(ctx, node, p, "uidl_format", &cfg->uidl_format) &&
            check_uidl_format(ctx, node, cfg->uidl_format) &&
            cfg_bool(ctx, node, p, "retr_sets_seen", &cfg->retr_sets_seen) &&
-           mail_login_config_check(ctx, node, &pop3_section, required, &cfg->login);
+           mail_login_config_check(ctx, node, &pop3_config_section, required, &cfg->login);
 }
 
 void pop3_config_print(const struct pop3_config *cfg, FILE *out)

@@ -20,6 +20,10 @@ struct pop3_config {
     bool retr_sets_seen;       /* RETR marks the message \Seen */
 };
 
+/* The `pop3:` section's name, default listener and idle timeouts (the
+ * login server's login.pop3 front reads the same keys with these). */
+extern const struct mail_login_section pop3_config_section;
+
 void pop3_config_defaults(struct pop3_config *cfg);
 /* Reads the `pop3:` map (NULL keeps the defaults). `required`: the pop3
  * component runs, so a listener must exist and TLS files must be set for

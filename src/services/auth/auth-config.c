@@ -86,7 +86,7 @@ static bool read_penalty_limits(const struct cfg_ctx *ctx, const struct ynode *n
            read_nets(ctx, node, "trusted_clients", &cfg->trusted_clients);
 }
 
-/* After listen_config_read_addresses(): the component listens somewhere. */
+/* After listen_config_read_server(): the component listens somewhere. */
 static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *node, size_t count)
 {
     if (count == 0)
@@ -115,15 +115,10 @@ static bool read_db(const struct cfg_ctx *ctx, const struct ynode *node, const c
 bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                       struct auth_config *cfg)
 {
-    static const char *const keys[] = {"listen",
-                                       "allowed_nets",
-                                       "socket_mode",
+    static const char *const keys[] = {LISTEN_CONFIG_SERVER_KEYS,
                                        "worker_threads",
                                        "max_queue",
-                                       "max_connections",
-                                       "max_connections_per_ip",
                                        "max_pending_per_connection",
-                                       "handshake_timeout",
                                        "idle_timeout",
                                        "mechanisms",
                                        "cache_size",
@@ -141,22 +136,18 @@ bool auth_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool 
                                        "passdb",
                                        "userdb",
                                        NULL};
+    const struct listen_config_server server = LISTEN_CONFIG_SERVER_OF(cfg);
     const char *p = "auth";
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
     int64_t cache_size = (int64_t)cfg->cache.max_bytes;
     size_t listen_count = 0;
-    if (!listen_config_read_addresses(ctx, node, p, AUTH_MAX_LISTEN, &cfg->listen, &listen_count) ||
+    if (!listen_config_read_server(ctx, node, p, AUTH_MAX_LISTEN, &server, &listen_count) ||
         !check_listen_count(ctx, node, listen_count) ||
-        !listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) ||
-        !listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) ||
         !cfg_int(ctx, node, p, "worker_threads", 0, 64, &cfg->worker_threads) ||
         !cfg_int(ctx, node, p, "max_queue", 1, 1000000, &cfg->max_queue) ||
-        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) ||
         !cfg_int(ctx, node, p, "max_pending_per_connection", 1, 100000,
                  &cfg->max_pending_per_connection) ||
-        !listen_config_read_client_limits(ctx, node, p, &cfg->max_connections_per_ip,
-                                          &cfg->handshake_timeout_ms) ||
         !cfg_duration_ms(ctx, node, p, "idle_timeout", 0, 86400000, &cfg->idle_timeout_ms) ||
         !cfg_string_list(ctx, node, p, "mechanisms", 8, &cfg->mechanisms, NULL) ||
         !check_mechanisms(ctx, node, cfg->mechanisms) ||

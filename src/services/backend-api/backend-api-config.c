@@ -51,9 +51,8 @@ bool backend_api_config_read(const struct cfg_ctx *ctx, const struct ynode *node
            cfg_string(ctx, node, p, "auth_master_addr", &b->auth_master_addr) &&
            cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000, &b->request_timeout_ms) &&
            cfg_duration_ms(ctx, node, p, "stream_timeout", 100, 86400000, &b->stream_timeout_ms) &&
-           cfg_int(ctx, node, p, "max_body_bytes", 1024, 64 * 1024 * 1024, &b->max_body_bytes) &&
-           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &b->max_connections) &&
-           cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000, &b->max_connections_per_ip);
+           listen_config_read_api_limits(ctx, node, p, 64 * 1024 * 1024, &b->max_body_bytes,
+                                         &b->max_connections, &b->max_connections_per_ip);
 }
 
 void backend_api_config_print(const struct backend_api_config *b, FILE *out)
@@ -67,14 +66,10 @@ void backend_api_config_print(const struct backend_api_config *b, FILE *out)
             token != NULL && *token != '\0' ? "token set" : "token unset: auth disabled");
     yaml_put_kv(out, "  ", "token_env", b->token_env);
     yaml_put_kv(out, "  ", "auth_master_addr", b->auth_master_addr);
-    fprintf(out,
-            "  request_timeout: %lldms\n  stream_timeout: %lldms\n  max_body_bytes: %lld\n"
-            "  max_connections: %lld\n  max_connections_per_ip: %lld\n",
-            (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms,
-            (long long)b->max_body_bytes, (long long)b->max_connections,
-            (long long)b->max_connections_per_ip);
-    fprintf(out, "  allow_unauthenticated_remote: %s\n",
-            b->allow_unauthenticated_remote ? "true" : "false");
+    fprintf(out, "  request_timeout: %lldms\n  stream_timeout: %lldms\n",
+            (long long)b->request_timeout_ms, (long long)b->stream_timeout_ms);
+    listen_config_print_api_limits(out, "  ", b->max_body_bytes, b->max_connections,
+                                   b->max_connections_per_ip, b->allow_unauthenticated_remote);
 }
 
 void backend_api_config_free(struct backend_api_config *b)

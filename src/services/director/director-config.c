@@ -167,11 +167,9 @@ static bool read_api(const struct cfg_ctx *ctx, const struct ynode *node,
         !cfg_string(ctx, node, p, "token_file", &cfg->token_file) ||
         !cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000,
                          &cfg->api_request_timeout_ms) ||
-        !cfg_int(ctx, node, p, "max_body_bytes", 1024, 16 * 1024 * 1024,
-                 &cfg->api_max_body_bytes) ||
-        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->api_max_connections) ||
-        !cfg_int(ctx, node, p, "max_connections_per_ip", 0, 1000000,
-                 &cfg->api_max_connections_per_ip) ||
+        !listen_config_read_api_limits(ctx, node, p, 16 * 1024 * 1024, &cfg->api_max_body_bytes,
+                                       &cfg->api_max_connections,
+                                       &cfg->api_max_connections_per_ip) ||
         !cfg_bool(ctx, node, p, "allow_unauthenticated_remote",
                   &cfg->api_allow_unauthenticated_remote))
         return false;
@@ -408,13 +406,10 @@ void director_config_print(const struct director_config *cfg, FILE *out)
     yaml_put_list(out, "    ", "allowed_nets", cfg->api_allowed_nets);
     yaml_put_kv(out, "    ", "token_env", cfg->token_env);
     yaml_put_kv(out, "    ", "token_file", cfg->token_file);
-    fprintf(out,
-            "    request_timeout: %lldms\n    max_body_bytes: %lld\n    max_connections: %lld\n"
-            "    max_connections_per_ip: %lld\n",
-            (long long)cfg->api_request_timeout_ms, (long long)cfg->api_max_body_bytes,
-            (long long)cfg->api_max_connections, (long long)cfg->api_max_connections_per_ip);
-    fprintf(out, "    allow_unauthenticated_remote: %s\n",
-            cfg->api_allow_unauthenticated_remote ? "true" : "false");
+    fprintf(out, "    request_timeout: %lldms\n", (long long)cfg->api_request_timeout_ms);
+    listen_config_print_api_limits(out, "    ", cfg->api_max_body_bytes, cfg->api_max_connections,
+                                   cfg->api_max_connections_per_ip,
+                                   cfg->api_allow_unauthenticated_remote);
     fputs("  ring:\n", out);
     yaml_put_kv(out, "    ", "listen", cfg->ring_listen);
     yaml_put_kv(out, "    ", "self", cfg->self);

@@ -179,24 +179,17 @@ static bool read_tls_flag(const struct cfg_ctx *ctx, const struct ynode *root, c
     return true;
 }
 
+/* `restore_flushed`, indexed by enum monitor_restore: read and printed. */
+static const char *const restore_names[] = {"any", "own", NULL};
+
 static bool read_restore(const struct cfg_ctx *ctx, const struct ynode *root,
                          struct monitor_config *cfg)
 {
-    char *text = NULL;
-    if (!cfg_string(ctx, root, "", "restore_flushed", &text))
+    int restore = (int)cfg->restore;
+    if (!cfg_choice(ctx, root, "", "restore_flushed", restore_names, &restore))
         return false;
-    if (text == NULL)
-        return true;
-    bool ok = true;
-    if (strcmp(text, "any") == 0)
-        cfg->restore = MONITOR_RESTORE_ANY;
-    else if (strcmp(text, "own") == 0)
-        cfg->restore = MONITOR_RESTORE_OWN;
-    else
-        ok = cfg_fail(ctx, ynode_get(root, "restore_flushed"), "restore_flushed",
-                      "expected any or own, found '%s'", text);
-    free(text);
-    return ok;
+    cfg->restore = (enum monitor_restore)restore;
+    return true;
 }
 
 static bool check_director_addr(const struct cfg_ctx *ctx, const struct ynode *root,
@@ -380,7 +373,7 @@ void monitor_config_print(const struct monitor_config *cfg, FILE *out)
             (long long)cfg->retry_count, p, (long long)cfg->rapid_rounds, p,
             (long long)cfg->rapid_fails_needed);
     fprintf(out, "%srestore_flushed: %s\n%smax_backends: %lld\n%smax_line_length: %lld\n", p,
-            cfg->restore == MONITOR_RESTORE_OWN ? "own" : "any", p, (long long)cfg->max_backends, p,
+            restore_names[cfg->restore], p, (long long)cfg->max_backends, p,
             (long long)cfg->max_line_length);
     fprintf(out, "%sreconnect_min: %lldms\n%sreconnect_max: %lldms\n%sping_interval: %lldms\n", p,
             (long long)cfg->reconnect_min_ms, p, (long long)cfg->reconnect_max_ms, p,

@@ -37,7 +37,7 @@ void warden_config_free(struct warden_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
 }
 
-/* After listen_config_read_addresses(): an enabled warden listens somewhere. */
+/* After listen_config_read_server(): an enabled warden listens somewhere. */
 static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                                size_t count)
 {
@@ -50,29 +50,16 @@ static bool check_listen_count(const struct cfg_ctx *ctx, const struct ynode *no
 bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                         struct warden_config *cfg)
 {
-    static const char *const keys[] = {"listen",
-                                       "allowed_nets",
-                                       "socket_mode",
-                                       "max_connections",
-                                       "max_connections_per_ip",
-                                       "handshake_timeout",
-                                       "max_sessions",
-                                       "max_line_length",
-                                       "penalty_decay",
-                                       "penalty_max_ips",
-                                       NULL};
+    static const char *const keys[] = {LISTEN_CONFIG_SERVER_KEYS, "max_sessions",
+                                       "max_line_length",         "penalty_decay",
+                                       "penalty_max_ips",         NULL};
+    const struct listen_config_server server = LISTEN_CONFIG_SERVER_OF(cfg);
     const char *p = SECTION;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
     size_t listen_count = 0;
-    return listen_config_read_addresses(ctx, node, p, WARDEN_MAX_LISTEN, &cfg->listen,
-                                        &listen_count) &&
+    return listen_config_read_server(ctx, node, p, WARDEN_MAX_LISTEN, &server, &listen_count) &&
            check_listen_count(ctx, node, required, listen_count) &&
-           listen_config_read_nets(ctx, node, p, &cfg->allowed_nets) &&
-           listen_config_read_socket_mode(ctx, node, p, &cfg->socket_mode) &&
-           cfg_int(ctx, node, p, "max_connections", 1, 1000000, &cfg->max_connections) &&
-           listen_config_read_client_limits(ctx, node, p, &cfg->max_connections_per_ip,
-                                            &cfg->handshake_timeout_ms) &&
            cfg_int(ctx, node, p, "max_sessions", 1, 100000000, &cfg->max_sessions) &&
            cfg_int(ctx, node, p, "max_line_length", WARDEN_LINE_MIN, WARDEN_LINE_MAX,
                    &cfg->max_line_length) &&
@@ -83,15 +70,13 @@ bool warden_config_read(const struct cfg_ctx *ctx, const struct ynode *node, boo
 void warden_config_print(const struct warden_config *cfg, FILE *out)
 {
     fputs(SECTION ":\n", out);
-    listen_config_print(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode);
-    fprintf(out,
-            "  max_connections: %lld\n  max_connections_per_ip: %lld\n"
-            "  handshake_timeout: %lldms\n  max_sessions: %lld\n  max_line_length: %lld\n"
-            "  penalty_decay: %lldms\n  penalty_max_ips: %lld\n",
-            (long long)cfg->max_connections, (long long)cfg->max_connections_per_ip,
-            (long long)cfg->handshake_timeout_ms, (long long)cfg->max_sessions,
-            (long long)cfg->max_line_length, (long long)cfg->penalty_decay_ms,
-            (long long)cfg->penalty_max_ips);
+    listen_config_print_server(out, "  ", cfg->listen, cfg->allowed_nets, cfg->socket_mode,
+                               cfg->max_connections, cfg->max_connections_per_ip,
+                               cfg->handshake_timeout_ms);
+    fprintf(out, "  max_sessions: %lld\n  max_line_length: %lld\n", (long long)cfg->max_sessions,
+            (long long)cfg->max_line_length);
+    fprintf(out, "  penalty_decay: %lldms\n  penalty_max_ips: %lld\n",
+            (long long)cfg->penalty_decay_ms, (long long)cfg->penalty_max_ips);
 }
 
 const char *warden_config_client_address(const struct warden_config *cfg)

@@ -210,12 +210,7 @@ static bool read_warnings(const struct cfg_ctx *ctx, const struct ynode *node,
 static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, bool required,
                         struct quota_status_config *s)
 {
-    static const char *const keys[] = {"listen",
-                                       "allowed_nets",
-                                       "socket_mode",
-                                       "max_connections",
-                                       "max_connections_per_ip",
-                                       "handshake_timeout",
+    static const char *const keys[] = {LISTEN_CONFIG_SERVER_KEYS,
                                        "idle_timeout",
                                        "max_line_length",
                                        "max_request_bytes",
@@ -225,17 +220,12 @@ static bool read_status(const struct cfg_ctx *ctx, const struct ynode *node, boo
                                        "recipient_delimiter",
                                        "username_format",
                                        NULL};
+    const struct listen_config_server server = LISTEN_CONFIG_SERVER_OF(s);
     const char *p = STATUS_SECTION;
     if (!cfg_expect_map(ctx, node, p) || !cfg_check_keys(ctx, node, p, keys))
         return false;
     size_t listen_count = 0;
-    if (!listen_config_read_addresses(ctx, node, p, QUOTA_STATUS_MAX_LISTEN, &s->listen,
-                                      &listen_count) ||
-        !listen_config_read_nets(ctx, node, p, &s->allowed_nets) ||
-        !listen_config_read_socket_mode(ctx, node, p, &s->socket_mode) ||
-        !listen_config_read_client_limits(ctx, node, p, &s->max_connections_per_ip,
-                                          &s->handshake_timeout_ms) ||
-        !cfg_int(ctx, node, p, "max_connections", 1, 1000000, &s->max_connections) ||
+    if (!listen_config_read_server(ctx, node, p, QUOTA_STATUS_MAX_LISTEN, &server, &listen_count) ||
         !cfg_duration_ms(ctx, node, p, "idle_timeout", 0, 86400000, &s->idle_timeout_ms) ||
         !cfg_int(ctx, node, p, "max_line_length", 256, 65536, &s->max_line_length) ||
         !cfg_int(ctx, node, p, "max_request_bytes", 1024, 1024 * 1024, &s->max_request_bytes) ||
@@ -398,15 +388,13 @@ void quota_config_print(const struct quota_config *cfg, FILE *out)
     yaml_put_kv(out, "  ", "quota_status_toolarge", cfg->status_toolarge);
     const struct quota_status_config *s = &cfg->status;
     fputs("  quota_status:\n", out);
-    listen_config_print(out, "    ", s->listen, s->allowed_nets, s->socket_mode);
-    fprintf(out,
-            "    max_connections: %lld\n    max_connections_per_ip: %lld\n"
-            "    handshake_timeout: %lldms\n    idle_timeout: %lldms\n"
-            "    max_line_length: %lld\n    max_request_bytes: %lld\n    max_pipelined: %lld\n",
-            (long long)s->max_connections, (long long)s->max_connections_per_ip,
-            (long long)s->handshake_timeout_ms, (long long)s->idle_timeout_ms,
-            (long long)s->max_line_length, (long long)s->max_request_bytes,
-            (long long)s->max_pipelined);
+    listen_config_print_server(out, "    ", s->listen, s->allowed_nets, s->socket_mode,
+                               s->max_connections, s->max_connections_per_ip,
+                               s->handshake_timeout_ms);
+    fprintf(out, "    idle_timeout: %lldms\n    max_line_length: %lld\n",
+            (long long)s->idle_timeout_ms, (long long)s->max_line_length);
+    fprintf(out, "    max_request_bytes: %lld\n    max_pipelined: %lld\n",
+            (long long)s->max_request_bytes, (long long)s->max_pipelined);
     yaml_put_kv(out, "    ", "auth_addr", s->auth_addr);
     fprintf(out, "    auth_timeout: %lldms\n", (long long)s->auth_timeout_ms);
     yaml_put_kv(out, "    ", "recipient_delimiter", s->recipient_delimiter);
