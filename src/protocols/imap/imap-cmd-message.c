@@ -103,15 +103,6 @@ static bool resolve_set(struct imap_session *s, const struct imap_arg *arg, bool
 
 /* ---------- flags ---------- */
 
-static const struct {
-    const char *name;
-    uint32_t bit;
-} flag_names[] = {
-    {"\\Seen", MAIL_FLAG_SEEN},       {"\\Answered", MAIL_FLAG_ANSWERED},
-    {"\\Flagged", MAIL_FLAG_FLAGGED}, {"\\Deleted", MAIL_FLAG_DELETED},
-    {"\\Draft", MAIL_FLAG_DRAFT},
-};
-
 static bool keyword_name_ok(const char *s, size_t len)
 {
     if (len == 0 || len > 64)
@@ -140,15 +131,11 @@ static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint
             imap_reply_bad(s, "Flags must be atoms.");
             return false;
         }
-        bool system = false;
-        for (size_t k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++) {
-            if (strcasecmp(f->str, flag_names[k].name) == 0) {
-                *flags |= flag_names[k].bit;
-                system = true;
-            }
-        }
-        if (system)
+        uint32_t bit = mail_flag_by_name(f->str);
+        if (bit != 0) {
+            *flags |= bit;
             continue;
+        }
         if (f->str[0] == '\\') {
             if (strcasecmp(f->str, "\\Recent") == 0) {
                 imap_reply_bad(s, "\\Recent cannot be set.");
