@@ -53,6 +53,20 @@ static bool take_prefix(const char **p, const char *end, const char *word)
     return true;
 }
 
+/* A non-zero 32-bit number up to the next '/' or the end (RFC 5092
+ * nz-number: UIDVALIDITY and UID); *p moves past it. */
+static bool take_nz_number(const char **p, const char *end, uint32_t *out)
+{
+    const char *n = *p;
+    while (*p < end && **p != '/')
+        (*p)++;
+    uint64_t v = 0;
+    if (!parse_u64(n, (size_t)(*p - n), UINT32_MAX, &v) || v == 0)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
 bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
 {
     memset(out, 0, sizeof(*out));
@@ -78,7 +92,6 @@ bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
             return false;
         p = slash;
     }
-    uint64_t v = 0;
     /* ";UID=n...": a relative URL naming a message of the selected
      * mailbox (RFC 5092 7.1); the mailbox stays "". */
     if (out->absolute || !take_prefix(&p, end, ";UID=")) {
@@ -93,23 +106,13 @@ bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
         if (mb_end == p || !decode(p, (size_t)(mb_end - p), out->mailbox, sizeof(out->mailbox)))
             return false;
         p = mb_end;
-        if (take_prefix(&p, end, ";UIDVALIDITY=")) {
-            const char *n = p;
-            while (p < end && *p != '/')
-                p++;
-            if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
-                return false;
-            out->uid_validity = (uint32_t)v;
-        }
+        if (take_prefix(&p, end, ";UIDVALIDITY=") && !take_nz_number(&p, end, &out->uid_validity))
+            return false;
         if (!take_prefix(&p, end, "/;UID="))
             return false;
     }
-    const char *n = p;
-    while (p < end && *p != '/')
-        p++;
-    if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+    if (!take_nz_number(&p, end, &out->uid))
         return false;
-    out->uid = (uint32_t)v;
     if (take_prefix(&p, end, "/;SECTION=")) {
         const char *s = p;
         while (p < end && *p != '/')
