@@ -66,22 +66,32 @@ static void command_done(struct pop3_session *s, const char *result)
     }
 }
 
+/* The one-line reply that ends the current command: `status` ("+OK",
+ * "-ERR"), the text, and the command's metric under `result`. */
+static void reply_line(struct pop3_session *s, const char *status, const char *result,
+                       const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void reply_line(struct pop3_session *s, const char *status, const char *result,
+                       const char *fmt, va_list ap)
+{
+    mail_session_io_vwritef(&s->io, status, fmt, ap);
+    command_done(s, result);
+}
+
 void pop3_reply_ok(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    mail_session_io_vwritef(&s->io, "+OK ", fmt, ap);
+    reply_line(s, "+OK ", "ok", fmt, ap);
     va_end(ap);
-    command_done(s, "ok");
 }
 
 void pop3_reply_err(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    mail_session_io_vwritef(&s->io, "-ERR ", fmt, ap);
+    reply_line(s, "-ERR ", "err", fmt, ap);
     va_end(ap);
-    command_done(s, "err");
 }
 
 void pop3_reply_multiline(struct pop3_session *s, const char *first, const struct buf *body)
