@@ -899,10 +899,8 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
         imap_reply_bad(s, "STORE needs a message set, an item and flags.");
         return;
     }
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     const char *item = args[i].str;
     enum mailbox_flags_mode mode;
     if (item[0] == '+')
@@ -995,10 +993,8 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         imap_reply_bad(s, "%s needs a message set and a mailbox.", move ? "MOVE" : "COPY");
         return;
     }
-    if (move && s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (move && imap_selected_readonly_refused(s))
         return;
-    }
     uint32_t *uids = NULL;
     size_t count = 0;
     if (!resolve_set(s, &args[0], uid_mode, &uids, &count))
@@ -1066,10 +1062,8 @@ static void do_uid_expunge(struct imap_session *s, const struct imap_arg *args, 
         imap_reply_bad(s, "UID EXPUNGE needs a UID set.");
         return;
     }
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     uint32_t *uids = NULL;
     size_t count = 0;
     if (!resolve_set(s, &args[0], true, &uids, &count))

@@ -562,13 +562,19 @@ static void cmd_check(struct imap_session *s, const struct imap_command *cmd)
     imap_reply_ok(s, "CHECK completed.");
 }
 
+bool imap_selected_readonly_refused(struct imap_session *s)
+{
+    if (!s->readonly)
+        return false;
+    imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    return true;
+}
+
 static void cmd_expunge(struct imap_session *s, const struct imap_command *cmd)
 {
     (void)cmd;
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     struct petrel_error err;
     if (!expunge_deleted(s, NULL, 0, &err))
         imap_reply_storage_error(s, &err);

@@ -355,6 +355,9 @@ void imap_condstore_enable(struct imap_session *s);
 void imap_send_vanished_earlier(struct imap_session *s, const struct imap_seqset *known);
 /* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
 void imap_selected_close(struct imap_session *s);
+/* For a command that would change the folder: true, with
+ * "NO [READ-ONLY]" sent, when it was opened with EXAMINE. */
+bool imap_selected_readonly_refused(struct imap_session *s);
 /* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" for the selected
  * folder: at SELECT, and again before any response that uses a keyword
  * the session has not been told of (RFC 3501 7.2.6). */
