@@ -12,6 +12,7 @@
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-fetch-items.h"
 #include "protocols/imap/imap-literal-spool.h"
+#include "protocols/imap/imap-message.h"
 #include "storage/acl/acl-rights.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-section.h"
@@ -209,53 +210,8 @@ struct imap_fetch_state {
     bool output_moved;
 };
 
-struct fetch_message {
-    struct mailbox_message_data *data; /* opened on demand */
-    struct message parsed;
-    bool have_parsed;
-    bool gone; /* expunged by someone else since our last sync */
-};
-
-/* The stored bytes of the message, unparsed. */
-static bool fetch_open(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
-{
-    if (fm->data != NULL)
-        return true;
-    if (fm->gone)
-        return false;
-    struct petrel_error err;
-    fm->data = mailbox_message_open(s->box, uid, &err);
-    if (fm->data == NULL) {
-        fm->gone = true;
-        if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
-                     s->io.id, uid, err.message);
-        return false;
-    }
-    return true;
-}
-
-static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
-{
-    if (fm->have_parsed)
-        return true;
-    if (!fetch_open(s, uid, fm))
-        return false;
-    message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
-    fm->have_parsed = true;
-    return true;
-}
-
-static void fetch_release(struct fetch_message *fm)
-{
-    if (fm->have_parsed)
-        message_free(&fm->parsed);
-    if (fm->data != NULL)
-        mailbox_message_release(fm->data);
-}
-
 /* A structure item from the cache, or rendered from the message and cached. */
-static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_structure(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                             const char *field, struct buf *out)
 {
     size_t len = 0;
@@ -264,7 +220,7 @@ static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_m
         buf_append(out, cached, len);
         return true;
     }
-    if (!fetch_load(s, uid, fm))
+    if (!imap_message_parse(fm, s->box, uid, s->io.id))
         return false;
     struct buf value = {0};
     if (strcmp(field, "imap.envelope") == 0)
@@ -299,7 +255,7 @@ static void section_from_body(const struct imap_fetch_body *b, struct imap_secti
  * the file: clients fetch HEADER.FIELDS of whole folders, and the header
  * is a small part of most messages. The bytes stay valid until the next
  * cache call on the folder or the release of `fm`. */
-static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                                const char **block, size_t *len)
 {
     const void *cached = mailbox_cache_lookup(s->box, uid, "imap.hdr", len);
@@ -309,7 +265,7 @@ static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetc
     }
     /* The header block alone needs no MIME parse: a multipart's whole
      * tree would be walked only to find where the first blank line is. */
-    if (!fm->have_parsed && !fetch_open(s, uid, fm))
+    if (!fm->have_parsed && !imap_message_open(fm, s->box, uid, s->io.id))
         return false;
     struct message_range h = fm->have_parsed ? fm->parsed.parts[0].header
                                              : message_header_block(fm->data->data, fm->data->size);
@@ -346,7 +302,7 @@ static size_t literal_prefix(char dst[LITERAL_PREFIX_MAX], size_t n)
  * block alone, straight into `out`: the literal's length is put in front
  * once the bytes are there (this runs for every message of a folder a
  * client lists, so nothing is parsed or copied twice). */
-static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                               const struct imap_fetch_body *b, struct buf *out)
 {
     const char *block = NULL;
@@ -374,11 +330,11 @@ static bool whole_message(const struct imap_fetch_body *b)
  * message received over IMAP or LMTP from a conforming client is): the
  * stored bytes are the answer, so nothing is parsed or converted. False
  * (nothing written) when the message needs its line endings converted. */
-static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                                const struct imap_fetch_body *b, struct buf *out, bool *handled)
 {
     *handled = false;
-    if (!fetch_open(s, uid, fm))
+    if (!imap_message_open(fm, s->box, uid, s->io.id))
         return false;
     if (fm->data->eol != MAILBOX_EOL_CRLF)
         return true;
@@ -408,7 +364,7 @@ static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetc
  * the ")\r\n" itself. False when the message is gone; *handled false
  * (nothing written) when the stored bytes are not the answer as they are. */
 static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
-                             struct fetch_message *fm, const struct imap_fetch_body *b,
+                             struct imap_message *fm, const struct imap_fetch_body *b,
                              struct buf *out, bool *handled)
 {
     *handled = false;
@@ -419,10 +375,7 @@ static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st
         return true; /* the reading path converts, or finds it gone */
     int fd = mailbox_message_open_file(s->box, uid, &file_size, &err);
     if (fd < 0) {
-        fm->gone = true;
-        if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
-                     s->io.id, uid, err.message);
+        imap_message_gone(fm, uid, s->io.id, &err);
         return false;
     }
     if (file_size != size) {
@@ -511,7 +464,7 @@ static enum stream_result stream_pump(struct imap_session *s, struct imap_fetch_
 
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
 static bool fetch_body_item(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
-                            struct fetch_message *fm, const struct imap_fetch_body *b, bool last,
+                            struct imap_message *fm, const struct imap_fetch_body *b, bool last,
                             struct buf *out, bool *unknown_cte)
 {
     if (header_only(b) && !fm->have_parsed)
@@ -529,7 +482,7 @@ static bool fetch_body_item(struct imap_session *s, struct imap_fetch_state *st,
         if (handled)
             return true;
     }
-    if (!fetch_load(s, uid, fm))
+    if (!imap_message_parse(fm, s->box, uid, s->io.id))
         return false;
     imap_fetch_body_name(b, out);
     struct buf bytes = {0};
@@ -605,7 +558,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
     struct buf *out = &st->out;
     bool *some_gone = &st->some_gone, *unknown_cte = &st->unknown_cte;
     const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
-    struct fetch_message fm;
+    struct imap_message fm;
     memset(&fm, 0, sizeof(fm));
     size_t start = out->len;
     /* The lines of a big FETCH are mostly these first items: appended
@@ -672,7 +625,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
     for (size_t i = 0; ok && i < sizeof(rfc822) / sizeof(rfc822[0]); i++) {
         if ((a & rfc822[i].attr) == 0)
             continue;
-        ok = fetch_load(s, e->uid, &fm);
+        ok = imap_message_parse(&fm, s->box, e->uid, s->io.id);
         if (!ok)
             break;
         struct imap_section sec;
@@ -695,7 +648,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
                              unknown_cte);
         sep = " ";
     }
-    fetch_release(&fm);
+    imap_message_release(&fm);
     if (st->streaming)
         return; /* the stream ends the line */
     if (!ok) {
