@@ -939,6 +939,23 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
 
 /* ---------- COPY / MOVE ---------- */
 
+/* Opens the folder COPY, MOVE or APPEND saves into; NULL with the NO sent,
+ * "[TRYCREATE] <what> does not exist." when it does not (RFC 3501 6.3.11,
+ * 6.4.7). */
+static struct mailbox *open_target(struct imap_session *s, const struct namespace_config *ns,
+                                   const char *name, const char *what)
+{
+    struct petrel_error err;
+    struct mailbox *box = mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    if (box == NULL) {
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            imap_reply_no(s, "[TRYCREATE] %s does not exist.", what);
+        else
+            imap_reply_storage_error(s, &err);
+    }
+    return box;
+}
+
 static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode,
                     bool move)
 {
@@ -958,17 +975,13 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         free(uids);
         return;
     }
-    struct petrel_error err;
-    struct mailbox *dst = mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    struct mailbox *dst = open_target(s, ns, name, "Destination mailbox");
     free(name);
     if (dst == NULL) {
         free(uids);
-        if (err.code == PETREL_ERR_NOT_FOUND)
-            imap_reply_no(s, "[TRYCREATE] Destination mailbox does not exist.");
-        else
-            imap_reply_storage_error(s, &err);
         return;
     }
+    struct petrel_error err;
     uint32_t *new_uids = NULL;
     bool ok = count == 0 || (move ? mailbox_move(s->box, uids, count, dst, &new_uids, &err)
                                   : mailbox_copy(s->box, uids, count, dst, true, &new_uids, &err));
@@ -1103,20 +1116,14 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     char *name;
     if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
         return;
-    struct petrel_error err;
     /* Appending to the selected folder goes through its open handle: a
      * second open would read the index and replay its log again. */
     bool selected = s->box != NULL && mailbox_is(s->box, ns, name);
-    struct mailbox *box =
-        selected ? s->box : mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    struct mailbox *box = selected ? s->box : open_target(s, ns, name, "Mailbox");
     free(name);
-    if (box == NULL) {
-        if (err.code == PETREL_ERR_NOT_FOUND)
-            imap_reply_no(s, "[TRYCREATE] Mailbox does not exist.");
-        else
-            imap_reply_storage_error(s, &err);
+    if (box == NULL)
         return;
-    }
+    struct petrel_error err;
     /* MULTIAPPEND (RFC 3502) is all or nothing: what went in before a
      * failure is taken out again. */
     uint32_t *added = NULL;
