@@ -338,24 +338,32 @@ static void append_partial(struct buf *out, const struct imap_search_program *pr
     buf_append_char(out, ')');
 }
 
-static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
-                      bool uid_mode)
+bool imap_search_parse_selected(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                                struct imap_search_program *prog)
 {
     size_t n = mailbox_view_count(s->view);
     const struct mailbox_view_entry *last = n > 0 ? mailbox_view_at(s->view, (uint32_t)n) : NULL;
-    struct imap_search_program prog;
     struct petrel_error err;
-    if (!imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, &prog, &err)) {
-        /* RFC 5182 2.1: a SAVE answered NO empties $, one answered BAD
-         * leaves it as it was (Dovecot does the same). */
-        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
-        if (err.code == PETREL_ERR_UNSUPPORTED)
-            imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
-        else
-            imap_reply_bad(s, "%s", err.message);
+    if (imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, prog, &err))
+        return true;
+    /* RFC 5182 2.1: a SAVE answered NO empties $, one answered BAD leaves
+     * it as it was (Dovecot does the same). */
+    if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, argc))
+        imap_searchres_clear(s);
+    if (err.code == PETREL_ERR_UNSUPPORTED)
+        imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
+    else
+        imap_reply_bad(s, "%s", err.message);
+    return false;
+}
+
+static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                      bool uid_mode)
+{
+    struct imap_search_program prog;
+    if (!imap_search_parse_selected(s, args, argc, &prog))
         return;
-    }
+    size_t n = mailbox_view_count(s->view);
     if ((prog.return_options & IMAP_SEARCH_RETURN_UPDATE) && imap_context_tag_in_use(s, s->tag)) {
         /* RFC 5267 4.3: updates are told apart by tag alone */
         imap_search_program_free(&prog);

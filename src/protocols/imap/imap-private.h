@@ -256,6 +256,11 @@ void imap_uid_sort(struct imap_session *s, const struct imap_arg *args, size_t a
 void imap_uid_thread(struct imap_session *s, const struct imap_arg *args, size_t argc);
 
 struct imap_search_program;
+/* Parses SEARCH criteria (also SORT's and THREAD's) against the selected
+ * folder into `prog`; false with NO [BADCHARSET] or BAD sent (and $
+ * emptied when a SAVE is answered NO, RFC 5182 2.1). */
+bool imap_search_parse_selected(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                                struct imap_search_program *prog);
 /* The sequence numbers of the selected folder's messages that match
  * `prog`, ascending (imap-cmd-search.c); *count of them. NULL when none. */
 uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_program *prog,
