@@ -163,7 +163,9 @@ void imap_proxy_session_free(struct imap_session *s);
  * `tls`): greeting, then commands. */
 void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer);
-/* Ends the session now (the server is going away): "* BYE" then close. */
+/* Ends the session now (the server is going away, the client was idle too
+ * long, a line too long): "* BYE <reason>" (unless that would land inside
+ * a literal or a METADATA response) then close. */
 void imap_session_shutdown(struct imap_session *s, const char *reason);
 void imap_session_free(struct imap_session *s);
 /* STARTTLS: layers TLS over the connection after "OK Begin TLS" is queued;

@@ -273,10 +273,9 @@ static bool peer_is_loopback(const struct sockaddr *sa)
 
 static void session_input(void *arg);
 static void session_drained(void *arg);
-static void session_timeout(void *arg);
-static void session_shutdown(void *arg)
+static void session_goodbye(void *arg, const char *reason)
 {
-    imap_session_shutdown(arg, "Server shutting down.");
+    imap_session_shutdown(arg, reason);
 }
 static void session_free(void *arg)
 {
@@ -290,8 +289,7 @@ static void session_tls_ready(void *arg)
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
     .drained = session_drained,
-    .timeout = session_timeout,
-    .shutdown = session_shutdown,
+    .goodbye = session_goodbye,
     .free = session_free,
     .tls_ready = session_tls_ready,
 };
@@ -494,18 +492,6 @@ static void session_drained(void *arg)
         imap_fetch_continue(s); /* ends with the tagged reply, then reads on */
     else if (!imap_metadata_continue(s))
         process_input(s);
-}
-
-static void session_timeout(void *arg)
-{
-    struct imap_session *s = arg;
-    log_debug(IMAP_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
-    bool cut = imap_fetch_abort(s);
-    cut = imap_metadata_cut(s) || cut;
-    if (!cut)
-        imap_send(s, "* BYE Disconnected for inactivity.");
-    s->state = IMAP_STATE_LOGOUT;
-    imap_session_close_after_output(s);
 }
 
 bool imap_session_login(struct imap_session *s, const char *username, const char *const *groups)

@@ -228,10 +228,9 @@ static size_t input_high_water(const struct pop3_server_ctx *ctx)
 
 static void session_input(void *arg);
 static void session_drained(void *arg);
-static void session_timeout(void *arg);
-static void session_shutdown(void *arg)
+static void session_goodbye(void *arg, const char *reason)
 {
-    pop3_session_shutdown(arg, "Server shutting down.");
+    pop3_session_shutdown(arg, reason);
 }
 static void session_free(void *arg)
 {
@@ -245,8 +244,7 @@ static void session_tls_ready(void *arg)
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
     .drained = session_drained,
-    .timeout = session_timeout,
-    .shutdown = session_shutdown,
+    .goodbye = session_goodbye,
     .free = session_free,
     .tls_ready = session_tls_ready,
 };
@@ -400,13 +398,6 @@ static void session_drained(void *arg)
         s->output_wait = false;
         process_input(s);
     }
-}
-
-static void session_timeout(void *arg)
-{
-    struct pop3_session *s = arg;
-    log_debug(POP3_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
-    pop3_session_shutdown(s, "Disconnected for inactivity.");
 }
 
 void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
