@@ -310,6 +310,12 @@ void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
     setup_bev(io);
 }
 
+size_t mail_session_io_input_bound(size_t max_line)
+{
+    size_t n = max_line * 2 + 2;
+    return n < 65536 ? 65536 : n;
+}
+
 void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output)
 {
     io->timeout_ms = ms;

@@ -134,6 +134,11 @@ void mail_session_io_forward(struct mail_session_io *io, const struct mail_forwa
  * hold across STARTTLS. */
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
                             size_t input_high_water);
+/* The `input_high_water` for a protocol whose commands are lines of at
+ * most `max_line` bytes: room for a whole line twice (a line and the next
+ * one's start), at least 64 KiB. A client pipelining while its answers
+ * wait to be read is then held back by TCP, not by the buffer growing. */
+size_t mail_session_io_input_bound(size_t max_line);
 /* The inactivity timeout: on input (no bytes from the client for `ms`:
  * ops->goodbye), or with `on_output` on the output making no progress (a
  * long response to a client that stopped reading: the session is freed at

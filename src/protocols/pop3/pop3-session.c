@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "protocols/common/mail-server-metrics.h"
 #include "clients/warden/warden-client.h"
 
 #include <event2/buffer.h>
@@ -51,13 +52,9 @@ static void set_timeout(struct pop3_session *s)
 
 static void command_done(struct pop3_session *s, const char *result)
 {
-    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
-                  (double)(now.tv_nsec - s->command_started.tv_nsec) / 1e9;
-    const char *values[] = {s->command[0] != '\0' ? s->command : "invalid", result};
-    metric_observe(metric_series_get(ctx->m.command_seconds, values), secs);
+    mail_server_metrics_command_done(pop3_server_context(s->server)->m.command_seconds,
+                                     s->command[0] != '\0' ? s->command : "invalid", result,
+                                     &s->command_started);
     s->command[0] = '\0';
     if (s->busy) {
         /* An asynchronous command finished: read what waited meanwhile. */
@@ -218,14 +215,6 @@ static bool peer_is_secure(const struct pop3_server_ctx *ctx, const struct socka
     return sa->sa_family == AF_UNIX || cidr_list_match(&ctx->secure_nets, sa);
 }
 
-/* Stop reading when this much input waits unparsed (a client pipelining
- * behind a long RETR): TCP pushes back instead of the buffer growing. */
-static size_t input_high_water(const struct pop3_server_ctx *ctx)
-{
-    size_t n = ctx->limits.max_line * 2 + 2;
-    return n < 65536 ? 65536 : n;
-}
-
 static void session_input(void *arg);
 static void session_drained(void *arg);
 static void session_goodbye(void *arg, const char *reason)
@@ -267,7 +256,9 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     set_timeout(s);
     mail_session_io_set_deadline(
         &s->io, mail_listeners_login_timeout(ctx->listeners, ctx->cfg->login.login_timeout_ms));
-    mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE, input_high_water(ctx));
+    /* A client pipelining behind a long RETR waits in TCP. */
+    mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE,
+                           mail_session_io_input_bound(ctx->limits.max_line));
     /* A login proxy learns from "[XCLIENT]" that it may forward the
      * client's address (Dovecot's pop3-login announces it the same way, and
      * its proxy sends XCLIENT only after seeing it). */
