@@ -30,18 +30,10 @@ static bool decode(const char *s, size_t len, char *out, size_t cap)
     return true;
 }
 
+/* Decimal, 1 to 20 digits, at most `max`. */
 static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
 {
-    if (len == 0 || len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9' || v > (max - (uint64_t)(s[i] - '0')) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = v;
-    return true;
+    return len <= 20 && slice_parse_u64((struct slice){s, len}, max, out);
 }
 
 static bool take_prefix(const char **p, const char *end, const char *word)
