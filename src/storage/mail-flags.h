@@ -6,6 +6,8 @@
 #define PETREL_STORAGE_MAIL_FLAGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* System flags (RFC 9051 2.3.2), plus maildir's 'P' which no IMAP flag
  * names but which survives every change a front end makes. */
@@ -16,6 +18,18 @@
 #define MAIL_FLAG_DRAFT 0x10u
 #define MAIL_FLAG_PASSED 0x20u /* forwarded; no IMAP flag */
 #define MAIL_FLAG_ALL 0x3fu
+
+/* The system flags' IMAP names, in the order front ends list them
+ * (MAIL_FLAG_PASSED has none); `len` spares a strlen when appending. */
+struct mail_flag_name {
+    uint32_t bit;
+    const char *name;
+    size_t len;
+};
+#define MAIL_FLAG_NAME_COUNT 5
+extern const struct mail_flag_name mail_flag_names[MAIL_FLAG_NAME_COUNT];
+/* The system flag called `name` ("\\Seen", any case), 0 when none is. */
+uint32_t mail_flag_by_name(const char *name);
 
 /* Keywords a folder can hold at once (maildir: the letters a..z); a set of
  * keywords is a bit mask of that many bits. */

@@ -1,6 +1,8 @@
 /* Forwarded client fields (IMAP ID, XCLIENT): checked and collected. */
 #include "protocols/common/mail-forward.h"
 
+#include "core/slice.h"
+
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,17 +43,10 @@ static bool set_ip(struct mail_forward *f, const char *text, size_t len, const c
 /* A decimal number lo..hi, nothing else. */
 static bool parse_uint(const char *text, size_t len, unsigned lo, unsigned hi, unsigned *out)
 {
-    if (len == 0 || len > 6)
+    uint64_t v = 0;
+    if (len > 6 || !slice_parse_u64((struct slice){text, len}, hi, &v) || v < lo)
         return false;
-    unsigned v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] < '0' || text[i] > '9')
-            return false;
-        v = v * 10 + (unsigned)(text[i] - '0');
-    }
-    if (v < lo || v > hi)
-        return false;
-    *out = v;
+    *out = (unsigned)v;
     return true;
 }
 

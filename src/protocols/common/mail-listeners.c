@@ -318,7 +318,7 @@ void mail_session_set_shutdown(struct mail_session_set *set)
     struct mail_session_io *io = set->sessions;
     while (io != NULL) {
         struct mail_session_io *next = io->next; /* the session may go meanwhile */
-        io->ops->shutdown(io->owner);
+        io->ops->goodbye(io->owner, "Server shutting down.");
         io = next;
     }
 }

@@ -84,7 +84,7 @@ void mail_listeners_add_readiness(const struct mail_listeners *ls, struct readin
 /* Stops accepting (idempotent); open connections are not touched. */
 void mail_listeners_close(struct mail_listeners *ls);
 /* Stops accepting and asks every session of the main set to end (its
- * ops->shutdown); they close once their output has left. */
+ * ops->goodbye); they close once their output has left. */
 void mail_listeners_shutdown(struct mail_listeners *ls);
 /* Stops accepting and frees every session of the main set now (its
  * ops->free), for the server's own free; NULL is ignored. */
@@ -136,7 +136,7 @@ struct event_base *mail_session_set_base(const struct mail_session_set *set);
 struct mail_listeners *mail_session_set_listeners(const struct mail_session_set *set);
 /* Sessions in the set. */
 size_t mail_session_set_count(const struct mail_session_set *set);
-/* Asks every session of the set to end (its ops->shutdown). */
+/* Asks every session of the set to end (its ops->goodbye). */
 void mail_session_set_shutdown(struct mail_session_set *set);
 /* Frees every session of the set now (its ops->free). */
 void mail_session_set_free_sessions(struct mail_session_set *set);

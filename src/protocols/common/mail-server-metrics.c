@@ -22,6 +22,17 @@ static void names_set(struct names *n, const char *proto, const char *suffix, co
     va_end(ap);
 }
 
+void mail_server_metrics_command_done(struct metric_family *command_seconds, const char *command,
+                                      const char *result, const struct timespec *started)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double secs =
+        (double)(now.tv_sec - started->tv_sec) + (double)(now.tv_nsec - started->tv_nsec) / 1e9;
+    const char *values[] = {command, result};
+    metric_observe(metric_series_get(command_seconds, values), secs);
+}
+
 void mail_server_metrics_register(struct metrics_registry *reg, const char *proto, const char *name,
                                   struct metric_series **connections_total,
                                   struct metric_family **command_seconds,

@@ -6,6 +6,8 @@
 
 #include "core/metrics.h"
 
+#include <time.h>
+
 /* Registers petrel_<proto>_connections_total, _command_seconds (by command
  * and result), _bytes_total (by direction) and _logins_total (by result);
  * `name` is the protocol as the help texts write it ("IMAP"). */
@@ -14,5 +16,9 @@ void mail_server_metrics_register(struct metrics_registry *reg, const char *prot
                                   struct metric_family **command_seconds,
                                   struct metric_series **bytes_in, struct metric_series **bytes_out,
                                   struct metric_family **logins);
+/* Observes one command in _command_seconds: `command` ("FETCH") and
+ * `result` ("ok"), timed from `started` (CLOCK_MONOTONIC) to now. */
+void mail_server_metrics_command_done(struct metric_family *command_seconds, const char *command,
+                                      const char *result, const struct timespec *started);
 
 #endif

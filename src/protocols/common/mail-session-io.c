@@ -163,6 +163,14 @@ static void write_cb(struct bufferevent *bev, void *arg)
         io->ops->free(io->owner);
 }
 
+/* The inactivity timeout or the login deadline passed. */
+static void inactive(struct mail_session_io *io)
+{
+    log_debug(mail_listeners_params(io->listeners)->component, "inactivity timeout",
+              "session=%s peer=%s", io->id, io->peer);
+    io->ops->goodbye(io->owner, "Disconnected for inactivity.");
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
@@ -183,7 +191,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
             return;
         }
         if (!io->closing)
-            io->ops->timeout(io->owner);
+            inactive(io);
         return;
     }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
@@ -194,7 +202,7 @@ static void deadline_cb(void *arg)
 {
     struct mail_session_io *io = arg;
     if (!io->closing)
-        io->ops->timeout(io->owner);
+        inactive(io);
 }
 
 void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms)
@@ -300,6 +308,12 @@ void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
     io->max_single_write = max_single_write;
     io->input_high_water = input_high_water;
     setup_bev(io);
+}
+
+size_t mail_session_io_input_bound(size_t max_line)
+{
+    size_t n = max_line * 2 + 2;
+    return n < 65536 ? 65536 : n;
 }
 
 void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output)

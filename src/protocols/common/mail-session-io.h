@@ -48,12 +48,12 @@ struct mail_session_io_ops {
     /* Optional: the output drained while the connection is not closing
      * (the moment to produce more of a long response). */
     void (*drained)(void *owner);
-    /* The inactivity timeout passed (never while closing): say goodbye and
-     * mail_session_io_close_after_output(). */
-    void (*timeout)(void *owner);
-    /* The server is going away (mail_listeners_shutdown()): say goodbye
-     * and close after the output, or finish what runs first. */
-    void (*shutdown)(void *owner);
+    /* Say goodbye with `reason` and mail_session_io_close_after_output(),
+     * or finish what runs first: the inactivity timeout or the login
+     * deadline passed ("Disconnected for inactivity.", logged here; never
+     * while closing), or the server is going away (mail_listeners_shutdown():
+     * "Server shutting down."). */
+    void (*goodbye)(void *owner, const char *reason);
     /* The connection is over (EOF, error, closed and drained, or the server
      * freeing every session): free the session, ending with
      * mail_session_io_free(). */
@@ -134,12 +134,17 @@ void mail_session_io_forward(struct mail_session_io *io, const struct mail_forwa
  * hold across STARTTLS. */
 void mail_session_io_enable(struct mail_session_io *io, size_t max_single_write,
                             size_t input_high_water);
+/* The `input_high_water` for a protocol whose commands are lines of at
+ * most `max_line` bytes: room for a whole line twice (a line and the next
+ * one's start), at least 64 KiB. A client pipelining while its answers
+ * wait to be read is then held back by TCP, not by the buffer growing. */
+size_t mail_session_io_input_bound(size_t max_line);
 /* The inactivity timeout: on input (no bytes from the client for `ms`:
- * ops->timeout), or with `on_output` on the output making no progress (a
+ * ops->goodbye), or with `on_output` on the output making no progress (a
  * long response to a client that stopped reading: the session is freed at
  * once, since nothing more would reach the client). Kept across STARTTLS. */
 void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on_output);
-/* A deadline that input does not push back: ops->timeout once `ms` have
+/* A deadline that input does not push back: ops->goodbye once `ms` have
  * passed (never while closing), unless cleared before. The login timeout:
  * a client that sends a byte or a NOOP now and then must not hold a
  * pre-login slot for ever (Dovecot's login processes likewise disconnect
@@ -236,7 +241,7 @@ enum mail_session_login mail_session_io_admit(struct mail_session_io *io, const 
  * slot, per-address and per-user counts, id and warden registration until
  * mail_session_io_free(), which the owner calls once `done` has run (the
  * relay has freed both bufferevents by then). No ops callback runs while
- * relaying but ops->shutdown and ops->free. */
+ * relaying but ops->goodbye (server shutdown) and ops->free. */
 struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct bufferevent *backend,
                                         const struct net_relay_config *cfg, net_relay_done_fn *done,
                                         void *arg);

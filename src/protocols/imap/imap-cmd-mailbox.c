@@ -30,72 +30,74 @@ struct imap_folder_ref {
     char *name; /* UTF-8, namespace separator; "INBOX" for the inbox */
 };
 
+/* How a storage failure is answered: an RFC 5530 response code and text
+ * (NULL: the error's own message), with a warning logged when an operator
+ * should see it. */
+struct storage_answer {
+    int keys[4];       /* petrel error codes or errno values, 0-terminated */
+    const char *event; /* NULL: nothing logged */
+    const char *code;
+    const char *text;
+};
+
+/* By the error's code first. */
+static const struct storage_answer by_code[] = {
+    {{PETREL_ERR_NOT_FOUND}, NULL, "[NONEXISTENT]", "Mailbox does not exist."},
+    {{PETREL_ERR_EXISTS}, NULL, "[ALREADYEXISTS]", "Mailbox already exists."},
+    {{PETREL_ERR_INVALID, PETREL_ERR_UNSUPPORTED}, NULL, "[CANNOT]", NULL},
+    /* The path stays in the log, not with the client. */
+    {{PETREL_ERR_PERMISSION},
+     "storage refused access",
+     "[NOPERM]",
+     "The mail store does not allow this."},
+    {{PETREL_ERR_UNAVAILABLE}, NULL, "[UNAVAILABLE]", "Try again later."},
+    /* RFC 5530: "such as the number of flags used in a mailbox". */
+    {{PETREL_ERR_LIMIT}, NULL, "[LIMIT]", NULL},
+    /* A storage module's refusal (quota), in the module's words: the text a
+     * quota configures (quota_exceeded_message, docs/spec 3). */
+    {{PETREL_ERR_OVER_QUOTA}, NULL, "[OVERQUOTA]", NULL},
+};
+
+/* Then system errors by their cause (as Dovecot maps them): a full disk or
+ * quota is the user's OVERQUOTA, a passing shortage of descriptors or
+ * memory UNAVAILABLE, a size the file system cannot hold LIMIT; anything
+ * else is ours. */
+static const struct storage_answer by_errno[] = {
+    {{ENOSPC, EDQUOT}, "storage full", "[OVERQUOTA]", "Not enough disk space."},
+    {{EMFILE, ENFILE, ENOMEM, EAGAIN},
+     "storage short of resources",
+     "[UNAVAILABLE]",
+     "Temporarily out of resources; try again later."},
+    {{EFBIG, EMLINK, ENAMETOOLONG}, "storage limit", "[LIMIT]", "A storage limit was reached."},
+};
+
+/* Answers with the row of `table` that holds `key`; false when none does. */
+static bool answer_from(struct imap_session *s, const struct petrel_error *err,
+                        const struct storage_answer *table, size_t rows, int key)
+{
+    for (size_t i = 0; i < rows; i++) {
+        for (size_t k = 0; k < 4 && table[i].keys[k] != 0; k++) {
+            if (table[i].keys[k] != key)
+                continue;
+            if (table[i].event != NULL)
+                log_warn(IMAP_COMPONENT, table[i].event, "session=%s command=%s error=\"%s\"",
+                         s->io.id, s->command, err->message);
+            imap_reply_no(s, "%s %s", table[i].code,
+                          table[i].text != NULL ? table[i].text : err->message);
+            return true;
+        }
+    }
+    return false;
+}
+
 void imap_reply_storage_error(struct imap_session *s, const struct petrel_error *err)
 {
-    switch (err->code) {
-    case PETREL_ERR_NOT_FOUND:
-        imap_reply_no(s, "[NONEXISTENT] Mailbox does not exist.");
+    if (answer_from(s, err, by_code, sizeof(by_code) / sizeof(by_code[0]), (int)err->code) ||
+        answer_from(s, err, by_errno, sizeof(by_errno) / sizeof(by_errno[0]), err->sys_errno))
         return;
-    case PETREL_ERR_EXISTS:
-        imap_reply_no(s, "[ALREADYEXISTS] Mailbox already exists.");
-        return;
-    case PETREL_ERR_INVALID:
-    case PETREL_ERR_UNSUPPORTED:
-        imap_reply_no(s, "[CANNOT] %s", err->message);
-        return;
-    case PETREL_ERR_PERMISSION:
-        /* RFC 5530 NOPERM; the path stays in the log, not with the client. */
-        log_warn(IMAP_COMPONENT, "storage refused access", "session=%s command=%s error=\"%s\"",
-                 s->io.id, s->command, err->message);
-        imap_reply_no(s, "[NOPERM] The mail store does not allow this.");
-        return;
-    case PETREL_ERR_UNAVAILABLE:
-        imap_reply_no(s, "[UNAVAILABLE] Try again later.");
-        return;
-    case PETREL_ERR_LIMIT:
-        /* RFC 5530: "such as the number of flags used in a mailbox". */
-        imap_reply_no(s, "[LIMIT] %s", err->message);
-        return;
-    case PETREL_ERR_OVER_QUOTA:
-        /* A storage module's refusal (quota), in the module's words: the
-         * text a quota configures (quota_exceeded_message, docs/spec 3). */
-        imap_reply_no(s, "[OVERQUOTA] %s", err->message);
-        return;
-    default:
-        break;
-    }
-    /* System errors by their cause (RFC 5530, as Dovecot maps them): a full
-     * disk or quota is the user's OVERQUOTA, a passing shortage of
-     * descriptors or memory UNAVAILABLE, a size the file system cannot hold
-     * LIMIT; anything else is ours. */
-    switch (err->sys_errno) {
-    case ENOSPC:
-    case EDQUOT:
-        log_warn(IMAP_COMPONENT, "storage full", "session=%s command=%s error=\"%s\"", s->io.id,
-                 s->command, err->message);
-        imap_reply_no(s, "[OVERQUOTA] Not enough disk space.");
-        return;
-    case EMFILE:
-    case ENFILE:
-    case ENOMEM:
-    case EAGAIN:
-        log_warn(IMAP_COMPONENT, "storage short of resources", "session=%s command=%s error=\"%s\"",
-                 s->io.id, s->command, err->message);
-        imap_reply_no(s, "[UNAVAILABLE] Temporarily out of resources; try again later.");
-        return;
-    case EFBIG:
-    case EMLINK:
-    case ENAMETOOLONG:
-        log_warn(IMAP_COMPONENT, "storage limit", "session=%s command=%s error=\"%s\"", s->io.id,
-                 s->command, err->message);
-        imap_reply_no(s, "[LIMIT] A storage limit was reached.");
-        return;
-    default:
-        log_error(IMAP_COMPONENT, "storage error", "session=%s command=%s error=\"%s\"", s->io.id,
-                  s->command, err->message);
-        imap_reply_no(s, "[SERVERBUG] Internal error; it has been logged.");
-        return;
-    }
+    log_error(IMAP_COMPONENT, "storage error", "session=%s command=%s error=\"%s\"", s->io.id,
+              s->command, err->message);
+    imap_reply_no(s, "[SERVERBUG] Internal error; it has been logged.");
 }
 
 static const struct mail_config *mail_cfg(const struct imap_session *s)

@@ -12,6 +12,7 @@
 #include "protocols/imap/imap-envelope.h"
 #include "protocols/imap/imap-fetch-items.h"
 #include "protocols/imap/imap-literal-spool.h"
+#include "protocols/imap/imap-message.h"
 #include "storage/acl/acl-rights.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-section.h"
@@ -103,15 +104,6 @@ static bool resolve_set(struct imap_session *s, const struct imap_arg *arg, bool
 
 /* ---------- flags ---------- */
 
-static const struct {
-    const char *name;
-    uint32_t bit;
-} flag_names[] = {
-    {"\\Seen", MAIL_FLAG_SEEN},       {"\\Answered", MAIL_FLAG_ANSWERED},
-    {"\\Flagged", MAIL_FLAG_FLAGGED}, {"\\Deleted", MAIL_FLAG_DELETED},
-    {"\\Draft", MAIL_FLAG_DRAFT},
-};
-
 static bool keyword_name_ok(const char *s, size_t len)
 {
     if (len == 0 || len > 64)
@@ -140,15 +132,11 @@ static bool parse_flags(struct imap_session *s, const struct imap_arg *arg, uint
             imap_reply_bad(s, "Flags must be atoms.");
             return false;
         }
-        bool system = false;
-        for (size_t k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++) {
-            if (strcasecmp(f->str, flag_names[k].name) == 0) {
-                *flags |= flag_names[k].bit;
-                system = true;
-            }
-        }
-        if (system)
+        uint32_t bit = mail_flag_by_name(f->str);
+        if (bit != 0) {
+            *flags |= bit;
             continue;
+        }
         if (f->str[0] == '\\') {
             if (strcasecmp(f->str, "\\Recent") == 0) {
                 imap_reply_bad(s, "\\Recent cannot be set.");
@@ -222,53 +210,8 @@ struct imap_fetch_state {
     bool output_moved;
 };
 
-struct fetch_message {
-    struct mailbox_message_data *data; /* opened on demand */
-    struct message parsed;
-    bool have_parsed;
-    bool gone; /* expunged by someone else since our last sync */
-};
-
-/* The stored bytes of the message, unparsed. */
-static bool fetch_open(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
-{
-    if (fm->data != NULL)
-        return true;
-    if (fm->gone)
-        return false;
-    struct petrel_error err;
-    fm->data = mailbox_message_open(s->box, uid, &err);
-    if (fm->data == NULL) {
-        fm->gone = true;
-        if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
-                     s->io.id, uid, err.message);
-        return false;
-    }
-    return true;
-}
-
-static bool fetch_load(struct imap_session *s, uint32_t uid, struct fetch_message *fm)
-{
-    if (fm->have_parsed)
-        return true;
-    if (!fetch_open(s, uid, fm))
-        return false;
-    message_parse(fm->data->data, fm->data->size, NULL, &fm->parsed);
-    fm->have_parsed = true;
-    return true;
-}
-
-static void fetch_release(struct fetch_message *fm)
-{
-    if (fm->have_parsed)
-        message_free(&fm->parsed);
-    if (fm->data != NULL)
-        mailbox_message_release(fm->data);
-}
-
 /* A structure item from the cache, or rendered from the message and cached. */
-static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_structure(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                             const char *field, struct buf *out)
 {
     size_t len = 0;
@@ -277,7 +220,7 @@ static bool fetch_structure(struct imap_session *s, uint32_t uid, struct fetch_m
         buf_append(out, cached, len);
         return true;
     }
-    if (!fetch_load(s, uid, fm))
+    if (!imap_message_parse(fm, s->box, uid, s->io.id))
         return false;
     struct buf value = {0};
     if (strcmp(field, "imap.envelope") == 0)
@@ -312,7 +255,7 @@ static void section_from_body(const struct imap_fetch_body *b, struct imap_secti
  * the file: clients fetch HEADER.FIELDS of whole folders, and the header
  * is a small part of most messages. The bytes stay valid until the next
  * cache call on the folder or the release of `fm`. */
-static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                                const char **block, size_t *len)
 {
     const void *cached = mailbox_cache_lookup(s->box, uid, "imap.hdr", len);
@@ -322,7 +265,7 @@ static bool fetch_header_block(struct imap_session *s, uint32_t uid, struct fetc
     }
     /* The header block alone needs no MIME parse: a multipart's whole
      * tree would be walked only to find where the first blank line is. */
-    if (!fm->have_parsed && !fetch_open(s, uid, fm))
+    if (!fm->have_parsed && !imap_message_open(fm, s->box, uid, s->io.id))
         return false;
     struct message_range h = fm->have_parsed ? fm->parsed.parts[0].header
                                              : message_header_block(fm->data->data, fm->data->size);
@@ -359,7 +302,7 @@ static size_t literal_prefix(char dst[LITERAL_PREFIX_MAX], size_t n)
  * block alone, straight into `out`: the literal's length is put in front
  * once the bytes are there (this runs for every message of a folder a
  * client lists, so nothing is parsed or copied twice). */
-static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_header_item(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                               const struct imap_fetch_body *b, struct buf *out)
 {
     const char *block = NULL;
@@ -387,11 +330,11 @@ static bool whole_message(const struct imap_fetch_body *b)
  * message received over IMAP or LMTP from a conforming client is): the
  * stored bytes are the answer, so nothing is parsed or converted. False
  * (nothing written) when the message needs its line endings converted. */
-static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetch_message *fm,
+static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct imap_message *fm,
                                const struct imap_fetch_body *b, struct buf *out, bool *handled)
 {
     *handled = false;
-    if (!fetch_open(s, uid, fm))
+    if (!imap_message_open(fm, s->box, uid, s->io.id))
         return false;
     if (fm->data->eol != MAILBOX_EOL_CRLF)
         return true;
@@ -421,7 +364,7 @@ static bool fetch_whole_stored(struct imap_session *s, uint32_t uid, struct fetc
  * the ")\r\n" itself. False when the message is gone; *handled false
  * (nothing written) when the stored bytes are not the answer as they are. */
 static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
-                             struct fetch_message *fm, const struct imap_fetch_body *b,
+                             struct imap_message *fm, const struct imap_fetch_body *b,
                              struct buf *out, bool *handled)
 {
     *handled = false;
@@ -432,10 +375,7 @@ static bool fetch_whole_file(struct imap_session *s, struct imap_fetch_state *st
         return true; /* the reading path converts, or finds it gone */
     int fd = mailbox_message_open_file(s->box, uid, &file_size, &err);
     if (fd < 0) {
-        fm->gone = true;
-        if (err.code != PETREL_ERR_NOT_FOUND)
-            log_warn(IMAP_COMPONENT, "cannot read message", "session=%s uid=%u error=\"%s\"",
-                     s->io.id, uid, err.message);
+        imap_message_gone(fm, uid, s->io.id, &err);
         return false;
     }
     if (file_size != size) {
@@ -524,7 +464,7 @@ static enum stream_result stream_pump(struct imap_session *s, struct imap_fetch_
 
 /* One body item: name, then the bytes as a literal (NIL for no such part). */
 static bool fetch_body_item(struct imap_session *s, struct imap_fetch_state *st, uint32_t uid,
-                            struct fetch_message *fm, const struct imap_fetch_body *b, bool last,
+                            struct imap_message *fm, const struct imap_fetch_body *b, bool last,
                             struct buf *out, bool *unknown_cte)
 {
     if (header_only(b) && !fm->have_parsed)
@@ -542,7 +482,7 @@ static bool fetch_body_item(struct imap_session *s, struct imap_fetch_state *st,
         if (handled)
             return true;
     }
-    if (!fetch_load(s, uid, fm))
+    if (!imap_message_parse(fm, s->box, uid, s->io.id))
         return false;
     imap_fetch_body_name(b, out);
     struct buf bytes = {0};
@@ -618,7 +558,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
     struct buf *out = &st->out;
     bool *some_gone = &st->some_gone, *unknown_cte = &st->unknown_cte;
     const struct mailbox_view_entry *e = mailbox_view_at(s->view, seq);
-    struct fetch_message fm;
+    struct imap_message fm;
     memset(&fm, 0, sizeof(fm));
     size_t start = out->len;
     /* The lines of a big FETCH are mostly these first items: appended
@@ -685,7 +625,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
     for (size_t i = 0; ok && i < sizeof(rfc822) / sizeof(rfc822[0]); i++) {
         if ((a & rfc822[i].attr) == 0)
             continue;
-        ok = fetch_load(s, e->uid, &fm);
+        ok = imap_message_parse(&fm, s->box, e->uid, s->io.id);
         if (!ok)
             break;
         struct imap_section sec;
@@ -708,7 +648,7 @@ static void fetch_one(struct imap_session *s, struct imap_fetch_state *st, uint3
                              unknown_cte);
         sep = " ";
     }
-    fetch_release(&fm);
+    imap_message_release(&fm);
     if (st->streaming)
         return; /* the stream ends the line */
     if (!ok) {
@@ -912,10 +852,8 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
         imap_reply_bad(s, "STORE needs a message set, an item and flags.");
         return;
     }
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     const char *item = args[i].str;
     enum mailbox_flags_mode mode;
     if (item[0] == '+')
@@ -1001,6 +939,23 @@ static void do_store(struct imap_session *s, const struct imap_arg *args, size_t
 
 /* ---------- COPY / MOVE ---------- */
 
+/* Opens the folder COPY, MOVE or APPEND saves into; NULL with the NO sent,
+ * "[TRYCREATE] <what> does not exist." when it does not (RFC 3501 6.3.11,
+ * 6.4.7). */
+static struct mailbox *open_target(struct imap_session *s, const struct namespace_config *ns,
+                                   const char *name, const char *what)
+{
+    struct petrel_error err;
+    struct mailbox *box = mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    if (box == NULL) {
+        if (err.code == PETREL_ERR_NOT_FOUND)
+            imap_reply_no(s, "[TRYCREATE] %s does not exist.", what);
+        else
+            imap_reply_storage_error(s, &err);
+    }
+    return box;
+}
+
 static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t argc, bool uid_mode,
                     bool move)
 {
@@ -1008,10 +963,8 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         imap_reply_bad(s, "%s needs a message set and a mailbox.", move ? "MOVE" : "COPY");
         return;
     }
-    if (move && s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (move && imap_selected_readonly_refused(s))
         return;
-    }
     uint32_t *uids = NULL;
     size_t count = 0;
     if (!resolve_set(s, &args[0], uid_mode, &uids, &count))
@@ -1022,17 +975,13 @@ static void do_copy(struct imap_session *s, const struct imap_arg *args, size_t 
         free(uids);
         return;
     }
-    struct petrel_error err;
-    struct mailbox *dst = mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    struct mailbox *dst = open_target(s, ns, name, "Destination mailbox");
     free(name);
     if (dst == NULL) {
         free(uids);
-        if (err.code == PETREL_ERR_NOT_FOUND)
-            imap_reply_no(s, "[TRYCREATE] Destination mailbox does not exist.");
-        else
-            imap_reply_storage_error(s, &err);
         return;
     }
+    struct petrel_error err;
     uint32_t *new_uids = NULL;
     bool ok = count == 0 || (move ? mailbox_move(s->box, uids, count, dst, &new_uids, &err)
                                   : mailbox_copy(s->box, uids, count, dst, true, &new_uids, &err));
@@ -1079,10 +1028,8 @@ static void do_uid_expunge(struct imap_session *s, const struct imap_arg *args, 
         imap_reply_bad(s, "UID EXPUNGE needs a UID set.");
         return;
     }
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     uint32_t *uids = NULL;
     size_t count = 0;
     if (!resolve_set(s, &args[0], true, &uids, &count))
@@ -1169,20 +1116,14 @@ static void cmd_append(struct imap_session *s, const struct imap_command *cmd)
     char *name;
     if (!imap_resolve_folder(s, &cmd->args[0], &ns, &name))
         return;
-    struct petrel_error err;
     /* Appending to the selected folder goes through its open handle: a
      * second open would read the index and replay its log again. */
     bool selected = s->box != NULL && mailbox_is(s->box, ns, name);
-    struct mailbox *box =
-        selected ? s->box : mailbox_open_for(s->user, ns, name, MAILBOX_OPEN_SAVE, &err);
+    struct mailbox *box = selected ? s->box : open_target(s, ns, name, "Mailbox");
     free(name);
-    if (box == NULL) {
-        if (err.code == PETREL_ERR_NOT_FOUND)
-            imap_reply_no(s, "[TRYCREATE] Mailbox does not exist.");
-        else
-            imap_reply_storage_error(s, &err);
+    if (box == NULL)
         return;
-    }
+    struct petrel_error err;
     /* MULTIAPPEND (RFC 3502) is all or nothing: what went in before a
      * failure is taken out again. */
     uint32_t *added = NULL;

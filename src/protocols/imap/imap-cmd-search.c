@@ -10,6 +10,7 @@
 #include "core/utf8.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-envelope.h"
+#include "protocols/imap/imap-message.h"
 #include "protocols/imap/imap-search.h"
 #include "storage/message/message-date.h"
 #include "storage/message/message-decode.h"
@@ -25,10 +26,7 @@ struct search_ctx {
     uint32_t seq;
     const struct mailbox_view_entry *e;
     unsigned needs;
-    struct mailbox_message_data *data;
-    struct message parsed;
-    bool loaded;
-    bool gone;
+    struct imap_message msg; /* read when a key needs it */
 };
 
 /* ASCII case-insensitive substring search over bytes that may hold NULs. */
@@ -49,30 +47,7 @@ static bool contains_ci(const char *hay, size_t hay_len, const char *needle, siz
 
 static bool load(struct search_ctx *c)
 {
-    if (c->loaded)
-        return true;
-    if (c->gone)
-        return false;
-    struct petrel_error err;
-    c->data = mailbox_message_open(c->s->box, c->e->uid, &err);
-    if (c->data == NULL) {
-        c->gone = true;
-        return false;
-    }
-    message_parse(c->data->data, c->data->size, NULL, &c->parsed);
-    c->loaded = true;
-    return true;
-}
-
-static void unload(struct search_ctx *c)
-{
-    if (c->loaded)
-        message_free(&c->parsed);
-    if (c->data != NULL)
-        mailbox_message_release(c->data);
-    c->loaded = false;
-    c->data = NULL;
-    c->gone = false;
+    return imap_message_parse(&c->msg, c->s->box, c->e->uid, NULL);
 }
 
 /* The message's next top-level header field from *pos on (0: the first);
@@ -81,10 +56,10 @@ static bool next_header(struct search_ctx *c, size_t *pos, struct message_header
 {
     if (!load(c))
         return false;
-    const struct message_range *hdr = &c->parsed.parts[0].header;
+    const struct message_range *hdr = &c->msg.parsed.parts[0].header;
     if (*pos < hdr->start)
         *pos = hdr->start;
-    return message_header_next(c->data->data, hdr, pos, f);
+    return message_header_next(c->msg.data->data, hdr, pos, f);
 }
 
 /* Any field `name` of the top-level header whose unfolded value holds
@@ -101,10 +76,10 @@ static bool header_has(struct search_ctx *c, const char *name, bool as_addresses
     struct message_header_field f;
     bool found = false;
     while (!found && next_header(c, &pos, &f)) {
-        if (!f.has_colon || !message_header_is(c->data->data, &f, name))
+        if (!f.has_colon || !message_header_is(c->msg.data->data, &f, name))
             continue;
         struct buf v = {0}, decoded = {0};
-        message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
+        message_header_unfold(&v, c->msg.data->data + f.value_start, f.value_len);
         if (as_addresses) {
             struct buf text = {0};
             imap_envelope_address_text(&text, v.data != NULL ? v.data : "", v.len);
@@ -135,14 +110,14 @@ static bool body_has(struct search_ctx *c, const char *needle, size_t len)
 {
     if (!load(c))
         return false;
-    for (size_t i = 0; i < c->parsed.part_count; i++) {
-        const struct message_part *p = &c->parsed.parts[i];
+    for (size_t i = 0; i < c->msg.parsed.part_count; i++) {
+        const struct message_part *p = &c->msg.parsed.parts[i];
         if (p->kind != MESSAGE_PART_LEAF ||
             !(message_part_is(p, "text", NULL) || message_part_is(p, "message", NULL)))
             continue;
         struct buf body = {0};
-        if (!message_part_decode(&c->parsed, i, &body))
-            buf_append(&body, c->data->data + p->body.start, p->body.len);
+        if (!message_part_decode(&c->msg.parsed, i, &body))
+            buf_append(&body, c->msg.data->data + p->body.start, p->body.len);
         if (latin1_charset(p)) {
             struct buf utf8 = {0};
             for (size_t k = 0; k < body.len; k++)
@@ -165,7 +140,7 @@ static bool text_has(struct search_ctx *c, const char *needle, size_t len)
     struct message_header_field f;
     while (next_header(c, &pos, &f)) {
         struct buf v = {0}, decoded = {0};
-        message_header_unfold(&v, c->data->data + f.start, f.len);
+        message_header_unfold(&v, c->msg.data->data + f.start, f.len);
         message_header_decode(v.data != NULL ? v.data : "", v.len, &decoded);
         bool found =
             contains_ci(decoded.data != NULL ? decoded.data : "", decoded.len, needle, len);
@@ -183,10 +158,10 @@ static bool sent_day(struct search_ctx *c, int32_t *day)
     size_t pos = 0;
     struct message_header_field f;
     while (next_header(c, &pos, &f)) {
-        if (!f.has_colon || !message_header_is(c->data->data, &f, "Date"))
+        if (!f.has_colon || !message_header_is(c->msg.data->data, &f, "Date"))
             continue;
         struct buf v = {0};
-        message_header_unfold(&v, c->data->data + f.value_start, f.value_len);
+        message_header_unfold(&v, c->msg.data->data + f.value_start, f.value_len);
         int64_t epoch = 0;
         int zone = 0;
         bool ok = message_date_parse(v.data != NULL ? v.data : "", v.len, &epoch, &zone);
@@ -321,7 +296,7 @@ uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_progr
         c.seq = seq;
         c.e = mailbox_view_at(s->view, seq);
         bool match = eval(&c, &prog->root);
-        unload(&c);
+        imap_message_release(&c.msg);
         if (match) {
             hits = xgrow(hits, &cap, *count + 1, sizeof(uint32_t));
             hits[(*count)++] = seq;
@@ -339,8 +314,8 @@ bool imap_search_match(struct imap_session *s, const struct imap_search_program 
     if (c.e == NULL)
         return false;
     bool match = eval(&c, &prog->root);
-    *unreadable = c.gone;
-    unload(&c);
+    *unreadable = c.msg.gone;
+    imap_message_release(&c.msg);
     return match;
 }
 
@@ -363,24 +338,32 @@ static void append_partial(struct buf *out, const struct imap_search_program *pr
     buf_append_char(out, ')');
 }
 
-static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
-                      bool uid_mode)
+bool imap_search_parse_selected(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                                struct imap_search_program *prog)
 {
     size_t n = mailbox_view_count(s->view);
     const struct mailbox_view_entry *last = n > 0 ? mailbox_view_at(s->view, (uint32_t)n) : NULL;
-    struct imap_search_program prog;
     struct petrel_error err;
-    if (!imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, &prog, &err)) {
-        /* RFC 5182 2.1: a SAVE answered NO empties $, one answered BAD
-         * leaves it as it was (Dovecot does the same). */
-        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, argc))
-            imap_searchres_clear(s);
-        if (err.code == PETREL_ERR_UNSUPPORTED)
-            imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
-        else
-            imap_reply_bad(s, "%s", err.message);
+    if (imap_search_parse(args, argc, (uint32_t)n, last != NULL ? last->uid : 0, prog, &err))
+        return true;
+    /* RFC 5182 2.1: a SAVE answered NO empties $, one answered BAD leaves
+     * it as it was (Dovecot does the same). */
+    if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, argc))
+        imap_searchres_clear(s);
+    if (err.code == PETREL_ERR_UNSUPPORTED)
+        imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
+    else
+        imap_reply_bad(s, "%s", err.message);
+    return false;
+}
+
+static void do_search(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                      bool uid_mode)
+{
+    struct imap_search_program prog;
+    if (!imap_search_parse_selected(s, args, argc, &prog))
         return;
-    }
+    size_t n = mailbox_view_count(s->view);
     if ((prog.return_options & IMAP_SEARCH_RETURN_UPDATE) && imap_context_tag_in_use(s, s->tag)) {
         /* RFC 5267 4.3: updates are told apart by tag alone */
         imap_search_program_free(&prog);
@@ -402,7 +385,7 @@ static void do_search(struct imap_session *s, const struct imap_arg *args, size_
         c.seq = seq;
         c.e = mailbox_view_at(s->view, seq);
         bool match = eval(&c, &prog.root);
-        unload(&c);
+        imap_message_release(&c.msg);
         if (!match)
             continue;
         hits = xgrow(hits, &cap, hit_count + 1, sizeof(uint32_t));

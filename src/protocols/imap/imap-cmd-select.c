@@ -12,22 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* A system flag's name with its length, for appending without strlen. */
-#define SYSTEM_FLAG(bit, name)                                                                     \
-    {                                                                                              \
-        (bit), (name), sizeof(name) - 1                                                            \
-    }
-
-static const struct {
-    uint32_t bit;
-    const char *name;
-    size_t len;
-} system_flags[] = {
-    SYSTEM_FLAG(MAIL_FLAG_ANSWERED, "\\Answered"), SYSTEM_FLAG(MAIL_FLAG_FLAGGED, "\\Flagged"),
-    SYSTEM_FLAG(MAIL_FLAG_DELETED, "\\Deleted"),   SYSTEM_FLAG(MAIL_FLAG_SEEN, "\\Seen"),
-    SYSTEM_FLAG(MAIL_FLAG_DRAFT, "\\Draft"),
-};
-
 /* ---------- \Recent ---------- */
 
 bool imap_recent_has(const struct imap_session *s, uint32_t uid)
@@ -191,11 +175,11 @@ void imap_append_flags(struct buf *out, const struct imap_session *s, uint32_t u
         buf_append_str(out, "\\Recent");
         first = false;
     }
-    for (size_t i = 0; i < sizeof(system_flags) / sizeof(system_flags[0]); i++) {
-        if (flags & system_flags[i].bit) {
+    for (size_t i = 0; i < MAIL_FLAG_NAME_COUNT; i++) {
+        if (flags & mail_flag_names[i].bit) {
             if (!first)
                 buf_append_char(out, ' ');
-            buf_append(out, system_flags[i].name, system_flags[i].len);
+            buf_append(out, mail_flag_names[i].name, mail_flag_names[i].len);
             first = false;
         }
     }
@@ -578,13 +562,19 @@ static void cmd_check(struct imap_session *s, const struct imap_command *cmd)
     imap_reply_ok(s, "CHECK completed.");
 }
 
+bool imap_selected_readonly_refused(struct imap_session *s)
+{
+    if (!s->readonly)
+        return false;
+    imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    return true;
+}
+
 static void cmd_expunge(struct imap_session *s, const struct imap_command *cmd)
 {
     (void)cmd;
-    if (s->readonly) {
-        imap_reply_no(s, "[READ-ONLY] Mailbox is read-only.");
+    if (imap_selected_readonly_refused(s))
         return;
-    }
     struct petrel_error err;
     if (!expunge_deleted(s, NULL, 0, &err))
         imap_reply_storage_error(s, &err);

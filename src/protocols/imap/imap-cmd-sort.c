@@ -127,20 +127,7 @@ static bool parse_criteria(struct imap_session *s, const struct imap_arg *ret,
     args[n++] = *charset;
     for (size_t i = 0; i < ncriteria; i++)
         args[n++] = criteria[i];
-    size_t count = mailbox_view_count(s->view);
-    const struct mailbox_view_entry *last =
-        count > 0 ? mailbox_view_at(s->view, (uint32_t)count) : NULL;
-    struct petrel_error err;
-    bool ok = imap_search_parse(args, n, (uint32_t)count, last != NULL ? last->uid : 0, prog, &err);
-    if (!ok) {
-        /* RFC 5182 2.1: NO empties $, BAD leaves it (as SEARCH). */
-        if (err.code == PETREL_ERR_UNSUPPORTED && imap_searchres_requested(args, n))
-            imap_searchres_clear(s);
-        if (err.code == PETREL_ERR_UNSUPPORTED)
-            imap_reply_no(s, "[BADCHARSET (US-ASCII UTF-8)] %s", err.message);
-        else
-            imap_reply_bad(s, "%s", err.message);
-    }
+    bool ok = imap_search_parse_selected(s, args, n, prog);
     free(args);
     return ok;
 }

@@ -1,21 +1,11 @@
 #include "protocols/imap/imap-fetch-items.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-struct slice {
-    const char *ptr;
-    size_t len;
-};
-
-static bool slice_is(struct slice s, const char *word)
-{
-    size_t n = strlen(word);
-    return s.len == n && strncasecmp(s.ptr, word, n) == 0;
-}
 
 static const struct {
     const char *name;
@@ -60,22 +50,10 @@ static bool bad(struct petrel_error *err, const char *msg)
     return petrel_error_set(err, PETREL_ERR_INVALID, "%s", msg);
 }
 
-/* Decimal without sign; false when empty or over `max`. */
+/* Decimal without sign, 1 to 20 digits; false when empty or over `max`. */
 static bool parse_u64(struct slice s, uint64_t max, uint64_t *out)
 {
-    if (s.len == 0 || s.len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < s.len; i++) {
-        if (s.ptr[i] < '0' || s.ptr[i] > '9')
-            return false;
-        unsigned d = (unsigned)(s.ptr[i] - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return s.len <= 20 && slice_parse_u64(s, max, out);
 }
 
 static bool is_field_char(unsigned char c)
@@ -164,7 +142,7 @@ static bool parse_section(struct slice s, struct imap_fetch_body *b, struct petr
     struct slice rest = {s.ptr + i, s.len - i};
     const char *sp = memchr(rest.ptr, ' ', rest.len);
     struct slice word = {rest.ptr, sp != NULL ? (size_t)(sp - rest.ptr) : rest.len};
-    if (slice_is(word, "HEADER.FIELDS") || slice_is(word, "HEADER.FIELDS.NOT")) {
+    if (slice_eq_ci(word, "HEADER.FIELDS") || slice_eq_ci(word, "HEADER.FIELDS.NOT")) {
         b->text = word.len == 13 ? IMAP_SECTION_HEADER_FIELDS : IMAP_SECTION_HEADER_FIELDS_NOT;
         if (sp == NULL)
             return bad(err, "Missing header field list in FETCH section");
@@ -173,11 +151,11 @@ static bool parse_section(struct slice s, struct imap_fetch_body *b, struct petr
     }
     if (sp != NULL)
         return bad(err, "Invalid FETCH section");
-    if (slice_is(word, "HEADER"))
+    if (slice_eq_ci(word, "HEADER"))
         b->text = IMAP_SECTION_HEADER;
-    else if (slice_is(word, "TEXT"))
+    else if (slice_eq_ci(word, "TEXT"))
         b->text = IMAP_SECTION_TEXT;
-    else if (slice_is(word, "MIME") && b->part_count > 0)
+    else if (slice_eq_ci(word, "MIME") && b->part_count > 0)
         b->text = IMAP_SECTION_MIME;
     else
         return bad(err, "Invalid FETCH section");
@@ -229,17 +207,17 @@ static bool parse_body_item(struct slice item, size_t bracket, struct imap_fetch
     struct imap_fetch_body b;
     memset(&b, 0, sizeof(b));
     struct slice prefix = {item.ptr, bracket};
-    if (slice_is(prefix, "BODY")) {
+    if (slice_eq_ci(prefix, "BODY")) {
         b.kind = IMAP_FETCH_BODY_SECTION;
-    } else if (slice_is(prefix, "BODY.PEEK")) {
+    } else if (slice_eq_ci(prefix, "BODY.PEEK")) {
         b.kind = IMAP_FETCH_BODY_SECTION;
         b.peek = true;
-    } else if (slice_is(prefix, "BINARY")) {
+    } else if (slice_eq_ci(prefix, "BINARY")) {
         b.kind = IMAP_FETCH_BINARY_SECTION;
-    } else if (slice_is(prefix, "BINARY.PEEK")) {
+    } else if (slice_eq_ci(prefix, "BINARY.PEEK")) {
         b.kind = IMAP_FETCH_BINARY_SECTION;
         b.peek = true;
-    } else if (slice_is(prefix, "BINARY.SIZE")) {
+    } else if (slice_eq_ci(prefix, "BINARY.SIZE")) {
         b.kind = IMAP_FETCH_BINARY_SIZE;
         b.peek = true;
     } else {
@@ -276,7 +254,7 @@ static bool parse_item(const struct imap_arg *arg, struct imap_fetch_items *out,
     if (bracket != NULL)
         return parse_body_item(item, (size_t)(bracket - item.ptr), out, body_cap, err);
     for (size_t i = 0; i < sizeof(simple_items) / sizeof(simple_items[0]); i++) {
-        if (slice_is(item, simple_items[i].name)) {
+        if (slice_eq_ci(item, simple_items[i].name)) {
             out->attrs |= simple_items[i].attrs;
             return true;
         }

@@ -163,7 +163,9 @@ void imap_proxy_session_free(struct imap_session *s);
  * `tls`): greeting, then commands. */
 void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer);
-/* Ends the session now (the server is going away): "* BYE" then close. */
+/* Ends the session now (the server is going away, the client was idle too
+ * long, a line too long): "* BYE <reason>" (unless that would land inside
+ * a literal or a METADATA response) then close. */
 void imap_session_shutdown(struct imap_session *s, const char *reason);
 void imap_session_free(struct imap_session *s);
 /* STARTTLS: layers TLS over the connection after "OK Begin TLS" is queued;
@@ -256,6 +258,11 @@ void imap_uid_sort(struct imap_session *s, const struct imap_arg *args, size_t a
 void imap_uid_thread(struct imap_session *s, const struct imap_arg *args, size_t argc);
 
 struct imap_search_program;
+/* Parses SEARCH criteria (also SORT's and THREAD's) against the selected
+ * folder into `prog`; false with NO [BADCHARSET] or BAD sent (and $
+ * emptied when a SAVE is answered NO, RFC 5182 2.1). */
+bool imap_search_parse_selected(struct imap_session *s, const struct imap_arg *args, size_t argc,
+                                struct imap_search_program *prog);
 /* The sequence numbers of the selected folder's messages that match
  * `prog`, ascending (imap-cmd-search.c); *count of them. NULL when none. */
 uint32_t *imap_search_run(struct imap_session *s, const struct imap_search_program *prog,
@@ -355,6 +362,9 @@ void imap_condstore_enable(struct imap_session *s);
 void imap_send_vanished_earlier(struct imap_session *s, const struct imap_seqset *known);
 /* Leaves the selected state (CLOSE/UNSELECT/SELECT of another/logout). */
 void imap_selected_close(struct imap_session *s);
+/* For a command that would change the folder: true, with
+ * "NO [READ-ONLY]" sent, when it was opened with EXAMINE. */
+bool imap_selected_readonly_refused(struct imap_session *s);
 /* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" for the selected
  * folder: at SELECT, and again before any response that uses a keyword
  * the session has not been told of (RFC 3501 7.2.6). */

@@ -1,21 +1,15 @@
 /* The QRESYNC select parameter (see imap-qresync.h). */
 #include "protocols/imap/imap-qresync.h"
 
+#include "core/slice.h"
+
 #include <string.h>
 
 /* A decimal number 1 .. max, as an atom. */
 static bool parse_number(const struct imap_arg *a, uint64_t max, uint64_t *out)
 {
-    if (a->type != IMAP_ARG_ATOM || a->len == 0 || a->len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < a->len; i++) {
-        if (a->str[i] < '0' || a->str[i] > '9' || v > (max - (uint64_t)(a->str[i] - '0')) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(a->str[i] - '0');
-    }
-    *out = v;
-    return v > 0;
+    return a->type == IMAP_ARG_ATOM && a->len <= 20 &&
+           slice_parse_u64((struct slice){a->str, a->len}, max, out) && *out > 0;
 }
 
 /* RFC 7162 3.2.5: known-uids and the seq-match sets are sequence-sets

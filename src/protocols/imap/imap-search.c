@@ -1,5 +1,6 @@
 #include "protocols/imap/imap-search.h"
 
+#include "core/slice.h"
 #include "core/xalloc.h"
 #include "protocols/imap/imap-date.h"
 
@@ -119,19 +120,8 @@ static bool take_string(struct cursor *c, char **out, size_t *len)
 
 static bool parse_number(const struct imap_arg *a, uint64_t max, uint64_t *out)
 {
-    if (a->type != IMAP_ARG_ATOM || a->len == 0 || a->len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < a->len; i++) {
-        if (a->str[i] < '0' || a->str[i] > '9')
-            return false;
-        unsigned d = (unsigned)(a->str[i] - '0');
-        if (v > (max - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
+    return a->type == IMAP_ARG_ATOM && a->len <= 20 &&
+           slice_parse_u64((struct slice){a->str, a->len}, max, out);
 }
 
 static bool parse_modseq(struct cursor *c, struct imap_search_node *n)

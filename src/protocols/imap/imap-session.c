@@ -6,6 +6,7 @@
 #include "core/utf8.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "protocols/common/mail-server-metrics.h"
 #include "protocols/imap/imap-literal-spool.h"
 
 #include <event2/buffer.h>
@@ -84,13 +85,8 @@ void imap_session_wait_output(struct imap_session *s)
 
 static void command_done(struct imap_session *s, const char *result)
 {
-    const struct imap_server_ctx *ctx = s->ctx;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
-                  (double)(now.tv_nsec - s->command_started.tv_nsec) / 1e9;
-    const char *values[] = {s->command, result};
-    metric_observe(metric_series_get(ctx->m.command_seconds, values), secs);
+    mail_server_metrics_command_done(s->ctx->m.command_seconds, s->command, result,
+                                     &s->command_started);
     s->tag[0] = '\0';
     s->command[0] = '\0';
     if (s->busy) {
@@ -248,16 +244,6 @@ void imap_session_free(struct imap_session *s)
     free(s);
 }
 
-/* Stop reading when this much input waits unparsed (a client pipelining
- * while its answers wait to be read): TCP pushes back instead of the
- * buffer growing. Room for a whole line, which IDLE and AUTHENTICATE read
- * as one piece. */
-static size_t input_high_water(const struct imap_server_ctx *ctx)
-{
-    size_t n = (size_t)ctx->cfg->max_line_length * 2 + 2;
-    return n < 65536 ? 65536 : n;
-}
-
 static bool peer_is_loopback(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET)
@@ -273,10 +259,9 @@ static bool peer_is_loopback(const struct sockaddr *sa)
 
 static void session_input(void *arg);
 static void session_drained(void *arg);
-static void session_timeout(void *arg);
-static void session_shutdown(void *arg)
+static void session_goodbye(void *arg, const char *reason)
 {
-    imap_session_shutdown(arg, "Server shutting down.");
+    imap_session_shutdown(arg, reason);
 }
 static void session_free(void *arg)
 {
@@ -290,8 +275,7 @@ static void session_tls_ready(void *arg)
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
     .drained = session_drained,
-    .timeout = session_timeout,
-    .shutdown = session_shutdown,
+    .goodbye = session_goodbye,
     .free = session_free,
     .tls_ready = session_tls_ready,
 };
@@ -321,8 +305,11 @@ void imap_session_start(const struct imap_server_ctx *ctx, struct bufferevent *b
     set_timeout(s);
     mail_session_io_set_deadline(&s->io, state_timeout_ms(s));
     /* libevent's 16 KiB per pass would take ~50 loop passes for one 800 KB
-     * BODY[]; larger steps keep big fetches from stalling other sessions. */
-    mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE, input_high_water(ctx));
+     * BODY[]; larger steps keep big fetches from stalling other sessions.
+     * The input bound has room for a whole line, which IDLE and
+     * AUTHENTICATE read as one piece. */
+    mail_session_io_enable(&s->io, IMAP_MAX_SINGLE_WRITE,
+                           mail_session_io_input_bound((size_t)ctx->cfg->max_line_length));
     mail_session_io_set_output_limits(&s->io, IMAP_OUTPUT_HIGH_WATER, IMAP_OUTPUT_LOW_WATER);
     struct buf caps = {0};
     imap_capabilities(s, &caps);
@@ -494,18 +481,6 @@ static void session_drained(void *arg)
         imap_fetch_continue(s); /* ends with the tagged reply, then reads on */
     else if (!imap_metadata_continue(s))
         process_input(s);
-}
-
-static void session_timeout(void *arg)
-{
-    struct imap_session *s = arg;
-    log_debug(IMAP_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
-    bool cut = imap_fetch_abort(s);
-    cut = imap_metadata_cut(s) || cut;
-    if (!cut)
-        imap_send(s, "* BYE Disconnected for inactivity.");
-    s->state = IMAP_STATE_LOGOUT;
-    imap_session_close_after_output(s);
 }
 
 bool imap_session_login(struct imap_session *s, const char *username, const char *const *groups)

@@ -30,18 +30,10 @@ static bool decode(const char *s, size_t len, char *out, size_t cap)
     return true;
 }
 
+/* Decimal, 1 to 20 digits, at most `max`. */
 static bool parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
 {
-    if (len == 0 || len > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9' || v > (max - (uint64_t)(s[i] - '0')) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    *out = v;
-    return true;
+    return len <= 20 && slice_parse_u64((struct slice){s, len}, max, out);
 }
 
 static bool take_prefix(const char **p, const char *end, const char *word)
@@ -50,6 +42,20 @@ static bool take_prefix(const char **p, const char *end, const char *word)
     if ((size_t)(end - *p) < n || strncasecmp(*p, word, n) != 0)
         return false;
     *p += n;
+    return true;
+}
+
+/* A non-zero 32-bit number up to the next '/' or the end (RFC 5092
+ * nz-number: UIDVALIDITY and UID); *p moves past it. */
+static bool take_nz_number(const char **p, const char *end, uint32_t *out)
+{
+    const char *n = *p;
+    while (*p < end && **p != '/')
+        (*p)++;
+    uint64_t v = 0;
+    if (!parse_u64(n, (size_t)(*p - n), UINT32_MAX, &v) || v == 0)
+        return false;
+    *out = (uint32_t)v;
     return true;
 }
 
@@ -78,7 +84,6 @@ bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
             return false;
         p = slash;
     }
-    uint64_t v = 0;
     /* ";UID=n...": a relative URL naming a message of the selected
      * mailbox (RFC 5092 7.1); the mailbox stays "". */
     if (out->absolute || !take_prefix(&p, end, ";UID=")) {
@@ -93,23 +98,13 @@ bool imap_url_parse(const char *text, size_t len, struct imap_url *out)
         if (mb_end == p || !decode(p, (size_t)(mb_end - p), out->mailbox, sizeof(out->mailbox)))
             return false;
         p = mb_end;
-        if (take_prefix(&p, end, ";UIDVALIDITY=")) {
-            const char *n = p;
-            while (p < end && *p != '/')
-                p++;
-            if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
-                return false;
-            out->uid_validity = (uint32_t)v;
-        }
+        if (take_prefix(&p, end, ";UIDVALIDITY=") && !take_nz_number(&p, end, &out->uid_validity))
+            return false;
         if (!take_prefix(&p, end, "/;UID="))
             return false;
     }
-    const char *n = p;
-    while (p < end && *p != '/')
-        p++;
-    if (!parse_u64(n, (size_t)(p - n), UINT32_MAX, &v) || v == 0)
+    if (!take_nz_number(&p, end, &out->uid))
         return false;
-    out->uid = (uint32_t)v;
     if (take_prefix(&p, end, "/;SECTION=")) {
         const char *s = p;
         while (p < end && *p != '/')

@@ -57,20 +57,17 @@ static void cmd_mail(struct lmtp_session *s, const struct lmtp_command *cmd)
 {
     const struct lmtp_server_ctx *ctx = ctx_of(s);
     if (s->helo == NULL) {
-        lmtp_reply(s, "503 5.5.1 Send LHLO first");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 Send LHLO first");
         return;
     }
     if (s->has_mail) {
-        lmtp_reply(s, "503 5.5.1 Nested MAIL command");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 Nested MAIL command");
         return;
     }
     struct lmtp_mail_params params;
     struct lmtp_reply_error e;
     if (!lmtp_mail_params_parse(cmd, &params, &e)) {
-        lmtp_reply(s, "%d %s %s", e.code, e.enhanced, e.text);
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "%d %s %s", e.code, e.enhanced, e.text);
         return;
     }
     if (cmd->path.utf8 && !params.smtputf8) {
@@ -161,13 +158,11 @@ static void cmd_rcpt(struct lmtp_session *s, const struct lmtp_command *cmd)
 {
     const struct lmtp_server_ctx *ctx = ctx_of(s);
     if (!s->has_mail) {
-        lmtp_reply(s, "503 5.5.1 Need MAIL command first");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 Need MAIL command first");
         return;
     }
     if (cmd->param_count > 0) {
-        lmtp_reply(s, "555 5.5.4 Unsupported parameter");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "555 5.5.4 Unsupported parameter");
         count_rcpt(s, "rejected");
         return;
     }
@@ -212,13 +207,11 @@ static void cmd_rcpt(struct lmtp_session *s, const struct lmtp_command *cmd)
 static void cmd_data(struct lmtp_session *s)
 {
     if (!s->has_mail) {
-        lmtp_reply(s, "503 5.5.1 Need MAIL command first");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 Need MAIL command first");
         return;
     }
     if (s->rcpt_count == 0) {
-        lmtp_reply(s, "503 5.5.1 No valid recipients");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 No valid recipients");
         return;
     }
     lmtp_spool_free(&s->message);
@@ -385,18 +378,15 @@ static void cmd_starttls(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = ctx_of(s);
     if (ctx->tls == NULL) {
-        lmtp_reply(s, "502 5.5.1 STARTTLS not available");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "502 5.5.1 STARTTLS not available");
         return;
     }
     if (s->tls) {
-        lmtp_reply(s, "503 5.5.1 TLS already active");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 TLS already active");
         return;
     }
     if (s->has_mail) {
-        lmtp_reply(s, "503 5.5.1 STARTTLS not allowed inside a transaction");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 STARTTLS not allowed inside a transaction");
         return;
     }
     lmtp_reply(s, "220 2.0.0 Ready to start TLS");
@@ -419,21 +409,18 @@ static void cmd_starttls(struct lmtp_session *s)
 static void cmd_xclient(struct lmtp_session *s, const struct lmtp_command *cmd)
 {
     if (!s->trusted) {
-        lmtp_reply(s, "550 5.7.0 XCLIENT is allowed only from login_trusted_networks");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "550 5.7.0 XCLIENT is allowed only from login_trusted_networks");
         return;
     }
     if (s->has_mail) {
-        lmtp_reply(s, "503 5.5.1 XCLIENT not allowed inside a transaction");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "503 5.5.1 XCLIENT not allowed inside a transaction");
         return;
     }
     struct mail_forward f;
     mail_forward_init(&f);
     const char *why = NULL;
     if (!mail_forward_xclient(&f, MAIL_FORWARD_XTEXT, cmd->arg.ptr, cmd->arg.len, &why)) {
-        lmtp_reply(s, "501 5.5.4 Invalid XCLIENT: %s", why);
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "501 5.5.4 Invalid XCLIENT: %s", why);
         return;
     }
     char was[80];
@@ -461,8 +448,7 @@ void lmtp_command_run(struct lmtp_session *s, char *line, size_t len)
     if (!lmtp_parse_command(line, len, &cmd, &e)) {
         if (cmd.verb == LMTP_VERB_RCPT)
             count_rcpt(s, "rejected");
-        lmtp_reply(s, "%d %s %s", e.code, e.enhanced, e.text);
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "%d %s %s", e.code, e.enhanced, e.text);
         return;
     }
     switch (cmd.verb) {
@@ -471,8 +457,7 @@ void lmtp_command_run(struct lmtp_session *s, char *line, size_t len)
         break;
     case LMTP_VERB_HELO:
     case LMTP_VERB_EHLO:
-        lmtp_reply(s, "500 5.5.1 This is LMTP: use LHLO");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "500 5.5.1 This is LMTP: use LHLO");
         break;
     case LMTP_VERB_MAIL:
         cmd_mail(s, &cmd);
@@ -484,8 +469,7 @@ void lmtp_command_run(struct lmtp_session *s, char *line, size_t len)
         cmd_data(s);
         break;
     case LMTP_VERB_BDAT:
-        lmtp_reply(s, "502 5.5.1 BDAT not supported (no CHUNKING)");
-        lmtp_session_error(s);
+        lmtp_reply_client_error(s, "502 5.5.1 BDAT not supported (no CHUNKING)");
         break;
     case LMTP_VERB_RSET:
         lmtp_session_reset_transaction(s);

@@ -157,12 +157,14 @@ void lmtp_session_shutdown(struct lmtp_session *s);
 void lmtp_session_free(struct lmtp_session *s);
 /* One reply line ("250 2.1.0 Sender OK"); `fmt` must not produce CR/LF. */
 void lmtp_reply(struct lmtp_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for a syntax or sequence error, which also counts toward
+ * max_errors: at the limit "421" follows and the session closes. */
+void lmtp_reply_client_error(struct lmtp_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Writes a multi-line reply: lines[0..n) with "code-" / "code " prefixes. */
 void lmtp_reply_lines(struct lmtp_session *s, int code, const char *const *lines, size_t n);
 /* Closes after the output has drained. */
 void lmtp_session_close_after_output(struct lmtp_session *s);
-/* A syntax or sequence error was answered: counts toward max_errors. */
-void lmtp_session_error(struct lmtp_session *s);
 /* The asynchronous step (lookup, delivery) is over: read on. Called from
  * the loop (a callback), never from inside the session's input handling. */
 void lmtp_session_resume(struct lmtp_session *s);

@@ -37,16 +37,35 @@ static void send_raw(struct lmtp_session *s, const void *data, size_t len)
     metric_add(lmtp_server_context(s->server)->m.bytes_out, (double)len);
 }
 
-void lmtp_reply(struct lmtp_session *s, const char *fmt, ...)
+static void reply_v(struct lmtp_session *s, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+static void reply_v(struct lmtp_session *s, const char *fmt, va_list ap)
 {
     struct buf line = {0};
-    va_list ap;
-    va_start(ap, fmt);
     buf_vprintf(&line, fmt, ap);
-    va_end(ap);
     buf_append_str(&line, "\r\n");
     send_raw(s, line.data, line.len);
     buf_free(&line);
+}
+
+void lmtp_reply(struct lmtp_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(s, fmt, ap);
+    va_end(ap);
+}
+
+static void count_error(struct lmtp_session *s);
+
+void lmtp_reply_client_error(struct lmtp_session *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_v(s, fmt, ap);
+    va_end(ap);
+    count_error(s);
 }
 
 void lmtp_reply_lines(struct lmtp_session *s, int code, const char *const *lines, size_t n)
@@ -132,7 +151,7 @@ void lmtp_session_free(struct lmtp_session *s)
     free(s);
 }
 
-void lmtp_session_error(struct lmtp_session *s)
+static void count_error(struct lmtp_session *s)
 {
     const struct lmtp_server_ctx *ctx = lmtp_server_context(s->server);
     if (++s->errors < (size_t)ctx->cfg->max_errors)
@@ -306,8 +325,7 @@ static void process_input(struct lmtp_session *s)
                 metric_add(ctx->m.bytes_in, (double)avail);
                 if (!s->skip_line) {
                     s->skip_line = true;
-                    lmtp_reply(s, "500 5.5.2 Line too long");
-                    lmtp_session_error(s);
+                    lmtp_reply_client_error(s, "500 5.5.2 Line too long");
                 }
             }
             return;
@@ -317,8 +335,7 @@ static void process_input(struct lmtp_session *s)
         if (s->skip_line || total - 1 > max) {
             evbuffer_drain(in, total);
             if (!s->skip_line) {
-                lmtp_reply(s, "500 5.5.2 Line too long");
-                lmtp_session_error(s);
+                lmtp_reply_client_error(s, "500 5.5.2 Line too long");
             }
             s->skip_line = false;
             continue;

@@ -2,6 +2,7 @@
 #include "protocols/pop3/pop3-parser.h"
 
 #include "core/buf.h"
+#include "core/slice.h"
 #include "core/xalloc.h"
 
 #include <stdlib.h>
@@ -218,20 +219,5 @@ bool pop3_parser_in_line(const struct pop3_parser *p)
 
 bool pop3_parse_number(const char *text, uint64_t max, uint64_t *out)
 {
-    size_t n = strlen(text);
-    if (n == 0 || n > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] < '0' || text[i] > '9')
-            return false;
-        unsigned d = (unsigned)(text[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    if (v > max)
-        return false;
-    *out = v;
-    return true;
+    return strlen(text) <= 20 && str_parse_u64(text, max, out);
 }

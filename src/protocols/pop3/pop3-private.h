@@ -145,8 +145,9 @@ const struct pop3_server_ctx *pop3_server_context(const struct pop3_server *srv)
  * `tls`): greeting, then commands. */
 void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool tls,
                         const struct sockaddr *peer);
-/* Ends the session now (the server is going away): "-ERR <reason>" unless
- * a response is being streamed, then close. Deleted messages stay. */
+/* Ends the session now (the server is going away, the client was idle too
+ * long): "-ERR <reason>" unless a response is being streamed, then close.
+ * Deleted messages stay. */
 void pop3_session_shutdown(struct pop3_session *s, const char *reason);
 void pop3_session_free(struct pop3_session *s);
 /* STLS: layers TLS over the connection after "+OK" is queued; input

@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/sockaddr.h"
+#include "protocols/common/mail-server-metrics.h"
 #include "clients/warden/warden-client.h"
 
 #include <event2/buffer.h>
@@ -51,13 +52,9 @@ static void set_timeout(struct pop3_session *s)
 
 static void command_done(struct pop3_session *s, const char *result)
 {
-    const struct pop3_server_ctx *ctx = pop3_server_context(s->server);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    double secs = (double)(now.tv_sec - s->command_started.tv_sec) +
-                  (double)(now.tv_nsec - s->command_started.tv_nsec) / 1e9;
-    const char *values[] = {s->command[0] != '\0' ? s->command : "invalid", result};
-    metric_observe(metric_series_get(ctx->m.command_seconds, values), secs);
+    mail_server_metrics_command_done(pop3_server_context(s->server)->m.command_seconds,
+                                     s->command[0] != '\0' ? s->command : "invalid", result,
+                                     &s->command_started);
     s->command[0] = '\0';
     if (s->busy) {
         /* An asynchronous command finished: read what waited meanwhile. */
@@ -66,22 +63,32 @@ static void command_done(struct pop3_session *s, const char *result)
     }
 }
 
+/* The one-line reply that ends the current command: `status` ("+OK",
+ * "-ERR"), the text, and the command's metric under `result`. */
+static void reply_line(struct pop3_session *s, const char *status, const char *result,
+                       const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+
+static void reply_line(struct pop3_session *s, const char *status, const char *result,
+                       const char *fmt, va_list ap)
+{
+    mail_session_io_vwritef(&s->io, status, fmt, ap);
+    command_done(s, result);
+}
+
 void pop3_reply_ok(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    mail_session_io_vwritef(&s->io, "+OK ", fmt, ap);
+    reply_line(s, "+OK ", "ok", fmt, ap);
     va_end(ap);
-    command_done(s, "ok");
 }
 
 void pop3_reply_err(struct pop3_session *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    mail_session_io_vwritef(&s->io, "-ERR ", fmt, ap);
+    reply_line(s, "-ERR ", "err", fmt, ap);
     va_end(ap);
-    command_done(s, "err");
 }
 
 void pop3_reply_multiline(struct pop3_session *s, const char *first, const struct buf *body)
@@ -208,20 +215,11 @@ static bool peer_is_secure(const struct pop3_server_ctx *ctx, const struct socka
     return sa->sa_family == AF_UNIX || cidr_list_match(&ctx->secure_nets, sa);
 }
 
-/* Stop reading when this much input waits unparsed (a client pipelining
- * behind a long RETR): TCP pushes back instead of the buffer growing. */
-static size_t input_high_water(const struct pop3_server_ctx *ctx)
-{
-    size_t n = ctx->limits.max_line * 2 + 2;
-    return n < 65536 ? 65536 : n;
-}
-
 static void session_input(void *arg);
 static void session_drained(void *arg);
-static void session_timeout(void *arg);
-static void session_shutdown(void *arg)
+static void session_goodbye(void *arg, const char *reason)
 {
-    pop3_session_shutdown(arg, "Server shutting down.");
+    pop3_session_shutdown(arg, reason);
 }
 static void session_free(void *arg)
 {
@@ -235,8 +233,7 @@ static void session_tls_ready(void *arg)
 static const struct mail_session_io_ops session_ops = {
     .input = session_input,
     .drained = session_drained,
-    .timeout = session_timeout,
-    .shutdown = session_shutdown,
+    .goodbye = session_goodbye,
     .free = session_free,
     .tls_ready = session_tls_ready,
 };
@@ -259,7 +256,9 @@ void pop3_session_start(struct pop3_server *srv, struct bufferevent *bev, bool t
     set_timeout(s);
     mail_session_io_set_deadline(
         &s->io, mail_listeners_login_timeout(ctx->listeners, ctx->cfg->login.login_timeout_ms));
-    mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE, input_high_water(ctx));
+    /* A client pipelining behind a long RETR waits in TCP. */
+    mail_session_io_enable(&s->io, POP3_MAX_SINGLE_WRITE,
+                           mail_session_io_input_bound(ctx->limits.max_line));
     /* A login proxy learns from "[XCLIENT]" that it may forward the
      * client's address (Dovecot's pop3-login announces it the same way, and
      * its proxy sends XCLIENT only after seeing it). */
@@ -390,13 +389,6 @@ static void session_drained(void *arg)
         s->output_wait = false;
         process_input(s);
     }
-}
-
-static void session_timeout(void *arg)
-{
-    struct pop3_session *s = arg;
-    log_debug(POP3_COMPONENT, "inactivity timeout", "session=%s peer=%s", s->io.id, s->io.peer);
-    pop3_session_shutdown(s, "Disconnected for inactivity.");
 }
 
 void pop3_session_sasl_challenge(struct pop3_session *s, const char *challenge)
