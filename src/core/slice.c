@@ -18,7 +18,7 @@ static bool parse_base(struct slice s, unsigned base, uint64_t max, uint64_t *ou
                            : (s.ptr[i] >= '0' && s.ptr[i] <= '9' ? s.ptr[i] - '0' : -1);
         if (d < 0)
             return false;
-        if (v > (max - (uint64_t)d) / base)
+        if ((uint64_t)d > max || v > (max - (uint64_t)d) / base)
             return false;
         v = v * base + (uint64_t)d;
     }

@@ -76,6 +76,12 @@ static void test_parse_u64(void **state)
     assert_true(str_parse_u64("0065535", 65535, &v));
     assert_int_equal(v, 65535);
     assert_false(str_parse_u64("65536", 65535, &v));
+    /* a bound under 9: a single digit above it is refused too */
+    assert_false(str_parse_u64("7", 5, &v));
+    assert_false(str_parse_u64("1", 0, &v));
+    assert_true(str_parse_u64("5", 5, &v));
+    assert_int_equal(v, 5);
+    assert_false(slice_parse_hex_u64(sl("c"), 9, &v));
     assert_true(str_parse_u64("18446744073709551615", UINT64_MAX, &v));
     assert_true(v == UINT64_MAX);
     assert_false(str_parse_u64("18446744073709551616", UINT64_MAX, &v));
