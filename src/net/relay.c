@@ -35,7 +35,7 @@ struct side {
     struct bufferevent *bev; /* a bufferevent side; NULL for a socket side or once closed */
     evutil_socket_t fd;      /* a socket side; -1 for a bufferevent side or once closed */
     struct event *readable;  /* socket side */
-    struct event *writable;  /* socket side; pending while `queue` is not empty */
+    struct event *writable;  /* socket side; made with the queue, pending while it is not empty */
     struct evbuffer *queue;  /* socket side; made when first needed */
     bool paused;             /* not read: the other side's queue is full */
 };
@@ -48,8 +48,7 @@ struct net_relay {
     net_relay_done_fn *done;
     void *arg;
     struct net_relay_stats stats;
-    struct event *timer;  /* idle, then linger */
-    struct event *finish; /* calls done from the loop */
+    struct event *timer; /* idle, then linger */
     int64_t last_activity_ms;
     int64_t linger_until_ms; /* ending: the last moment to wait for the kept side */
     bool ending;
@@ -111,7 +110,8 @@ static void close_side(struct side *s)
     s->bev = NULL;
     if (s->fd >= 0) {
         event_free(s->readable);
-        event_free(s->writable);
+        if (s->writable != NULL)
+            event_free(s->writable);
         close(s->fd);
     }
     s->fd = -1;
@@ -119,19 +119,6 @@ static void close_side(struct side *s)
     if (s->queue != NULL)
         evbuffer_free(s->queue);
     s->queue = NULL;
-}
-
-/* Both sides are done: `done` runs from the loop, never inside a call of
- * ours. */
-static void finish(struct net_relay *r)
-{
-    if (r->finished)
-        return;
-    r->finished = true;
-    close_side(&r->client);
-    close_side(&r->backend);
-    evtimer_del(r->timer);
-    event_active(r->finish, 0, 0);
 }
 
 static void finish_cb(evutil_socket_t fd, short what, void *arg)
@@ -144,9 +131,23 @@ static void finish_cb(evutil_socket_t fd, short what, void *arg)
     enum net_relay_end end = r->end;
     struct net_relay_stats stats = r->stats;
     event_free(r->timer);
-    event_free(r->finish);
     free(r);
     done(done_arg, end, &stats);
+}
+
+/* Both sides are done: `done` runs from the loop, never inside a call of
+ * ours. */
+static void finish(struct net_relay *r)
+{
+    if (r->finished)
+        return;
+    r->finished = true;
+    close_side(&r->client);
+    close_side(&r->backend);
+    evtimer_del(r->timer);
+    /* An event made only now: an idle relay does not hold one. */
+    if (event_base_once(r->base, -1, EV_TIMEOUT, finish_cb, r, NULL) != 0)
+        petrel_fatal("out of memory ending a relay");
 }
 
 /* The relay ends: `gone` (may be NULL) is closed now, the other side gets
@@ -197,10 +198,14 @@ static bool retry_later(int err)
     return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
 }
 
+static void socket_writable(evutil_socket_t fd, short what, void *arg);
+
 static struct evbuffer *queue_of(struct side *to)
 {
-    if (to->queue == NULL)
+    if (to->queue == NULL) {
         to->queue = evbuffer_new();
+        to->writable = event_new(to->r->base, to->fd, EV_WRITE | EV_PERSIST, socket_writable, to);
+    }
     if (evbuffer_get_length(to->queue) == 0)
         event_add(to->writable, NULL);
     return to->queue;
@@ -401,7 +406,6 @@ static void side_take(struct net_relay *r, struct side *s, struct bufferevent *b
         bufferevent_setfd(bev, -1);
         evbuffer_add_buffer(pending, bufferevent_get_input(bev));
         s->readable = event_new(r->base, s->fd, EV_READ | EV_PERSIST, socket_readable, s);
-        s->writable = event_new(r->base, s->fd, EV_WRITE | EV_PERSIST, socket_writable, s);
         struct evbuffer *out = bufferevent_get_output(bev);
         if (evbuffer_get_length(out) > 0)
             evbuffer_add_buffer(queue_of(s), out);
@@ -450,7 +454,6 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
     r->arg = arg;
     r->base = bufferevent_get_base(client);
     r->timer = evtimer_new(r->base, timer_cb, r);
-    r->finish = event_new(r->base, -1, 0, finish_cb, r);
     r->last_activity_ms = now_ms(r);
     struct evbuffer *from_client = evbuffer_new();
     struct evbuffer *from_backend = evbuffer_new();

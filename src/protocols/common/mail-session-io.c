@@ -214,7 +214,10 @@ void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms)
 
 void mail_session_io_clear_deadline(struct mail_session_io *io)
 {
-    net_deadline_clear(io->deadline);
+    /* Freed, not just disarmed: a logged-in or relayed session holds many
+     * thousands of times over, and never needs it again. */
+    net_deadline_free(io->deadline);
+    io->deadline = NULL;
 }
 
 static void apply_timeout(struct mail_session_io *io)
@@ -521,7 +524,7 @@ struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct buffe
                                         void *arg)
 {
     uncork(io, false);
-    net_deadline_clear(io->deadline);
+    mail_session_io_clear_deadline(io);
     bufferevent_set_timeouts(io->bev, NULL, NULL);
     bufferevent_setwatermark(io->bev, EV_READ | EV_WRITE, 0, 0);
     struct bufferevent *under = bufferevent_get_underlying(io->bev);

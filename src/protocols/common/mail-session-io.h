@@ -151,6 +151,7 @@ void mail_session_io_set_timeout(struct mail_session_io *io, int64_t ms, bool on
  * a client that has not logged in after a fixed time). Kept across
  * STARTTLS. */
 void mail_session_io_set_deadline(struct mail_session_io *io, int64_t ms);
+/* Drops the deadline and frees it (a later set_deadline makes a new one). */
 void mail_session_io_clear_deadline(struct mail_session_io *io);
 /* Bounds the output for an owner that produces it step by step (IMAP):
  * mail_session_io_output_full() turns true once `high` bytes wait unsent;
