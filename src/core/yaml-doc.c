@@ -146,8 +146,12 @@ static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int de
                 }
                 key = xstrndup((const char *)child.data.scalar.value, child.data.scalar.length);
                 yaml_event_delete(&child);
-                snprintf(child_path, sizeof(child_path), "%s%s%s", path, *path != '\0' ? "." : "",
-                         key);
+                int w = snprintf(child_path, sizeof(child_path), "%s%s%s", path,
+                                 *path != '\0' ? "." : "", key);
+                /* The path only names places in messages: a longer one is
+                 * cut, and says so. */
+                if (w < 0 || (size_t)w >= sizeof(child_path))
+                    memcpy(child_path + sizeof(child_path) - 4, "...", 4);
                 for (size_t i = 0; i < n->count; i++) {
                     if (strcmp(n->keys[i], key) == 0) {
                         petrel_error_set(st->err, PETREL_ERR_INVALID,
@@ -184,8 +188,7 @@ static struct ynode *build_node(struct parse_state *st, yaml_event_t *ev, int de
 struct ydoc *ydoc_parse(const char *file, const char *text, size_t len, struct petrel_error *err)
 {
     if (len > YDOC_MAX_BYTES) {
-        petrel_error_set(err, PETREL_ERR_INVALID, "%s: larger than %d bytes", file,
-                         YDOC_MAX_BYTES);
+        petrel_error_set(err, PETREL_ERR_INVALID, "%s: larger than %d bytes", file, YDOC_MAX_BYTES);
         return NULL;
     }
     struct parse_state st = {.file = file, .err = err};
@@ -208,8 +211,8 @@ struct ydoc *ydoc_parse(const char *file, const char *text, size_t len, struct p
             break;
         }
         if (type == YAML_DOCUMENT_START_EVENT && seen_doc) {
-            petrel_error_set(err, PETREL_ERR_INVALID, "%s:%d: only one YAML document allowed",
-                             file, (int)ev.start_mark.line + 1);
+            petrel_error_set(err, PETREL_ERR_INVALID, "%s:%d: only one YAML document allowed", file,
+                             (int)ev.start_mark.line + 1);
             yaml_event_delete(&ev);
             break;
         }

@@ -71,7 +71,8 @@ static void expect(const char *stored, const char *password, enum password_schem
 {
     enum password_verdict got = password_verify(stored, password, default_scheme, NULL);
     if (got != want)
-        fail_msg("verify(\"%s\", \"%s\") = %d, expected %d", stored, password, got, want);
+        fail_msg("verify(\"%s\", \"%s\") = %d, expected %d", stored ? stored : "(null)",
+                 password ? password : "(null)", got, want);
 }
 
 /* Checks `hash` under `scheme`: with its prefix (in two spellings) and bare

@@ -313,7 +313,7 @@ static bool decode_version(struct decoder *d, struct ring_msg *m)
         return false;
     if (strcmp(d->line->fields[1], RING_PROTOCOL_NAME) != 0)
         return petrel_error_set(d->err, PETREL_ERR_INVALID, "VERSION: not %s", RING_PROTOCOL_NAME);
-    uint32_t major, minor;
+    uint32_t major = 0, minor = 0;
     if (!get_u32(d, 2, "major version", 0, &major) || !get_u32(d, 3, "minor version", 0, &minor))
         return false;
     m->version.major = major;

@@ -51,14 +51,14 @@ static void send_login(struct imap_proxy_login *pl, struct buf *out)
     if (f->ip[0] != '\0')
         id_pair(out, &first, "x-originating-ip", f->ip);
     if (f->port != 0) {
-        char port[8];
+        char port[12];
         snprintf(port, sizeof(port), "%u", f->port);
         id_pair(out, &first, "x-originating-port", port);
     }
     if (f->session[0] != '\0')
         id_pair(out, &first, "x-session-id", f->session);
     if (f->ttl >= 0) {
-        char ttl[8];
+        char ttl[12];
         snprintf(ttl, sizeof(ttl), "%d", f->ttl);
         id_pair(out, &first, "x-proxy-ttl", ttl);
     }

@@ -224,7 +224,7 @@ static void parse_line(struct parser *p, const char *text, size_t len)
     buf_append(&p->scratch, text, len);
     char *line = p->scratch.data;
 
-    char *f[PASSWD_FILE_FIELDS];
+    char *f[PASSWD_FILE_FIELDS] = {0};
     size_t n = 0;
     char *rest = NULL;
     char *at = line;

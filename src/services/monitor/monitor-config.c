@@ -117,16 +117,19 @@ static bool read_credentials(const struct cfg_ctx *ctx, const struct ynode *entr
         !cfg_string(ctx, entry, path, "user", &c->user) ||
         !cfg_string(ctx, entry, path, "password", &c->password))
         return false;
-    char full[320];
     if (c->user == NULL || c->user[0] == '\0')
         return cfg_fail(ctx, entry, path, "user is required");
     if (c->password == NULL)
         return cfg_fail(ctx, entry, path, "password is required");
-    snprintf(full, sizeof(full), "%s.user", path);
-    if (!check_text(ctx, ynode_get(entry, "user"), full, c->user))
+    char *full = xasprintf("%s.user", path);
+    bool ok = check_text(ctx, ynode_get(entry, "user"), full, c->user);
+    free(full);
+    if (!ok)
         return false;
-    snprintf(full, sizeof(full), "%s.password", path);
-    return check_text(ctx, ynode_get(entry, "password"), full, c->password);
+    full = xasprintf("%s.password", path);
+    ok = check_text(ctx, ynode_get(entry, "password"), full, c->password);
+    free(full);
+    return ok;
 }
 
 static bool read_tags(const struct cfg_ctx *ctx, const struct ynode *node,

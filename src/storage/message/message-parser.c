@@ -594,7 +594,7 @@ static bool parse_header(struct parser *p, size_t index, struct mark *header_end
     struct message_header_field field;
     bool open = false;
     size_t field_count = 0;
-    struct line l;
+    struct line l = {0};
     bool complete = true;
     while (true) {
         if (!peek_line(p, &l)) {
@@ -638,7 +638,7 @@ static bool parse_header(struct parser *p, size_t index, struct mark *header_end
 /* Skips body lines up to the next boundary line of any open multipart. */
 static void skip_to_boundary(struct parser *p, struct part_end *end)
 {
-    struct line l;
+    struct line l = {0};
     while (peek_line(p, &l)) {
         if (match_boundary(p, &l, &end->boundary, &end->closing)) {
             end->at_eof = false;
@@ -697,7 +697,7 @@ static void parse_multipart_body(struct parser *p, size_t index, const char *bou
     skip_to_boundary(p, end); /* the preamble */
     unsigned depth = p->msg->parts[index].depth + 1;
     while (!end->at_eof && end->boundary == mine && !end->closing) {
-        struct line l;
+        struct line l = {0};
         peek_line(p, &l);
         consume_line(p, &l);
         if (p->msg->part_count >= p->limits.max_parts) {
@@ -711,7 +711,7 @@ static void parse_multipart_body(struct parser *p, size_t index, const char *bou
     p->stack_count = mine;
     if (!end->at_eof && end->boundary == mine) {
         /* The close delimiter: the epilogue runs to an outer boundary. */
-        struct line l;
+        struct line l = {0};
         peek_line(p, &l);
         consume_line(p, &l);
         skip_to_boundary(p, end);
