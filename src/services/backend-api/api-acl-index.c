@@ -12,6 +12,7 @@
  * folders that are gone go); a failing folder enumeration answers 500
  * before anything is written. `all` with `folders`: 400; neither: 400.
  * `dry_run` writes nothing and reports the difference per row. */
+#include "services/backend-api/api-pending.h"
 #include "services/backend-api/api-storage.h"
 #include "services/backend-api/backend-api.h"
 
@@ -320,38 +321,18 @@ out:
 
 /* A request waiting for the dict (the client may leave meanwhile). */
 struct reg_call {
-    struct http_request *req; /* NULL once cancelled */
+    struct api_pending pending;
     char *user;
     char *ns;
 };
 
-static void call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
-{
-    (void)req;
-    (void)why;
-    struct reg_call *call = ctx;
-    call->req = NULL;
-}
-
 static struct reg_call *call_new(struct http_request *req, const char *user, const char *ns)
 {
     struct reg_call *call = xcalloc(1, sizeof(*call));
-    call->req = req;
     call->user = xstrdup(user);
     call->ns = ns != NULL ? xstrdup(ns) : NULL;
-    http_request_set_cancel(req, call_cancel, call);
+    api_pending_hold(&call->pending, req);
     return call;
-}
-
-/* The request, if its client is still there, no longer cancellable: it
- * is answered now. */
-static struct http_request *call_take(struct reg_call *call)
-{
-    struct http_request *req = call->req;
-    if (req != NULL)
-        http_request_set_cancel(req, NULL, NULL);
-    call->req = NULL;
-    return req;
 }
 
 static void call_free(struct reg_call *call)
@@ -380,7 +361,7 @@ static void list_done(bool ok, const char *error, const char *const *owners, siz
                       void *ctx)
 {
     struct reg_call *call = ctx;
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     if (req != NULL) {
         if (!ok) {
             http_reply_error(req, 500, "registry lookup failed: %s", error != NULL ? error : "");
@@ -423,7 +404,7 @@ static void handle_registry_list(struct http_request *req, void *ctx)
 static void rebuild_done(bool ok, const char *error, size_t rows, void *ctx)
 {
     struct reg_call *call = ctx;
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     if (req != NULL) {
         if (!ok)
             http_reply_error(req, 500, "registry write failed: %s", error != NULL ? error : "");

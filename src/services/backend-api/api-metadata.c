@@ -3,6 +3,7 @@
  * store IMAP uses (storage/metadata/metadata-store.h), on the main loop's
  * handle of mail.attribute_dict. Nothing is cached on either side, so an
  * IMAP session sees a write made here at its next command. */
+#include "services/backend-api/api-pending.h"
 #include "services/backend-api/api-storage.h"
 #include "services/backend-api/backend-api.h"
 
@@ -20,33 +21,23 @@ enum md_op { MD_LIST, MD_GET, MD_SET, MD_DELETE };
 
 /* A request waiting for the dict (the client may leave meanwhile). */
 struct md_call {
-    struct http_request *req; /* NULL once cancelled */
+    struct api_pending pending;
     struct metadata_entry entry;
 };
-
-static void call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
-{
-    (void)req;
-    (void)why;
-    struct md_call *call = ctx;
-    call->req = NULL;
-}
 
 static struct md_call *call_new(struct http_request *req, const struct metadata_entry *e)
 {
     struct md_call *call = xcalloc(1, sizeof(*call));
-    call->req = req;
     if (e != NULL)
         call->entry = *e;
-    http_request_set_cancel(req, call_cancel, call);
+    api_pending_hold(&call->pending, req);
     return call;
 }
 
+/* The request to answer (api_pending_take), the call freed. */
 static struct http_request *call_take(struct md_call *call)
 {
-    struct http_request *req = call->req;
-    if (req != NULL)
-        http_request_set_cancel(req, NULL, NULL);
+    struct http_request *req = api_pending_take(&call->pending);
     free(call);
     return req;
 }
