@@ -214,13 +214,9 @@ static void scope_rows(const struct scope *s, const struct acl_index *idx, struc
     acl_list_free(&list);
 }
 
-static void handle_rebuild(struct http_request *req, void *ctx)
+static void handle_rebuild(struct http_request *req, struct storage_request *sr,
+                           struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     json_t *folders = NULL;
     bool all = false, dry_run = false;
     struct scope s = {0};
@@ -228,10 +224,10 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     char **names = NULL;
     size_t name_count = 0;
     struct acl_index now = {0}, after = {0}, before = {0};
-    if (!json_get_array(sr.body, "folders", false, &folders, &err) ||
-        !json_get_bool(sr.body, "all", false, &all, &err) ||
-        !json_get_bool(sr.body, "dry_run", false, &dry_run, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
+    if (!json_get_array(sr->body, "folders", false, &folders, err) ||
+        !json_get_bool(sr->body, "all", false, &all, err) ||
+        !json_get_bool(sr->body, "dry_run", false, &dry_run, err)) {
+        http_reply_error(req, 400, "%s", err->message);
         goto out;
     }
     if (all && folders != NULL) {
@@ -249,8 +245,8 @@ static void handle_rebuild(struct http_request *req, void *ctx)
             goto out;
         }
         if (name[0] != '\0' && !mailbox_name_is_inbox(name) &&
-            !mailbox_name_validate(name, sr.ns->separator, &err)) {
-            http_reply_error(req, 400, "folders[%zu]: %s", i, err.message);
+            !mailbox_name_validate(name, sr->ns->separator, err)) {
+            http_reply_error(req, 400, "folders[%zu]: %s", i, err->message);
             goto out;
         }
     }
@@ -258,24 +254,24 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     bool root_has_acl = false;
     if (all) {
         /* Enumerate first: a failure here writes nothing. */
-        if (!mail_folder_list(sr.user, sr.ns, &names, &name_count, &err)) {
-            http_reply_error(req, 500, "cannot enumerate the folders: %s", err.message);
+        if (!mail_folder_list(sr->user, sr->ns, &names, &name_count, err)) {
+            http_reply_error(req, 500, "cannot enumerate the folders: %s", err->message);
             goto out;
         }
-        reseed(&sr, "", &s, rebuilt, skipped, &root_has_acl);
+        reseed(sr, "", &s, rebuilt, skipped, &root_has_acl);
         for (size_t i = 0; i < name_count; i++)
-            reseed(&sr, names[i], &s, rebuilt, skipped, &root_has_acl);
+            reseed(sr, names[i], &s, rebuilt, skipped, &root_has_acl);
     } else {
         for (size_t i = 0; i < json_array_size(folders); i++)
-            reseed(&sr, json_string_value(json_array_get(folders, i)), &s, rebuilt, skipped,
+            reseed(sr, json_string_value(json_array_get(folders, i)), &s, rebuilt, skipped,
                    &root_has_acl);
         if (!root_has_acl) {
             /* `root` answers for the root whether or not it was named. */
             struct buf dir = {0};
             struct acl_list list = {0};
-            if (acl_store_dir(sr.user, sr.ns, "", &dir, &err)) {
+            if (acl_store_dir(sr->user, sr->ns, "", &dir, err)) {
                 buf_append_char(&dir, '\0');
-                root_has_acl = acl_store_read(dir.data, &list, NULL, &err) > 0 && list.count > 0;
+                root_has_acl = acl_store_read(dir.data, &list, NULL, err) > 0 && list.count > 0;
             }
             acl_list_free(&list);
             buf_free(&dir);
@@ -286,8 +282,8 @@ static void handle_rebuild(struct http_request *req, void *ctx)
                               "root", root_has_acl, "dry_run", dry_run);
     rebuilt = skipped = NULL;
     if (dry_run) {
-        if (acl_list_index_read(sr.user, sr.ns, &now, &err) < 0)
-            json_object_set_new(reply, "index_error", json_string(err.message));
+        if (acl_list_index_read(sr->user, sr->ns, &now, err) < 0)
+            json_object_set_new(reply, "index_error", json_string(err->message));
         /* `after`: the scope's rows as the write would leave them */
         scope_rows(&s, &now, &before);
         scope_rows(&s, &now, &after);
@@ -299,10 +295,10 @@ static void handle_rebuild(struct http_request *req, void *ctx)
         goto out;
     }
     /* A user without a namespace root has no files and needs no index. */
-    if (!acl_list_index_update(sr.user, sr.ns, scope_change, &s, &err) &&
-        !(err.code == PETREL_ERR_NOT_FOUND && s.want.count == 0)) {
+    if (!acl_list_index_update(sr->user, sr->ns, scope_change, &s, err) &&
+        !(err->code == PETREL_ERR_NOT_FOUND && s.want.count == 0)) {
         json_decref(reply);
-        http_reply_petrel_error(req, &err);
+        http_reply_petrel_error(req, err);
         goto out;
     }
     http_reply_json(req, 200, reply);
@@ -314,7 +310,6 @@ out:
     acl_list_index_free(&now);
     acl_list_index_free(&after);
     acl_list_index_free(&before);
-    storage_request_end(&sr);
 }
 
 /* ---------- registry ---------- */
@@ -464,7 +459,10 @@ out:
 
 void backend_api_register_acl_index(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/acl/rebuild", 0, handle_rebuild, api);
+    static const struct storage_route rebuild[] = {
+        {"/api/backend/acl/rebuild", STORAGE_FOLDER_NONE, handle_rebuild, 0},
+    };
+    storage_register(http, api, NULL, rebuild, 1);
     http_server_route(http, HTTP_POST, "/api/backend/acl/registry/list", 0, handle_registry_list,
                       api);
     http_server_route(http, HTTP_POST, "/api/backend/acl/registry/rebuild", 0,
