@@ -18,7 +18,6 @@
 #include "clients/auth/userdb.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,44 +64,15 @@ static void auth_usage(void)
 /* Parses options anywhere after the command word; leaves positionals in argv. */
 static int parse_args(int argc, char **argv, struct auth_args *a)
 {
-    static const struct option longopts[] = {
-        {"auth-addr", required_argument, NULL, 'a'},
-        {"service", required_argument, NULL, 's'},
-        {"ip", required_argument, NULL, 'i'},
-        {"scheme", required_argument, NULL, 'S'},
-        {"password-stdin", no_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},
-        {NULL, 0, NULL, 0},
+    const struct ctl_option options[] = {
+        {"auth-addr", .text = &a->addr},
+        {"service", .text = &a->service},
+        {"ip", .text = &a->ip},
+        {"scheme", .text = &a->scheme},
+        {"password-stdin", .flag = &a->password_stdin},
+        {"json", .flag = &a->json},
     };
-    /* 0, not 1: glibc then starts afresh and forgets the '+' (stop at the
-     * first positional) of petrelctl's own option parsing. */
-    optind = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'a':
-            a->addr = optarg;
-            break;
-        case 's':
-            a->service = optarg;
-            break;
-        case 'i':
-            a->ip = optarg;
-            break;
-        case 'S':
-            a->scheme = optarg;
-            break;
-        case 'p':
-            a->password_stdin = true;
-            break;
-        case 'j':
-            a->json = true;
-            break;
-        default:
-            return -1;
-        }
-    }
-    return optind;
+    return ctl_parse_options(argc, argv, options, sizeof(options) / sizeof(options[0]));
 }
 
 /* ---------- reading the password ---------- */

@@ -14,14 +14,13 @@
 #include "core/xalloc.h"
 
 #include <limits.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct dir_args {
     const char *tag;
-    long vhosts; /* -1: not given */
+    int64_t vhosts; /* -1: not given */
 };
 
 static void director_usage(void)
@@ -44,37 +43,18 @@ static void director_usage(void)
             "--admin-token, PETREL_ADMIN_TOKEN or DIRECTOR_API_TOKEN\n");
 }
 
-/* Options anywhere after the command words; positionals stay in argv[optind..]. */
+/* Options anywhere after the command words; returns the index of the
+ * first positional (-1: bad options). */
 static int parse_args(int argc, char **argv, struct dir_args *a)
 {
-    static const struct option longopts[] = {
-        {"tag", required_argument, NULL, 't'},
-        {"vhosts", required_argument, NULL, 'v'},
-        {NULL, 0, NULL, 0},
-    };
     a->tag = NULL;
     a->vhosts = -1;
-    optind = 0; /* glibc: start afresh (see ctl-auth.c) */
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            a->tag = optarg;
-            break;
-        case 'v': {
-            int64_t v = 0;
-            if (!str_parse_i64(optarg, 0, LONG_MAX, &v)) {
-                fprintf(stderr, "petrelctl: --vhosts needs a number >= 0\n");
-                return -1;
-            }
-            a->vhosts = (long)v;
-            break;
-        }
-        default:
-            return -1;
-        }
-    }
-    return optind;
+    const struct ctl_option options[] = {
+        {"tag", .text = &a->tag},
+        {"vhosts", .number = &a->vhosts, .min = 0, .max = LONG_MAX,
+         .bad = "--vhosts needs a number >= 0"},
+    };
+    return ctl_parse_options(argc, argv, options, sizeof(options) / sizeof(options[0]));
 }
 
 /* One request; prints the reply (readable or --json) unless `print` is
