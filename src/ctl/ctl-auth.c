@@ -349,6 +349,47 @@ static int print_fail(const struct auth_line *reply, const char *user, const cha
 
 /* ---------- commands ---------- */
 
+/* How a command words the outcomes of its request about `user`. */
+struct auth_wording {
+    const char *heading;   /* over the userdb fields of an OK */
+    bool authenticated;    /* "authenticated": true in the JSON of an OK */
+    const char *not_found; /* NOTFOUND */
+    const char *failed;    /* a FAIL without a reason */
+};
+
+/* Sends `request` (wiped and freed here: it may hold a password) over a
+ * fresh connection and prints the answer about `user`. Returns the exit
+ * code. */
+static int ask(const struct ctl_options *opts, const struct auth_args *a, struct buf *request,
+               const char *user, const struct auth_wording *w)
+{
+    struct auth_conn conn;
+    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
+    struct auth_line reply;
+    char *text = NULL;
+    if (rc == CTL_OK)
+        rc = exchange(&conn, request, &reply, &text);
+    explicit_bzero(request->data, request->cap);
+    buf_free(request);
+    conn_close(&conn);
+    if (rc != CTL_OK)
+        return rc;
+    const char *verb = reply.fields[0];
+    if (strcmp(verb, "OK") == 0)
+        rc = print_userdb(a, &reply, w->heading, w->authenticated);
+    else if (strcmp(verb, "FAIL") == 0)
+        rc = print_fail(&reply, user, w->failed);
+    else if (strcmp(verb, "NOTFOUND") == 0) {
+        fprintf(stderr, "petrelctl: %s: %s\n", user, w->not_found);
+        rc = CTL_REFUSED;
+    } else {
+        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
+        rc = CTL_REFUSED;
+    }
+    free(text);
+    return rc;
+}
+
 static int cmd_test(const struct ctl_options *opts, const struct auth_args *a, char **pos, int n)
 {
     if (n != 1 || a->scheme != NULL) {
@@ -384,31 +425,13 @@ static int cmd_test(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_end(&request);
     free_password(password);
 
-    struct auth_conn conn;
-    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
-    struct auth_line reply;
-    char *text = NULL;
-    if (rc == CTL_OK)
-        rc = exchange(&conn, &request, &reply, &text);
-    explicit_bzero(request.data, request.cap);
-    buf_free(&request);
-    conn_close(&conn);
-    if (rc != CTL_OK)
-        return rc;
-    const char *verb = reply.fields[0];
-    if (strcmp(verb, "OK") == 0)
-        rc = print_userdb(a, &reply, "authenticated", true);
-    else if (strcmp(verb, "FAIL") == 0)
-        rc = print_fail(&reply, user, "authentication failed");
-    else if (strcmp(verb, "NOTFOUND") == 0) {
-        fprintf(stderr, "petrelctl: %s: unknown user\n", user);
-        rc = CTL_REFUSED;
-    } else {
-        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
-        rc = CTL_REFUSED;
-    }
-    free(text);
-    return rc;
+    static const struct auth_wording verify = {
+        .heading = "authenticated",
+        .authenticated = true,
+        .not_found = "unknown user",
+        .failed = "authentication failed",
+    };
+    return ask(opts, a, &request, user, &verify);
 }
 
 static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, char **pos, int n)
@@ -424,30 +447,13 @@ static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_add(&request, user);
     auth_line_end(&request);
 
-    struct auth_conn conn;
-    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
-    struct auth_line reply;
-    char *text = NULL;
-    if (rc == CTL_OK)
-        rc = exchange(&conn, &request, &reply, &text);
-    buf_free(&request);
-    conn_close(&conn);
-    if (rc != CTL_OK)
-        return rc;
-    const char *verb = reply.fields[0];
-    if (strcmp(verb, "OK") == 0)
-        rc = print_userdb(a, &reply, "user", false);
-    else if (strcmp(verb, "NOTFOUND") == 0) {
-        fprintf(stderr, "petrelctl: %s: no such user\n", user);
-        rc = CTL_REFUSED;
-    } else if (strcmp(verb, "FAIL") == 0)
-        rc = print_fail(&reply, user, "lookup failed");
-    else {
-        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
-        rc = CTL_REFUSED;
-    }
-    free(text);
-    return rc;
+    static const struct auth_wording lookup = {
+        .heading = "user",
+        .authenticated = false,
+        .not_found = "no such user",
+        .failed = "lookup failed",
+    };
+    return ask(opts, a, &request, user, &lookup);
 }
 
 /* Asks twice on a terminal (a typo would otherwise become the password). */
