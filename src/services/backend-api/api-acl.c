@@ -148,31 +148,24 @@ static bool get_rights(struct http_request *req, const json_t *obj, bool require
 
 /* ---------- get ---------- */
 
-static void handle_get(struct http_request *req, struct storage_request *sr,
-                       struct petrel_error *err)
+static void get_acl(struct http_request *req, const struct storage_request *sr,
+                    const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     struct acl_list list = {0};
-    if (acl_store_read(t.dir.data, &list, NULL, err) < 0)
+    if (acl_store_read(t->dir.data, &list, NULL, err) < 0)
         http_reply_petrel_error(req, err);
     else
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:b, s:o}", "folder", t.folder, "namespace",
-                                  sr->ns->slug, "root", t.root, "entries", entries_json(&list)));
+                        json_pack("{s:s, s:s, s:b, s:o}", "folder", t->folder, "namespace",
+                                  sr->ns->slug, "root", t->root, "entries", entries_json(&list)));
     acl_list_free(&list);
-    target_end(&t);
 }
 
 /* ---------- set, delete, apply ---------- */
 
-static void handle_set(struct http_request *req, struct storage_request *sr,
-                       struct petrel_error *err)
+static void set_acl(struct http_request *req, const struct storage_request *sr,
+                    const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     json_t *entries = NULL;
     struct acl_list list = {0};
     if (!json_get_array(sr->body, "entries", true, &entries, err)) {
@@ -191,10 +184,9 @@ static void handle_set(struct http_request *req, struct storage_request *sr,
             goto out;
         acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
     }
-    storage_reply_done(req, acl_store_write_folder(sr->user, sr->ns, t.folder, &list, err), err);
+    storage_reply_done(req, acl_store_write_folder(sr->user, sr->ns, t->folder, &list, err), err);
 out:
     acl_list_free(&list);
-    target_end(&t);
 }
 
 static void change(struct http_request *req, const struct storage_request *sr,
@@ -203,32 +195,25 @@ static void change(struct http_request *req, const struct storage_request *sr,
     storage_reply_done(req, acl_store_change_folder(sr->user, sr->ns, t->folder, c, err), err);
 }
 
-static void handle_delete(struct http_request *req, struct storage_request *sr,
-                          struct petrel_error *err)
+static void delete_entry(struct http_request *req, const struct storage_request *sr,
+                         const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     struct acl_change c = {.remove = true};
     if (get_identifier(req, sr->body, "identifier", &c.id))
-        change(req, sr, &t, &c, err);
-    target_end(&t);
+        change(req, sr, t, &c, err);
 }
 
-static void handle_apply(struct http_request *req, struct storage_request *sr,
-                         struct petrel_error *err)
+static void apply_entry(struct http_request *req, const struct storage_request *sr,
+                        const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     struct acl_change c = {.mode = ACL_MODIFY_REPLACE};
     const char *mode = "replace";
     if (!get_identifier(req, sr->body, "identifier", &c.id) ||
         !get_rights(req, sr->body, false, &c.rights))
-        goto out;
+        return;
     if (!json_get_string(sr->body, "mode", false, &mode, err)) {
         http_reply_error(req, 400, "%s", err->message);
-        goto out;
+        return;
     }
     if (strcmp(mode, "add") == 0)
         c.mode = ACL_MODIFY_ADD;
@@ -236,21 +221,16 @@ static void handle_apply(struct http_request *req, struct storage_request *sr,
         c.mode = ACL_MODIFY_REMOVE;
     else if (strcmp(mode, "replace") != 0) {
         http_reply_error(req, 400, "mode must be add, remove or replace");
-        goto out;
+        return;
     }
-    change(req, sr, &t, &c, err);
-out:
-    target_end(&t);
+    change(req, sr, t, &c, err);
 }
 
 /* ---------- my-rights, list-rights ---------- */
 
-static void handle_my_rights(struct http_request *req, struct storage_request *sr,
-                             struct petrel_error *err)
+static void my_rights(struct http_request *req, const struct storage_request *sr,
+                      const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     struct acl_id id;
     struct acl_list list = {0};
     if (!get_identifier(req, sr->body, "identifier", &id))
@@ -259,7 +239,7 @@ static void handle_my_rights(struct http_request *req, struct storage_request *s
         http_reply_error(req, 400, "identifier: a negative identifier has no rights of its own");
         goto out;
     }
-    if (acl_store_read(t.dir.data, &list, NULL, err) < 0) {
+    if (acl_store_read(t->dir.data, &list, NULL, err) < 0) {
         http_reply_petrel_error(req, err);
         goto out;
     }
@@ -292,21 +272,17 @@ static void handle_my_rights(struct http_request *req, struct storage_request *s
     acl_id_format(&id, &idtext);
     buf_append_char(&idtext, '\0');
     http_reply_json(req, 200,
-                    json_pack("{s:s, s:s, s:b, s:s, s:o}", "folder", t.folder, "namespace",
-                              sr->ns->slug, "root", t.root, "identifier", idtext.data, "rights",
+                    json_pack("{s:s, s:s, s:b, s:s, s:o}", "folder", t->folder, "namespace",
+                              sr->ns->slug, "root", t->root, "identifier", idtext.data, "rights",
                               rights_json(acl_list_rights(&list, &who))));
     buf_free(&idtext);
 out:
     acl_list_free(&list);
-    target_end(&t);
 }
 
-static void handle_list_rights(struct http_request *req, struct storage_request *sr,
-                               struct petrel_error *err)
+static void list_rights(struct http_request *req, const struct storage_request *sr,
+                        const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(req, sr, &t))
-        return;
     struct acl_id id;
     if (get_identifier(req, sr->body, "identifier", &id)) {
         /* RFC 4314 LISTRIGHTS: nothing is always granted, each right can
@@ -320,11 +296,34 @@ static void handle_list_rights(struct http_request *req, struct storage_request 
             json_array_append_new(optional, json_string(one));
         }
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t.folder, "namespace",
-                                  sr->ns->slug, "root", t.root, "identifier", idtext.data,
-                                  "required", "", "optional", optional));
+                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t->folder,
+                                  "namespace", sr->ns->slug, "root", t->root, "identifier",
+                                  idtext.data, "required", "", "optional", optional));
         buf_free(&idtext);
     }
+}
+
+/* ---------- the addressed operations ---------- */
+
+/* What the routes on a folder or the root do (sr->op). */
+enum acl_op { OP_GET, OP_SET, OP_DELETE, OP_APPLY, OP_MY_RIGHTS, OP_LIST_RIGHTS };
+
+typedef void acl_op_fn(struct http_request *req, const struct storage_request *sr,
+                       const struct acl_target *t, struct petrel_error *err);
+
+/* Resolves the addressed folder or root (replying itself when it cannot),
+ * then runs the route's operation on it. */
+static void handle_target(struct http_request *req, struct storage_request *sr,
+                          struct petrel_error *err)
+{
+    static acl_op_fn *const ops[] = {
+        [OP_GET] = get_acl,       [OP_SET] = set_acl,         [OP_DELETE] = delete_entry,
+        [OP_APPLY] = apply_entry, [OP_MY_RIGHTS] = my_rights, [OP_LIST_RIGHTS] = list_rights,
+    };
+    struct acl_target t;
+    if (!target_begin(req, sr, &t))
+        return;
+    ops[sr->op](req, sr, &t, err);
     target_end(&t);
 }
 
@@ -433,13 +432,13 @@ static void handle_materialise(struct http_request *req, struct storage_request 
 void backend_api_register_acl(struct http_server *http, struct storage_api *api)
 {
     static const struct storage_route routes[] = {
-        {"/api/backend/acl/get", STORAGE_FOLDER_OPTIONAL, handle_get, 0},
-        {"/api/backend/acl/set", STORAGE_FOLDER_OPTIONAL, handle_set, 0},
-        {"/api/backend/acl/delete", STORAGE_FOLDER_OPTIONAL, handle_delete, 0},
-        {"/api/backend/acl/apply", STORAGE_FOLDER_OPTIONAL, handle_apply, 0},
+        {"/api/backend/acl/get", STORAGE_FOLDER_OPTIONAL, handle_target, OP_GET},
+        {"/api/backend/acl/set", STORAGE_FOLDER_OPTIONAL, handle_target, OP_SET},
+        {"/api/backend/acl/delete", STORAGE_FOLDER_OPTIONAL, handle_target, OP_DELETE},
+        {"/api/backend/acl/apply", STORAGE_FOLDER_OPTIONAL, handle_target, OP_APPLY},
         {"/api/backend/acl/materialise", STORAGE_FOLDER_NONE, handle_materialise, 0},
-        {"/api/backend/acl/my-rights", STORAGE_FOLDER_OPTIONAL, handle_my_rights, 0},
-        {"/api/backend/acl/list-rights", STORAGE_FOLDER_OPTIONAL, handle_list_rights, 0},
+        {"/api/backend/acl/my-rights", STORAGE_FOLDER_OPTIONAL, handle_target, OP_MY_RIGHTS},
+        {"/api/backend/acl/list-rights", STORAGE_FOLDER_OPTIONAL, handle_target, OP_LIST_RIGHTS},
     };
     storage_register(http, api, NULL, routes, sizeof(routes) / sizeof(routes[0]));
 }
