@@ -357,6 +357,11 @@ struct auth_wording {
     const char *failed;    /* a FAIL without a reason */
 };
 
+/* auth test (VERIFY) and auth user (USER) */
+static const struct auth_wording verify_wording = {"authenticated", true, "unknown user",
+                                                   "authentication failed"};
+static const struct auth_wording lookup_wording = {"user", false, "no such user", "lookup failed"};
+
 /* Sends `request` (wiped and freed here: it may hold a password) over a
  * fresh connection and prints the answer about `user`. Returns the exit
  * code. */
@@ -425,13 +430,7 @@ static int cmd_test(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_end(&request);
     free_password(password);
 
-    static const struct auth_wording verify = {
-        .heading = "authenticated",
-        .authenticated = true,
-        .not_found = "unknown user",
-        .failed = "authentication failed",
-    };
-    return ask(opts, a, &request, user, &verify);
+    return ask(opts, a, &request, user, &verify_wording);
 }
 
 static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, char **pos, int n)
@@ -447,13 +446,7 @@ static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_add(&request, user);
     auth_line_end(&request);
 
-    static const struct auth_wording lookup = {
-        .heading = "user",
-        .authenticated = false,
-        .not_found = "no such user",
-        .failed = "lookup failed",
-    };
-    return ask(opts, a, &request, user, &lookup);
+    return ask(opts, a, &request, user, &lookup_wording);
 }
 
 /* Asks twice on a terminal (a typo would otherwise become the password). */
