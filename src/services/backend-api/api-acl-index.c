@@ -413,48 +413,30 @@ static void rebuild_done(bool ok, const char *error, size_t rows, void *ctx)
 
 static void handle_registry_rebuild(struct http_request *req, void *ctx)
 {
-    struct storage_api *api = ctx;
-    json_t *body = http_request_json(req);
-    if (body == NULL)
+    /* The owner is addressed as the user of any storage request. */
+    struct storage_request sr;
+    if (!storage_request_begin_as(ctx, req, "owner", STORAGE_FOLDER_NONE, &sr))
         return;
+    const char *owner = json_string_value(json_object_get(sr.body, "owner"));
+    struct acl_index idx = {0};
     struct petrel_error err;
     petrel_error_clear(&err);
-    const char *owner = NULL;
-    const char *slug = "personal";
-    struct acl_index idx = {0};
-    if (!json_get_string(body, "owner", true, &owner, &err) ||
-        !json_get_string(body, "namespace", false, &slug, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        goto out;
-    }
-    if (slug[0] == '\0')
-        slug = "personal";
-    struct mail_user *user = mail_user_get(api->storage, owner, &err);
-    if (user == NULL) {
-        http_reply_error(req, 400, "%s", err.message);
-        goto out;
-    }
-    const struct namespace_config *ns = mail_user_namespace(user, slug, &err);
-    if (ns == NULL) {
-        http_reply_error(req, 404, "%s", err.message);
-        goto out;
-    }
-    struct dict *dict = registry_dict(req, api);
+    struct dict *dict = registry_dict(req, ctx);
     if (dict == NULL)
         goto out;
-    if (ns->type != NAMESPACE_PERSONAL) {
+    if (sr.ns->type != NAMESPACE_PERSONAL) {
         http_reply_error(req, 400, "namespace %s has no owner to discover (personal only)",
-                         ns->slug);
+                         sr.ns->slug);
         goto out;
     }
-    if (acl_list_index_read(user, ns, &idx, &err) < 0) {
+    if (acl_list_index_read(sr.user, sr.ns, &idx, &err) < 0) {
         http_reply_error(req, 500, "%s (acl/rebuild reseeds it)", err.message);
         goto out;
     }
-    acl_registry_sync(dict, owner, &idx, rebuild_done, call_new(req, owner, ns->slug));
+    acl_registry_sync(dict, owner, &idx, rebuild_done, call_new(req, owner, sr.ns->slug));
 out:
     acl_list_index_free(&idx);
-    json_decref(body);
+    storage_request_end(&sr);
 }
 
 void backend_api_register_acl_index(struct http_server *http, struct storage_api *api)

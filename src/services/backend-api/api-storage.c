@@ -10,6 +10,13 @@
 bool storage_request_begin(struct storage_api *api, struct http_request *req,
                            enum storage_folder_rule folder_rule, struct storage_request *out)
 {
+    return storage_request_begin_as(api, req, "user", folder_rule, out);
+}
+
+bool storage_request_begin_as(struct storage_api *api, struct http_request *req,
+                              const char *user_field, enum storage_folder_rule folder_rule,
+                              struct storage_request *out)
+{
     memset(out, 0, sizeof(*out));
     out->body = http_request_json(req);
     if (out->body == NULL)
@@ -19,7 +26,7 @@ bool storage_request_begin(struct storage_api *api, struct http_request *req,
     const char *user = NULL;
     const char *slug = "personal";
     const char *folder = NULL;
-    if (!json_get_string(out->body, "user", true, &user, &err) ||
+    if (!json_get_string(out->body, user_field, true, &user, &err) ||
         !json_get_string(out->body, "namespace", false, &slug, &err) ||
         (folder_rule != STORAGE_FOLDER_NONE &&
          !json_get_string(out->body, "folder", false, &folder, &err))) {

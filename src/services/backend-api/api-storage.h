@@ -38,6 +38,10 @@ enum storage_folder_rule {
  * namespace defaults to `personal`. */
 bool storage_request_begin(struct storage_api *api, struct http_request *req,
                            enum storage_folder_rule folder_rule, struct storage_request *out);
+/* The same with the user named by the field `user_field` ("owner", ...). */
+bool storage_request_begin_as(struct storage_api *api, struct http_request *req,
+                              const char *user_field, enum storage_folder_rule folder_rule,
+                              struct storage_request *out);
 void storage_request_end(struct storage_request *sr);
 /* Opens the addressed folder; replies 404/500 itself on failure. */
 struct mailbox *storage_request_open(struct http_request *req, struct storage_request *sr);
