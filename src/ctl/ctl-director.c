@@ -91,6 +91,18 @@ static const char *str_or_dash(const json_t *v)
     return s != NULL && *s != '\0' ? s : "-";
 }
 
+/* A row's last column, `text`; a dump pads it to `width` and adds the
+ * row's time in `time_key`. */
+static void print_last(const char *text, int width, bool dump, const json_t *row,
+                       const char *time_key)
+{
+    if (dump)
+        printf("%-*s %lld\n", width, text,
+               (long long)json_integer_value(json_object_get(row, time_key)));
+    else
+        printf("%s\n", text);
+}
+
 static void print_backends(const json_t *list, bool dump)
 {
     printf("%-40s %-6s %-12s %-6s %s\n", "BACKEND", "PORT", "TAG", "STATE",
@@ -99,16 +111,14 @@ static void print_backends(const json_t *list, bool dump)
     json_t *b;
     json_array_foreach(list, i, b)
     {
-        long long vhosts = (long long)json_integer_value(json_object_get(b, "vhosts"));
+        char vhosts[24];
+        snprintf(vhosts, sizeof(vhosts), "%lld",
+                 (long long)json_integer_value(json_object_get(b, "vhosts")));
         printf("%-40s %-6lld %-12s %-6s ", str_or_dash(json_object_get(b, "ip")),
                (long long)json_integer_value(json_object_get(b, "port")),
                str_or_dash(json_object_get(b, "tag")),
                json_is_true(json_object_get(b, "up")) ? "up" : "flush");
-        if (dump)
-            printf("%-7lld %lld\n", vhosts,
-                   (long long)json_integer_value(json_object_get(b, "last_updown_change")));
-        else
-            printf("%lld\n", vhosts);
+        print_last(vhosts, 7, dump, b, "last_updown_change");
     }
 }
 
@@ -136,11 +146,7 @@ static void print_users(const json_t *list, bool dump)
         const char *weak = json_is_true(json_object_get(u, "weak")) ? "yes" : "no";
         printf("%-10lld %-46s ", (long long)json_integer_value(json_object_get(u, "hash")),
                str_or_dash(json_object_get(u, "host")));
-        if (dump)
-            printf("%-5s %lld\n", weak,
-                   (long long)json_integer_value(json_object_get(u, "expires_at")));
-        else
-            printf("%s\n", weak);
+        print_last(weak, 5, dump, u, "expires_at");
     }
 }
 
