@@ -83,6 +83,19 @@ static int request(const struct ctl_options *opts, const char *method, const cha
     return rc;
 }
 
+/* request() on the path `path_fmt` gives with `arg`, URL-escaped, in its
+ * one %s; the reply printed as request() does without a print_fn. */
+static int request_on(const struct ctl_options *opts, const char *method, const char *path_fmt,
+                      const char *arg, json_t *body)
+{
+    char *escaped = ctl_escape(arg);
+    char *path = xasprintf(path_fmt, escaped);
+    int rc = request(opts, method, path, body, NULL);
+    free(path);
+    free(escaped);
+    return rc;
+}
+
 /* ---------- readable tables ---------- */
 
 static const char *str_or_dash(const json_t *v)
@@ -259,22 +272,11 @@ static int cmd_backend(const struct ctl_options *opts, int argc, char **argv)
 
 static int cmd_user(const struct ctl_options *opts, int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "move") == 0) {
-        char *user = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/users/%s/move", user);
-        int rc = request(opts, "POST", path, json_pack("{s:s}", "backend", argv[3]), NULL);
-        free(path);
-        free(user);
-        return rc;
-    }
-    if (argc == 3 && strcmp(argv[1], "kick") == 0) {
-        char *user = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/users/%s/kick", user);
-        int rc = request(opts, "POST", path, NULL, NULL);
-        free(path);
-        free(user);
-        return rc;
-    }
+    if (argc == 4 && strcmp(argv[1], "move") == 0)
+        return request_on(opts, "POST", "/api/director/users/%s/move", argv[2],
+                          json_pack("{s:s}", "backend", argv[3]));
+    if (argc == 3 && strcmp(argv[1], "kick") == 0)
+        return request_on(opts, "POST", "/api/director/users/%s/kick", argv[2], NULL);
     fprintf(stderr, "usage: petrelctl director user move <user> <ip>:<port> | kick <user>\n");
     return CTL_USAGE;
 }
@@ -289,12 +291,7 @@ static int cmd_ring(const struct ctl_options *opts, int argc, char **argv)
         return request(opts, "POST", "/api/director/ring", json_pack("{s:s}", "addr", argv[2]),
                        NULL);
     if (argc == 3 && strcmp(argv[1], "remove") == 0) {
-        char *addr = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/ring?addr=%s", addr);
-        int rc = request(opts, "DELETE", path, NULL, NULL);
-        free(path);
-        free(addr);
-        return rc;
+        return request_on(opts, "DELETE", "/api/director/ring?addr=%s", argv[2], NULL);
     }
     fprintf(stderr,
             "usage: petrelctl director ring show | topology | add <addr> | remove <addr>\n");
