@@ -93,37 +93,16 @@ void auth_line_add_userdb(struct buf *out, const struct userdb_entry *e)
     }
 }
 
-static size_t list_count(char *const *list)
-{
-    size_t n = 0;
-    while (list[n] != NULL)
-        n++;
-    return n;
-}
-
-static bool list_contains(char *const *list, const char *s)
-{
-    for (size_t i = 0; list[i] != NULL; i++) {
-        if (strcmp(list[i], s) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* Appends a copy of `value` to the NULL-terminated *list; false when the
  * list is full. Groups and networks are sets (a repeat is dropped, as
  * userdb_entry_set does for groups); quota rules keep every entry. */
 static bool list_add(char ***list, const char *value, bool set, const char *what, char **error)
 {
-    if (set && list_contains(*list, value))
+    if (set && userdb_list_contains(*list, value))
         return true;
-    size_t n = list_count(*list);
-    if (n >= USERDB_MAX_LIST)
+    if (userdb_list_count(*list) >= USERDB_MAX_LIST)
         return userdb_fail(error, "more than %d %s", USERDB_MAX_LIST, what);
-    char **grown = xrealloc(*list, (n + 2) * sizeof(char *));
-    grown[n] = xstrdup(value);
-    grown[n + 1] = NULL;
-    *list = grown;
+    userdb_list_push(list, xstrdup(value));
     return true;
 }
 

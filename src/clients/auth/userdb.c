@@ -49,7 +49,7 @@ static char **list_new_empty(void)
     return xcalloc(1, sizeof(char *));
 }
 
-static size_t list_count(char *const *list)
+size_t userdb_list_count(char *const *list)
 {
     size_t n = 0;
     while (list[n] != NULL)
@@ -68,14 +68,14 @@ static void list_free(char **list)
 
 static char **list_clone(char *const *list)
 {
-    size_t n = list_count(list);
+    size_t n = userdb_list_count(list);
     char **copy = xcalloc(n + 1, sizeof(char *));
     for (size_t i = 0; i < n; i++)
         copy[i] = xstrdup(list[i]);
     return copy;
 }
 
-static bool list_contains(char *const *list, const char *s)
+bool userdb_list_contains(char *const *list, const char *s)
 {
     for (size_t i = 0; list[i] != NULL; i++) {
         if (strcmp(list[i], s) == 0)
@@ -84,10 +84,9 @@ static bool list_contains(char *const *list, const char *s)
     return false;
 }
 
-/* Appends `s` (taking ownership) to the NULL-terminated *list. */
-static void list_push(char ***list, char *s)
+void userdb_list_push(char ***list, char *s)
 {
-    size_t n = list_count(*list);
+    size_t n = userdb_list_count(*list);
     char **grown = xrealloc(*list, (n + 2) * sizeof(char *));
     grown[n] = s;
     grown[n + 1] = NULL;
@@ -114,7 +113,7 @@ static char **split_comma_list(const char *value)
         while (end > start && is_space(end[-1]))
             end--;
         if (end > start)
-            list_push(&items, xstrndup(start, (size_t)(end - start)));
+            userdb_list_push(&items, xstrndup(start, (size_t)(end - start)));
         if (comma == NULL)
             break;
         p = comma + 1;
@@ -154,14 +153,14 @@ static bool set_groups(struct userdb_entry *e, const char *name, const char *val
     char **items = split_comma_list(value);
     char **merged = list_clone(e->groups);
     for (size_t i = 0; items[i] != NULL; i++) {
-        if (list_contains(merged, items[i]))
+        if (userdb_list_contains(merged, items[i]))
             continue;
-        if (list_count(merged) >= USERDB_MAX_LIST) {
+        if (userdb_list_count(merged) >= USERDB_MAX_LIST) {
             list_free(items);
             list_free(merged);
             return userdb_fail(error, "%s: more than %d groups", name, USERDB_MAX_LIST);
         }
-        list_push(&merged, xstrdup(items[i]));
+        userdb_list_push(&merged, xstrdup(items[i]));
     }
     list_free(items);
     list_free(e->groups);
@@ -172,9 +171,9 @@ static bool set_groups(struct userdb_entry *e, const char *name, const char *val
 static bool add_quota_rule(struct userdb_entry *e, const char *name, const char *value,
                            char **error)
 {
-    if (list_count(e->quota_rule) >= USERDB_MAX_LIST)
+    if (userdb_list_count(e->quota_rule) >= USERDB_MAX_LIST)
         return userdb_fail(error, "%s: more than %d quota rules", name, USERDB_MAX_LIST);
-    list_push(&e->quota_rule, xstrdup(value));
+    userdb_list_push(&e->quota_rule, xstrdup(value));
     return true;
 }
 
@@ -182,7 +181,7 @@ static bool set_allow_nets(struct userdb_entry *e, const char *name, const char 
                            char **error)
 {
     char **items = split_comma_list(value);
-    size_t n = list_count(items);
+    size_t n = userdb_list_count(items);
     if (n > USERDB_MAX_LIST) {
         list_free(items);
         return userdb_fail(error, "%s: more than %d networks", name, USERDB_MAX_LIST);
@@ -392,7 +391,7 @@ static size_t string_bytes(const char *s)
 
 static size_t list_bytes(char *const *list)
 {
-    size_t n = list_count(list);
+    size_t n = userdb_list_count(list);
     size_t total = (n + 1) * sizeof(char *) + ALLOC_OVERHEAD;
     for (size_t i = 0; i < n; i++)
         total += string_bytes(list[i]);
