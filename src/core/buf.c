@@ -28,6 +28,15 @@ void buf_append_char(struct buf *b, char c)
     buf_append(b, &c, 1);
 }
 
+bool buf_append_stream(struct buf *b, FILE *in)
+{
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+        buf_append(b, chunk, n);
+    return !ferror(in);
+}
+
 size_t uint_to_digits(char out[UINT_DIGITS_MAX], unsigned long long v)
 {
     char digits[UINT_DIGITS_MAX];

@@ -5,7 +5,9 @@
 #define PETREL_CORE_BUF_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 struct buf {
@@ -24,6 +26,9 @@ static inline void buf_append_str(struct buf *b, const char *s)
     buf_append(b, s, strlen(s));
 }
 void buf_append_char(struct buf *b, char c);
+/* Appends what `in` holds up to its end; false on a read error (what was
+ * read stays appended). */
+bool buf_append_stream(struct buf *b, FILE *in);
 /* Digits of the largest unsigned long long (2^64 - 1). */
 #define UINT_DIGITS_MAX 20
 /* Writes `v` in decimal to `out` (no terminator); returns how many digits. */

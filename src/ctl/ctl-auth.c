@@ -18,7 +18,6 @@
 #include "clients/auth/userdb.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,44 +64,15 @@ static void auth_usage(void)
 /* Parses options anywhere after the command word; leaves positionals in argv. */
 static int parse_args(int argc, char **argv, struct auth_args *a)
 {
-    static const struct option longopts[] = {
-        {"auth-addr", required_argument, NULL, 'a'},
-        {"service", required_argument, NULL, 's'},
-        {"ip", required_argument, NULL, 'i'},
-        {"scheme", required_argument, NULL, 'S'},
-        {"password-stdin", no_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},
-        {NULL, 0, NULL, 0},
+    const struct ctl_option options[] = {
+        {"auth-addr", .text = &a->addr},
+        {"service", .text = &a->service},
+        {"ip", .text = &a->ip},
+        {"scheme", .text = &a->scheme},
+        {"password-stdin", .flag = &a->password_stdin},
+        {"json", .flag = &a->json},
     };
-    /* 0, not 1: glibc then starts afresh and forgets the '+' (stop at the
-     * first positional) of petrelctl's own option parsing. */
-    optind = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'a':
-            a->addr = optarg;
-            break;
-        case 's':
-            a->service = optarg;
-            break;
-        case 'i':
-            a->ip = optarg;
-            break;
-        case 'S':
-            a->scheme = optarg;
-            break;
-        case 'p':
-            a->password_stdin = true;
-            break;
-        case 'j':
-            a->json = true;
-            break;
-        default:
-            return -1;
-        }
-    }
-    return optind;
+    return ctl_parse_options(argc, argv, options, sizeof(options) / sizeof(options[0]));
 }
 
 /* ---------- reading the password ---------- */
@@ -379,6 +349,52 @@ static int print_fail(const struct auth_line *reply, const char *user, const cha
 
 /* ---------- commands ---------- */
 
+/* How a command words the outcomes of its request about `user`. */
+struct auth_wording {
+    const char *heading;   /* over the userdb fields of an OK */
+    bool authenticated;    /* "authenticated": true in the JSON of an OK */
+    const char *not_found; /* NOTFOUND */
+    const char *failed;    /* a FAIL without a reason */
+};
+
+/* auth test (VERIFY) and auth user (USER) */
+static const struct auth_wording verify_wording = {"authenticated", true, "unknown user",
+                                                   "authentication failed"};
+static const struct auth_wording lookup_wording = {"user", false, "no such user", "lookup failed"};
+
+/* Sends `request` (wiped and freed here: it may hold a password) over a
+ * fresh connection and prints the answer about `user`. Returns the exit
+ * code. */
+static int ask(const struct ctl_options *opts, const struct auth_args *a, struct buf *request,
+               const char *user, const struct auth_wording *w)
+{
+    struct auth_conn conn;
+    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
+    struct auth_line reply;
+    char *text = NULL;
+    if (rc == CTL_OK)
+        rc = exchange(&conn, request, &reply, &text);
+    explicit_bzero(request->data, request->cap);
+    buf_free(request);
+    conn_close(&conn);
+    if (rc != CTL_OK)
+        return rc;
+    const char *verb = reply.fields[0];
+    if (strcmp(verb, "OK") == 0)
+        rc = print_userdb(a, &reply, w->heading, w->authenticated);
+    else if (strcmp(verb, "FAIL") == 0)
+        rc = print_fail(&reply, user, w->failed);
+    else if (strcmp(verb, "NOTFOUND") == 0) {
+        fprintf(stderr, "petrelctl: %s: %s\n", user, w->not_found);
+        rc = CTL_REFUSED;
+    } else {
+        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
+        rc = CTL_REFUSED;
+    }
+    free(text);
+    return rc;
+}
+
 static int cmd_test(const struct ctl_options *opts, const struct auth_args *a, char **pos, int n)
 {
     if (n != 1 || a->scheme != NULL) {
@@ -414,31 +430,7 @@ static int cmd_test(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_end(&request);
     free_password(password);
 
-    struct auth_conn conn;
-    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
-    struct auth_line reply;
-    char *text = NULL;
-    if (rc == CTL_OK)
-        rc = exchange(&conn, &request, &reply, &text);
-    explicit_bzero(request.data, request.cap);
-    buf_free(&request);
-    conn_close(&conn);
-    if (rc != CTL_OK)
-        return rc;
-    const char *verb = reply.fields[0];
-    if (strcmp(verb, "OK") == 0)
-        rc = print_userdb(a, &reply, "authenticated", true);
-    else if (strcmp(verb, "FAIL") == 0)
-        rc = print_fail(&reply, user, "authentication failed");
-    else if (strcmp(verb, "NOTFOUND") == 0) {
-        fprintf(stderr, "petrelctl: %s: unknown user\n", user);
-        rc = CTL_REFUSED;
-    } else {
-        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
-        rc = CTL_REFUSED;
-    }
-    free(text);
-    return rc;
+    return ask(opts, a, &request, user, &verify_wording);
 }
 
 static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, char **pos, int n)
@@ -454,30 +446,7 @@ static int cmd_user(const struct ctl_options *opts, const struct auth_args *a, c
     auth_line_add(&request, user);
     auth_line_end(&request);
 
-    struct auth_conn conn;
-    int rc = conn_open(&conn, a->addr, opts->backend.timeout_secs);
-    struct auth_line reply;
-    char *text = NULL;
-    if (rc == CTL_OK)
-        rc = exchange(&conn, &request, &reply, &text);
-    buf_free(&request);
-    conn_close(&conn);
-    if (rc != CTL_OK)
-        return rc;
-    const char *verb = reply.fields[0];
-    if (strcmp(verb, "OK") == 0)
-        rc = print_userdb(a, &reply, "user", false);
-    else if (strcmp(verb, "NOTFOUND") == 0) {
-        fprintf(stderr, "petrelctl: %s: no such user\n", user);
-        rc = CTL_REFUSED;
-    } else if (strcmp(verb, "FAIL") == 0)
-        rc = print_fail(&reply, user, "lookup failed");
-    else {
-        fprintf(stderr, "petrelctl: unexpected reply '%s' from the auth service\n", verb);
-        rc = CTL_REFUSED;
-    }
-    free(text);
-    return rc;
+    return ask(opts, a, &request, user, &lookup_wording);
 }
 
 /* Asks twice on a terminal (a typo would otherwise become the password). */

@@ -4,24 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static int cmd_health(const struct ctl_options *opts, int argc, char **argv)
+/* health and version: GET /api/backend/<area>, no arguments. */
+static int cmd_get(const struct ctl_options *opts, int argc, char **argv)
 {
-    (void)argv;
     if (argc != 1) {
-        fprintf(stderr, "usage: petrelctl backend health\n");
+        fprintf(stderr, "usage: petrelctl backend %s\n", argv[0]);
         return CTL_USAGE;
     }
-    return ctl_backend_call(opts, "GET", "/api/backend/health", NULL);
-}
-
-static int cmd_version(const struct ctl_options *opts, int argc, char **argv)
-{
-    (void)argv;
-    if (argc != 1) {
-        fprintf(stderr, "usage: petrelctl backend version\n");
-        return CTL_USAGE;
-    }
-    return ctl_backend_call(opts, "GET", "/api/backend/version", NULL);
+    char path[64];
+    snprintf(path, sizeof(path), "/api/backend/%s", argv[0]);
+    return ctl_backend_call(opts, "GET", path, NULL);
 }
 
 struct area {
@@ -31,8 +23,8 @@ struct area {
 };
 
 static const struct area areas[] = {
-    {"health", cmd_health, "health                 liveness of the backend-plane API"},
-    {"version", cmd_version, "version                server and API version"},
+    {"health", cmd_get, "health                 liveness of the backend-plane API"},
+    {"version", cmd_get, "version                server and API version"},
     {"dict", ctl_backend_dict, "dict ...               key-value dicts (petrelctl backend dict)"},
     {"folder", ctl_backend_storage, "folder ...             list, info, guid, stats, create, delete, rename, expunge"},
     {"index", ctl_backend_storage, "index ...              dump, rebuild, optimize, cache-purge"},

@@ -7,7 +7,6 @@
 #include "core/xalloc.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,7 @@
 struct dict_args {
     const char *user;
     const char *home;
-    long long expire;
+    int64_t expire;
     bool base64;
     unsigned flags;
 };
@@ -42,58 +41,20 @@ static void dict_usage(void)
 /* Parses options anywhere after the command word; leaves positionals in argv. */
 static int parse_args(int argc, char **argv, struct dict_args *a)
 {
-    static const struct option longopts[] = {
-        {"user", required_argument, NULL, 'u'},   {"home", required_argument, NULL, 'H'},
-        {"expire", required_argument, NULL, 'e'}, {"base64", no_argument, NULL, 'b'},
-        {"recurse", no_argument, NULL, 'r'},      {"sort-key", no_argument, NULL, 'k'},
-        {"sort-value", no_argument, NULL, 'v'},   {"no-value", no_argument, NULL, 'n'},
-        {"exact", no_argument, NULL, 'x'},        {NULL, 0, NULL, 0},
-    };
     memset(a, 0, sizeof(*a));
-    /* 0 re-initialises glibc's getopt, which forgets petrelctl's '+' mode,
-     * so options may follow the positional arguments. */
-    optind = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'u':
-            a->user = optarg;
-            break;
-        case 'H':
-            a->home = optarg;
-            break;
-        case 'e': {
-            int64_t v = 0;
-            if (!str_parse_i64(optarg, 1, INT64_MAX, &v)) {
-                fprintf(stderr, "petrelctl: --expire needs a positive number of seconds\n");
-                return -1;
-            }
-            a->expire = v;
-            break;
-        }
-        case 'b':
-            a->base64 = true;
-            break;
-        case 'r':
-            a->flags |= 1;
-            break;
-        case 'k':
-            a->flags |= 2;
-            break;
-        case 'v':
-            a->flags |= 4;
-            break;
-        case 'n':
-            a->flags |= 8;
-            break;
-        case 'x':
-            a->flags |= 16;
-            break;
-        default:
-            return -1;
-        }
-    }
-    return optind;
+    const struct ctl_option options[] = {
+        {"user", .text = &a->user},
+        {"home", .text = &a->home},
+        {"expire", .number = &a->expire, .min = 1, .max = INT64_MAX,
+         .bad = "--expire needs a positive number of seconds"},
+        {"base64", .flag = &a->base64},
+        {"recurse", .bits = &a->flags, .bit = 1},
+        {"sort-key", .bits = &a->flags, .bit = 2},
+        {"sort-value", .bits = &a->flags, .bit = 4},
+        {"no-value", .bits = &a->flags, .bit = 8},
+        {"exact", .bits = &a->flags, .bit = 16},
+    };
+    return ctl_parse_options(argc, argv, options, sizeof(options) / sizeof(options[0]));
 }
 
 static json_t *op_object(const struct dict_args *a)

@@ -14,14 +14,13 @@
 #include "core/xalloc.h"
 
 #include <limits.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct dir_args {
     const char *tag;
-    long vhosts; /* -1: not given */
+    int64_t vhosts; /* -1: not given */
 };
 
 static void director_usage(void)
@@ -44,37 +43,18 @@ static void director_usage(void)
             "--admin-token, PETREL_ADMIN_TOKEN or DIRECTOR_API_TOKEN\n");
 }
 
-/* Options anywhere after the command words; positionals stay in argv[optind..]. */
+/* Options anywhere after the command words; returns the index of the
+ * first positional (-1: bad options). */
 static int parse_args(int argc, char **argv, struct dir_args *a)
 {
-    static const struct option longopts[] = {
-        {"tag", required_argument, NULL, 't'},
-        {"vhosts", required_argument, NULL, 'v'},
-        {NULL, 0, NULL, 0},
-    };
     a->tag = NULL;
     a->vhosts = -1;
-    optind = 0; /* glibc: start afresh (see ctl-auth.c) */
-    int c;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            a->tag = optarg;
-            break;
-        case 'v': {
-            int64_t v = 0;
-            if (!str_parse_i64(optarg, 0, LONG_MAX, &v)) {
-                fprintf(stderr, "petrelctl: --vhosts needs a number >= 0\n");
-                return -1;
-            }
-            a->vhosts = (long)v;
-            break;
-        }
-        default:
-            return -1;
-        }
-    }
-    return optind;
+    const struct ctl_option options[] = {
+        {"tag", .text = &a->tag},
+        {"vhosts", .number = &a->vhosts, .min = 0, .max = LONG_MAX,
+         .bad = "--vhosts needs a number >= 0"},
+    };
+    return ctl_parse_options(argc, argv, options, sizeof(options) / sizeof(options[0]));
 }
 
 /* One request; prints the reply (readable or --json) unless `print` is
@@ -103,12 +83,37 @@ static int request(const struct ctl_options *opts, const char *method, const cha
     return rc;
 }
 
+/* request() on the path `path_fmt` gives with `arg`, URL-escaped, in its
+ * one %s; the reply printed as request() does without a print_fn. */
+static int request_on(const struct ctl_options *opts, const char *method, const char *path_fmt,
+                      const char *arg, json_t *body)
+{
+    char *escaped = ctl_escape(arg);
+    char *path = xasprintf(path_fmt, escaped);
+    int rc = request(opts, method, path, body, NULL);
+    free(path);
+    free(escaped);
+    return rc;
+}
+
 /* ---------- readable tables ---------- */
 
 static const char *str_or_dash(const json_t *v)
 {
     const char *s = json_string_value(v);
     return s != NULL && *s != '\0' ? s : "-";
+}
+
+/* A row's last column, `text`; a dump pads it to `width` and adds the
+ * row's time in `time_key`. */
+static void print_last(const char *text, int width, bool dump, const json_t *row,
+                       const char *time_key)
+{
+    if (dump)
+        printf("%-*s %lld\n", width, text,
+               (long long)json_integer_value(json_object_get(row, time_key)));
+    else
+        printf("%s\n", text);
 }
 
 static void print_backends(const json_t *list, bool dump)
@@ -119,16 +124,14 @@ static void print_backends(const json_t *list, bool dump)
     json_t *b;
     json_array_foreach(list, i, b)
     {
-        long long vhosts = (long long)json_integer_value(json_object_get(b, "vhosts"));
+        char vhosts[24];
+        snprintf(vhosts, sizeof(vhosts), "%lld",
+                 (long long)json_integer_value(json_object_get(b, "vhosts")));
         printf("%-40s %-6lld %-12s %-6s ", str_or_dash(json_object_get(b, "ip")),
                (long long)json_integer_value(json_object_get(b, "port")),
                str_or_dash(json_object_get(b, "tag")),
                json_is_true(json_object_get(b, "up")) ? "up" : "flush");
-        if (dump)
-            printf("%-7lld %lld\n", vhosts,
-                   (long long)json_integer_value(json_object_get(b, "last_updown_change")));
-        else
-            printf("%lld\n", vhosts);
+        print_last(vhosts, 7, dump, b, "last_updown_change");
     }
 }
 
@@ -156,11 +159,7 @@ static void print_users(const json_t *list, bool dump)
         const char *weak = json_is_true(json_object_get(u, "weak")) ? "yes" : "no";
         printf("%-10lld %-46s ", (long long)json_integer_value(json_object_get(u, "hash")),
                str_or_dash(json_object_get(u, "host")));
-        if (dump)
-            printf("%-5s %lld\n", weak,
-                   (long long)json_integer_value(json_object_get(u, "expires_at")));
-        else
-            printf("%s\n", weak);
+        print_last(weak, 5, dump, u, "expires_at");
     }
 }
 
@@ -273,22 +272,11 @@ static int cmd_backend(const struct ctl_options *opts, int argc, char **argv)
 
 static int cmd_user(const struct ctl_options *opts, int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "move") == 0) {
-        char *user = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/users/%s/move", user);
-        int rc = request(opts, "POST", path, json_pack("{s:s}", "backend", argv[3]), NULL);
-        free(path);
-        free(user);
-        return rc;
-    }
-    if (argc == 3 && strcmp(argv[1], "kick") == 0) {
-        char *user = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/users/%s/kick", user);
-        int rc = request(opts, "POST", path, NULL, NULL);
-        free(path);
-        free(user);
-        return rc;
-    }
+    if (argc == 4 && strcmp(argv[1], "move") == 0)
+        return request_on(opts, "POST", "/api/director/users/%s/move", argv[2],
+                          json_pack("{s:s}", "backend", argv[3]));
+    if (argc == 3 && strcmp(argv[1], "kick") == 0)
+        return request_on(opts, "POST", "/api/director/users/%s/kick", argv[2], NULL);
     fprintf(stderr, "usage: petrelctl director user move <user> <ip>:<port> | kick <user>\n");
     return CTL_USAGE;
 }
@@ -303,12 +291,7 @@ static int cmd_ring(const struct ctl_options *opts, int argc, char **argv)
         return request(opts, "POST", "/api/director/ring", json_pack("{s:s}", "addr", argv[2]),
                        NULL);
     if (argc == 3 && strcmp(argv[1], "remove") == 0) {
-        char *addr = ctl_escape(argv[2]);
-        char *path = xasprintf("/api/director/ring?addr=%s", addr);
-        int rc = request(opts, "DELETE", path, NULL, NULL);
-        free(path);
-        free(addr);
-        return rc;
+        return request_on(opts, "DELETE", "/api/director/ring?addr=%s", argv[2], NULL);
     }
     fprintf(stderr,
             "usage: petrelctl director ring show | topology | add <addr> | remove <addr>\n");

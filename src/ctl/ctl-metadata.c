@@ -60,15 +60,6 @@ static bool parse(int argc, char **argv, struct md_args *a)
     return true;
 }
 
-static bool read_all(FILE *in, struct buf *out)
-{
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
-        buf_append(out, chunk, n);
-    return !ferror(in);
-}
-
 /* The value to set, from --file, stdin ("-") or the argument. */
 static bool value_of(const struct md_args *a, struct buf *out)
 {
@@ -78,14 +69,14 @@ static bool value_of(const struct md_args *a, struct buf *out)
             fprintf(stderr, "petrelctl: cannot open %s\n", a->file);
             return false;
         }
-        bool ok = read_all(f, out);
+        bool ok = buf_append_stream(out, f);
         fclose(f);
         if (!ok)
             fprintf(stderr, "petrelctl: cannot read %s\n", a->file);
         return ok;
     }
     if (a->npos == 4 && strcmp(a->pos[3], "-") == 0) {
-        if (!read_all(stdin, out)) {
+        if (!buf_append_stream(out, stdin)) {
             fprintf(stderr, "petrelctl: cannot read stdin\n");
             return false;
         }

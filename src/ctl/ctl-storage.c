@@ -160,15 +160,6 @@ static int parse_options(int argc, char **argv, struct options *o)
 
 /* ---------- mail append / import ---------- */
 
-static bool read_stream(FILE *in, struct buf *out)
-{
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
-        buf_append(out, chunk, n);
-    return !ferror(in);
-}
-
 /* Sends one message; quiet unless it fails. Returns the exit code. */
 static int append_one(const struct ctl_options *opts, const char *user, const char *folder,
                       const struct options *o, const char *data, size_t len, json_t *flags,
@@ -234,7 +225,7 @@ static int import_maildir(const struct ctl_options *opts, const char *user, cons
                 FILE *in = fopen(file, "rb");
                 struct buf msg = {0};
                 struct stat st;
-                if (in != NULL && read_stream(in, &msg) && stat(file, &st) == 0) {
+                if (in != NULL && buf_append_stream(&msg, in) && stat(file, &st) == 0) {
                     json_t *flags = flags_from_maildir_name(names[i]->d_name);
                     rc = append_one(opts, user, folder, o, buf_cstr(&msg), msg.len, flags,
                                     (long long)st.st_mtime, false);
@@ -339,7 +330,7 @@ static int cmd_mail(const struct ctl_options *opts, int argc, char **argv)
     } else if (strcmp(cmd, "append") == 0) {
         FILE *in = strcmp(pos[2], "-") == 0 ? stdin : fopen(pos[2], "rb");
         struct buf msg = {0};
-        if (in == NULL || !read_stream(in, &msg)) {
+        if (in == NULL || !buf_append_stream(&msg, in)) {
             fprintf(stderr, "petrelctl: cannot read %s: %s\n", pos[2], strerror(errno));
         } else {
             rc = append_one(opts, pos[0], pos[1], &o, buf_cstr(&msg), msg.len, o.flags,

@@ -115,6 +115,13 @@ static void *no_memory(void)
     exit(CTL_REFUSED);
 }
 
+/* `n` empty rows; one more, as calloc() may answer NULL for none. */
+static struct row *rows_new(size_t n)
+{
+    struct row *rows = calloc(n + 1, sizeof(*rows));
+    return rows != NULL ? rows : no_memory();
+}
+
 static char *dup_str(const char *s)
 {
     size_t n = strlen(s) + 1;
@@ -130,9 +137,7 @@ static void print_groups(const json_t *groups)
 {
     static const char *const header[] = {"USER", "SESSIONS", "SERVICES", "IPS"};
     size_t n = json_array_size(groups);
-    struct row *rows = calloc(n + 1, sizeof(*rows));
-    if (rows == NULL)
-        no_memory();
+    struct row *rows = rows_new(n);
     for (size_t i = 0; i < n; i++) {
         const json_t *g = json_array_get(groups, i);
         const json_t *sessions = json_object_get(g, "sessions");
@@ -163,9 +168,7 @@ static void print_sessions(const json_t *sessions)
     static const char *const header[] = {"USER", "SERVICE", "IP", "CONNECTED", "ID"};
     static const char *const keys[] = {"user", "service", "ip", "connected_at", "id"};
     size_t n = json_array_size(sessions);
-    struct row *rows = calloc(n + 1, sizeof(*rows));
-    if (rows == NULL)
-        no_memory();
+    struct row *rows = rows_new(n);
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_array_get(sessions, i);
         for (size_t c = 0; c < 5; c++)

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum ctl_exit { CTL_OK = 0, CTL_REFUSED = 1, CTL_USAGE = 2, CTL_UNREACHABLE = 3 };
 
@@ -58,6 +59,26 @@ enum ctl_exit ctl_backend_post(const struct ctl_options *opts, const char *path,
 void ctl_print_readable(const json_t *value, int indent);
 /* URL-encodes one path segment or query value into a fresh string. */
 char *ctl_escape(const char *s);
+
+/* One option of a subcommand (ctl_parse_options), by what it sets:
+ * --NAME VALUE sets *text; --NAME alone sets *flag, or ORs `bit` into
+ * *bits; --NAME N sets *number to N, an integer within [min, max], or
+ * fails with "petrelctl: <bad>". */
+struct ctl_option {
+    const char *name;
+    const char **text;
+    bool *flag;
+    unsigned *bits;
+    unsigned bit;
+    int64_t *number;
+    int64_t min, max;
+    const char *bad;
+};
+/* Parses `count` options anywhere after argv[0] (the command word),
+ * moving the positionals behind them (getopt_long's order). Returns the
+ * index of the first positional, or -1 after an unknown option or a bad
+ * value (getopt or the option has said why on stderr). */
+int ctl_parse_options(int argc, char **argv, const struct ctl_option *options, size_t count);
 
 /* Area dispatchers: argv[0] is the area's first word after "backend". */
 int ctl_backend_main(const struct ctl_options *opts, int argc, char **argv);

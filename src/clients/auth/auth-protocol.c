@@ -14,7 +14,6 @@
 #include "net/cidr.h"
 #include "net/line-fields.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,50 +93,16 @@ void auth_line_add_userdb(struct buf *out, const struct userdb_entry *e)
     }
 }
 
-static bool bad_value(char **error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static bool bad_value(char **error, const char *fmt, ...)
-{
-    if (error != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        *error = xvasprintf(fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
-
-static size_t list_count(char *const *list)
-{
-    size_t n = 0;
-    while (list[n] != NULL)
-        n++;
-    return n;
-}
-
-static bool list_contains(char *const *list, const char *s)
-{
-    for (size_t i = 0; list[i] != NULL; i++) {
-        if (strcmp(list[i], s) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* Appends a copy of `value` to the NULL-terminated *list; false when the
  * list is full. Groups and networks are sets (a repeat is dropped, as
  * userdb_entry_set does for groups); quota rules keep every entry. */
 static bool list_add(char ***list, const char *value, bool set, const char *what, char **error)
 {
-    if (set && list_contains(*list, value))
+    if (set && userdb_list_contains(*list, value))
         return true;
-    size_t n = list_count(*list);
-    if (n >= USERDB_MAX_LIST)
-        return bad_value(error, "more than %d %s", USERDB_MAX_LIST, what);
-    char **grown = xrealloc(*list, (n + 2) * sizeof(char *));
-    grown[n] = xstrdup(value);
-    grown[n + 1] = NULL;
-    *list = grown;
+    if (userdb_list_count(*list) >= USERDB_MAX_LIST)
+        return userdb_fail(error, "more than %d %s", USERDB_MAX_LIST, what);
+    userdb_list_push(list, xstrdup(value));
     return true;
 }
 
@@ -145,7 +110,7 @@ static bool add_extra(struct userdb_entry *e, const char *kv, char **error)
 {
     const char *eq = strchr(kv, '=');
     if (eq == NULL || eq == kv)
-        return bad_value(error, "extra field '%.64s' is not <key>=<value>", kv);
+        return userdb_fail(error, "extra field '%.64s' is not <key>=<value>", kv);
     size_t key_len = (size_t)(eq - kv);
     for (size_t i = 0; i < e->extra_count; i++) {
         struct userdb_extra *x = &e->extra[i];
@@ -156,7 +121,7 @@ static bool add_extra(struct userdb_entry *e, const char *kv, char **error)
         }
     }
     if (e->extra_count >= USERDB_MAX_EXTRA)
-        return bad_value(error, "more than %d extra fields", USERDB_MAX_EXTRA);
+        return userdb_fail(error, "more than %d extra fields", USERDB_MAX_EXTRA);
     e->extra = xrealloc(e->extra, (e->extra_count + 1) * sizeof(*e->extra));
     e->extra[e->extra_count].key = xstrndup(kv, key_len);
     e->extra[e->extra_count].value = xstrdup(eq + 1);
@@ -168,13 +133,13 @@ static bool read_userdb_param(struct userdb_entry *e, const char *key, const cha
                               char **error)
 {
     if (strlen(value) > USERDB_MAX_FIELD)
-        return bad_value(error, "%s longer than %d bytes", key, USERDB_MAX_FIELD);
+        return userdb_fail(error, "%s longer than %d bytes", key, USERDB_MAX_FIELD);
     if (strcmp(key, "uid") == 0 || strcmp(key, "gid") == 0 || strcmp(key, "home") == 0 ||
         strcmp(key, "mail_location") == 0)
         return userdb_entry_set(e, key, value, error); /* the same checks as every passdb */
     if (strcmp(key, "group") == 0) {
         if (value[0] == '\0')
-            return bad_value(error, "empty group name");
+            return userdb_fail(error, "empty group name");
         return list_add(&e->groups, value, true, "groups", error);
     }
     if (strcmp(key, "quota_rule") == 0)
@@ -183,7 +148,7 @@ static bool read_userdb_param(struct userdb_entry *e, const char *key, const cha
         struct cidr net;
         struct petrel_error err;
         if (!cidr_parse(value, &net, &err))
-            return bad_value(error, "allow_net: %s", err.message);
+            return userdb_fail(error, "allow_net: %s", err.message);
         return list_add(&e->allow_nets, value, true, "networks", error);
     }
     if (strcmp(key, "extra") == 0)

@@ -33,9 +33,7 @@
  * what the heap really spends on many small strings. */
 #define ALLOC_OVERHEAD 16
 
-static bool fail(char **error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static bool fail(char **error, const char *fmt, ...)
+bool userdb_fail(char **error, const char *fmt, ...)
 {
     if (error != NULL) {
         va_list ap;
@@ -51,7 +49,7 @@ static char **list_new_empty(void)
     return xcalloc(1, sizeof(char *));
 }
 
-static size_t list_count(char *const *list)
+size_t userdb_list_count(char *const *list)
 {
     size_t n = 0;
     while (list[n] != NULL)
@@ -70,14 +68,14 @@ static void list_free(char **list)
 
 static char **list_clone(char *const *list)
 {
-    size_t n = list_count(list);
+    size_t n = userdb_list_count(list);
     char **copy = xcalloc(n + 1, sizeof(char *));
     for (size_t i = 0; i < n; i++)
         copy[i] = xstrdup(list[i]);
     return copy;
 }
 
-static bool list_contains(char *const *list, const char *s)
+bool userdb_list_contains(char *const *list, const char *s)
 {
     for (size_t i = 0; list[i] != NULL; i++) {
         if (strcmp(list[i], s) == 0)
@@ -86,10 +84,9 @@ static bool list_contains(char *const *list, const char *s)
     return false;
 }
 
-/* Appends `s` (taking ownership) to the NULL-terminated *list. */
-static void list_push(char ***list, char *s)
+void userdb_list_push(char ***list, char *s)
 {
-    size_t n = list_count(*list);
+    size_t n = userdb_list_count(*list);
     char **grown = xrealloc(*list, (n + 2) * sizeof(char *));
     grown[n] = s;
     grown[n + 1] = NULL;
@@ -116,7 +113,7 @@ static char **split_comma_list(const char *value)
         while (end > start && is_space(end[-1]))
             end--;
         if (end > start)
-            list_push(&items, xstrndup(start, (size_t)(end - start)));
+            userdb_list_push(&items, xstrndup(start, (size_t)(end - start)));
         if (comma == NULL)
             break;
         p = comma + 1;
@@ -130,17 +127,17 @@ static bool parse_id(const char *name, const char *value, int64_t *out, char **e
     while (is_space(*p))
         p++;
     if (*p < '0' || *p > '9')
-        return fail(error, "%s must be a non-negative integer, not '%s'", name, value);
+        return userdb_fail(error, "%s must be a non-negative integer, not '%s'", name, value);
     int64_t v = 0;
     for (; *p >= '0' && *p <= '9'; p++) {
         v = v * 10 + (*p - '0');
         if (v > USERDB_MAX_ID)
-            return fail(error, "%s '%s' is over the limit %lld", name, value, USERDB_MAX_ID);
+            return userdb_fail(error, "%s '%s' is over the limit %lld", name, value, USERDB_MAX_ID);
     }
     while (is_space(*p))
         p++;
     if (*p != '\0')
-        return fail(error, "%s must be a non-negative integer, not '%s'", name, value);
+        return userdb_fail(error, "%s must be a non-negative integer, not '%s'", name, value);
     *out = v;
     return true;
 }
@@ -156,14 +153,14 @@ static bool set_groups(struct userdb_entry *e, const char *name, const char *val
     char **items = split_comma_list(value);
     char **merged = list_clone(e->groups);
     for (size_t i = 0; items[i] != NULL; i++) {
-        if (list_contains(merged, items[i]))
+        if (userdb_list_contains(merged, items[i]))
             continue;
-        if (list_count(merged) >= USERDB_MAX_LIST) {
+        if (userdb_list_count(merged) >= USERDB_MAX_LIST) {
             list_free(items);
             list_free(merged);
-            return fail(error, "%s: more than %d groups", name, USERDB_MAX_LIST);
+            return userdb_fail(error, "%s: more than %d groups", name, USERDB_MAX_LIST);
         }
-        list_push(&merged, xstrdup(items[i]));
+        userdb_list_push(&merged, xstrdup(items[i]));
     }
     list_free(items);
     list_free(e->groups);
@@ -174,9 +171,9 @@ static bool set_groups(struct userdb_entry *e, const char *name, const char *val
 static bool add_quota_rule(struct userdb_entry *e, const char *name, const char *value,
                            char **error)
 {
-    if (list_count(e->quota_rule) >= USERDB_MAX_LIST)
-        return fail(error, "%s: more than %d quota rules", name, USERDB_MAX_LIST);
-    list_push(&e->quota_rule, xstrdup(value));
+    if (userdb_list_count(e->quota_rule) >= USERDB_MAX_LIST)
+        return userdb_fail(error, "%s: more than %d quota rules", name, USERDB_MAX_LIST);
+    userdb_list_push(&e->quota_rule, xstrdup(value));
     return true;
 }
 
@@ -184,16 +181,16 @@ static bool set_allow_nets(struct userdb_entry *e, const char *name, const char 
                            char **error)
 {
     char **items = split_comma_list(value);
-    size_t n = list_count(items);
+    size_t n = userdb_list_count(items);
     if (n > USERDB_MAX_LIST) {
         list_free(items);
-        return fail(error, "%s: more than %d networks", name, USERDB_MAX_LIST);
+        return userdb_fail(error, "%s: more than %d networks", name, USERDB_MAX_LIST);
     }
     for (size_t i = 0; i < n; i++) {
         struct cidr net;
         struct petrel_error err;
         if (!cidr_parse(items[i], &net, &err)) {
-            bool r = fail(error, "%s: %s", name, err.message);
+            bool r = userdb_fail(error, "%s: %s", name, err.message);
             list_free(items);
             return r;
         }
@@ -212,7 +209,7 @@ static bool set_extra(struct userdb_entry *e, const char *key, const char *value
         }
     }
     if (e->extra_count >= USERDB_MAX_EXTRA)
-        return fail(error, "more than %d extra fields (at '%s')", USERDB_MAX_EXTRA, key);
+        return userdb_fail(error, "more than %d extra fields (at '%s')", USERDB_MAX_EXTRA, key);
     e->extra = xrealloc(e->extra, (e->extra_count + 1) * sizeof(*e->extra));
     e->extra[e->extra_count].key = xstrdup(key);
     e->extra[e->extra_count].value = xstrdup(value);
@@ -299,16 +296,16 @@ bool userdb_entry_set(struct userdb_entry *e, const char *name, const char *valu
     if (error != NULL)
         *error = NULL;
     if (name == NULL || value == NULL)
-        return fail(error, "field name and value are required");
+        return userdb_fail(error, "field name and value are required");
     const char *field = name;
     if (strncasecmp(field, "userdb_", 7) == 0)
         field += 7;
     if (*field == '\0')
-        return fail(error, "empty field name '%s'", name);
+        return userdb_fail(error, "empty field name '%s'", name);
     if (strlen(field) > USERDB_MAX_FIELD)
-        return fail(error, "field name longer than %d bytes", USERDB_MAX_FIELD);
+        return userdb_fail(error, "field name longer than %d bytes", USERDB_MAX_FIELD);
     if (strlen(value) > USERDB_MAX_FIELD)
-        return fail(error, "value of '%s' longer than %d bytes", field, USERDB_MAX_FIELD);
+        return userdb_fail(error, "value of '%s' longer than %d bytes", field, USERDB_MAX_FIELD);
 
     if (strcasecmp(field, "uid") == 0)
         return parse_id("uid", value, &e->uid, error);
@@ -394,7 +391,7 @@ static size_t string_bytes(const char *s)
 
 static size_t list_bytes(char *const *list)
 {
-    size_t n = list_count(list);
+    size_t n = userdb_list_count(list);
     size_t total = (n + 1) * sizeof(char *) + ALLOC_OVERHEAD;
     for (size_t i = 0; i < n; i++)
         total += string_bytes(list[i]);

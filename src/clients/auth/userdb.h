@@ -44,6 +44,15 @@ struct userdb_entry *userdb_entry_clone(const struct userdb_entry *e);
  * these; anything else becomes an extra field. False with a message in
  * *error (allocated) for a bad uid/gid, a bad CIDR or a list over its cap. */
 bool userdb_entry_set(struct userdb_entry *e, const char *name, const char *value, char **error);
+/* How the userdb readers fail: sets *error (when `error` is not NULL) to
+ * the formatted reason, a fresh string, and returns false. */
+bool userdb_fail(char **error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The entry's NULL-terminated string lists (groups, quota rules,
+ * networks): their length, whether `s` is in one, and appending `s`
+ * (taken: the list frees it). */
+size_t userdb_list_count(char *const *list);
+bool userdb_list_contains(char *const *list, const char *s);
+void userdb_list_push(char ***list, char *s);
 
 /* The Userdb block of document 1 (without username and password). */
 json_t *userdb_entry_to_json(const struct userdb_entry *e);

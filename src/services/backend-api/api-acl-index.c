@@ -12,6 +12,7 @@
  * folders that are gone go); a failing folder enumeration answers 500
  * before anything is written. `all` with `folders`: 400; neither: 400.
  * `dry_run` writes nothing and reports the difference per row. */
+#include "services/backend-api/api-pending.h"
 #include "services/backend-api/api-storage.h"
 #include "services/backend-api/backend-api.h"
 
@@ -213,13 +214,9 @@ static void scope_rows(const struct scope *s, const struct acl_index *idx, struc
     acl_list_free(&list);
 }
 
-static void handle_rebuild(struct http_request *req, void *ctx)
+static void handle_rebuild(struct http_request *req, struct storage_request *sr,
+                           struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     json_t *folders = NULL;
     bool all = false, dry_run = false;
     struct scope s = {0};
@@ -227,10 +224,10 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     char **names = NULL;
     size_t name_count = 0;
     struct acl_index now = {0}, after = {0}, before = {0};
-    if (!json_get_array(sr.body, "folders", false, &folders, &err) ||
-        !json_get_bool(sr.body, "all", false, &all, &err) ||
-        !json_get_bool(sr.body, "dry_run", false, &dry_run, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
+    if (!json_get_array(sr->body, "folders", false, &folders, err) ||
+        !json_get_bool(sr->body, "all", false, &all, err) ||
+        !json_get_bool(sr->body, "dry_run", false, &dry_run, err)) {
+        http_reply_error(req, 400, "%s", err->message);
         goto out;
     }
     if (all && folders != NULL) {
@@ -248,8 +245,8 @@ static void handle_rebuild(struct http_request *req, void *ctx)
             goto out;
         }
         if (name[0] != '\0' && !mailbox_name_is_inbox(name) &&
-            !mailbox_name_validate(name, sr.ns->separator, &err)) {
-            http_reply_error(req, 400, "folders[%zu]: %s", i, err.message);
+            !mailbox_name_validate(name, sr->ns->separator, err)) {
+            http_reply_error(req, 400, "folders[%zu]: %s", i, err->message);
             goto out;
         }
     }
@@ -257,24 +254,24 @@ static void handle_rebuild(struct http_request *req, void *ctx)
     bool root_has_acl = false;
     if (all) {
         /* Enumerate first: a failure here writes nothing. */
-        if (!mail_folder_list(sr.user, sr.ns, &names, &name_count, &err)) {
-            http_reply_error(req, 500, "cannot enumerate the folders: %s", err.message);
+        if (!mail_folder_list(sr->user, sr->ns, &names, &name_count, err)) {
+            http_reply_error(req, 500, "cannot enumerate the folders: %s", err->message);
             goto out;
         }
-        reseed(&sr, "", &s, rebuilt, skipped, &root_has_acl);
+        reseed(sr, "", &s, rebuilt, skipped, &root_has_acl);
         for (size_t i = 0; i < name_count; i++)
-            reseed(&sr, names[i], &s, rebuilt, skipped, &root_has_acl);
+            reseed(sr, names[i], &s, rebuilt, skipped, &root_has_acl);
     } else {
         for (size_t i = 0; i < json_array_size(folders); i++)
-            reseed(&sr, json_string_value(json_array_get(folders, i)), &s, rebuilt, skipped,
+            reseed(sr, json_string_value(json_array_get(folders, i)), &s, rebuilt, skipped,
                    &root_has_acl);
         if (!root_has_acl) {
             /* `root` answers for the root whether or not it was named. */
             struct buf dir = {0};
             struct acl_list list = {0};
-            if (acl_store_dir(sr.user, sr.ns, "", &dir, &err)) {
+            if (acl_store_dir(sr->user, sr->ns, "", &dir, err)) {
                 buf_append_char(&dir, '\0');
-                root_has_acl = acl_store_read(dir.data, &list, NULL, &err) > 0 && list.count > 0;
+                root_has_acl = acl_store_read(dir.data, &list, NULL, err) > 0 && list.count > 0;
             }
             acl_list_free(&list);
             buf_free(&dir);
@@ -285,8 +282,8 @@ static void handle_rebuild(struct http_request *req, void *ctx)
                               "root", root_has_acl, "dry_run", dry_run);
     rebuilt = skipped = NULL;
     if (dry_run) {
-        if (acl_list_index_read(sr.user, sr.ns, &now, &err) < 0)
-            json_object_set_new(reply, "index_error", json_string(err.message));
+        if (acl_list_index_read(sr->user, sr->ns, &now, err) < 0)
+            json_object_set_new(reply, "index_error", json_string(err->message));
         /* `after`: the scope's rows as the write would leave them */
         scope_rows(&s, &now, &before);
         scope_rows(&s, &now, &after);
@@ -298,10 +295,10 @@ static void handle_rebuild(struct http_request *req, void *ctx)
         goto out;
     }
     /* A user without a namespace root has no files and needs no index. */
-    if (!acl_list_index_update(sr.user, sr.ns, scope_change, &s, &err) &&
-        !(err.code == PETREL_ERR_NOT_FOUND && s.want.count == 0)) {
+    if (!acl_list_index_update(sr->user, sr->ns, scope_change, &s, err) &&
+        !(err->code == PETREL_ERR_NOT_FOUND && s.want.count == 0)) {
         json_decref(reply);
-        http_reply_petrel_error(req, &err);
+        http_reply_petrel_error(req, err);
         goto out;
     }
     http_reply_json(req, 200, reply);
@@ -313,45 +310,24 @@ out:
     acl_list_index_free(&now);
     acl_list_index_free(&after);
     acl_list_index_free(&before);
-    storage_request_end(&sr);
 }
 
 /* ---------- registry ---------- */
 
 /* A request waiting for the dict (the client may leave meanwhile). */
 struct reg_call {
-    struct http_request *req; /* NULL once cancelled */
+    struct api_pending pending;
     char *user;
     char *ns;
 };
 
-static void call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
-{
-    (void)req;
-    (void)why;
-    struct reg_call *call = ctx;
-    call->req = NULL;
-}
-
 static struct reg_call *call_new(struct http_request *req, const char *user, const char *ns)
 {
     struct reg_call *call = xcalloc(1, sizeof(*call));
-    call->req = req;
     call->user = xstrdup(user);
     call->ns = ns != NULL ? xstrdup(ns) : NULL;
-    http_request_set_cancel(req, call_cancel, call);
+    api_pending_hold(&call->pending, req);
     return call;
-}
-
-/* The request, if its client is still there, no longer cancellable: it
- * is answered now. */
-static struct http_request *call_take(struct reg_call *call)
-{
-    struct http_request *req = call->req;
-    if (req != NULL)
-        http_request_set_cancel(req, NULL, NULL);
-    call->req = NULL;
-    return req;
 }
 
 static void call_free(struct reg_call *call)
@@ -380,7 +356,7 @@ static void list_done(bool ok, const char *error, const char *const *owners, siz
                       void *ctx)
 {
     struct reg_call *call = ctx;
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     if (req != NULL) {
         if (!ok) {
             http_reply_error(req, 500, "registry lookup failed: %s", error != NULL ? error : "");
@@ -423,7 +399,7 @@ static void handle_registry_list(struct http_request *req, void *ctx)
 static void rebuild_done(bool ok, const char *error, size_t rows, void *ctx)
 {
     struct reg_call *call = ctx;
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     if (req != NULL) {
         if (!ok)
             http_reply_error(req, 500, "registry write failed: %s", error != NULL ? error : "");
@@ -437,53 +413,38 @@ static void rebuild_done(bool ok, const char *error, size_t rows, void *ctx)
 
 static void handle_registry_rebuild(struct http_request *req, void *ctx)
 {
-    struct storage_api *api = ctx;
-    json_t *body = http_request_json(req);
-    if (body == NULL)
+    /* The owner is addressed as the user of any storage request. */
+    struct storage_request sr;
+    if (!storage_request_begin_as(ctx, req, "owner", STORAGE_FOLDER_NONE, &sr))
         return;
+    const char *owner = json_string_value(json_object_get(sr.body, "owner"));
+    struct acl_index idx = {0};
     struct petrel_error err;
     petrel_error_clear(&err);
-    const char *owner = NULL;
-    const char *slug = "personal";
-    struct acl_index idx = {0};
-    if (!json_get_string(body, "owner", true, &owner, &err) ||
-        !json_get_string(body, "namespace", false, &slug, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        goto out;
-    }
-    if (slug[0] == '\0')
-        slug = "personal";
-    struct mail_user *user = mail_user_get(api->storage, owner, &err);
-    if (user == NULL) {
-        http_reply_error(req, 400, "%s", err.message);
-        goto out;
-    }
-    const struct namespace_config *ns = mail_user_namespace(user, slug, &err);
-    if (ns == NULL) {
-        http_reply_error(req, 404, "%s", err.message);
-        goto out;
-    }
-    struct dict *dict = registry_dict(req, api);
+    struct dict *dict = registry_dict(req, ctx);
     if (dict == NULL)
         goto out;
-    if (ns->type != NAMESPACE_PERSONAL) {
+    if (sr.ns->type != NAMESPACE_PERSONAL) {
         http_reply_error(req, 400, "namespace %s has no owner to discover (personal only)",
-                         ns->slug);
+                         sr.ns->slug);
         goto out;
     }
-    if (acl_list_index_read(user, ns, &idx, &err) < 0) {
+    if (acl_list_index_read(sr.user, sr.ns, &idx, &err) < 0) {
         http_reply_error(req, 500, "%s (acl/rebuild reseeds it)", err.message);
         goto out;
     }
-    acl_registry_sync(dict, owner, &idx, rebuild_done, call_new(req, owner, ns->slug));
+    acl_registry_sync(dict, owner, &idx, rebuild_done, call_new(req, owner, sr.ns->slug));
 out:
     acl_list_index_free(&idx);
-    json_decref(body);
+    storage_request_end(&sr);
 }
 
 void backend_api_register_acl_index(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/acl/rebuild", 0, handle_rebuild, api);
+    static const struct storage_route rebuild[] = {
+        {"/api/backend/acl/rebuild", STORAGE_FOLDER_NONE, handle_rebuild, 0},
+    };
+    storage_register(http, api, NULL, rebuild, 1);
     http_server_route(http, HTTP_POST, "/api/backend/acl/registry/list", 0, handle_registry_list,
                       api);
     http_server_route(http, HTTP_POST, "/api/backend/acl/registry/rebuild", 0,

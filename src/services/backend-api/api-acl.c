@@ -25,26 +25,26 @@
 
 /* The addressed place: a folder or the root (folder ""), its directory. */
 struct acl_target {
-    struct storage_request sr;
     const char *folder; /* "" for the root */
     bool root;
     struct buf dir; /* NUL-terminated */
 };
 
-static bool target_begin(struct storage_api *api, struct http_request *req, struct acl_target *t)
+/* Resolves the request's place; replies itself and returns false when it
+ * cannot be addressed. */
+static bool target_begin(struct http_request *req, const struct storage_request *sr,
+                         struct acl_target *t)
 {
     memset(t, 0, sizeof(*t));
-    if (!storage_request_begin(api, req, STORAGE_FOLDER_OPTIONAL, &t->sr))
-        return false;
     struct petrel_error err;
     petrel_error_clear(&err);
     bool root = false;
-    if (!json_get_bool(t->sr.body, "root", false, &root, &err)) {
+    if (!json_get_bool(sr->body, "root", false, &root, &err)) {
         http_reply_error(req, 400, "%s", err.message);
         goto fail;
     }
     t->root = root;
-    const char *folder = t->sr.folder != NULL ? t->sr.folder : "";
+    const char *folder = sr->folder != NULL ? sr->folder : "";
     if (root && folder[0] != '\0') {
         http_reply_error(req, 400, "conflicting fields: root addresses no folder");
         goto fail;
@@ -54,37 +54,35 @@ static bool target_begin(struct storage_api *api, struct http_request *req, stru
         goto fail;
     }
     if (!root && !mailbox_name_is_inbox(folder) &&
-        !mailbox_name_validate(folder, t->sr.ns->separator, &err)) {
+        !mailbox_name_validate(folder, sr->ns->separator, &err)) {
         http_reply_error(req, 400, "%s", err.message);
         goto fail;
     }
-    if (!root && !mail_folder_exists(t->sr.user, t->sr.ns, folder)) {
+    if (!root && !mail_folder_exists(sr->user, sr->ns, folder)) {
         http_reply_error(req, 404, "folder not found");
         goto fail;
     }
     t->folder = folder;
-    if (root && t->sr.ns->type == NAMESPACE_PERSONAL) {
+    if (root && sr->ns->type == NAMESPACE_PERSONAL) {
         /* The root of a user who never had mail yet: opening INBOX makes
          * it (as any first login does), so a root ACL can be written. */
-        struct mailbox *inbox = mailbox_open(t->sr.user, t->sr.ns, "INBOX", &err);
+        struct mailbox *inbox = mailbox_open(sr->user, sr->ns, "INBOX", &err);
         if (inbox != NULL)
             mailbox_close(inbox);
     }
-    if (!acl_store_dir(t->sr.user, t->sr.ns, folder, &t->dir, &err)) {
+    if (!acl_store_dir(sr->user, sr->ns, folder, &t->dir, &err)) {
         http_reply_petrel_error(req, &err);
         goto fail;
     }
     buf_append_char(&t->dir, '\0');
     return true;
 fail:
-    storage_request_end(&t->sr);
     buf_free(&t->dir);
     return false;
 }
 
 static void target_end(struct acl_target *t)
 {
-    storage_request_end(&t->sr);
     buf_free(&t->dir);
 }
 
@@ -150,36 +148,28 @@ static bool get_rights(struct http_request *req, const json_t *obj, bool require
 
 /* ---------- get ---------- */
 
-static void handle_get(struct http_request *req, void *ctx)
+static void get_acl(struct http_request *req, const struct storage_request *sr,
+                    const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
     struct acl_list list = {0};
-    struct petrel_error err;
-    if (acl_store_read(t.dir.data, &list, NULL, &err) < 0)
-        http_reply_petrel_error(req, &err);
+    if (acl_store_read(t->dir.data, &list, NULL, err) < 0)
+        http_reply_petrel_error(req, err);
     else
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:b, s:o}", "folder", t.folder, "namespace",
-                                  t.sr.ns->slug, "root", t.root, "entries", entries_json(&list)));
+                        json_pack("{s:s, s:s, s:b, s:o}", "folder", t->folder, "namespace",
+                                  sr->ns->slug, "root", t->root, "entries", entries_json(&list)));
     acl_list_free(&list);
-    target_end(&t);
 }
 
 /* ---------- set, delete, apply ---------- */
 
-static void handle_set(struct http_request *req, void *ctx)
+static void set_acl(struct http_request *req, const struct storage_request *sr,
+                    const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     json_t *entries = NULL;
     struct acl_list list = {0};
-    if (!json_get_array(t.sr.body, "entries", true, &entries, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
+    if (!json_get_array(sr->body, "entries", true, &entries, err)) {
+        http_reply_error(req, 400, "%s", err->message);
         goto out;
     }
     for (size_t i = 0; i < json_array_size(entries); i++) {
@@ -194,46 +184,36 @@ static void handle_set(struct http_request *req, void *ctx)
             goto out;
         acl_list_modify(&list, &id, rights, ACL_MODIFY_ADD);
     }
-    storage_reply_done(req, acl_store_write_folder(t.sr.user, t.sr.ns, t.folder, &list, &err),
-                       &err);
+    storage_reply_done(req, acl_store_write_folder(sr->user, sr->ns, t->folder, &list, err), err);
 out:
     acl_list_free(&list);
-    target_end(&t);
 }
 
-static void change(struct http_request *req, struct acl_target *t, const struct acl_change *c)
+static void change(struct http_request *req, const struct storage_request *sr,
+                   const struct acl_target *t, const struct acl_change *c, struct petrel_error *err)
 {
-    struct petrel_error err;
-    storage_reply_done(req, acl_store_change_folder(t->sr.user, t->sr.ns, t->folder, c, &err),
-                       &err);
+    storage_reply_done(req, acl_store_change_folder(sr->user, sr->ns, t->folder, c, err), err);
 }
 
-static void handle_delete(struct http_request *req, void *ctx)
+static void delete_entry(struct http_request *req, const struct storage_request *sr,
+                         const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
     struct acl_change c = {.remove = true};
-    if (get_identifier(req, t.sr.body, "identifier", &c.id))
-        change(req, &t, &c);
-    target_end(&t);
+    if (get_identifier(req, sr->body, "identifier", &c.id))
+        change(req, sr, t, &c, err);
 }
 
-static void handle_apply(struct http_request *req, void *ctx)
+static void apply_entry(struct http_request *req, const struct storage_request *sr,
+                        const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     struct acl_change c = {.mode = ACL_MODIFY_REPLACE};
     const char *mode = "replace";
-    if (!get_identifier(req, t.sr.body, "identifier", &c.id) ||
-        !get_rights(req, t.sr.body, false, &c.rights))
-        goto out;
-    if (!json_get_string(t.sr.body, "mode", false, &mode, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        goto out;
+    if (!get_identifier(req, sr->body, "identifier", &c.id) ||
+        !get_rights(req, sr->body, false, &c.rights))
+        return;
+    if (!json_get_string(sr->body, "mode", false, &mode, err)) {
+        http_reply_error(req, 400, "%s", err->message);
+        return;
     }
     if (strcmp(mode, "add") == 0)
         c.mode = ACL_MODIFY_ADD;
@@ -241,36 +221,31 @@ static void handle_apply(struct http_request *req, void *ctx)
         c.mode = ACL_MODIFY_REMOVE;
     else if (strcmp(mode, "replace") != 0) {
         http_reply_error(req, 400, "mode must be add, remove or replace");
-        goto out;
+        return;
     }
-    change(req, &t, &c);
-out:
-    target_end(&t);
+    change(req, sr, t, &c, err);
 }
 
 /* ---------- my-rights, list-rights ---------- */
 
-static void handle_my_rights(struct http_request *req, void *ctx)
+static void my_rights(struct http_request *req, const struct storage_request *sr,
+                      const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
     struct acl_id id;
     struct acl_list list = {0};
-    struct petrel_error err;
-    if (!get_identifier(req, t.sr.body, "identifier", &id))
+    if (!get_identifier(req, sr->body, "identifier", &id))
         goto out;
     if (id.negative) {
         http_reply_error(req, 400, "identifier: a negative identifier has no rights of its own");
         goto out;
     }
-    if (acl_store_read(t.dir.data, &list, NULL, &err) < 0) {
-        http_reply_petrel_error(req, &err);
+    if (acl_store_read(t->dir.data, &list, NULL, err) < 0) {
+        http_reply_petrel_error(req, err);
         goto out;
     }
     /* Who the identifier stands for; the admin plane knows no one's groups
      * but the one named. */
-    const char *owner_name = mail_user_name(t.sr.user);
+    const char *owner_name = mail_user_name(sr->user);
     const char *group = id.name;
     struct acl_identity who = {.user = ""};
     switch (id.kind) {
@@ -281,11 +256,11 @@ static void handle_my_rights(struct http_request *req, void *ctx)
         break;
     case ACL_ID_OWNER:
         who.user = owner_name;
-        who.owner = t.sr.ns->type == NAMESPACE_PERSONAL;
+        who.owner = sr->ns->type == NAMESPACE_PERSONAL;
         break;
     case ACL_ID_USER:
         who.user = id.name;
-        who.owner = t.sr.ns->type == NAMESPACE_PERSONAL && strcmp(id.name, owner_name) == 0;
+        who.owner = sr->ns->type == NAMESPACE_PERSONAL && strcmp(id.name, owner_name) == 0;
         break;
     case ACL_ID_GROUP:
     case ACL_ID_GROUP_OVERRIDE:
@@ -297,22 +272,19 @@ static void handle_my_rights(struct http_request *req, void *ctx)
     acl_id_format(&id, &idtext);
     buf_append_char(&idtext, '\0');
     http_reply_json(req, 200,
-                    json_pack("{s:s, s:s, s:b, s:s, s:o}", "folder", t.folder, "namespace",
-                              t.sr.ns->slug, "root", t.root, "identifier", idtext.data, "rights",
+                    json_pack("{s:s, s:s, s:b, s:s, s:o}", "folder", t->folder, "namespace",
+                              sr->ns->slug, "root", t->root, "identifier", idtext.data, "rights",
                               rights_json(acl_list_rights(&list, &who))));
     buf_free(&idtext);
 out:
     acl_list_free(&list);
-    target_end(&t);
 }
 
-static void handle_list_rights(struct http_request *req, void *ctx)
+static void list_rights(struct http_request *req, const struct storage_request *sr,
+                        const struct acl_target *t, struct petrel_error *err)
 {
-    struct acl_target t;
-    if (!target_begin(ctx, req, &t))
-        return;
     struct acl_id id;
-    if (get_identifier(req, t.sr.body, "identifier", &id)) {
+    if (get_identifier(req, sr->body, "identifier", &id)) {
         /* RFC 4314 LISTRIGHTS: nothing is always granted, each right can
          * be given alone (as IMAP LISTRIGHTS answers). */
         struct buf idtext = {0};
@@ -324,11 +296,34 @@ static void handle_list_rights(struct http_request *req, void *ctx)
             json_array_append_new(optional, json_string(one));
         }
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t.folder, "namespace",
-                                  t.sr.ns->slug, "root", t.root, "identifier", idtext.data,
-                                  "required", "", "optional", optional));
+                        json_pack("{s:s, s:s, s:b, s:s, s:s, s:o}", "folder", t->folder,
+                                  "namespace", sr->ns->slug, "root", t->root, "identifier",
+                                  idtext.data, "required", "", "optional", optional));
         buf_free(&idtext);
     }
+}
+
+/* ---------- the addressed operations ---------- */
+
+/* What the routes on a folder or the root do (sr->op). */
+enum acl_op { OP_GET, OP_SET, OP_DELETE, OP_APPLY, OP_MY_RIGHTS, OP_LIST_RIGHTS };
+
+typedef void acl_op_fn(struct http_request *req, const struct storage_request *sr,
+                       const struct acl_target *t, struct petrel_error *err);
+
+/* Resolves the addressed folder or root (replying itself when it cannot),
+ * then runs the route's operation on it. */
+static void handle_target(struct http_request *req, struct storage_request *sr,
+                          struct petrel_error *err)
+{
+    static acl_op_fn *const ops[] = {
+        [OP_GET] = get_acl,       [OP_SET] = set_acl,         [OP_DELETE] = delete_entry,
+        [OP_APPLY] = apply_entry, [OP_MY_RIGHTS] = my_rights, [OP_LIST_RIGHTS] = list_rights,
+    };
+    struct acl_target t;
+    if (!target_begin(req, sr, &t))
+        return;
+    ops[sr->op](req, sr, &t, err);
     target_end(&t);
 }
 
@@ -367,19 +362,14 @@ static bool add_missing(struct acl_list *list, void *ctx, struct petrel_error *e
     return true;
 }
 
-static void handle_materialise(struct http_request *req, void *ctx)
+static void handle_materialise(struct http_request *req, struct storage_request *sr,
+                               struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     json_t *folders = NULL;
     bool apply = false;
-    if (!json_get_array(sr.body, "folders", true, &folders, &err) ||
-        !json_get_bool(sr.body, "apply", false, &apply, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-        storage_request_end(&sr);
+    if (!json_get_array(sr->body, "folders", true, &folders, err) ||
+        !json_get_bool(sr->body, "apply", false, &apply, err)) {
+        http_reply_error(req, 400, "%s", err->message);
         return;
     }
     /* Every name is checked before anything is written. */
@@ -387,12 +377,10 @@ static void handle_materialise(struct http_request *req, void *ctx)
         const char *name = json_string_value(json_array_get(folders, i));
         if (name == NULL || name[0] == '\0') {
             http_reply_error(req, 400, "folders[%zu] must be a folder name", i);
-            storage_request_end(&sr);
             return;
         }
-        if (!mail_folder_exists(sr.user, sr.ns, name)) {
+        if (!mail_folder_exists(sr->user, sr->ns, name)) {
             http_reply_error(req, 404, "folder not found: %s", name);
-            storage_request_end(&sr);
             return;
         }
     }
@@ -405,23 +393,23 @@ static void handle_materialise(struct http_request *req, void *ctx)
         struct buf from = {0};
         struct buf to = {0};
         struct acl_list plist = {0};
-        acl_parent_of(sr.user, sr.ns, name, &parent);
-        ok = acl_store_dir(sr.user, sr.ns, parent.data, &from, &err) &&
-             acl_store_dir(sr.user, sr.ns, name, &to, &err);
+        acl_parent_of(sr->user, sr->ns, name, &parent);
+        ok = acl_store_dir(sr->user, sr->ns, parent.data, &from, err) &&
+             acl_store_dir(sr->user, sr->ns, name, &to, err);
         if (ok) {
             buf_append_char(&from, '\0');
             buf_append_char(&to, '\0');
-            ok = acl_store_read(from.data, &plist, NULL, &err) >= 0;
+            ok = acl_store_read(from.data, &plist, NULL, err) >= 0;
         }
         if (ok && plist.count > 0) {
             struct materialise m = {
                 .parent = &plist, .folder = name, .added = added, .skipped = skipped};
             if (apply) {
-                ok = acl_store_update_folder(sr.user, sr.ns, name, add_missing, &m, &err);
+                ok = acl_store_update_folder(sr->user, sr->ns, name, add_missing, &m, err);
             } else {
                 /* A dry run: the same answer from the file as it is. */
                 struct acl_list now = {0};
-                ok = acl_store_read(to.data, &now, NULL, &err) >= 0 && add_missing(&now, &m, &err);
+                ok = acl_store_read(to.data, &now, NULL, err) >= 0 && add_missing(&now, &m, err);
                 acl_list_free(&now);
             }
         }
@@ -437,18 +425,20 @@ static void handle_materialise(struct http_request *req, void *ctx)
     else {
         json_decref(added);
         json_decref(skipped);
-        http_reply_petrel_error(req, &err);
+        http_reply_petrel_error(req, err);
     }
-    storage_request_end(&sr);
 }
 
 void backend_api_register_acl(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/acl/get", 0, handle_get, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/set", 0, handle_set, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/delete", 0, handle_delete, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/apply", 0, handle_apply, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/materialise", 0, handle_materialise, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/my-rights", 0, handle_my_rights, api);
-    http_server_route(http, HTTP_POST, "/api/backend/acl/list-rights", 0, handle_list_rights, api);
+    static const struct storage_route routes[] = {
+        {"/api/backend/acl/get", STORAGE_FOLDER_OPTIONAL, handle_target, OP_GET},
+        {"/api/backend/acl/set", STORAGE_FOLDER_OPTIONAL, handle_target, OP_SET},
+        {"/api/backend/acl/delete", STORAGE_FOLDER_OPTIONAL, handle_target, OP_DELETE},
+        {"/api/backend/acl/apply", STORAGE_FOLDER_OPTIONAL, handle_target, OP_APPLY},
+        {"/api/backend/acl/materialise", STORAGE_FOLDER_NONE, handle_materialise, 0},
+        {"/api/backend/acl/my-rights", STORAGE_FOLDER_OPTIONAL, handle_target, OP_MY_RIGHTS},
+        {"/api/backend/acl/list-rights", STORAGE_FOLDER_OPTIONAL, handle_target, OP_LIST_RIGHTS},
+    };
+    storage_register(http, api, NULL, routes, sizeof(routes) / sizeof(routes[0]));
 }

@@ -1,6 +1,7 @@
 /* The dict endpoints of the backend-plane API (document 1, "Health and
  * dict"): drivers, exists, lookup, iterate (NDJSON stream), set, unset,
  * atomic-inc, expire-scan, commit-batch. Values travel as base64. */
+#include "services/backend-api/api-pending.h"
 #include "services/backend-api/backend-api.h"
 
 #include "core/base64.h"
@@ -100,17 +101,9 @@ static void handle_exists(struct http_request *req, void *ctx)
 struct call {
     struct dict_api *api;
     struct dict *dict;
-    struct http_request *req; /* NULL once cancelled */
+    struct api_pending pending;
     const char *op;
 };
-
-static void call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
-{
-    (void)req;
-    (void)why;
-    struct call *call = ctx;
-    call->req = NULL;
-}
 
 static struct call *call_new(struct dict_api *api, struct dict *dict, struct http_request *req,
                              const char *op)
@@ -118,20 +111,11 @@ static struct call *call_new(struct dict_api *api, struct dict *dict, struct htt
     struct call *call = xcalloc(1, sizeof(*call));
     call->api = api;
     call->dict = dict;
-    call->req = req;
     call->op = op;
-    http_request_set_cancel(req, call_cancel, call);
+    api_pending_hold(&call->pending, req);
     return call;
 }
 
-/* The request, detached from the cancel hook, or NULL when it went away. */
-static struct http_request *call_take(struct call *call)
-{
-    struct http_request *req = call->req;
-    if (req != NULL)
-        http_request_set_cancel(req, NULL, NULL);
-    return req;
-}
 
 /* ---------- lookup ---------- */
 
@@ -139,7 +123,7 @@ static void lookup_done(const struct dict_lookup_result *r, void *ctx)
 {
     struct call *call = ctx;
     count(call->api, call->dict, "lookup", r->ret > 0 ? "found" : r->ret == 0 ? "not_found" : "error");
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     free(call);
     if (req == NULL)
         return;
@@ -330,7 +314,7 @@ static void commit_done(enum dict_commit_result result, const char *error, void 
 {
     struct call *call = ctx;
     count(call->api, call->dict, call->op, result_status(result));
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     const char *op = call->op;
     const char *name = dict_name(call->dict);
     free(call);
@@ -386,7 +370,7 @@ static void expire_done(bool ok, const char *error, void *ctx)
 {
     struct call *call = ctx;
     count(call->api, call->dict, "expire-scan", ok ? "ok" : "error");
-    struct http_request *req = call_take(call);
+    struct http_request *req = api_pending_take(&call->pending);
     free(call);
     if (req == NULL)
         return;

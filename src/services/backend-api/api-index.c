@@ -21,34 +21,29 @@ static void dump_record(const struct mailbox_message *msg, void *ctx)
                                     (json_int_t)msg->size, "vsize", (json_int_t)msg->vsize));
 }
 
-static void handle_dump(struct http_request *req, void *ctx)
+static void handle_dump(struct http_request *req, struct storage_request *sr,
+                        struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     int64_t limit = 0;
-    if (!json_get_int(sr.body, "limit", false, &limit, &err) || limit < 0 ||
+    if (!json_get_int(sr->body, "limit", false, &limit, err) || limit < 0 ||
         limit > DUMP_MAX_LIMIT) {
         http_reply_error(req, 400, "%s",
-                         err.message[0] != '\0' ? err.message
-                                                : "limit must be between 0 and 1000000");
-        storage_request_end(&sr);
+                         err->message[0] != '\0' ? err->message
+                                                 : "limit must be between 0 and 1000000");
         return;
     }
-    struct mailbox *box = storage_request_open(req, &sr);
+    struct mailbox *box = storage_request_open(req, sr);
     if (box != NULL) {
         struct mailbox_info info;
         json_t *records = json_array();
         bool truncated = false;
         /* Records first: a refresh only moves forward, so the header read
          * after them has a next_uid above every record listed. */
-        if (!mailbox_foreach(box, limit > 0 ? (size_t)limit : DUMP_MAX_LIMIT, dump_record,
-                             records, &truncated, &err) ||
-            !mailbox_get_info(box, false, &info, &err)) {
+        if (!mailbox_foreach(box, limit > 0 ? (size_t)limit : DUMP_MAX_LIMIT, dump_record, records,
+                             &truncated, err) ||
+            !mailbox_get_info(box, false, &info, err)) {
             json_decref(records);
-            http_reply_petrel_error(req, &err);
+            http_reply_petrel_error(req, err);
         } else {
             char guid[33];
             mailbox_guid_hex(info.guid, guid);
@@ -62,31 +57,26 @@ static void handle_dump(struct http_request *req, void *ctx)
         }
         mailbox_close(box);
     }
-    storage_request_end(&sr);
 }
 
-static void handle_rebuild(struct http_request *req, void *ctx)
+static void handle_rebuild(struct http_request *req, struct storage_request *sr,
+                           struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     bool reset_uids = false;
-    if (!json_get_bool(sr.body, "reset_uids", false, &reset_uids, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
+    if (!json_get_bool(sr->body, "reset_uids", false, &reset_uids, err)) {
+        http_reply_error(req, 400, "%s", err->message);
     } else if (reset_uids) {
         http_reply_error(req, 501, "reset_uids is not supported: UIDs are always preserved");
     } else {
         struct timespec start;
         clock_gettime(CLOCK_MONOTONIC, &start);
-        struct mailbox *box = storage_request_open(req, &sr);
+        struct mailbox *box = storage_request_open(req, sr);
         if (box != NULL) {
             struct mailbox_rebuild_stats st;
             struct mailbox_info info;
-            if (!mailbox_index_rebuild(box, &st, &err) ||
-                !mailbox_get_info(box, false, &info, &err)) {
-                http_reply_petrel_error(req, &err);
+            if (!mailbox_index_rebuild(box, &st, err) ||
+                !mailbox_get_info(box, false, &info, err)) {
+                http_reply_petrel_error(req, err);
             } else {
                 char guid[33];
                 mailbox_guid_hex(info.guid, guid);
@@ -102,7 +92,6 @@ static void handle_rebuild(struct http_request *req, void *ctx)
             mailbox_close(box);
         }
     }
-    storage_request_end(&sr);
 }
 
 /* A maintenance step on the request's folder: the reply's fields, or NULL
@@ -111,19 +100,16 @@ typedef json_t *index_step_fn(struct mailbox *box, struct petrel_error *err);
 
 /* Runs `step` on the request's folder, timed from its opening; the reply
  * gets duration_ms last. */
-static void run_timed(struct http_request *req, void *ctx, index_step_fn *step)
+static void run_timed(struct http_request *req, struct storage_request *sr,
+                      struct petrel_error *err, index_step_fn *step)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    struct mailbox *box = storage_request_open(req, &sr);
+    struct mailbox *box = storage_request_open(req, sr);
     if (box != NULL) {
-        struct petrel_error err;
-        json_t *reply = step(box, &err);
+        json_t *reply = step(box, err);
         if (reply == NULL) {
-            http_reply_petrel_error(req, &err);
+            http_reply_petrel_error(req, err);
         } else {
             json_object_set_new(reply, "duration_ms",
                                 json_integer((json_int_t)storage_elapsed_ms(&start)));
@@ -131,7 +117,6 @@ static void run_timed(struct http_request *req, void *ctx, index_step_fn *step)
         }
         mailbox_close(box);
     }
-    storage_request_end(&sr);
 }
 
 static json_t *optimize(struct mailbox *box, struct petrel_error *err)
@@ -141,9 +126,10 @@ static json_t *optimize(struct mailbox *box, struct petrel_error *err)
     return json_pack("{s:s}", "folder", mailbox_name(box));
 }
 
-static void handle_optimize(struct http_request *req, void *ctx)
+static void handle_optimize(struct http_request *req, struct storage_request *sr,
+                            struct petrel_error *err)
 {
-    run_timed(req, ctx, optimize);
+    run_timed(req, sr, err, optimize);
 }
 
 static json_t *cache_purge(struct mailbox *box, struct petrel_error *err)
@@ -156,16 +142,19 @@ static json_t *cache_purge(struct mailbox *box, struct petrel_error *err)
                      (json_int_t)reclaimed);
 }
 
-static void handle_cache_purge(struct http_request *req, void *ctx)
+static void handle_cache_purge(struct http_request *req, struct storage_request *sr,
+                               struct petrel_error *err)
 {
-    run_timed(req, ctx, cache_purge);
+    run_timed(req, sr, err, cache_purge);
 }
 
 void backend_api_register_index(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/index/dump", 0, handle_dump, api);
-    http_server_route(http, HTTP_POST, "/api/backend/index/rebuild", 0, handle_rebuild, api);
-    http_server_route(http, HTTP_POST, "/api/backend/index/optimize", 0, handle_optimize, api);
-    http_server_route(http, HTTP_POST, "/api/backend/index/cache-purge", 0, handle_cache_purge,
-                      api);
+    static const struct storage_route routes[] = {
+        {"/api/backend/index/dump", STORAGE_FOLDER_REQUIRED, handle_dump, 0},
+        {"/api/backend/index/rebuild", STORAGE_FOLDER_REQUIRED, handle_rebuild, 0},
+        {"/api/backend/index/optimize", STORAGE_FOLDER_REQUIRED, handle_optimize, 0},
+        {"/api/backend/index/cache-purge", STORAGE_FOLDER_REQUIRED, handle_cache_purge, 0},
+    };
+    storage_register(http, api, NULL, routes, sizeof(routes) / sizeof(routes[0]));
 }

@@ -3,6 +3,7 @@
  * store IMAP uses (storage/metadata/metadata-store.h), on the main loop's
  * handle of mail.attribute_dict. Nothing is cached on either side, so an
  * IMAP session sees a write made here at its next command. */
+#include "services/backend-api/api-pending.h"
 #include "services/backend-api/api-storage.h"
 #include "services/backend-api/backend-api.h"
 
@@ -20,33 +21,23 @@ enum md_op { MD_LIST, MD_GET, MD_SET, MD_DELETE };
 
 /* A request waiting for the dict (the client may leave meanwhile). */
 struct md_call {
-    struct http_request *req; /* NULL once cancelled */
+    struct api_pending pending;
     struct metadata_entry entry;
 };
-
-static void call_cancel(struct http_request *req, enum http_cancel_reason why, void *ctx)
-{
-    (void)req;
-    (void)why;
-    struct md_call *call = ctx;
-    call->req = NULL;
-}
 
 static struct md_call *call_new(struct http_request *req, const struct metadata_entry *e)
 {
     struct md_call *call = xcalloc(1, sizeof(*call));
-    call->req = req;
     if (e != NULL)
         call->entry = *e;
-    http_request_set_cancel(req, call_cancel, call);
+    api_pending_hold(&call->pending, req);
     return call;
 }
 
+/* The request to answer (api_pending_take), the call freed. */
 static struct http_request *call_take(struct md_call *call)
 {
-    struct http_request *req = call->req;
-    if (req != NULL)
-        http_request_set_cancel(req, NULL, NULL);
+    struct http_request *req = api_pending_take(&call->pending);
     free(call);
     return req;
 }
@@ -54,7 +45,7 @@ static struct http_request *call_take(struct md_call *call)
 /* Decodes the envelope, resolves the folder's GUID and the dict. Replies
  * itself and returns NULL on failure. `entry`: the entry for get, set and
  * delete; the bare scope of `scope` for list. */
-static struct dict *prepare(struct http_request *req, struct storage_api *api, enum md_op op,
+static struct dict *prepare(struct http_request *req, struct mail_storage *storage, enum md_op op,
                             struct storage_request *sr, struct metadata_target *t,
                             struct metadata_entry *entry)
 {
@@ -104,12 +95,12 @@ static struct dict *prepare(struct http_request *req, struct storage_api *api, e
             return NULL;
         }
     }
-    const struct mail_config *cfg = mail_storage_config(api->storage);
+    const struct mail_config *cfg = mail_storage_config(storage);
     if (entry->scope == METADATA_PRIVATE && !cfg->metadata_private) {
         http_reply_error(req, 400, "private entries are disabled (mail.metadata_private)");
         return NULL;
     }
-    struct dict *dict = metadata_storage_dict(api->storage, &err);
+    struct dict *dict = metadata_storage_dict(storage, &err);
     if (dict == NULL) {
         http_reply_petrel_error(req, &err);
         return NULL;
@@ -194,18 +185,15 @@ static void write_done(enum metadata_write_status status, const char *error, voi
         http_reply_error(req, 500, "metadata write failed: %s", error != NULL ? error : "");
 }
 
-static void handle(struct http_request *req, struct storage_api *api, enum md_op op)
+static void handle(struct http_request *req, struct storage_request *sr, struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(api, req, STORAGE_FOLDER_OPTIONAL, &sr))
-        return;
+    enum md_op op = sr->op;
+    struct mail_storage *storage = mail_user_storage(sr->user);
     struct metadata_target t;
     struct metadata_entry entry;
-    struct dict *dict = prepare(req, api, op, &sr, &t, &entry);
-    if (dict == NULL) {
-        storage_request_end(&sr);
+    struct dict *dict = prepare(req, storage, op, sr, &t, &entry);
+    if (dict == NULL)
         return;
-    }
     if (op == MD_LIST) {
         metadata_read(dict, &t, &entry, 1, -1, list_done, call_new(req, NULL));
     } else if (op == MD_GET) {
@@ -215,17 +203,15 @@ static void handle(struct http_request *req, struct storage_api *api, enum md_op
         struct buf value = {0};
         if (op == MD_SET) {
             const char *b64 = NULL;
-            struct petrel_error err;
-            petrel_error_clear(&err);
-            if (!json_get_string(sr.body, "value", true, &b64, &err)) {
-                http_reply_error(req, 400, "%s", err.message);
+            if (!json_get_string(sr->body, "value", true, &b64, err)) {
+                http_reply_error(req, 400, "%s", err->message);
                 goto out;
             }
             if (!base64_decode_append(&value, b64, strlen(b64))) {
                 http_reply_error(req, 400, "value: invalid base64");
                 goto out;
             }
-            uint64_t max = metadata_max_value(api->storage);
+            uint64_t max = metadata_max_value(storage);
             if ((uint64_t)value.len > max) {
                 http_reply_error(req, 400,
                                  "value: %zu bytes is more than mail.metadata_max_value_bytes "
@@ -236,38 +222,20 @@ static void handle(struct http_request *req, struct storage_api *api, enum md_op
             change.value = value.data != NULL ? value.data : "";
             change.len = value.len;
         }
-        metadata_write(dict, &t, &change, 1, metadata_max_entries(api->storage), write_done,
+        metadata_write(dict, &t, &change, 1, metadata_max_entries(storage), write_done,
                        call_new(req, NULL));
     out:
         buf_free(&value);
     }
-    storage_request_end(&sr);
-}
-
-static void handle_list(struct http_request *req, void *ctx)
-{
-    handle(req, ctx, MD_LIST);
-}
-
-static void handle_get(struct http_request *req, void *ctx)
-{
-    handle(req, ctx, MD_GET);
-}
-
-static void handle_set(struct http_request *req, void *ctx)
-{
-    handle(req, ctx, MD_SET);
-}
-
-static void handle_delete(struct http_request *req, void *ctx)
-{
-    handle(req, ctx, MD_DELETE);
 }
 
 void backend_api_register_metadata(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/metadata/list", 0, handle_list, api);
-    http_server_route(http, HTTP_POST, "/api/backend/metadata/get", 0, handle_get, api);
-    http_server_route(http, HTTP_POST, "/api/backend/metadata/set", 0, handle_set, api);
-    http_server_route(http, HTTP_POST, "/api/backend/metadata/delete", 0, handle_delete, api);
+    static const struct storage_route routes[] = {
+        {"/api/backend/metadata/list", STORAGE_FOLDER_OPTIONAL, handle, MD_LIST},
+        {"/api/backend/metadata/get", STORAGE_FOLDER_OPTIONAL, handle, MD_GET},
+        {"/api/backend/metadata/set", STORAGE_FOLDER_OPTIONAL, handle, MD_SET},
+        {"/api/backend/metadata/delete", STORAGE_FOLDER_OPTIONAL, handle, MD_DELETE},
+    };
+    storage_register(http, api, NULL, routes, sizeof(routes) / sizeof(routes[0]));
 }

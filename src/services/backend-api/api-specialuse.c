@@ -8,8 +8,9 @@
 
 #include <string.h>
 
-/* Attributes belong to the personal namespace, and a folder name follows
- * its rules (400 otherwise, as on every other folder endpoint). */
+/* Every request's check: attributes belong to the personal namespace, and
+ * a folder name follows its rules (400 otherwise, as on every other folder
+ * endpoint). */
 static bool check_request(struct http_request *req, const struct storage_request *sr)
 {
     struct petrel_error err;
@@ -25,34 +26,19 @@ static bool check_request(struct http_request *req, const struct storage_request
     return true;
 }
 
-/* storage_request_begin() and the checks above; false when answered. */
-static bool begin(void *ctx, struct http_request *req, enum storage_folder_rule folder,
-                  struct storage_request *sr)
+static void handle_list(struct http_request *req, struct storage_request *sr,
+                        struct petrel_error *err)
 {
-    if (!storage_request_begin(ctx, req, folder, sr))
-        return false;
-    if (check_request(req, sr))
-        return true;
-    storage_request_end(sr);
-    return false;
-}
-
-static void handle_list(struct http_request *req, void *ctx)
-{
-    struct storage_request sr;
-    if (!begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
     struct special_use_list list;
-    if (!special_use_read(sr.user, &list, &err)) {
-        http_reply_petrel_error(req, &err);
+    if (!special_use_read(sr->user, &list, err)) {
+        http_reply_petrel_error(req, err);
     } else {
         json_t *overrides = json_object();
         for (size_t i = 0; i < list.count; i++)
             json_object_set_new(overrides, list.entries[i].folder,
                                 json_string(list.entries[i].attr));
         json_t *defaults = json_object();
-        const struct mail_config *cfg = mail_storage_config(mail_user_storage(sr.user));
+        const struct mail_config *cfg = mail_storage_config(mail_user_storage(sr->user));
         for (size_t i = 0; i < cfg->special_use_count; i++)
             json_object_set_new(defaults, cfg->special_use[i].folder,
                                 json_string(cfg->special_use[i].attr));
@@ -60,64 +46,53 @@ static void handle_list(struct http_request *req, void *ctx)
         http_reply_json(req, 200,
                         json_pack("{s:o, s:o}", "overrides", overrides, "defaults", defaults));
     }
-    storage_request_end(&sr);
 }
 
-static void handle_get(struct http_request *req, void *ctx)
+static void handle_get(struct http_request *req, struct storage_request *sr,
+                       struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
     struct special_use_list scratch;
     memset(&scratch, 0, sizeof(scratch));
     const char *attr = "";
     enum special_use_source source;
-    if (!special_use_get(sr.user, sr.folder, &attr, &source, &scratch, &err))
-        http_reply_petrel_error(req, &err);
+    if (!special_use_get(sr->user, sr->folder, &attr, &source, &scratch, err))
+        http_reply_petrel_error(req, err);
     else
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:s}", "folder", sr.folder, "attr", attr, "source",
+                        json_pack("{s:s, s:s, s:s}", "folder", sr->folder, "attr", attr, "source",
                                   special_use_source_name(source)));
     special_use_list_free(&scratch);
-    storage_request_end(&sr);
 }
 
-static void handle_set(struct http_request *req, void *ctx)
+static void handle_set(struct http_request *req, struct storage_request *sr,
+                       struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     const char *attr = NULL;
-    const struct namespace_config *personal = mail_user_namespace(sr.user, "personal", &err);
-    if (!json_get_string(sr.body, "attr", true, &attr, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
+    const struct namespace_config *personal = mail_user_namespace(sr->user, "personal", err);
+    if (!json_get_string(sr->body, "attr", true, &attr, err)) {
+        http_reply_error(req, 400, "%s", err->message);
     } else if (!special_use_attr_valid(attr)) {
         http_reply_error(req, 400, "unknown special-use attribute '%s'", attr);
-    } else if (personal == NULL || !mail_folder_exists(sr.user, personal, sr.folder)) {
-        http_reply_error(req, 404, "folder not found: %s", sr.folder);
+    } else if (personal == NULL || !mail_folder_exists(sr->user, personal, sr->folder)) {
+        http_reply_error(req, 404, "folder not found: %s", sr->folder);
     } else {
-        storage_reply_done(req, special_use_set(sr.user, sr.folder, attr, &err), &err);
+        storage_reply_done(req, special_use_set(sr->user, sr->folder, attr, err), err);
     }
-    storage_request_end(&sr);
 }
 
-static void handle_delete(struct http_request *req, void *ctx)
+static void handle_delete(struct http_request *req, struct storage_request *sr,
+                          struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
-    storage_reply_done(req, special_use_set(sr.user, sr.folder, NULL, &err), &err);
-    storage_request_end(&sr);
+    storage_reply_done(req, special_use_set(sr->user, sr->folder, NULL, err), err);
 }
 
 void backend_api_register_specialuse(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/specialuse/list", 0, handle_list, api);
-    http_server_route(http, HTTP_POST, "/api/backend/specialuse/get", 0, handle_get, api);
-    http_server_route(http, HTTP_POST, "/api/backend/specialuse/set", 0, handle_set, api);
-    http_server_route(http, HTTP_POST, "/api/backend/specialuse/delete", 0, handle_delete, api);
+    static const struct storage_route routes[] = {
+        {"/api/backend/specialuse/list", STORAGE_FOLDER_NONE, handle_list, 0},
+        {"/api/backend/specialuse/get", STORAGE_FOLDER_REQUIRED, handle_get, 0},
+        {"/api/backend/specialuse/set", STORAGE_FOLDER_REQUIRED, handle_set, 0},
+        {"/api/backend/specialuse/delete", STORAGE_FOLDER_REQUIRED, handle_delete, 0},
+    };
+    storage_register(http, api, check_request, routes, sizeof(routes) / sizeof(routes[0]));
 }

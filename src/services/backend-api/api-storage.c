@@ -1,12 +1,21 @@
 #include "services/backend-api/api-storage.h"
 
 #include "core/json-util.h"
+#include "core/xalloc.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 bool storage_request_begin(struct storage_api *api, struct http_request *req,
                            enum storage_folder_rule folder_rule, struct storage_request *out)
+{
+    return storage_request_begin_as(api, req, "user", folder_rule, out);
+}
+
+bool storage_request_begin_as(struct storage_api *api, struct http_request *req,
+                              const char *user_field, enum storage_folder_rule folder_rule,
+                              struct storage_request *out)
 {
     memset(out, 0, sizeof(*out));
     out->body = http_request_json(req);
@@ -17,7 +26,7 @@ bool storage_request_begin(struct storage_api *api, struct http_request *req,
     const char *user = NULL;
     const char *slug = "personal";
     const char *folder = NULL;
-    if (!json_get_string(out->body, "user", true, &user, &err) ||
+    if (!json_get_string(out->body, user_field, true, &user, &err) ||
         !json_get_string(out->body, "namespace", false, &slug, &err) ||
         (folder_rule != STORAGE_FOLDER_NONE &&
          !json_get_string(out->body, "folder", false, &folder, &err))) {
@@ -88,17 +97,48 @@ json_t *storage_flags_json(uint32_t flags, const char *const *keywords, size_t k
     return arr;
 }
 
-void storage_handle_names(struct http_request *req, void *ctx, const char *key,
-                          storage_names_fn *list)
+/* A route's context: the area's API and check, and the route. */
+struct storage_route_ctx {
+    struct storage_api *api;
+    storage_check_fn *check;
+    const struct storage_route *route;
+};
+
+static void run_route(struct http_request *req, void *ctx)
 {
+    const struct storage_route_ctx *rc = ctx;
     struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
+    if (!storage_request_begin(rc->api, req, rc->route->folder_rule, &sr))
         return;
-    struct petrel_error err;
+    sr.op = rc->route->op;
+    if (rc->check == NULL || rc->check(req, &sr)) {
+        struct petrel_error err;
+        petrel_error_clear(&err);
+        rc->route->handler(req, &sr, &err);
+    }
+    storage_request_end(&sr);
+}
+
+void storage_register(struct http_server *http, struct storage_api *api, storage_check_fn *check,
+                      const struct storage_route *routes, size_t count)
+{
+    struct storage_route_ctx *ctxs = xcalloc(count, sizeof(*ctxs));
+    for (size_t i = 0; i < count; i++) {
+        ctxs[i].api = api;
+        ctxs[i].check = check;
+        ctxs[i].route = &routes[i];
+        http_server_route(http, HTTP_POST, routes[i].path, 0, run_route, &ctxs[i]);
+    }
+    http_server_on_free(http, free, ctxs);
+}
+
+void storage_reply_names(struct http_request *req, const struct storage_request *sr,
+                         struct petrel_error *err, const char *key, storage_names_fn *list)
+{
     char **names = NULL;
     size_t count = 0;
-    if (!list(sr.user, sr.ns, &names, &count, &err)) {
-        http_reply_petrel_error(req, &err);
+    if (!list(sr->user, sr->ns, &names, &count, err)) {
+        http_reply_petrel_error(req, err);
     } else {
         json_t *arr = json_array();
         for (size_t i = 0; i < count; i++)
@@ -106,7 +146,6 @@ void storage_handle_names(struct http_request *req, void *ctx, const char *key,
         http_reply_json(req, 200, json_pack("{s:o}", key, arr));
     }
     mail_folder_list_free(names, count);
-    storage_request_end(&sr);
 }
 
 void storage_reply_done(struct http_request *req, bool ok, const struct petrel_error *err)

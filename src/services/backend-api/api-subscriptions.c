@@ -18,47 +18,33 @@
 
 #define COMPONENT "backend-api"
 
-static void handle_list(struct http_request *req, void *ctx)
+static void handle_list(struct http_request *req, struct storage_request *sr,
+                        struct petrel_error *err)
 {
-    storage_handle_names(req, ctx, "subscriptions", mail_subscriptions_list);
+    storage_reply_names(req, sr, err, "subscriptions", mail_subscriptions_list);
 }
 
-static void change(struct http_request *req, void *ctx, bool add)
+enum subscription_op { UNSUBSCRIBE, SUBSCRIBE };
+
+static void handle_change(struct http_request *req, struct storage_request *sr,
+                          struct petrel_error *err)
 {
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_REQUIRED, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     bool changed = false;
-    storage_reply_done(req, mail_subscriptions_set(sr.user, sr.ns, sr.folder, add, &changed, &err),
-                       &err);
-    storage_request_end(&sr);
+    storage_reply_done(
+        req,
+        mail_subscriptions_set(sr->user, sr->ns, sr->folder, sr->op == SUBSCRIBE, &changed, err),
+        err);
 }
 
-static void handle_add(struct http_request *req, void *ctx)
+static void handle_migrate(struct http_request *req, struct storage_request *sr,
+                           struct petrel_error *err)
 {
-    change(req, ctx, true);
-}
-
-static void handle_remove(struct http_request *req, void *ctx)
-{
-    change(req, ctx, false);
-}
-
-static void handle_migrate(struct http_request *req, void *ctx)
-{
-    struct storage_request sr;
-    if (!storage_request_begin(ctx, req, STORAGE_FOLDER_NONE, &sr))
-        return;
-    struct petrel_error err;
-    petrel_error_clear(&err);
     bool apply = false;
     struct mail_subscriptions_migration m;
-    if (!json_get_bool(sr.body, "apply", false, &apply, &err)) {
-        http_reply_error(req, 400, "%s", err.message);
-    } else if (!mail_subscriptions_migrate(sr.user, sr.ns, apply, &m, &err)) {
-        http_reply_petrel_error(req, &err);
+    if (!json_get_bool(sr->body, "apply", false, &apply, err)) {
+        http_reply_error(req, 400, "%s", err->message);
+    } else if (!mail_subscriptions_migrate(sr->user, sr->ns, apply, &m, err)) {
+        http_reply_petrel_error(req, err);
         mail_subscriptions_migration_free(&m);
     } else {
         json_t *read = json_array();
@@ -71,14 +57,15 @@ static void handle_migrate(struct http_request *req, void *ctx)
                                   apply));
         mail_subscriptions_migration_free(&m);
     }
-    storage_request_end(&sr);
 }
 
 void backend_api_register_subscriptions(struct http_server *http, struct storage_api *api)
 {
-    http_server_route(http, HTTP_POST, "/api/backend/subscriptions/list", 0, handle_list, api);
-    http_server_route(http, HTTP_POST, "/api/backend/subscriptions/add", 0, handle_add, api);
-    http_server_route(http, HTTP_POST, "/api/backend/subscriptions/remove", 0, handle_remove, api);
-    http_server_route(http, HTTP_POST, "/api/backend/subscriptions/migrate", 0, handle_migrate,
-                      api);
+    static const struct storage_route routes[] = {
+        {"/api/backend/subscriptions/list", STORAGE_FOLDER_NONE, handle_list, 0},
+        {"/api/backend/subscriptions/add", STORAGE_FOLDER_REQUIRED, handle_change, SUBSCRIBE},
+        {"/api/backend/subscriptions/remove", STORAGE_FOLDER_REQUIRED, handle_change, UNSUBSCRIBE},
+        {"/api/backend/subscriptions/migrate", STORAGE_FOLDER_NONE, handle_migrate, 0},
+    };
+    storage_register(http, api, NULL, routes, sizeof(routes) / sizeof(routes[0]));
 }
