@@ -39,7 +39,8 @@
 #
 # Knobs: BENCH_PLACEMENT=both (shared|split|both)  BENCH_DOVECOT=1 (0: leave
 #        Dovecot out)  BENCH_DOVECOT_LOGIN_PROCS=1 (imap-login processes)
-#        BENCH_DURATION=8 (s per throughput run)  BENCH_CLIENTS=20
+#        BENCH_DURATION=8 (s per throughput run)  BENCH_ROUNDS=2 (runs of
+#        each target per load, interleaved)  BENCH_CLIENTS=20
 #        BENCH_MESSAGES=50 (per load user)  BENCH_USERS=200
 #        BENCH_MIX="noop=16,headers=14,body=14,flags=8,select=4"
 #        BENCH_BULK_MIX="body=1"

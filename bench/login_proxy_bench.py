@@ -30,7 +30,8 @@ it measures:
 
   throughput  bench/imap-bench `load` (BENCH_CLIENTS connections, one
               command in flight each) for BENCH_DURATION seconds per run, in
-              the order direct, petrel, dovecot, dovecot, petrel, direct, the
+              the order direct, petrel, dovecot, dovecot, petrel, direct
+              (BENCH_ROUNDS=2 rounds, each the reverse of the one before), the
               ratio of the means; twice: the read mix BENCH_MIX, then
               BENCH_BULK_MIX (whole messages, FETCH BODY[] only). CPU time
               of the proxy (Dovecot: its whole process tree), of the backend
@@ -88,6 +89,7 @@ LOGIN_PROCS = env_int("BENCH_LOGIN_PROCS", 2)
 IDLE_SESSIONS = env_int("BENCH_IDLE_SESSIONS", 2000)
 MIX = os.environ.get("BENCH_MIX", "noop=16,headers=14,body=14,flags=8,select=4")
 BULK_MIX = os.environ.get("BENCH_BULK_MIX", "body=1")
+ROUNDS = env_int("BENCH_ROUNDS", 2)
 PLACEMENT = os.environ.get("BENCH_PLACEMENT", "both")
 WITH_DOVECOT = os.environ.get("BENCH_DOVECOT", "1") != "0"
 DOVECOT_LOGIN_PROCS = env_int("BENCH_DOVECOT_LOGIN_PROCS", 1)
@@ -412,7 +414,9 @@ class Bench:
 
     def throughput(self, placement):
         kinds = ["direct", "petrel"] + (["dovecot"] if "dovecot" in self.dovecots else [])
-        order = kinds + kinds[::-1]
+        # ABC CBA ABC ...: a drift of the machine's other load over the
+        # rounds touches every target alike.
+        order = [k for i in range(ROUNDS) for k in (kinds if i % 2 == 0 else kinds[::-1])]
         out = {}
         for name, mix in (("mix", MIX), ("bulk", BULK_MIX)):
             print(f" {name} ({mix}), {DURATION} s per run, {CLIENTS} clients", flush=True)
@@ -568,7 +572,7 @@ class Bench:
 
     def summary(self, results, idle_kib):
         print()
-        print("Summary. Throughput: mean of the 2 runs of each; ratio to direct in the same "
+        print(f"Summary. Throughput: mean of the {ROUNDS} runs of each; ratio to direct in the same "
               "placement; CPU in us per command (proxy: Petrel's process or Dovecot's whole "
               "tree); p50 latency per command; 'other': CPU time on the machine that was not the "
               "bench's, in % of one CPU (other work on a shared machine skews a run).")
