@@ -50,14 +50,17 @@ def allowed(tid):
     raise RuntimeError(f"no Cpus_allowed_list for {tid}")
 
 
-def pin(pids, cpus):
-    """Every thread of every pid on `cpus` (a set), checked; returns the
-    number of threads pinned. A pid that is gone is skipped."""
+def pin(pids, cpus, nice=None):
+    """Every thread of every pid on `cpus` (a set), checked, and at `nice`
+    when given; returns the number of threads pinned. A pid that is gone is
+    skipped."""
     n = 0
     for pid in pids:
         for tid in tasks(pid):
             try:
                 os.sched_setaffinity(tid, cpus)
+                if nice is not None:
+                    os.setpriority(os.PRIO_PROCESS, tid, nice)
             except ProcessLookupError:
                 continue
             got = allowed(tid)

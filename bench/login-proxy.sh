@@ -47,7 +47,9 @@
 #        BENCH_LOGIN_SECONDS=4  BENCH_LOGIN_PROCS=2  BENCH_LOGIN_CONCURRENCY=32
 #        BENCH_IDLE_SESSIONS=2000  BENCH_QUIET_WAIT=5 (s to wait before each
 #        run for the rest of the machine to use < BENCH_QUIET_OTHER=25 % of a
-#        CPU)  BENCH_BUILD_DIR=build-release  BENCH_NO_BUILD=1
+#        CPU)  BENCH_NICE= (opt-in, e.g. -10: every bench process at that
+#        nice value, to be skewed less by other work on a shared machine)
+#        BENCH_BUILD_DIR=build-release  BENCH_NO_BUILD=1
 #        BENCH_KEEP=1 (keep the work directory and its logs)
 set -euo pipefail
 

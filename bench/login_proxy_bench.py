@@ -90,6 +90,10 @@ IDLE_SESSIONS = env_int("BENCH_IDLE_SESSIONS", 2000)
 MIX = os.environ.get("BENCH_MIX", "noop=16,headers=14,body=14,flags=8,select=4")
 BULK_MIX = os.environ.get("BENCH_BULK_MIX", "body=1")
 ROUNDS = env_int("BENCH_ROUNDS", 2)
+# Opt-in: every bench process (fleet, Dovecot, driver, load generator) at
+# this nice value, in every placement alike, so that other work on a shared
+# machine skews the runs less (and gets less CPU meanwhile).
+NICE = int(os.environ["BENCH_NICE"]) if os.environ.get("BENCH_NICE") else None
 PLACEMENT = os.environ.get("BENCH_PLACEMENT", "both")
 WITH_DOVECOT = os.environ.get("BENCH_DOVECOT", "1") != "0"
 DOVECOT_LOGIN_PROCS = env_int("BENCH_DOVECOT_LOGIN_PROCS", 1)
@@ -313,13 +317,14 @@ class Bench:
         else:
             rest_cpus, proxy_cpus = cpu_placement.split_sets(self.all_cpus)
             sets = (proxy_cpus, rest_cpus)
-        n_proxy = cpu_placement.pin([p for ps in proxies.values() for p in ps], sets[0])
-        n_rest = cpu_placement.pin([p for ps in rest.values() for p in ps], sets[1])
+        n_proxy = cpu_placement.pin([p for ps in proxies.values() for p in ps], sets[0], NICE)
+        n_rest = cpu_placement.pin([p for ps in rest.values() for p in ps], sets[1], NICE)
         if verbose:
             cpus = lambda s: ",".join(map(str, sorted(s)))  # noqa: E731
             print(f"placement {placement}: CPU {cpus(sets[0])}: {', '.join(proxies)} "
                   f"({n_proxy} threads); CPU {cpus(sets[1])}: {', '.join(rest)} "
-                  f"({n_rest} threads)", flush=True)
+                  f"({n_rest} threads)"
+                  f"{'' if NICE is None else f'; every bench thread at nice {NICE}'}", flush=True)
 
     # ----- the machine's other work -----
 
