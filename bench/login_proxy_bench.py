@@ -283,6 +283,17 @@ def mean_runs(rs):
     return out
 
 
+def cpu_bound(placement, r, ncpus):
+    """Commands/s that the CPU per command of a run allows: shared, the
+    proxy, backend and load generator share every CPU; split, the backend
+    and load generator have one CPU and the proxy another."""
+    rest = r["backend_us"] + (r["client_us"] or 0)
+    proxy = r["proxy_us"] or 0
+    if placement == "shared":
+        return ncpus * 1e6 / (rest + proxy)
+    return min(1e6 / rest, 1e6 / proxy if proxy else float("inf"))
+
+
 def fmt_us(x):
     return "-" if x is None else f"{x:.1f}"
 
@@ -580,20 +591,26 @@ class Bench:
         print(f"Summary. Throughput: mean of the {ROUNDS} runs of each; ratio to direct in the same "
               "placement; CPU in us per command (proxy: Petrel's process or Dovecot's whole "
               "tree); p50 latency per command; 'other': CPU time on the machine that was not the "
-              "bench's, in % of one CPU (other work on a shared machine skews a run).")
+              "bench's, in % of one CPU (other work on a shared machine skews a run); "
+              "'CPU bound': the rate the measured CPU per command allows on the placement's "
+              "CPUs, and its ratio to direct's (an estimate that other work skews less).")
         hdr = (f"{'placement':9} {'load':4} {'target':13} {'commands/s':>10} {'ratio':>6} "
-               f"{'proxy':>6} {'backend':>7} {'loadgen':>7} {'p50 ms':>6} {'other':>5}")
+               f"{'proxy':>6} {'backend':>7} {'loadgen':>7} {'p50 ms':>6} {'other':>5}   "
+               f"{'CPU bound':>9} {'ratio':>6}")
         print(hdr)
         print("-" * len(hdr))
         for placement, (tp, _) in results.items():
             for name, kinds in tp.items():
                 d = kinds["direct"]["rate"]
+                dbound = cpu_bound(placement, kinds["direct"], len(self.all_cpus))
                 for kind, r in kinds.items():
+                    bound = cpu_bound(placement, r, len(self.all_cpus))
                     print(f"{placement:9} {name:4} {LABEL[kind]:13} {r['rate']:10,.0f} "
                           f"{100 * r['rate'] / d:5.1f}% {fmt_us(r['proxy_us']):>6} "
                           f"{r['backend_us']:7.1f} {fmt_us(r['client_us']):>7} "
                           f"{(r['p50_ms'] or 0):6.2f} {r['other']:4.0f}%"
-                          f"{' *' if r['other'] > QUIET_OTHER else ''}")
+                          f"{' *' if r['other'] > QUIET_OTHER else '  '} {bound:9,.0f} "
+                          f"{100 * bound / dbound:5.1f}%")
         print(f"* other work above {QUIET_OTHER:.0f} % of a CPU during the runs: the machine "
               f"was busy, the row is skewed")
         print()
