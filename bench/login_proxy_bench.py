@@ -36,7 +36,17 @@ it measures:
               BENCH_BULK_MIX (whole messages, FETCH BODY[] only). CPU time
               of the proxy (Dovecot: its whole process tree), of the backend
               and of the load generator per command, read from /proc at
-              imap-bench's start and stop hooks (the measured window only).
+              imap-bench's start and stop hooks (the measured window only);
+              the p50 latency; the CPU time the rest of the machine used in
+              the window (/proc/stat less the bench's processes: a shared
+              machine's other work takes CPU from a run, most of all from a
+              proxy pinned to one CPU); and the rate the measured CPU per
+              command allows on the placement's CPUs ("CPU bound": shared,
+              2 CPUs / (proxy + backend + load generator); split, the lesser
+              of 1 CPU / (backend + load generator) and 1 CPU / proxy), an
+              estimate that the machine's other work skews less. Each run
+              waits up to BENCH_QUIET_WAIT s for that other work to fall
+              below BENCH_QUIET_OTHER % of a CPU first.
   logins      BENCH_LOGIN_PROCS processes with BENCH_LOGIN_CONCURRENCY
               connections each: connect, greeting, LOGIN, LOGOUT, wait for
               the server to close, again, for BENCH_LOGIN_SECONDS; direct,
