@@ -8,29 +8,49 @@
 # bench/imap-bench), then bench/login_proxy_bench.py starts the fleet of
 # tests/e2e/fleet.py from it (two backends, two directors, the monitor, the
 # proxies' auth service, two login proxies, each its own petreld on its own
-# loopback address; SHA512-CRYPT passwords, auth caches on) and measures,
-# directly against backend a and through proxy a to it, with the same users:
+# loopback address; SHA512-CRYPT passwords, auth caches on) and Dovecot 2.3
+# as an IMAP proxy in front of the same backend a (bench/dovecot_proxy.py),
+# and measures, with the same users, directly against backend a, through
+# Petrel's proxy a and through Dovecot's proxy, in each CPU placement
+# (bench/cpu_placement.py):
+#
+#   shared      every process on every CPU (the proxy's CPU is taken from
+#               the client and the backend)
+#   split       the proxies alone on CPU 1, everything else on CPU 0, for the
+#               direct and the proxied runs alike (a proxy on its own host)
 #
 #   throughput  imap-bench load, a read mix (NOOP, FETCH headers/bodies/flags,
-#               SELECT), then whole-message FETCHes only (bytes/s);
-#               direct/proxy/proxy/direct; ratio of the means (target >= 90 %)
-#               and the proxy's CPU per relayed command
+#               SELECT), then whole-message FETCHes only;
+#               direct/petrel/dovecot/dovecot/petrel/direct; ratio of the
+#               means to direct (target >= 90 %), CPU per command of each
+#               proxy, of the backend and of the load generator, p50 latency,
+#               and the CPU the rest of the (shared) machine used meanwhile
 #   logins      connect + LOGIN + LOGOUT cycles per second with every user
-#               already in the auth caches (target >= 2,000/s via the proxy)
-#   memory      VmRSS growth of the proxy per idle proxied session after
-#               LOGIN + SELECT (target <= 16 KiB)
+#               already in the auth caches (target >= 2,000/s via the proxy),
+#               direct, via Petrel, via Dovecot (same hashes) and via a
+#               Dovecot with {PLAIN} passwords
+#   memory      VmRSS growth of Petrel's proxy per idle proxied session after
+#               LOGIN + SELECT (target <= 16 KiB), once
 #
-# Prints the numbers and ratios; writes nothing outside its work directory.
-# Exit 0 when every run finished without a client error; targets are
-# reported, not enforced.
+# Prints the numbers, a summary table and the ratios; writes nothing outside
+# its work directory. Exit 0 when every run finished without a client error;
+# targets are reported, not enforced. About 6 minutes with the defaults on
+# a quiet machine.
 #
-# Knobs: BENCH_DURATION=10 (s per throughput run)  BENCH_CLIENTS=20
+# Knobs: BENCH_PLACEMENT=both (shared|split|both)  BENCH_DOVECOT=1 (0: leave
+#        Dovecot out)  BENCH_DOVECOT_LOGIN_PROCS=1 (imap-login processes)
+#        BENCH_DURATION=8 (s per throughput run)  BENCH_ROUNDS=2 (runs of
+#        each target per load, interleaved)  BENCH_CLIENTS=20
 #        BENCH_MESSAGES=50 (per load user)  BENCH_USERS=200
 #        BENCH_MIX="noop=16,headers=14,body=14,flags=8,select=4"
 #        BENCH_BULK_MIX="body=1"
-#        BENCH_LOGIN_SECONDS=5  BENCH_LOGIN_PROCS=2  BENCH_LOGIN_CONCURRENCY=32
-#        BENCH_IDLE_SESSIONS=2000  BENCH_BUILD_DIR=build-release
-#        BENCH_NO_BUILD=1  BENCH_KEEP=1 (keep the work directory and its logs)
+#        BENCH_LOGIN_SECONDS=4  BENCH_LOGIN_PROCS=2  BENCH_LOGIN_CONCURRENCY=32
+#        BENCH_IDLE_SESSIONS=2000  BENCH_QUIET_WAIT=5 (s to wait before each
+#        run for the rest of the machine to use < BENCH_QUIET_OTHER=25 % of a
+#        CPU)  BENCH_NICE= (opt-in, e.g. -10: every bench process at that
+#        nice value, to be skewed less by other work on a shared machine)
+#        BENCH_BUILD_DIR=build-release  BENCH_NO_BUILD=1
+#        BENCH_KEEP=1 (keep the work directory and its logs)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
