@@ -30,7 +30,9 @@
 #               direct, via Petrel, via Dovecot (same hashes) and via a
 #               Dovecot with {PLAIN} passwords
 #   memory      VmRSS growth of Petrel's proxy per idle proxied session after
-#               LOGIN + SELECT (target <= 16 KiB), once
+#               LOGIN + SELECT (target <= 16 KiB), once; then, with
+#               bench/login-proxy-tls-idle.py, per kind of client connection
+#               (plain, implicit TLS, STARTTLS; 500 sessions each)
 #
 # Prints the numbers, a summary table and the ratios; writes nothing outside
 # its work directory. Exit 0 when every run finished without a client error;
@@ -49,7 +51,7 @@
 #        run for the rest of the machine to use < BENCH_QUIET_OTHER=25 % of a
 #        CPU)  BENCH_NICE= (opt-in, e.g. -10: every bench process at that
 #        nice value, to be skewed less by other work on a shared machine)
-#        BENCH_BUILD_DIR=build-release  BENCH_NO_BUILD=1
+#        BENCH_BUILD_DIR=build-release  BENCH_NO_BUILD=1  BENCH_NO_TLS_IDLE=1
 #        BENCH_KEEP=1 (keep the work directory and its logs)
 set -euo pipefail
 
@@ -76,4 +78,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$PYTHON" "$ROOT/bench/login_proxy_bench.py" "$ROOT/$BUILD_DIR" "$work"
+rc=0
+"$PYTHON" "$ROOT/bench/login_proxy_bench.py" "$ROOT/$BUILD_DIR" "$work" || rc=$?
+# Idle memory per session by kind of client connection (plain, implicit
+# TLS, STARTTLS), each on a freshly started proxy.
+if [ -z "${BENCH_NO_TLS_IDLE:-}" ]; then
+  "$PYTHON" "$ROOT/bench/login-proxy-tls-idle.py" "$ROOT/$BUILD_DIR" || rc=$?
+fi
+exit "$rc"
