@@ -110,6 +110,33 @@ static bool read_some(int fd, size_t *got)
     }
 }
 
+/* Runs the loop in real time (a filtered side's last bytes and the linger
+ * are looked at by a timer) until the relay is done, while `*peer` behaves
+ * as a client does at the end: reads what comes, and closes at EOF. */
+static void run_until_done(struct event_base *base, struct ended *e, int *peer)
+{
+    for (int i = 0; i < 400 && !e->done; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        char buf[8192];
+        ssize_t n;
+        while (*peer >= 0 && (n = read(*peer, buf, sizeof(buf))) > 0)
+            ;
+        if (*peer >= 0 && n == 0) {
+            close(*peer);
+            *peer = -1;
+        }
+    }
+    assert_true(e->done);
+}
+
+static void close_app(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
 static const struct net_relay_config config = {
     .high_water = 64 * 1024, .idle_ms = 0, .linger_ms = 2000};
 
@@ -132,13 +159,11 @@ static void test_bytes_both_ways(void **state)
     assert_int_equal(up_got, total);
     assert_int_equal(down_got, total);
     net_relay_stop(r, NULL, 0);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
+    run_until_done(base, &e, &c.fd);
     assert_int_equal(e.end, NET_RELAY_STOPPED);
     assert_int_equal(e.stats.to_backend, total);
     assert_int_equal(e.stats.to_client, total);
-    close(c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -174,10 +199,8 @@ static void test_a_side_that_does_not_read_bounds_the_relay(void **state)
     }
     assert_int_equal(got, total);
     net_relay_stop(r, NULL, 0);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
-    close(c.fd);
+    run_until_done(base, &e, &c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -204,16 +227,15 @@ static void test_eof_flushes_what_was_queued(void **state)
     }
     assert_true(eof);
     assert_int_equal(got, total);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
+    close(b.fd); /* the backend closes in turn */
+    b.fd = -1;
+    run_until_done(base, &e, &b.fd);
     assert_int_equal(e.end, NET_RELAY_CLIENT_CLOSED);
     assert_int_equal(e.stats.to_backend, total);
     /* The client's side was closed too. */
     char x;
     assert_int_equal(read(c.fd, &x, 1), 0);
     close(c.fd);
-    close(b.fd);
     event_base_free(base);
 }
 
@@ -233,22 +255,70 @@ static void test_stop_sends_the_farewell(void **state)
     assert_false(e.done);                    /* never from inside the call */
     /* A filtered side's last bytes may wait below the filter, where the
      * relay looks every few milliseconds: real time must pass. */
-    for (int i = 0; i < 400 && !e.done; i++) {
+    char buf[128] = {0};
+    size_t n = 0;
+    ssize_t k = -1;
+    for (int i = 0; i < 400 && k != 0; i++) {
         struct timeval tick = {0, 10000};
         event_base_loopexit(base, &tick);
         event_base_loop(base, 0);
+        while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+            n += (size_t)k;
     }
-    assert_true(e.done);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
-    char buf[128] = {0};
-    size_t n = 0;
-    ssize_t k;
-    while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-        n += (size_t)k;
     assert_int_equal(k, 0); /* then EOF */
     assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
     assert_int_equal(read(b.fd, buf, 1), 0);
     close(c.fd);
+    c.fd = -1;
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    close(b.fd);
+    event_base_free(base);
+}
+
+/* The client had sent more (commands the relay will not pass on any more)
+ * when the relay is stopped: it still gets what was relayed, the farewell,
+ * then EOF. Closing a socket with unread input makes the kernel answer with
+ * a reset, which over TCP drops at the client what is still in flight to
+ * it (a unix socket reports it as ECONNRESET after the data). */
+static void test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct app c, b;
+    make_sides(state, base, &c, &b);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    assert_int_equal(write(b.fd, "* 1 EXISTS\r\n", 12), 12);
+    for (int i = 0; i < 100; i++)
+        turn(base);
+    char noise[4096];
+    memset(noise, 'n', sizeof(noise));
+    assert_int_equal(write(c.fd, noise, sizeof(noise)), (ssize_t)sizeof(noise));
+    static const char bye[] = "* BYE Kicked by an operator.\r\n";
+    net_relay_stop(r, bye, sizeof(bye) - 1);
+    char buf[128] = {0};
+    size_t n = 0;
+    ssize_t k = -1;
+    int err = 0;
+    for (int i = 0; i < 400 && k != 0 && err == 0; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+            n += (size_t)k;
+        if (k < 0 && errno != EAGAIN)
+            err = errno;
+        if (k < 0 && errno == EAGAIN) /* the client goes on talking */
+            (void)!write(c.fd, noise, sizeof(noise));
+    }
+    assert_int_equal(err, 0); /* no reset */
+    assert_int_equal(k, 0);   /* EOF */
+    assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
+    close(c.fd);
+    c.fd = -1;
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    assert_int_equal(e.stats.to_backend, 0); /* none of it went on */
     close(b.fd);
     event_base_free(base);
 }
@@ -296,14 +366,9 @@ static void test_idle_ends_the_relay(void **state)
     struct net_relay_config cfg = config;
     cfg.idle_ms = 50;
     net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
-    for (int i = 0; i < 100 && !e.done; i++) {
-        struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-    }
-    assert_true(e.done);
+    run_until_done(base, &e, &c.fd);
     assert_int_equal(e.end, NET_RELAY_IDLE);
-    close(c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -329,6 +394,10 @@ int main(void)
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &tls_plain),
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &plain_tls),
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &tls_tls),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &plain_plain),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &tls_plain),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &plain_tls),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &tls_tls),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_plain),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &tls_plain),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_tls),
