@@ -652,3 +652,60 @@ def test_sessions_ending_every_way_leave_no_descriptor(fleet):
     assert not errors, errors[:5]
     wait_for(lambda: fleet.sessions() == 0, timeout=20, what="every session gone")
     wait_for(lambda: proxy_fds(fleet) <= base, what=f"descriptors back to {base}")
+
+
+def cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_idle_relayed_sessions_cost_no_cpu(fleet):
+    """Sessions that moved data (each side's queue filled and emptied) and
+    now wait: the proxy sleeps (no event left armed on an empty queue)."""
+    clients = []
+    for i, kind in enumerate(KINDS * 2):
+        c, b = connect(fleet, kind, user="u%d" % (20 + i), rcvbuf=64 * 1024)
+        c.line(), c.line()
+        c.send(b"t SEND %d 2\r\n" % (8 << 20))
+        stalled(lambda: b.sent, polls=2)
+        assert c.line() == b"* SEND %d\r\n" % (8 << 20)
+        c.exact(8 << 20)
+        assert c.line() == b"t OK\r\n"
+        c.send(b"e ECHO %d\r\n" % (1 << 20) + pattern(1 << 20, 4))
+        assert c.line() == b"* ECHO %d\r\n" % (1 << 20)
+        c.exact(1 << 20)
+        assert c.line() == b"e OK\r\n"
+        clients.append(c)
+    before = cpu_seconds(fleet.proxy.pid)
+    time.sleep(1.0)  # the measured interval, not a synchronisation
+    used = cpu_seconds(fleet.proxy.pid) - before
+    assert used < 0.15, f"the idle proxy used {used:.2f} s of CPU in 1 s"
+    for c in clients:
+        c.close()
+    wait_for(lambda: fleet.sessions() == 0, what="the sessions gone")
+
+
+def test_a_client_sending_on_after_its_session_ended_is_closed(fleet):
+    """The relay's lingering close reads what a client still sends after the
+    end (so that its last bytes are not lost to a reset), but for a bounded
+    time: a client that keeps sending does not keep its descriptor."""
+    c, _ = connect(fleet, "plain")
+    c.line(), c.line()
+    wait_for(lambda: fleet.sessions() == 1, what="relayed")
+    base = proxy_fds(fleet)
+    c.send(b"z LOGOUT\r\n")
+    assert c.line() == b"* BYE bye\r\n"
+    stop = time.monotonic() + 6
+    closed = None
+    c.sock.settimeout(1)
+    while time.monotonic() < stop:
+        try:
+            c.sock.send(b"x" * 4096)
+        except OSError:
+            break
+        if proxy_fds(fleet) <= base - 2:  # the client's and the backend's
+            closed = time.monotonic()
+            break
+        time.sleep(0.005)
+    assert closed is not None and closed < stop - 2.5, "the descriptor outlived the drain"
+    c.close()
