@@ -320,6 +320,66 @@ static void test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset(void **
     event_base_free(base);
 }
 
+/* Stopped while a lot waits for a client that is still uploading: the
+ * client finishes its upload (the relay reads and drops it, or the client
+ * would block writing and never read), half-closes, and only then reads.
+ * It gets every byte the relay took from the backend, the farewell, EOF:
+ * its half-close does not cut the flush short. */
+static void test_a_client_uploading_then_half_closing_at_the_stop_gets_everything(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct app c, b;
+    make_sides(state, base, &c, &b);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    size_t sent = 0, up = 0, last = (size_t)-1;
+    int still = 0;
+    /* Neither reads: both are held back, and each side's reading paused. */
+    for (int i = 0; i < 100000 && still < 200; i++) {
+        write_some(b.fd, &sent, 32u << 20);
+        write_some(c.fd, &up, 32u << 20);
+        turn(base);
+        still = sent == last ? still + 1 : 0;
+        last = sent;
+    }
+    static const char bye[] = "* BYE Kicked by an operator.\r\n";
+    net_relay_stop(r, bye, sizeof(bye) - 1);
+    char noise[4096];
+    memset(noise, 'n', sizeof(noise));
+    size_t uploaded = 0;
+    for (int i = 0; i < 100000 && uploaded < (1u << 20); i++) {
+        ssize_t w = write(c.fd, noise, sizeof(noise));
+        if (w > 0)
+            uploaded += (size_t)w;
+        turn(base);
+    }
+    assert_int_equal(uploaded, 1u << 20);
+    shutdown(c.fd, SHUT_WR);
+    size_t got = 0, room = sent + sizeof(bye);
+    unsigned char *all = malloc(room);
+    ssize_t k = -1;
+    for (int i = 0; i < 400 && k != 0; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        while (got < room && (k = read(c.fd, all + got, room - got)) > 0)
+            got += (size_t)k;
+        assert_true(k == 0 || errno == EAGAIN); /* no reset */
+    }
+    assert_int_equal(k, 0);
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    assert_int_equal(got, e.stats.to_client + sizeof(bye) - 1);
+    for (size_t i = 0; i < e.stats.to_client; i++)
+        if (all[i] != pattern(i))
+            fail_msg("byte %zu differs", i);
+    assert_memory_equal(all + e.stats.to_client, bye, sizeof(bye) - 1);
+    free(all);
+    close_app(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
 static void test_a_client_that_never_reads_is_dropped_after_the_linger(void **state)
 {
     struct event_base *base = event_base_new();
@@ -354,7 +414,7 @@ static void test_a_client_that_never_reads_is_dropped_after_the_linger(void **st
     event_base_free(base);
 }
 
-/* Bytes one way or the other every 10 ms, for four times idle_ms: the
+/* Bytes one way or the other every 10 ms, for three times idle_ms: the
  * relay goes on (idle means no byte either way). */
 static void test_traffic_keeps_the_relay_from_idling(void **state)
 {
@@ -363,10 +423,10 @@ static void test_traffic_keeps_the_relay_from_idling(void **state)
     make_sides(state, base, &c, &b);
     struct ended e = {0};
     struct net_relay_config cfg = config;
-    cfg.idle_ms = 100;
+    cfg.idle_ms = 500; /* far above a tick, even on a loaded machine */
     struct net_relay *r = net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
     size_t up = 0, down = 0, up_got = 0, down_got = 0;
-    for (int i = 0; i < 40 && !e.done; i++) { /* 400 ms */
+    for (int i = 0; i < 150 && !e.done; i++) { /* 1.5 s */
         struct timeval tick = {0, 10000};
         if (i % 2 == 0)
             write_some(c.fd, &up, up + 10);
@@ -429,6 +489,10 @@ int main(void)
         cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &tls_plain),
         cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &plain_tls),
         cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset, &tls_tls),
+        cmocka_unit_test_prestate(test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &plain_plain),
+        cmocka_unit_test_prestate(test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &tls_plain),
+        cmocka_unit_test_prestate(test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &plain_tls),
+        cmocka_unit_test_prestate(test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &tls_tls),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_plain),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &tls_plain),
         cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_tls),
