@@ -5,6 +5,8 @@
 #include "net/linger.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
@@ -103,6 +105,17 @@ static void side_reading(struct side *s, bool on)
     }
 }
 
+/* The descriptor under `s` (under a filter, the socket bufferevent's). */
+static evutil_socket_t side_fd(const struct side *s)
+{
+    if (s->bev == NULL)
+        return s->fd;
+    struct bufferevent *b = s->bev;
+    while (bufferevent_get_underlying(b) != NULL)
+        b = bufferevent_get_underlying(b);
+    return bufferevent_getfd(b);
+}
+
 static void close_side(struct side *s)
 {
     if (s->bev != NULL)
@@ -119,6 +132,78 @@ static void close_side(struct side *s)
     if (s->queue != NULL)
         evbuffer_free(s->queue);
     s->queue = NULL;
+}
+
+/* The lingering close of a descriptor whose last bytes have left and whose
+ * FIN is sent: what the peer still sends is read and thrown away until its
+ * EOF. Closing with unread input would make the kernel answer with a reset
+ * instead, and a reset makes the peer's kernel drop what is still in
+ * flight to it (the last answer, a kick's BYE, that a slow client has not
+ * read yet); nginx's lingering close does the same.
+ *
+ * It runs after the relay is done (the owner's accounting, the director's
+ * session count, do not wait for a client to close) and holds nothing but
+ * the descriptor: each wait is a one-shot event of the loop, which frees it
+ * with itself should the process stop first. The callback needs the loop
+ * and a budget, and a one-shot event has one pointer for both: the loop's
+ * address (malloc'd, so aligned to at least 8) carries the waits left in
+ * its low three bits. A peer gets at most RELAY_DRAIN_WAITS wakeups (a
+ * quiet one RELAY_DRAIN_WAIT_MS each) and RELAY_DRAIN_STEP bytes dropped
+ * per wakeup, then is closed: a client cannot keep a descriptor after its
+ * session ended by sending on. */
+#define RELAY_DRAIN_WAITS 7 /* fits the three bits */
+#define RELAY_DRAIN_WAIT_MS 300
+#define RELAY_DRAIN_STEP (1024 * 1024)
+#define RELAY_DRAIN_TAG ((uintptr_t)7)
+
+static void drain_cb(evutil_socket_t fd, short what, void *arg);
+static void finish(struct net_relay *r);
+
+static void drain_wait(struct event_base *base, evutil_socket_t fd, uintptr_t waits)
+{
+    struct timeval tv = {0, RELAY_DRAIN_WAIT_MS * 1000};
+    if (waits == 0 || ((uintptr_t)base & RELAY_DRAIN_TAG) != 0 ||
+        event_base_once(base, fd, EV_READ, drain_cb, (void *)((uintptr_t)base | waits), &tv) < 0)
+        close(fd);
+}
+
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct event_base *base = (struct event_base *)((uintptr_t)arg & ~RELAY_DRAIN_TAG);
+    uintptr_t waits = (uintptr_t)arg & RELAY_DRAIN_TAG;
+    if (!(what & EV_READ)) {
+        close(fd); /* quiet for a whole wait: nothing unread, a plain close */
+        return;
+    }
+    char buf[16384];
+    for (size_t dropped = 0; dropped < RELAY_DRAIN_STEP; dropped += sizeof(buf)) {
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        if (n <= 0) {
+            close(fd); /* the peer's EOF (or its reset): the end */
+            return;
+        }
+    }
+    drain_wait(base, fd, waits - 1);
+}
+
+/* Ending, all of `s`'s queue has left: a FIN goes after it (the peer
+ * reads everything, then EOF), and a copy of the descriptor lingers on
+ * without the relay, which is then done. A bufferevent side's descriptor
+ * is the socket under its filters; freeing the bufferevent closes only its
+ * own copy. */
+static void shut_side(struct net_relay *r, struct side *s)
+{
+    evutil_socket_t fd = side_fd(s);
+    if (fd >= 0) {
+        evutil_socket_t copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (copy >= 0) {
+            shutdown(copy, SHUT_WR);
+            drain_wait(r->base, copy, RELAY_DRAIN_WAITS);
+        }
+    }
+    finish(r);
 }
 
 static void finish_cb(evutil_socket_t fd, short what, void *arg)
@@ -151,24 +236,32 @@ static void finish(struct net_relay *r)
 }
 
 /* The relay ends: `gone` (may be NULL) is closed now, the other side gets
- * what is queued for it, for at most linger_ms. */
+ * what is queued for it, for at most linger_ms, then its lingering close. */
 static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *gone)
 {
     if (r->ending)
         return;
     r->ending = true;
     r->end = why;
-    side_reading(&r->client, false);
-    side_reading(&r->backend, false);
     struct side *keep = gone != NULL ? other(r, gone) : &r->client;
     close_side(other(r, keep));
-    if (!side_open(keep) || side_queued(keep) == 0) {
+    if (!side_open(keep)) {
         finish(r);
         return;
     }
-    /* A bufferevent's write callback now runs once its output is empty; a
-     * socket side's write event is pending already (its queue is not); the
-     * timer looks at the whole queue until the linger runs out. */
+    if (side_queued(keep) == 0) {
+        shut_side(r, keep);
+        return;
+    }
+    /* While its queue leaves, the kept side is read on and what it sends
+     * thrown away (the readers drop input while ending), for the reason
+     * the lingering close does: a peer that writes before it reads must
+     * not stall, and unread input must not turn our close into a reset. A
+     * bufferevent's write callback now runs once its output is empty; a
+     * socket side's write event is pending while its queue is not; the
+     * timer looks at the whole chain until the linger runs out. */
+    keep->paused = false;
+    side_reading(keep, true);
     if (keep->bev != NULL)
         bufferevent_setwatermark(keep->bev, EV_WRITE, 0, 0);
     r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
@@ -180,8 +273,12 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
 static void side_gone(struct net_relay *r, struct side *s, bool eof)
 {
     if (r->ending) {
-        /* The side being flushed went away: nothing more to wait for. */
-        finish(r);
+        /* The side being flushed half-closed (it may still read its last
+         * bytes) or failed (nothing more to wait for). */
+        if (eof)
+            side_reading(s, false);
+        else
+            finish(r);
         return;
     }
     bool client = s == &r->client;
@@ -271,7 +368,7 @@ static void drained(struct net_relay *r, struct side *to)
 {
     if (r->ending) {
         if (side_queued(to) == 0)
-            finish(r);
+            shut_side(r, to);
         return;
     }
     struct side *from = other(r, to);
@@ -368,8 +465,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     if (r->ending) {
         struct side *keep = side_open(&r->client) ? &r->client : &r->backend;
         int64_t left = r->linger_until_ms - now_ms(r);
-        if (side_queued(keep) == 0 || left <= 0)
-            finish(r);
+        if (side_queued(keep) == 0)
+            shut_side(r, keep);
+        else if (left <= 0)
+            finish(r); /* it did not read its last bytes: dropped */
         else
             arm(r->timer, left < RELAY_LINGER_POLL_MS ? left : RELAY_LINGER_POLL_MS);
         return;

@@ -15,9 +15,12 @@
  * The end: an EOF or an error on one side, `idle_ms` without a byte in
  * either direction, or net_relay_stop(). The side that ended is closed at
  * once; what is still queued for the other side is sent to it first (for
- * at most `linger_ms`), then it is closed too, and `done` is called once,
- * from the loop, with how it ended and the byte counts. The relay owns both
- * bufferevents from net_relay_start() on and frees them.
+ * at most `linger_ms`; what that side sends meanwhile is dropped), then a
+ * FIN follows it, and `done` is called once, from the loop, with how it
+ * ended and the byte counts. The connection then lingers on without the
+ * relay until the peer's EOF, reading and dropping what it sends (a few
+ * wake-ups at most), so that its last bytes do not meet a reset. The relay
+ * owns both bufferevents from net_relay_start() on and frees them.
  *
  * A side that is not being read (its peer's queue is full) is not watched
  * for EOF either: a peer that never reads holds both still, and only

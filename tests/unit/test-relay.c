@@ -110,6 +110,33 @@ static bool read_some(int fd, size_t *got)
     }
 }
 
+/* Runs the loop in real time (a filtered side's last bytes and the linger
+ * are looked at by a timer) until the relay is done, while `*peer` behaves
+ * as a client does at the end: reads what comes, and closes at EOF. */
+static void run_until_done(struct event_base *base, struct ended *e, int *peer)
+{
+    for (int i = 0; i < 400 && !e->done; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        char buf[8192];
+        ssize_t n;
+        while (*peer >= 0 && (n = read(*peer, buf, sizeof(buf))) > 0)
+            ;
+        if (*peer >= 0 && n == 0) {
+            close(*peer);
+            *peer = -1;
+        }
+    }
+    assert_true(e->done);
+}
+
+static void close_app(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
 static const struct net_relay_config config = {
     .high_water = 64 * 1024, .idle_ms = 0, .linger_ms = 2000};
 
@@ -132,13 +159,11 @@ static void test_bytes_both_ways(void **state)
     assert_int_equal(up_got, total);
     assert_int_equal(down_got, total);
     net_relay_stop(r, NULL, 0);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
+    run_until_done(base, &e, &c.fd);
     assert_int_equal(e.end, NET_RELAY_STOPPED);
     assert_int_equal(e.stats.to_backend, total);
     assert_int_equal(e.stats.to_client, total);
-    close(c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -174,10 +199,8 @@ static void test_a_side_that_does_not_read_bounds_the_relay(void **state)
     }
     assert_int_equal(got, total);
     net_relay_stop(r, NULL, 0);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
-    close(c.fd);
+    run_until_done(base, &e, &c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -204,16 +227,15 @@ static void test_eof_flushes_what_was_queued(void **state)
     }
     assert_true(eof);
     assert_int_equal(got, total);
-    for (int i = 0; i < 1000 && !e.done; i++)
-        turn(base);
-    assert_true(e.done);
+    close(b.fd); /* the backend closes in turn */
+    b.fd = -1;
+    run_until_done(base, &e, &b.fd);
     assert_int_equal(e.end, NET_RELAY_CLIENT_CLOSED);
     assert_int_equal(e.stats.to_backend, total);
     /* The client's side was closed too. */
     char x;
     assert_int_equal(read(c.fd, &x, 1), 0);
     close(c.fd);
-    close(b.fd);
     event_base_free(base);
 }
 
@@ -232,13 +254,11 @@ static void test_stop_sends_the_farewell(void **state)
     net_relay_stop(r, bye, sizeof(bye) - 1); /* a second stop does nothing */
     assert_false(e.done);                    /* never from inside the call */
     /* A filtered side's last bytes may wait below the filter, where the
-     * relay looks every few milliseconds: real time must pass. */
-    for (int i = 0; i < 400 && !e.done; i++) {
-        struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-    }
-    assert_true(e.done);
+     * relay looks every few milliseconds: real time must pass. The client
+     * reads only once the relay is done: by then all has left, and the
+     * FIN after it (what lingers on must not hold the EOF back). */
+    int none = -1;
+    run_until_done(base, &e, &none);
     assert_int_equal(e.end, NET_RELAY_STOPPED);
     char buf[128] = {0};
     size_t n = 0;
@@ -249,6 +269,113 @@ static void test_stop_sends_the_farewell(void **state)
     assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
     assert_int_equal(read(b.fd, buf, 1), 0);
     close(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
+/* The client had sent more (commands the relay will not pass on any more)
+ * when the relay is stopped: it still gets what was relayed, the farewell,
+ * then EOF. Closing a socket with unread input makes the kernel answer with
+ * a reset, which over TCP drops at the client what is still in flight to
+ * it (a unix socket reports it as ECONNRESET after the data). */
+static void test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct app c, b;
+    make_sides(state, base, &c, &b);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    assert_int_equal(write(b.fd, "* 1 EXISTS\r\n", 12), 12);
+    for (int i = 0; i < 100; i++)
+        turn(base);
+    char noise[4096];
+    memset(noise, 'n', sizeof(noise));
+    assert_int_equal(write(c.fd, noise, sizeof(noise)), (ssize_t)sizeof(noise));
+    static const char bye[] = "* BYE Kicked by an operator.\r\n";
+    net_relay_stop(r, bye, sizeof(bye) - 1);
+    char buf[128] = {0};
+    size_t n = 0;
+    ssize_t k = -1;
+    int err = 0;
+    for (int i = 0; i < 400 && k != 0 && err == 0; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+            n += (size_t)k;
+        if (k < 0 && errno != EAGAIN)
+            err = errno;
+        if (k < 0 && errno == EAGAIN) /* the client goes on talking */
+            (void)!write(c.fd, noise, sizeof(noise));
+    }
+    assert_int_equal(err, 0); /* no reset */
+    assert_int_equal(k, 0);   /* EOF */
+    assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
+    close(c.fd);
+    c.fd = -1;
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    assert_int_equal(e.stats.to_backend, 0); /* none of it went on */
+    close(b.fd);
+    event_base_free(base);
+}
+
+/* Stopped while a lot waits for a client that is still uploading: the
+ * client finishes its upload (the relay reads and drops it, or the client
+ * would block writing and never read), half-closes, and only then reads.
+ * It gets every byte the relay took from the backend, the farewell, EOF:
+ * its half-close does not cut the flush short. */
+static void test_a_client_uploading_then_half_closing_at_the_stop_gets_everything(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct app c, b;
+    make_sides(state, base, &c, &b);
+    struct ended e = {0};
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    size_t sent = 0, up = 0, last = (size_t)-1;
+    int still = 0;
+    /* Neither reads: both are held back, and each side's reading paused. */
+    for (int i = 0; i < 100000 && still < 200; i++) {
+        write_some(b.fd, &sent, 32u << 20);
+        write_some(c.fd, &up, 32u << 20);
+        turn(base);
+        still = sent == last ? still + 1 : 0;
+        last = sent;
+    }
+    static const char bye[] = "* BYE Kicked by an operator.\r\n";
+    net_relay_stop(r, bye, sizeof(bye) - 1);
+    char noise[4096];
+    memset(noise, 'n', sizeof(noise));
+    size_t uploaded = 0;
+    for (int i = 0; i < 100000 && uploaded < (1u << 20); i++) {
+        ssize_t w = write(c.fd, noise, sizeof(noise));
+        if (w > 0)
+            uploaded += (size_t)w;
+        turn(base);
+    }
+    assert_int_equal(uploaded, 1u << 20);
+    shutdown(c.fd, SHUT_WR);
+    size_t got = 0, room = sent + sizeof(bye);
+    unsigned char *all = malloc(room);
+    ssize_t k = -1;
+    for (int i = 0; i < 400 && k != 0; i++) {
+        struct timeval tick = {0, 10000};
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        while (got < room && (k = read(c.fd, all + got, room - got)) > 0)
+            got += (size_t)k;
+        assert_true(k == 0 || errno == EAGAIN); /* no reset */
+    }
+    assert_int_equal(k, 0);
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    assert_int_equal(got, e.stats.to_client + sizeof(bye) - 1);
+    for (size_t i = 0; i < e.stats.to_client; i++)
+        if (all[i] != pattern(i))
+            fail_msg("byte %zu differs", i);
+    assert_memory_equal(all + e.stats.to_client, bye, sizeof(bye) - 1);
+    free(all);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -287,6 +414,40 @@ static void test_a_client_that_never_reads_is_dropped_after_the_linger(void **st
     event_base_free(base);
 }
 
+/* Bytes one way or the other every 10 ms, for three times idle_ms: the
+ * relay goes on (idle means no byte either way). */
+static void test_traffic_keeps_the_relay_from_idling(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct app c, b;
+    make_sides(state, base, &c, &b);
+    struct ended e = {0};
+    struct net_relay_config cfg = config;
+    cfg.idle_ms = 500; /* far above a tick, even on a loaded machine */
+    struct net_relay *r = net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
+    size_t up = 0, down = 0, up_got = 0, down_got = 0;
+    for (int i = 0; i < 150 && !e.done; i++) { /* 1.5 s */
+        struct timeval tick = {0, 10000};
+        if (i % 2 == 0)
+            write_some(c.fd, &up, up + 10);
+        else
+            write_some(b.fd, &down, down + 10);
+        event_base_loopexit(base, &tick);
+        event_base_loop(base, 0);
+        read_some(b.fd, &up_got);
+        read_some(c.fd, &down_got);
+    }
+    assert_false(e.done);
+    assert_int_equal(up_got, up);
+    assert_int_equal(down_got, down);
+    net_relay_stop(r, NULL, 0);
+    run_until_done(base, &e, &c.fd);
+    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    close_app(c.fd);
+    close(b.fd);
+    event_base_free(base);
+}
+
 static void test_idle_ends_the_relay(void **state)
 {
     struct event_base *base = event_base_new();
@@ -296,14 +457,9 @@ static void test_idle_ends_the_relay(void **state)
     struct net_relay_config cfg = config;
     cfg.idle_ms = 50;
     net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
-    for (int i = 0; i < 100 && !e.done; i++) {
-        struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-    }
-    assert_true(e.done);
+    run_until_done(base, &e, &c.fd);
     assert_int_equal(e.end, NET_RELAY_IDLE);
-    close(c.fd);
+    close_app(c.fd);
     close(b.fd);
     event_base_free(base);
 }
@@ -329,10 +485,34 @@ int main(void)
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &tls_plain),
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &plain_tls),
         cmocka_unit_test_prestate(test_stop_sends_the_farewell, &tls_tls),
-        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_plain),
-        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &tls_plain),
-        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &plain_tls),
-        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger, &tls_tls),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset,
+                                  &plain_plain),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset,
+                                  &tls_plain),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset,
+                                  &plain_tls),
+        cmocka_unit_test_prestate(test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset,
+                                  &tls_tls),
+        cmocka_unit_test_prestate(
+            test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &plain_plain),
+        cmocka_unit_test_prestate(
+            test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &tls_plain),
+        cmocka_unit_test_prestate(
+            test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &plain_tls),
+        cmocka_unit_test_prestate(
+            test_a_client_uploading_then_half_closing_at_the_stop_gets_everything, &tls_tls),
+        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger,
+                                  &plain_plain),
+        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger,
+                                  &tls_plain),
+        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger,
+                                  &plain_tls),
+        cmocka_unit_test_prestate(test_a_client_that_never_reads_is_dropped_after_the_linger,
+                                  &tls_tls),
+        cmocka_unit_test_prestate(test_traffic_keeps_the_relay_from_idling, &plain_plain),
+        cmocka_unit_test_prestate(test_traffic_keeps_the_relay_from_idling, &tls_plain),
+        cmocka_unit_test_prestate(test_traffic_keeps_the_relay_from_idling, &plain_tls),
+        cmocka_unit_test_prestate(test_traffic_keeps_the_relay_from_idling, &tls_tls),
         cmocka_unit_test_prestate(test_idle_ends_the_relay, &plain_plain),
         cmocka_unit_test_prestate(test_idle_ends_the_relay, &tls_plain),
         cmocka_unit_test_prestate(test_idle_ends_the_relay, &plain_tls),
