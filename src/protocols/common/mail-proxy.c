@@ -14,6 +14,8 @@
 #include <event2/bufferevent.h>
 #include <event2/util.h>
 #include <ctype.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -789,6 +791,11 @@ static void backend_dial(struct mail_proxy *p)
         setup_failed(p, "cannot connect to the backend");
         return;
     }
+    /* A relayed command must leave at once, not wait behind Nagle for the
+     * ACK of the one before (the listeners set the same on the client's
+     * side). */
+    int one = 1;
+    setsockopt(bufferevent_getfd(p->backend), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 /* A director's answer from before a move it had not heard of yet gives way
