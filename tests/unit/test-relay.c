@@ -140,137 +140,142 @@ static void close_app(int fd)
 static const struct net_relay_config config = {
     .high_water = 64 * 1024, .idle_ms = 0, .linger_ms = 2000};
 
+/* One test's loop, its two sides (of the kinds the state names) and the
+ * relay between them. */
+struct rig {
+    struct event_base *base;
+    struct app c, b;
+    struct ended e;
+    struct net_relay *r;
+};
+
+static void rig_start(void **state, struct rig *t, const struct net_relay_config *cfg)
+{
+    t->base = event_base_new();
+    make_sides(state, t->base, &t->c, &t->b);
+    memset(&t->e, 0, sizeof(t->e));
+    t->r = net_relay_start(t->c.bev, t->b.bev, cfg, on_done, &t->e);
+}
+
 static void test_bytes_both_ways(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &config);
     const size_t total = 4u << 20;
     size_t up_sent = 0, up_got = 0, down_sent = 0, down_got = 0;
     for (int i = 0; i < 200000 && (up_got < total || down_got < total); i++) {
-        write_some(c.fd, &up_sent, total);
-        write_some(b.fd, &down_sent, total);
-        turn(base);
-        read_some(b.fd, &up_got);
-        read_some(c.fd, &down_got);
+        write_some(t.c.fd, &up_sent, total);
+        write_some(t.b.fd, &down_sent, total);
+        turn(t.base);
+        read_some(t.b.fd, &up_got);
+        read_some(t.c.fd, &down_got);
     }
     assert_int_equal(up_got, total);
     assert_int_equal(down_got, total);
-    net_relay_stop(r, NULL, 0);
-    run_until_done(base, &e, &c.fd);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
-    assert_int_equal(e.stats.to_backend, total);
-    assert_int_equal(e.stats.to_client, total);
-    close_app(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    net_relay_stop(t.r, NULL, 0);
+    run_until_done(t.base, &t.e, &t.c.fd);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
+    assert_int_equal(t.e.stats.to_backend, total);
+    assert_int_equal(t.e.stats.to_client, total);
+    close_app(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 static void test_a_side_that_does_not_read_bounds_the_relay(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &config);
     const size_t total = 32u << 20;
     size_t sent = 0, last = (size_t)-1;
     int still = 0;
     /* The backend reads nothing: the client soon cannot write any more. */
     for (int i = 0; i < 100000 && still < 200; i++) {
-        write_some(c.fd, &sent, total);
-        turn(base);
+        write_some(t.c.fd, &sent, total);
+        turn(t.base);
         still = sent == last ? still + 1 : 0;
         last = sent;
     }
     assert_true(sent < total);
-    size_t held = net_relay_buffered(r);
+    size_t held = net_relay_buffered(t.r);
     /* At most the high-water mark plus one read's worth. */
     assert_true(held <= config.high_water + 64 * 1024);
     /* Reading resumes: everything arrives, in order. */
     size_t got = 0;
     for (int i = 0; i < 400000 && got < total; i++) {
-        write_some(c.fd, &sent, total);
-        turn(base);
-        read_some(b.fd, &got);
-        assert_true(net_relay_buffered(r) <= config.high_water + 64 * 1024);
+        write_some(t.c.fd, &sent, total);
+        turn(t.base);
+        read_some(t.b.fd, &got);
+        assert_true(net_relay_buffered(t.r) <= config.high_water + 64 * 1024);
     }
     assert_int_equal(got, total);
-    net_relay_stop(r, NULL, 0);
-    run_until_done(base, &e, &c.fd);
-    close_app(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    net_relay_stop(t.r, NULL, 0);
+    run_until_done(t.base, &t.e, &t.c.fd);
+    close_app(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 static void test_eof_flushes_what_was_queued(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &config);
     const size_t total = 1u << 20;
     size_t sent = 0, got = 0;
     bool eof = false;
     for (int i = 0; i < 200000 && !eof; i++) {
         if (sent < total) {
-            write_some(c.fd, &sent, total);
+            write_some(t.c.fd, &sent, total);
             if (sent == total)
-                shutdown(c.fd, SHUT_WR); /* the client is done */
+                shutdown(t.c.fd, SHUT_WR); /* the client is done */
         }
-        turn(base);
+        turn(t.base);
         if (i % 3 == 0) /* a slow reader */
-            eof = read_some(b.fd, &got);
+            eof = read_some(t.b.fd, &got);
     }
     assert_true(eof);
     assert_int_equal(got, total);
-    close(b.fd); /* the backend closes in turn */
-    b.fd = -1;
-    run_until_done(base, &e, &b.fd);
-    assert_int_equal(e.end, NET_RELAY_CLIENT_CLOSED);
-    assert_int_equal(e.stats.to_backend, total);
+    close(t.b.fd); /* the backend closes in turn */
+    t.b.fd = -1;
+    run_until_done(t.base, &t.e, &t.b.fd);
+    assert_int_equal(t.e.end, NET_RELAY_CLIENT_CLOSED);
+    assert_int_equal(t.e.stats.to_backend, total);
     /* The client's side was closed too. */
     char x;
-    assert_int_equal(read(c.fd, &x, 1), 0);
-    close(c.fd);
-    event_base_free(base);
+    assert_int_equal(read(t.c.fd, &x, 1), 0);
+    close(t.c.fd);
+    event_base_free(t.base);
 }
 
 static void test_stop_sends_the_farewell(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
-    assert_int_equal(write(b.fd, "* 1 EXISTS\r\n", 12), 12);
+    struct rig t;
+    rig_start(state, &t, &config);
+    assert_int_equal(write(t.b.fd, "* 1 EXISTS\r\n", 12), 12);
     for (int i = 0; i < 100; i++)
-        turn(base);
+        turn(t.base);
     static const char bye[] = "* BYE Kicked by an operator.\r\n";
-    net_relay_stop(r, bye, sizeof(bye) - 1);
-    net_relay_stop(r, bye, sizeof(bye) - 1); /* a second stop does nothing */
-    assert_false(e.done);                    /* never from inside the call */
+    net_relay_stop(t.r, bye, sizeof(bye) - 1);
+    net_relay_stop(t.r, bye, sizeof(bye) - 1); /* a second stop does nothing */
+    assert_false(t.e.done);                    /* never from inside the call */
     /* A filtered side's last bytes may wait below the filter, where the
      * relay looks every few milliseconds: real time must pass. The client
      * reads only once the relay is done: by then all has left, and the
      * FIN after it (what lingers on must not hold the EOF back). */
     int none = -1;
-    run_until_done(base, &e, &none);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
+    run_until_done(t.base, &t.e, &none);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
     char buf[128] = {0};
     size_t n = 0;
     ssize_t k;
-    while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+    while ((k = read(t.c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
         n += (size_t)k;
     assert_int_equal(k, 0); /* then EOF */
     assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
-    assert_int_equal(read(b.fd, buf, 1), 0);
-    close(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    assert_int_equal(read(t.b.fd, buf, 1), 0);
+    close(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 /* The client had sent more (commands the relay will not pass on any more)
@@ -280,44 +285,41 @@ static void test_stop_sends_the_farewell(void **state)
  * it (a unix socket reports it as ECONNRESET after the data). */
 static void test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
-    assert_int_equal(write(b.fd, "* 1 EXISTS\r\n", 12), 12);
+    struct rig t;
+    rig_start(state, &t, &config);
+    assert_int_equal(write(t.b.fd, "* 1 EXISTS\r\n", 12), 12);
     for (int i = 0; i < 100; i++)
-        turn(base);
+        turn(t.base);
     char noise[4096];
     memset(noise, 'n', sizeof(noise));
-    assert_int_equal(write(c.fd, noise, sizeof(noise)), (ssize_t)sizeof(noise));
+    assert_int_equal(write(t.c.fd, noise, sizeof(noise)), (ssize_t)sizeof(noise));
     static const char bye[] = "* BYE Kicked by an operator.\r\n";
-    net_relay_stop(r, bye, sizeof(bye) - 1);
+    net_relay_stop(t.r, bye, sizeof(bye) - 1);
     char buf[128] = {0};
     size_t n = 0;
     ssize_t k = -1;
     int err = 0;
     for (int i = 0; i < 400 && k != 0 && err == 0; i++) {
         struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-        while ((k = read(c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+        event_base_loopexit(t.base, &tick);
+        event_base_loop(t.base, 0);
+        while ((k = read(t.c.fd, buf + n, sizeof(buf) - 1 - n)) > 0)
             n += (size_t)k;
         if (k < 0 && errno != EAGAIN)
             err = errno;
         if (k < 0 && errno == EAGAIN) /* the client goes on talking */
-            (void)!write(c.fd, noise, sizeof(noise));
+            (void)!write(t.c.fd, noise, sizeof(noise));
     }
     assert_int_equal(err, 0); /* no reset */
     assert_int_equal(k, 0);   /* EOF */
     assert_string_equal(buf, "* 1 EXISTS\r\n* BYE Kicked by an operator.\r\n");
-    close(c.fd);
-    c.fd = -1;
-    run_until_done(base, &e, &c.fd);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
-    assert_int_equal(e.stats.to_backend, 0); /* none of it went on */
-    close(b.fd);
-    event_base_free(base);
+    close(t.c.fd);
+    t.c.fd = -1;
+    run_until_done(t.base, &t.e, &t.c.fd);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
+    assert_int_equal(t.e.stats.to_backend, 0); /* none of it went on */
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 /* Stopped while a lot waits for a client that is still uploading: the
@@ -327,141 +329,129 @@ static void test_a_client_still_talking_at_the_stop_gets_eof_not_a_reset(void **
  * its half-close does not cut the flush short. */
 static void test_a_client_uploading_then_half_closing_at_the_stop_gets_everything(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &config, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &config);
     size_t sent = 0, up = 0, last = (size_t)-1;
     int still = 0;
     /* Neither reads: both are held back, and each side's reading paused. */
     for (int i = 0; i < 100000 && still < 200; i++) {
-        write_some(b.fd, &sent, 32u << 20);
-        write_some(c.fd, &up, 32u << 20);
-        turn(base);
+        write_some(t.b.fd, &sent, 32u << 20);
+        write_some(t.c.fd, &up, 32u << 20);
+        turn(t.base);
         still = sent == last ? still + 1 : 0;
         last = sent;
     }
     static const char bye[] = "* BYE Kicked by an operator.\r\n";
-    net_relay_stop(r, bye, sizeof(bye) - 1);
+    net_relay_stop(t.r, bye, sizeof(bye) - 1);
     char noise[4096];
     memset(noise, 'n', sizeof(noise));
     size_t uploaded = 0;
     for (int i = 0; i < 100000 && uploaded < (1u << 20); i++) {
-        ssize_t w = write(c.fd, noise, sizeof(noise));
+        ssize_t w = write(t.c.fd, noise, sizeof(noise));
         if (w > 0)
             uploaded += (size_t)w;
-        turn(base);
+        turn(t.base);
     }
     assert_int_equal(uploaded, 1u << 20);
-    shutdown(c.fd, SHUT_WR);
+    shutdown(t.c.fd, SHUT_WR);
     size_t got = 0, room = sent + sizeof(bye);
     unsigned char *all = malloc(room);
     ssize_t k = -1;
     for (int i = 0; i < 400 && k != 0; i++) {
         struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-        while (got < room && (k = read(c.fd, all + got, room - got)) > 0)
+        event_base_loopexit(t.base, &tick);
+        event_base_loop(t.base, 0);
+        while (got < room && (k = read(t.c.fd, all + got, room - got)) > 0)
             got += (size_t)k;
         assert_true(k == 0 || errno == EAGAIN); /* no reset */
     }
     assert_int_equal(k, 0);
-    run_until_done(base, &e, &c.fd);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
-    assert_int_equal(got, e.stats.to_client + sizeof(bye) - 1);
-    for (size_t i = 0; i < e.stats.to_client; i++)
+    run_until_done(t.base, &t.e, &t.c.fd);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
+    assert_int_equal(got, t.e.stats.to_client + sizeof(bye) - 1);
+    for (size_t i = 0; i < t.e.stats.to_client; i++)
         if (all[i] != pattern(i))
             fail_msg("byte %zu differs", i);
-    assert_memory_equal(all + e.stats.to_client, bye, sizeof(bye) - 1);
+    assert_memory_equal(all + t.e.stats.to_client, bye, sizeof(bye) - 1);
     free(all);
-    close_app(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    close_app(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 static void test_a_client_that_never_reads_is_dropped_after_the_linger(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
     struct net_relay_config cfg = config;
     cfg.linger_ms = 200;
     cfg.idle_ms = 300;
-    net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &cfg);
     size_t sent = 0, last = (size_t)-1;
     int still = 0;
     for (int i = 0; i < 100000 && still < 200; i++) {
-        write_some(b.fd, &sent, 32u << 20);
-        turn(base);
+        write_some(t.b.fd, &sent, 32u << 20);
+        turn(t.base);
         still = sent == last ? still + 1 : 0;
         last = sent;
     }
     /* The backend says goodbye, but it is not being read (the client's
      * queue is full), so nothing moves: the idle timer ends the relay and
      * the client, still not reading, is dropped after the linger. */
-    close(b.fd);
-    for (int i = 0; i < 400 && !e.done; i++) {
+    close(t.b.fd);
+    for (int i = 0; i < 400 && !t.e.done; i++) {
         struct timeval tick = {0, 10000};
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
+        event_base_loopexit(t.base, &tick);
+        event_base_loop(t.base, 0);
     }
-    assert_true(e.done);
-    assert_int_equal(e.end, NET_RELAY_IDLE);
-    assert_true(e.stats.to_client <= sent);
-    close(c.fd);
-    event_base_free(base);
+    assert_true(t.e.done);
+    assert_int_equal(t.e.end, NET_RELAY_IDLE);
+    assert_true(t.e.stats.to_client <= sent);
+    close(t.c.fd);
+    event_base_free(t.base);
 }
 
 /* Bytes one way or the other every 10 ms, for three times idle_ms: the
  * relay goes on (idle means no byte either way). */
 static void test_traffic_keeps_the_relay_from_idling(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
     struct net_relay_config cfg = config;
     cfg.idle_ms = 500; /* far above a tick, even on a loaded machine */
-    struct net_relay *r = net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
+    struct rig t;
+    rig_start(state, &t, &cfg);
     size_t up = 0, down = 0, up_got = 0, down_got = 0;
-    for (int i = 0; i < 150 && !e.done; i++) { /* 1.5 s */
+    for (int i = 0; i < 150 && !t.e.done; i++) { /* 1.5 s */
         struct timeval tick = {0, 10000};
         if (i % 2 == 0)
-            write_some(c.fd, &up, up + 10);
+            write_some(t.c.fd, &up, up + 10);
         else
-            write_some(b.fd, &down, down + 10);
-        event_base_loopexit(base, &tick);
-        event_base_loop(base, 0);
-        read_some(b.fd, &up_got);
-        read_some(c.fd, &down_got);
+            write_some(t.b.fd, &down, down + 10);
+        event_base_loopexit(t.base, &tick);
+        event_base_loop(t.base, 0);
+        read_some(t.b.fd, &up_got);
+        read_some(t.c.fd, &down_got);
     }
-    assert_false(e.done);
+    assert_false(t.e.done);
     assert_int_equal(up_got, up);
     assert_int_equal(down_got, down);
-    net_relay_stop(r, NULL, 0);
-    run_until_done(base, &e, &c.fd);
-    assert_int_equal(e.end, NET_RELAY_STOPPED);
-    close_app(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    net_relay_stop(t.r, NULL, 0);
+    run_until_done(t.base, &t.e, &t.c.fd);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
+    close_app(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 static void test_idle_ends_the_relay(void **state)
 {
-    struct event_base *base = event_base_new();
-    struct app c, b;
-    make_sides(state, base, &c, &b);
-    struct ended e = {0};
     struct net_relay_config cfg = config;
     cfg.idle_ms = 50;
-    net_relay_start(c.bev, b.bev, &cfg, on_done, &e);
-    run_until_done(base, &e, &c.fd);
-    assert_int_equal(e.end, NET_RELAY_IDLE);
-    close_app(c.fd);
-    close(b.fd);
-    event_base_free(base);
+    struct rig t;
+    rig_start(state, &t, &cfg);
+    run_until_done(t.base, &t.e, &t.c.fd);
+    assert_int_equal(t.e.end, NET_RELAY_IDLE);
+    close_app(t.c.fd);
+    close(t.b.fd);
+    event_base_free(t.base);
 }
 
 int main(void)
