@@ -847,3 +847,35 @@ def test_shutdown_answers_pending_requests(petreld, redis):
         d.assert_clean()
     finally:
         redis.thaw()
+
+
+def test_client_leaving_while_the_dict_waits_drops_the_answer(petreld, redis):
+    """api-pending.h: a lookup and a set wait in a frozen Redis, their
+    clients hang up, Redis comes back: the late answers are dropped (no
+    use of the freed request), and petreld goes on serving."""
+    kv, d = start(petreld, redis, timeout="30s")
+    assert kv.set("shared/a", "1").status == 200
+    host, port = d.backend.rsplit(":", 1)
+    redis.freeze()
+    try:
+        socks = []
+        for op, body in (("lookup", {"key": "shared/a"}),
+                         ("set", {"key": "shared/a", "value": b64("2")})):
+            data = json.dumps(body).encode()
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(f"POST /api/backend/dict/kv/{op} HTTP/1.1\r\nHost: x\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                      .encode() + data)
+            socks.append(s)
+        wait_for(lambda: redis_unread_bytes(redis.port) > 0, timeout=10,
+                 what="the requests to reach Redis")
+        for s in socks:
+            s.close()
+        # the loop has seen the hang-ups once a later request is answered
+        assert healthy(d)
+    finally:
+        redis.thaw()
+    wait_for(lambda: kv.lookup("shared/a").status == 200, timeout=15, what="recovery")
+    assert kv.get("shared/a") in (b"1", b"2")
+    assert healthy(d)
+    d.assert_clean()
