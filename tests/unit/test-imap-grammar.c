@@ -302,6 +302,11 @@ static void test_fetch_items(void **state)
         "a FETCH 1 BINARY.SIZE[1]<0.10>\r\n",
         "a FETCH 1 BOD[]\r\n",
         "a FETCH 1 BODY[4294967296]\r\n",
+        /* 21 digits are over the cap even when the value is small */
+        "a FETCH 1 BODY[000000000000000000001]\r\n",
+        "a FETCH 1 BODY[]<000000000000000000001.5>\r\n",
+        "a FETCH 1 BODY[]<1.000000000000000000005>\r\n",
+        "a FETCH 1 FLAGS (CHANGEDSINCE 000000000000000000001)\r\n",
         "a FETCH 1 FLAGS (CHANGEDSINCE)\r\n",
         "a FETCH 1 FLAGS (CHANGEDSINCE 0)\r\n",
         "a FETCH 1 FLAGS (CHANGEDSINCE x)\r\n",

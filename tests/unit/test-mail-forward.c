@@ -69,6 +69,9 @@ static void test_id_bad_values(void **state)
     assert_false(mail_forward_id_field(&f, "x-originating-port", "65536", &why));
     assert_false(mail_forward_id_field(&f, "x-originating-port", "+80", &why));
     assert_false(mail_forward_id_field(&f, "x-originating-port", "", &why));
+    /* at most 6 digits, leading zeros included */
+    assert_false(mail_forward_id_field(&f, "x-originating-port", "0000143", &why));
+    assert_false(mail_forward_id_field(&f, "x-proxy-ttl", "0000004", &why));
     assert_false(mail_forward_id_field(&f, "x-session-id", "a b", &why));
     assert_false(mail_forward_id_field(&f, "x-session-id", "id\"x", &why));
     char long_id[MAIL_FORWARD_SESSION_MAX + 2];
