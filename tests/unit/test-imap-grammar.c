@@ -501,6 +501,9 @@ static void test_search_errors(void **state)
         "a SEARCH MODSEQ \"/flags/\\\\seen\" all\r\n",
         "a SEARCH MODSEQ \"/flags/\\\\seen\" none 5\r\n",
         "a SEARCH MODSEQ 9223372036854775808\r\n",
+        /* 21 digits are over the cap even when the value is small */
+        "a SEARCH MODSEQ 000000000000000000001\r\n",
+        "a SEARCH LARGER 000000000000000000001\r\n",
         "a SEARCH CHARSET UTF-8 RETURN (MIN) SEEN\r\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
