@@ -13,6 +13,7 @@
 #include "protocols/imap/imap-date.h"
 #include "protocols/imap/imap-fetch-items.h"
 #include "protocols/imap/imap-parser.h"
+#include "protocols/imap/imap-qresync.h"
 #include "protocols/imap/imap-quote.h"
 #include "protocols/imap/imap-search.h"
 #include "protocols/imap/imap-seqset.h"
@@ -643,6 +644,35 @@ static void test_quote(void **state)
     imap_parser_free(p);
 }
 
+/* QRESYNC's numbers: 1 to 20 digits (leading zeros count), above 0. */
+static void test_qresync_numbers(void **state)
+{
+    (void)state;
+    struct imap_parser *p = imap_parser_new(NULL);
+    struct imap_qresync_param q;
+    memset(&q, 0, sizeof(q));
+    const struct imap_command *c =
+        command(p, "a X (00000000000000000007 00000000000000000005)\r\n");
+    assert_true(imap_qresync_parse(&c->args[0], &q));
+    assert_int_equal(q.uid_validity, 7);
+    assert_int_equal(q.modseq, 5);
+    imap_qresync_param_free(&q);
+    static const char *const bad[] = {
+        "a X (000000000000000000007 5)\r\n",
+        "a X (7 000000000000000000005)\r\n",
+        "a X (0 5)\r\n",
+        "a X (7 0)\r\n",
+        "a X (4294967296 5)\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        c = command(p, bad[i]);
+        memset(&q, 0, sizeof(q));
+        if (imap_qresync_parse(&c->args[0], &q))
+            fail_msg("accepted: %s", bad[i]);
+    }
+    imap_parser_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_search_rfc_examples),
         cmocka_unit_test(test_search_every_key),
         cmocka_unit_test(test_search_errors),
+        cmocka_unit_test(test_qresync_numbers),
         cmocka_unit_test(test_dates),
         cmocka_unit_test(test_quote),
     };
