@@ -65,6 +65,15 @@ def pattern(n, seed):
     return random.Random(seed).randbytes(n)
 
 
+def read_to_eof(f, conn):
+    """What the proxy still sends, kept in conn.received until its EOF."""
+    while True:
+        chunk = f.read1(1 << 16)
+        if not chunk:
+            return
+        conn.received += chunk
+
+
 class RelayBackend:
     """An IMAP backend speaking the proxy's login dialogue (greeting, ID,
     AUTHENTICATE), then a few commands of its own, sent by the client
@@ -151,11 +160,7 @@ class RelayBackend:
                 elif word == b"SINK":
                     conn.sinking.set()
                     self.unsink.wait(60)
-                    while True:
-                        chunk = f.read1(1 << 16)
-                        if not chunk:
-                            break
-                        conn.received += chunk
+                    read_to_eof(f, conn)
                     break
                 elif word in (b"RST", b"SENDRST"):
                     if word == b"SENDRST":  # then reset at once, the last bytes maybe in flight
@@ -168,11 +173,7 @@ class RelayBackend:
                 elif word == b"SHUTWR":
                     c.sendall(b"* SHUTWR\r\n")
                     c.shutdown(socket.SHUT_WR)
-                    while True:
-                        chunk = f.read1(1 << 16)
-                        if not chunk:
-                            break
-                        conn.received += chunk
+                    read_to_eof(f, conn)
                     break
                 elif word == b"LOGOUT":
                     c.sendall(b"* BYE bye\r\n" + tag + b" OK Logout completed.\r\n")
