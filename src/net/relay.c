@@ -3,6 +3,7 @@
 
 #include "core/xalloc.h"
 #include "net/linger.h"
+#include "net/tls-conn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -25,21 +28,29 @@
  * whose draining calls nothing of ours. */
 #define RELAY_LINGER_POLL_MS 10
 
-/* One connection of the relay. A plain socket is driven directly: its
- * descriptor, a persistent read event and a write event armed only while
- * `queue` holds bytes the socket did not take. That is one recv() and one
- * send() per chunk and no event changes while the peer keeps up, where a
- * socket bufferevent asks the kernel for the readable size before each read
- * (ioctl FIONREAD) and adds and deletes its write event for every chunk.
- * Anything else (TLS, which must encrypt) stays behind its bufferevent. */
+/* One connection of the relay. A socket, plain or TLS, is driven
+ * directly: its descriptor (and SSL), a persistent read event and a write
+ * event armed only while `queue` holds bytes the connection did not take.
+ * That is one recv() and one send() per chunk (SSL_read/SSL_write on TLS)
+ * and no event changes while the peer keeps up, where a socket bufferevent
+ * asks the kernel for the readable size before each read (ioctl FIONREAD)
+ * and adds and deletes its write event for every chunk; and an idle side
+ * holds no buffer and no bufferevent (about 1.5 KiB less per TLS side).
+ * A TLS filter over another bufferevent (a STARTTLS whose go-ahead could
+ * not leave at once) stays behind its bufferevent. */
 struct side {
     struct net_relay *r;
     struct bufferevent *bev; /* a bufferevent side; NULL for a socket side or once closed */
     evutil_socket_t fd;      /* a socket side; -1 for a bufferevent side or once closed */
+    SSL *ssl;                /* a TLS socket side's connection; NULL when plain */
     struct event *readable;  /* socket side */
-    struct event *writable;  /* socket side; made with the queue, pending while it is not empty */
+    struct event *writable;  /* socket side; made when first needed, pending while needed */
     struct evbuffer *queue;  /* socket side; made when first needed */
     bool paused;             /* not read: the other side's queue is full */
+    /* TLS: SSL_read cannot go on until the socket takes what it must send
+     * (a TLS 1.3 key update's answer), or SSL_write until it reads. */
+    bool read_wants_write;
+    bool write_wants_read;
 };
 
 struct net_relay {
@@ -98,10 +109,14 @@ static void side_reading(struct side *s, bool on)
         else
             bufferevent_disable(s->bev, EV_READ);
     } else if (s->fd >= 0) {
-        if (on)
+        if (on) {
             event_add(s->readable, NULL);
-        else
+            /* What OpenSSL holds already makes the socket no more readable. */
+            if (s->ssl != NULL && SSL_has_pending(s->ssl))
+                event_active(s->readable, EV_READ, 0);
+        } else {
             event_del(s->readable);
+        }
     }
 }
 
@@ -127,6 +142,8 @@ static void close_side(struct side *s)
             event_free(s->writable);
         close(s->fd);
     }
+    SSL_free(s->ssl); /* NULL is ignored */
+    s->ssl = NULL;
     s->fd = -1;
     s->readable = s->writable = NULL;
     if (s->queue != NULL)
@@ -195,6 +212,12 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
  * own copy. */
 static void shut_side(struct net_relay *r, struct side *s)
 {
+    if (s->ssl != NULL) {
+        /* close_notify before the FIN, when the socket takes it now. */
+        ERR_clear_error();
+        SSL_shutdown(s->ssl);
+        ERR_clear_error();
+    }
     evutil_socket_t fd = side_fd(s);
     if (fd >= 0) {
         evutil_socket_t copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -297,15 +320,67 @@ static bool retry_later(int err)
 
 static void socket_writable(evutil_socket_t fd, short what, void *arg);
 
+/* `s`'s write event is pending from now on. */
+static void watch_writable(struct side *s)
+{
+    if (s->writable == NULL)
+        s->writable = event_new(s->r->base, s->fd, EV_WRITE | EV_PERSIST, socket_writable, s);
+    event_add(s->writable, NULL);
+}
+
 static struct evbuffer *queue_of(struct side *to)
 {
-    if (to->queue == NULL) {
+    if (to->queue == NULL)
         to->queue = evbuffer_new();
-        to->writable = event_new(to->r->base, to->fd, EV_WRITE | EV_PERSIST, socket_writable, to);
-    }
     if (evbuffer_get_length(to->queue) == 0)
-        event_add(to->writable, NULL);
+        watch_writable(to);
     return to->queue;
+}
+
+/* Offers `n` (> 0) bytes to a socket side's connection: how many it took
+ * (0: none for now), or -1 on an error. A TLS write the socket did not
+ * take must be offered again with at least the same bytes (OpenSSL's rule
+ * for a retried SSL_write): its caller queues what was not taken and
+ * writes from the queue's front. */
+static ssize_t conn_write(struct side *s, const void *data, size_t n)
+{
+    if (s->ssl == NULL) {
+        ssize_t w = send(s->fd, data, n, MSG_NOSIGNAL);
+        return w < 0 && retry_later(errno) ? 0 : w;
+    }
+    size_t w = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(s->ssl, data, n, &w) == 1)
+        return (ssize_t)w;
+    switch (SSL_get_error(s->ssl, 0)) {
+    case SSL_ERROR_WANT_WRITE:
+        return 0;
+    case SSL_ERROR_WANT_READ:
+        s->write_wants_read = true; /* the read event writes again */
+        return 0;
+    default:
+        ERR_clear_error();
+        return -1;
+    }
+}
+
+/* Writes what `buf` holds to a socket side, front first, as far as the
+ * connection takes it now. False on an error. */
+static bool conn_write_buffer(struct side *s, struct evbuffer *buf)
+{
+    if (s->ssl == NULL)
+        return evbuffer_write(buf, s->fd) >= 0 || retry_later(errno);
+    size_t len;
+    while ((len = evbuffer_get_length(buf)) > 0 && !s->write_wants_read) {
+        size_t step = len < RELAY_IO_STEP ? len : RELAY_IO_STEP;
+        ssize_t w = conn_write(s, evbuffer_pullup(buf, (ssize_t)step), step);
+        if (w < 0)
+            return false;
+        if (w == 0)
+            break;
+        evbuffer_drain(buf, (size_t)w);
+    }
+    return true;
 }
 
 /* Hands `n` bytes to `to`: straight to a socket with nothing queued, what
@@ -318,12 +393,12 @@ static void send_bytes(struct net_relay *r, struct side *to, const char *data, s
     }
     size_t sent = 0;
     if (side_queued(to) == 0) {
-        ssize_t w = send(to->fd, data, n, MSG_NOSIGNAL);
-        if (w < 0 && !retry_later(errno)) {
+        ssize_t w = conn_write(to, data, n);
+        if (w < 0) {
             side_gone(r, to, false);
             return;
         }
-        sent = w > 0 ? (size_t)w : 0;
+        sent = (size_t)w;
     }
     if (sent < n)
         evbuffer_add(queue_of(to), data + sent, n - sent);
@@ -337,7 +412,7 @@ static void send_buffer(struct net_relay *r, struct side *to, struct evbuffer *b
         evbuffer_add_buffer(bufferevent_get_output(to->bev), buf);
         return;
     }
-    if (side_queued(to) == 0 && evbuffer_write(buf, to->fd) < 0 && !retry_later(errno)) {
+    if (side_queued(to) == 0 && !conn_write_buffer(to, buf)) {
         evbuffer_drain(buf, evbuffer_get_length(buf));
         side_gone(r, to, false);
         return;
@@ -378,40 +453,116 @@ static void drained(struct net_relay *r, struct side *to)
     }
 }
 
+enum conn_read { READ_AGAIN, READ_EOF, READ_ERROR };
+
+/* Reads what a socket side's connection has now into `buf`: *got bytes,
+ * then why it stopped. A TLS side reads record after record until `buf`
+ * is full or the socket has no more. */
+static enum conn_read conn_read(struct side *s, char *buf, size_t size, size_t *got)
+{
+    *got = 0;
+    if (s->ssl == NULL) {
+        ssize_t n = recv(s->fd, buf, size, 0);
+        if (n > 0)
+            *got = (size_t)n;
+        if (n < 0 && retry_later(errno))
+            return READ_AGAIN;
+        return n > 0 ? READ_AGAIN : n == 0 ? READ_EOF : READ_ERROR;
+    }
+    while (*got < size) {
+        size_t n = 0;
+        ERR_clear_error();
+        if (SSL_read_ex(s->ssl, buf + *got, size - *got, &n) == 1) {
+            *got += n;
+            continue;
+        }
+        switch (SSL_get_error(s->ssl, 0)) {
+        case SSL_ERROR_WANT_READ:
+            return READ_AGAIN;
+        case SSL_ERROR_WANT_WRITE:
+            s->read_wants_write = true; /* the write event reads again */
+            watch_writable(s);
+            return READ_AGAIN;
+        case SSL_ERROR_ZERO_RETURN:
+            return READ_EOF; /* close_notify, or an EOF without it */
+        default:
+            ERR_clear_error();
+            return READ_ERROR;
+        }
+    }
+    return READ_AGAIN;
+}
+
+static void socket_readable(evutil_socket_t fd, short what, void *arg);
+
+/* Bytes the side has taken, now that its write event came. */
+static void flush_queue(struct net_relay *r, struct side *to)
+{
+    if (to->queue != NULL && !conn_write_buffer(to, to->queue)) {
+        side_gone(r, to, false);
+        return;
+    }
+    size_t left = to->queue != NULL ? evbuffer_get_length(to->queue) : 0;
+    if (left == 0 && !to->read_wants_write) {
+        /* An idle side holds no queue and no write event (a peer that
+         * keeps up never makes them). */
+        if (to->queue != NULL)
+            evbuffer_free(to->queue);
+        event_free(to->writable);
+        to->queue = NULL;
+        to->writable = NULL;
+    } else if (to->write_wants_read && !to->read_wants_write) {
+        event_del(to->writable);
+    }
+    if (left <= r->cfg.high_water / 2)
+        drained(r, to);
+}
+
 static void socket_readable(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
     (void)what;
     struct side *from = arg;
     struct net_relay *r = from->r;
+    if (from->write_wants_read) {
+        from->write_wants_read = false;
+        flush_queue(r, from);
+        if (!side_open(from) || from->fd < 0)
+            return;
+    }
     char buf[RELAY_IO_STEP];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && retry_later(errno))
-        return;
-    if (n <= 0) {
-        side_gone(r, from, n == 0);
+    size_t n;
+    enum conn_read how = conn_read(from, buf, sizeof(buf), &n);
+    struct side *to = other(r, from);
+    if (n > 0 && !r->ending && side_open(to)) {
+        send_bytes(r, to, buf, n);
+        relayed(r, from, n);
+    }
+    if (how != READ_AGAIN) {
+        if (from->fd >= 0)
+            side_gone(r, from, how == READ_EOF);
         return;
     }
-    struct side *to = other(r, from);
-    if (r->ending || !side_open(to))
-        return;
-    send_bytes(r, to, buf, (size_t)n);
-    relayed(r, from, (size_t)n);
+    /* A full buffer may leave decrypted bytes in OpenSSL, which no socket
+     * event announces. */
+    if (n == sizeof(buf) && from->ssl != NULL && !from->paused && SSL_has_pending(from->ssl))
+        event_active(from->readable, EV_READ, 0);
 }
 
 static void socket_writable(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
     (void)what;
     struct side *to = arg;
     struct net_relay *r = to->r;
-    if (evbuffer_write(to->queue, fd) < 0 && !retry_later(errno)) {
-        side_gone(r, to, false);
-        return;
+    if (to->read_wants_write) {
+        to->read_wants_write = false;
+        if (to->paused || r->ending)
+            ; /* read again when it is read again */
+        else
+            event_active(to->readable, EV_READ, 0);
     }
-    size_t left = evbuffer_get_length(to->queue);
-    if (left == 0)
-        event_del(to->writable);
-    if (left <= r->cfg.high_water / 2)
-        drained(r, to);
+    flush_queue(r, to);
 }
 
 static void bev_input(struct net_relay *r, struct side *from)
@@ -489,13 +640,24 @@ static bool is_plain_socket(struct bufferevent *bev)
 
 /* Takes `bev` as side `s`. A plain socket's descriptor is kept and its
  * bufferevent freed (what it had read goes to `pending`, what it had not
- * sent to the side's queue); anything else keeps its bufferevent, with
- * larger read and write steps. */
+ * sent to the side's queue), and so are a TLS socket's descriptor and SSL;
+ * anything else keeps its bufferevent, with larger read and write steps. */
 static void side_take(struct net_relay *r, struct side *s, struct bufferevent *bev,
                       struct evbuffer *pending)
 {
     s->r = r;
     s->fd = -1;
+    struct evbuffer *unsent = evbuffer_new();
+    s->ssl = tls_conn_detach(bev, &s->fd, pending, unsent);
+    if (s->ssl != NULL) {
+        s->readable = event_new(r->base, s->fd, EV_READ | EV_PERSIST, socket_readable, s);
+        if (evbuffer_get_length(unsent) > 0)
+            evbuffer_add_buffer(queue_of(s), unsent);
+        evbuffer_free(unsent);
+        side_reading(s, true);
+        return;
+    }
+    evbuffer_free(unsent);
     if (is_plain_socket(bev)) {
         s->fd = bufferevent_getfd(bev);
         bufferevent_disable(bev, EV_READ | EV_WRITE);

@@ -32,14 +32,18 @@
  * not an error (clients often close without close_notify). */
 struct bufferevent *tls_conn_accept(struct event_base *base, evutil_socket_t fd, SSL_CTX *ctx);
 
-/* STARTTLS/STLS: wraps the plain bufferevent `plain` in a TLS filter
- * accepting a handshake with `ctx`. Whatever the client pipelined after the
- * command is dropped first: it arrived in clear text and must not be taken
- * as if it came over TLS (RFC 3207 5, CVE-2011-0411). The plain
- * bufferevent's timeouts and read watermark are cleared (they would fire
- * under the filter whatever the session's own say); the filter owns it
- * (freeing the filter frees it). The caller sets callbacks, timeouts and
- * enables the result. NULL on failure, `plain` untouched. */
+/* STARTTLS/STLS: the TLS layer over the plain bufferevent `plain`,
+ * accepting a handshake with `ctx`; the result replaces `plain`, which the
+ * caller no longer uses. Whatever the client pipelined after the command
+ * is dropped first: it arrived in clear text and must not be taken as if
+ * it came over TLS (RFC 3207 5, CVE-2011-0411). When the go-ahead queued on
+ * `plain` leaves at once (the usual case), `plain` is freed and the result
+ * is a TLS bufferevent on the socket itself, as tls_conn_accept() makes
+ * (one bufferevent less per session for its whole life); otherwise it is a
+ * TLS filter over `plain`, which then owns it, with `plain`'s timeouts and
+ * read watermark cleared (they would fire under the filter whatever the
+ * session's own say). The caller sets callbacks, timeouts and enables the
+ * result. NULL on failure, `plain` untouched. */
 struct bufferevent *tls_conn_starttls(struct bufferevent *plain, SSL_CTX *ctx);
 
 /* Client side: a bufferevent starting a handshake over the connected (or
@@ -65,6 +69,23 @@ struct bufferevent *tls_conn_connect(struct event_base *base, evutil_socket_t fd
  * NULL on failure, `plain` untouched. */
 struct bufferevent *tls_conn_starttls_client(struct bufferevent *plain, SSL_CTX *ctx,
                                              const char *verify_host);
+
+/* Takes the TLS connection out of `bev`, a TLS bufferevent on a socket
+ * (tls_conn_accept, tls_conn_connect, or tls_conn_starttls when it did not
+ * need a filter) whose handshake has finished, so that its owner can drive
+ * it with SSL_read/SSL_write itself and hold no bufferevent while idle (the
+ * login proxy's relay). On success returns the SSL, which from now on reads
+ * and writes `*fd` directly (recv/send, never SIGPIPE) and is the caller's
+ * to SSL_free; `*fd` (non-blocking) is the caller's to close; what `bev`
+ * had decrypted and not yet handed over is appended to `input` and what it
+ * had not yet encrypted to `output`, in order; `bev` is freed. A write
+ * libevent left waiting for the socket is among `output`'s first bytes, so
+ * the caller's first SSL_write must offer at least those again (OpenSSL's
+ * retry rule): writing from the front of `output` in one piece does.
+ * NULL, with `bev` untouched, when `bev` is no such bufferevent (a filter,
+ * plain, still in its handshake). */
+SSL *tls_conn_detach(struct bufferevent *bev, evutil_socket_t *fd, struct evbuffer *input,
+                     struct evbuffer *output);
 
 /* The TLS reason of the last error on `bev` ("certificate verify failed"),
  * or "" when there is none; `out` is returned. */

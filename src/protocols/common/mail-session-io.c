@@ -524,6 +524,7 @@ struct net_relay *mail_session_io_relay(struct mail_session_io *io, struct buffe
                                         void *arg)
 {
     uncork(io, false);
+    buf_free(&io->cork); /* the relay writes on its own from now on */
     mail_session_io_clear_deadline(io);
     bufferevent_set_timeouts(io->bev, NULL, NULL);
     bufferevent_setwatermark(io->bev, EV_READ | EV_WRITE, 0, 0);

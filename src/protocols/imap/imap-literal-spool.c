@@ -27,6 +27,10 @@ static void *spool_open(void *ctx, const char *command, size_t arg_index, uint64
     return sp;
 }
 
+/* The most of a storage error's text a refusal carries: the line stays
+ * short whatever the storage says. */
+#define LITERAL_REFUSAL_MESSAGE_MAX 144
+
 /* A message literal the storage already knows it cannot save (over the
  * quota, or over quota_mail_size) is refused before the client sends it,
  * as Dovecot's quota plugin does at save begin (quota_test_alloc): the
@@ -63,17 +67,17 @@ static const char *spool_refuse(void *ctx, const char *command, size_t arg_index
     bool missing =
         !fits && ns->type == NAMESPACE_PERSONAL && !mail_folder_exists(s->user, ns, name);
     free(name);
-    if (missing) {
-        snprintf(s->literal_refusal, sizeof(s->literal_refusal),
-                 "[TRYCREATE] Mailbox does not exist.");
-        return s->literal_refusal;
-    }
-    if (fits || (err.code != PETREL_ERR_OVER_QUOTA && err.code != PETREL_ERR_LIMIT))
+    if (!missing && (fits || (err.code != PETREL_ERR_OVER_QUOTA && err.code != PETREL_ERR_LIMIT)))
         return NULL;
-    /* The reply the save would have got (imap_reply_storage_error). */
-    int room = (int)sizeof(s->literal_refusal) - 16;
-    snprintf(s->literal_refusal, sizeof(s->literal_refusal), "%s %.*s",
-             err.code == PETREL_ERR_OVER_QUOTA ? "[OVERQUOTA]" : "[LIMIT]", room, err.message);
+    /* Valid until the next refusal (imap_parser_sink); a text per session
+     * only once one was needed. */
+    free(s->literal_refusal);
+    if (missing)
+        s->literal_refusal = xasprintf("[TRYCREATE] Mailbox does not exist.");
+    else /* the reply the save would have got (imap_reply_storage_error) */
+        s->literal_refusal =
+            xasprintf("%s %.*s", err.code == PETREL_ERR_OVER_QUOTA ? "[OVERQUOTA]" : "[LIMIT]",
+                      LITERAL_REFUSAL_MESSAGE_MAX, err.message);
     return s->literal_refusal;
 }
 

@@ -45,7 +45,7 @@ struct imap_session {
     struct timespec started;
     /* the command being run */
     char tag[64];
-    char literal_refusal[160]; /* the parser's IMAP_PARSE_ERR_REFUSED text */
+    char *literal_refusal; /* the parser's IMAP_PARSE_ERR_REFUSED text; made when needed */
     char command[32];
     struct timespec command_started;
     /* authentication in progress */

@@ -233,6 +233,7 @@ void imap_session_free(struct imap_session *s)
     imap_fetch_abort(s); /* a disconnected client's FETCH stops here */
     imap_selected_close(s);
     free(s->recent);
+    free(s->literal_refusal);
     mail_user_unref(s->user);
     if (s->io.username != NULL)
         metric_gauge_add(ctx->m.sessions_auth, -1);
