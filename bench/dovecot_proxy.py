@@ -29,41 +29,25 @@ Configured as Dovecot documents a proxy (doc.dovecot.org, "Proxying",
   per connection."""
 
 import os
-import pwd
-import re
-import shutil
-import signal
-import socket
-import subprocess
+import sys
 import time
 from pathlib import Path
 
-DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
+# The Dovecot master's start, logs and stop are the interop tests' own
+# (tests/e2e/dovecot_master.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from dovecot_master import DovecotMaster, account, available  # noqa: E402,F401
 
 
-def available():
-    return os.path.exists(DOVECOT)
-
-
-def _account(names, fallback):
-    for n in names:
-        try:
-            return pwd.getpwnam(n).pw_name
-        except KeyError:
-            continue
-    return fallback
-
-
-class DovecotProxy:
+class DovecotProxy(DovecotMaster):
     def __init__(self, root, ip, port, backend, passwd_lines, login_procs=1, name="dovecot"):
-        self.root = Path(root)
+        Path(root).mkdir(parents=True, exist_ok=True)
+        super().__init__(root)
         self.ip = ip
         self.port = port
         self.backend = backend
         self.login_procs = login_procs
         self.name = name
-        self.proc = None
-        self.root.mkdir(parents=True, exist_ok=True)
         # The login processes (dovenull) chroot into base_dir/login and the
         # auth process (dovecot) reads the passwd-file: let them through.
         # (root's parent is the bench's work directory, 0700 from mktemp.)
@@ -72,17 +56,14 @@ class DovecotProxy:
         self.passwd = self.root / "passwd"
         self.passwd.write_text("".join(passwd_lines))
         os.chmod(self.passwd, 0o644)
-        self.log = self.root / "dovecot.log"
-        for d in ("run", "state"):
-            (self.root / d).mkdir(exist_ok=True)
 
     @property
     def addr(self):
         return f"{self.ip}:{self.port}"
 
     def config(self):
-        internal = _account(["dovecot"], "nobody")
-        login = _account(["dovenull"], "nobody")
+        internal = account(["dovecot"], "nobody")
+        login = account(["dovenull"], "nobody")
         host, port = self.backend
         return f"""\
 base_dir = {self.root}/run
@@ -128,22 +109,7 @@ service anvil {{
 """
 
     def start(self, timeout=20):
-        conf = self.root / "dovecot.conf"
-        conf.write_text(self.config())
-        self.proc = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)], stdin=subprocess.DEVNULL,
-                                     stdout=open(self.root / "dovecot.out", "ab"),
-                                     stderr=subprocess.STDOUT, cwd=self.root)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with socket.create_connection((self.ip, self.port), timeout=0.5) as s:
-                    s.settimeout(5)
-                    if s.recv(100).startswith(b"* OK"):
-                        break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.stop()
+        if not self.launch(self.config(), self.ip, self.port, timeout):
             raise RuntimeError(f"dovecot did not start:\n{self.logs()[-4000:]}")
         # process_min_avail login processes are forked at start; wait for
         # them so a placement pins them all.
@@ -172,27 +138,3 @@ service anvil {{
             except FileNotFoundError:
                 pass
         return out
-
-    def logs(self):
-        out = []
-        for name in ("dovecot.out", "dovecot.log"):
-            p = self.root / name
-            if p.exists():
-                out.append(p.read_text(errors="replace"))
-        return "\n".join(out)
-
-    def errors(self):
-        return [line for line in self.logs().splitlines()
-                if re.search(r"\b(Error|Panic|Fatal)\b", line)]
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None

@@ -39,7 +39,6 @@ import json
 import os
 import resource
 import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +47,9 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from process_stop import stop_process  # noqa: E402  (the interop tests' own)
+
 TOKEN = "hostile-soak-token-0123456789abcdef"
 
 
@@ -143,13 +145,7 @@ lmtp:
             return f.read()[-4000:]
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
 
 # ---------- setup over real protocols ----------

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from conftest import Daemon, default_config, free_port, merge, wait_for
-from ringproto import SECRET
+from conftest import free_port, wait_for
+from login_proxy_rig import ProxyRig, ScriptedBackend, hand_out
 from test_login_proxy import metric
 
 PASSWD = "alice:{PLAIN}Alice-pass-3:1001:1001\ncarol:{PLAIN}Carol-pass-5:1001:1001\n"
@@ -29,56 +29,30 @@ DIRECTOR_TIMEOUT_MS = 300  # login.director_timeout
 RETRIES = 3  # login.transient_retries
 
 
-class FakeBackend:
+class FakeBackend(ScriptedBackend):
     """An IMAP backend speaking just the proxy's dialogue (greeting, ID,
     AUTHENTICATE PLAIN) and answering OK to anything after it. `mode`:
     ok, close (accept, then hang up), garbage (a non-IMAP greeting), silent,
     hold (the AUTHENTICATE is answered once `release` is set)."""
 
     def __init__(self, ip):
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((ip, 0))
-        self.sock.listen(64)
-        self.ip, self.port = ip, self.sock.getsockname()[1]
         self.mode = "ok"
         self.release = threading.Event()
         self.authenticating = threading.Event()
-        self.conns = []  # [socket, lines received, closed by the peer]
-        self.lock = threading.Lock()
-        self.stopping = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(ip, 64)
 
     def reset(self, mode):
-        with self.lock:
-            for c in self.conns:
-                try:
-                    c[0].close()
-                except OSError:
-                    pass
-            self.conns = []
+        self.drop_connections()
         self.mode = mode
         self.release.clear()
         self.authenticating.clear()
 
-    def connections(self):
-        with self.lock:
-            return list(self.conns)
+    def connection(self, sock):
+        # [socket, lines received, closed by the peer, the mode it is served in]
+        return [sock, [], False, self.mode]
 
-    def _accept(self):
-        self.sock.settimeout(0.1)
-        while not self.stopping:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            entry = [c, [], False]
-            with self.lock:
-                self.conns.append(entry)
-            threading.Thread(target=self._serve, args=(entry, self.mode), daemon=True).start()
-
-    def _serve(self, entry, mode):
-        c = entry[0]
+    def serve(self, entry):
+        c, mode = entry[0], entry[3]
         try:
             if mode == "close":
                 c.close()
@@ -121,64 +95,24 @@ class FakeBackend:
             entry[2] = True
 
     def close(self):
-        self.stopping = True
+        super().close()
         self.reset("ok")
-        self.sock.close()
 
 
-class FaultFleet:
+class FaultFleet(ProxyRig):
     def __init__(self, base):
-        base.mkdir(parents=True, exist_ok=True)
-        (base / "passwd").write_text(PASSWD)
-        (base / "ring.secret").write_text(SECRET + "\n")
-        base.joinpath("ring.secret").chmod(0o600)
         self.a = FakeBackend("127.0.0.1")
         self.b = FakeBackend("127.0.0.2")
-        self.daemons = []
-        auth = free_port()
-        self.authd = self._daemon(base, "auth", {
-            "components": ["auth"],
-            "auth": {"listen": [f"127.0.0.1:{auth}"], "failure_delay": "0s",
-                     "passdb": {"driver": "passwd-file", "path": str(base / "passwd")}},
-        })
-        self.hub = self._daemon(base, "director", {
-            "components": ["director"],
-            "director": {
-                "api": {"listen": f"127.0.0.1:{free_port()}"},
-                "ring": {"listen": f"127.0.0.1:{free_port()}",
-                         "secret_file": str(base / "ring.secret")},
-                "backends": [{"ip": self.a.ip, "port": self.a.port},
-                             {"ip": self.b.ip, "port": self.b.port}],
-            },
-        })
-        self.proxy = self._daemon(base, "proxy", {
-            "components": ["login"],
+        super().__init__(base, PASSWD, [{"ip": self.a.ip, "port": self.a.port},
+                                        {"ip": self.b.ip, "port": self.b.port}], {
             "log_level": "debug",
             "login": {
-                "directors": [self.hub.config["director"]["ring"]["listen"]],
-                "ring_secret_file": str(base / "ring.secret"),
                 "transient_retries": RETRIES,
                 "director_timeout": f"{DIRECTOR_TIMEOUT_MS}ms",
                 "backend_timeout": f"{TIMEOUT_MS}ms",
-                "imap": {"listen": [f"127.0.0.1:{free_port()}"],
-                         "auth_addr": f"127.0.0.1:{auth}"},
+                "imap": {"listen": [f"127.0.0.1:{free_port()}"]},
             },
         })
-
-    def _daemon(self, base, name, cfg):
-        d = Daemon(base, merge(default_config(), cfg), name=name)
-        d.start()
-        self.daemons.append(d)
-        return d
-
-    def addr(self):
-        host, port = self.proxy.config["login"]["imap"]["listen"][0].rsplit(":", 1)
-        return host, int(port)
-
-    def director(self, method, path, body=None):
-        from conftest import http_request
-        return http_request(self.hub.config["director"]["api"]["listen"], method, path,
-                            body=body)
 
     def place(self, user, backend):
         """The director maps `user` to `backend` (no session of theirs is open)."""
@@ -187,12 +121,7 @@ class FaultFleet:
         assert r.status == 200, r
 
     def stop(self):
-        problems = []
-        for d in reversed(self.daemons):
-            try:
-                d.stop()
-            except AssertionError as e:
-                problems.append(str(e))
+        problems = super().stop()
         self.a.close()
         self.b.close()
         return problems
@@ -200,13 +129,8 @@ class FaultFleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    f = FaultFleet(tmp_path_factory.mktemp("login-proxy-faults"))
-    yield f
-    problems = f.stop()
-    for pw in ("Alice-pass-3", "Carol-pass-5"):
-        assert pw not in "".join(d.stderr() for d in f.daemons), "a password in a log"
-    if problems:
-        pytest.fail("\n\n".join(problems), pytrace=False)
+    yield from hand_out(FaultFleet(tmp_path_factory.mktemp("login-proxy-faults")),
+                        passwords=("Alice-pass-3", "Carol-pass-5"))
 
 
 def counters(fleet):

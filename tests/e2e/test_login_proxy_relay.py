@@ -25,8 +25,8 @@ import time
 
 import pytest
 
-from conftest import Daemon, default_config, free_port, merge, wait_for
-from ringproto import SECRET
+from conftest import free_port, wait_for
+from login_proxy_rig import ProxyRig, ScriptedBackend, hand_out
 from test_login_proxy import metric, vmrss_kib
 
 PASSWD = "".join(f"u{i}:{{PLAIN}}Relay-pass-{i}:1001:1001\n" for i in range(40)) + \
@@ -74,7 +74,7 @@ def read_to_eof(f, conn):
         conn.received += chunk
 
 
-class RelayBackend:
+class RelayBackend(ScriptedBackend):
     """An IMAP backend speaking the proxy's login dialogue (greeting, ID,
     AUTHENTICATE), then a few commands of its own, sent by the client
     through the relay:
@@ -89,16 +89,8 @@ class RelayBackend:
     """
 
     def __init__(self, ip="127.0.0.1"):
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((ip, 0))
-        self.sock.listen(256)
-        self.ip, self.port = ip, self.sock.getsockname()[1]
-        self.lock = threading.Lock()
-        self.conns = []  # Conn
         self.unsink = threading.Event()
-        self.stopping = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(ip, 256)
 
     class Conn:
         def __init__(self, sock):
@@ -108,27 +100,10 @@ class RelayBackend:
             self.sinking = threading.Event()
             self.eof = threading.Event()  # the proxy closed its side
 
-    def connections(self):
-        with self.lock:
-            return list(self.conns)
+    def connection(self, sock):
+        return RelayBackend.Conn(sock)
 
-    def _accept(self):
-        self.sock.settimeout(0.1)
-        while not self.stopping:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            conn = RelayBackend.Conn(c)
-            with self.lock:
-                self.conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _read_exact(self, f, n):
-        data = f.read(n)
-        return data
-
-    def _serve(self, conn):
+    def serve(self, conn):
         c = conn.sock
         try:
             c.sendall(b"* OK relay backend ready\r\n")
@@ -186,91 +161,41 @@ class RelayBackend:
             conn.eof.set()
 
     def close(self):
-        self.stopping = True
-        with self.lock:
-            for conn in self.conns:
-                try:
-                    conn.sock.close()
-                except OSError:
-                    pass
+        super().close()
         self.unsink.set()
-        self.sock.close()
 
 
-class RelayFleet:
+class RelayFleet(ProxyRig):
     def __init__(self, base):
         base.mkdir(parents=True, exist_ok=True)
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
                         "tls.key", "-out", "tls.pem", "-days", "2", "-subj", "/CN=localhost"],
                        cwd=base, check=True, capture_output=True)
-        (base / "passwd").write_text(PASSWD)
-        (base / "ring.secret").write_text(SECRET + "\n")
-        base.joinpath("ring.secret").chmod(0o600)
         self.backend = RelayBackend()
         self.clients = []  # every client socket a test made (closed after it)
         self.doomed = subprocess.Popen([sys.executable, "-c", DOOMED_BACKEND],
                                        stdout=subprocess.PIPE)
         self.doomed_port = int(self.doomed.stdout.readline())
-        self.daemons = []
-        auth = free_port()
-        self.authd = self._daemon(base, "auth", {
-            "components": ["auth"],
-            "auth": {"listen": [f"127.0.0.1:{auth}"], "failure_delay": "0s",
-                     "passdb": {"driver": "passwd-file", "path": str(base / "passwd")}},
-        })
-        self.hub = self._daemon(base, "director", {
-            "components": ["director"],
-            "director": {
-                "api": {"listen": f"127.0.0.1:{free_port()}"},
-                "ring": {"listen": f"127.0.0.1:{free_port()}",
-                         "secret_file": str(base / "ring.secret")},
-                "backends": [{"ip": self.backend.ip, "port": self.backend.port},
-                             {"ip": "127.0.0.2", "port": self.doomed_port, "tag": "doomed"}],
-            },
-        })
-        self.proxy = self._daemon(base, "proxy", {
-            "components": ["login"],
-            "login": {
-                "directors": [self.hub.config["director"]["ring"]["listen"]],
-                "ring_secret_file": str(base / "ring.secret"),
-                "imap": {"listen": [f"127.0.0.1:{free_port()}"],
-                         "listen_tls": [f"127.0.0.1:{free_port()}"],
-                         "auth_addr": f"127.0.0.1:{auth}",
-                         "tls_cert_file": str(base / "tls.pem"),
-                         "tls_key_file": str(base / "tls.key")},
-            },
-        })
-
-    def _daemon(self, base, name, cfg):
         # A small ASan quarantine: the proxy's VmRSS then follows what it
         # holds, not what it freed lately.
         asan = os.environ.get("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1")
-        d = Daemon(base, merge(default_config(), cfg), name=name,
-                   env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=4"})
-        d.start()
-        self.daemons.append(d)
-        return d
-
-    def addr(self, tls=False):
-        host, port = self.proxy.config["login"]["imap"]["listen_tls" if tls else "listen"][0] \
-            .rsplit(":", 1)
-        return host, int(port)
-
-    def director(self, method, path, body=None):
-        from conftest import http_request
-        return http_request(self.hub.config["director"]["api"]["listen"], method, path,
-                            body=body)
+        super().__init__(base, PASSWD, [
+            {"ip": self.backend.ip, "port": self.backend.port},
+            {"ip": "127.0.0.2", "port": self.doomed_port, "tag": "doomed"},
+        ], {
+            "login": {
+                "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                         "listen_tls": [f"127.0.0.1:{free_port()}"],
+                         "tls_cert_file": str(base / "tls.pem"),
+                         "tls_key_file": str(base / "tls.key")},
+            },
+        }, env={"ASAN_OPTIONS": asan + ":quarantine_size_mb=4"})
 
     def sessions(self):
         return metric(self.proxy, "petrel_login_sessions", protocol="imap")
 
     def stop(self):
-        problems = []
-        for d in reversed(self.daemons):
-            try:
-                d.stop()
-            except AssertionError as e:
-                problems.append(str(e))
+        problems = super().stop()
         self.backend.close()
         if self.doomed.poll() is None:
             self.doomed.kill()
@@ -280,11 +205,7 @@ class RelayFleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    f = RelayFleet(tmp_path_factory.mktemp("login-proxy-relay"))
-    yield f
-    problems = f.stop()
-    if problems:
-        pytest.fail("\n\n".join(problems), pytrace=False)
+    yield from hand_out(RelayFleet(tmp_path_factory.mktemp("login-proxy-relay")))
 
 
 @pytest.fixture(autouse=True)

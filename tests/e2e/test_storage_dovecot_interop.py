@@ -34,9 +34,6 @@ import pwd
 import re
 import grp
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -44,25 +41,16 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
+from dovecot_master import DOVECOT, DovecotMaster, account
 from mailstore import (MailApi, folder_dir, flags_of_filename, mail_config, message_files,
                        read_keywords, read_uidlist_live, parse_filename)
 
-DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
 USER = "u1"
 PASSWORD = "pass"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DOVECOT),
                                 reason="dovecot not installed (scripts/setup.sh installs "
                                        "dovecot-imapd and dovecot-pop3d)")
-
-
-def _account(names, fallback):
-    for n in names:
-        try:
-            return pwd.getpwnam(n).pw_name
-        except KeyError:
-            continue
-    return fallback
 
 
 def _nobody():
@@ -81,23 +69,19 @@ def chown_tree(path, uid, gid):
             os.lchown(os.path.join(dirpath, n), uid, gid)
 
 
-class Dovecot:
+class Dovecot(DovecotMaster):
     """One dovecot master (IMAP and POP3) on 127.0.0.1:<free ports>."""
 
     def __init__(self, root, home_root):
-        self.root = Path(root)
+        super().__init__(root)
         self.home_root = Path(home_root)
         self.uid, self.gid = _nobody()
-        self.proc = None
         self.port = None
         self.pop3_port = None
-        self.log = self.root / "dovecot.log"
-        (self.root / "run").mkdir(exist_ok=True)
-        (self.root / "state").mkdir(exist_ok=True)
 
     def config(self):
-        internal = _account(["dovecot"], "nobody")
-        login = _account(["dovenull"], "nobody")
+        internal = account(["dovecot"], "nobody")
+        login = account(["dovenull"], "nobody")
         return f"""\
 base_dir = {self.root}/run
 state_dir = {self.root}/state
@@ -152,43 +136,14 @@ service anvil {{
         for attempt in range(3):
             self.port = free_port()
             self.pop3_port = free_port()
-            conf = self.root / "dovecot.conf"
-            conf.write_text(self.config())
-            self.proc = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)],
-                                         stdin=subprocess.DEVNULL,
-                                         stdout=open(self.root / "dovecot.out", "ab"),
-                                         stderr=subprocess.STDOUT, cwd=self.root)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                        s.settimeout(5)
-                        if s.recv(100).startswith(b"* OK"):
-                            return self
-                except OSError:
-                    time.sleep(0.05)
-            self.stop()
+            if self.launch(self.config(), "127.0.0.1", self.port, 15):
+                return self
         raise AssertionError("dovecot did not start:\n" + self.logs())
-
-    def logs(self):
-        out = []
-        for name in ("dovecot.out", "dovecot.log"):
-            p = self.root / name
-            if p.exists():
-                out.append(p.read_text(errors="replace"))
-        return "\n".join(out)
 
     def stop(self):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+        super().stop()
         # The master waits for its children; make sure none keeps the maildir.
         time.sleep(0.1)
 
@@ -202,11 +157,6 @@ service anvil {{
         p.user(USER)
         p.pass_(PASSWORD)
         return p
-
-    def errors(self):
-        """Error/panic/fatal lines Dovecot logged (corrupted uidlist, ...)."""
-        return [line for line in self.logs().splitlines()
-                if re.search(r"\b(Error|Panic|Fatal)\b", line)]
 
 
 @pytest.fixture
