@@ -18,6 +18,13 @@
  *       bench/imap-cpu.sh counts instructions on. IMAP_BENCH_HOOK_START and
  *       IMAP_BENCH_HOOK_STOP: shell commands run just before the first and
  *       just after the last measured command.
+ *   imap-bench logins ADDR USERS_FILE SECONDS [CONCURRENCY]
+ *       CONCURRENCY (default 64) connections at a time, each a whole login
+ *       cycle: connect, greeting, LOGIN, LOGOUT, the server's close; a
+ *       finished one is replaced by the next user's. Prints the cycles
+ *       finished within SECONDS per second, the LOGIN p50/p99 and the
+ *       generator's own CPU per login (the login rate of a login proxy,
+ *       bench/login_proxy_bench.py).
  *   imap-bench idle ADDR USERS_FILE SESSIONS PID
  *       Opens SESSIONS connections (user i % users), then in phases: all
  *       greeted, all LOGIN, all SELECT INBOX, and reads VmRSS/RssAnon of
@@ -382,6 +389,7 @@ struct conn {
     size_t pending_n;
     bool force_expunge;
     unsigned long commands; /* load: mix commands answered inside the window */
+    bool retired;           /* logins: closed after the window, not replaced */
 };
 
 static const char *server_addr;
@@ -1231,6 +1239,104 @@ static int run_load(uint32_t messages, double seconds, size_t clients)
     return errors_total == 0 && logged_out == clients ? 0 : 1;
 }
 
+/* ---------- login cycles ---------- */
+
+static size_t logins_next_user;
+
+static void logins_ready(struct conn *c)
+{
+    if (c->step == 0) {
+        c->step = 1;
+        send_login(c);
+    } else if (c->step == 1) {
+        c->step = 2;
+        send_cmd(c, K_LOGOUT, "LOGOUT");
+    }
+}
+
+static void logins_done(struct conn *c, bool ok, const char *line, size_t len)
+{
+    (void)line;
+    (void)len;
+    if (!ok)
+        conn_close(c); /* counted as an error by handle_line */
+    else if (c->kind == K_LOGOUT)
+        c->step = 3; /* the server closes first (no TIME_WAIT here): then done */
+}
+
+static const struct mode logins_mode = {logins_ready, logins_done};
+
+/* Gives slot `c` to the next user, as a new connection. */
+static void logins_restart(struct conn *c)
+{
+    free(c->in);
+    buf_free(&c->out);
+    size_t idx = c->index;
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    c->index = idx;
+    c->user_index = logins_next_user++ % user_count;
+    conn_start(c);
+}
+
+static int run_logins(double seconds, size_t concurrency)
+{
+    raise_fd_limit(concurrency + 64);
+    mode = &logins_mode;
+    conns_alloc(concurrency);
+    for (size_t i = 0; i < concurrency; i++) {
+        conns[i].user_index = logins_next_user++ % user_count;
+        conn_start(&conns[i]);
+    }
+    measuring = true;
+    unsigned long done = 0, failed = 0;
+    double start = now_s(), end = start + seconds;
+    double cpu0 = cpu_seconds();
+    bool stopping = false;
+    for (;;) {
+        run_once(100);
+        double now = now_s();
+        stopping = stopping || now >= end;
+        size_t open = 0;
+        for (size_t i = 0; i < conn_count; i++) {
+            struct conn *c = &conns[i];
+            if (c->state != CS_CLOSED) {
+                open++;
+                continue;
+            }
+            if (c->retired)
+                continue; /* finished after the window: left closed */
+            if (c->step == 3 && now <= end)
+                done++;
+            else if (c->step != 3)
+                failed++;
+            if (stopping)
+                c->retired = true;
+            else
+                logins_restart(c);
+        }
+        if (stopping && open == 0)
+            break;
+        if (stopping && now - end > 30) {
+            fprintf(stderr, "imap-bench: %zu login cycles not finished 30 s after the window\n",
+                    open);
+            failed += open;
+            break;
+        }
+    }
+    double client_cpu = cpu_seconds() - cpu0;
+    measuring = false;
+    struct kind_stats *login = &stats[K_LOGIN];
+    qsort(login->lat, login->n, sizeof(float), cmp_float);
+    printf("logins=%lu seconds=%.2f rate=%.0f errors=%lu concurrency=%zu login_p50_ms=%.3f "
+           "login_p99_ms=%.3f client_cpu_s=%.3f client_us_per_login=%.1f\n",
+           done, seconds, (double)done / seconds, failed, concurrency,
+           login->n ? login->lat[login->n / 2] * 1e3 : 0,
+           login->n ? login->lat[(size_t)((double)login->n * 0.99)] * 1e3 : 0, client_cpu,
+           done > 0 ? client_cpu * 1e6 / (double)done : 0.0);
+    return failed == 0 && errors_total == 0 ? 0 : 1;
+}
+
 /* ---------- idle sessions ---------- */
 
 #define IDLE_WINDOW 100 /* connections opening / commands outstanding at once */
@@ -1392,6 +1498,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: imap-bench setup ADDR USERS_FILE MESSAGES mixed|small\n"
                     "       imap-bench load ADDR USERS_FILE MESSAGES SECONDS [CLIENTS]\n"
+                    "       imap-bench logins ADDR USERS_FILE SECONDS [CONCURRENCY]\n"
                     "       imap-bench idle ADDR USERS_FILE SESSIONS PID\n");
     exit(2);
 }
@@ -1423,6 +1530,12 @@ int main(int argc, char **argv)
             usage();
         raise_fd_limit((size_t)clients + 64);
         rc = run_load((uint32_t)messages, seconds, (size_t)clients);
+    } else if (strcmp(cmd, "logins") == 0 && (argc == 5 || argc == 6)) {
+        double seconds = atof(argv[4]);
+        long concurrency = argc == 6 ? atol(argv[5]) : 64;
+        if (seconds <= 0 || concurrency < 1)
+            usage();
+        rc = run_logins(seconds, (size_t)concurrency);
     } else if (strcmp(cmd, "idle") == 0 && argc == 6) {
         long sessions = atol(argv[4]);
         long pid = atol(argv[5]);

@@ -46,7 +46,7 @@
 #        BENCH_MESSAGES=50 (per load user)  BENCH_USERS=200
 #        BENCH_MIX="noop=16,headers=14,body=14,flags=8,select=4"
 #        BENCH_BULK_MIX="body=1"
-#        BENCH_LOGIN_SECONDS=4  BENCH_LOGIN_PROCS=2  BENCH_LOGIN_CONCURRENCY=32
+#        BENCH_LOGIN_SECONDS=4  BENCH_LOGIN_CONCURRENCY=64
 #        BENCH_IDLE_SESSIONS=2000  BENCH_QUIET_WAIT=5 (s to wait before each
 #        run for the rest of the machine to use < BENCH_QUIET_OTHER=25 % of a
 #        CPU)  BENCH_NICE= (opt-in, e.g. -10: every bench process at that
