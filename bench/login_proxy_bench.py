@@ -37,7 +37,8 @@ it measures:
               of the proxy (Dovecot: its whole process tree), of the backend
               and of the load generator per command, read from /proc at
               imap-bench's start and stop hooks (the measured window only);
-              the p50 latency; the CPU time the rest of the machine used in
+              the backend's wake-ups per command (its voluntary context
+              switches: each is a sleep waiting for input); the p50 latency; the CPU time the rest of the machine used in
               the window (/proc/stat less the bench's processes: a shared
               machine's other work takes CPU from a run, most of all from a
               proxy pinned to one CPU); and the rate the measured CPU per
@@ -188,6 +189,9 @@ def read_stats(path):
             out[int(head)] = line
         elif re.fullmatch(r"cpu\d+", head):
             out[head] = [int(x) for x in line.split()[1:]]
+        elif head == "voluntary_ctxt_switches:":
+            # the backend's threads' /proc/PID/task/TID/status
+            out["sleeps"] = out.get("sleeps", 0) + int(line.split()[1])
     return out
 
 
@@ -337,7 +341,11 @@ class Bench:
         every = sorted({p for ps in pids.values() for p in ps})
         # /proc/stat first: the per-CPU busy time of the window, to tell the
         # bench's own use of each CPU from the other work on the machine.
-        stats = "/proc/uptime /proc/stat " + " ".join(f"/proc/{p}/stat" for p in every)
+        # The backend's threads' status last: their voluntary context
+        # switches are the times they went to sleep waiting for input (one
+        # wake-up each).
+        stats = ("/proc/uptime /proc/stat " + " ".join(f"/proc/{p}/stat" for p in every)
+                 + f" /proc/{self.backend.pid}/task/*/status")
         t0, t1 = self.work / "cpu.start", self.work / "cpu.stop"
         env = dict(os.environ, IMAP_BENCH_MIX=mix,
                    IMAP_BENCH_HOOK_START=f"cat {stats} > {t0} 2>/dev/null || true",
@@ -354,6 +362,7 @@ class Bench:
         client_s = float(m.group(1)) if m else 0.0
         r = {"rate": field(out, "rate"), "commands": cmds,
              "backend_us": 1e6 * group_cpu(before, after, pids["backend"]) / cmds,
+             "backend_wakeups": (after.get("sleeps", 0) - before.get("sleeps", 0)) / cmds,
              "client_us": float(m.group(2)) if m else None,
              "proxy_us": None,
              "p50_ms": float(lat.group(1)) if lat else None,
@@ -371,7 +380,8 @@ class Bench:
         r["other"] = 100 * max(0.0, sum(busy.values()) - ours) / wall
         print(f"  load {kind:8} {addr:17} {r['rate']:9,.0f} commands/s  p50 "
               f"{fmt_ms(r['p50_ms'])} p99 {fmt_ms(r['p99_ms'])}  CPU per command: proxy "
-              f"{fmt_us(r['proxy_us'])} us, backend {r['backend_us']:.1f} us, load generator "
+              f"{fmt_us(r['proxy_us'])} us, backend {r['backend_us']:.1f} us "
+              f"({r['backend_wakeups']:.2f} wake-ups), load generator "
               f"{fmt_us(r['client_us'])} us; busy "
               + ", ".join(f"cpu{c} {b:.0f} %" for c, b in r["busy"].items())
               + f", not the bench {r['other']:.0f} % of a CPU", flush=True)
@@ -545,12 +555,13 @@ class Bench:
         print()
         print(f"Summary. Throughput: mean of the {ROUNDS} runs of each; ratio to direct in the same "
               "placement; CPU in us per command (proxy: Petrel's process or Dovecot's whole "
-              "tree); p50 latency per command; 'other': CPU time on the machine that was not the "
+              "tree); 'wake': the backend's wake-ups (sleeps waiting for input) per command; "
+              "p50 latency per command; 'other': CPU time on the machine that was not the "
               "bench's, in % of one CPU (other work on a shared machine skews a run); "
               "'CPU bound': the rate the measured CPU per command allows on the placement's "
               "CPUs, and its ratio to direct's (an estimate that other work skews less).")
         hdr = (f"{'placement':9} {'load':4} {'target':13} {'commands/s':>10} {'ratio':>6} "
-               f"{'proxy':>6} {'backend':>7} {'loadgen':>7} {'p50 ms':>6} {'other':>5}   "
+               f"{'proxy':>6} {'backend':>7} {'wake':>5} {'loadgen':>7} {'p50 ms':>6} {'other':>5}   "
                f"{'CPU bound':>9} {'ratio':>6}")
         print(hdr)
         print("-" * len(hdr))
@@ -562,7 +573,8 @@ class Bench:
                     bound = cpu_bound(placement, r, len(self.all_cpus))
                     print(f"{placement:9} {name:4} {LABEL[kind]:13} {r['rate']:10,.0f} "
                           f"{100 * r['rate'] / d:5.1f}% {fmt_us(r['proxy_us']):>6} "
-                          f"{r['backend_us']:7.1f} {fmt_us(r['client_us']):>7} "
+                          f"{r['backend_us']:7.1f} {r['backend_wakeups']:5.2f} "
+                          f"{fmt_us(r['client_us']):>7} "
                           f"{(r['p50_ms'] or 0):6.2f} {r['other']:4.0f}%"
                           f"{' *' if r['other'] > QUIET_OTHER else '  '} {bound:9,.0f} "
                           f"{100 * bound / dbound:5.1f}%")
