@@ -7,6 +7,10 @@ CPU placement of bench/login_proxy_bench.py.
             backends, directors, auth, monitor) on another: the proxy on a
             host of its own, as deployed, and client plus backend on the same
             CPU whether they talk directly or through the proxy
+    backend the servers (backends, directors, auth, monitor) on one CPU,
+            the clients' side (load generator, bench driver, proxies) on the
+            other: the backend on a host of its own, as deployed, whether
+            the client talks to it directly or through the proxy
 
 Pinning is per thread, as `taskset -a -p` does (every entry of
 /proc/PID/task); a thread or child made later inherits the affinity of the

@@ -18,6 +18,8 @@
 #               the client and the backend)
 #   split       the proxies alone on CPU 1, everything else on CPU 0, for the
 #               direct and the proxied runs alike (a proxy on its own host)
+#   backend     the servers alone on CPU 0, the load generator and the
+#               proxies on CPU 1 (a backend on its own host)
 #
 #   throughput  imap-bench load, a read mix (NOOP, FETCH headers/bodies/flags,
 #               SELECT), then whole-message FETCHes only;
@@ -36,7 +38,7 @@
 #
 # Prints the numbers, a summary table and the ratios; writes nothing outside
 # its work directory. Exit 0 when every run finished without a client error;
-# targets are reported, not enforced. About 6 minutes with the defaults on
+# targets are reported, not enforced. About 9 minutes with the defaults on
 # a quiet machine.
 #
 # Knobs: BENCH_PLACEMENT=both (shared|split|both)  BENCH_DOVECOT=1 (0: leave

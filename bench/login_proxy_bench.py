@@ -15,7 +15,8 @@ in the way), and Dovecot 2.3 as an IMAP proxy in front of the same backend
   petrel   Petrel's login proxy a, routing through the directors to a
   dovecot  Dovecot's proxy, its passdb naming backend a
 
-For each CPU placement of BENCH_PLACEMENT (bench/cpu_placement.py):
+For each CPU placement of BENCH_PLACEMENT (bench/cpu_placement.py; all
+three by default, "both" for the first two):
 
   shared   every process on every CPU: the proxy's CPU is taken from the
            client and the backend
@@ -25,6 +26,12 @@ For each CPU placement of BENCH_PLACEMENT (bench/cpu_placement.py):
            the proxied runs alike: client and backend have the same one CPU
            in every run, and a proxied run adds only a proxy on a CPU of its
            own, as a proxy on its own host does
+  backend  the servers (backends, directors, auth, monitor) pinned to CPU 0,
+           the clients' side (this driver and the load generator, the
+           proxies) to CPU 1: the backend has a CPU of its own in every run,
+           as a mail backend has its own host, and a proxied run adds the
+           proxy to the clients' side; what the proxy costs the backend
+           per command shows directly
 
 it measures:
 
@@ -105,7 +112,7 @@ ROUNDS = env_int("BENCH_ROUNDS", 2)
 # this nice value, in every placement alike, so that other work on a shared
 # machine skews the runs less (and gets less CPU meanwhile).
 NICE = int(os.environ["BENCH_NICE"]) if os.environ.get("BENCH_NICE") else None
-PLACEMENT = os.environ.get("BENCH_PLACEMENT", "both")
+PLACEMENT = os.environ.get("BENCH_PLACEMENT", "all")
 WITH_DOVECOT = os.environ.get("BENCH_DOVECOT", "1") != "0"
 DOVECOT_LOGIN_PROCS = env_int("BENCH_DOVECOT_LOGIN_PROCS", 1)
 QUIET_WAIT = float(os.environ.get("BENCH_QUIET_WAIT", 5))
@@ -239,12 +246,15 @@ def mean_runs(rs):
 def cpu_bound(placement, r, ncpus):
     """Commands/s that the CPU per command of a run allows: shared, the
     proxy, backend and load generator share every CPU; split, the backend
-    and load generator have one CPU and the proxy another."""
-    rest = r["backend_us"] + (r["client_us"] or 0)
+    and load generator have one CPU and the proxy another; backend, the
+    backend has one CPU and the load generator and proxy the other."""
+    backend, client = r["backend_us"], r["client_us"] or 0
     proxy = r["proxy_us"] or 0
     if placement == "shared":
-        return ncpus * 1e6 / (rest + proxy)
-    return min(1e6 / rest, 1e6 / proxy if proxy else float("inf"))
+        return ncpus * 1e6 / (backend + client + proxy)
+    if placement == "backend":
+        return min(1e6 / backend, 1e6 / (client + proxy))
+    return min(1e6 / (backend + client), 1e6 / proxy if proxy else float("inf"))
 
 
 def fmt_us(x):
@@ -265,17 +275,20 @@ class Bench:
 
     # ----- placement -----
 
-    def groups(self):
-        """(proxy pids, every other pid of the bench, by name for the log)."""
+    def groups(self, placement):
+        """(the pids on the proxies' CPU, the others), by name for the log:
+        split puts the load generator with the servers, backend with the
+        proxies."""
         proxies = {n.name: [n.pid] for n in self.fleet.proxies}
         for name, dv in self.dovecots.items():
             proxies[name] = dv.pids()
         rest = {n.name: [n.pid] for n in self.fleet.nodes if n not in self.fleet.proxies}
-        rest["driver + load generator"] = [os.getpid()]
+        driver = proxies if placement == "backend" else rest
+        driver["driver + load generator"] = [os.getpid()]
         return proxies, rest
 
     def place(self, placement, verbose=False):
-        proxies, rest = self.groups()
+        proxies, rest = self.groups(placement)
         if placement == "shared":
             sets = (self.all_cpus, self.all_cpus)
         else:
@@ -481,13 +494,14 @@ class Bench:
         sys.path.insert(0, str(ROOT / "tests" / "e2e"))
         from fleet import Fleet  # after PETREL_BUILD: conftest reads it at import
 
-        placements = {"both": ["shared", "split"], "shared": ["shared"],
-                      "split": ["split"]}.get(PLACEMENT)
+        placements = {"all": ["shared", "split", "backend"], "both": ["shared", "split"],
+                      "shared": ["shared"], "split": ["split"],
+                      "backend": ["backend"]}.get(PLACEMENT)
         if placements is None:
-            sys.exit(f"BENCH_PLACEMENT={PLACEMENT}: want shared, split or both")
-        if "split" in placements and cpu_placement.split_sets(self.all_cpus) is None:
-            print("only one CPU available: the split placement is left out")
-            placements.remove("split")
+            sys.exit(f"BENCH_PLACEMENT={PLACEMENT}: want shared, split, backend, both or all")
+        if cpu_placement.split_sets(self.all_cpus) is None:
+            print("only one CPU available: the split and backend placements are left out")
+            placements = [p for p in placements if p == "shared"]
         unlimited = {"max_connections": 1000000, "max_connections_per_user": 0}
         self.fleet = Fleet(self.work / "fleet", users=USERS, hashed=True, gate=False,
                            backend_extra={"imap": unlimited, "mail": {"fsync": "never"}},
