@@ -2,6 +2,7 @@
 #include "net/relay.h"
 
 #include "core/xalloc.h"
+#include "net/bev-write.h"
 #include "net/linger.h"
 #include "net/tls-conn.h"
 
@@ -632,12 +633,6 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     arm(r->timer, r->cfg.idle_ms - idle);
 }
 
-static bool is_plain_socket(struct bufferevent *bev)
-{
-    return bufferevent_getfd(bev) >= 0 && bufferevent_get_underlying(bev) == NULL &&
-           bufferevent_openssl_get_ssl(bev) == NULL;
-}
-
 /* Takes `bev` as side `s`. A plain socket's descriptor is kept and its
  * bufferevent freed (what it had read goes to `pending`, what it had not
  * sent to the side's queue), and so are a TLS socket's descriptor and SSL;
@@ -658,7 +653,7 @@ static void side_take(struct net_relay *r, struct side *s, struct bufferevent *b
         return;
     }
     evbuffer_free(unsent);
-    if (is_plain_socket(bev)) {
+    if (net_bev_plain_socket(bev)) {
         s->fd = bufferevent_getfd(bev);
         bufferevent_disable(bev, EV_READ | EV_WRITE);
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);

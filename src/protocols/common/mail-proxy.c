@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/sorted-map.h"
 #include "core/xalloc.h"
+#include "net/bev-write.h"
 #include "net/tls-conn.h"
 
 #include <event2/buffer.h>
@@ -627,22 +628,11 @@ static void setup_failed(struct mail_proxy *p, const char *why)
 }
 
 /* The login's one write to a plain backend goes straight to the socket
- * when nothing is queued: a fresh connection takes a few hundred bytes at
- * once, and the write event would otherwise be armed, waited for and
- * disarmed (two epoll_ctl calls and a loop pass per login). What the
- * socket does not take, and anything for a TLS backend, goes through the
- * bufferevent; an error is the bufferevent's to find. */
+ * when nothing is queued (net/bev-write.h): a fresh connection takes a few
+ * hundred bytes at once. */
 static void backend_write(struct mail_proxy *p, const char *data, size_t len)
 {
-    size_t sent = 0;
-    if (p->front->hub->backend_tls == NULL &&
-        evbuffer_get_length(bufferevent_get_output(p->backend)) == 0) {
-        /* Never blocks, so never interrupted: no EINTR to try again on. */
-        ssize_t n = send(bufferevent_getfd(p->backend), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        sent = n > 0 ? (size_t)n : 0;
-    }
-    if (sent < len)
-        bufferevent_write(p->backend, data + sent, len - sent);
+    net_bev_write(p->backend, data, len);
 }
 
 static void backend_line(struct mail_proxy *p, const char *line, size_t len)
