@@ -19,7 +19,6 @@
 #include "core/log.h"
 #include "core/xalloc.h"
 #include "net/backoff.h"
-#include "net/bev-write.h"
 #include "net/dial.h"
 #include "net/endpoint.h"
 
@@ -446,7 +445,7 @@ bool line_client_write(struct line_client *lc, const char *data, size_t len)
         conn_down(lc, reason, true);
         return false;
     }
-    net_bev_write(lc->bev, data, len);
+    bufferevent_write(lc->bev, data, len);
     return true;
 }
 

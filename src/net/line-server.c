@@ -7,7 +7,6 @@
 #include "core/dlist.h"
 #include "core/log.h"
 #include "core/xalloc.h"
-#include "net/bev-write.h"
 #include "net/cidr.h"
 #include "net/conn-limits.h"
 #include "net/conn-slots.h"
@@ -109,7 +108,7 @@ static void mark_established(struct line_conn *conn)
 void line_conn_write(struct line_conn *conn, const void *data, size_t len)
 {
     if (!conn->closing)
-        net_bev_write(conn->bev, data, len);
+        bufferevent_write(conn->bev, data, len);
 }
 
 /* Freed by conn_write_cb once the output has left, or at the end of

@@ -6,6 +6,7 @@
 #include "core/buf.h"
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/bev-write.h"
 #include "net/deadline.h"
 #include "net/linger.h"
 #include "net/sockaddr.h"
@@ -385,7 +386,10 @@ void mail_session_io_write(struct mail_session_io *io, const void *data, size_t 
         write_direct(io, data, len);
     } else {
         uncork(io, false); /* keeps the order */
-        bufferevent_write(io->bev, data, len);
+        /* A write outside ops->input (a greeting, an answer that waited
+         * for the auth service or a backend) leaves at once when nothing
+         * is queued on a plain connection. */
+        net_bev_write(io->bev, data, len);
     }
     metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
 }

@@ -28,7 +28,6 @@
 #include "net/sockaddr.h"
 #include "clients/ring/ring-auth.h"
 #include "clients/ring/ring-protocol.h"
-#include "net/bev-write.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -142,7 +141,7 @@ static void send_out(struct ring_conn *conn)
 {
     struct ring_server *srv = conn->srv;
     if (!conn->closing)
-        net_bev_write(conn->bev, srv->out.data, srv->out.len);
+        bufferevent_write(conn->bev, srv->out.data, srv->out.len);
     buf_reset(&srv->out);
 }
 
@@ -220,7 +219,7 @@ static void broadcast(struct ring_server *srv, bool users)
         next = c->next;
         if (!receives(c, users))
             continue;
-        net_bev_write(c->bev, srv->out.data, srv->out.len);
+        bufferevent_write(c->bev, srv->out.data, srv->out.len);
         if (pending_output(c) > (size_t)srv->cfg->ring_max_output) {
             log_warn(COMPONENT, "ring client dropped: it does not read its pushes",
                      "peer=%s kind=%s pending_bytes=%zu", c->peer, ring_kind_name(c->kind),
