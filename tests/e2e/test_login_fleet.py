@@ -504,6 +504,12 @@ def test_move_ends_sessions_and_the_next_login_lands_on_the_new_backend(fleet): 
     m.shutdown()
     wait_for(lambda: user not in imap_users(f, old), timeout=1.0, what="the old session gone")
     assert f.map(user) == new.ip
+    # The API answers once the director it asked has the move and has
+    # broadcast it (document 2); the other director learns it one ring hop
+    # later, and until then a login it routes may still reach the old
+    # backend (whose session the push then ends, as above).
+    wait_for(lambda: all(f.map(user, d) == new.ip for d in f.directors), timeout=2.0,
+             what="every director routing the user to the new backend")
     # The next login (through either proxy) lands on the new backend.
     for proxy in f.proxies:
         m = login(f, proxy, user)
