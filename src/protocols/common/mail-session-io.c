@@ -388,8 +388,14 @@ void mail_session_io_write(struct mail_session_io *io, const void *data, size_t 
         uncork(io, false); /* keeps the order */
         /* A write outside ops->input (a greeting, an answer that waited
          * for the auth service or a backend) leaves at once when nothing
-         * is queued on a plain connection. */
-        net_bev_write(io->bev, data, len);
+         * is queued on a plain connection; but not for an owner that
+         * produces the next part of its output from each write callback
+         * (ops->drained without output limits: POP3's RETR), which a write
+         * that queued nothing would never get. */
+        if (io->ops->drained != NULL && io->output_high_water == 0)
+            bufferevent_write(io->bev, data, len);
+        else
+            net_bev_write(io->bev, data, len);
     }
     metric_add(mail_listeners_params(io->listeners)->bytes_out, (double)len);
 }
