@@ -760,6 +760,19 @@ static size_t count_state(enum conn_state st)
     return n;
 }
 
+/* Gives the closed slot `c` to user `user_index`, as a new connection. */
+static void conn_restart(struct conn *c, size_t user_index)
+{
+    free(c->in);
+    buf_free(&c->out);
+    size_t idx = c->index;
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    c->index = idx;
+    c->user_index = user_index;
+    conn_start(c);
+}
+
 static void send_login(struct conn *c)
 {
     const struct bench_credential *u = &users[c->user_index];
@@ -852,14 +865,7 @@ static int run_setup(uint32_t messages, enum msg_sizes sizes)
                 setup_next_user = user_count; /* failed: stop handing out users */
                 break;
             }
-            free(c->in);
-            buf_free(&c->out);
-            size_t idx = c->index;
-            memset(c, 0, sizeof(*c));
-            c->fd = -1;
-            c->index = idx;
-            c->user_index = setup_next_user++;
-            conn_start(c);
+            conn_restart(c, setup_next_user++);
         }
     }
     printf("setup: users=%zu messages_per_user=%u sizes=%s seconds=%.1f errors=%lu\n", user_count,
@@ -1266,18 +1272,6 @@ static void logins_done(struct conn *c, bool ok, const char *line, size_t len)
 
 static const struct mode logins_mode = {logins_ready, logins_done};
 
-/* Gives slot `c` to the next user, as a new connection. */
-static void logins_restart(struct conn *c)
-{
-    free(c->in);
-    buf_free(&c->out);
-    size_t idx = c->index;
-    memset(c, 0, sizeof(*c));
-    c->fd = -1;
-    c->index = idx;
-    c->user_index = logins_next_user++ % user_count;
-    conn_start(c);
-}
 
 static int run_logins(double seconds, size_t concurrency)
 {
@@ -1313,7 +1307,7 @@ static int run_logins(double seconds, size_t concurrency)
             if (stopping)
                 c->retired = true;
             else
-                logins_restart(c);
+                conn_restart(c, logins_next_user++ % user_count);
         }
         if (stopping && open == 0)
             break;
