@@ -51,6 +51,12 @@ struct side {
      * (a TLS 1.3 key update's answer), or SSL_write until it reads. */
     bool read_wants_write;
     bool write_wants_read;
+    /* TLS: the least the next SSL_write must offer from the queue's front.
+     * What the bufferevent had not sent at the takeover may include a
+     * write OpenSSL left waiting for the socket, of any length up to all
+     * of it and partly sent already: its retry must offer at least as
+     * much (else SSL_R_BAD_LENGTH), so the first write offers all of it. */
+    size_t retry_min;
 };
 
 struct net_relay {
@@ -373,11 +379,14 @@ static bool conn_write_buffer(struct side *s, struct evbuffer *buf)
     size_t len;
     while ((len = evbuffer_get_length(buf)) > 0 && !s->write_wants_read) {
         size_t step = len < RELAY_IO_STEP ? len : RELAY_IO_STEP;
+        if (step < s->retry_min)
+            step = s->retry_min < len ? s->retry_min : len;
         ssize_t w = conn_write(s, evbuffer_pullup(buf, (ssize_t)step), step);
         if (w < 0)
             return false;
         if (w == 0)
             break;
+        s->retry_min = 0; /* a write done: OpenSSL holds none waiting */
         evbuffer_drain(buf, (size_t)w);
     }
     return true;
@@ -651,7 +660,8 @@ static void side_take(struct net_relay *r, struct side *s, struct bufferevent *b
     s->ssl = tls_conn_detach(bev, &s->fd, pending, unsent);
     if (s->ssl != NULL) {
         s->readable = event_new(r->base, s->fd, EV_READ | EV_PERSIST, socket_readable, s);
-        if (evbuffer_get_length(unsent) > 0)
+        s->retry_min = evbuffer_get_length(unsent);
+        if (s->retry_min > 0)
             evbuffer_add_buffer(queue_of(s), unsent);
         evbuffer_free(unsent);
         side_reading(s, true);
