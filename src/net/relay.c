@@ -211,18 +211,36 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
     drain_wait(base, fd, waits - 1);
 }
 
-/* Ending, all of `s`'s queue has left: a FIN goes after it (the peer
- * reads everything, then EOF), and a copy of the descriptor lingers on
- * without the relay, which is then done. A bufferevent side's descriptor
+static void watch_writable(struct side *s);
+
+/* TLS: close_notify, or false while the socket cannot take it yet (full
+ * when the last bytes went in): it stays in OpenSSL, and a FIN now would
+ * cut it (the peer would see a truncated record or no close_notify). */
+static bool notify_sent(struct side *s)
+{
+    if (s->ssl == NULL || s->fd < 0)
+        return true;
+    ERR_clear_error();
+    int rc = SSL_shutdown(s->ssl); /* a retry sends what is left of it */
+    bool later = rc < 0 && SSL_get_error(s->ssl, rc) == SSL_ERROR_WANT_WRITE;
+    ERR_clear_error();
+    return !later;
+}
+
+/* Ending, all of `s`'s queue has left: close_notify (TLS) and a FIN go
+ * after it (the peer reads everything, then EOF), and a copy of the
+ * descriptor lingers on without the relay, which is then done. A
+ * close_notify the socket does not take at once waits for its write event
+ * (or the linger timer) within the linger. A bufferevent side's descriptor
  * is the socket under its filters; freeing the bufferevent closes only its
  * own copy. */
 static void shut_side(struct net_relay *r, struct side *s)
 {
-    if (s->ssl != NULL) {
-        /* close_notify before the FIN, when the socket takes it now. */
-        ERR_clear_error();
-        SSL_shutdown(s->ssl);
-        ERR_clear_error();
+    if (!notify_sent(s) && now_ms(r) < r->linger_until_ms) {
+        watch_writable(s);
+        evtimer_del(r->timer);
+        arm(r->timer, RELAY_LINGER_POLL_MS);
+        return;
     }
     evutil_socket_t fd = side_fd(s);
     if (fd >= 0) {
@@ -274,6 +292,7 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
     r->end = why;
     struct side *keep = gone != NULL ? other(r, gone) : &r->client;
     close_side(other(r, keep));
+    r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
     if (!side_open(keep)) {
         finish(r);
         return;
@@ -293,7 +312,6 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
     side_reading(keep, true);
     if (keep->bev != NULL)
         bufferevent_setwatermark(keep->bev, EV_WRITE, 0, 0);
-    r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
     evtimer_del(r->timer);
     arm(r->timer, RELAY_LINGER_POLL_MS);
 }
