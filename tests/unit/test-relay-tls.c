@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -745,6 +747,183 @@ static void test_a_client_fin_during_the_stop_still_gets_the_tail(void **state)
     rig_free(&t);
 }
 
+/* ---------- tls_conn_starttls ---------- */
+
+/* A server's clear-text connection that answered STARTTLS: `plain` (a
+ * socket bufferevent) holds the clear text the client pipelined behind
+ * the command and, queued, the go-ahead (after `before` bytes of earlier
+ * answers, 0: none). */
+struct starttls_rig {
+    struct pki pki;
+    struct ctxs ctxs;
+    struct event_base *base;
+    struct end client;
+    struct bufferevent *plain;
+    int fds_before;
+};
+
+static const char go_ahead[] = "s OK Begin TLS negotiation now\r\n";
+
+static void starttls_setup(struct starttls_rig *t, size_t before)
+{
+    memset(t, 0, sizeof(*t));
+    t->fds_before = open_fds();
+    make_pki(&t->pki);
+    t->ctxs = make_ctxs(&t->pki);
+    t->base = event_base_new();
+    int c[2];
+    pair(c);
+    t->client = (struct end){.fd = c[0], .seed = 1, .peer_seed = 2};
+    t->plain = bufferevent_socket_new(t->base, c[1], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_enable(t->plain, EV_READ | EV_WRITE);
+    const char pipelined[] = "s STARTTLS\r\nx LOGIN mallory secret\r\n";
+    assert_int_equal(send(c[0], pipelined, strlen(pipelined), 0), (ssize_t)strlen(pipelined));
+    int64_t until = mono_ms() + 5000;
+    while (evbuffer_get_length(bufferevent_get_input(t->plain)) < strlen(pipelined)) {
+        turn(t->base);
+        assert_true(mono_ms() < until);
+    }
+    /* The command is taken; the rest is what a client injected. */
+    evbuffer_drain(bufferevent_get_input(t->plain), strlen("s STARTTLS\r\n"));
+    if (before > 0) {
+        unsigned char *big = malloc(before);
+        for (size_t i = 0; i < before; i++)
+            big[i] = pattern(2, i);
+        bufferevent_write(t->plain, big, before);
+        free(big);
+    }
+    bufferevent_write(t->plain, go_ahead, strlen(go_ahead));
+}
+
+/* The client reads the `before` bytes and the go-ahead in clear text, then
+ * makes its handshake and sends a command over TLS: the server's side sees
+ * that command alone, nothing of what was pipelined in clear text. */
+static void starttls_finish(struct starttls_rig *t, struct bufferevent *tls, size_t before)
+{
+    bufferevent_enable(tls, EV_READ | EV_WRITE);
+    size_t want = before + strlen(go_ahead);
+    unsigned char *got = malloc(want);
+    size_t have = 0;
+    int64_t until = mono_ms() + 8000;
+    while (have < want) {
+        turn(t->base);
+        ssize_t n = recv(t->client.fd, got + have, want - have, 0);
+        if (n > 0)
+            have += (size_t)n;
+        assert_true(mono_ms() < until);
+    }
+    for (size_t i = 0; i < before; i++)
+        if (got[i] != pattern(2, i))
+            fail_msg("byte %zu differs", i);
+    assert_memory_equal(got + before, go_ahead, strlen(go_ahead));
+    free(got);
+    t->client.ssl = SSL_new(t->ctxs.test_client);
+    SSL_set_fd(t->client.ssl, t->client.fd);
+    SSL_set_connect_state(t->client.ssl);
+    const char cmd[] = "c NOOP\r\n";
+    size_t w = 0;
+    while (!SSL_is_init_finished(t->client.ssl) || !tls_conn_established(tls)) {
+        turn(t->base);
+        ERR_clear_error();
+        SSL_do_handshake(t->client.ssl);
+        assert_true(mono_ms() < until);
+    }
+    assert_int_equal(SSL_write_ex(t->client.ssl, cmd, strlen(cmd), &w), 1);
+    struct evbuffer *in = bufferevent_get_input(tls);
+    while (evbuffer_get_length(in) < strlen(cmd)) {
+        turn(t->base);
+        assert_true(mono_ms() < until);
+    }
+    for (int i = 0; i < 20; i++)
+        turn(t->base);
+    assert_int_equal(evbuffer_get_length(in), strlen(cmd));
+    assert_memory_equal(evbuffer_pullup(in, -1), cmd, strlen(cmd));
+    bufferevent_free(tls);
+    end_close(&t->client);
+    for (int i = 0; i < 10; i++)
+        turn(t->base);
+    event_base_free(t->base);
+    free_ctxs(&t->ctxs);
+    free_pki(&t->pki);
+    assert_int_equal(open_fds(), t->fds_before);
+}
+
+/* The usual case: the go-ahead leaves at once, the plain bufferevent is
+ * freed and TLS goes on the socket itself (no filter: the relay can take
+ * such a session's connection later). */
+static void test_starttls_goes_on_the_socket_when_the_go_ahead_left(void **state)
+{
+    (void)state;
+    struct starttls_rig t;
+    starttls_setup(&t, 0);
+    evutil_socket_t fd = bufferevent_getfd(t.plain);
+    struct bufferevent *tls = tls_conn_starttls(t.plain, t.ctxs.product_server);
+    assert_non_null(tls);
+    assert_null(bufferevent_get_underlying(tls));
+    assert_int_equal(bufferevent_getfd(tls), fd);
+    starttls_finish(&t, tls, 0);
+}
+
+/* A client that did not read what came before: the go-ahead cannot leave
+ * at once, and TLS goes on as a filter that sends it first. */
+static void test_starttls_falls_back_to_a_filter_behind_unsent_answers(void **state)
+{
+    (void)state;
+    struct starttls_rig t;
+    const size_t before = 4u << 20; /* more than the socket pair holds */
+    starttls_setup(&t, before);
+    struct bufferevent *plain = t.plain;
+    struct bufferevent *tls = tls_conn_starttls(plain, t.ctxs.product_server);
+    assert_non_null(tls);
+    assert_ptr_equal(bufferevent_get_underlying(tls), plain);
+    starttls_finish(&t, tls, before);
+}
+
+/* The relay's socket to the client is full the moment its queue empties
+ * (the last record went in and filled it): close_notify cannot leave at
+ * once. A stop must not cut it with the FIN: it waits for the socket. */
+static void test_close_notify_waits_for_a_full_socket(void **state)
+{
+    struct rig t;
+    rig_connect(state, &t);
+    int relay_fd = bufferevent_getfd(t.cbev);
+    rig_relay(&t);
+    int sndbuf = 0;
+    socklen_t len = sizeof(sndbuf);
+    assert_int_equal(getsockopt(relay_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
+    /* Small writes, each relayed at once as a record of its own, until the
+     * socket holds all it takes (a unix socket takes a write while what it
+     * holds is under its buffer size): nothing is queued in the relay. */
+    int64_t until = mono_ms() + 8000;
+    for (;;) {
+        int outq = 0;
+        assert_int_equal(ioctl(relay_fd, SIOCOUTQ, &outq), 0);
+        if (outq >= sndbuf)
+            break;
+        end_send(&t.backend, t.backend.sent + 200, SIZE_MAX);
+        for (int i = 0; i < 3; i++)
+            turn(t.base);
+        assert_true(mono_ms() < until);
+    }
+    assert_int_equal(net_relay_buffered(t.r), 0);
+    net_relay_stop(t.r, NULL, 0);
+    for (int i = 0; i < 5; i++)
+        turn(t.base);
+    until = mono_ms() + 8000;
+    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
+        struct timeval tick = {0, 2000};
+        event_base_loopexit(t.base, &tick);
+        event_base_loop(t.base, 0);
+        end_recv(&t.client, 4096, SIZE_MAX, NULL, 0, NULL);
+    }
+    assert_int_equal(t.client.got, t.backend.sent);
+    assert_false(t.client.dirty_eof);
+    assert_true(t.client.eof);
+    run_until_done(&t);
+    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
+    rig_free(&t);
+}
+
 int main(void)
 {
     /* As the daemons do: a write to a closed peer is an error, not a
@@ -764,6 +943,9 @@ int main(void)
         BOTH(test_a_backend_close_ends_with_close_notify),
         BOTH(test_a_client_fin_without_close_notify_is_a_close),
         BOTH(test_a_client_fin_during_the_stop_still_gets_the_tail),
+        BOTH(test_close_notify_waits_for_a_full_socket),
+        cmocka_unit_test(test_starttls_goes_on_the_socket_when_the_go_ahead_left),
+        cmocka_unit_test(test_starttls_falls_back_to_a_filter_behind_unsent_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
