@@ -808,6 +808,39 @@ def test_sessions_ending_every_way_leave_no_descriptor(fleet):
     wait_for(lambda: proxy_fds(fleet) <= base, what=f"descriptors back to {base}")
 
 
+def test_tls_sessions_kicked_mid_transfer_leave_no_descriptor(fleet):
+    """TLS sessions (STARTTLS and implicit) kicked while 8 MB stream to
+    clients slow to read: each client gets a prefix, the BYE and its EOF;
+    afterwards the proxy holds as many descriptors as before (the relay's
+    sockets, their lingering copies and the SSLs are all gone)."""
+    warm, _ = connect(fleet, "tls", user="u20")
+    warm.send(b"z LOGOUT\r\n")
+    warm.rest(10)
+    warm.close()
+    wait_for(lambda: fleet.sessions() == 0, what="warm-up gone")
+    base = proxy_fds(fleet)
+    total = 8 << 20
+    clients = []
+    for i in range(12):
+        user = "u%d" % (20 + i)
+        c, b = connect(fleet, ("tls", "starttls")[i % 2], user=user, rcvbuf=64 * 1024)
+        c.line(), c.line()
+        c.send(b"t SEND %d 3\r\n" % total)
+        clients.append((user, c, b))
+    for _, _, b in clients:
+        stalled(lambda b=b: b.sent)
+    for user, _, _ in clients:
+        kick(fleet, user)
+    for user, c, b in clients:
+        data = c.rest(10)
+        assert data.startswith(b"* SEND %d\r\n" % total), user
+        assert b"* BYE [UNAVAILABLE] Disconnected: " in data[-200:], (user, data[-200:])
+        assert b.eof.wait(5)
+        c.close()
+    wait_for(lambda: fleet.sessions() == 0, timeout=20, what="every session gone")
+    wait_for(lambda: proxy_fds(fleet) <= base, what=f"descriptors back to {base}")
+
+
 def cpu_seconds(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -747,6 +747,29 @@ static void test_a_client_fin_during_the_stop_still_gets_the_tail(void **state)
     rig_free(&t);
 }
 
+/* Idleness ends the relay as a stop does: the client gets close_notify,
+ * the backend its EOF, and nothing is left open. */
+static void test_idleness_ends_with_close_notify(void **state)
+{
+    struct rig t;
+    rig_connect(state, &t);
+    const struct net_relay_config idle = {
+        .high_water = 256 * 1024, .idle_ms = 100, .linger_ms = 3000};
+    t.r = net_relay_start(t.cbev, t.bbev, &idle, on_done, &t.e);
+    t.cbev = t.bbev = NULL;
+    pump(&t, 5000, 5000, 16384);
+    run_until_done(&t);
+    assert_int_equal(t.e.end, NET_RELAY_IDLE);
+    int64_t until = mono_ms() + 3000;
+    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
+        turn(t.base);
+        end_recv(&t.client, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
+    }
+    assert_false(t.client.dirty_eof);
+    assert_true(t.client.eof);
+    rig_free(&t);
+}
+
 /* ---------- tls_conn_starttls ---------- */
 
 /* A server's clear-text connection that answered STARTTLS: `plain` (a
@@ -944,6 +967,7 @@ int main(void)
         BOTH(test_a_client_fin_without_close_notify_is_a_close),
         BOTH(test_a_client_fin_during_the_stop_still_gets_the_tail),
         BOTH(test_close_notify_waits_for_a_full_socket),
+        BOTH(test_idleness_ends_with_close_notify),
         cmocka_unit_test(test_starttls_goes_on_the_socket_when_the_go_ahead_left),
         cmocka_unit_test(test_starttls_falls_back_to_a_filter_behind_unsent_answers),
     };
