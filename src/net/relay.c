@@ -540,6 +540,12 @@ static void flush_queue(struct net_relay *r, struct side *to)
         to->writable = NULL;
     } else if (to->write_wants_read && !to->read_wants_write) {
         event_del(to->writable);
+    } else {
+        /* Bytes left for the socket: its write event goes on, or comes
+         * back when this flush ran from the read event after a write that
+         * wanted a read (a renegotiation's answer) and now wants the
+         * socket again: else nothing would ever write them. */
+        watch_writable(to);
     }
     if (left <= r->cfg.high_water / 2)
         drained(r, to);
