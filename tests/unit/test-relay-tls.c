@@ -120,7 +120,6 @@ static struct ctxs make_ctxs(const struct pki *k)
     SSL_CTX_set_min_proto_version(c.test_client, TLS1_3_VERSION);
     SSL_CTX_set_verify(c.test_client, SSL_VERIFY_NONE, NULL);
     c.test_server = SSL_CTX_new(TLS_server_method());
-    SSL_CTX_set_min_proto_version(c.test_server, TLS1_3_VERSION);
     assert_int_equal(SSL_CTX_use_certificate_file(c.test_server, k->cert, SSL_FILETYPE_PEM), 1);
     assert_int_equal(SSL_CTX_use_PrivateKey_file(c.test_server, k->key, SSL_FILETYPE_PEM), 1);
     return c;
@@ -284,7 +283,8 @@ static int open_fds(void)
     return n;
 }
 
-enum backend_kind { BACKEND_PLAIN, BACKEND_TLS };
+/* BACKEND_TLS12: a TLS 1.2 backend (one that may renegotiate). */
+enum backend_kind { BACKEND_PLAIN, BACKEND_TLS, BACKEND_TLS12 };
 
 struct rig {
     struct pki pki;
@@ -326,8 +326,10 @@ static void rig_connect(void **state, struct rig *t)
     t->cbev = tls_conn_accept(t->base, c[1], t->ctxs.product_server);
     assert_non_null(t->cbev);
     bufferevent_enable(t->cbev, EV_READ | EV_WRITE);
-    if (kind == BACKEND_TLS) {
+    if (kind != BACKEND_PLAIN) {
         t->backend.ssl = SSL_new(t->ctxs.test_server);
+        if (kind == BACKEND_TLS12)
+            SSL_set_max_proto_version(t->backend.ssl, TLS1_2_VERSION);
         SSL_set_fd(t->backend.ssl, b[0]);
         SSL_set_accept_state(t->backend.ssl);
         end_write_mode(t->backend.ssl);
@@ -770,6 +772,62 @@ static void test_idleness_ends_with_close_notify(void **state)
     rig_free(&t);
 }
 
+/* A TLS 1.2 backend renegotiates in the middle of transfers both ways
+ * (the relay is its client and follows): the relay's SSL_write may then
+ * want a read (the handshake's answer) and its SSL_read a write. Every
+ * byte still arrives and nothing stalls. */
+static void test_a_backend_renegotiation_mid_transfer(void **state)
+{
+    struct rig t;
+    rig_connect(state, &t);
+    rig_relay(&t);
+    for (int k = 1; k <= 4; k++) {
+        pump(&t, (size_t)k << 20, (size_t)k << 20, 4096);
+        assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
+        ERR_clear_error();
+        SSL_do_handshake(t.backend.ssl); /* sends the HelloRequest */
+    }
+    pump(&t, 6u << 20, 6u << 20, 4096);
+    assert_int_equal(SSL_num_renegotiations(t.backend.ssl), 4);
+    assert_false(SSL_renegotiate_pending(t.backend.ssl)); /* the last one finished */
+    client_says_goodbye(&t);
+    rig_free(&t);
+}
+
+/* The backend renegotiates while it reads nothing (the relay's socket to
+ * it full, a write waiting in OpenSSL), then reads slowly: the relay's
+ * write starts the handshake, wants its answer (a read), then the socket
+ * again (a write). The upload must go on to its end. */
+static void test_a_backend_renegotiating_while_not_reading(void **state)
+{
+    struct rig t;
+    rig_connect(state, &t);
+    rig_relay(&t);
+    const size_t total = 4u << 20;
+    size_t last = SIZE_MAX;
+    for (int still = 0; still < 100;) {
+        end_send(&t.client, total, 64 * 1024);
+        turn(t.base);
+        still = t.client.sent == last ? still + 1 : 0;
+        last = t.client.sent;
+    }
+    assert_true(t.client.sent < total);
+    assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
+    ERR_clear_error();
+    SSL_do_handshake(t.backend.ssl);
+    int64_t until = mono_ms() + 20000;
+    while (t.backend.got < total && mono_ms() < until) {
+        end_send(&t.client, total, 64 * 1024);
+        turn(t.base);
+        end_recv(&t.backend, 2048, SIZE_MAX, NULL, 0, NULL);
+        assert_false(t.e.done);
+    }
+    assert_int_equal(t.backend.got, total);
+    assert_false(SSL_renegotiate_pending(t.backend.ssl));
+    client_says_goodbye(&t);
+    rig_free(&t);
+}
+
 /* ---------- tls_conn_starttls ---------- */
 
 /* A server's clear-text connection that answered STARTTLS: `plain` (a
@@ -952,7 +1010,7 @@ int main(void)
     /* As the daemons do: a write to a closed peer is an error, not a
      * signal (the test's own ends write with OpenSSL's socket BIO). */
     signal(SIGPIPE, SIG_IGN);
-    static enum backend_kind plain = BACKEND_PLAIN, tls = BACKEND_TLS;
+    static enum backend_kind plain = BACKEND_PLAIN, tls = BACKEND_TLS, tls12 = BACKEND_TLS12;
 #define BOTH(f) cmocka_unit_test_prestate(f, &plain), cmocka_unit_test_prestate(f, &tls)
     const struct CMUnitTest tests[] = {
         BOTH(test_bytes_cross_intact_both_ways_while_sockets_fill),
@@ -968,6 +1026,8 @@ int main(void)
         BOTH(test_a_client_fin_during_the_stop_still_gets_the_tail),
         BOTH(test_close_notify_waits_for_a_full_socket),
         BOTH(test_idleness_ends_with_close_notify),
+        cmocka_unit_test_prestate(test_a_backend_renegotiation_mid_transfer, &tls12),
+        cmocka_unit_test_prestate(test_a_backend_renegotiating_while_not_reading, &tls12),
         cmocka_unit_test(test_starttls_goes_on_the_socket_when_the_go_ahead_left),
         cmocka_unit_test(test_starttls_falls_back_to_a_filter_behind_unsent_answers),
     };
