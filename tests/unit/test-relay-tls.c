@@ -828,6 +828,50 @@ static void test_a_backend_renegotiating_while_not_reading(void **state)
     rig_free(&t);
 }
 
+/* The backend asks for a renegotiation when the relay's socket to it is
+ * full and nothing waits in OpenSSL (the last record filled it): the
+ * relay's SSL_read must send the ClientHello, cannot, and must go on
+ * reading once the socket takes it. */
+static void test_a_backend_renegotiating_with_the_socket_full(void **state)
+{
+    struct rig t;
+    rig_connect(state, &t);
+    int relay_fd = bufferevent_getfd(t.bbev);
+    rig_relay(&t);
+    int sndbuf = 0;
+    socklen_t len = sizeof(sndbuf);
+    assert_int_equal(getsockopt(relay_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
+    int64_t until = mono_ms() + 8000;
+    for (;;) {
+        int outq = 0;
+        assert_int_equal(ioctl(relay_fd, SIOCOUTQ, &outq), 0);
+        if (outq >= sndbuf)
+            break;
+        end_send(&t.client, t.client.sent + 200, SIZE_MAX);
+        for (int i = 0; i < 3; i++)
+            turn(t.base);
+        assert_true(mono_ms() < until);
+    }
+    assert_int_equal(net_relay_buffered(t.r), 0);
+    assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
+    ERR_clear_error();
+    SSL_do_handshake(t.backend.ssl); /* the HelloRequest */
+    for (int i = 0; i < 20; i++)
+        turn(t.base);
+    until = mono_ms() + 8000;
+    while ((t.backend.got < t.client.sent || SSL_renegotiate_pending(t.backend.ssl)) &&
+           mono_ms() < until) {
+        turn(t.base);
+        end_recv(&t.backend, 4096, SIZE_MAX, NULL, 0, NULL);
+        assert_false(t.e.done);
+    }
+    assert_int_equal(t.backend.got, t.client.sent);
+    assert_false(SSL_renegotiate_pending(t.backend.ssl));
+    pump(&t, t.client.sent + (1u << 20), 1u << 20, 16384);
+    client_says_goodbye(&t);
+    rig_free(&t);
+}
+
 /* ---------- tls_conn_starttls ---------- */
 
 /* A server's clear-text connection that answered STARTTLS: `plain` (a
@@ -1028,6 +1072,7 @@ int main(void)
         BOTH(test_idleness_ends_with_close_notify),
         cmocka_unit_test_prestate(test_a_backend_renegotiation_mid_transfer, &tls12),
         cmocka_unit_test_prestate(test_a_backend_renegotiating_while_not_reading, &tls12),
+        cmocka_unit_test_prestate(test_a_backend_renegotiating_with_the_socket_full, &tls12),
         cmocka_unit_test(test_starttls_goes_on_the_socket_when_the_go_ahead_left),
         cmocka_unit_test(test_starttls_falls_back_to_a_filter_behind_unsent_answers),
     };
