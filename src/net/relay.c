@@ -52,6 +52,12 @@ struct side {
      * (a TLS 1.3 key update's answer), or SSL_write until it reads. */
     bool read_wants_write;
     bool write_wants_read;
+    /* TLS: the least the next SSL_write must offer from the queue's front.
+     * What the bufferevent had not sent at the takeover may include a
+     * write OpenSSL left waiting for the socket, of any length up to all
+     * of it and partly sent already: its retry must offer at least as
+     * much (else SSL_R_BAD_LENGTH), so the first write offers all of it. */
+    size_t retry_min;
 };
 
 struct net_relay {
@@ -206,18 +212,36 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
     drain_wait(base, fd, waits - 1);
 }
 
-/* Ending, all of `s`'s queue has left: a FIN goes after it (the peer
- * reads everything, then EOF), and a copy of the descriptor lingers on
- * without the relay, which is then done. A bufferevent side's descriptor
+static void watch_writable(struct side *s);
+
+/* TLS: close_notify, or false while the socket cannot take it yet (full
+ * when the last bytes went in): it stays in OpenSSL, and a FIN now would
+ * cut it (the peer would see a truncated record or no close_notify). */
+static bool notify_sent(struct side *s)
+{
+    if (s->ssl == NULL || s->fd < 0)
+        return true;
+    ERR_clear_error();
+    int rc = SSL_shutdown(s->ssl); /* a retry sends what is left of it */
+    bool later = rc < 0 && SSL_get_error(s->ssl, rc) == SSL_ERROR_WANT_WRITE;
+    ERR_clear_error();
+    return !later;
+}
+
+/* Ending, all of `s`'s queue has left: close_notify (TLS) and a FIN go
+ * after it (the peer reads everything, then EOF), and a copy of the
+ * descriptor lingers on without the relay, which is then done. A
+ * close_notify the socket does not take at once waits for its write event
+ * (or the linger timer) within the linger. A bufferevent side's descriptor
  * is the socket under its filters; freeing the bufferevent closes only its
  * own copy. */
 static void shut_side(struct net_relay *r, struct side *s)
 {
-    if (s->ssl != NULL) {
-        /* close_notify before the FIN, when the socket takes it now. */
-        ERR_clear_error();
-        SSL_shutdown(s->ssl);
-        ERR_clear_error();
+    if (!notify_sent(s) && now_ms(r) < r->linger_until_ms) {
+        watch_writable(s);
+        evtimer_del(r->timer);
+        arm(r->timer, RELAY_LINGER_POLL_MS);
+        return;
     }
     evutil_socket_t fd = side_fd(s);
     if (fd >= 0) {
@@ -269,6 +293,7 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
     r->end = why;
     struct side *keep = gone != NULL ? other(r, gone) : &r->client;
     close_side(other(r, keep));
+    r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
     if (!side_open(keep)) {
         finish(r);
         return;
@@ -288,7 +313,6 @@ static void end_relay(struct net_relay *r, enum net_relay_end why, struct side *
     side_reading(keep, true);
     if (keep->bev != NULL)
         bufferevent_setwatermark(keep->bev, EV_WRITE, 0, 0);
-    r->linger_until_ms = now_ms(r) + r->cfg.linger_ms;
     evtimer_del(r->timer);
     arm(r->timer, RELAY_LINGER_POLL_MS);
 }
@@ -374,11 +398,14 @@ static bool conn_write_buffer(struct side *s, struct evbuffer *buf)
     size_t len;
     while ((len = evbuffer_get_length(buf)) > 0 && !s->write_wants_read) {
         size_t step = len < RELAY_IO_STEP ? len : RELAY_IO_STEP;
+        if (step < s->retry_min)
+            step = s->retry_min < len ? s->retry_min : len;
         ssize_t w = conn_write(s, evbuffer_pullup(buf, (ssize_t)step), step);
         if (w < 0)
             return false;
         if (w == 0)
             break;
+        s->retry_min = 0; /* a write done: OpenSSL holds none waiting */
         evbuffer_drain(buf, (size_t)w);
     }
     return true;
@@ -514,6 +541,12 @@ static void flush_queue(struct net_relay *r, struct side *to)
         to->writable = NULL;
     } else if (to->write_wants_read && !to->read_wants_write) {
         event_del(to->writable);
+    } else {
+        /* Bytes left for the socket: its write event goes on, or comes
+         * back when this flush ran from the read event after a write that
+         * wanted a read (a renegotiation's answer) and now wants the
+         * socket again: else nothing would ever write them. */
+        watch_writable(to);
     }
     if (left <= r->cfg.high_water / 2)
         drained(r, to);
@@ -646,7 +679,8 @@ static void side_take(struct net_relay *r, struct side *s, struct bufferevent *b
     s->ssl = tls_conn_detach(bev, &s->fd, pending, unsent);
     if (s->ssl != NULL) {
         s->readable = event_new(r->base, s->fd, EV_READ | EV_PERSIST, socket_readable, s);
-        if (evbuffer_get_length(unsent) > 0)
+        s->retry_min = evbuffer_get_length(unsent);
+        if (s->retry_min > 0)
             evbuffer_add_buffer(queue_of(s), unsent);
         evbuffer_free(unsent);
         side_reading(s, true);

@@ -141,17 +141,25 @@ static int sock_read(BIO *b, char *out, int len)
     ssize_t n = recv(fd_of(b), out, (size_t)len, 0);
     if (n < 0 && retry_errno())
         BIO_set_retry_read(b);
+    if (n == 0)
+        BIO_set_flags(b, BIO_FLAGS_IN_EOF);
     return (int)n;
 }
 
 static long sock_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-    (void)b;
     (void)num;
     (void)ptr;
     switch (cmd) {
     case BIO_CTRL_FLUSH:
         return 1; /* nothing is held here */
+    case BIO_CTRL_EOF:
+        /* What OpenSSL asks before taking a 0 from a read as the peer's
+         * EOF: without it, an EOF without close_notify is an error even
+         * under SSL_OP_IGNORE_UNEXPECTED_EOF (a client's plain close would
+         * end its relay as client_error, and a client half-closing while
+         * a kick's tail is sent would lose the tail). */
+        return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
     case BIO_C_GET_FD:
         return -1; /* what keeps libevent from closing the descriptor */
     default:

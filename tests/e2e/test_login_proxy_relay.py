@@ -494,6 +494,104 @@ def test_a_backend_half_close_flushes_then_ends(fleet, kind):
     c.close()
 
 
+@pytest.mark.parametrize("kind", ["starttls", "tls"])
+def test_a_tls_client_closing_without_close_notify_is_a_close(fleet, kind):
+    """Many TLS clients just close their socket (a FIN, no close_notify):
+    the relay, which reads TLS itself (SSL_read through its own socket
+    BIO), takes that as the client's close, as it takes close_notify:
+    end=client_closed, and what the client sent before reaches the
+    backend. (The BIO once did not report the EOF, and OpenSSL made it an
+    error: end=client_error.)"""
+    mark = len(fleet.proxy.stderr())
+    c, b = connect(fleet, kind)
+    c.line(), c.line()
+    c.send(b"t SINK\r\n")
+    assert b.sinking.wait(10)
+    data = pattern(1 << 20, 4)
+    c.send(data)
+    c.sock.shutdown(socket.SHUT_WR)  # an SSLSocket sends no close_notify here
+    fleet.backend.unsink.set()
+    assert b.eof.wait(10)
+    assert bytes(b.received) == data
+    wait_for(lambda: ended_logged(fleet, mark, "client_closed")
+             or ended_logged(fleet, mark, "client_error"), what="the client's end")
+    assert ended_logged(fleet, mark, "client_closed"), fleet.proxy.stderr()[mark:][-2000:]
+    wait_for(lambda: fleet.sessions() == 0, what="the session gone")
+    fleet.backend.unsink.clear()
+    c.close()
+
+
+def test_key_updates_from_a_tls_client_mid_transfer(fleet):
+    """openssl s_client over TLS 1.3 asks for key updates ("K": its
+    KeyUpdate with update_requested, which the relay's SSL_read takes and
+    its next SSL_write answers with one of its own) before, twice during
+    and after an 8 MB transfer to it: every byte arrives in order and the
+    session goes on to its LOGOUT."""
+    host, port = fleet.addr(tls=True)
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"{host}:{port}", "-tls1_3",
+                          "-crlf", "-servername", "localhost"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bytearray(), bytearray()
+    lock = threading.Lock()
+
+    def reader(stream, into):
+        while True:
+            chunk = stream.read1(1 << 16)
+            if not chunk:
+                return
+            with lock:
+                into.extend(chunk)
+    threading.Thread(target=reader, args=(p.stdout, out), daemon=True).start()
+    threading.Thread(target=reader, args=(p.stderr, err), daemon=True).start()
+
+    def has(token, start=0):
+        with lock:
+            return out.find(token, start) >= 0
+
+    def say(line):
+        p.stdin.write(line + b"\n")
+        p.stdin.flush()
+
+    def key_update():
+        # s_client drops whatever else its read of stdin brought with a
+        # "K" line: each one goes alone, and is seen sent before going on.
+        with lock:
+            before = err.count(b"KEYUPDATE")
+        say(b"K")
+        wait_for(lambda: err.count(b"KEYUPDATE") > before, timeout=10, what="the key update")
+    try:
+        wait_for(lambda: has(b"* OK"), timeout=15, what="the greeting")
+        say(b"a LOGIN u2 Relay-pass-2")
+        wait_for(lambda: has(b"[UIDNEXT 2] right behind the login answer\r\n"), timeout=15,
+                 what="the login")
+        key_update()
+        n = 8 << 20
+        head = b"* SEND %d\r\n" % n
+        say(b"t SEND %d 21" % n)
+        wait_for(lambda: has(head), timeout=15, what="the transfer starting")
+        key_update()
+        with lock:
+            start = out.find(head) + len(head)
+        wait_for(lambda: len(out) > start + n // 2, timeout=30, what="half the transfer")
+        key_update()
+        wait_for(lambda: has(b"t OK\r\n", start + n), timeout=30, what="the transfer")
+        with lock:
+            got = bytes(out[start:start + n])
+            after = bytes(out[start + n:start + n + 6])
+        assert got == pattern(n, 21)
+        assert after == b"t OK\r\n"
+        key_update()
+        say(b"z LOGOUT")
+        wait_for(lambda: has(b"z OK Logout completed.\r\n", start + n), timeout=15,
+                 what="the logout")
+        p.wait(10)  # s_client ends at the proxy's close
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    wait_for(lambda: fleet.sessions() == 0, what="the session gone")
+
+
 def reset(sock):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -627,6 +725,39 @@ def test_sessions_ending_every_way_leave_no_descriptor(fleet):
         for t in threads:
             t.join(60)
     assert not errors, errors[:5]
+    wait_for(lambda: fleet.sessions() == 0, timeout=20, what="every session gone")
+    wait_for(lambda: proxy_fds(fleet) <= base, what=f"descriptors back to {base}")
+
+
+def test_tls_sessions_kicked_mid_transfer_leave_no_descriptor(fleet):
+    """TLS sessions (STARTTLS and implicit) kicked while 8 MB stream to
+    clients slow to read: each client gets a prefix, the BYE and its EOF;
+    afterwards the proxy holds as many descriptors as before (the relay's
+    sockets, their lingering copies and the SSLs are all gone)."""
+    warm, _ = connect(fleet, "tls", user="u20")
+    warm.send(b"z LOGOUT\r\n")
+    warm.rest(10)
+    warm.close()
+    wait_for(lambda: fleet.sessions() == 0, what="warm-up gone")
+    base = proxy_fds(fleet)
+    total = 8 << 20
+    clients = []
+    for i in range(12):
+        user = "u%d" % (20 + i)
+        c, b = connect(fleet, ("tls", "starttls")[i % 2], user=user, rcvbuf=64 * 1024)
+        c.line(), c.line()
+        c.send(b"t SEND %d 3\r\n" % total)
+        clients.append((user, c, b))
+    for _, _, b in clients:
+        stalled(lambda b=b: b.sent)
+    for user, _, _ in clients:
+        kick(fleet, user)
+    for user, c, b in clients:
+        data = c.rest(10)
+        assert data.startswith(b"* SEND %d\r\n" % total), user
+        assert b"* BYE [UNAVAILABLE] Disconnected: " in data[-200:], (user, data[-200:])
+        assert b.eof.wait(5)
+        c.close()
     wait_for(lambda: fleet.sessions() == 0, timeout=20, what="every session gone")
     wait_for(lambda: proxy_fds(fleet) <= base, what=f"descriptors back to {base}")
 
