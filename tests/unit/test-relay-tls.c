@@ -19,6 +19,7 @@
 #include "net/relay.h"
 #include "net/tls-conn.h"
 #include "net/tls.h"
+#include "test-pki.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -42,60 +43,6 @@
 #include <unistd.h>
 
 /* ---------- TLS material ---------- */
-
-struct pki {
-    char dir[64];
-    char cert[96];
-    char key[96];
-};
-
-/* A self-signed certificate for "localhost", which is also the CA. */
-static void make_pki(struct pki *k)
-{
-    snprintf(k->dir, sizeof(k->dir), "/tmp/petrel-relay-tls-XXXXXX");
-    assert_non_null(mkdtemp(k->dir));
-    snprintf(k->cert, sizeof(k->cert), "%s/cert.pem", k->dir);
-    snprintf(k->key, sizeof(k->key), "%s/key.pem", k->dir);
-    EVP_PKEY *pkey = EVP_EC_gen("P-256");
-    assert_non_null(pkey);
-    X509 *x = X509_new();
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), -60);
-    X509_gmtime_adj(X509_getm_notAfter(x), 3600);
-    X509_set_pubkey(x, pkey);
-    X509_NAME *name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1, -1,
-                               0);
-    X509_set_issuer_name(x, name);
-    X509V3_CTX v3;
-    X509V3_set_ctx_nodb(&v3);
-    X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
-    const char *exts[][2] = {{"basicConstraints", "critical,CA:TRUE"},
-                             {"keyUsage", "critical,digitalSignature,keyCertSign"},
-                             {"subjectAltName", "DNS:localhost"}};
-    for (size_t i = 0; i < 3; i++) {
-        X509_EXTENSION *ext = X509V3_EXT_conf(NULL, &v3, exts[i][0], exts[i][1]);
-        assert_non_null(ext);
-        X509_add_ext(x, ext, -1);
-        X509_EXTENSION_free(ext);
-    }
-    assert_true(X509_sign(x, pkey, EVP_sha256()) > 0);
-    FILE *f = fopen(k->cert, "w");
-    PEM_write_X509(f, x);
-    fclose(f);
-    f = fopen(k->key, "w");
-    PEM_write_PrivateKey(f, pkey, NULL, NULL, 0, NULL, NULL);
-    fclose(f);
-    X509_free(x);
-    EVP_PKEY_free(pkey);
-}
-
-static void free_pki(struct pki *k)
-{
-    unlink(k->cert);
-    unlink(k->key);
-    rmdir(k->dir);
-}
 
 /* The contexts: the product's own (tls_server_ctx_new, tls_client_ctx_new)
  * for the relay's sides, a strict one for the test's ends: no option
