@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "net/relay.h"
+#include "test-relay-support.h"
 #include "net/tls-conn.h"
 #include "net/tls.h"
 #include "test-pki.h"
@@ -192,25 +193,6 @@ static void end_close(struct end *e)
 
 /* ---------- the relay's sides ---------- */
 
-struct ended {
-    bool done;
-    enum net_relay_end end;
-    struct net_relay_stats stats;
-};
-
-static void on_done(void *arg, enum net_relay_end end, const struct net_relay_stats *stats)
-{
-    struct ended *e = arg;
-    assert_false(e->done);
-    e->done = true;
-    e->end = end;
-    e->stats = *stats;
-}
-
-static void turn(struct event_base *base)
-{
-    event_base_loop(base, EVLOOP_NONBLOCK);
-}
 
 static int64_t mono_ms(void)
 {
@@ -379,6 +361,20 @@ static void client_says_goodbye(struct rig *t)
 
 /* ---------- tests ---------- */
 
+/* `e` sends toward `total`, `budget` bytes per loop pass, until its
+ * socket and the relay take no more for 100 passes in a row (the peer
+ * reads nothing). */
+static void send_until_stuck(struct rig *t, struct end *e, size_t total, size_t budget)
+{
+    size_t last = SIZE_MAX;
+    for (int still = 0; still < 100;) {
+        end_send(e, total, budget);
+        turn(t->base);
+        still = e->sent == last ? still + 1 : 0;
+        last = e->sent;
+    }
+}
+
 static void test_bytes_cross_intact_both_ways_while_sockets_fill(void **state)
 {
     struct rig t;
@@ -500,13 +496,7 @@ static void test_bytes_held_by_openssl_while_paused_cross_on_resume(void **state
     rig_relay(&t);
     /* Fill: the backend does not read, the client writes until it can't. */
     const size_t total = 4u << 20;
-    size_t last = SIZE_MAX;
-    for (int still = 0; still < 100;) {
-        end_send(&t.client, total, 1000);
-        turn(t.base);
-        still = t.client.sent == last ? still + 1 : 0;
-        last = t.client.sent;
-    }
+    send_until_stuck(&t, &t.client, total, 1000);
     assert_true(t.client.sent < total);
     int64_t until = mono_ms() + 10000;
     while (t.backend.got < total && mono_ms() < until) {
@@ -544,13 +534,7 @@ static void test_a_key_update_with_the_client_socket_full(void **state)
     rig_connect(state, &t);
     rig_relay(&t);
     const size_t down = 8u << 20;
-    size_t last = SIZE_MAX;
-    for (int still = 0; still < 100;) {
-        end_send(&t.backend, down, 64 * 1024);
-        turn(t.base);
-        still = t.backend.sent == last ? still + 1 : 0;
-        last = t.backend.sent;
-    }
+    send_until_stuck(&t, &t.backend, down, 64 * 1024);
     assert_true(t.backend.sent < down);
     assert_int_equal(SSL_key_update(t.client.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
     end_send(&t.client, 100, SIZE_MAX); /* carries the KeyUpdate first */
@@ -571,13 +555,7 @@ static void test_a_stop_sends_the_tail_the_farewell_then_close_notify(void **sta
     rig_connect(state, &t);
     rig_relay(&t);
     const size_t down = 3u << 20;
-    size_t last = SIZE_MAX;
-    for (int still = 0; still < 100;) {
-        end_send(&t.backend, down, 64 * 1024);
-        turn(t.base);
-        still = t.backend.sent == last ? still + 1 : 0;
-        last = t.backend.sent;
-    }
+    send_until_stuck(&t, &t.backend, down, 64 * 1024);
     const char bye[] = "* BYE kicked\r\n";
     net_relay_stop(t.r, bye, strlen(bye));
     /* Bytes still in the backend's socket are dropped with it: what the
@@ -664,13 +642,7 @@ static void test_a_client_fin_during_the_stop_still_gets_the_tail(void **state)
     rig_connect(state, &t);
     rig_relay(&t);
     const size_t down = 3u << 20;
-    size_t last = SIZE_MAX;
-    for (int still = 0; still < 100;) {
-        end_send(&t.backend, down, 64 * 1024);
-        turn(t.base);
-        still = t.backend.sent == last ? still + 1 : 0;
-        last = t.backend.sent;
-    }
+    send_until_stuck(&t, &t.backend, down, 64 * 1024);
     const char bye[] = "* BYE kicked\r\n";
     net_relay_stop(t.r, bye, strlen(bye));
     turn(t.base);
@@ -751,13 +723,7 @@ static void test_a_backend_renegotiating_while_not_reading(void **state)
     rig_connect(state, &t);
     rig_relay(&t);
     const size_t total = 4u << 20;
-    size_t last = SIZE_MAX;
-    for (int still = 0; still < 100;) {
-        end_send(&t.client, total, 64 * 1024);
-        turn(t.base);
-        still = t.client.sent == last ? still + 1 : 0;
-        last = t.client.sent;
-    }
+    send_until_stuck(&t, &t.client, total, 64 * 1024);
     assert_true(t.client.sent < total);
     assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
     ERR_clear_error();

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "net/relay.h"
+#include "test-relay-support.h"
 
 #include <errno.h>
 #include <event2/bufferevent.h>
@@ -27,20 +28,6 @@ struct app {
     struct bufferevent *bev;
 };
 
-struct ended {
-    bool done;
-    enum net_relay_end end;
-    struct net_relay_stats stats;
-};
-
-static void on_done(void *arg, enum net_relay_end end, const struct net_relay_stats *stats)
-{
-    struct ended *e = arg;
-    assert_false(e->done);
-    e->done = true;
-    e->end = end;
-    e->stats = *stats;
-}
 
 /* Which kind of side the client and the backend are (the test's state). */
 struct kinds {
@@ -66,11 +53,6 @@ static void make_sides(void **state, struct event_base *base, struct app *c, str
     const struct kinds *k = *state;
     *c = make_side(base, k->client_filtered);
     *b = make_side(base, k->backend_filtered);
-}
-
-static void turn(struct event_base *base)
-{
-    event_base_loop(base, EVLOOP_NONBLOCK);
 }
 
 static unsigned char pattern(size_t i)
