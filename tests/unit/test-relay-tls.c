@@ -361,6 +361,28 @@ static void client_says_goodbye(struct rig *t)
 
 /* ---------- tests ---------- */
 
+/* Small writes from `e`, each relayed at once as a record of its own,
+ * until the relay's socket `relay_fd` toward the other end holds all it
+ * takes (a unix socket takes a write while what it holds is under its
+ * buffer size): the socket is full and nothing waits in the relay. */
+static void fill_socket(struct rig *t, struct end *e, int relay_fd)
+{
+    int sndbuf = 0;
+    socklen_t len = sizeof(sndbuf);
+    assert_int_equal(getsockopt(relay_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
+    int64_t until = mono_ms() + 8000;
+    for (;;) {
+        int outq = 0;
+        assert_int_equal(ioctl(relay_fd, SIOCOUTQ, &outq), 0);
+        if (outq >= sndbuf)
+            break;
+        end_send(e, e->sent + 200, SIZE_MAX);
+        for (int i = 0; i < 3; i++)
+            turn(t->base);
+        assert_true(mono_ms() < until);
+    }
+}
+
 /* `e` sends toward `total`, `budget` bytes per loop pass, until its
  * socket and the relay take no more for 100 passes in a row (the peer
  * reads nothing). */
@@ -751,27 +773,14 @@ static void test_a_backend_renegotiating_with_the_socket_full(void **state)
     rig_connect(state, &t);
     int relay_fd = bufferevent_getfd(t.bbev);
     rig_relay(&t);
-    int sndbuf = 0;
-    socklen_t len = sizeof(sndbuf);
-    assert_int_equal(getsockopt(relay_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
-    int64_t until = mono_ms() + 8000;
-    for (;;) {
-        int outq = 0;
-        assert_int_equal(ioctl(relay_fd, SIOCOUTQ, &outq), 0);
-        if (outq >= sndbuf)
-            break;
-        end_send(&t.client, t.client.sent + 200, SIZE_MAX);
-        for (int i = 0; i < 3; i++)
-            turn(t.base);
-        assert_true(mono_ms() < until);
-    }
+    fill_socket(&t, &t.client, relay_fd);
     assert_int_equal(net_relay_buffered(t.r), 0);
     assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
     ERR_clear_error();
     SSL_do_handshake(t.backend.ssl); /* the HelloRequest */
     for (int i = 0; i < 20; i++)
         turn(t.base);
-    until = mono_ms() + 8000;
+    int64_t until = mono_ms() + 8000;
     while ((t.backend.got < t.client.sent || SSL_renegotiate_pending(t.backend.ssl)) &&
            mono_ms() < until) {
         turn(t.base);
@@ -926,28 +935,12 @@ static void test_close_notify_waits_for_a_full_socket(void **state)
     rig_connect(state, &t);
     int relay_fd = bufferevent_getfd(t.cbev);
     rig_relay(&t);
-    int sndbuf = 0;
-    socklen_t len = sizeof(sndbuf);
-    assert_int_equal(getsockopt(relay_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len), 0);
-    /* Small writes, each relayed at once as a record of its own, until the
-     * socket holds all it takes (a unix socket takes a write while what it
-     * holds is under its buffer size): nothing is queued in the relay. */
-    int64_t until = mono_ms() + 8000;
-    for (;;) {
-        int outq = 0;
-        assert_int_equal(ioctl(relay_fd, SIOCOUTQ, &outq), 0);
-        if (outq >= sndbuf)
-            break;
-        end_send(&t.backend, t.backend.sent + 200, SIZE_MAX);
-        for (int i = 0; i < 3; i++)
-            turn(t.base);
-        assert_true(mono_ms() < until);
-    }
+    fill_socket(&t, &t.backend, relay_fd);
     assert_int_equal(net_relay_buffered(t.r), 0);
     net_relay_stop(t.r, NULL, 0);
     for (int i = 0; i < 5; i++)
         turn(t.base);
-    until = mono_ms() + 8000;
+    int64_t until = mono_ms() + 8000;
     while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
         struct timeval tick = {0, 2000};
         event_base_loopexit(t.base, &tick);
