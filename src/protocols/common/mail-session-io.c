@@ -54,21 +54,10 @@ static void uncork(struct mail_session_io *io, bool direct)
 {
     if (io->cork.len == 0)
         return;
-    const char *p = io->cork.data;
-    size_t left = io->cork.len;
-    if (direct && !io->tls && evbuffer_get_length(bufferevent_get_output(io->bev)) == 0) {
-        ssize_t n;
-        do
-            n = send(bufferevent_getfd(io->bev), p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-        while (n < 0 && errno == EINTR);
-        /* An error is the bufferevent's to find and report. */
-        if (n > 0) {
-            p += n;
-            left -= (size_t)n;
-        }
-    }
-    if (left > 0)
-        bufferevent_write(io->bev, p, left);
+    if (direct)
+        net_bev_write(io->bev, io->cork.data, io->cork.len);
+    else
+        bufferevent_write(io->bev, io->cork.data, io->cork.len);
     cork_release(io);
 }
 
