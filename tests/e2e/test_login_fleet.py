@@ -63,6 +63,14 @@ def imap_users(f, node):
                   if s["service"] == "imap" and s["user"] != PROBE_USER)
 
 
+def wait_imap_user(f, node, user):
+    """Waits until `user` has an IMAP session on a node's warden. A backend
+    registers a session with its warden after the login's OK has left, so
+    the client can see OK before `who` lists the session."""
+    wait_for(lambda: user in imap_users(f, node), timeout=5,
+             what=f"{user}'s IMAP session on {node.name}")
+
+
 def sessions_of(f, node, user, service=None):
     return [s for s in f.who(node) if s["user"] == user
             and (service is None or s["service"] == service)]
@@ -328,7 +336,8 @@ def test_pop3_and_imaplib_through_the_proxy(fleet):  # noqa: F811
     assert p.getwelcome().startswith(b"+OK")
     p.user(user)
     p.pass_(f.password(user))
-    assert [s["ip"] for s in sessions_of(f, home, user, "pop3")] == [CLIENT_IP]
+    wait_for(lambda: [s["ip"] for s in sessions_of(f, home, user, "pop3")] == [CLIENT_IP],
+             timeout=5, what="the POP3 session on the backend, with the client's address")
     count, _ = p.stat()
     assert count >= 1
     uidl = p.uidl()
@@ -659,7 +668,7 @@ def test_a_killed_director_leaves_the_proxies_on_the_other(fleet):  # noqa: F811
             m = login(f, f.proxies[i % 2], u)
             assert time.monotonic() - t0 < 3, "the lookup did not fail over in time"
             want = f.map(u)  # asks the surviving director
-            assert u in imap_users(f, f.backend_by_ip(want))
+            wait_imap_user(f, f.backend_by_ip(want), u)
             m.logout()
     finally:
         dead.restart()
@@ -705,7 +714,7 @@ def test_with_every_director_down_logins_are_unavailable_then_recover(fleet):  #
         f.wait_ring()
     m = wait_for(lambda: try_login(f, f.proxies[1], user), timeout=10,
                  what="a login once the directors are back")
-    assert user in imap_users(f, f.backend_by_ip(f.map(user)))
+    wait_imap_user(f, f.backend_by_ip(f.map(user)), user)
     m.logout()
 
 
@@ -755,7 +764,7 @@ def test_a_killed_backend_is_flushed_and_new_logins_land_on_the_other(fleet):  #
         for i, u in enumerate(users):
             assert f.map(u) == survivor.ip
             m = login(f, f.proxies[i % 2], u)
-            assert u in imap_users(f, survivor)
+            wait_imap_user(f, survivor, u)
             m.logout()
     finally:
         victim.restart()
