@@ -150,6 +150,24 @@ static void test_malformed(void **state)
     assert_non_null(strstr(err.message, "longer than 253 bytes"));
 }
 
+/* inet_aton's shorthands would listen (getaddrinfo reads them as
+ * addresses) but not dial (evdns asks DNS): refused everywhere. */
+static void test_ipv4_shorthands_rejected(void **state)
+{
+    (void)state;
+    const char *shorthands[] = {"127.1:143", "10.0.1:143", "0x7f.1:143", "2130706433:143",
+                                "0177.0.0.1:143", "127.0.0.0x1:143", NULL};
+    for (size_t i = 0; shorthands[i] != NULL; i++) {
+        struct net_endpoint ep;
+        struct petrel_error err;
+        assert_false(net_endpoint_parse(shorthands[i], ALL, 0, &ep, &err));
+        assert_non_null(strstr(err.message, "write an IPv4 address as four decimal numbers"));
+    }
+    /* Digits in a name's labels are fine when the name is not a number. */
+    assert_false(parse_ok("mx1.example.org:25", 0, 0).literal);
+    assert_false(parse_ok("1.example:25", 0, 0).literal);
+}
+
 static void test_names_rejected_where_asked(void **state)
 {
     (void)state;
@@ -225,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_every_address),
         cmocka_unit_test(test_ports),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_ipv4_shorthands_rejected),
         cmocka_unit_test(test_names_rejected_where_asked),
         cmocka_unit_test(test_resolve_literal_and_localhost),
         cmocka_unit_test(test_resolve_unknown_name_fails),
