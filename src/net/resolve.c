@@ -55,8 +55,8 @@ void net_resolver_free(struct net_resolver *r)
     if (r == NULL)
         return;
     net_resolve_cancel(r);
-    /* Fails what evdns still holds, so a cancelled lookup's answer (which
-     * frees its struct pending) comes now rather than never. */
+    /* Fails what evdns still holds; the failed answers (which free a
+     * cancelled lookup's struct pending) run from the loop, deferred. */
     if (r->dns != NULL)
         evdns_base_free(r->dns, 1);
     free(r);

@@ -414,8 +414,13 @@ static void context_free(struct petrel_context *ctx)
         event_free(ctx->sig_hup);
     if (ctx->drain_poll != NULL)
         event_free(ctx->drain_poll);
-    if (ctx->base != NULL)
+    if (ctx->base != NULL) {
+        /* Every event of ours is freed; libevent's deferred answers (a DNS
+         * lookup failed by its resolver's free) run now and free their
+         * requests, which event_base_free() would drop. */
+        event_base_loop(ctx->base, EVLOOP_NONBLOCK);
         event_base_free(ctx->base);
+    }
     log_install(NULL);
     for (size_t i = 0; i < ctx->log_table_count; i++)
         free(ctx->log_tables[i]);

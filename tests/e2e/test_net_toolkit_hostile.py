@@ -30,6 +30,7 @@ import time
 
 import pytest
 
+from conftest import wait_for
 from test_imap_backpressure import populate
 from test_imap_session import addr, imap_overrides
 
@@ -347,6 +348,28 @@ def test_unanswered_dns_for_auth_addr_is_bounded_by_auth_timeout(petreld, tmp_pa
     took = time.monotonic() - t0
     assert line.startswith(b"a NO"), line
     assert took < 2 + 1.5, f"LOGIN answered after {took:.1f}s: {line!r}"
+    a.close()
+
+
+@pytest.mark.parametrize("with_client", [True, False])
+def test_stop_while_a_dns_lookup_waits_exits_clean(petreld, tmp_path, silent_dns, with_client):
+    """SIGTERM while auth_addr's lookup waits on a name server that never
+    answers: petreld exits 0 within its shutdown time, with nothing leaked
+    (the client still connected, or already gone and the lookup orphaned)."""
+    cfg = imap_overrides(tmp_path, extra={"workers": 1, "auth_timeout": "30s"})
+    auth_port = cfg["imap"]["auth_addr"].rsplit(":", 1)[1]
+    cfg["imap"]["auth_addr"] = f"auth.slow-dns.example:{auth_port}"
+    d = petreld(cfg)
+    a = socket.create_connection(addr(d), timeout=30)
+    fa = a.makefile("rb")
+    assert fa.readline().startswith(b"* OK")
+    a.sendall(b"a LOGIN alice wonderland\r\n")
+    wait_for(lambda: silent_dns.queries > 0, timeout=10, what="the query to the name server")
+    if not with_client:
+        a.close()
+    t0 = time.monotonic()
+    d.stop()  # exit code 0, no sanitizer report (leaks included)
+    assert time.monotonic() - t0 < 8
     a.close()
 
 

@@ -128,8 +128,13 @@ static void worker_free(struct imap_worker *w)
         close(w->wake_fd);
     mail_session_set_free(w->ctx.sessions);
     mail_storage_free(w->ctx.storage);
-    if (w->ctx.base != NULL)
+    if (w->ctx.base != NULL) {
+        /* Everything with an event on this loop is gone; what remains are
+         * libevent's deferred answers (a DNS lookup failed by the
+         * resolver's free), which free their requests when they run. */
+        event_base_loop(w->ctx.base, EVLOOP_NONBLOCK);
         event_base_free(w->ctx.base);
+    }
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
