@@ -165,12 +165,11 @@ def silent_dns(tmp_path, monkeypatch):
     ns.close()
 
 
-def test_unanswered_dns_for_auth_addr_does_not_stall_other_sessions(petreld, tmp_path,
-                                                                    silent_dns):
-    """auth_addr names a host whose DNS query is never answered. A LOGIN
-    waits on the lookup; meanwhile another session on the same (only)
-    worker gets its greeting and NOOP answered at once."""
-    cfg = imap_overrides(tmp_path, extra={"workers": 1})
+def login_waiting_on_dns(petreld, tmp_path, **extra):
+    """A one-worker IMAP petreld whose auth_addr is a name the silent server
+    never answers, and a client whose LOGIN now waits on that lookup:
+    (daemon, socket, socket's reader, time.monotonic() of the LOGIN)."""
+    cfg = imap_overrides(tmp_path, extra={"workers": 1, **extra})
     auth_port = cfg["imap"]["auth_addr"].rsplit(":", 1)[1]
     cfg["imap"]["auth_addr"] = f"auth.slow-dns.example:{auth_port}"
     d = petreld(cfg)
@@ -178,6 +177,15 @@ def test_unanswered_dns_for_auth_addr_does_not_stall_other_sessions(petreld, tmp
     fa = a.makefile("rb")
     assert fa.readline().startswith(b"* OK")
     a.sendall(b"a LOGIN alice wonderland\r\n")
+    return d, a, fa, time.monotonic()
+
+
+def test_unanswered_dns_for_auth_addr_does_not_stall_other_sessions(petreld, tmp_path,
+                                                                    silent_dns):
+    """auth_addr names a host whose DNS query is never answered. A LOGIN
+    waits on the lookup; meanwhile another session on the same (only)
+    worker gets its greeting and NOOP answered at once."""
+    d, a, fa, _ = login_waiting_on_dns(petreld, tmp_path)
     deadline = time.monotonic() + 10
     while silent_dns.queries == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -333,15 +341,7 @@ def test_unanswered_dns_for_auth_addr_is_bounded_by_auth_timeout(petreld, tmp_pa
     """The lookup counts in imap.auth_timeout: a LOGIN waiting on a name
     server that never answers is refused once auth_timeout has passed, not
     after the resolver's own retries (here 2 x 5 s)."""
-    cfg = imap_overrides(tmp_path, extra={"workers": 1, "auth_timeout": "2s"})
-    auth_port = cfg["imap"]["auth_addr"].rsplit(":", 1)[1]
-    cfg["imap"]["auth_addr"] = f"auth.slow-dns.example:{auth_port}"
-    d = petreld(cfg)
-    a = socket.create_connection(addr(d), timeout=30)
-    fa = a.makefile("rb")
-    assert fa.readline().startswith(b"* OK")
-    t0 = time.monotonic()
-    a.sendall(b"a LOGIN alice wonderland\r\n")
+    d, a, fa, t0 = login_waiting_on_dns(petreld, tmp_path, auth_timeout="2s")
     line = fa.readline()
     while line.startswith(b"* "):
         line = fa.readline()
@@ -356,14 +356,7 @@ def test_stop_while_a_dns_lookup_waits_exits_clean(petreld, tmp_path, silent_dns
     """SIGTERM while auth_addr's lookup waits on a name server that never
     answers: petreld exits 0 within its shutdown time, with nothing leaked
     (the client still connected, or already gone and the lookup orphaned)."""
-    cfg = imap_overrides(tmp_path, extra={"workers": 1, "auth_timeout": "30s"})
-    auth_port = cfg["imap"]["auth_addr"].rsplit(":", 1)[1]
-    cfg["imap"]["auth_addr"] = f"auth.slow-dns.example:{auth_port}"
-    d = petreld(cfg)
-    a = socket.create_connection(addr(d), timeout=30)
-    fa = a.makefile("rb")
-    assert fa.readline().startswith(b"* OK")
-    a.sendall(b"a LOGIN alice wonderland\r\n")
+    d, a, _, _ = login_waiting_on_dns(petreld, tmp_path, auth_timeout="30s")
     wait_for(lambda: silent_dns.queries > 0, timeout=10, what="the query to the name server")
     if not with_client:
         a.close()
