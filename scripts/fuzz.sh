@@ -6,7 +6,7 @@
 #   scripts/fuzz.sh <target> <file>...         replay inputs (a crash-* artifact, a corpus file)
 #   scripts/fuzz.sh list                       list the targets
 #
-# Targets: `scripts/fuzz.sh list` (the TARGETS array below); the "fuzz-" prefix may be left
+# Targets: `scripts/fuzz.sh list` (the fuzz_targets list in fuzz/meson.build); the "fuzz-" prefix may be left
 # out: `scripts/fuzz.sh http-parser 60`.
 #
 # It configures build-fuzz/ with clang, ASan and UBSan (-Dfuzz=true
@@ -30,7 +30,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-TARGETS=(fuzz-config fuzz-json-request fuzz-http-parser fuzz-http-router fuzz-cidr fuzz-dict-request fuzz-dict-file fuzz-uidlist fuzz-uidlist-append fuzz-fileindex fuzz-subscriptions fuzz-acl-file fuzz-metadata-entry fuzz-maildir-filename fuzz-mailbox-name fuzz-passwd-file fuzz-auth-line fuzz-mime fuzz-imap-parser fuzz-imap-sort fuzz-lmtp-parser fuzz-pop3-parser fuzz-warden-line fuzz-ring-protocol fuzz-monitor-dialog fuzz-monitor-config fuzz-quota-rule fuzz-policy-request fuzz-mail-forward fuzz-proxy-login)
+# The targets are the list in fuzz/meson.build: one place to add a target.
+mapfile -t TARGETS < <(grep -o "^  'fuzz-[a-z0-9-]*'" "$ROOT/fuzz/meson.build" | tr -d "' ")
+[ "${#TARGETS[@]}" -gt 0 ] || { echo "no fuzz targets found in fuzz/meson.build" >&2; exit 2; }
 
 usage() {
     sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
@@ -71,6 +73,9 @@ max_len_of() {
     fuzz-policy-request) echo 16384 ;;
     fuzz-mail-forward) echo 2048 ;;
     fuzz-proxy-login) echo 16384 ;;
+    fuzz-pvt-seen) echo 4096 ;;
+    fuzz-acl-list-index) echo 8192 ;;
+    *) echo 16384 ;;
     esac
 }
 
@@ -105,6 +110,9 @@ dict_of() {
     fuzz-quota-rule) echo "$ROOT/fuzz/dict/quota-rule.dict" ;;
     fuzz-policy-request) echo "$ROOT/fuzz/dict/policy-request.dict" ;;
     fuzz-mail-forward) echo "$ROOT/fuzz/dict/mail-forward.dict" ;;
+    fuzz-acl-list-index) echo "$ROOT/fuzz/dict/acl.dict" ;;
+    fuzz-imap-metadata) echo "$ROOT/fuzz/dict/imap.dict" ;;
+    fuzz-lmtp-proxy-client) echo "$ROOT/fuzz/dict/lmtp.dict" ;;
     fuzz-proxy-login) echo "$ROOT/fuzz/dict/proxy-login.dict" ;;
     esac
 }
@@ -152,10 +160,13 @@ run_one() {
     mkdir -p "$corpus" "$artifacts" "$BUILD/logs"
     local before
     before=$(find "$artifacts" -type f | wc -l)
-    local rc=0
+    local rc=0 dict_args=()
+    local dict
+    dict=$(dict_of "$t")
+    [ -n "$dict" ] && dict_args=(-dict="$dict") # a target without a dictionary runs without one
     # shellcheck disable=SC2086
     "$BUILD/fuzz/$t" -max_total_time="$secs" -max_len="$(max_len_of "$t")" -timeout=10 \
-        -rss_limit_mb=2048 -dict="$(dict_of "$t")" -artifact_prefix="$artifacts/" \
+        -rss_limit_mb=2048 "${dict_args[@]}" -artifact_prefix="$artifacts/" \
         -print_final_stats=1 ${FUZZ_ARGS:-} "$corpus" "$ROOT/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
     local after execs secs_run last cov ft corp
     after=$(find "$artifacts" -type f | wc -l)
