@@ -6,7 +6,8 @@
  *   net_endpoint_parse(): configured addresses ("host:port", "[v6]:port",
  *   "unix:/p", host names); a literal one formats and parses back
  *   (net_addr_parse_numeric) to the same sockaddr, a host name is never
- *   taken by the numeric parser. Nothing is looked up. */
+ *   taken by the numeric parser nor an inet_aton() shorthand. Nothing is
+ *   looked up. */
 #include "net/cidr.h"
 #include "net/endpoint.h"
 #include "net/sockaddr.h"
@@ -118,6 +119,10 @@ static void check_addr(const char *text)
     assert(strlen(ep.host) <= NET_HOST_MAX);
     if (!ep.literal) { /* a host name: kept as text, never looked up here */
         assert(ep.kind == NET_ENDPOINT_INET && ep.host[0] != '\0');
+        /* one meaning everywhere: a name getaddrinfo() would read as an
+         * IPv4 address (127.1, 0x7f.1) is refused, not kept as a name */
+        struct in_addr legacy;
+        assert(inet_aton(ep.host, &legacy) == 0);
         struct net_addr n;
         assert(!net_addr_parse_numeric(text, &n, &err));
         return;
