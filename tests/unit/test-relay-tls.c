@@ -193,7 +193,6 @@ static void end_close(struct end *e)
 
 /* ---------- the relay's sides ---------- */
 
-
 static int64_t mono_ms(void)
 {
     struct timespec ts;
@@ -212,9 +211,38 @@ static int open_fds(void)
     return n;
 }
 
+/* Runs the loop's callbacks `n` times, without waiting. */
+static void turns(struct event_base *base, int n)
+{
+    for (int i = 0; i < n; i++)
+        turn(base);
+}
+
+/* Runs the loop in real time for `usec` (timers fire, the lingering
+ * closes wait on their sockets). */
+static void tick(struct event_base *base, long usec)
+{
+    struct timeval tv = {0, usec};
+    event_base_loopexit(base, &tv);
+    event_base_loop(base, 0);
+}
+
+/* Turns the loop until `bev` has read at least `n` bytes (5 s at most). */
+static void turn_until_input_holds(struct event_base *base, struct bufferevent *bev, size_t n)
+{
+    int64_t until = mono_ms() + 5000;
+    while (evbuffer_get_length(bufferevent_get_input(bev)) < n) {
+        turn(base);
+        assert_true(mono_ms() < until);
+    }
+}
+
 /* BACKEND_TLS12: a TLS 1.2 backend (one that may renegotiate). */
 enum backend_kind { BACKEND_PLAIN, BACKEND_TLS, BACKEND_TLS12 };
 
+/* One case's world: the TLS material, the loop, the test's two ends and
+ * the relay's bufferevents (theirs until the relay takes them). The
+ * starttls cases use the client's side alone (backend.fd -1). */
 struct rig {
     struct pki pki;
     struct ctxs ctxs;
@@ -222,6 +250,7 @@ struct rig {
     struct end client;  /* the mail client */
     struct end backend; /* the backend server */
     struct bufferevent *cbev, *bbev;
+    int relay_client_fd, relay_backend_fd; /* the relay's sockets */
     struct ended e;
     struct net_relay *r;
     int fds_before;
@@ -234,15 +263,22 @@ static void pair(int fds[2])
     evutil_make_socket_nonblocking(fds[1]);
 }
 
-/* Both sides connected, their handshakes (if any) finished, no relay yet. */
-static void rig_connect(void **state, struct rig *t)
+/* The descriptors counted first (rig_free compares), then the key, the
+ * contexts and the loop; no ends yet. */
+static void rig_open(struct rig *t)
 {
-    enum backend_kind kind = *(enum backend_kind *)*state;
     memset(t, 0, sizeof(*t));
     t->fds_before = open_fds();
     make_pki(&t->pki);
     t->ctxs = make_ctxs(&t->pki);
     t->base = event_base_new();
+    t->client.fd = t->backend.fd = -1;
+}
+
+/* Both sides connected, their handshakes (if any) finished, no relay yet. */
+static void rig_connect(struct rig *t, enum backend_kind kind)
+{
+    rig_open(t);
     int c[2], b[2];
     pair(c);
     pair(b);
@@ -282,32 +318,33 @@ static void rig_connect(void **state, struct rig *t)
             break;
         assert_true(mono_ms() < until);
     }
+    t->relay_client_fd = bufferevent_getfd(t->cbev);
+    t->relay_backend_fd = bufferevent_getfd(t->bbev);
 }
 
 static const struct net_relay_config relay_config = {
     .high_water = 256 * 1024, .idle_ms = 0, .linger_ms = 3000};
 
-static void rig_relay(struct rig *t)
+static void rig_relay(struct rig *t, const struct net_relay_config *config)
 {
-    t->r = net_relay_start(t->cbev, t->bbev, &relay_config, on_done, &t->e);
+    t->r = net_relay_start(t->cbev, t->bbev, config, on_done, &t->e);
     t->cbev = t->bbev = NULL; /* the relay's now */
 }
 
 /* Runs the loop in real time until the relay is done, the ends reading
- * (and checking) what comes. */
-static void run_until_done(struct rig *t)
+ * (and checking) what comes; it must have ended as `end` says. */
+static void run_until_the_relay_ends(struct rig *t, enum net_relay_end end)
 {
     int64_t until = mono_ms() + 8000;
     while (!t->e.done && mono_ms() < until) {
-        struct timeval tick = {0, 5000};
-        event_base_loopexit(t->base, &tick);
-        event_base_loop(t->base, 0);
+        tick(t->base, 5000);
         if (t->client.fd >= 0)
             end_recv(&t->client, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
         if (t->backend.fd >= 0)
             end_recv(&t->backend, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
     }
     assert_true(t->e.done);
+    assert_int_equal(t->e.end, end);
 }
 
 /* The ends are closed, the lingering closes see their EOF: nothing the
@@ -320,15 +357,40 @@ static void rig_free(struct rig *t)
         bufferevent_free(t->cbev);
     if (t->bbev != NULL)
         bufferevent_free(t->bbev);
-    for (int i = 0; i < 20; i++) {
-        struct timeval tick = {0, 5000};
-        event_base_loopexit(t->base, &tick);
-        event_base_loop(t->base, 0);
-    }
+    for (int i = 0; i < 20; i++)
+        tick(t->base, 5000);
     event_base_free(t->base);
     free_ctxs(&t->ctxs);
     free_pki(&t->pki);
     assert_int_equal(open_fds(), t->fds_before);
+}
+
+/* Per-case fixtures: main() gives each case its backend's kind as the
+ * state; the set-up replaces it with the rig, connected (the case starts
+ * the relay itself) or already relaying. The tear-down frees the rig
+ * whatever the case did: a descriptor left open fails the case. */
+static int connected(void **state)
+{
+    enum backend_kind kind = *(enum backend_kind *)*state;
+    struct rig *t = malloc(sizeof(*t));
+    assert_non_null(t);
+    *state = t;
+    rig_connect(t, kind);
+    return 0;
+}
+
+static int relaying(void **state)
+{
+    connected(state);
+    rig_relay(*state, &relay_config);
+    return 0;
+}
+
+static int rig_teardown(void **state)
+{
+    rig_free(*state);
+    free(*state);
+    return 0;
 }
 
 /* Moves bytes both ways until `up` reached the backend and `down` the
@@ -350,13 +412,63 @@ static void pump(struct rig *t, size_t up, size_t down, size_t read_step)
     assert_int_equal(t->client.got, down);
 }
 
+/* The client uploads toward `total`, `budget` bytes a loop pass, and the
+ * backend reads `read_step` a pass, until the backend has had all of it
+ * (`ms` at most); the relay must not end meanwhile. */
+static void upload(struct rig *t, size_t total, size_t budget, size_t read_step, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    while (t->backend.got < total && mono_ms() < until) {
+        end_send(&t->client, total, budget);
+        turn(t->base);
+        end_recv(&t->backend, read_step, SIZE_MAX, NULL, 0, NULL);
+        assert_false(t->e.done);
+    }
+    assert_int_equal(t->backend.got, total);
+}
+
+/* Runs the loop in 5 ms ticks until the backend has read (and checked)
+ * all `n` bytes the client sent, `ms` at most: nothing more comes on the
+ * client's socket to wake the relay. */
+static void run_until_the_backend_got(struct rig *t, size_t n, int ms)
+{
+    int64_t until = mono_ms() + ms;
+    while (t->backend.got < n && mono_ms() < until) {
+        tick(t->base, 5000);
+        end_recv(&t->backend, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
+    }
+    assert_int_equal(t->backend.got, n);
+}
+
+/* What a client keeps unchecked as it comes (end_recv's tail). */
+struct capture {
+    char *raw;
+    size_t cap, len;
+};
+
+/* Runs the loop in 2 ms ticks, the client reading `read_step` bytes a
+ * tick (checked, or kept in `c` when not NULL), until its end sees EOF
+ * (`ms` at most): a clean one, with close_notify. */
+static void run_until_client_eof(struct rig *t, size_t read_step, int ms, struct capture *c)
+{
+    int64_t until = mono_ms() + ms;
+    while (!t->client.eof && !t->client.dirty_eof && mono_ms() < until) {
+        tick(t->base, 2000);
+        if (c != NULL)
+            end_recv(&t->client, read_step, 0, c->raw, c->cap, &c->len);
+        else
+            end_recv(&t->client, read_step, SIZE_MAX, NULL, 0, NULL);
+    }
+    assert_false(t->client.dirty_eof);
+    assert_true(t->client.eof);
+}
+
 /* The client closes with close_notify: the relay ends as a client close. */
 static void client_says_goodbye(struct rig *t)
 {
     ERR_clear_error();
     SSL_shutdown(t->client.ssl);
-    run_until_done(t);
-    assert_int_equal(t->e.end, NET_RELAY_CLIENT_CLOSED);
+    run_until_the_relay_ends(t, NET_RELAY_CLIENT_CLOSED);
 }
 
 /* ---------- tests ---------- */
@@ -377,8 +489,7 @@ static void fill_socket(struct rig *t, struct end *e, int relay_fd)
         if (outq >= sndbuf)
             break;
         end_send(e, e->sent + 200, SIZE_MAX);
-        for (int i = 0; i < 3; i++)
-            turn(t->base);
+        turns(t->base, 3);
         assert_true(mono_ms() < until);
     }
 }
@@ -397,17 +508,44 @@ static void send_until_stuck(struct rig *t, struct end *e, size_t total, size_t 
     }
 }
 
+/* The TLS 1.2 backend asks for a renegotiation: its HelloRequest leaves
+ * now, the rest of the handshake comes as the relay reads. */
+static void backend_asks_to_renegotiate(struct rig *t)
+{
+    assert_int_equal(SSL_renegotiate(t->backend.ssl), 1);
+    ERR_clear_error();
+    SSL_do_handshake(t->backend.ssl);
+}
+
+static const char bye[] = "* BYE kicked\r\n";
+
+/* After a stop with the farewell `bye` in the middle of a download of
+ * `down` bytes: the client reads to a clean end, and what it got is the
+ * download's first bytes, as many as the relay counts, then the farewell
+ * (bytes still in the backend's socket are dropped with it). */
+static void client_gets_the_tail_the_farewell_then_close_notify(struct rig *t, size_t down)
+{
+    struct capture c = {.raw = malloc(down + 64), .cap = down + 64};
+    assert_non_null(c.raw);
+    run_until_client_eof(t, 32768, 8000, &c);
+    run_until_the_relay_ends(t, NET_RELAY_STOPPED);
+    assert_true(t->e.stats.to_client > 0);
+    assert_int_equal(c.len, t->e.stats.to_client + strlen(bye));
+    for (size_t i = 0; i < t->e.stats.to_client; i++)
+        if ((unsigned char)c.raw[i] != pattern(2, i))
+            fail_msg("byte %zu differs", i);
+    assert_memory_equal(c.raw + t->e.stats.to_client, bye, strlen(bye));
+    free(c.raw);
+}
+
 static void test_bytes_cross_intact_both_ways_while_sockets_fill(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t total = 6u << 20;
-    pump(&t, total, total, 4096);
-    client_says_goodbye(&t);
-    assert_int_equal(t.e.stats.to_backend, total);
-    assert_int_equal(t.e.stats.to_client, total);
-    rig_free(&t);
+    pump(t, total, total, 4096);
+    client_says_goodbye(t);
+    assert_int_equal(t->e.stats.to_backend, total);
+    assert_int_equal(t->e.stats.to_client, total);
 }
 
 /* Before the takeover the client's bufferevent has decrypted a pipelined
@@ -416,16 +554,11 @@ static void test_bytes_cross_intact_both_ways_while_sockets_fill(void **state)
  * write the bufferevent left pending is one OpenSSL accepts. */
 static void test_what_the_bufferevent_held_crosses_once_in_order(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
+    struct rig *t = *state;
     /* Pipelined by the client, read by the bufferevent. */
     const size_t early_up = 3000;
-    end_send(&t.client, early_up, SIZE_MAX);
-    int64_t until = mono_ms() + 5000;
-    while (evbuffer_get_length(bufferevent_get_input(t.cbev)) < early_up) {
-        turn(t.base);
-        assert_true(mono_ms() < until);
-    }
+    end_send(&t->client, early_up, SIZE_MAX);
+    turn_until_input_holds(t->base, t->cbev, early_up);
     /* A big answer the client does not read: libevent hands it to one
      * SSL_write, which sends records until the socket is full and then
      * waits (the bytes sent stay in the output until the whole write is
@@ -434,24 +567,23 @@ static void test_what_the_bufferevent_held_crosses_once_in_order(void **state)
     unsigned char *big = malloc(early_down);
     for (size_t i = 0; i < early_down; i++)
         big[i] = pattern(2, i);
-    bufferevent_write(t.cbev, big, early_down);
+    bufferevent_write(t->cbev, big, early_down);
     free(big);
-    BIO *wbio = SSL_get_wbio(bufferevent_openssl_get_ssl(t.cbev));
+    BIO *wbio = SSL_get_wbio(bufferevent_openssl_get_ssl(t->cbev));
     uint64_t last = UINT64_MAX;
     for (int still = 0; still < 50;) {
-        turn(t.base);
+        turn(t->base);
         uint64_t now = BIO_number_written(wbio);
         still = now == last ? still + 1 : 0;
         last = now;
     }
     assert_true(last > 128 * 1024); /* more than one relay step went out */
-    t.backend.sent = early_down;    /* the backend's stream goes on from there */
-    rig_relay(&t);
+    t->backend.sent = early_down;   /* the backend's stream goes on from there */
+    rig_relay(t, &relay_config);
     const size_t total = early_down + (1u << 20);
-    pump(&t, early_up + (1u << 20), total, 16384);
-    client_says_goodbye(&t);
-    assert_int_equal(t.e.stats.to_backend, early_up + (1u << 20));
-    rig_free(&t);
+    pump(t, early_up + (1u << 20), total, 16384);
+    client_says_goodbye(t);
+    assert_int_equal(t->e.stats.to_backend, early_up + (1u << 20));
 }
 
 /* Decrypted bytes OpenSSL holds with nothing more on the socket: one
@@ -459,53 +591,30 @@ static void test_what_the_bufferevent_held_crosses_once_in_order(void **state)
  * stopped it). The relay must hand the rest over without a socket event. */
 static void test_bytes_openssl_holds_at_the_takeover_cross(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    bufferevent_setwatermark(t.cbev, EV_READ, 0, 100);
+    struct rig *t = *state;
+    bufferevent_setwatermark(t->cbev, EV_READ, 0, 100);
     const size_t n = 12000; /* one record */
-    end_send(&t.client, n, SIZE_MAX);
-    assert_int_equal(t.client.sent, n);
-    int64_t until = mono_ms() + 5000;
-    while (evbuffer_get_length(bufferevent_get_input(t.cbev)) == 0) {
-        turn(t.base);
-        assert_true(mono_ms() < until);
-    }
-    assert_true(SSL_has_pending(bufferevent_openssl_get_ssl(t.cbev)));
-    rig_relay(&t);
-    until = mono_ms() + 3000;
-    while (t.backend.got < n && mono_ms() < until) {
-        struct timeval tick = {0, 5000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.backend, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_int_equal(t.backend.got, n);
-    client_says_goodbye(&t);
-    rig_free(&t);
+    end_send(&t->client, n, SIZE_MAX);
+    assert_int_equal(t->client.sent, n);
+    turn_until_input_holds(t->base, t->cbev, 1);
+    assert_true(SSL_has_pending(bufferevent_openssl_get_ssl(t->cbev)));
+    rig_relay(t, &relay_config);
+    run_until_the_backend_got(t, n, 3000);
+    client_says_goodbye(t);
 }
 
 /* Five records at once whose last ends past one read's 64 KiB: its tail
  * stays decrypted in OpenSSL while the socket has nothing more. */
 static void test_a_record_split_by_a_full_read_is_not_forgotten(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
-    end_send(&t.client, 1000, SIZE_MAX);
+    struct rig *t = *state;
+    end_send(&t->client, 1000, SIZE_MAX);
     for (int i = 1; i <= 4; i++)
-        end_send(&t.client, 1000 + (size_t)i * 16384, SIZE_MAX);
+        end_send(&t->client, 1000 + (size_t)i * 16384, SIZE_MAX);
     const size_t n = 1000 + 4 * 16384;
-    assert_int_equal(t.client.sent, n);
-    int64_t until = mono_ms() + 3000;
-    while (t.backend.got < n && mono_ms() < until) {
-        struct timeval tick = {0, 5000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.backend, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_int_equal(t.backend.got, n);
-    client_says_goodbye(&t);
-    rig_free(&t);
+    assert_int_equal(t->client.sent, n);
+    run_until_the_backend_got(t, n, 3000);
+    client_says_goodbye(t);
 }
 
 /* The client that stopped reading is paused on the backend's behalf while
@@ -513,38 +622,26 @@ static void test_a_record_split_by_a_full_read_is_not_forgotten(void **state)
  * backend reads nothing until the client's upload has filled the relay. */
 static void test_bytes_held_by_openssl_while_paused_cross_on_resume(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     /* Fill: the backend does not read, the client writes until it can't. */
     const size_t total = 4u << 20;
-    send_until_stuck(&t, &t.client, total, 1000);
-    assert_true(t.client.sent < total);
-    int64_t until = mono_ms() + 10000;
-    while (t.backend.got < total && mono_ms() < until) {
-        end_send(&t.client, total, 1000);
-        turn(t.base);
-        end_recv(&t.backend, 1000, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_int_equal(t.backend.got, total);
-    client_says_goodbye(&t);
-    rig_free(&t);
+    send_until_stuck(t, &t->client, total, 1000);
+    assert_true(t->client.sent < total);
+    upload(t, total, 1000, 1000, 10000);
+    client_says_goodbye(t);
 }
 
 /* TLS 1.3 KeyUpdate asking for ours in return, sent by the client in the
  * middle of a transfer both ways: nothing is lost, nothing fails. */
 static void test_a_key_update_mid_transfer_changes_nothing(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
-    pump(&t, 1u << 20, 1u << 20, 16384);
+    struct rig *t = *state;
+    pump(t, 1u << 20, 1u << 20, 16384);
     for (int k = 0; k < 3; k++) {
-        assert_int_equal(SSL_key_update(t.client.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
-        pump(&t, (2u + (size_t)k) << 20, (2u + (size_t)k) << 20, 16384);
+        assert_int_equal(SSL_key_update(t->client.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        pump(t, (2u + (size_t)k) << 20, (2u + (size_t)k) << 20, 16384);
     }
-    client_says_goodbye(&t);
-    rig_free(&t);
+    client_says_goodbye(t);
 }
 
 /* The same while the relay's socket to the client is full (the client
@@ -552,107 +649,61 @@ static void test_a_key_update_mid_transfer_changes_nothing(void **state)
  * and a write of application data is waiting in OpenSSL. */
 static void test_a_key_update_with_the_client_socket_full(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t down = 8u << 20;
-    send_until_stuck(&t, &t.backend, down, 64 * 1024);
-    assert_true(t.backend.sent < down);
-    assert_int_equal(SSL_key_update(t.client.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
-    end_send(&t.client, 100, SIZE_MAX); /* carries the KeyUpdate first */
-    assert_int_equal(t.client.sent, 100);
-    for (int i = 0; i < 50; i++)
-        turn(t.base);
-    assert_false(t.e.done);
-    pump(&t, 200, down, 16384);
-    client_says_goodbye(&t);
-    rig_free(&t);
+    send_until_stuck(t, &t->backend, down, 64 * 1024);
+    assert_true(t->backend.sent < down);
+    assert_int_equal(SSL_key_update(t->client.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+    end_send(&t->client, 100, SIZE_MAX); /* carries the KeyUpdate first */
+    assert_int_equal(t->client.sent, 100);
+    turns(t->base, 50);
+    assert_false(t->e.done);
+    pump(t, 200, down, 16384);
+    client_says_goodbye(t);
 }
 
 /* A kick in the middle of a big download: the client gets every byte,
  * the farewell, then close_notify (a clean TLS end, no truncation). */
 static void test_a_stop_sends_the_tail_the_farewell_then_close_notify(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t down = 3u << 20;
-    send_until_stuck(&t, &t.backend, down, 64 * 1024);
-    const char bye[] = "* BYE kicked\r\n";
-    net_relay_stop(t.r, bye, strlen(bye));
-    /* Bytes still in the backend's socket are dropped with it: what the
-     * client gets is what the relay had taken (its count), then the
-     * farewell. */
-    size_t cap = down + 64, len = 0;
-    char *raw = malloc(cap);
-    int64_t until = mono_ms() + 8000;
-    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
-        struct timeval tick = {0, 2000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.client, 32768, 0, raw, cap, &len);
-    }
-    assert_false(t.client.dirty_eof);
-    assert_true(t.client.eof);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
-    assert_true(t.e.stats.to_client > 0);
-    assert_int_equal(len, t.e.stats.to_client + strlen(bye));
-    for (size_t i = 0; i < t.e.stats.to_client; i++)
-        if ((unsigned char)raw[i] != pattern(2, i))
-            fail_msg("byte %zu differs", i);
-    assert_memory_equal(raw + t.e.stats.to_client, bye, strlen(bye));
-    free(raw);
-    rig_free(&t);
+    send_until_stuck(t, &t->backend, down, 64 * 1024);
+    net_relay_stop(t->r, bye, strlen(bye));
+    client_gets_the_tail_the_farewell_then_close_notify(t, down);
 }
 
 /* The backend closes after its last bytes: the client gets them, then
  * close_notify. */
 static void test_a_backend_close_ends_with_close_notify(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t down = 1u << 20;
     int64_t until = mono_ms() + 8000;
-    while (t.backend.sent < down && mono_ms() < until) {
-        end_send(&t.backend, down, 64 * 1024);
-        turn(t.base);
-        end_recv(&t.client, 4096, SIZE_MAX, NULL, 0, NULL);
+    while (t->backend.sent < down && mono_ms() < until) {
+        end_send(&t->backend, down, 64 * 1024);
+        turn(t->base);
+        end_recv(&t->client, 4096, SIZE_MAX, NULL, 0, NULL);
     }
-    assert_int_equal(t.backend.sent, down);
-    if (t.backend.ssl != NULL)
-        SSL_shutdown(t.backend.ssl);
-    shutdown(t.backend.fd, SHUT_WR);
-    until = mono_ms() + 8000;
-    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
-        struct timeval tick = {0, 2000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.client, 32768, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_int_equal(t.client.got, down);
-    assert_false(t.client.dirty_eof);
-    assert_true(t.client.eof);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_BACKEND_CLOSED);
-    rig_free(&t);
+    assert_int_equal(t->backend.sent, down);
+    if (t->backend.ssl != NULL)
+        SSL_shutdown(t->backend.ssl);
+    shutdown(t->backend.fd, SHUT_WR);
+    run_until_client_eof(t, 32768, 8000, NULL);
+    assert_int_equal(t->client.got, down);
+    run_until_the_relay_ends(t, NET_RELAY_BACKEND_CLOSED);
 }
 
 /* A client that just closes its socket (no close_notify, as many do):
  * a close, not an error, and its last bytes still cross. */
 static void test_a_client_fin_without_close_notify_is_a_close(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
-    pump(&t, 100000, 100000, 16384);
-    end_send(&t.client, 100500, SIZE_MAX);
-    shutdown(t.client.fd, SHUT_WR);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_CLIENT_CLOSED);
-    assert_int_equal(t.backend.got, 100500);
-    rig_free(&t);
+    struct rig *t = *state;
+    pump(t, 100000, 100000, 16384);
+    end_send(&t->client, 100500, SIZE_MAX);
+    shutdown(t->client.fd, SHUT_WR);
+    run_until_the_relay_ends(t, NET_RELAY_CLIENT_CLOSED);
+    assert_int_equal(t->backend.got, 100500);
 }
 
 /* A kick while the client's queue is still full, and the client half-
@@ -660,57 +711,27 @@ static void test_a_client_fin_without_close_notify_is_a_close(void **state)
  * sending until the queue is empty, as it does for a plain client. */
 static void test_a_client_fin_during_the_stop_still_gets_the_tail(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t down = 3u << 20;
-    send_until_stuck(&t, &t.backend, down, 64 * 1024);
-    const char bye[] = "* BYE kicked\r\n";
-    net_relay_stop(t.r, bye, strlen(bye));
-    turn(t.base);
-    shutdown(t.client.fd, SHUT_WR);
-    for (int i = 0; i < 20; i++)
-        turn(t.base);
-    size_t cap = down + 64, len = 0;
-    char *raw = malloc(cap);
-    int64_t until = mono_ms() + 8000;
-    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
-        struct timeval tick = {0, 2000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.client, 32768, 0, raw, cap, &len);
-    }
-    assert_false(t.client.dirty_eof);
-    assert_true(t.client.eof);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
-    assert_int_equal(len, t.e.stats.to_client + strlen(bye));
-    assert_memory_equal(raw + t.e.stats.to_client, bye, strlen(bye));
-    free(raw);
-    rig_free(&t);
+    send_until_stuck(t, &t->backend, down, 64 * 1024);
+    net_relay_stop(t->r, bye, strlen(bye));
+    turn(t->base);
+    shutdown(t->client.fd, SHUT_WR);
+    turns(t->base, 20);
+    client_gets_the_tail_the_farewell_then_close_notify(t, down);
 }
 
 /* Idleness ends the relay as a stop does: the client gets close_notify,
  * the backend its EOF, and nothing is left open. */
 static void test_idleness_ends_with_close_notify(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
+    struct rig *t = *state;
     const struct net_relay_config idle = {
         .high_water = 256 * 1024, .idle_ms = 100, .linger_ms = 3000};
-    t.r = net_relay_start(t.cbev, t.bbev, &idle, on_done, &t.e);
-    t.cbev = t.bbev = NULL;
-    pump(&t, 5000, 5000, 16384);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_IDLE);
-    int64_t until = mono_ms() + 3000;
-    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
-        turn(t.base);
-        end_recv(&t.client, SIZE_MAX, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_false(t.client.dirty_eof);
-    assert_true(t.client.eof);
-    rig_free(&t);
+    rig_relay(t, &idle);
+    pump(t, 5000, 5000, 16384);
+    run_until_the_relay_ends(t, NET_RELAY_IDLE);
+    run_until_client_eof(t, SIZE_MAX, 3000, NULL);
 }
 
 /* A TLS 1.2 backend renegotiates in the middle of transfers both ways
@@ -719,20 +740,15 @@ static void test_idleness_ends_with_close_notify(void **state)
  * byte still arrives and nothing stalls. */
 static void test_a_backend_renegotiation_mid_transfer(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     for (int k = 1; k <= 4; k++) {
-        pump(&t, (size_t)k << 20, (size_t)k << 20, 4096);
-        assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
-        ERR_clear_error();
-        SSL_do_handshake(t.backend.ssl); /* sends the HelloRequest */
+        pump(t, (size_t)k << 20, (size_t)k << 20, 4096);
+        backend_asks_to_renegotiate(t);
     }
-    pump(&t, 6u << 20, 6u << 20, 4096);
-    assert_int_equal(SSL_num_renegotiations(t.backend.ssl), 4);
-    assert_false(SSL_renegotiate_pending(t.backend.ssl)); /* the last one finished */
-    client_says_goodbye(&t);
-    rig_free(&t);
+    pump(t, 6u << 20, 6u << 20, 4096);
+    assert_int_equal(SSL_num_renegotiations(t->backend.ssl), 4);
+    assert_false(SSL_renegotiate_pending(t->backend.ssl)); /* the last one finished */
+    client_says_goodbye(t);
 }
 
 /* The backend renegotiates while it reads nothing (the relay's socket to
@@ -741,26 +757,14 @@ static void test_a_backend_renegotiation_mid_transfer(void **state)
  * again (a write). The upload must go on to its end. */
 static void test_a_backend_renegotiating_while_not_reading(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    rig_relay(&t);
+    struct rig *t = *state;
     const size_t total = 4u << 20;
-    send_until_stuck(&t, &t.client, total, 64 * 1024);
-    assert_true(t.client.sent < total);
-    assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
-    ERR_clear_error();
-    SSL_do_handshake(t.backend.ssl);
-    int64_t until = mono_ms() + 20000;
-    while (t.backend.got < total && mono_ms() < until) {
-        end_send(&t.client, total, 64 * 1024);
-        turn(t.base);
-        end_recv(&t.backend, 2048, SIZE_MAX, NULL, 0, NULL);
-        assert_false(t.e.done);
-    }
-    assert_int_equal(t.backend.got, total);
-    assert_false(SSL_renegotiate_pending(t.backend.ssl));
-    client_says_goodbye(&t);
-    rig_free(&t);
+    send_until_stuck(t, &t->client, total, 64 * 1024);
+    assert_true(t->client.sent < total);
+    backend_asks_to_renegotiate(t);
+    upload(t, total, 64 * 1024, 2048, 20000);
+    assert_false(SSL_renegotiate_pending(t->backend.ssl));
+    client_says_goodbye(t);
 }
 
 /* The backend asks for a renegotiation when the relay's socket to it is
@@ -769,84 +773,76 @@ static void test_a_backend_renegotiating_while_not_reading(void **state)
  * reading once the socket takes it. */
 static void test_a_backend_renegotiating_with_the_socket_full(void **state)
 {
-    struct rig t;
-    rig_connect(state, &t);
-    int relay_fd = bufferevent_getfd(t.bbev);
-    rig_relay(&t);
-    fill_socket(&t, &t.client, relay_fd);
-    assert_int_equal(net_relay_buffered(t.r), 0);
-    assert_int_equal(SSL_renegotiate(t.backend.ssl), 1);
-    ERR_clear_error();
-    SSL_do_handshake(t.backend.ssl); /* the HelloRequest */
-    for (int i = 0; i < 20; i++)
-        turn(t.base);
+    struct rig *t = *state;
+    fill_socket(t, &t->client, t->relay_backend_fd);
+    assert_int_equal(net_relay_buffered(t->r), 0);
+    backend_asks_to_renegotiate(t);
+    turns(t->base, 20);
     int64_t until = mono_ms() + 8000;
-    while ((t.backend.got < t.client.sent || SSL_renegotiate_pending(t.backend.ssl)) &&
+    while ((t->backend.got < t->client.sent || SSL_renegotiate_pending(t->backend.ssl)) &&
            mono_ms() < until) {
-        turn(t.base);
-        end_recv(&t.backend, 4096, SIZE_MAX, NULL, 0, NULL);
-        assert_false(t.e.done);
+        turn(t->base);
+        end_recv(&t->backend, 4096, SIZE_MAX, NULL, 0, NULL);
+        assert_false(t->e.done);
     }
-    assert_int_equal(t.backend.got, t.client.sent);
-    assert_false(SSL_renegotiate_pending(t.backend.ssl));
-    pump(&t, t.client.sent + (1u << 20), 1u << 20, 16384);
-    client_says_goodbye(&t);
-    rig_free(&t);
+    assert_int_equal(t->backend.got, t->client.sent);
+    assert_false(SSL_renegotiate_pending(t->backend.ssl));
+    pump(t, t->client.sent + (1u << 20), 1u << 20, 16384);
+    client_says_goodbye(t);
+}
+
+/* The relay's socket to the client is full the moment its queue empties
+ * (the last record went in and filled it): close_notify cannot leave at
+ * once. A stop must not cut it with the FIN: it waits for the socket. */
+static void test_close_notify_waits_for_a_full_socket(void **state)
+{
+    struct rig *t = *state;
+    fill_socket(t, &t->backend, t->relay_client_fd);
+    assert_int_equal(net_relay_buffered(t->r), 0);
+    net_relay_stop(t->r, NULL, 0);
+    turns(t->base, 5);
+    run_until_client_eof(t, 4096, 8000, NULL);
+    assert_int_equal(t->client.got, t->backend.sent);
+    run_until_the_relay_ends(t, NET_RELAY_STOPPED);
 }
 
 /* ---------- tls_conn_starttls ---------- */
 
-/* A server's clear-text connection that answered STARTTLS: `plain` (a
- * socket bufferevent) holds the clear text the client pipelined behind
- * the command and, queued, the go-ahead (after `before` bytes of earlier
- * answers, 0: none). */
-struct starttls_rig {
-    struct pki pki;
-    struct ctxs ctxs;
-    struct event_base *base;
-    struct end client;
-    struct bufferevent *plain;
-    int fds_before;
-};
-
+/* A server's clear-text connection that answered STARTTLS, in a rig with
+ * the client's side alone: `cbev` (a socket bufferevent) holds the clear
+ * text the client pipelined behind the command and, queued, the go-ahead
+ * (after `before` bytes of earlier answers, 0: none). */
 static const char go_ahead[] = "s OK Begin TLS negotiation now\r\n";
 
-static void starttls_setup(struct starttls_rig *t, size_t before)
+static void starttls_setup(struct rig *t, size_t before)
 {
-    memset(t, 0, sizeof(*t));
-    t->fds_before = open_fds();
-    make_pki(&t->pki);
-    t->ctxs = make_ctxs(&t->pki);
-    t->base = event_base_new();
+    rig_open(t);
     int c[2];
     pair(c);
     t->client = (struct end){.fd = c[0], .seed = 1, .peer_seed = 2};
-    t->plain = bufferevent_socket_new(t->base, c[1], BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_enable(t->plain, EV_READ | EV_WRITE);
+    t->cbev = bufferevent_socket_new(t->base, c[1], BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_enable(t->cbev, EV_READ | EV_WRITE);
     const char pipelined[] = "s STARTTLS\r\nx LOGIN mallory secret\r\n";
     assert_int_equal(send(c[0], pipelined, strlen(pipelined), 0), (ssize_t)strlen(pipelined));
-    int64_t until = mono_ms() + 5000;
-    while (evbuffer_get_length(bufferevent_get_input(t->plain)) < strlen(pipelined)) {
-        turn(t->base);
-        assert_true(mono_ms() < until);
-    }
+    turn_until_input_holds(t->base, t->cbev, strlen(pipelined));
     /* The command is taken; the rest is what a client injected. */
-    evbuffer_drain(bufferevent_get_input(t->plain), strlen("s STARTTLS\r\n"));
+    evbuffer_drain(bufferevent_get_input(t->cbev), strlen("s STARTTLS\r\n"));
     if (before > 0) {
         unsigned char *big = malloc(before);
         for (size_t i = 0; i < before; i++)
             big[i] = pattern(2, i);
-        bufferevent_write(t->plain, big, before);
+        bufferevent_write(t->cbev, big, before);
         free(big);
     }
-    bufferevent_write(t->plain, go_ahead, strlen(go_ahead));
+    bufferevent_write(t->cbev, go_ahead, strlen(go_ahead));
 }
 
 /* The client reads the `before` bytes and the go-ahead in clear text, then
  * makes its handshake and sends a command over TLS: the server's side sees
  * that command alone, nothing of what was pipelined in clear text. */
-static void starttls_finish(struct starttls_rig *t, struct bufferevent *tls, size_t before)
+static void starttls_finish(struct rig *t, struct bufferevent *tls, size_t before)
 {
+    t->cbev = tls; /* the plain one is tls_conn_starttls's now */
     bufferevent_enable(tls, EV_READ | EV_WRITE);
     size_t want = before + strlen(go_ahead);
     unsigned char *got = malloc(want);
@@ -881,18 +877,10 @@ static void starttls_finish(struct starttls_rig *t, struct bufferevent *tls, siz
         turn(t->base);
         assert_true(mono_ms() < until);
     }
-    for (int i = 0; i < 20; i++)
-        turn(t->base);
+    turns(t->base, 20);
     assert_int_equal(evbuffer_get_length(in), strlen(cmd));
     assert_memory_equal(evbuffer_pullup(in, -1), cmd, strlen(cmd));
-    bufferevent_free(tls);
-    end_close(&t->client);
-    for (int i = 0; i < 10; i++)
-        turn(t->base);
-    event_base_free(t->base);
-    free_ctxs(&t->ctxs);
-    free_pki(&t->pki);
-    assert_int_equal(open_fds(), t->fds_before);
+    rig_free(t);
 }
 
 /* The usual case: the go-ahead leaves at once, the plain bufferevent is
@@ -901,10 +889,10 @@ static void starttls_finish(struct starttls_rig *t, struct bufferevent *tls, siz
 static void test_starttls_goes_on_the_socket_when_the_go_ahead_left(void **state)
 {
     (void)state;
-    struct starttls_rig t;
+    struct rig t;
     starttls_setup(&t, 0);
-    evutil_socket_t fd = bufferevent_getfd(t.plain);
-    struct bufferevent *tls = tls_conn_starttls(t.plain, t.ctxs.product_server);
+    evutil_socket_t fd = bufferevent_getfd(t.cbev);
+    struct bufferevent *tls = tls_conn_starttls(t.cbev, t.ctxs.product_server);
     assert_non_null(tls);
     assert_null(bufferevent_get_underlying(tls));
     assert_int_equal(bufferevent_getfd(tls), fd);
@@ -916,43 +904,14 @@ static void test_starttls_goes_on_the_socket_when_the_go_ahead_left(void **state
 static void test_starttls_falls_back_to_a_filter_behind_unsent_answers(void **state)
 {
     (void)state;
-    struct starttls_rig t;
+    struct rig t;
     const size_t before = 4u << 20; /* more than the socket pair holds */
     starttls_setup(&t, before);
-    struct bufferevent *plain = t.plain;
+    struct bufferevent *plain = t.cbev;
     struct bufferevent *tls = tls_conn_starttls(plain, t.ctxs.product_server);
     assert_non_null(tls);
     assert_ptr_equal(bufferevent_get_underlying(tls), plain);
     starttls_finish(&t, tls, before);
-}
-
-/* The relay's socket to the client is full the moment its queue empties
- * (the last record went in and filled it): close_notify cannot leave at
- * once. A stop must not cut it with the FIN: it waits for the socket. */
-static void test_close_notify_waits_for_a_full_socket(void **state)
-{
-    struct rig t;
-    rig_connect(state, &t);
-    int relay_fd = bufferevent_getfd(t.cbev);
-    rig_relay(&t);
-    fill_socket(&t, &t.backend, relay_fd);
-    assert_int_equal(net_relay_buffered(t.r), 0);
-    net_relay_stop(t.r, NULL, 0);
-    for (int i = 0; i < 5; i++)
-        turn(t.base);
-    int64_t until = mono_ms() + 8000;
-    while (!t.client.eof && !t.client.dirty_eof && mono_ms() < until) {
-        struct timeval tick = {0, 2000};
-        event_base_loopexit(t.base, &tick);
-        event_base_loop(t.base, 0);
-        end_recv(&t.client, 4096, SIZE_MAX, NULL, 0, NULL);
-    }
-    assert_int_equal(t.client.got, t.backend.sent);
-    assert_false(t.client.dirty_eof);
-    assert_true(t.client.eof);
-    run_until_done(&t);
-    assert_int_equal(t.e.end, NET_RELAY_STOPPED);
-    rig_free(&t);
 }
 
 int main(void)
@@ -961,24 +920,26 @@ int main(void)
      * signal (the test's own ends write with OpenSSL's socket BIO). */
     signal(SIGPIPE, SIG_IGN);
     static enum backend_kind plain = BACKEND_PLAIN, tls = BACKEND_TLS, tls12 = BACKEND_TLS12;
-#define BOTH(f) cmocka_unit_test_prestate(f, &plain), cmocka_unit_test_prestate(f, &tls)
+    /* `setup`: relaying, or connected for a case that starts the relay. */
+#define ON(kind, f, setup) cmocka_unit_test_prestate_setup_teardown(f, setup, rig_teardown, &kind)
+#define BOTH(f, setup) ON(plain, f, setup), ON(tls, f, setup)
     const struct CMUnitTest tests[] = {
-        BOTH(test_bytes_cross_intact_both_ways_while_sockets_fill),
-        BOTH(test_what_the_bufferevent_held_crosses_once_in_order),
-        BOTH(test_bytes_openssl_holds_at_the_takeover_cross),
-        BOTH(test_a_record_split_by_a_full_read_is_not_forgotten),
-        BOTH(test_bytes_held_by_openssl_while_paused_cross_on_resume),
-        BOTH(test_a_key_update_mid_transfer_changes_nothing),
-        BOTH(test_a_key_update_with_the_client_socket_full),
-        BOTH(test_a_stop_sends_the_tail_the_farewell_then_close_notify),
-        BOTH(test_a_backend_close_ends_with_close_notify),
-        BOTH(test_a_client_fin_without_close_notify_is_a_close),
-        BOTH(test_a_client_fin_during_the_stop_still_gets_the_tail),
-        BOTH(test_close_notify_waits_for_a_full_socket),
-        BOTH(test_idleness_ends_with_close_notify),
-        cmocka_unit_test_prestate(test_a_backend_renegotiation_mid_transfer, &tls12),
-        cmocka_unit_test_prestate(test_a_backend_renegotiating_while_not_reading, &tls12),
-        cmocka_unit_test_prestate(test_a_backend_renegotiating_with_the_socket_full, &tls12),
+        BOTH(test_bytes_cross_intact_both_ways_while_sockets_fill, relaying),
+        BOTH(test_what_the_bufferevent_held_crosses_once_in_order, connected),
+        BOTH(test_bytes_openssl_holds_at_the_takeover_cross, connected),
+        BOTH(test_a_record_split_by_a_full_read_is_not_forgotten, relaying),
+        BOTH(test_bytes_held_by_openssl_while_paused_cross_on_resume, relaying),
+        BOTH(test_a_key_update_mid_transfer_changes_nothing, relaying),
+        BOTH(test_a_key_update_with_the_client_socket_full, relaying),
+        BOTH(test_a_stop_sends_the_tail_the_farewell_then_close_notify, relaying),
+        BOTH(test_a_backend_close_ends_with_close_notify, relaying),
+        BOTH(test_a_client_fin_without_close_notify_is_a_close, relaying),
+        BOTH(test_a_client_fin_during_the_stop_still_gets_the_tail, relaying),
+        BOTH(test_close_notify_waits_for_a_full_socket, relaying),
+        BOTH(test_idleness_ends_with_close_notify, connected),
+        ON(tls12, test_a_backend_renegotiation_mid_transfer, relaying),
+        ON(tls12, test_a_backend_renegotiating_while_not_reading, relaying),
+        ON(tls12, test_a_backend_renegotiating_with_the_socket_full, relaying),
         cmocka_unit_test(test_starttls_goes_on_the_socket_when_the_go_ahead_left),
         cmocka_unit_test(test_starttls_falls_back_to_a_filter_behind_unsent_answers),
     };
