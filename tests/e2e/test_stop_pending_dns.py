@@ -1,0 +1,120 @@
+"""Stopping petreld while host-name lookups wait on a name server that never
+answers, on each kind of event loop a lookup can live on: an IMAP worker's
+own loop (imap.workers > 1) and the private loop of an auth pgsql
+connection. Each stop must exit 0 with nothing leaked (the fixture's
+d.stop() fails on any sanitizer report). The main loop's case is
+test_net_toolkit_hostile.py::test_stop_while_a_dns_lookup_waits_exits_clean.
+Real petreld in a private mount namespace whose resolv.conf names a silent
+server."""
+
+import time
+
+import pytest
+
+from authproto import AuthConn
+from conftest import free_port, wait_for
+from test_net_toolkit_hostile import login_waiting_on_dns, silent_dns  # noqa: F401 (fixture)
+
+
+@pytest.mark.parametrize("with_client", [True, False])
+def test_stop_while_a_worker_loop_lookup_waits_exits_clean(petreld, tmp_path,
+                                                           silent_dns, with_client):  # noqa: F811
+    """imap.workers: 2 puts the session, its auth client and so the lookup
+    on a worker thread's loop, freed by imap_worker_stop, not on the main
+    loop."""
+    d, a, _, _ = login_waiting_on_dns(petreld, tmp_path, workers=2, auth_timeout="30s")
+    wait_for(lambda: silent_dns.queries > 0, timeout=10, what="the query to the name server")
+    if not with_client:
+        a.close()
+    t0 = time.monotonic()
+    d.stop()
+    assert time.monotonic() - t0 < 8
+    a.close()
+
+
+def test_stop_after_an_auth_pgsql_lookup_timed_out_exits_clean(petreld, silent_dns):  # noqa: F811
+    """auth's pgsql passdb runs each connection on a private loop
+    (sql-pgsql-blocking.c). Its host= name is never answered: the connect
+    times out (a temporary failure), the lookup is cancelled, and the stop
+    frees that loop with the cancelled answer still queued on it."""
+    d = petreld({
+        "components": ["auth"],
+        "auth": {
+            "listen": [f"127.0.0.1:{free_port()}"],
+            "failure_delay": "10ms",
+            "passdb": {
+                "driver": "sql", "engine": "pgsql",
+                "connect": "host=pg.slow-dns.example dbname=auth user=petrel",
+                "connect_timeout": "1s",
+                "password_query": "SELECT pw AS password FROM mailbox WHERE email = '%u'",
+            },
+        },
+    })
+    with AuthConn(d.config["auth"]["listen"][0], timeout=30) as c:
+        r = c.verify("alice@example.org", "s3cret")
+        assert r[0] == "FAIL" and "temp" in r, r
+    assert silent_dns.queries > 0, "petreld never asked the name server"
+    d.stop()
+
+
+def test_stop_while_the_login_proxy_waits_on_dns_exits_clean(petreld, tmp_path,
+                                                              silent_dns):  # noqa: F811
+    """The login proxy (main loop) dials its director and its auth service
+    by names never answered: the director client's lookup waits from the
+    start, a LOGIN's auth lookup waits too; the stop frees both."""
+    import socket
+    from ringproto import SECRET
+    secret = tmp_path / "ring.secret"
+    secret.write_text(SECRET + "\n")
+    secret.chmod(0o600)
+    d = petreld({
+        "components": ["login"],
+        "login": {
+            "directors": ["director.slow-dns.example:9102"],
+            "ring_secret_file": str(secret),
+            "imap": {"listen": [f"127.0.0.1:{free_port()}"],
+                     "auth_addr": "auth.slow-dns.example:10200", "auth_timeout": "30s"},
+        },
+    })
+    host, port = d.config["login"]["imap"]["listen"][0].rsplit(":", 1)
+    a = socket.create_connection((host, int(port)), timeout=30)
+    f = a.makefile("rb")
+    assert f.readline().startswith(b"* OK")
+    a.sendall(b"a LOGIN alice wonderland\r\n")
+    wait_for(lambda: silent_dns.queries >= 4, timeout=10,
+             what="both names asked of the name server (A and AAAA each)")
+    t0 = time.monotonic()
+    d.stop()
+    assert time.monotonic() - t0 < 8
+    a.close()
+
+
+@pytest.mark.parametrize("shutdown_timeout", ["5s", "1s"])
+def test_stop_while_a_kvstore_dict_request_waits_on_dns_exits_clean(petreld, silent_dns,
+                                                                    shutdown_timeout):  # noqa: F811
+    """A kvstore dict whose address is a name never answered: an API
+    lookup waits on the connect's lookup when the stop comes, answered by
+    the dicts' close (5s) or abandoned at shutdown_timeout (1s, the dict's
+    own timeout being 30s)."""
+    import threading
+    from test_dict_kvstore import KV
+    d = petreld({"shutdown_timeout": shutdown_timeout,
+                 "dicts": {"kv": {"driver": "kvstore", "address": "kv.slow-dns.example:6379",
+                                  "timeout": "30s"}}})
+    kv = KV(d)
+    answers = []
+
+    def ask():
+        try:
+            answers.append(kv.lookup("shared/k").status)
+        except OSError as e:
+            answers.append(e)
+
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    wait_for(lambda: silent_dns.queries > 0, timeout=10, what="the query to the name server")
+    t0 = time.monotonic()
+    d.stop()
+    assert time.monotonic() - t0 < 8
+    t.join(10)
+    assert answers and answers[0] != 200, answers
