@@ -118,3 +118,29 @@ def test_stop_while_a_kvstore_dict_request_waits_on_dns_exits_clean(petreld, sil
     assert time.monotonic() - t0 < 8
     t.join(10)
     assert answers and answers[0] != 200, answers
+
+
+def test_stop_with_relayed_and_idling_sessions_open_exits_clean(tmp_path):
+    """Not a lookup, but the other state the final loop pass must survive:
+    sessions relayed through both proxies, some in IDLE on the backends.
+    Proxy a stops with its relays open, then a backend with IDLE sessions
+    (relayed by proxy b) open, then the rest of the fleet: each exits 0
+    with no sanitizer report."""
+    from fleet import Fleet
+    f = Fleet(tmp_path / "fleet").start()
+    try:
+        sessions = []
+        for i, user in enumerate(f.users[:8]):
+            m = f.imap(f.proxies[i % 2])
+            assert m.login(user, f.password(user))[0] == "OK"
+            assert m.select("INBOX")[0] == "OK"
+            if i % 4 < 2:
+                m.send(b"i IDLE\r\n")
+                assert m.readline().startswith(b"+ ")
+            sessions.append(m)
+        for node in (f.proxies[0], f.backends[0]):
+            node.d.stop()  # exit 0, no sanitizer report
+            f.nodes.remove(node)  # stopped and checked: not "exited by itself"
+        f.stop()
+    finally:
+        f.stop(check=False)
