@@ -144,3 +144,58 @@ def test_stop_with_relayed_and_idling_sessions_open_exits_clean(tmp_path):
         f.stop()
     finally:
         f.stop(check=False)
+
+
+def test_stop_past_shutdown_timeout_with_a_lingering_relay_exits_clean(tmp_path):
+    """A relayed client that reads nothing has megabytes queued towards it
+    when the proxy stops with shutdown_timeout (1 s) shorter than the
+    relay's linger (2 s): the loop ends while the relay still lingers, and
+    the proxy's session, its hub and its front are freed around it. The
+    exit must still be 0 with no sanitizer report."""
+    import socket
+    from fleet import CLIENT_IP, Fleet
+
+    class ShortStop(Fleet):
+        def proxy_config(self, name):
+            cfg = super().proxy_config(name)
+            cfg["shutdown_timeout"] = "1s"
+            return cfg
+
+    f = ShortStop(tmp_path / "fleet").start()
+    try:
+        proxy = f.proxies[0]
+        user = f.users[0]
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.bind((CLIENT_IP, 0))
+        s.settimeout(20)
+        s.connect((proxy.ip, f.port["imap"]))
+        r = s.makefile("rb")
+        assert r.readline().startswith(b"* OK")
+        s.sendall(b'a LOGIN %s "%s"\r\n' % (user.encode(), f.password(user).encode()))
+        while not (line := r.readline()).startswith(b"a "):
+            pass
+        assert line.startswith(b"a OK"), line
+        body = b"Subject: big\r\n\r\n" + b"x" * 78 + b"\r\n"
+        body += b"y" * 78 * 20000 + b"\r\n"  # about 1.5 MB
+        s.sendall(b"b APPEND INBOX {%d}\r\n" % len(body))
+        assert r.readline().startswith(b"+")
+        s.sendall(body + b"\r\n")
+        while not (line := r.readline()).startswith(b"b "):
+            pass
+        assert line.startswith(b"b OK"), line
+        s.sendall(b"c SELECT INBOX\r\n")
+        while not (line := r.readline()).startswith(b"c "):
+            pass
+        # From here the client reads nothing: the answers pile up in the proxy.
+        s.sendall(b"".join(b"f%d FETCH 1:* BODY.PEEK[]\r\n" % i for i in range(4)))
+        wait_for(lambda: proxy.metric_sum("petrel_login_sessions", protocol="imap") == 1,
+                 timeout=5, what="the relayed session")
+        import time as _t
+        _t.sleep(1.0)  # the backend's answers reach the proxy and stall there
+        proxy.d.stop()  # exit 0, no sanitizer report
+        f.nodes.remove(proxy)
+        s.close()
+        f.stop()
+    finally:
+        f.stop(check=False)
