@@ -1,11 +1,16 @@
-"""Stopping petreld while host-name lookups wait on a name server that never
-answers, on each kind of event loop a lookup can live on: an IMAP worker's
-own loop (imap.workers > 1) and the private loop of an auth pgsql
-connection. Each stop must exit 0 with nothing leaked (the fixture's
-d.stop() fails on any sanitizer report). The main loop's case is
-test_net_toolkit_hostile.py::test_stop_while_a_dns_lookup_waits_exits_clean.
-Real petreld in a private mount namespace whose resolv.conf names a silent
-server."""
+"""Stopping petreld in the states where teardown has something left on an
+event loop; each stop must exit 0 with nothing leaked (the fixture's
+d.stop() fails on any sanitizer report):
+
+- host-name lookups waiting on a name server that never answers, on each
+  kind of loop a lookup lives on: an IMAP worker's own loop
+  (imap.workers > 1), the login proxy's main loop (director and auth), a
+  kvstore dict's connect (main loop), the private loop of an auth pgsql
+  connection (the main loop's IMAP case is
+  test_net_toolkit_hostile.py::test_stop_while_a_dns_lookup_waits_exits_clean);
+  run in a private mount namespace whose resolv.conf names a silent server;
+- relayed and IDLE sessions open, and a relay still lingering when
+  shutdown_timeout ends the loop (a fleet of real petrelds)."""
 
 import time
 
@@ -191,11 +196,28 @@ def test_stop_past_shutdown_timeout_with_a_lingering_relay_exits_clean(tmp_path)
         s.sendall(b"".join(b"f%d FETCH 1:* BODY.PEEK[]\r\n" % i for i in range(4)))
         wait_for(lambda: proxy.metric_sum("petrel_login_sessions", protocol="imap") == 1,
                  timeout=5, what="the relayed session")
-        import time as _t
-        _t.sleep(1.0)  # the backend's answers reach the proxy and stall there
+        wait_for(lambda: send_queue(s.getpeername(), s.getsockname()) > 100_000, timeout=10,
+                 what="the proxy's answers stalled towards the client")
         proxy.d.stop()  # exit 0, no sanitizer report
         f.nodes.remove(proxy)
         s.close()
         f.stop()
     finally:
         f.stop(check=False)
+
+
+def send_queue(local, remote):
+    """Bytes queued unsent on the IPv4 TCP socket `local` -> `remote`
+    (/proc/net/tcp's tx_queue), 0 when there is no such socket."""
+    import socket
+
+    def hexaddr(a):
+        ip, port = a
+        return "%08X:%04X" % (int.from_bytes(socket.inet_aton(ip), "little"), port)
+    want = (hexaddr(local), hexaddr(remote))
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == want:
+                return int(fields[4].split(":")[0], 16)
+    return 0
