@@ -221,3 +221,41 @@ def send_queue(local, remote):
             if (fields[1], fields[2]) == want:
                 return int(fields[4].split(":")[0], 16)
     return 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stop_while_logins_wait_on_a_silent_auth_service_exits_clean(petreld, tmp_path,
+                                                                     silent_server, workers):
+    """LOGINs (IMAP, on the main loop or two workers) and a POP3 PASS wait
+    on an auth service that accepted and never answers (auth_timeout 30 s):
+    the stop ends them with their sessions, their auth requests pending."""
+    import socket
+    from test_imap_session import addr, imap_overrides
+    cfg = imap_overrides(tmp_path, extra={"workers": workers, "auth_addr": silent_server.addr,
+                                          "auth_timeout": "30s"})
+    cfg["components"] = list(cfg.get("components", ["imap"])) + ["pop3"]
+    cfg["pop3"] = {"listen": [f"127.0.0.1:{free_port()}"], "auth_addr": silent_server.addr,
+                   "auth_timeout": "30s"}
+    d = petreld(cfg)
+    clients = []
+    for i in range(4):
+        c = socket.create_connection(addr(d), timeout=30)
+        f = c.makefile("rb")
+        assert f.readline().startswith(b"* OK")
+        c.sendall(b"a%d LOGIN alice wonderland\r\n" % i)
+        clients.append(c)
+    host, port = cfg["pop3"]["listen"][0].rsplit(":", 1)
+    p = socket.create_connection((host, int(port)), timeout=30)
+    pf = p.makefile("rb")
+    assert pf.readline().startswith(b"+OK")
+    p.sendall(b"USER alice\r\n")
+    assert pf.readline().startswith(b"+OK")
+    p.sendall(b"PASS wonderland\r\n")
+    clients.append(p)
+    wait_for(lambda: len(silent_server.conns) >= 2, timeout=10,
+             what="the auth service connected to")
+    t0 = time.monotonic()
+    d.stop()
+    assert time.monotonic() - t0 < 8
+    for c in clients:
+        c.close()
