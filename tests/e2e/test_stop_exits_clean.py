@@ -259,3 +259,54 @@ def test_stop_while_logins_wait_on_a_silent_auth_service_exits_clean(petreld, tm
     assert time.monotonic() - t0 < 8
     for c in clients:
         c.close()
+
+
+def api_call_waiting(d, path):
+    """Starts `path` (GET on the backend API) in a thread: its answers list."""
+    import threading
+    answers = []
+
+    def ask():
+        try:
+            answers.append(d.get("backend", path, timeout=20).status)
+        except OSError as e:
+            answers.append(e)
+
+    threading.Thread(target=ask, daemon=True).start()
+    return answers
+
+
+def test_stop_past_shutdown_timeout_with_an_api_call_waiting_on_auth_exits_clean(
+        petreld, silent_server):
+    """An API call (quota/show, through backend_api.auth_master_addr) waits
+    on an auth service that accepted and never answers: it holds the stop
+    up until shutdown_timeout (1 s) abandons it, and the loop ends with the
+    auth request pending."""
+    import select
+    d = petreld({"shutdown_timeout": "1s",
+                 "backend_api": {"auth_master_addr": silent_server.addr}})
+    answers = api_call_waiting(d, "/api/backend/quota/show?user=alice")
+    wait_for(lambda: silent_server.conns and select.select(silent_server.conns, [], [], 0)[0],
+             timeout=10, what="the auth request written to the silent service")
+    t0 = time.monotonic()
+    d.stop()
+    assert 1 <= time.monotonic() - t0 < 8
+    wait_for(lambda: answers, timeout=10, what="the API call's end")
+    assert answers[0] != 200, answers
+    assert "shutdown timeout reached" in d.stderr()
+
+
+def test_stop_past_shutdown_timeout_with_an_api_call_waiting_on_dns_exits_clean(
+        petreld, silent_dns):  # noqa: F811
+    """The same, the auth service's name never answered by DNS: the loop
+    ends with the lookup pending."""
+    d = petreld({"shutdown_timeout": "1s",
+                 "backend_api": {"auth_master_addr": "auth.slow-dns.example:10200"}})
+    answers = api_call_waiting(d, "/api/backend/quota/show?user=alice")
+    wait_for(lambda: silent_dns.queries > 0, timeout=10, what="the query to the name server")
+    t0 = time.monotonic()
+    d.stop()
+    assert 1 <= time.monotonic() - t0 < 8
+    wait_for(lambda: answers, timeout=10, what="the API call's end")
+    assert answers[0] != 200, answers
+    assert "shutdown timeout reached" in d.stderr()
