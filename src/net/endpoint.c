@@ -134,10 +134,13 @@ bool net_endpoint_parse(const char *text, unsigned flags, uint16_t default_port,
     }
     /* inet_aton's shorthands (127.1, 10.0.1, 0x7f.1, 2130706433) are not
      * host names: getaddrinfo() takes them as addresses, the evdns dial
-     * path asks DNS for them. One meaning everywhere: the four decimals. */
+     * path asks DNS for them. One meaning everywhere: the four decimals.
+     * A leading zero is octal there (010 = 8), so it is refused too. */
     struct in_addr legacy;
     if (inet_aton(out->host, &legacy) != 0)
-        return fail(err, text, "write an IPv4 address as four decimal numbers: a.b.c.d");
+        return fail(err, text,
+                    "write an IPv4 address as four decimal numbers without leading zeros: "
+                    "a.b.c.d");
     if ((flags & NET_ENDPOINT_NAME_REJECT) != 0)
         return fail(err, text, "expected an IP address, not a host name");
     if (!valid_host_name(out->host))

@@ -265,7 +265,8 @@ static void finish_cb(evutil_socket_t fd, short what, void *arg)
     struct net_relay_stats stats = r->stats;
     event_free(r->timer);
     free(r);
-    done(done_arg, end, &stats);
+    if (done != NULL) /* NULL: aborted after it finished */
+        done(done_arg, end, &stats);
 }
 
 /* Both sides are done: `done` runs from the loop, never inside a call of
@@ -758,6 +759,20 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
     if (r->backend.bev != NULL)
         bev_input(r, &r->backend);
     return r;
+}
+
+void net_relay_abort(struct net_relay *r)
+{
+    if (r == NULL)
+        return;
+    if (r->finished) { /* finish_cb, queued with r, frees it */
+        r->done = NULL;
+        return;
+    }
+    close_side(&r->client);
+    close_side(&r->backend);
+    event_free(r->timer);
+    free(r);
 }
 
 void net_relay_stop(struct net_relay *r, const char *farewell, size_t len)

@@ -75,6 +75,12 @@ struct net_relay *net_relay_start(struct bufferevent *client, struct bufferevent
  * nothing. */
 void net_relay_stop(struct net_relay *r, const char *farewell, size_t len);
 
+/* Ends the relay at once, for an owner torn down after its loop stopped
+ * (a relay still lingering past shutdown_timeout): both connections are
+ * closed now, nothing queued is sent and `done` is never called. A relay
+ * already finished is freed by its queued end, which skips `done`. */
+void net_relay_abort(struct net_relay *r);
+
 /* Bytes the relay holds unsent in both directions (the back-pressure
  * bound's subject). */
 size_t net_relay_buffered(const struct net_relay *r);

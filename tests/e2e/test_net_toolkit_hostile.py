@@ -298,6 +298,24 @@ def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, b
     assert f"{path}:{lineno}: {key}: " in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("bad", ["127.1:10200", "0x7f.0.0.1:10200", "127.0.0.1:0", "unix:",
+                                 "auth.example", "::1:10200"])
+def test_bad_auth_master_addr_is_a_config_error_with_file_and_line(tmp_path, bad):
+    """backend_api.auth_master_addr is dialled as the other auth_addr keys
+    are: a value the dialler refuses must fail --check-config with
+    file:line, not pass it and then stop the start ("cannot start")."""
+    from conftest import default_config, run_petreld, to_yaml
+    cfg = default_config()
+    cfg["backend_api"]["auth_master_addr"] = bad
+    path = tmp_path / "petrel.yaml"
+    path.write_text(to_yaml(cfg) + "\n")
+    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines())
+                  if l.strip().startswith("auth_master_addr:"))
+    proc = run_petreld(["-c", str(path), "--check-config"])
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}:{lineno}: backend_api.auth_master_addr: invalid" in proc.stderr, proc.stderr
+
+
 def free_port_():
     from conftest import free_port
     return free_port()

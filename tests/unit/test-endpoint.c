@@ -155,8 +155,9 @@ static void test_malformed(void **state)
 static void test_ipv4_shorthands_rejected(void **state)
 {
     (void)state;
-    const char *shorthands[] = {"127.1:143", "10.0.1:143", "0x7f.1:143", "2130706433:143",
-                                "0177.0.0.1:143", "127.0.0.0x1:143", NULL};
+    const char *shorthands[] = {"127.1:143",      "10.0.1:143",     "0x7f.1:143",
+                                "2130706433:143", "0177.0.0.1:143", "127.0.0.0x1:143",
+                                "10.0.0.010:143", "1.2.3.04:143",   NULL};
     for (size_t i = 0; shorthands[i] != NULL; i++) {
         struct net_endpoint ep;
         struct petrel_error err;
@@ -166,6 +167,9 @@ static void test_ipv4_shorthands_rejected(void **state)
     /* Digits in a name's labels are fine when the name is not a number. */
     assert_false(parse_ok("mx1.example.org:25", 0, 0).literal);
     assert_false(parse_ok("1.example:25", 0, 0).literal);
+    assert_false(parse_ok("123abc:25", 0, 0).literal);
+    assert_false(parse_ok("1e100.net:25", 0, 0).literal);
+    assert_false(parse_ok("08.example:25", 0, 0).literal);
 }
 
 static void test_names_rejected_where_asked(void **state)

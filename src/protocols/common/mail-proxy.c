@@ -118,7 +118,6 @@ struct mail_proxy {
     char *later_text; /* the backend's answer until done() (allocated: sessions stay small) */
     int64_t phase_started_us;
     struct net_relay *relay;
-    bool orphan;                    /* freed by its owner while relaying: relay_done frees it */
     struct mail_proxy *prev, *next; /* the hub's list */
     struct {
         struct mail_proxy *prev, *next;
@@ -887,10 +886,6 @@ static void relay_done(void *arg, enum net_relay_end end, const struct net_relay
     struct mail_proxy *p = arg;
     p->relay = NULL;
     p->state = PROXY_OVER;
-    if (p->orphan) {
-        mail_proxy_free(p);
-        return;
-    }
     relayed_remove(p->front->hub, p);
     index_remove(p->front->hub, p);
     if (p->sid_started)
@@ -960,14 +955,12 @@ void mail_proxy_free(struct mail_proxy *p)
     if (p == NULL)
         return;
     if (p->state == PROXY_RELAY && p->relay != NULL) {
-        /* The owner goes first (the server freeing every session): the
-         * relay still holds both connections and calls back once. */
-        p->orphan = true;
-        p->io = NULL;
-        relayed_remove(p->front->hub, p);
-        index_remove(p->front->hub, p);
-        net_relay_stop(p->relay, NULL, 0);
-        return;
+        /* The owner goes first: the server frees every session once its
+         * loop has stopped, so a relay still lingering (past
+         * shutdown_timeout) would never reach its end: closed now. */
+        net_relay_abort(p->relay);
+        p->relay = NULL;
+        p->state = PROXY_OVER;
     }
     if (p->lookup != NULL)
         director_lookup_cancel(p->lookup);

@@ -49,6 +49,9 @@ bool backend_api_config_read(const struct cfg_ctx *ctx, const struct ynode *node
            listen_config_read_nets(ctx, node, p, &b->allowed_nets) &&
            cfg_string(ctx, node, p, "token_env", &b->token_env) &&
            cfg_string(ctx, node, p, "auth_master_addr", &b->auth_master_addr) &&
+           /* the form the auth client dials, checked here for file:line */
+           listen_config_check_target(ctx, node, p, "auth_master_addr", b->auth_master_addr,
+                                      NET_ENDPOINT_UNIX_OK | NET_ENDPOINT_ANY_OK) &&
            cfg_duration_ms(ctx, node, p, "request_timeout", 100, 3600000, &b->request_timeout_ms) &&
            cfg_duration_ms(ctx, node, p, "stream_timeout", 100, 86400000, &b->stream_timeout_ms) &&
            listen_config_read_api_limits(ctx, node, p, 64 * 1024 * 1024, &b->max_body_bytes,
