@@ -10,10 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The evdns state of one resolver. A lookup's answer reads it, and evdns
+ * answers a cancelled lookup later, from the loop: the state lives until
+ * the resolver and every lookup started on it are done with it. */
+struct dns_state {
+    struct evdns_base *dns;
+    unsigned refs;
+};
+
 /* One lookup handed to evdns. evdns answers a cancelled lookup later, so
  * this outlives the cancel: `r` is NULL then and the answer is dropped. */
 struct pending {
     struct net_resolver *r;
+    struct dns_state *state; /* a reference, dropped with the pending */
     struct evdns_getaddrinfo_request *req;
     char host[NET_HOST_MAX + 1];
     uint16_t port;
@@ -26,11 +35,25 @@ struct pending {
 
 struct net_resolver {
     struct event_base *base;
-    struct evdns_base *dns;
+    struct dns_state *state; /* made at the first host name; a reference */
     struct pending *pending;
     net_resolve_cb *cb;
     void *arg;
 };
+
+/* Drops a reference; the last one frees the evdns state. A probe of a name
+ * server marked down is cancelled first, while that name server exists (a
+ * cancelled probe's deferred answer touches nothing; failed by
+ * evdns_base_free() instead, its answer would use the freed name server).
+ * No lookup of ours is left on it by then. */
+static void dns_state_unref(struct dns_state *st)
+{
+    if (st == NULL || --st->refs > 0)
+        return;
+    evdns_base_clear_nameservers_and_suspend(st->dns);
+    evdns_base_free(st->dns, 1);
+    free(st);
+}
 
 struct net_resolver *net_resolver_new(struct event_base *base)
 {
@@ -55,10 +78,7 @@ void net_resolver_free(struct net_resolver *r)
     if (r == NULL)
         return;
     net_resolve_cancel(r);
-    /* Fails what evdns still holds; the failed answers (which free a
-     * cancelled lookup's struct pending) run from the loop, deferred. */
-    if (r->dns != NULL)
-        evdns_base_free(r->dns, 1);
+    dns_state_unref(r->state);
     free(r);
 }
 
@@ -76,7 +96,8 @@ static void on_answer(int result, struct evutil_addrinfo *res, void *arg)
     if (p->starting)
         return; /* net_resolve_start answers */
     struct net_resolver *r = p->r;
-    if (r == NULL) { /* cancelled */
+    if (r == NULL) { /* cancelled; evdns reads its state no more after this */
+        dns_state_unref(p->state);
         free(p);
         return;
     }
@@ -87,6 +108,7 @@ static void on_answer(int result, struct evutil_addrinfo *res, void *arg)
     char error[sizeof(p->error)];
     memcpy(error, p->error, sizeof(error));
     bool ok = p->ok;
+    dns_state_unref(p->state); /* the resolver holds another */
     free(p);
     cb(ok ? &addr : NULL, ok ? NULL : error, cb_arg);
 }
@@ -100,16 +122,21 @@ enum net_resolve_status net_resolve_start(struct net_resolver *r, const struct n
         *out = ep->addr;
         return NET_RESOLVE_DONE;
     }
-    if (r->dns == NULL) {
-        r->dns = evdns_base_new(r->base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
-                                             EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-        if (r->dns == NULL) {
+    if (r->state == NULL) {
+        struct evdns_base *dns = evdns_base_new(r->base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+                                                             EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+        if (dns == NULL) {
             snprintf(error, error_size, "cannot resolve '%.200s': no DNS resolver", ep->host);
             return NET_RESOLVE_FAILED;
         }
+        r->state = xcalloc(1, sizeof(*r->state));
+        r->state->dns = dns;
+        r->state->refs = 1;
     }
     struct pending *p = xcalloc(1, sizeof(*p));
     p->r = r;
+    p->state = r->state;
+    r->state->refs++;
     snprintf(p->host, sizeof(p->host), "%s", ep->host);
     p->port = ep->port;
     p->starting = true;
@@ -118,7 +145,7 @@ enum net_resolve_status net_resolve_start(struct net_resolver *r, const struct n
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_protocol = IPPROTO_TCP;
-    p->req = evdns_getaddrinfo(r->dns, p->host, NULL, &hints, on_answer, p);
+    p->req = evdns_getaddrinfo(r->state->dns, p->host, NULL, &hints, on_answer, p);
     p->starting = false;
     if (p->answered) { /* /etc/hosts, or a failure before any query */
         enum net_resolve_status st = p->ok ? NET_RESOLVE_DONE : NET_RESOLVE_FAILED;
@@ -126,6 +153,7 @@ enum net_resolve_status net_resolve_start(struct net_resolver *r, const struct n
             *out = p->addr;
         else
             snprintf(error, error_size, "%s", p->error);
+        dns_state_unref(p->state);
         free(p);
         return st;
     }

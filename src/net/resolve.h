@@ -29,7 +29,8 @@ typedef void net_resolve_cb(const struct net_addr *addr, const char *error, void
 struct net_resolver *net_resolver_new(struct event_base *base);
 /* Cancels a pending lookup (its callback does not run) and frees. What
  * evdns still holds is released by deferred callbacks on `base`: the
- * loop's owner runs one more non-blocking pass before event_base_free(). */
+ * loop's owner runs net_loop_drain() (loop-drain.h) before
+ * event_base_free(). */
 void net_resolver_free(struct net_resolver *r);
 
 /* Starts resolving `ep`. A literal endpoint (IP address, Unix socket) and

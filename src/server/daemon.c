@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/xalloc.h"
+#include "net/loop-drain.h"
 #include "net/readiness.h"
 #include "net/tls.h"
 #include "server/config-exposure.h"
@@ -415,10 +416,7 @@ static void context_free(struct petrel_context *ctx)
     if (ctx->drain_poll != NULL)
         event_free(ctx->drain_poll);
     if (ctx->base != NULL) {
-        /* Every event of ours is freed; libevent's deferred answers (a DNS
-         * lookup failed by its resolver's free) run now and free their
-         * requests, which event_base_free() would drop. */
-        event_base_loop(ctx->base, EVLOOP_NONBLOCK);
+        net_loop_drain(ctx->base); /* every event of ours is freed */
         event_base_free(ctx->base);
     }
     log_install(NULL);

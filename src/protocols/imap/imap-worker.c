@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "core/xalloc.h"
+#include "net/loop-drain.h"
 #include "protocols/common/mail-clients.h"
 #include "clients/warden/warden-protocol.h"
 #include "storage/acl/acl-registry.h"
@@ -129,10 +130,7 @@ static void worker_free(struct imap_worker *w)
     mail_session_set_free(w->ctx.sessions);
     mail_storage_free(w->ctx.storage);
     if (w->ctx.base != NULL) {
-        /* Everything with an event on this loop is gone; what remains are
-         * libevent's deferred answers (a DNS lookup failed by the
-         * resolver's free), which free their requests when they run. */
-        event_base_loop(w->ctx.base, EVLOOP_NONBLOCK);
+        net_loop_drain(w->ctx.base); /* everything with an event on it is gone */
         event_base_free(w->ctx.base);
     }
     pthread_mutex_destroy(&w->lock);
