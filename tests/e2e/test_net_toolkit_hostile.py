@@ -275,6 +275,19 @@ def test_pop3_implicit_tls_trickled_client_hello_is_cut_at_login_deadline(petrel
     assert gone_after is not None and gone_after < 2 + 1.5, gone_after
 
 
+def check_config_refuses(tmp_path, cfg, key, message):
+    """--check-config on `cfg` exits 2 with `message` at the file and line
+    of the first `key:` line."""
+    from conftest import run_petreld, to_yaml
+    path = tmp_path / "petrel.yaml"
+    path.write_text(to_yaml(cfg) + "\n")
+    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines())
+                  if l.strip().startswith(f"{key}:"))
+    proc = run_petreld(["-c", str(path), "--check-config"])
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}:{lineno}: {message}" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("section", ["imap", "pop3", "lmtp", "quota"])
 @pytest.mark.parametrize("bad", ["127.0.0.1:0", "unix:", "b\u00fccher.example:10200",
                                  "[fe80::1%eth0]:10200", "auth.example:65536", "auth.example"])
@@ -282,7 +295,7 @@ def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, b
     """auth_addr is dialled later, but a value the dialler can never use is
     refused when the configuration is read, as warden_addr is (it used to
     pass --check-config and fail every login at run time)."""
-    from conftest import default_config, run_petreld, to_yaml
+    from conftest import default_config
     cfg = default_config()
     cfg["mail"] = {"home": str(tmp_path / "mail" / "%u")}
     if section == "quota":
@@ -294,13 +307,7 @@ def test_bad_auth_addr_is_a_config_error_with_file_and_line(tmp_path, section, b
         cfg["components"] = [section]
         cfg[section] = {"listen": [f"127.0.0.1:{free_port_()}"], "auth_addr": bad}
         key = f"{section}.auth_addr"
-    path = tmp_path / "petrel.yaml"
-    path.write_text(to_yaml(cfg) + "\n")
-    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines())
-                  if l.strip().startswith("auth_addr:"))
-    proc = run_petreld(["-c", str(path), "--check-config"])
-    assert proc.returncode == 2, proc.stderr
-    assert f"{path}:{lineno}: {key}: " in proc.stderr, proc.stderr
+    check_config_refuses(tmp_path, cfg, "auth_addr", f"{key}: ")
 
 
 @pytest.mark.parametrize("bad", ["127.1:10200", "0x7f.0.0.1:10200", "127.0.0.1:0", "unix:",
@@ -309,16 +316,10 @@ def test_bad_auth_master_addr_is_a_config_error_with_file_and_line(tmp_path, bad
     """backend_api.auth_master_addr is dialled as the other auth_addr keys
     are: a value the dialler refuses must fail --check-config with
     file:line, not pass it and then stop the start ("cannot start")."""
-    from conftest import default_config, run_petreld, to_yaml
+    from conftest import default_config
     cfg = default_config()
     cfg["backend_api"]["auth_master_addr"] = bad
-    path = tmp_path / "petrel.yaml"
-    path.write_text(to_yaml(cfg) + "\n")
-    lineno = next(i + 1 for i, l in enumerate(path.read_text().splitlines())
-                  if l.strip().startswith("auth_master_addr:"))
-    proc = run_petreld(["-c", str(path), "--check-config"])
-    assert proc.returncode == 2, proc.stderr
-    assert f"{path}:{lineno}: backend_api.auth_master_addr: invalid" in proc.stderr, proc.stderr
+    check_config_refuses(tmp_path, cfg, "auth_master_addr", "backend_api.auth_master_addr: invalid")
 
 
 def free_port_():
