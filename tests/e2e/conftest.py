@@ -211,6 +211,20 @@ def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
+def wait_steady(read, repeats, timeout, what, interval=0.1):
+    """Waits until read() has given the same value `repeats` more times in a
+    row (polled every `interval`), and returns that value."""
+    last = [None, 0]
+
+    def steady():
+        now = read()
+        last[1] = last[1] + 1 if now == last[0] else 0
+        last[0] = now
+        return last[1] >= repeats
+    wait_for(steady, timeout=timeout, interval=interval, what=what)
+    return last[0]
+
+
 class SilentServer:
     """Accepts TCP connections and never says a word (a TLS handshake to it
     never completes)."""

@@ -452,6 +452,20 @@ def ended_logged(fleet, mark, end):
     return f"end={end}" in fleet.proxy.stderr()[mark:]
 
 
+def upload_then_close(fleet, c, b, data, close):
+    """After the greeting and the backend's login answer, the backend stops
+    reading (SINK) while the client sends `data` and then `close()`s; once
+    the backend reads again it gets every byte, then EOF."""
+    c.line(), c.line()
+    c.send(b"t SINK\r\n")
+    assert b.sinking.wait(10)
+    c.send(data)
+    close()
+    fleet.backend.unsink.set()
+    assert b.eof.wait(10)
+    assert bytes(b.received) == data
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_client_half_close_ends_the_session_as_at_a_backend(fleet, kind):
     """A client's EOF ends its session, as it does at a backend (petreld
@@ -459,19 +473,12 @@ def test_a_client_half_close_ends_the_session_as_at_a_backend(fleet, kind):
     the backend, which then sees EOF, and nothing stays behind."""
     mark = len(fleet.proxy.stderr())
     c, b = connect(fleet, kind)
-    c.line(), c.line()
-    c.send(b"t SINK\r\n")
-    assert b.sinking.wait(10)
-    data = pattern(1 << 20, 3)
-    c.send(data)
-    if kind == "plain":
+
+    def half_close():
+        if kind != "plain":
+            c.sock = c.sock.unwrap()  # close_notify first
         c.sock.shutdown(socket.SHUT_WR)
-    else:
-        c.sock = c.sock.unwrap()
-        c.sock.shutdown(socket.SHUT_WR)
-    fleet.backend.unsink.set()
-    assert b.eof.wait(10)
-    assert bytes(b.received) == data
+    upload_then_close(fleet, c, b, pattern(1 << 20, 3), half_close)
     assert c.rest(5) == b""
     wait_for(lambda: ended_logged(fleet, mark, "client_closed"), what="client_closed")
     wait_for(lambda: fleet.sessions() == 0, what="the session gone")
@@ -504,15 +511,8 @@ def test_a_tls_client_closing_without_close_notify_is_a_close(fleet, kind):
     error: end=client_error.)"""
     mark = len(fleet.proxy.stderr())
     c, b = connect(fleet, kind)
-    c.line(), c.line()
-    c.send(b"t SINK\r\n")
-    assert b.sinking.wait(10)
-    data = pattern(1 << 20, 4)
-    c.send(data)
-    c.sock.shutdown(socket.SHUT_WR)  # an SSLSocket sends no close_notify here
-    fleet.backend.unsink.set()
-    assert b.eof.wait(10)
-    assert bytes(b.received) == data
+    # an SSLSocket's shutdown() sends no close_notify
+    upload_then_close(fleet, c, b, pattern(1 << 20, 4), lambda: c.sock.shutdown(socket.SHUT_WR))
     wait_for(lambda: ended_logged(fleet, mark, "client_closed")
              or ended_logged(fleet, mark, "client_error"), what="the client's end")
     assert ended_logged(fleet, mark, "client_closed"), fleet.proxy.stderr()[mark:][-2000:]

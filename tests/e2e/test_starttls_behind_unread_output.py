@@ -19,7 +19,7 @@ import ssl
 import struct
 import termios
 
-from conftest import wait_for
+from conftest import wait_steady
 from test_imap_session import imap_overrides
 from test_imap_session import addr as imap_addr
 from test_lmtp import lmtp_overrides
@@ -40,14 +40,7 @@ def unread(sock):
 def still(sock):
     """Waits until what the client has not read stands still: the server
     has answered all it could and waits for the client."""
-    last = [-1, 0]
-
-    def steady():
-        now = unread(sock)
-        last[1] = last[1] + 1 if now == last[0] else 0
-        last[0] = now
-        return last[1] >= 4
-    wait_for(steady, timeout=20, interval=0.1, what="the server waiting for the client")
+    wait_steady(lambda: unread(sock), 4, timeout=20, what="the server waiting for the client")
 
 
 def small_client(target):

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import wait_for, wait_steady
 from test_imap_session import imap_overrides
 from test_imap_session import addr as imap_addr
 from test_lmtp import lmtp_overrides
@@ -76,15 +76,7 @@ def test_garbage_close_or_reset_in_the_handshake_leaves_nothing(petreld, tmp_pat
     s = go_ahead(target, greeting, command, ok)
     ctx.wrap_socket(s, server_hostname="127.0.0.1").close()
     # The warm-up session is gone once its descriptor is: the count stands.
-    last = [-1, 0]
-
-    def steady():
-        now = fds(d)
-        last[1] = last[1] + 1 if now == last[0] else 0
-        last[0] = now
-        return last[1] >= 5
-    wait_for(steady, timeout=10, interval=0.1, what="the descriptor count standing still")
-    base = last[0]
+    base = wait_steady(lambda: fds(d), 5, timeout=10, what="the descriptor count standing still")
     for i in range(30):
         s = go_ahead(target, greeting, command, ok)
         way = i % 3
